@@ -1,0 +1,3 @@
+from .app import entry
+
+entry()

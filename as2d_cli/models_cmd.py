@@ -1,0 +1,132 @@
+"""``as2d models …``: list, install, verify, path, remove."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from models.bundle import BundleError, installed_bundles, load_bundle, models_dir
+from models.catalog import CATALOG, DEFAULT_DRAFTER, DEFAULT_TARGET, lookup, split_bundle_name
+from models.install import bundle_path, install
+
+from .resolve import UserError
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def list_models(root: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    base = models_dir(root)
+    installed = {b.name: b for b in installed_bundles(base)}
+    table = Table(title=f"models ({base})", title_justify="left")
+    for col in ("name", "kind", "precisions installed", "size", "description"):
+        table.add_column(col)
+    for entry in CATALOG.values():
+        got = [p for p in entry.precisions if f"{entry.name}-{p}" in installed]
+        size = sum(installed[f"{entry.name}-{p}"].size() for p in got)
+        table.add_row(entry.name, entry.kind, ", ".join(got) or "-",
+                      f"{size / 1e6:.0f} MB" if size else "-", entry.description)
+    Console(soft_wrap=True).print(table)
+
+
+def install_models(names: list[str] | None, precision: str, force: bool, source: Path | None,
+                   root: Path | None) -> None:
+    names = names or [DEFAULT_TARGET, DEFAULT_DRAFTER]
+    if source is not None and len(names) != 1:
+        raise UserError("--from converts one model: name it, e.g. `as2d models install base "
+                        "--from DIR`")
+    for name in names:
+        base_name, prec = split_bundle_name(name)
+        try:
+            entry = lookup(base_name)
+        except KeyError as exc:
+            raise UserError(str(exc.args[0])) from None
+        if prec:
+            precs = [prec]
+        elif precision == "all":
+            precs = list(entry.precisions)
+        else:
+            precs = [precision]
+        for p in precs:
+            if p not in entry.precisions:
+                raise UserError(f"{entry.name} comes in {', '.join(entry.precisions)}, not {p}")
+            if not force and (bundle_path(entry.name, p, models_dir(root)) / "manifest.json").is_file():
+                _err(f"{entry.name}-{p}: already installed (use --force to convert again)")
+                continue
+            try:
+                install(entry.name, p, models_dir(root), force=force, source_dir=source,
+                        progress=lambda m: _err(f"  {m}"))
+            except BundleError as exc:
+                raise UserError(str(exc)) from None
+
+
+def verify_models(names: list[str] | None, root: Path | None) -> int:
+    base = models_dir(root)
+    bundles = installed_bundles(base)
+    if names:
+        wanted = set()
+        for n in names:
+            name, prec = split_bundle_name(n)
+            try:
+                entry = lookup(name)
+            except KeyError as exc:
+                raise UserError(str(exc.args[0])) from None
+            wanted.update([f"{entry.name}-{prec}"] if prec else
+                          [f"{entry.name}-{p}" for p in entry.precisions])
+        bundles = [b for b in bundles if b.name in wanted]
+        missing = wanted - {b.name for b in bundles}
+        if names and not bundles:
+            raise UserError(f"not installed: {', '.join(sorted(missing))}")
+    if not bundles:
+        raise UserError(f"no models installed in {base}; run `as2d models install`")
+    bad = 0
+    for b in bundles:
+        try:
+            b.verify(full=True)
+            print(f"ok      {b.name}  ({b.size() / 1e6:.0f} MB)")
+        except BundleError as exc:
+            bad += 1
+            print(f"FAILED  {b.name}: {exc}")
+    return 1 if bad else 0
+
+
+def model_path(name: str | None, root: Path | None) -> None:
+    base = models_dir(root)
+    if not name:
+        print(base)
+        return
+    bname, prec = split_bundle_name(name)
+    try:
+        entry = lookup(bname)
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+    p = bundle_path(entry.name, prec or entry.default_precision, base)
+    if not (p / "manifest.json").is_file():
+        raise UserError(f"{p.name} is not installed; run `as2d models install {entry.name}`")
+    print(p)
+
+
+def remove_models(names: list[str], root: Path | None) -> None:
+    base = models_dir(root)
+    for n in names:
+        bname, prec = split_bundle_name(n)
+        try:
+            entry = lookup(bname)
+        except KeyError as exc:
+            raise UserError(str(exc.args[0])) from None
+        targets = [prec] if prec else list(entry.precisions)
+        removed = False
+        for p in targets:
+            path = bundle_path(entry.name, p, base)
+            if path.is_dir():
+                load_bundle(path)  # refuse to delete a folder that is not ours
+                shutil.rmtree(path)
+                _err(f"removed {path}")
+                removed = True
+        if not removed:
+            raise UserError(f"{n} is not installed")

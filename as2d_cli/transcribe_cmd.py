@@ -1,0 +1,176 @@
+"""``as2d transcribe``: files in, text on stdout, subtitle/JSON files out, stats on request."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import writers
+from .resolve import UserError, load_whisper
+
+
+@dataclass
+class TranscribeRequest:
+    files: list[Path]
+    model: str = "base"
+    precision: str | None = None
+    language: str | None = None
+    task: str = "transcribe"
+    output_dir: Path | None = None
+    output_format: list[str] | None = None
+    decoder: str = "as2d"
+    drafter: str = "tiny.en"
+    budget: str = "auto"
+    threads: int = 0
+    drafter_threads: int = 0
+    timestamps: bool = True
+    condition_on_previous_text: bool = True
+    initial_prompt: str | None = None
+    no_speech_threshold: float = 0.6
+    compression_ratio_threshold: float = 2.4
+    stats: bool = False
+    stats_json: Path | None = None
+    live: bool | None = None
+    models_dir: Path | None = None
+    quiet: bool = False
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def validate(req: TranscribeRequest) -> list[str]:
+    try:
+        formats = writers.parse_formats(req.output_format)
+    except ValueError as exc:
+        raise UserError(str(exc), 2) from None
+    if req.task not in ("transcribe", "translate"):
+        raise UserError(f"--task must be transcribe or translate, not {req.task!r}", 2)
+    if req.decoder not in ("as2d", "sd", "target"):
+        raise UserError(f"--decoder must be as2d, sd or target, not {req.decoder!r}", 2)
+    if req.budget != "auto":
+        try:
+            if int(req.budget) < 1:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--budget must be a positive number or auto, not {req.budget!r}",
+                            2) from None
+    if req.threads < 0 or req.drafter_threads < 0:
+        raise UserError("--threads and --drafter-threads cannot be negative", 2)
+    if not req.timestamps and any(f in ("srt", "vtt") for f in formats):
+        raise UserError("srt and vtt need timestamps: drop --no-timestamps", 2)
+    if req.language is not None:
+        from runtime.tokenizer import normalize_language
+
+        try:
+            normalize_language(req.language)
+        except ValueError as exc:
+            raise UserError(str(exc), 2) from None
+    return formats
+
+
+def run_transcribe(req: TranscribeRequest) -> int:
+    from runtime.audio import AudioError, load_audio
+    from runtime.events import fanout
+    from runtime.sessions import cpu_count
+    from runtime.stats import StatsCollector
+    from runtime.transcribe import TranscribeOptions, Transcriber, TranscriptionInfo
+
+    from .engine import build_strategy, plan_threads
+    from .progress import make_reporter
+
+    formats = validate(req)
+    to_stdout = req.output_dir is None or str(req.output_dir) == "-"
+    if to_stdout and len(formats) > 1:
+        raise UserError("several formats need files: add -o DIR", 2)
+    files_out = None if to_stdout else writers.FileOutputs(req.output_dir, formats)
+
+    plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
+    note = (lambda m: None) if req.quiet else (lambda m: _err(f"as2d: {m}"))
+    target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
+                          progress=note)
+    stats = StatsCollector()
+    reporter = make_reporter(req.live, req.quiet, sys.stderr)
+    listener = fanout(stats, reporter)
+    strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget, plan,
+                              req.models_dir, listener, note)
+    transcriber = Transcriber(target, strategy, listener)
+    options = TranscribeOptions(
+        language=req.language, task=req.task, timestamps=req.timestamps,
+        condition_on_previous_text=req.condition_on_previous_text,
+        initial_prompt=req.initial_prompt, no_speech_threshold=req.no_speech_threshold,
+        compression_ratio_threshold=req.compression_ratio_threshold)
+
+    failures = 0
+    interrupted = False
+    # Plain text streams to stdout as it is decoded, unless stdout carries another format.
+    stream_txt = not to_stdout or formats == ["txt"]
+    for path in req.files:
+        try:
+            audio = load_audio(path)
+        except AudioError as exc:
+            _err(f"as2d: error: {exc}")
+            failures += 1
+            continue
+        if audio.truncated:
+            _err(f"as2d: warning: {path}: the file is truncated; transcribing the "
+                 f"{audio.duration:.1f} s that are there")
+            failures += 1
+        info = TranscriptionInfo(None, 0.0, audio.duration)
+        segments = []
+        reporter.start_file(str(path), audio.duration)
+        gen = transcriber.transcribe(audio, options, info)
+        try:
+            while True:
+                try:
+                    seg = next(gen)
+                except StopIteration:
+                    break
+                except KeyboardInterrupt:
+                    if interrupted:
+                        raise
+                    interrupted = True
+                    transcriber.stop()
+                    reporter.note("interrupted: finishing the current pass and keeping "
+                                  "what was transcribed")
+                    continue
+                segments.append(seg)
+                if stream_txt:
+                    reporter.print_text(seg.text.strip())
+        except ValueError as exc:  # options the model cannot honour (e.g. language)
+            raise UserError(str(exc)) from None
+        finally:
+            gen.close()
+            reporter.end_file()
+            audio.close()
+        doc_info = {"language": info.language, "duration": round(info.duration, 3),
+                    "source": str(path), "model": target.name, "decoder": req.decoder}
+        if info.interrupted or interrupted:
+            doc_info["interrupted"] = True
+        if to_stdout and not stream_txt:
+            sys.stdout.write(writers.render(formats[0], segments, doc_info))
+            sys.stdout.flush()
+        if files_out is not None:
+            written = files_out.write(str(path), segments, doc_info)
+            if not req.quiet:
+                _err("as2d: wrote " + ", ".join(str(p) for p in written))
+        if not segments and not (info.interrupted or interrupted):
+            _err(f"as2d: {path}: no speech found")
+        if interrupted:
+            break
+    if req.stats or req.stats_json:
+        from .stats_report import print_stats
+
+        if req.stats:
+            print_stats(stats.runs, sys.stderr)
+        if req.stats_json:
+            req.stats_json.parent.mkdir(parents=True, exist_ok=True)
+            req.stats_json.write_text(json.dumps([r.to_dict() for r in stats.runs], indent=2)
+                                      + "\n")
+    strategy.close()
+    if interrupted:
+        return 130
+    return 1 if failures else 0

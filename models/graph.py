@@ -1,0 +1,174 @@
+"""A small helper for writing ONNX graphs by hand with ``onnx.helper``.
+
+Our converters build the Whisper and LLM graphs node by node rather than exporting from a
+framework: that keeps torch out of the install and lets us choose the exact op pattern that
+onnxruntime runs fast and, for decoders, *row-independently* (see :meth:`Graph.linear`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import count
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+MS_DOMAIN = "com.microsoft"
+
+_NP_TO_ONNX = {
+    np.dtype(np.float32): TensorProto.FLOAT,
+    np.dtype(np.int64): TensorProto.INT64,
+    np.dtype(np.int32): TensorProto.INT32,
+    np.dtype(np.int8): TensorProto.INT8,
+    np.dtype(np.uint8): TensorProto.UINT8,
+}
+
+
+@dataclass
+class Graph:
+    """Accumulates nodes, initializers and graph inputs/outputs."""
+
+    name: str
+    nodes: list = field(default_factory=list)
+    initializers: list = field(default_factory=list)
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    _ids: count = field(default_factory=count)
+    _consts: dict = field(default_factory=dict)
+    _quantized: set = field(default_factory=set)
+
+    # -- naming -------------------------------------------------------------------------------
+    def fresh(self, hint: str) -> str:
+        return f"{hint}_{next(self._ids)}"
+
+    # -- values -------------------------------------------------------------------------------
+    def input(self, name: str, elem_type: int, shape: list) -> str:
+        self.inputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+        return name
+
+    def output(self, value: str, name: str, elem_type: int, shape: list) -> str:
+        if value != name:
+            self.op("Identity", value, out=name)
+        self.outputs.append(helper.make_tensor_value_info(name, elem_type, shape))
+        return name
+
+    def weight(self, name: str, array: np.ndarray) -> str:
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def const(self, value, dtype=np.int64) -> str:
+        arr = np.asarray(value, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.weight(self.fresh("const"), arr)
+        return self._consts[key]
+
+    # -- nodes --------------------------------------------------------------------------------
+    def op(self, op_type: str, *inputs: str, out: str | None = None, n_out: int = 1,
+           domain: str = "", **attrs):
+        outs = [out or self.fresh(op_type.lower())] if n_out == 1 else [
+            self.fresh(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, domain=domain or None,
+                                           **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    # -- building blocks ----------------------------------------------------------------------
+    def layer_norm(self, x: str, gamma: np.ndarray, beta: np.ndarray, prefix: str,
+                   eps: float = 1e-5) -> str:
+        g = self.weight(f"{prefix}.gamma", gamma.astype(np.float32))
+        b = self.weight(f"{prefix}.beta", beta.astype(np.float32))
+        return self.op("LayerNormalization", x, g, b, axis=-1, epsilon=eps)
+
+    def gelu(self, x: str) -> str:
+        # Exact erf GELU as Whisper uses; onnxruntime fuses this pattern into one Gelu kernel.
+        half = self.const(0.5, np.float32)
+        one = self.const(1.0, np.float32)
+        inv_sqrt2 = self.const(1.0 / np.sqrt(2.0), np.float32)
+        e = self.op("Erf", self.op("Mul", x, inv_sqrt2))
+        return self.op("Mul", self.op("Mul", x, half), self.op("Add", e, one))
+
+    def linear(self, x: str, weight: np.ndarray, bias: np.ndarray | None, prefix: str,
+               quant: str = "fp32") -> str:
+        """``x @ weight.T + bias`` for a 2-D ``x`` and ``weight`` shaped ``[out, in]``.
+
+        ``quant="int8"`` stores the weight as int8 with one scale per output column and
+        quantises the activations **per row** (symmetric, one scale per token). Every row is
+        then computed independently of the other rows in the call, bit for bit: a verification
+        pass over ``k`` tokens yields exactly the logits that ``k`` single-token steps would.
+        onnxruntime's own dynamic quantisation uses one scale for the whole tensor, which would
+        make speculative verification disagree with plain decoding. The integer product runs
+        in onnxruntime's u8s8 kernel, so activations are shifted by 128 and the shift is taken
+        back out with a precomputed column sum.
+        """
+        w = np.asarray(weight, dtype=np.float32)
+        if quant == "fp32":
+            y = self.op("MatMul", x, self.weight(f"{prefix}.weight", w.T))
+        elif quant == "int8":
+            y = self._linear_int8(x, w, prefix)
+        else:
+            raise ValueError(f"unknown quantisation {quant!r}")
+        if bias is not None and np.any(bias):
+            y = self.op("Add", y, self.weight(f"{prefix}.bias", bias.astype(np.float32)))
+        return y
+
+    def quantized_weight(self, w: np.ndarray, prefix: str) -> tuple[str, str, str]:
+        """int8 copy of ``w [out, in]``, stored once per prefix as ``[in, out]``.
+
+        Returns the names of the int8 weight, its per-output scale and the u8s8 shift term, so
+        that another consumer (the tied embedding lookup) can read the same tensors.
+        """
+        names = (f"{prefix}.weight_q", f"{prefix}.weight_scale", f"{prefix}.weight_shift")
+        if names[0] in self._quantized:
+            return names
+        wt = np.asarray(w, dtype=np.float32).T  # [in, out]
+        col_scale = np.abs(wt).max(axis=0) / 127.0
+        col_scale[col_scale == 0] = 1.0
+        wq = np.clip(np.rint(wt / col_scale), -127, 127).astype(np.int8)
+        self.weight(names[0], wq)
+        self.weight(names[1], col_scale.astype(np.float32))
+        self.weight(names[2], (wq.astype(np.int32).sum(axis=0) * 128).astype(np.int32))
+        self._quantized.add(names[0])
+        return names
+
+    def _linear_int8(self, x: str, w: np.ndarray, prefix: str) -> str:
+        wq_name, scale_name, shift_name = self.quantized_weight(w, prefix)
+        # One scale per row (x is 2-D, [rows, in]): max|x| / 127.
+        row_max = self.op("ReduceMax", self.op("Abs", x), axes=[-1], keepdims=1)
+        row_scale = self.op("Max", self.op("Mul", row_max, self.const(1.0 / 127.0, np.float32)),
+                            self.const(1e-12, np.float32))
+        # QuantizeLinear takes a 1-D per-axis scale and a zero point of the same shape.
+        flat_scale = self.op("Reshape", row_scale, self.const([-1]))
+        zero_point = self.op("Cast", self.op("Add", self.op("Mul", flat_scale,
+                                                             self.const(0.0, np.float32)),
+                                              self.const(128.0, np.float32)),
+                             to=TensorProto.UINT8)
+        xq = self.op("QuantizeLinear", x, flat_scale, zero_point, axis=0)
+        acc = self.op("Sub", self.op("MatMulInteger", xq, wq_name), shift_name)
+        return self.op("Mul", self.op("Cast", acc, to=TensorProto.FLOAT),
+                       self.op("Mul", row_scale, scale_name))
+
+    # -- finish -------------------------------------------------------------------------------
+    def model(self, opsets: tuple = ((("", OPSET)), (MS_DOMAIN, 1)), producer: str = "as2d"
+              ) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs,
+                                  self.initializers)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
+                                                        for d, v in opsets],
+                                  producer_name=producer)
+        model.ir_version = 8
+        return model
+
+
+def save_model(model: onnx.ModelProto, path, external_data: bool = False) -> None:
+    """Write a graph; models over protobuf's 2 GB limit keep their weights beside the file."""
+    if external_data:
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=f"{path.name}.data", size_threshold=1024)
+    else:
+        onnx.save_model(model, str(path))
+
+
+def dtype_of(arr: np.ndarray) -> int:
+    return _NP_TO_ONNX[np.asarray(arr).dtype]

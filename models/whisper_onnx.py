@@ -1,0 +1,234 @@
+"""Build ONNX graphs for Whisper from CTranslate2 weights (no torch needed).
+
+Two graphs per model, shaped for speculative decoding:
+
+``encoder.onnx``
+    ``mel [1, n_mels, frames]`` → for every decoder layer ``cross_k_i [H, dh, S]`` and
+    ``cross_v_i [H, S, dh]``. The cross-attention keys and values are computed once per window,
+    already split into heads (keys pre-transposed), so a decoder step only reads them.
+    ``frames`` may be shorter than 3000: a drafter may encode just the audio that is there.
+
+``decoder.onnx``
+    ``tokens [T]`` plus, per layer, ``past_k_i``/``past_v_i [n, d]`` (the self-attention cache
+    of the ``n`` tokens already decoded) and the window's cross keys/values → ``logits [T, V]``
+    and ``new_k_i``/``new_v_i [T, d]``. ``T >= 1`` new tokens run in one pass with a causal
+    mask, which is what verification needs; the caller owns the cache and appends the new
+    rows, so dropping rejected tokens is only a change of length.
+
+Every op in the decoder computes each row independently of the others (per-row int8
+activation scales, see :meth:`models.graph.Graph.linear`), so one pass over ``k`` tokens gives
+the same logits, bit for bit, as ``k`` single-token passes: speculative decoding stays lossless.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from .ct2 import CT2Model, CT2FormatError
+from .graph import Graph
+
+def whisper_dims(m: CT2Model) -> dict[str, int]:
+    """Model dimensions, named as openai-whisper names them (written to the manifest)."""
+    if m.spec != "WhisperSpec":
+        raise CT2FormatError(f"expected a Whisper model, found spec {m.spec!r}")
+    emb = m.get("decoder/embeddings/weight")
+    return dict(
+        n_mels=int(m.get("encoder/conv1/weight").shape[1]),
+        n_audio_ctx=int(m.get("encoder/position_encodings/encodings").shape[0]),
+        n_audio_state=int(m.get("encoder/conv1/weight").shape[0]),
+        n_audio_head=m.scalar("encoder/num_heads"),
+        n_audio_layer=m.layer_count("encoder"),
+        n_vocab=int(emb.shape[0]),
+        n_text_ctx=int(m.get("decoder/position_encodings/encodings").shape[0]),
+        n_text_state=int(emb.shape[1]),
+        n_text_head=m.scalar("decoder/num_heads"),
+        n_text_layer=m.layer_count("decoder"),
+    )
+
+
+def _split_heads(g: Graph, x: str, heads: int, perm: list[int]) -> str:
+    """[S, d] → [S, H, dh] → transposed by ``perm``."""
+    return g.op("Transpose", g.op("Reshape", x, g.const([0, heads, -1])), perm=perm)
+
+
+def _merge_heads(g: Graph, x: str) -> str:
+    """[H, T, dh] → [T, H*dh]."""
+    return g.op("Reshape", g.op("Transpose", x, perm=[1, 0, 2]), g.const([0, -1]))
+
+
+def _attend(g: Graph, q: str, k_t: str, v: str, mask: str | None) -> str:
+    """softmax(q·kᵀ + mask)·v with heads first; q is pre-scaled, k is pre-transposed."""
+    scores = g.op("MatMul", q, k_t)
+    if mask is not None:
+        scores = g.op("Add", scores, mask)
+    return g.op("MatMul", g.op("Softmax", scores, axis=-1), v)
+
+
+def _scaled_q(weight: np.ndarray, bias: np.ndarray, head_dim: int):
+    s = np.float32(head_dim ** -0.5)
+    return weight * s, bias * s
+
+
+def _self_attention_weights(m: CT2Model, prefix: str, d: int, head_dim: int):
+    w = m.f32(f"{prefix}/linear_0/weight").copy()  # fused [3d, d]: q, k, v
+    b = m.f32(f"{prefix}/linear_0/bias").copy()
+    w[:d], b[:d] = _scaled_q(w[:d], b[:d], head_dim)
+    return w, b
+
+
+def build_encoder(m: CT2Model, quant: str = "fp32") -> tuple:
+    dims = whisper_dims(m)
+    d, heads = dims["n_audio_state"], dims["n_audio_head"]
+    hd = d // heads
+    g = Graph("whisper_encoder")
+    mel = g.input("mel", TensorProto.FLOAT, [1, dims["n_mels"], "frames"])
+
+    x = g.op("Conv", mel, g.weight("conv1.weight", m.f32("encoder/conv1/weight")),
+             g.weight("conv1.bias", m.f32("encoder/conv1/bias")), pads=[1, 1], kernel_shape=[3])
+    x = g.gelu(x)
+    x = g.op("Conv", x, g.weight("conv2.weight", m.f32("encoder/conv2/weight")),
+             g.weight("conv2.bias", m.f32("encoder/conv2/bias")), pads=[1, 1], strides=[2],
+             kernel_shape=[3])
+    x = g.gelu(x)
+    x = g.op("Transpose", g.op("Squeeze", x, g.const([0])), perm=[1, 0])  # [S, d]
+    n_ctx = g.op("Slice", g.op("Shape", x), g.const([0]), g.const([1]))
+    pos = g.op("Slice", g.weight("encoder.positions",
+                                  m.f32("encoder/position_encodings/encodings")),
+               g.const([0]), n_ctx)
+    x = g.op("Add", x, pos)
+
+    for i in range(dims["n_audio_layer"]):
+        p = f"encoder/layer_{i}"
+        h = g.layer_norm(x, m.f32(f"{p}/self_attention/layer_norm/gamma"),
+                         m.f32(f"{p}/self_attention/layer_norm/beta"), f"enc{i}.attn_ln")
+        w, b = _self_attention_weights(m, f"{p}/self_attention", d, hd)
+        qkv = g.linear(h, w, b, f"enc{i}.qkv", quant)
+        q, k, v = g.op("Split", qkv, g.const([d, d, d]), axis=-1, n_out=3)
+        a = _attend(g, _split_heads(g, q, heads, [1, 0, 2]), _split_heads(g, k, heads, [1, 2, 0]),
+                    _split_heads(g, v, heads, [1, 0, 2]), None)
+        x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/self_attention/linear_1/weight"),
+                                    m.f32(f"{p}/self_attention/linear_1/bias"), f"enc{i}.out",
+                                    quant))
+        x = _ffn(g, m, x, p, f"enc{i}", quant)
+    x = g.layer_norm(x, m.f32("encoder/layer_norm/gamma"), m.f32("encoder/layer_norm/beta"),
+                     "enc.ln")
+
+    td, th = dims["n_text_state"], dims["n_text_head"]
+    for i in range(dims["n_text_layer"]):
+        p = f"decoder/layer_{i}/attention/linear_1"
+        w, b = m.f32(f"{p}/weight"), m.f32(f"{p}/bias")  # fused [2d, d]: k, v
+        k = g.linear(x, w[:td], None, f"cross{i}.k", quant)
+        v = g.linear(x, w[td:], b[td:], f"cross{i}.v", quant)
+        g.output(_split_heads(g, k, th, [1, 2, 0]), f"cross_k_{i}", TensorProto.FLOAT,
+                 [th, td // th, "audio_ctx"])
+        g.output(_split_heads(g, v, th, [1, 0, 2]), f"cross_v_{i}", TensorProto.FLOAT,
+                 [th, "audio_ctx", td // th])
+    return g.model(), dims
+
+
+def _ffn(g: Graph, m: CT2Model, x: str, p: str, name: str, quant: str) -> str:
+    h = g.layer_norm(x, m.f32(f"{p}/ffn/layer_norm/gamma"), m.f32(f"{p}/ffn/layer_norm/beta"),
+                     f"{name}.ffn_ln")
+    h = g.gelu(g.linear(h, m.f32(f"{p}/ffn/linear_0/weight"), m.f32(f"{p}/ffn/linear_0/bias"),
+                        f"{name}.fc1", quant))
+    h = g.linear(h, m.f32(f"{p}/ffn/linear_1/weight"), m.f32(f"{p}/ffn/linear_1/bias"),
+                 f"{name}.fc2", quant)
+    return g.op("Add", x, h)
+
+
+def build_decoder(m: CT2Model, quant: str = "fp32") -> tuple:
+    dims = whisper_dims(m)
+    d, heads = dims["n_text_state"], dims["n_text_head"]
+    hd = d // heads
+    g = Graph("whisper_decoder")
+    tokens = g.input("tokens", TensorProto.INT64, ["T"])
+    past_k = [g.input(f"past_k_{i}", TensorProto.FLOAT, ["n", d]) for i in range(dims["n_text_layer"])]
+    past_v = [g.input(f"past_v_{i}", TensorProto.FLOAT, ["n", d]) for i in range(dims["n_text_layer"])]
+    cross_k = [g.input(f"cross_k_{i}", TensorProto.FLOAT, [heads, hd, "audio_ctx"])
+               for i in range(dims["n_text_layer"])]
+    cross_v = [g.input(f"cross_v_{i}", TensorProto.FLOAT, [heads, "audio_ctx", hd])
+               for i in range(dims["n_text_layer"])]
+
+    t_len = g.op("Shape", tokens)
+    n_past = g.op("Slice", g.op("Shape", past_k[0]), g.const([0]), g.const([1]))
+    total = g.op("Add", n_past, t_len)
+    emb = m.f32("decoder/embeddings/weight")
+    if quant == "int8":
+        x = _embed_int8(g, emb, tokens)
+    else:
+        x = g.op("Gather", g.weight("decoder.embedding", emb), tokens, axis=0)
+    pos = g.op("Slice", g.weight("decoder.positions",
+                                  m.f32("decoder/position_encodings/encodings")),
+               n_past, total)
+    x = g.op("Add", x, pos)
+    # Causal mask for T query rows plus one padding row (see _pad_rows): row i sees cache
+    # columns j <= n + i; the padding row sees everything.
+    rows = g.op("Unsqueeze", g.op("Add", g.op("Range", g.const(0),
+                                               g.op("Add", g.op("Squeeze", t_len), g.const(1)),
+                                               g.const(1)), n_past), g.const([1]))
+    cols = g.op("Unsqueeze", g.op("Range", g.const(0), g.op("Squeeze", total), g.const(1)),
+                g.const([0]))
+    mask = g.op("Where", g.op("Greater", cols, rows), g.const(-np.inf, np.float32),
+                g.const(0.0, np.float32))
+
+    for i in range(dims["n_text_layer"]):
+        p = f"decoder/layer_{i}"
+        h = g.layer_norm(x, m.f32(f"{p}/self_attention/layer_norm/gamma"),
+                         m.f32(f"{p}/self_attention/layer_norm/beta"), f"dec{i}.attn_ln")
+        w, b = _self_attention_weights(m, f"{p}/self_attention", d, hd)
+        qkv = g.linear(h, w, b, f"dec{i}.qkv", quant)
+        q, k_new, v_new = g.op("Split", qkv, g.const([d, d, d]), axis=-1, n_out=3)
+        g.output(k_new, f"new_k_{i}", TensorProto.FLOAT, ["T", d])
+        g.output(v_new, f"new_v_{i}", TensorProto.FLOAT, ["T", d])
+        k_all = g.op("Concat", past_k[i], k_new, axis=0)
+        v_all = g.op("Concat", past_v[i], v_new, axis=0)
+        a = _attend_padded(g, _split_heads(g, q, heads, [1, 0, 2]),
+                           _split_heads(g, k_all, heads, [1, 2, 0]),
+                           _split_heads(g, v_all, heads, [1, 0, 2]), mask, t_len, heads, hd)
+        x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/self_attention/linear_1/weight"),
+                                    m.f32(f"{p}/self_attention/linear_1/bias"), f"dec{i}.out",
+                                    quant))
+
+        h = g.layer_norm(x, m.f32(f"{p}/attention/layer_norm/gamma"),
+                         m.f32(f"{p}/attention/layer_norm/beta"), f"dec{i}.cross_ln")
+        wq, bq = _scaled_q(m.f32(f"{p}/attention/linear_0/weight"),
+                           m.f32(f"{p}/attention/linear_0/bias"), hd)
+        q = g.linear(h, wq, bq, f"dec{i}.cross_q", quant)
+        a = _attend_padded(g, _split_heads(g, q, heads, [1, 0, 2]), cross_k[i], cross_v[i], None,
+                           t_len, heads, hd)
+        x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/attention/linear_2/weight"),
+                                    m.f32(f"{p}/attention/linear_2/bias"), f"dec{i}.cross_out",
+                                    quant))
+        x = _ffn(g, m, x, p, f"dec{i}", quant)
+
+    x = g.layer_norm(x, m.f32("decoder/layer_norm/gamma"), m.f32("decoder/layer_norm/beta"),
+                     "dec.ln")
+    if quant == "int8":
+        logits = g.linear(x, emb, None, "decoder.projection", "int8")
+    else:
+        logits = g.op("Gemm", x, "decoder.embedding", transB=1)
+    g.output(logits, "logits", TensorProto.FLOAT, ["T", dims["n_vocab"]])
+    return g.model(), dims
+
+
+def _attend_padded(g: Graph, q: str, k_t: str, v: str, mask: str | None, t_len: str,
+                   heads: int, hd: int) -> str:
+    """Attention whose matrix products never see a single query row.
+
+    onnxruntime multiplies a one-row left operand by a runtime right operand with a different
+    kernel than it uses for two or more rows, and the two round differently. Appending one zero
+    query row keeps every call on the multi-row kernel, so a token's result is the same whether
+    it is decoded alone or verified together with others. The padding row is dropped after.
+    """
+    pad = g.const(np.zeros((heads, 1, hd), np.float32), np.float32)
+    out = _attend(g, g.op("Concat", q, pad, axis=1), k_t, v, mask)
+    return g.op("Slice", out, g.const([0]), t_len, g.const([1]))
+
+
+def _embed_int8(g: Graph, emb: np.ndarray, tokens: str) -> str:
+    """Embedding lookup from the int8 copy that the tied projection reads (stored once)."""
+    wq, scale, _ = g.quantized_weight(emb, "decoder.projection")
+    cols = g.op("Cast", g.op("Gather", wq, tokens, axis=1), to=TensorProto.FLOAT)  # [d, T]
+    return g.op("Mul", g.op("Transpose", cols, perm=[1, 0]),
+                g.op("Unsqueeze", g.op("Gather", scale, tokens, axis=0), g.const([1])))

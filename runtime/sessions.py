@@ -1,0 +1,38 @@
+"""onnxruntime sessions with explicit, non-spinning thread pools.
+
+Two sessions (drafter and target) share two cores. Each gets an explicit intra-op thread count,
+one inter-op thread, and no spinning, so an idle pool sleeps instead of burning the core the
+other session needs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+
+def cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def make_session(path: str | Path, threads: int) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = max(1, int(threads))
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def ortvalue(array: np.ndarray) -> ort.OrtValue:
+    """Wrap a contiguous numpy array without copying (CPU memory is shared)."""
+    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))

@@ -1,0 +1,119 @@
+"""How one window is decoded: target-only, classic speculative decoding, or AS²D.
+
+Every strategy drives the same :class:`~runtime.decoding.WindowDecoder`, which commits exactly
+what target-only greedy decoding commits. They differ only in where candidate tokens come from
+and in what runs concurrently.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from .decoding import DecodingResult, WindowDecoder
+from .events import Encoded, Listener, Verified, WindowStarted, ignore
+from .features import FRAMES_PER_SECOND, LogMel
+from .logits import LogitRules
+from .whisper import AudioContext, WhisperModel
+
+
+class Strategy:
+    """Base: encode the window with the target, decode it with candidates from ``propose``."""
+
+    name = "target"
+    drafter_name: str | None = None
+
+    def __init__(self, target: WhisperModel, listener: Listener | None = None) -> None:
+        self.target = target
+        self.emit = listener or ignore
+        self.last_encode_seconds = 0.0
+        self._ctx: AudioContext | None = None
+        self._decoder: WindowDecoder | None = None
+        self._pre: tuple | None = None
+
+    def preencoded(self, seek: int, size: int, ctx: AudioContext, seconds: float) -> None:
+        """An encoding of window (seek, size) already made (for language detection)."""
+        self._pre = (seek, size, ctx, seconds)
+
+    def threads(self) -> dict:
+        return {"target": self.target.threads}
+
+    def begin(self, mel: LogMel, language: str | None, options) -> None:
+        self.mel = mel
+
+    def end(self) -> None:
+        self._ctx = None
+
+    def close(self) -> None:
+        """Release worker threads and sessions (end of the process's use)."""
+
+    def partial(self) -> DecodingResult | None:
+        return self._decoder.result() if self._decoder is not None else None
+
+    def encode(self, window: int, mel: LogMel, seek: int, size: int) -> AudioContext:
+        pre, self._pre = self._pre, None
+        if pre is not None and pre[:2] == (seek, size):
+            ctx, self.last_encode_seconds = pre[2], pre[3]
+            self.emit(Encoded(window, self.last_encode_seconds, ctx.n_frames))
+            return ctx
+        t0 = time.perf_counter()
+        ctx = self.target.encode(mel.window(seek, size))
+        self.last_encode_seconds = time.perf_counter() - t0
+        self.emit(Encoded(window, self.last_encode_seconds, ctx.n_frames))
+        return ctx
+
+    def decode_window(self, window: int, mel: LogMel, seek: int, size: int, prompt: list[int],
+                      rules: LogitRules, sample_len: int, stop: threading.Event,
+                      reuse_encoding: bool = False) -> DecodingResult | None:
+        self.emit(WindowStarted(window, seek / FRAMES_PER_SECOND,
+                                (seek + size) / FRAMES_PER_SECOND))
+        if not (reuse_encoding and self._ctx is not None):
+            self._ctx = self.encode(window, mel, seek, size)
+        else:
+            self.last_encode_seconds = 0.0
+        state = self.target.decoder_state(self._ctx)
+        tk = self.target.tokenizer
+        dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
+        self._decoder = dec
+        try:
+            self.window_begin(window, dec, seek, size)
+            first = dec.start()
+            self._report(window, [], first)
+            while not dec.done:
+                if stop.is_set():
+                    return None
+                cands = self.propose(dec)
+                step = dec.step(cands)
+                self._report(window, cands, step)
+            return dec.result()
+        finally:
+            self.window_end(window, dec)
+            self.target.release(state)
+
+    # -- hooks for speculative strategies -----------------------------------------------------
+    def window_begin(self, window: int, dec: WindowDecoder, seek: int, size: int) -> None:
+        pass
+
+    def propose(self, dec: WindowDecoder) -> list[int]:
+        return []
+
+    def observe(self, dec: WindowDecoder, offered: list[int], step) -> None:
+        pass
+
+    def window_end(self, window: int, dec: WindowDecoder) -> None:
+        pass
+
+    def _report(self, window: int, offered: list[int], step) -> None:
+        self.observe(self._decoder, offered, step)
+        tk = self.target.tokenizer
+        acc = step.committed[: step.accepted]
+        own = step.committed[step.accepted:]
+        self.emit(Verified(window, step.offered, step.accepted, tuple(step.committed),
+                           tk.decode(acc), tk.decode(own),
+                           tk.decode(offered[step.accepted: step.offered]), step.seconds))
+
+
+class TargetOnly(Strategy):
+    """Plain greedy decoding with the target model alone: the reference output."""
+
+    name = "target"

@@ -1,0 +1,135 @@
+"""A Whisper model in two onnxruntime sessions, shaped for speculative decoding.
+
+``encode`` runs once per window and returns the cross-attention keys/values of every decoder
+layer. A :class:`DecoderState` owns one window's self-attention cache, preallocated to the
+text context (448 positions) so that appending is a slice assignment and dropping rejected
+tokens is only a change of length. ``forward`` takes any number of new tokens and returns
+their logits: one token for plain decoding, ``k + 1`` for verification.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .sessions import make_session
+from .tokenizer import WhisperTokenizer
+
+
+@dataclass(frozen=True)
+class WhisperDims:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+
+@dataclass
+class AudioContext:
+    """Cross-attention keys/values of one encoded window."""
+
+    cross: dict[str, np.ndarray]
+    n_frames: int  # mel frames that were encoded (3000 for a full window)
+
+
+class WhisperModel:
+    """Encoder and decoder sessions of one bundle, plus its tokenizer and rules config."""
+
+    def __init__(self, bundle_dir: str | Path, threads: int = 1,
+                 encoder_threads: int | None = None, name: str | None = None) -> None:
+        self.path = Path(bundle_dir)
+        manifest = json.loads((self.path / "manifest.json").read_text())
+        self.manifest = manifest
+        self.name = name or manifest.get("name", self.path.name)
+        self.dims = WhisperDims(**manifest["dims"])
+        self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
+        self.config = manifest.get("generation", {})
+        self.threads = threads
+        self.encoder = make_session(self.path / manifest["files"]["encoder"],
+                                    encoder_threads or threads)
+        self.decoder = make_session(self.path / manifest["files"]["decoder"], threads)
+        self._outputs = [o.name for o in self.decoder.get_outputs()]
+        self._lock = threading.Lock()
+        self._free: list[DecoderState] = []
+
+    @property
+    def multilingual(self) -> bool:
+        return self.tokenizer.multilingual
+
+    def encode(self, mel: np.ndarray) -> AudioContext:
+        """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even)."""
+        names = [o.name for o in self.encoder.get_outputs()]
+        outs = self.encoder.run(names, {"mel": np.ascontiguousarray(mel, dtype=np.float32)})
+        return AudioContext(dict(zip(names, outs)), mel.shape[-1])
+
+    def decoder_state(self, ctx: AudioContext) -> "DecoderState":
+        """A decoder bound to ``ctx``; caches are recycled between windows."""
+        with self._lock:
+            state = self._free.pop() if self._free else None
+        if state is None:
+            state = DecoderState(self)
+        state.bind(ctx)
+        return state
+
+    def release(self, state: "DecoderState") -> None:
+        state.feed = {}
+        with self._lock:
+            self._free.append(state)
+
+
+class DecoderState:
+    """The decoder of one window: self-attention cache plus the window's cross keys/values."""
+
+    def __init__(self, model: WhisperModel) -> None:
+        self.model = model
+        d = model.dims
+        self.capacity = d.n_text_ctx
+        self.k = [np.zeros((self.capacity, d.n_text_state), np.float32)
+                  for _ in range(d.n_text_layer)]
+        self.v = [np.zeros((self.capacity, d.n_text_state), np.float32)
+                  for _ in range(d.n_text_layer)]
+        self.length = 0
+        self.feed: dict[str, np.ndarray] = {}
+        self.passes = 0
+
+    def bind(self, ctx: AudioContext) -> None:
+        self.feed = dict(ctx.cross)
+        self.length = 0
+        self.passes = 0
+
+    def forward(self, tokens: Sequence[int]) -> np.ndarray:
+        """Run ``tokens`` after the cached ones; returns their logits ``[T, n_vocab]``."""
+        n, t = self.length, len(tokens)
+        if n + t > self.capacity:
+            raise ValueError(f"decoder context is full ({n} + {t} > {self.capacity})")
+        feed = self.feed
+        feed["tokens"] = np.asarray(tokens, dtype=np.int64)
+        layers = len(self.k)
+        for i in range(layers):
+            feed[f"past_k_{i}"] = self.k[i][:n]
+            feed[f"past_v_{i}"] = self.v[i][:n]
+        outs = self.model.decoder.run(self.model._outputs, feed)
+        out = dict(zip(self.model._outputs, outs))
+        for i in range(layers):
+            self.k[i][n : n + t] = out[f"new_k_{i}"]
+            self.v[i][n : n + t] = out[f"new_v_{i}"]
+        self.length = n + t
+        self.passes += 1
+        return out["logits"]
+
+    def truncate(self, length: int) -> None:
+        """Forget every cached position from ``length`` on (rejected candidates)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} to {length}")
+        self.length = length
