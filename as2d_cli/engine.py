@@ -27,8 +27,19 @@ def plan_threads(total: int, decoder: str, drafter_threads: int = 0) -> ThreadPl
 
 def build_strategy(decoder: str, target, drafter: str, precision: str | None, budget: str,
                    plan: ThreadPlan, models_dir, listener, note):
+    from runtime.budget import Budget
     from runtime.strategies import TargetOnly
+
+    from .resolve import load_whisper
 
     if decoder == "target":
         return TargetOnly(target, listener)
-    raise NotImplementedError(decoder)
+    draft_model = load_whisper(drafter, None, models_dir, plan.drafter, progress=note)
+    fixed = None if budget == "auto" else int(budget)
+    if decoder == "as2d":
+        from runtime.as2d import AS2D
+
+        return AS2D(target, draft_model, listener, Budget(fixed=fixed))
+    from runtime.sd import SerialSD
+
+    return SerialSD(target, draft_model, listener, Budget(fixed=fixed))

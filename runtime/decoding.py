@@ -57,6 +57,7 @@ class StepResult:
     accepted: int
     seconds: float
     done: bool
+    rows: int = 1  # tokens run through the target in this pass
 
 
 def compression_ratio(text: str) -> float:
@@ -99,7 +100,7 @@ class WindowDecoder:
         self.passes += 1
         dt = time.perf_counter() - t0
         self.seconds += dt
-        return StepResult([token], 0, 0, dt, self.done)
+        return StepResult([token], 0, 0, dt, self.done, rows=len(self.prompt))
 
     @property
     def room(self) -> int:
@@ -140,7 +141,7 @@ class WindowDecoder:
             self.alone += 1
         dt = time.perf_counter() - t0
         self.seconds += dt
-        return StepResult(committed, len(cands), accepted, dt, self.done)
+        return StepResult(committed, len(cands), accepted, dt, self.done, rows=1 + len(cands))
 
     def _commit(self, tokens: list[int], rows: list[np.ndarray]) -> None:
         for token, row in zip(tokens, rows):

