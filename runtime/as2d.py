@@ -28,13 +28,17 @@ class AS2D(Strategy):
 
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None,
-                 truncate_audio: bool = True, drafter_nice: int = 0) -> None:
+                 truncate_audio: bool = True, drafter_nice: int = 0,
+                 busy_threads: int | None = None) -> None:
         super().__init__(target, listener)
         self.drafter = drafter
         self.drafter_name = drafter.name
         self.budget = budget or Budget()
         self.truncate_audio = truncate_audio
         self.drafter_nice = drafter_nice
+        # Target threads while the drafter is still working (None: the target's own count).
+        # On a small machine the drafter needs a core of its own to stay ahead.
+        self.busy_threads = busy_threads
         self.worker: DrafterWorker | None = None
         self.stream: CandidateStream | None = None
         self.aligner: Aligner | None = None
@@ -106,6 +110,13 @@ class AS2D(Strategy):
             if 0 <= step <= 1500:
                 cands.append(tb + step)
         return cands
+
+    def pass_threads(self, candidates: list[int]) -> int | None:
+        if self.busy_threads is None or self.worker is None or self.stream.finished:
+            return None
+        # Verification passes leave the drafter its core; a plain step (the drafter is behind
+        # or lost) takes every core, so the target is never slower than on its own.
+        return self.busy_threads if candidates else None
 
     def observe(self, dec: WindowDecoder, offered: list[int], step) -> None:
         if self.aligner.synced or step.accepted:

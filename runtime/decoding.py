@@ -111,14 +111,16 @@ class WindowDecoder:
         by_ctx = self.state.capacity - self.state.length - 1
         return max(0, min(by_len, by_ctx))
 
-    def step(self, candidates: Sequence[int] = ()) -> StepResult:
-        """Verify ``candidates`` after the pending token (none: one plain greedy step)."""
+    def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> StepResult:
+        """Verify ``candidates`` after the pending token (none: one plain greedy step).
+
+        ``threads`` picks the decoder session for this pass (None: the model's default)."""
         if self.done:
             raise RuntimeError("window already decoded")
         t0 = time.perf_counter()
         cands = list(candidates)[: self.room]
         base = self.state.length
-        logits = self.state.forward([self.generated[-1]] + cands)
+        logits = self.state.forward([self.generated[-1]] + cands, threads)
         prefix = list(self.generated)
         committed, rows = [], []
         accepted = 0

@@ -83,7 +83,7 @@ class Strategy:
                 if stop.is_set():
                     return None
                 cands = self.propose(dec)
-                step = dec.step(cands)
+                step = dec.step(cands, self.pass_threads(cands))
                 self._report(window, cands, step)
             return dec.result()
         finally:
@@ -96,6 +96,10 @@ class Strategy:
 
     def propose(self, dec: WindowDecoder) -> list[int]:
         return []
+
+    def pass_threads(self, candidates: list[int]) -> int | None:
+        """Threads for the next target pass (None: the target's own setting)."""
+        return None
 
     def observe(self, dec: WindowDecoder, offered: list[int], step) -> None:
         pass

@@ -59,6 +59,7 @@ class WhisperModel:
         self.encoder = make_session(self.path / manifest["files"]["encoder"],
                                     encoder_threads or threads)
         self.decoder = make_session(self.path / manifest["files"]["decoder"], threads)
+        self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         self._lock = threading.Lock()
         self._free: list[DecoderState] = []
@@ -66,6 +67,22 @@ class WhisperModel:
     @property
     def multilingual(self) -> bool:
         return self.tokenizer.multilingual
+
+    def decoder_session(self, threads: int | None = None):
+        """The decoder with ``threads`` intra-op threads (sessions are made on first use).
+
+        A session's thread pool is fixed when it is made; AS²D gives the target fewer threads
+        while the drafter needs a core. Thread count does not change any result (checked in
+        the tests), so passes may switch sessions freely.
+        """
+        if threads is None or threads == self.threads:
+            return self.decoder
+        with self._lock:
+            sess = self._decoders.get(threads)
+            if sess is None:
+                sess = make_session(self.path / self.manifest["files"]["decoder"], threads)
+                self._decoders[threads] = sess
+        return sess
 
     def encode(self, mel: np.ndarray) -> AudioContext:
         """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even)."""
@@ -108,7 +125,7 @@ class DecoderState:
         self.length = 0
         self.passes = 0
 
-    def forward(self, tokens: Sequence[int]) -> np.ndarray:
+    def forward(self, tokens: Sequence[int], threads: int | None = None) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns their logits ``[T, n_vocab]``."""
         n, t = self.length, len(tokens)
         if t == 0:
@@ -121,7 +138,7 @@ class DecoderState:
         for i in range(layers):
             feed[f"past_k_{i}"] = self.k[i][:n]
             feed[f"past_v_{i}"] = self.v[i][:n]
-        outs = self.model.decoder.run(self.model._outputs, feed)
+        outs = self.model.decoder_session(threads).run(self.model._outputs, feed)
         out = dict(zip(self.model._outputs, outs))
         for i in range(layers):
             self.k[i][n : n + t] = out[f"new_k_{i}"]

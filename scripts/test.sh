@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian/Ubuntu machine for the test suite, then runs it.
+#   system: test audio (pocketsphinx-testdata), libsndfile, PortAudio, sox, espeak-ng
+#   python: as2d with the model weights, the answering model and the test peers
+# Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lossless`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends \
+    pocketsphinx-testdata libsndfile1 libportaudio2 sox espeak-ng >/dev/null
+
+python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test]'
+exec python3 -m pytest -q "$@"

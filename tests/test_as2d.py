@@ -1,0 +1,343 @@
+"""AS²D's engine: every speculative path commits exactly what the target alone commits.
+
+The scheduler parts (re-tokenisation, alignment, budget) are specified on their own first;
+then the whole engine is checked against target-only greedy decoding on real clips with real
+drafters, and the scheduler is fed random drafter streams (substitutions, insertions, deletions,
+a stream that lags behind) by property tests.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from runtime.align import Aligner
+from runtime.as2d import AS2D
+from runtime.audio import load_audio
+from runtime.budget import Budget
+from runtime.drafter import make_retokenizer
+from runtime.events import Note, Verified
+from runtime.sd import SerialSD
+from runtime.stream import CandidateStream
+from runtime.strategies import TargetOnly
+from runtime.transcribe import TranscribeOptions, Transcriber
+
+OPTS = TranscribeOptions(language="en")
+
+
+def decode(model, strategy, audio) -> list[list[int]]:
+    return [s.tokens for s in Transcriber(model, strategy).transcribe(audio, OPTS)]
+
+
+# -- re-tokenisation ---------------------------------------------------------------------------
+WORDS = ["the", "The", "then", "Dashwood", "ill-disposed", "naïve", "café", "1,234", "42",
+         "don't", "it's", "Mr.", "—", "日本語", "über", "?", "!", ",", "(", ")", "\"quoted\"",
+         "amiable", "prudently", "  ", "e.g.", "x", "I"]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(whisper):
+    return whisper("tiny.en").tokenizer, whisper("base").tokenizer
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=25), st.randoms())
+def test_retokenizer_gives_the_targets_own_tokens_word_by_word(tokenizers, words, rnd):
+    drafter_tk, target_tk = tokenizers
+    text = "".join((" " if rnd.random() < 0.8 else "") + w for w in words)
+    ids = drafter_tk.encode(text)
+    retok = make_retokenizer(drafter_tk, target_tk)
+    out: list[int] = []
+    i = 0
+    while i < len(ids):  # feed the drafter's tokens in random bursts, as it produces them
+        n = rnd.randint(1, 4)
+        out += retok.feed(ids[i : i + n])
+        i += n
+    out += retok.flush()
+    assert out == target_tk.encode(text)
+    assert target_tk.decode(out) == text
+
+
+def test_retokenizer_holds_back_a_word_that_may_still_grow(tokenizers):
+    drafter_tk, target_tk = tokenizers
+    retok = make_retokenizer(drafter_tk, target_tk)
+    assert retok.feed(drafter_tk.encode(" prudent")) == []
+    released = retok.feed(drafter_tk.encode("ly in"))
+    assert target_tk.decode(released) == " prudently"
+    assert target_tk.decode(retok.flush()) == " in"
+
+
+def test_whisper_tokens_match_the_models_own_tokenisation(whisper):
+    # The multilingual tokenizer.json lacks the merge behind "Ġt": encoding by rank must not.
+    tk = whisper("base").tokenizer
+    assert tk.encode(" then the times") == [550, 264, 1413]
+
+
+# -- alignment ---------------------------------------------------------------------------------
+def stream_of(tokens: list[int]) -> CandidateStream:
+    s = CandidateStream()
+    s.extend(list(tokens), 0.0)
+    return s
+
+
+def test_aligner_offers_what_follows_the_committed_text():
+    a = Aligner(stream_of(list(range(100, 120))))
+    assert a.candidates(4) == [100, 101, 102, 103]
+    for t in (100, 101, 102):
+        a.observe(t)
+    assert a.candidates(3) == [103, 104, 105]
+
+
+def test_aligner_stops_candidates_at_a_drafter_segment_boundary():
+    s = stream_of(list(range(100, 120)))
+    s.boundaries[5] = 3.0  # the drafter closed a segment before index 5
+    a = Aligner(s)
+    assert a.candidates(10) == [100, 101, 102, 103, 104]
+
+
+@pytest.mark.parametrize("edit", ["substitution", "insertion", "deletion"])
+def test_aligner_resynchronises_after_an_edit(edit):
+    truth = list(range(1000, 1040))
+    drafted = list(truth)
+    at = 15
+    if edit == "substitution":
+        drafted[at] = 7
+    elif edit == "insertion":
+        drafted[at:at] = [7, 8]
+    else:
+        del drafted[at : at + 2]
+    a = Aligner(stream_of(drafted))
+    for t in truth[: at + 4]:
+        a.observe(t)
+    # Four tokens after the edit the pointer is back on the drafter's copy of the next token.
+    assert a.synced
+    assert a.candidates(3) == truth[at + 4 : at + 7]
+
+
+def test_aligner_never_jumps_back_to_an_earlier_repetition():
+    # "it was the age of wisdom , it was the age of foolishness"
+    phrase = [1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 5, 7]
+    a = Aligner(stream_of(phrase))
+    for t in phrase[:9]:
+        a.observe(t)
+    a.observe(99)  # the target says something the drafter did not
+    a.observe(3)
+    assert a.pos >= 9
+
+
+def test_aligner_rewinds_to_the_text_a_window_kept():
+    a = Aligner(stream_of(list(range(100, 140))))
+    a.window_start()
+    for t in range(100, 110):
+        a.observe(t)
+    a.rewind(kept=6)  # the last 4 tokens are decoded again by the next window
+    assert a.candidates(2) == [106, 107]
+
+
+# -- budget ------------------------------------------------------------------------------------
+def test_budget_verifies_more_when_the_drafter_is_right():
+    good, bad = Budget(), Budget()
+    for _ in range(30):
+        good.record(offered=8, accepted=8, rows=9, seconds=0.010)
+        bad.record(offered=4, accepted=0, rows=5, seconds=0.010)
+    assert good.choose(16) >= 8
+    assert bad.choose(16) <= 1
+
+
+def test_budget_learns_the_cost_of_an_extra_row():
+    b = Budget()
+    for rows in (1, 2, 5, 9, 3, 1, 7, 4) * 4:
+        b.record(offered=rows - 1, accepted=rows - 1, rows=rows, seconds=0.005 + 0.001 * rows)
+    assert b.slope() == pytest.approx(0.001 / 0.006, rel=0.05)
+
+
+def test_fixed_budget_is_a_fixed_k():
+    assert Budget(fixed=4).choose(16) == 4
+    assert Budget(fixed=4).choose(2) == 2
+
+
+# -- the engine, losslessly --------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lossless_clips(clips):
+    names = {"sense_and_sensibility_01_austen_64kb-0870.wav",
+             "sense_and_sensibility_01_austen_64kb-0890.wav", "001.wav", "beckett.wav",
+             "two_cities.wav", "endgame_nagg_nell.wav"}
+    return [load_audio(c.path) for c in clips if c.name in names]
+
+
+@pytest.mark.slow
+def test_as2d_and_sd_commit_exactly_the_target_only_tokens(whisper, lossless_clips):
+    target = whisper("base", "int8", threads=2)
+    drafter = whisper("tiny.en", "int8", threads=1)
+    for audio in lossless_clips:
+        reference = decode(target, TargetOnly(target), audio)
+        assert decode(target, AS2D(target, drafter, budget=Budget()), audio) == reference
+        assert decode(target, SerialSD(target, drafter, budget=Budget(fixed=4)), audio) == reference
+
+
+@pytest.mark.slow
+def test_same_vocabulary_drafting_is_lossless_too(whisper, lossless_clips):
+    target = whisper("base", "fp32", threads=2)
+    drafter = whisper("base", "int8", threads=1)
+    for audio in lossless_clips[:3]:
+        reference = decode(target, TargetOnly(target), audio)
+        assert decode(target, AS2D(target, drafter), audio) == reference
+        assert decode(target, SerialSD(target, drafter), audio) == reference
+
+
+@pytest.mark.slow
+def test_as2d_actually_accepts_candidates(whisper, lossless_clips):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1)
+    events = []
+    decode(target, AS2D(target, drafter, events.append), lossless_clips[-2])  # two_cities
+    verified = [e for e in events if isinstance(e, Verified)]
+    committed = sum(len(e.committed) for e in verified)
+    assert sum(e.accepted for e in verified) > 0.5 * committed
+    assert committed / len(verified) > 2.0  # tokens per target pass
+
+
+class _ScriptedAS2D(AS2D):
+    """AS²D whose candidate stream is scripted instead of drafted: it starts with ``ready``
+    tokens and reveals ``lag`` more after every target pass (a drafter running behind)."""
+
+    def __init__(self, target, script: list[int], ready: int, lag: int, boundaries=()):
+        super().__init__(target, target)
+        self.script, self.ready, self.lag, self.marks = script, ready, lag, boundaries
+
+    def begin(self, mel, language, options):
+        self.mel = mel
+        self.stream = CandidateStream()
+        self.aligner = Aligner(self.stream)
+        self.stream.extend(self.script[: self.ready], 0.0)
+        for b in self.marks:
+            self.stream.boundaries[b] = 0.0
+
+    def observe(self, dec, offered, step):
+        super().observe(dec, offered, step)
+        n = len(self.stream)
+        self.stream.extend(self.script[n : n + self.lag], 0.0)
+
+
+@pytest.fixture(scope="module")
+def scripted_case(whisper, clips):
+    model = whisper("tiny.en", "int8", threads=1)
+    audio = load_audio(next(c.path for c in clips if c.name == "two_cities.wav"))
+    reference = decode(model, TargetOnly(model), audio)
+    text = [t for seg in reference for t in seg if t < model.tokenizer.eot]
+    return model, audio, reference, text
+
+
+@pytest.mark.slow
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_scheduler_is_lossless_whatever_the_drafter_streams(scripted_case, data):
+    model, audio, reference, text = scripted_case
+    rnd = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    p_edit = data.draw(st.sampled_from([0.0, 0.05, 0.2, 0.6]))
+    script: list[int] = []
+    for t in text:  # the target's own text, damaged the way a drafter damages it
+        r = rnd.random()
+        if r < p_edit / 3:
+            script.append(rnd.randrange(200, 50000))  # substitution
+        elif r < 2 * p_edit / 3:
+            script += [t, rnd.randrange(200, 50000)]  # insertion
+        elif r < p_edit:
+            continue  # deletion
+        else:
+            script.append(t)
+    if data.draw(st.booleans()):
+        script = [rnd.randrange(200, 50000) for _ in range(rnd.randrange(0, 40))] + script
+    ready = data.draw(st.integers(0, len(script)))
+    lag = data.draw(st.integers(0, 6))
+    marks = sorted(rnd.sample(range(len(script) + 1), min(len(script) + 1, rnd.randrange(0, 12))))
+    strategy = _ScriptedAS2D(model, script, ready, lag, marks)
+    strategy.budget = Budget(fixed=data.draw(st.sampled_from([None, 1, 3, 8, 16])))
+    assert decode(model, strategy, audio) == reference
+
+
+# -- faults ------------------------------------------------------------------------------------
+class _FailingDrafter:
+    """A drafter model whose decoder breaks after a few steps (its sessions are real)."""
+
+    def __init__(self, model, after: int) -> None:
+        self._m, self._left = model, after
+        self.name, self.threads = model.name, model.threads
+        self.multilingual, self.tokenizer, self.dims = (model.multilingual, model.tokenizer,
+                                                        model.dims)
+
+    def encode(self, mel):
+        return self._m.encode(mel)
+
+    def decoder_state(self, ctx):
+        state = self._m.decoder_state(ctx)
+        original = state.forward
+
+        def forward(tokens, threads=None):
+            self._left -= 1
+            if self._left < 0:
+                raise RuntimeError("simulated drafter failure")
+            return original(tokens, threads)
+
+        state.forward = forward
+        return state
+
+    def release(self, state):
+        state.__dict__.pop("forward", None)
+        self._m.release(state)
+
+
+@pytest.mark.slow
+def test_a_dying_drafter_leaves_the_target_to_finish_alone_losslessly(whisper, lossless_clips):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1)
+    audio = lossless_clips[-2]
+    reference = decode(target, TargetOnly(target), audio)
+    events = []
+    strategy = AS2D(target, _FailingDrafter(drafter, after=25), events.append)
+    assert [s.tokens for s in Transcriber(target, strategy, events.append).transcribe(
+        audio, OPTS)] == reference
+    assert any(isinstance(e, Note) and "drafter stopped" in e.message for e in events)
+
+
+@pytest.mark.slow
+def test_stopping_mid_run_keeps_what_was_committed_and_ends_both_threads(whisper,
+                                                                          lossless_clips):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1)
+    audio = lossless_clips[-1]  # endgame: one long window
+    passes = []
+
+    def stop_after_some(event):
+        if isinstance(event, Verified):
+            passes.append(event)
+            if len(passes) == 12:
+                transcriber.stop()
+
+    transcriber = Transcriber(target, AS2D(target, drafter, stop_after_some), stop_after_some)
+    segments = list(transcriber.transcribe(audio, OPTS))
+    committed = [t for e in passes for t in e.committed if t < target.tokenizer.eot]
+    kept = [t for s in segments for t in s.tokens if t < target.tokenizer.eot]
+    assert kept and committed[: len(kept)] == kept
+    assert segments[-1].partial
+    assert not any(t.name == "as2d-drafter" and t.is_alive() for t in threading.enumerate())
+
+
+def test_thread_count_does_not_change_a_single_logit(whisper, clips):
+    # AS²D switches the target between sessions with different thread counts.
+    from runtime.features import LogMel
+
+    one, two = whisper("tiny.en", threads=1), whisper("tiny.en", threads=2)
+    mel = LogMel(load_audio(clips[0].path)).window(0)
+    ctx = one.encode(mel)
+    assert all(np.array_equal(a, b) for a, b in zip(ctx.cross.values(),
+                                                     two.encode(mel).cross.values()))
+    s1, s2 = one.decoder_state(ctx), two.decoder_state(ctx)
+    tokens = one.tokenizer.sot_sequence("en") + list(range(400, 420))
+    a = np.concatenate([s1.forward(tokens[:3]), s1.forward(tokens[3:])])
+    b = np.concatenate([s2.forward(tokens[:1]), s2.forward(tokens[1:12]), s2.forward(tokens[12:])])
+    one.release(s1)
+    two.release(s2)
+    assert np.array_equal(a, b)
