@@ -8,11 +8,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ThreadPlan:
     total: int
-    target: int
+    target: int  # target encoder and decoder
     drafter: int
+    busy: int | None = None  # target decoder threads while the drafter still works
 
     def as_dict(self) -> dict:
-        return {"total": self.total, "target": self.target, "drafter": self.drafter}
+        return {"total": self.total, "target": self.target, "drafter": self.drafter,
+                "target_while_drafting": self.busy or self.target}
 
 
 def plan_threads(total: int, decoder: str, drafter_threads: int = 0) -> ThreadPlan:
@@ -22,7 +24,11 @@ def plan_threads(total: int, decoder: str, drafter_threads: int = 0) -> ThreadPl
     total = max(1, total)
     if decoder == "target":
         return ThreadPlan(total, total, 0)
-    return ThreadPlan(total, total, max(1, drafter_threads or 1))
+    if decoder == "sd":  # serial: each model has every core while it runs
+        return ThreadPlan(total, total, drafter_threads or total)
+    drafter = max(1, drafter_threads or 1)
+    busy = max(1, total - drafter) if total - drafter < total else None
+    return ThreadPlan(total, total, drafter, busy)
 
 
 def build_strategy(decoder: str, target, drafter: str, precision: str | None, budget: str,
@@ -34,12 +40,13 @@ def build_strategy(decoder: str, target, drafter: str, precision: str | None, bu
 
     if decoder == "target":
         return TargetOnly(target, listener)
-    draft_model = load_whisper(drafter, None, models_dir, plan.drafter, progress=note)
+    draft_model = load_whisper(drafter, None, models_dir, plan.drafter, progress=note,
+                               role="drafter")
     fixed = None if budget == "auto" else int(budget)
     if decoder == "as2d":
         from runtime.as2d import AS2D
 
-        return AS2D(target, draft_model, listener, Budget(fixed=fixed))
+        return AS2D(target, draft_model, listener, Budget(fixed=fixed), busy_threads=plan.busy)
     from runtime.sd import SerialSD
 
     return SerialSD(target, draft_model, listener, Budget(fixed=fixed))

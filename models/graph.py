@@ -38,6 +38,7 @@ class Graph:
     _ids: count = field(default_factory=count)
     _consts: dict = field(default_factory=dict)
     _quantized: set = field(default_factory=set)
+    _shift_of: dict = field(default_factory=dict)
 
     # -- naming -------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -107,6 +108,15 @@ class Graph:
             y = self.op("MatMul", x, self.weight(f"{prefix}.weight", w.T))
         elif quant == "int8":
             y = self._linear_int8(x, w, prefix)
+        elif quant == "int8-tensor":
+            # One activation scale for the whole tensor, quantisation fused into the kernel:
+            # rows then depend on each other. Only for graphs whose rows need not be exact
+            # (drafters); measured no faster than the per-row form for our encoders.
+            wq, scale, _ = self.quantized_weight(w, prefix)
+            return self.op("DynamicQuantizeMatMul", x, wq, scale, "",
+                           self.weight(f"{prefix}.bias", bias.astype(np.float32))
+                           if bias is not None and np.any(bias) else "",
+                           domain=MS_DOMAIN)
         else:
             raise ValueError(f"unknown quantisation {quant!r}")
         if bias is not None and np.any(bias):
@@ -116,21 +126,29 @@ class Graph:
     def quantized_weight(self, w: np.ndarray, prefix: str) -> tuple[str, str, str]:
         """int8 copy of ``w [out, in]``, stored once per prefix as ``[in, out]``.
 
-        Returns the names of the int8 weight, its per-output scale and the u8s8 shift term, so
-        that another consumer (the tied embedding lookup) can read the same tensors.
+        Returns the names of the int8 weight, its per-output scale and the u8s8 shift term
+        (the shift is made on first request), so that another consumer (the tied embedding
+        lookup) can read the same tensors.
         """
         names = (f"{prefix}.weight_q", f"{prefix}.weight_scale", f"{prefix}.weight_shift")
         if names[0] in self._quantized:
             return names
+        self._quantized.add(names[0])
         wt = np.asarray(w, dtype=np.float32).T  # [in, out]
         col_scale = np.abs(wt).max(axis=0) / 127.0
         col_scale[col_scale == 0] = 1.0
         wq = np.clip(np.rint(wt / col_scale), -127, 127).astype(np.int8)
         self.weight(names[0], wq)
         self.weight(names[1], col_scale.astype(np.float32))
-        self.weight(names[2], (wq.astype(np.int32).sum(axis=0) * 128).astype(np.int32))
-        self._quantized.add(names[0])
+        self._shift_of[names[2]] = wq
         return names
+
+    def _shift(self, name: str) -> str:
+        """128 × column sums of an int8 weight: undoes the uint8 shift of the activations."""
+        wq = self._shift_of.pop(name, None)
+        if wq is not None:
+            self.weight(name, (wq.astype(np.int32).sum(axis=0) * 128).astype(np.int32))
+        return name
 
     def _linear_int8(self, x: str, w: np.ndarray, prefix: str) -> str:
         wq_name, scale_name, shift_name = self.quantized_weight(w, prefix)
@@ -145,7 +163,7 @@ class Graph:
                                               self.const(128.0, np.float32)),
                              to=TensorProto.UINT8)
         xq = self.op("QuantizeLinear", x, flat_scale, zero_point, axis=0)
-        acc = self.op("Sub", self.op("MatMulInteger", xq, wq_name), shift_name)
+        acc = self.op("Sub", self.op("MatMulInteger", xq, wq_name), self._shift(shift_name))
         return self.op("Mul", self.op("Cast", acc, to=TensorProto.FLOAT),
                        self.op("Mul", row_scale, scale_name))
 

@@ -137,7 +137,10 @@ def _ffn(g: Graph, m: CT2Model, x: str, p: str, name: str, quant: str) -> str:
     return g.op("Add", x, h)
 
 
-def build_decoder(m: CT2Model, quant: str = "fp32") -> tuple:
+def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True) -> tuple:
+    """The decoder graph. ``exact_rows=False`` builds a drafter's decoder: per-tensor int8
+    activations and plain attention, faster, but a row's logits then depend on the other rows
+    of its pass; only a model used to draft (never to verify) may use it."""
     dims = whisper_dims(m)
     d, heads = dims["n_text_state"], dims["n_text_head"]
     hd = d // heads
@@ -154,10 +157,12 @@ def build_decoder(m: CT2Model, quant: str = "fp32") -> tuple:
     n_past = g.op("Slice", g.op("Shape", past_k[0]), g.const([0]), g.const([1]))
     total = g.op("Add", n_past, t_len)
     emb = m.f32("decoder/embeddings/weight")
-    if quant == "int8":
+    if quant != "fp32":
         x = _embed_int8(g, emb, tokens)
     else:
         x = g.op("Gather", g.weight("decoder.embedding", emb), tokens, axis=0)
+    attend = _attend_padded if exact_rows else (
+        lambda g_, q_, k_, v_, mask_, *_: _attend(g_, q_, k_, v_, _first_rows(g_, mask_, t_len)))
     pos = g.op("Slice", g.weight("decoder.positions",
                                   m.f32("decoder/position_encodings/encodings")),
                n_past, total)
@@ -183,9 +188,9 @@ def build_decoder(m: CT2Model, quant: str = "fp32") -> tuple:
         g.output(v_new, f"new_v_{i}", TensorProto.FLOAT, ["T", d])
         k_all = g.op("Concat", past_k[i], k_new, axis=0)
         v_all = g.op("Concat", past_v[i], v_new, axis=0)
-        a = _attend_padded(g, _split_heads(g, q, heads, [1, 0, 2]),
-                           _split_heads(g, k_all, heads, [1, 2, 0]),
-                           _split_heads(g, v_all, heads, [1, 0, 2]), mask, t_len, heads, hd)
+        a = attend(g, _split_heads(g, q, heads, [1, 0, 2]),
+                   _split_heads(g, k_all, heads, [1, 2, 0]),
+                   _split_heads(g, v_all, heads, [1, 0, 2]), mask, t_len, heads, hd)
         x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/self_attention/linear_1/weight"),
                                     m.f32(f"{p}/self_attention/linear_1/bias"), f"dec{i}.out",
                                     quant))
@@ -195,8 +200,8 @@ def build_decoder(m: CT2Model, quant: str = "fp32") -> tuple:
         wq, bq = _scaled_q(m.f32(f"{p}/attention/linear_0/weight"),
                            m.f32(f"{p}/attention/linear_0/bias"), hd)
         q = g.linear(h, wq, bq, f"dec{i}.cross_q", quant)
-        a = _attend_padded(g, _split_heads(g, q, heads, [1, 0, 2]), cross_k[i], cross_v[i], None,
-                           t_len, heads, hd)
+        a = attend(g, _split_heads(g, q, heads, [1, 0, 2]), cross_k[i], cross_v[i], None,
+                   t_len, heads, hd)
         x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/attention/linear_2/weight"),
                                     m.f32(f"{p}/attention/linear_2/bias"), f"dec{i}.cross_out",
                                     quant))
@@ -204,12 +209,19 @@ def build_decoder(m: CT2Model, quant: str = "fp32") -> tuple:
 
     x = g.layer_norm(x, m.f32("decoder/layer_norm/gamma"), m.f32("decoder/layer_norm/beta"),
                      "dec.ln")
-    if quant == "int8":
-        logits = g.linear(x, emb, None, "decoder.projection", "int8")
+    if quant != "fp32":
+        logits = g.linear(x, emb, None, "decoder.projection", quant)
     else:
         logits = g.op("Gemm", x, "decoder.embedding", transB=1)
     g.output(logits, "logits", TensorProto.FLOAT, ["T", dims["n_vocab"]])
     return g.model(), dims
+
+
+def _first_rows(g: Graph, mask: str | None, t_len: str) -> str | None:
+    """The causal mask without its padding row (for graphs that do not pad queries)."""
+    if mask is None:
+        return None
+    return g.op("Slice", mask, g.const([0]), t_len, g.const([0]))
 
 
 def _attend_padded(g: Graph, q: str, k_t: str, v: str, mask: str | None, t_len: str,

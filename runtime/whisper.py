@@ -47,7 +47,8 @@ class WhisperModel:
     """Encoder and decoder sessions of one bundle, plus its tokenizer and rules config."""
 
     def __init__(self, bundle_dir: str | Path, threads: int = 1,
-                 encoder_threads: int | None = None, name: str | None = None) -> None:
+                 encoder_threads: int | None = None, name: str | None = None,
+                 role: str = "target") -> None:
         self.path = Path(bundle_dir)
         manifest = json.loads((self.path / "manifest.json").read_text())
         self.manifest = manifest
@@ -58,7 +59,13 @@ class WhisperModel:
         self.threads = threads
         self.encoder = make_session(self.path / manifest["files"]["encoder"],
                                     encoder_threads or threads)
-        self.decoder = make_session(self.path / manifest["files"]["decoder"], threads)
+        # A drafter's outputs are only proposals: it may use the faster decoder whose rows are
+        # not bit-exact across passes (a target never does).
+        files = manifest["files"]
+        self.role = role
+        self._decoder_file = files.get("decoder_draft" if role == "drafter" else "decoder",
+                                       files["decoder"])
+        self.decoder = make_session(self.path / self._decoder_file, threads)
         self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         self._lock = threading.Lock()
@@ -80,7 +87,7 @@ class WhisperModel:
         with self._lock:
             sess = self._decoders.get(threads)
             if sess is None:
-                sess = make_session(self.path / self.manifest["files"]["decoder"], threads)
+                sess = make_session(self.path / self._decoder_file, threads)
                 self._decoders[threads] = sess
         return sess
 

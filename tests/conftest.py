@@ -100,15 +100,16 @@ def bundle(models_root):
 
 @pytest.fixture(scope="session")
 def whisper(bundle):
-    """``whisper("tiny.en", "int8", threads=1)`` → a loaded, shared WhisperModel."""
+    """``whisper("tiny.en", "int8", threads=1)`` → a loaded, shared WhisperModel
+    (``role="drafter"`` loads the bundle's faster drafting decoder)."""
     from runtime.whisper import WhisperModel
 
     cache: dict = {}
 
-    def get(name: str, precision: str = "int8", threads: int = 2):
-        key = (name, precision, threads)
+    def get(name: str, precision: str = "int8", threads: int = 2, role: str = "target"):
+        key = (name, precision, threads, role)
         if key not in cache:
-            cache[key] = WhisperModel(bundle(name, precision), threads=threads)
+            cache[key] = WhisperModel(bundle(name, precision), threads=threads, role=role)
         return cache[key]
 
     return get

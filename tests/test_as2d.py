@@ -173,7 +173,7 @@ def lossless_clips(clips):
 @pytest.mark.slow
 def test_as2d_and_sd_commit_exactly_the_target_only_tokens(whisper, lossless_clips):
     target = whisper("base", "int8", threads=2)
-    drafter = whisper("tiny.en", "int8", threads=1)
+    drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
     for audio in lossless_clips:
         reference = decode(target, TargetOnly(target), audio)
         assert decode(target, AS2D(target, drafter, budget=Budget()), audio) == reference
@@ -183,7 +183,7 @@ def test_as2d_and_sd_commit_exactly_the_target_only_tokens(whisper, lossless_cli
 @pytest.mark.slow
 def test_same_vocabulary_drafting_is_lossless_too(whisper, lossless_clips):
     target = whisper("base", "fp32", threads=2)
-    drafter = whisper("base", "int8", threads=1)
+    drafter = whisper("base", "int8", threads=1, role="drafter")
     for audio in lossless_clips[:3]:
         reference = decode(target, TargetOnly(target), audio)
         assert decode(target, AS2D(target, drafter), audio) == reference
@@ -192,7 +192,7 @@ def test_same_vocabulary_drafting_is_lossless_too(whisper, lossless_clips):
 
 @pytest.mark.slow
 def test_as2d_actually_accepts_candidates(whisper, lossless_clips):
-    target, drafter = whisper("base"), whisper("tiny.en", threads=1)
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     events = []
     decode(target, AS2D(target, drafter, events.append), lossless_clips[-2])  # two_cities
     verified = [e for e in events if isinstance(e, Verified)]
