@@ -43,7 +43,7 @@ class DecodingResult:
     offered: int = 0
     accepted: int = 0
     alone: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall time of the window's decoding (after the target's encoder)
 
     @property
     def avg_logprob(self) -> float:

@@ -75,6 +75,9 @@ class Strategy:
         tk = self.target.tokenizer
         dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
         self._decoder = dec
+        # Decode time is the wall time of everything after the target's encoder: serial
+        # drafting (SD) and scheduling count, concurrent drafting (AS²D) only as it slows this.
+        t0 = time.perf_counter()
         try:
             self.window_begin(window, dec, seek, size)
             first = dec.start()
@@ -85,7 +88,9 @@ class Strategy:
                 cands = self.propose(dec)
                 step = dec.step(cands, self.pass_threads(cands))
                 self._report(window, cands, step)
-            return dec.result()
+            result = dec.result()
+            result.seconds = time.perf_counter() - t0
+            return result
         finally:
             self.window_end(window, dec)
             self.target.release(state)
