@@ -61,6 +61,8 @@ def run_guarded(fn):
         _fail(str(exc), exc.code)
     except (AudioError, BundleError) as exc:
         _fail(str(exc))
+    except NotImplementedError as exc:
+        _fail(f"not available in this version of as2d{': ' + str(exc) if str(exc) else ''}", 2)
     except KeyboardInterrupt:
         typer.echo("as2d: interrupted", err=True)
         raise typer.Exit(130)
@@ -197,14 +199,98 @@ def models_remove(
     run_guarded(lambda: remove_models(names, models_dir))
 
 
+# -- bench ----------------------------------------------------------------------------------
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+@app.command()
+def bench(
+    audio: Optional[List[Path]] = typer.Argument(None, help="Audio files or folders (a folder "
+                                                            "may hold refs.tsv: name<TAB>text)."),
+    bench_set: Optional[List[str]] = typer.Option(None, "--set", "-s",
+                                                  help="librivox, cards, moonshine or long "
+                                                       "(repeatable)."),
+    targets: str = typer.Option("base-int8,base-fp32", "--targets",
+                                help="Target models, comma-separated."),
+    drafters: str = typer.Option("tiny.en-int8,tiny.en-fp32,base-int8", "--drafters",
+                                 help="SD drafter catalog; the first one also drafts for AS²D."),
+    budgets: str = typer.Option("2,4,8,16", "--budgets", help="SD budgets (k)."),
+    repeats: int = typer.Option(3, "--repeats", "-r", help="Timed repeats (median)."),
+    warmup: int = typer.Option(1, "--warmup", help="Untimed warm-up runs."),
+    long_minutes: float = typer.Option(4.0, "--long-minutes",
+                                       help="Length of the 'long' set, in minutes."),
+    threads: int = typer.Option(0, "--threads", "-t", help="Cores to use (0: all)."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write all figures as JSON."),
+    plot_path: Optional[Path] = typer.Option(None, "--plot", help="Write a PNG of the results."),
+    windows: bool = typer.Option(False, "--windows", help="Print per-window timings too."),
+    models_dir: Optional[Path] = typer.Option(None, "--models-dir", envvar="AS2D_MODELS_DIR"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
+) -> None:
+    """Compare target-only, classic SD and AS²D on the same audio, side by side.
+
+    Reproduces the paper's evaluation: pooled decoding throughput, end-to-end real-time
+    factor, acceptance, the share of windows slower than target-only, the hindsight
+    per-window oracle over the SD (drafter × budget) catalog, and WER where references exist.
+    """
+    from .bench_cmd import BenchRequest, run_bench
+
+    try:
+        budget_list = [int(b) for b in _csv(budgets)]
+    except ValueError:
+        _fail(f"--budgets must be numbers, e.g. 2,4,8 (got {budgets!r})", 2)
+    req = BenchRequest(files=list(audio or []), sets=list(bench_set or []),
+                       targets=_csv(targets), drafters=_csv(drafters), budgets=budget_list,
+                       repeats=repeats, warmup=warmup, long_minutes=long_minutes,
+                       threads=threads, json_path=json_path, plot_path=plot_path,
+                       show_windows=windows, models_dir=models_dir, quiet=quiet)
+    raise typer.Exit(run_guarded(lambda: run_bench(req)) or 0)
+
+
+from .mic_cmd import register as _register_mic  # noqa: E402  (commands defined elsewhere)
+
+_register_mic(app)
+
+
+def _usage_error_line(exc) -> str:
+    """One line for a command-line parsing error (unknown option, bad value, ...)."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see `{ctx.command_path} -h`)" if ctx is not None else ""
+    return f"as2d: error: {message}{hint}"
+
+
 def entry() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Parsing errors (unknown option, a value of the wrong type) are printed as one
+    ``as2d: error:`` line like every other user mistake, not as click's usage panel.
+    """
+    import errno
+
     os.environ.setdefault("PYTHONIOENCODING", "utf-8")
     try:
-        app()
+        code = app(standalone_mode=False)
     except KeyboardInterrupt:  # pragma: no cover - outside any command
         print("as2d: interrupted", file=sys.stderr)
         sys.exit(130)
+    except BrokenPipeError:  # stdout closed early (| head): not an error of ours
+        sys.stderr = open(os.devnull, "w")
+        sys.exit(1)
+    except Exception as exc:  # click's own exceptions (typer may vendor click)
+        if hasattr(exc, "exit_code") and hasattr(exc, "format_message"):
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                exc.show()  # a bare command prints its help
+            else:
+                print(_usage_error_line(exc), file=sys.stderr)
+            sys.exit(exc.exit_code)
+        if type(exc).__name__ == "Abort":
+            print("as2d: interrupted", file=sys.stderr)
+            sys.exit(130)
+        if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+            sys.exit(1)
+        raise
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

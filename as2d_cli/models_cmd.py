@@ -8,7 +8,7 @@ from pathlib import Path
 
 from models.bundle import BundleError, installed_bundles, load_bundle, models_dir
 from models.catalog import CATALOG, DEFAULT_DRAFTER, DEFAULT_TARGET, lookup, split_bundle_name
-from models.install import bundle_path, install
+from models.install import bundle_path, find_installed, install
 
 from .resolve import UserError
 
@@ -55,19 +55,40 @@ def install_models(names: list[str] | None, precision: str, force: bool, source:
         for p in precs:
             if p not in entry.precisions:
                 raise UserError(f"{entry.name} comes in {', '.join(entry.precisions)}, not {p}")
-            if not force and (bundle_path(entry.name, p, models_dir(root)) / "manifest.json").is_file():
+            damaged = False
+            try:
+                # A bundle from an older converter, or a damaged one, is converted again.
+                current = None if force else find_installed(entry.name, p, models_dir(root))
+            except BundleError:
+                current, damaged = None, True
+            if current is not None:
                 _err(f"{entry.name}-{p}: already installed (use --force to convert again)")
                 continue
             try:
-                install(entry.name, p, models_dir(root), force=force, source_dir=source,
+                install(entry.name, p, models_dir(root), force=force or damaged,
+                        source_dir=source,
                         progress=lambda m: _err(f"  {m}"))
             except BundleError as exc:
                 raise UserError(str(exc)) from None
 
 
+def _unreadable_bundles(base: Path) -> dict[str, str]:
+    """Folders that look like bundles (they have a manifest) but cannot be loaded."""
+    out = {}
+    if base.is_dir():
+        for p in sorted(base.iterdir()):
+            if p.is_dir() and (p / "manifest.json").is_file():
+                try:
+                    load_bundle(p)
+                except BundleError as exc:
+                    out[p.name] = str(exc)
+    return out
+
+
 def verify_models(names: list[str] | None, root: Path | None) -> int:
     base = models_dir(root)
     bundles = installed_bundles(base)
+    broken = _unreadable_bundles(base)
     if names:
         wanted = set()
         for n in names:
@@ -79,12 +100,18 @@ def verify_models(names: list[str] | None, root: Path | None) -> int:
             wanted.update([f"{entry.name}-{prec}"] if prec else
                           [f"{entry.name}-{p}" for p in entry.precisions])
         bundles = [b for b in bundles if b.name in wanted]
-        missing = wanted - {b.name for b in bundles}
-        if names and not bundles:
+        broken = {k: v for k, v in broken.items() if k in wanted}
+        missing = wanted - {b.name for b in bundles} - set(broken)
+        if names and not bundles and not broken:
             raise UserError(f"not installed: {', '.join(sorted(missing))}")
-    if not bundles:
+    if not bundles and not broken:
         raise UserError(f"no models installed in {base}; run `as2d models install`")
     bad = 0
+    for folder, why in broken.items():
+        bad += 1
+        model, prec = split_bundle_name(folder)
+        print(f"FAILED  {folder}: {why}; reinstall it with: as2d models install {model}"
+              + (f" --precision {prec}" if prec else "") + " --force")
     for b in bundles:
         try:
             b.verify(full=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from models.bundle import BundleError, load_bundle, models_dir
-from models.catalog import lookup, split_bundle_name
+from models.catalog import CATALOG, lookup, split_bundle_name
 from models.install import find_installed, install
 
 
@@ -24,17 +24,27 @@ class UserError(Exception):
 
 def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,
                        auto_install: bool = True,
-                       progress: Callable[[str], None] | None = None) -> Path:
-    """A bundle folder for ``spec``: a path, or a catalog name (installed on demand)."""
+                       progress: Callable[[str], None] | None = None,
+                       kind: str | None = None) -> Path:
+    """A bundle folder for ``spec``: a path, or a catalog name (installed on demand).
+
+    ``kind`` ("whisper" or "llm"), when given, is the kind of model the caller can run; any
+    other is refused before anything is converted or loaded.
+    """
+    what = {"whisper": "a Whisper (speech) model", "llm": "a language model"}.get(kind or "")
     p = Path(spec).expanduser()
     if p.exists() or "/" in spec or spec.startswith("."):
         if not p.is_dir():
             raise UserError(f"{spec}: no such model folder")
         if (p / "manifest.json").is_file():
             try:
-                load_bundle(p).verify(full=False)
+                bundle = load_bundle(p)
+                bundle.verify(full=False)
             except BundleError as exc:
                 raise UserError(str(exc)) from None
+            if kind and bundle.manifest.get("kind", kind) != kind:
+                raise UserError(f"{spec} holds a {bundle.manifest.get('kind')} model, not "
+                                f"{what}")
             return p
         if (p / "encoder_model.onnx").is_file() or (p / "decoder_model_merged.onnx").is_file():
             return p  # Hugging Face ONNX layout, loaded by runtime.hf_whisper
@@ -47,7 +57,13 @@ def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,
         entry = lookup(name)
     except KeyError as exc:
         raise UserError(str(exc.args[0])) from None
+    if kind and entry.kind != kind:
+        whispers = ", ".join(e.name for e in CATALOG.values() if e.kind == kind)
+        raise UserError(f"{entry.name} is not {what} (choose from: {whispers})")
     precision = prec or precision or entry.default_precision
+    if precision not in entry.precisions:
+        raise UserError(f"{entry.name} comes in {', '.join(entry.precisions)}, "
+                        f"not {precision!r}")
     root_path = models_dir(root)
     try:
         bundle = find_installed(entry.name, precision, root_path)
@@ -61,22 +77,29 @@ def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,
             bundle = install(entry.name, precision, root_path, progress=progress)
         bundle.verify(full=False)
     except BundleError as exc:
-        raise UserError(str(exc)) from None
+        message = str(exc)
+        if "reinstall" not in message and "install" not in message.split(";")[-1]:
+            message += (f"; reinstall it with: as2d models install {entry.name} "
+                        f"--precision {precision} --force")
+        raise UserError(message) from None
     return bundle.path
 
 
 def load_whisper(spec: str, precision: str | None, root: str | None, threads: int,
                  encoder_threads: int | None = None,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, role: str = "target"):
     from runtime.whisper import WhisperModel
 
-    path = resolve_bundle_dir(spec, precision, root, progress=progress)
+    path = resolve_bundle_dir(spec, precision, root, progress=progress, kind="whisper")
     if not (path / "manifest.json").is_file():
-        from runtime.hf_whisper import HFWhisperModel
-
+        try:
+            from runtime.hf_whisper import HFWhisperModel
+        except ImportError:
+            raise UserError(f"{spec}: Hugging Face ONNX Whisper folders are not supported by "
+                            "this version of as2d") from None
         return HFWhisperModel(path, threads=threads, encoder_threads=encoder_threads)
     try:
-        return WhisperModel(path, threads=threads, encoder_threads=encoder_threads)
+        return WhisperModel(path, threads=threads, encoder_threads=encoder_threads, role=role)
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
         if isinstance(exc, UserError):
             raise

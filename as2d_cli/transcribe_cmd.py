@@ -73,11 +73,10 @@ def validate(req: TranscribeRequest) -> list[str]:
 
 
 def run_transcribe(req: TranscribeRequest) -> int:
-    from runtime.audio import AudioError, load_audio
     from runtime.events import fanout
     from runtime.sessions import cpu_count
     from runtime.stats import StatsCollector
-    from runtime.transcribe import TranscribeOptions, Transcriber, TranscriptionInfo
+    from runtime.transcribe import TranscribeOptions, Transcriber
 
     from .engine import build_strategy, plan_threads
     from .progress import make_reporter
@@ -87,6 +86,13 @@ def run_transcribe(req: TranscribeRequest) -> int:
     if to_stdout and len(formats) > 1:
         raise UserError("several formats need files: add -o DIR", 2)
     files_out = None if to_stdout else writers.FileOutputs(req.output_dir, formats)
+    if files_out is not None:
+        # Before any decoding: a bad output folder should not cost a whole transcription.
+        try:
+            files_out.prepare()
+        except OSError as exc:
+            raise UserError(f"{req.output_dir}: cannot write output files there "
+                            f"({exc.strerror or exc})", 2) from None
 
     plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
     note = (lambda m: None) if req.quiet else (lambda m: _err(f"as2d: {m}"))
@@ -95,14 +101,30 @@ def run_transcribe(req: TranscribeRequest) -> int:
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(stats, reporter)
-    strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget, plan,
-                              req.models_dir, listener, note)
+    try:
+        strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget,
+                                  plan, req.models_dir, listener, note)
+    except NotImplementedError:
+        raise UserError(f"--decoder {req.decoder} is not available in this version of as2d; "
+                        "use --decoder target", 2) from None
     transcriber = Transcriber(target, strategy, listener)
     options = TranscribeOptions(
         language=req.language, task=req.task, timestamps=req.timestamps,
         condition_on_previous_text=req.condition_on_previous_text,
         initial_prompt=req.initial_prompt, no_speech_threshold=req.no_speech_threshold,
         compression_ratio_threshold=req.compression_ratio_threshold)
+
+    try:
+        return _run_files(req, formats, to_stdout, files_out, target, stats, reporter,
+                          transcriber, options)
+    finally:
+        strategy.close()  # also on errors: a strategy's worker threads must not linger
+
+
+def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, transcriber,
+               options) -> int:
+    from runtime.audio import AudioError, load_audio
+    from runtime.transcribe import TranscriptionInfo
 
     failures = 0
     interrupted = False
@@ -154,7 +176,11 @@ def run_transcribe(req: TranscribeRequest) -> int:
             sys.stdout.write(writers.render(formats[0], segments, doc_info))
             sys.stdout.flush()
         if files_out is not None:
-            written = files_out.write(str(path), segments, doc_info)
+            try:
+                written = files_out.write(str(path), segments, doc_info)
+            except OSError as exc:
+                raise UserError(f"cannot write the transcript of {path} to {req.output_dir} "
+                                f"({exc.strerror or exc})") from None
             if not req.quiet:
                 _err("as2d: wrote " + ", ".join(str(p) for p in written))
         if not segments and not (info.interrupted or interrupted):
@@ -167,10 +193,13 @@ def run_transcribe(req: TranscribeRequest) -> int:
         if req.stats:
             print_stats(stats.runs, sys.stderr)
         if req.stats_json:
-            req.stats_json.parent.mkdir(parents=True, exist_ok=True)
-            req.stats_json.write_text(json.dumps([r.to_dict() for r in stats.runs], indent=2)
-                                      + "\n")
-    strategy.close()
+            try:
+                req.stats_json.parent.mkdir(parents=True, exist_ok=True)
+                req.stats_json.write_text(json.dumps([r.to_dict() for r in stats.runs],
+                                                     indent=2) + "\n")
+            except OSError as exc:
+                raise UserError(f"{req.stats_json}: cannot write the statistics "
+                                f"({exc.strerror or exc})") from None
     if interrupted:
         return 130
     return 1 if failures else 0

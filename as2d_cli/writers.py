@@ -8,6 +8,8 @@ decoding goes on.
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -34,8 +36,20 @@ def vtt_time(seconds: float) -> str:
 
 
 def _clean(text: str) -> str:
-    # Subtitle cues must not contain the "-->" separator or blank lines.
-    return text.strip().replace("-->", "->").replace("\n\n", "\n")
+    # Subtitle cues must not contain the "-->" separator or blank lines (a blank line ends a
+    # cue), so arrows are shortened and runs of line breaks collapse to one.
+    return _BLANK_LINES.sub("\n", text.strip().replace("-->", "->"))
+
+
+_BLANK_LINES = re.compile(r"\s*\n\s*")
+
+
+def _cues(segments: Iterable):
+    """(start, end, text) of the segments that have text to show."""
+    for s in segments:
+        text = _clean(s.text)
+        if text:
+            yield s.start, max(s.start, s.end), text
 
 
 def to_txt(segments: Iterable) -> str:
@@ -43,25 +57,23 @@ def to_txt(segments: Iterable) -> str:
 
 
 def to_srt(segments: Iterable) -> str:
-    out = []
-    for i, s in enumerate(segments, 1):
-        out.append(f"{i}\n{srt_time(s.start)} --> {srt_time(s.end)}\n{_clean(s.text)}\n")
-    return "\n".join(out)
+    # As whisper writes it: numbered cues, each followed by a blank line.
+    return "".join(f"{i}\n{srt_time(a)} --> {srt_time(b)}\n{text}\n\n"
+                   for i, (a, b, text) in enumerate(_cues(segments), 1))
 
 
 def to_vtt(segments: Iterable) -> str:
-    out = ["WEBVTT\n"]
-    for s in segments:
-        out.append(f"{vtt_time(s.start)} --> {vtt_time(s.end)}\n{_clean(s.text)}\n")
-    return "\n".join(out)
+    return "WEBVTT\n\n" + "".join(f"{vtt_time(a)} --> {vtt_time(b)}\n{text}\n\n"
+                                  for a, b, text in _cues(segments))
 
 
 def to_tsv(segments: Iterable) -> str:
-    # whisper's convention: integer milliseconds, tab separated, tabs removed from the text.
+    # whisper's convention: integer milliseconds, tab separated; tabs and line breaks in the
+    # text become spaces so that every segment stays one row.
     lines = ["start\tend\ttext"]
     for s in segments:
         lines.append(f"{int(round(s.start * 1000))}\t{int(round(s.end * 1000))}\t"
-                     f"{s.text.strip().replace(chr(9), ' ')}")
+                     f"{' '.join(s.text.split())}")
     return "\n".join(lines) + "\n"
 
 
@@ -116,6 +128,14 @@ class FileOutputs:
     def paths(self, source: str) -> dict[str, Path]:
         stem = Path(source).stem or "audio"
         return {f: self.directory / f"{stem}.{f}" for f in self.formats}
+
+    def prepare(self) -> None:
+        """Create the folder (raises OSError when it cannot be a folder we can write to)."""
+        if self.directory.exists() and not self.directory.is_dir():
+            raise NotADirectoryError(20, "not a directory", str(self.directory))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(self.directory, os.W_OK | os.X_OK):
+            raise PermissionError(13, "permission denied", str(self.directory))
 
     def write(self, source: str, segments: list, info: dict) -> list[Path]:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,9 @@ class Bundle:
         return self.path / self.manifest["files"][role]
 
     def size(self) -> int:
-        return sum((self.path / f).stat().st_size for f in self.manifest["sha256"])
+        """Bytes on disk of the bundle's files (missing ones count as 0; verify reports them)."""
+        return sum((self.path / f).stat().st_size for f in self.manifest["sha256"]
+                   if (self.path / f).is_file())
 
     def verify(self, full: bool = True) -> None:
         """Check that every file is present with its size (and, when ``full``, its sha256)."""
@@ -89,8 +91,11 @@ def load_bundle(path: Path) -> Bundle:
         manifest = json.loads(mf.read_text())
     except (OSError, ValueError) as exc:
         raise BundleError(f"{path}: manifest.json is unreadable ({exc})") from None
-    if manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise BundleError(f"{path}: not an as2d model bundle")
+    lacking = [k for k in ("name", "kind", "files", "sha256") if k not in manifest]
+    if lacking:
+        raise BundleError(f"{path}: manifest.json is incomplete (no {', '.join(lacking)})")
     if manifest.get("format_version", 0) > FORMAT_VERSION:
         raise BundleError(f"{path}: bundle format {manifest['format_version']} is newer than "
                           "this as2d understands; upgrade as2d")

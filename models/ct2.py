@@ -90,6 +90,10 @@ class _Cursor:
 
 
 def _read_tensor(raw: memoryview, dims: list[int], dtype_id: int) -> np.ndarray:
+    itemsize = 2 if dtype_id == _BF16 else getattr(_DTYPES.get(dtype_id), "itemsize", None)
+    if itemsize is not None and int(np.prod(dims, dtype=np.int64)) * itemsize != len(raw):
+        raise CT2FormatError(f"tensor of shape {dims} does not match its {len(raw)} bytes "
+                             "(not a CTranslate2 model, or damaged)")
     if dtype_id == _BF16:
         bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
         return bits.view(np.float32).reshape(dims)
@@ -104,6 +108,8 @@ def _read_tensor(raw: memoryview, dims: list[int], dtype_id: int) -> np.ndarray:
 def load_ct2(path: str | Path) -> CT2Model:
     """Read every tensor of a CTranslate2 ``model.bin`` into numpy arrays."""
     path = Path(path)
+    if path.stat().st_size < 12:
+        raise CT2FormatError(f"{path}: too short to be a CTranslate2 model")
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         cur = _Cursor(memoryview(mm))
         try:
@@ -124,6 +130,8 @@ def load_ct2(path: str | Path) -> CT2Model:
             for _ in range(cur.take("<I")):
                 alias = cur.string()
                 model.aliases[alias] = cur.string()
+        except UnicodeDecodeError:
+            raise CT2FormatError(f"{path}: not a CTranslate2 model (garbled names)") from None
         finally:
             cur.buf.release()
     return model

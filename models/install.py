@@ -21,7 +21,8 @@ from typing import Callable
 from .bundle import Bundle, BundleError, load_bundle, models_dir, write_manifest
 from .catalog import ModelEntry, Part, Source, lookup
 
-CONVERTER_VERSION = 1
+# Bump when the graphs change: older bundles are converted again on first use.
+CONVERTER_VERSION = 2
 
 Progress = Callable[[str], None]
 
@@ -76,8 +77,16 @@ def assemble(source: Source, dest: Path, progress: Progress | None = None) -> Pa
 
 @contextmanager
 def _install_lock(root: Path, name: str):
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / f".{name}.lock", "w") as fh:
+    try:
+        if root.exists() and not root.is_dir():
+            raise NotADirectoryError(20, "it is not a folder")
+        root.mkdir(parents=True, exist_ok=True)
+        fh = open(root / f".{name}.lock", "w")
+    except OSError as exc:
+        raise BundleError(f"cannot write to the model folder {root} "
+                          f"({exc.strerror or exc}); choose another with --models-dir or "
+                          "AS2D_MODELS_DIR") from None
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -90,10 +99,18 @@ def bundle_path(name: str, precision: str, root: Path | None = None) -> Path:
     return (root or models_dir()) / f"{entry.name}-{precision}"
 
 
+def is_current(bundle: Bundle) -> bool:
+    """Made by this converter version (older bundles lack newer graphs or fixes)."""
+    return bundle.manifest.get("converter_version", 0) >= CONVERTER_VERSION
+
+
 def find_installed(name: str, precision: str, root: Path | None = None) -> Bundle | None:
+    """The installed bundle, if any and current."""
     p = bundle_path(name, precision, root)
     if (p / "manifest.json").is_file():
-        return load_bundle(p)
+        bundle = load_bundle(p)
+        if is_current(bundle):
+            return bundle
     return None
 
 
@@ -109,14 +126,25 @@ def install(name: str, precision: str | None = None, root: Path | None = None,
     final = bundle_path(entry.name, precision, root)
     with _install_lock(root, f"{entry.name}-{precision}"):
         if not force and (final / "manifest.json").is_file():
-            return load_bundle(final)
+            existing = load_bundle(final)
+            if is_current(existing):
+                return existing
         t0 = time.perf_counter()
-        work = Path(tempfile.mkdtemp(prefix=f".{entry.name}-{precision}.", dir=root))
+        try:
+            work = Path(tempfile.mkdtemp(prefix=f".{entry.name}-{precision}.", dir=root))
+        except OSError as exc:
+            raise BundleError(f"cannot write to the model folder {root} "
+                              f"({exc.strerror or exc})") from None
         try:
             if entry.kind == "whisper":
                 manifest = _convert_whisper(entry, precision, work, source_dir, progress)
             elif entry.kind == "llm":
-                from .llm_install import convert_llm
+                try:
+                    from .llm_install import convert_llm
+                except ImportError as exc:
+                    raise BundleError(f"{entry.name} cannot be converted by this as2d "
+                                      f"({exc}); install the extra: pip install "
+                                      f"'as2d[{entry.source.extra}]'") from None
 
                 manifest = convert_llm(entry, precision, work, source_dir, progress)
             else:  # pragma: no cover - catalog is static
@@ -129,6 +157,10 @@ def install(name: str, precision: str | None = None, root: Path | None = None,
             if final.exists():
                 shutil.rmtree(final)
             work.rename(final)
+        except OSError as exc:
+            # Disk full, permissions: the half-written bundle is removed below.
+            raise BundleError(f"installing {entry.name}-{precision} into {root} failed "
+                              f"({exc.strerror or exc})") from None
         finally:
             if work.exists():
                 shutil.rmtree(work, ignore_errors=True)
@@ -159,21 +191,31 @@ def _source_files(entry: ModelEntry, source_dir: Path | None, work: Path,
 
 def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: Path | None,
                      progress: Progress | None) -> dict:
-    from .ct2 import load_ct2
+    from .ct2 import CT2FormatError, load_ct2
     from .graph import save_model
     from .whisper_onnx import build_decoder, build_encoder, whisper_dims
 
     model_bin, extras = _source_files(entry, source_dir, work, progress)
     if progress:
         progress(f"converting {entry.name} to ONNX ({precision})")
-    weights = load_ct2(model_bin)
-    dims = whisper_dims(weights)
-    encoder, _ = build_encoder(weights, precision)
-    save_model(encoder, work / "encoder.onnx")
-    del encoder
-    decoder, _ = build_decoder(weights, precision)
-    save_model(decoder, work / "decoder.onnx")
-    del decoder, weights
+    try:
+        weights = load_ct2(model_bin)
+        dims = whisper_dims(weights)
+        encoder, _ = build_encoder(weights, precision)
+        save_model(encoder, work / "encoder.onnx")
+        del encoder
+        decoder, _ = build_decoder(weights, precision)
+        save_model(decoder, work / "decoder.onnx")
+        del decoder
+        if precision == "int8":
+            # A faster decoder for drafting only: its rows are not bit-exact across passes.
+            draft, _ = build_decoder(weights, "int8-tensor", exact_rows=False)
+            save_model(draft, work / "decoder_draft.onnx")
+            del draft
+        del weights
+    except CT2FormatError as exc:
+        raise SourceError(f"{model_bin if source_dir else entry.name}: cannot convert "
+                          f"({exc})") from None
     shutil.copyfile(extras["tokenizer.json"], work / "tokenizer.json")
     generation = {}
     if "config.json" in extras:
@@ -184,6 +226,7 @@ def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: 
         model_bin.unlink()
     return dict(dims=dims, generation=generation,
                 files={"encoder": "encoder.onnx", "decoder": "decoder.onnx",
+                       **({"decoder_draft": "decoder_draft.onnx"} if precision == "int8" else {}),
                        "tokenizer": "tokenizer.json"},
                 source={"format": "ctranslate2", "sha256": None if source_dir else
                         entry.source.sha256, "packages": list(entry.source.packages)

@@ -2,13 +2,15 @@
 
 Long files are decoded once, in blocks, into a temporary memory-mapped file, so a multi-hour
 recording costs disk rather than RAM and windows are read lazily. Every failure a user can
-cause (missing file, not audio, truncated data, no samples) becomes an :class:`AudioError`
-with a one-line message.
+cause (missing file, not audio, no samples) becomes an :class:`AudioError` with a one-line
+message; a file cut short (its header promises more, or decoding fails part-way) keeps the
+audio that decodes and is flagged ``truncated``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,12 @@ import numpy as np
 SAMPLE_RATE = 16000
 # Files decoding to more than this many samples go to a temporary memmap instead of RAM.
 _IN_MEMORY_LIMIT = SAMPLE_RATE * 60 * 20
-_BLOCK = 1 << 18
+# Frames decoded per read, and after a read error (a failed read returns nothing): the damaged
+# stretch is re-read in small steps, so that what decodes before the damage is kept.
+_BLOCK = 1 << 16
+_SALVAGE_BLOCK = 1024
+# libsndfile's parse log says so when a header promises more data than the file holds.
+_SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
 
 
 class AudioError(Exception):
@@ -84,6 +91,26 @@ def _open(path: Path):
         raise AudioError(f"{path}: cannot open ({exc})") from None
 
 
+def _seek(f, frame: int) -> bool:
+    try:
+        if not f.seekable():
+            return False
+        f.seek(frame)
+        return True
+    except Exception:
+        return False
+
+
+def _header_promises_more(info: str) -> bool:
+    """Whether libsndfile's parse log shows a data chunk cut short (a truncated download or
+    an interrupted recording). Streaming writers put 0 or 0xFFFFFFFF there: not truncation."""
+    for m in _SHORT_CHUNK.finditer(info or ""):
+        promised, there = int(m.group(1)), int(m.group(2))
+        if there < promised < 0xFFFFFF00:
+            return True
+    return "lacks an end-of-stream bit" in (info or "")
+
+
 def load_audio(path: str | os.PathLike) -> Audio:
     """Decode a file to 16 kHz mono float32, mixing channels down and resampling in blocks."""
     import soundfile as sf
@@ -94,36 +121,47 @@ def load_audio(path: str | os.PathLike) -> Audio:
         rate, channels = f.samplerate, f.channels
         if rate <= 0 or channels <= 0:
             raise AudioError(f"{path}: invalid header (rate {rate}, channels {channels})")
+        try:
+            short_header = _header_promises_more(f.extra_info)
+        except Exception:  # pragma: no cover - extra_info is informational only
+            short_header = False
         expected = int(f.frames * SAMPLE_RATE / rate) + SAMPLE_RATE if f.frames > 0 else 0
         stream = None if rate == SAMPLE_RATE else soxr.ResampleStream(
             rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
         sink = _Sink(expected)
         read = 0
-        try:
-            while True:
-                block = f.read(_BLOCK, dtype="float32", always_2d=True)
-                read += len(block)
-                last = len(block) < _BLOCK
-                mono = block.mean(axis=1, dtype=np.float32) if channels > 1 else block[:, 0]
-                if stream is not None:
-                    mono = stream.resample_chunk(np.ascontiguousarray(mono), last=last)
-                sink.write(mono)
-                if last:
-                    break
-        except sf.LibsndfileError as exc:
-            sink.discard()
-            raise AudioError(f"{path}: audio data is corrupt or truncated ({exc})") from None
-        except RuntimeError as exc:
-            sink.discard()
-            raise AudioError(f"{path}: audio data is corrupt or truncated ({exc})") from None
+        damaged = None
+        size = _BLOCK
+        while True:
+            try:
+                block = f.read(size, dtype="float32", always_2d=True)
+            except (sf.LibsndfileError, RuntimeError) as exc:
+                # A damaged or cut-off stream (a failed read returns nothing): go back and
+                # re-read in small steps to keep what decodes before the damage.
+                if size > _SALVAGE_BLOCK and _seek(f, read):
+                    size = _SALVAGE_BLOCK
+                    continue
+                damaged = str(exc).strip() or type(exc).__name__
+                block = np.zeros((0, channels), np.float32)
+            read += len(block)
+            last = damaged is not None or len(block) < size
+            mono = block.mean(axis=1, dtype=np.float32) if channels > 1 else block[:, 0]
+            if not np.isfinite(mono).all():
+                sink.discard()
+                raise AudioError(f"{path}: contains invalid (NaN or infinite) samples")
+            if stream is not None:
+                mono = stream.resample_chunk(np.ascontiguousarray(mono), last=last)
+            sink.write(mono)
+            if last:
+                break
     samples, tmp = sink.finish()
     if len(samples) == 0:
         if tmp is not None:
             tmp.close()
+        if damaged is not None:
+            raise AudioError(f"{path}: audio data is corrupt or truncated ({damaged})")
         raise AudioError(f"{path}: contains no audio samples")
-    if not np.isfinite(samples[: min(len(samples), SAMPLE_RATE * 60)]).all():
-        raise AudioError(f"{path}: contains invalid (NaN or infinite) samples")
-    truncated = f.frames > 0 and read < f.frames
+    truncated = damaged is not None or short_header or (f.frames > 0 and read < f.frames)
     return Audio(samples, source=str(path), source_rate=rate, source_channels=channels,
                  truncated=truncated, _tmp=tmp)
 

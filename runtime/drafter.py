@@ -51,6 +51,9 @@ class DrafterWorker:
         self.retok = make_retokenizer(model.tokenizer, target_tokenizer)
         self._target_tk = target_tokenizer
         self._stop = threading.Event()
+        import onnxruntime as ort
+
+        self._run_options = ort.RunOptions()  # lets stop() abandon an encoder run
         self._thread = threading.Thread(target=self._run, name="as2d-drafter", daemon=True)
         self.busy_seconds = 0.0
         self._open: list[int] = []  # drafter text of the segment being decoded
@@ -62,6 +65,7 @@ class DrafterWorker:
 
     def stop(self) -> None:
         self._stop.set()
+        self._run_options.terminate = True
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -81,8 +85,9 @@ class DrafterWorker:
             self.stream.finish()
         except BaseException as exc:  # the target goes on alone; say why
             self.stream.finish(exc)
-            self.emit(Note(f"drafter stopped ({type(exc).__name__}: {exc}); the target "
-                           "continues alone", level="warning"))
+            if not self._stop.is_set():  # a requested stop is no failure
+                self.emit(Note(f"drafter stopped ({type(exc).__name__}: {exc}); the target "
+                               "continues alone", level="warning"))
 
     def _draft(self) -> None:
         model, tk = self.model, self.model.tokenizer
@@ -102,7 +107,8 @@ class DrafterWorker:
             self.emit(WindowStarted(window, offset, (seek + size) / FRAMES_PER_SECOND,
                                     worker="drafter"))
             t0 = time.perf_counter()
-            ctx = model.encode(self.mel.window(seek, size, pad_to=max(frames, 2)))
+            ctx = model.encode(self.mel.window(seek, size, pad_to=max(frames, 2)),
+                               self._run_options)
             enc = time.perf_counter() - t0
             self.busy_seconds += enc
             self.emit(Encoded(window, enc, ctx.n_frames, worker="drafter"))

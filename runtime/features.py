@@ -99,18 +99,19 @@ class LogMel:
         # Frames holding the audio (whisper's "content frames").
         self.n_frames = len(self.samples) // HOP
         self._cache: np.ndarray | None = None
+        # Frames past the content still see its tail; include them in the maximum. The STFT
+        # runs a window at a time either way (its float64 temporaries are ~80× the size of
+        # the result), so memory stays bounded for any length; each frame is computed on its
+        # own, so the chunking does not change a bit.
+        stop = self.n_frames + 3
+        chunks = (log_mel_frames(self.samples, s, min(s + N_FRAMES, stop), n_mels)
+                  for s in range(0, stop, N_FRAMES))
         if self.n_frames <= _CACHE_FRAMES:
-            # Frames past the content still see its tail; include them in the maximum.
-            full = log_mel_frames(self.samples, 0, self.n_frames + 3, n_mels)
+            full = np.concatenate(list(chunks), axis=1)
             self._floor = float(full.max()) - 8.0
             self._cache = self._normalise(full[:, : self.n_frames])
         else:
-            peak = -np.inf
-            for s in range(0, self.n_frames + 3, N_FRAMES):
-                chunk = log_mel_frames(self.samples, s, min(s + N_FRAMES, self.n_frames + 3),
-                                       n_mels)
-                peak = max(peak, float(chunk.max()))
-            self._floor = peak - 8.0
+            self._floor = max(float(c.max()) for c in chunks) - 8.0
 
     def _normalise(self, logspec: np.ndarray) -> np.ndarray:
         return ((np.maximum(logspec, self._floor) + 4.0) / 4.0).astype(np.float32)

@@ -50,25 +50,32 @@ class Strategy:
     def partial(self) -> DecodingResult | None:
         return self._decoder.result() if self._decoder is not None else None
 
-    def encode(self, window: int, mel: LogMel, seek: int, size: int) -> AudioContext:
+    def encode(self, window: int, mel: LogMel, seek: int, size: int,
+               run_options=None) -> AudioContext:
         pre, self._pre = self._pre, None
         if pre is not None and pre[:2] == (seek, size):
             ctx, self.last_encode_seconds = pre[2], pre[3]
             self.emit(Encoded(window, self.last_encode_seconds, ctx.n_frames))
             return ctx
         t0 = time.perf_counter()
-        ctx = self.target.encode(mel.window(seek, size))
+        ctx = self.target.encode(mel.window(seek, size), run_options)
         self.last_encode_seconds = time.perf_counter() - t0
         self.emit(Encoded(window, self.last_encode_seconds, ctx.n_frames))
         return ctx
 
     def decode_window(self, window: int, mel: LogMel, seek: int, size: int, prompt: list[int],
                       rules: LogitRules, sample_len: int, stop: threading.Event,
-                      reuse_encoding: bool = False) -> DecodingResult | None:
+                      reuse_encoding: bool = False, run_options=None) -> DecodingResult | None:
         self.emit(WindowStarted(window, seek / FRAMES_PER_SECOND,
                                 (seek + size) / FRAMES_PER_SECOND))
+        self._decoder = None  # nothing of this window committed yet
         if not (reuse_encoding and self._ctx is not None):
-            self._ctx = self.encode(window, mel, seek, size)
+            try:
+                self._ctx = self.encode(window, mel, seek, size, run_options)
+            except Exception:
+                if stop.is_set():  # the encoder run was terminated by a stop
+                    return None
+                raise
         else:
             self.last_encode_seconds = 0.0
         state = self.target.decoder_state(self._ctx)
@@ -90,6 +97,7 @@ class Strategy:
                 self._report(window, cands, step)
             result = dec.result()
             result.seconds = time.perf_counter() - t0
+            self._decoder = None  # complete: nothing partial to recover from this window
             return result
         finally:
             self.window_end(window, dec)

@@ -31,6 +31,12 @@ from .whisper import WhisperModel
 INPUT_STRIDE = 2  # mel frames per encoder output position (and per 20-ms timestamp)
 
 
+def _run_options():
+    import onnxruntime as ort
+
+    return ort.RunOptions()
+
+
 def seek_split(tokens: list[int], ts_begin: int) -> tuple[list[int], bool]:
     """Where a window's tokens split into segments, and whether it ended on one timestamp.
 
@@ -113,11 +119,23 @@ class Transcriber:
         self.strategy = strategy or TargetOnly(model)
         self.emit = listener or ignore
         self._stop = threading.Event()
+        self.run_options = _run_options()
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
-        """Ask a running transcription to stop after the current pass."""
+        """Ask the running (or the next) transcription to stop after the current pass.
+
+        An encoder run in progress is abandoned too (onnxruntime's terminate flag), so a stop
+        takes effect within one decoder pass, not one 30-s encoder window.
+        """
         self._stop.set()
+        self.run_options.terminate = True
+
+    def add_listener(self, listener: Listener) -> None:
+        """Also send every event to ``listener``."""
+        from .events import fanout
+
+        self.emit = fanout(self.emit, listener)
 
     def transcribe(self, audio: Audio | np.ndarray, options: TranscribeOptions | None = None,
                    info: TranscriptionInfo | None = None) -> Iterator[Segment]:
@@ -131,7 +149,6 @@ class Transcriber:
             audio = Audio.from_array(audio)
         info = info if info is not None else TranscriptionInfo(None, 0.0, audio.duration)
         info.duration, info.source = audio.duration, audio.source
-        self._stop.clear()
         out: queue.Queue = queue.Queue(maxsize=64)
         done = object()
 
@@ -166,6 +183,9 @@ class Transcriber:
                 except queue.Empty:
                     pass
             worker.join()
+            # Ready for the next call (a stop requested before a call still applies to it).
+            self._stop.clear()
+            self.run_options = _run_options()
 
     # -- the window loop ----------------------------------------------------------------------
     def _run(self, audio: Audio, options: TranscribeOptions,
@@ -255,7 +275,7 @@ class Transcriber:
         start = seek / FRAMES_PER_SECOND
         end = (seek + size) / FRAMES_PER_SECOND
         result = self.strategy.decode_window(window, mel, seek, size, prompt, rules, sample_len,
-                                             self._stop)
+                                             self._stop, run_options=self.run_options)
         if result is None:
             return None, False
         retried = False
@@ -267,7 +287,8 @@ class Transcriber:
                            "without the previous text"))
             bare = prompt[prompt.index(tk.sot):]
             again = self.strategy.decode_window(window, mel, seek, size, bare, rules,
-                                                sample_len, self._stop, reuse_encoding=True)
+                                                sample_len, self._stop, reuse_encoding=True,
+                                                run_options=self.run_options)
             if again is None:
                 return None, False
             result, retried = again, True

@@ -91,10 +91,13 @@ class WhisperModel:
                 self._decoders[threads] = sess
         return sess
 
-    def encode(self, mel: np.ndarray) -> AudioContext:
-        """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even)."""
+    def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
+        """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even).
+
+        ``run_options`` (onnxruntime ``RunOptions``) lets another thread abandon the run."""
         names = [o.name for o in self.encoder.get_outputs()]
-        outs = self.encoder.run(names, {"mel": np.ascontiguousarray(mel, dtype=np.float32)})
+        outs = self.encoder.run(names, {"mel": np.ascontiguousarray(mel, dtype=np.float32)},
+                                run_options)
         return AudioContext(dict(zip(names, outs)), mel.shape[-1])
 
     def decoder_state(self, ctx: AudioContext) -> "DecoderState":

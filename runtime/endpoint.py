@@ -1,0 +1,220 @@
+"""Endpointing: where utterances start and end, from per-frame speech probabilities.
+
+A pure state machine (no threads, no audio, no clock) so that it can be tested frame by frame
+and replayed offline. It follows Silero's own streaming rules, tuned for dictation:
+
+* **Hysteresis.** A frame at or above ``threshold`` is speech; once inside an utterance, frames
+  stay speech down to ``neg_threshold`` (default ``threshold - 0.15``), so a soft syllable does
+  not split a word.
+* **Minimum speech.** An utterance exists only once it holds ``min_speech`` seconds of voiced
+  frames; a cough or a click that ends earlier is dropped without a decode.
+* **End of utterance.** ``min_silence`` seconds below ``neg_threshold`` close it. Half-way
+  there, once ``pad`` seconds of silence are in, a *tentative end* is announced: the caller may
+  decode the utterance right away, because its final audio (speech plus ``pad``) is complete;
+  if the silence holds, that decode is the final one and the end-of-speech latency is the
+  decode's, not the silence's plus the decode's.
+* **Maximum length.** An utterance reaching ``max_utterance`` seconds is cut at the least
+  speech-like frame of its last ``cut_search`` seconds, and the next one starts there: Whisper
+  decodes at most 30 s at a time, and a long monologue should still commit as it goes.
+* **Padding.** Each utterance's audio starts ``pad`` seconds before its first voiced frame and
+  ends ``pad`` seconds after its last one: Whisper transcribes clipped words badly.
+
+Positions are sample indices from the start of the stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+FRAME = 512
+RATE = 16000
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    threshold: float = 0.5
+    neg_threshold: float | None = None  # default: threshold - 0.15
+    min_speech: float = 0.25  # seconds of voiced frames before an utterance counts
+    min_silence: float = 0.5  # seconds of silence that end an utterance
+    pad: float = 0.25  # seconds of audio kept before and after the speech
+    max_utterance: float = 20.0  # seconds; longer speech is cut
+    cut_search: float = 3.0  # seconds before the limit searched for the quietest cut
+
+    def validate(self) -> None:
+        """Raise ValueError for values that cannot work (the CLI reports them)."""
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError("the speech threshold must be between 0 and 1")
+        neg = self.negative
+        if not 0.0 <= neg <= self.threshold:
+            raise ValueError("the end-of-speech threshold must be between 0 and the speech "
+                             "threshold")
+        if self.min_speech < 0 or self.pad < 0:
+            raise ValueError("--min-speech and --pad cannot be negative")
+        if self.min_silence <= 0:
+            raise ValueError("--silence must be positive")
+        if self.max_utterance < 2.0:
+            raise ValueError("--max-utterance must be at least 2 seconds")
+        if self.max_utterance <= 2 * self.pad + self.min_speech:
+            raise ValueError("--max-utterance is too short for the padding and minimum speech")
+
+    @property
+    def negative(self) -> float:
+        if self.neg_threshold is not None:
+            return self.neg_threshold
+        return max(0.01, self.threshold - 0.15)
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """One decision of the endpointer.
+
+    ``kind``: ``start`` (an utterance is confirmed; ``start`` is where its audio begins),
+    ``tentative`` (``pad`` of silence after speech: the audio up to ``end`` is final unless the
+    speaker resumes), ``resume`` (speech came back after a tentative end), ``end`` (the
+    utterance is over: audio ``start``..``end``, last voiced sample ``speech_end``), or
+    ``drop`` (too little speech: forget it).
+    """
+
+    kind: str
+    utterance: int
+    start: int
+    end: int = 0
+    speech_end: int = 0
+    reason: str = ""
+
+
+class Endpointer:
+    """Feed it one probability per frame, in order; it returns the boundaries they cause."""
+
+    def __init__(self, config: EndpointConfig | None = None, frame: int = FRAME,
+                 rate: int = RATE) -> None:
+        self.config = config or EndpointConfig()
+        self.config.validate()
+        self.frame, self.rate = frame, rate
+        c = self.config
+        self._thr, self._neg = c.threshold, c.negative
+        self._pad = int(round(c.pad * rate))
+        self._min_speech = int(round(c.min_speech * rate))
+        self._min_silence = max(int(round(c.min_silence * rate)), self._pad)
+        self._max = int(round(c.max_utterance * rate))
+        self._search = max(frame, int(round(c.cut_search * rate)))
+        self.frames = 0  # frames seen
+        self.utterances = 0  # utterances confirmed so far
+        self._reset_utterance()
+        self._floor = 0  # no utterance may start before this sample (the previous one's end)
+
+    # -- state ----------------------------------------------------------------------------------
+    def _reset_utterance(self) -> None:
+        self.active = False  # inside speech or its trailing silence
+        self.confirmed = False
+        self._start = 0  # audio start of the utterance (sample)
+        self._voiced = 0  # voiced samples
+        self._speech_end = 0  # end of the last voiced frame (sample)
+        self._silent_from: int | None = None  # first silent sample after speech
+        self._tentative = False
+        self._probs: list[tuple[int, float]] = []  # (frame start, prob) of the current utterance
+
+    @property
+    def position(self) -> int:
+        return self.frames * self.frame
+
+    @property
+    def utterance_start(self) -> int:
+        return self._start
+
+    @property
+    def speaking(self) -> bool:
+        return self.active and self._silent_from is None
+
+    # -- feeding --------------------------------------------------------------------------------
+    def push(self, prob: float) -> list[Boundary]:
+        i0 = self.frames * self.frame
+        i1 = i0 + self.frame
+        self.frames += 1
+        out: list[Boundary] = []
+        if not self.active:
+            if prob >= self._thr:
+                self.active = True
+                self._start = max(self._floor, i0 - self._pad)
+                self._voiced = self.frame
+                self._speech_end = i1
+                self._probs = [(i0, prob)]
+                self._confirm(out)
+            return out
+        self._probs.append((i0, prob))
+        if self._silent_from is None:  # in speech
+            if prob >= self._neg:
+                if prob >= self._thr:
+                    self._voiced += self.frame
+                self._speech_end = i1
+                self._confirm(out)
+            else:
+                self._silent_from = i0
+        else:  # in the silence after speech
+            if prob >= self._thr:
+                self._silent_from = None
+                self._voiced += self.frame
+                self._speech_end = i1
+                if self._tentative:
+                    self._tentative = False
+                    out.append(Boundary("resume", self.utterances, self._start))
+                self._confirm(out)
+            else:
+                silent = i1 - self._silent_from
+                if silent >= self._min_silence:
+                    self._close(out, "silence", i1)
+                    return out
+                if (self.confirmed and not self._tentative and silent >= self._pad):
+                    self._tentative = True
+                    out.append(Boundary("tentative", self.utterances, self._start,
+                                        self._speech_end + self._pad, self._speech_end))
+        if self.active and self.confirmed and i1 - self._start >= self._max:
+            self._cut(out, i1)
+        return out
+
+    def finish(self, reason: str = "end-of-input") -> list[Boundary]:
+        """The input ended (or was stopped): close the utterance in progress, if any."""
+        out: list[Boundary] = []
+        if self.active:
+            self._close(out, reason, self.position)
+        return out
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _confirm(self, out: list[Boundary]) -> None:
+        if not self.confirmed and self._voiced >= self._min_speech:
+            self.confirmed = True
+            self.utterances += 1
+            out.append(Boundary("start", self.utterances, self._start))
+
+    def _close(self, out: list[Boundary], reason: str, available: int) -> None:
+        if self.confirmed:
+            end = min(self._speech_end + self._pad, max(available, self._speech_end))
+            out.append(Boundary("end", self.utterances, self._start, end, self._speech_end,
+                                reason))
+            self._floor = end
+        else:
+            out.append(Boundary("drop", self.utterances + 1, self._start))
+        self._reset_utterance()
+
+    def _cut(self, out: list[Boundary], now: int) -> None:
+        """Cut a too-long utterance at its least speech-like recent frame; speech goes on."""
+        if self._silent_from is not None:  # already in a pause: end it there
+            self._close(out, "max-length", now)
+            return
+        lo = max(self._start + self._min_speech + self._pad, now - self._search)
+        cands = [(p, f) for f, p in self._probs if f >= lo] or [(0.0, now - self.frame)]
+        _, frame_at = min(cands)  # lowest probability; earliest on ties
+        cut = frame_at + self.frame // 2
+        out.append(Boundary("end", self.utterances, self._start, cut, cut, "max-length"))
+        self._floor = cut
+        # The rest is a new utterance that starts at the cut, already confirmed (it is speech).
+        probs = [(f, p) for f, p in self._probs if f >= frame_at]
+        self._reset_utterance()
+        self.active = True
+        self.confirmed = True
+        self.utterances += 1
+        self._start = cut
+        self._voiced = now - cut
+        self._speech_end = now
+        self._probs = probs
+        out.append(Boundary("start", self.utterances, cut))

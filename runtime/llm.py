@@ -1,0 +1,214 @@
+"""The answering LLM of ``as2d ask`` (Gemma 3) in one onnxruntime session, with a KV cache.
+
+Shaped like :mod:`runtime.whisper` so that one speculative scheduler serves both: a
+:class:`LLMState` owns a preallocated per-layer cache (``[capacity, kv_dim]`` float32 for keys
+and for values), ``forward(tokens)`` runs any number of new tokens after the cached ones and
+returns their logits, and ``truncate(n)`` drops rejected candidates by changing only the
+length. The graph computes every token row independently of the others, so a verification pass
+over ``k + 1`` tokens returns, bit for bit, the logits of ``k + 1`` single-token passes: greedy
+speculative decoding gives exactly the text of plain greedy decoding.
+
+The bundle (written by ``models.llm_install``) holds ``decoder.onnx``, ``tokenizer.json`` and a
+manifest with the architecture (``config``), the cache capacity and the tokenizer's special ids.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from .sessions import make_session
+
+PREFILL_CHUNK = 256  # prompt tokens per pass: bounds the [rows, S] attention scores in memory
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """The parts of the manifest's ``config`` that the runtime uses."""
+
+    vocab_size: int
+    num_layers: int
+    kv_dim: int
+    capacity: int
+
+
+class LLMTokenizer:
+    """Gemma's SentencePiece-BPE tokenizer (built from the GGUF metadata at install time).
+
+    ``encode`` prepends ``<bos>`` when asked (the model expects it at the start of a
+    sequence); text that merely looks like a control token (``"<eos>"``) is encoded as that
+    control token, as Gemma's own tokenizer does, so chat markup can be written as text.
+    """
+
+    def __init__(self, path: str | Path, info: dict) -> None:
+        self.path = Path(path)
+        self.tok = Tokenizer.from_file(str(self.path))
+        self.bos: int = int(info["bos_id"])
+        self.eos: int = int(info["eos_id"])
+        self.add_bos: bool = bool(info.get("add_bos", True))
+        eot = info.get("end_of_turn_id")
+        self.end_of_turn: int | None = None if eot is None else int(eot)
+        sot = info.get("start_of_turn_id")
+        self.start_of_turn: int | None = None if sot is None else int(sot)
+        if self.tok.id_to_token(self.bos) is None or self.tok.id_to_token(self.eos) is None:
+            raise ValueError(f"{self.path}: special ids do not match the tokenizer")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, bos: bool | None = None) -> list[int]:
+        """Token ids of ``text``; ``bos`` defaults to the model's ``add_bos`` flag."""
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        if self.add_bos if bos is None else bos:
+            ids = [self.bos] + ids
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def token(self, tid: int) -> str | None:
+        return self.tok.id_to_token(int(tid))
+
+    def id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
+
+
+class CausalLM:
+    """A decoder-only LLM bundle: one session, its tokenizer, and recyclable cache states."""
+
+    def __init__(self, bundle_dir: str | Path, threads: int = 1, name: str | None = None) -> None:
+        self.path = Path(bundle_dir)
+        manifest = json.loads((self.path / "manifest.json").read_text())
+        if manifest.get("kind") not in (None, "llm"):
+            raise ValueError(f"{self.path}: not an LLM bundle (kind {manifest.get('kind')!r})")
+        self.manifest = manifest
+        self.name = name or manifest.get("name", self.path.name)
+        cfg = manifest["config"]
+        self.config = LLMConfig(vocab_size=int(cfg["vocab_size"]),
+                                num_layers=int(cfg["num_layers"]),
+                                kv_dim=int(cfg["num_kv_heads"]) * int(cfg["head_dim"]),
+                                capacity=int(manifest["capacity"]))
+        self.tokenizer = LLMTokenizer(self.path / manifest["files"]["tokenizer"],
+                                      manifest["tokenizer"])
+        self.bos = self.tokenizer.bos
+        self.eos = self.tokenizer.eos
+        self.end_of_turn = self.tokenizer.end_of_turn
+        self.stop_ids: tuple[int, ...] = tuple(int(i) for i in manifest.get(
+            "stop_ids", [self.eos]))
+        self.threads = threads
+        self.session = make_session(self.path / manifest["files"]["decoder"], threads)
+        self._outputs = [o.name for o in self.session.get_outputs()]
+        self._lock = threading.Lock()
+        self._free: list[LLMState] = []
+
+    @property
+    def capacity(self) -> int:
+        return self.config.capacity
+
+    def state(self) -> "LLMState":
+        """An empty cache (recycled from :meth:`release` when one is free)."""
+        with self._lock:
+            state = self._free.pop() if self._free else None
+        if state is None:
+            state = LLMState(self)
+        state.reset()
+        return state
+
+    def release(self, state: "LLMState") -> None:
+        with self._lock:
+            self._free.append(state)
+
+    def prefill(self, state: "LLMState", prompt_ids: Sequence[int]) -> np.ndarray:
+        """Run the prompt in chunks; returns the logits ``[V]`` of its last token only."""
+        if not prompt_ids:
+            raise ValueError("empty prompt (it should at least hold <bos>)")
+        last = None
+        for start in range(0, len(prompt_ids), PREFILL_CHUNK):
+            last = state.forward(prompt_ids[start : start + PREFILL_CHUNK], logit_rows=1)
+        return last[-1]
+
+    def generate_greedy(self, prompt_ids: Sequence[int], max_new: int,
+                        stop_ids: Iterable[int] | None = None,
+                        state: "LLMState | None" = None) -> list[int]:
+        """Plain greedy decoding (the reference that speculative decoding must reproduce).
+
+        Returns the new tokens, ending with the stop token when one was produced.
+        """
+        stops = set(self.stop_ids if stop_ids is None else stop_ids)
+        own = state is None
+        st = self.state() if own else state
+        try:
+            logits = self.prefill(st, prompt_ids)
+            out: list[int] = []
+            while len(out) < max_new:
+                nxt = int(np.argmax(logits))
+                out.append(nxt)
+                if nxt in stops or len(out) == max_new or st.length >= st.capacity:
+                    break
+                logits = st.forward([nxt])[-1]
+            return out
+        finally:
+            if own:
+                self.release(st)
+
+
+class LLMState:
+    """One sequence's KV cache, preallocated to the bundle's capacity.
+
+    ``np.zeros`` pages are only backed by memory once written, so a large capacity costs
+    nothing until the sequence grows into it.
+    """
+
+    def __init__(self, model: CausalLM) -> None:
+        self.model = model
+        c = model.config
+        self.capacity = c.capacity
+        self.k = [np.zeros((c.capacity, c.kv_dim), np.float32) for _ in range(c.num_layers)]
+        self.v = [np.zeros((c.capacity, c.kv_dim), np.float32) for _ in range(c.num_layers)]
+        self.length = 0
+        self.passes = 0
+        self._feed: dict[str, np.ndarray] = {}
+
+    def reset(self) -> None:
+        self.length = 0
+        self.passes = 0
+
+    def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
+        """Run ``tokens`` after the cached ones; returns logits ``[R, vocab]`` of the last
+        ``R = logit_rows`` tokens (all of them by default, as verification needs)."""
+        n, t = self.length, len(tokens)
+        if t == 0:
+            raise ValueError("no tokens to run")
+        if logit_rows is not None and logit_rows < 1:
+            raise ValueError("logit_rows must be at least 1")
+        if n + t > self.capacity:
+            raise ValueError(f"LLM context is full ({n} + {t} > {self.capacity} tokens)")
+        feed = self._feed
+        feed["tokens"] = np.asarray(tokens, dtype=np.int64)
+        feed["logit_rows"] = np.array([t if logit_rows is None else logit_rows], dtype=np.int64)
+        layers = len(self.k)
+        for i in range(layers):
+            feed[f"past_k_{i}"] = self.k[i][:n]
+            feed[f"past_v_{i}"] = self.v[i][:n]
+        model = self.model
+        outs = model.session.run(model._outputs, feed)
+        out = dict(zip(model._outputs, outs))
+        for i in range(layers):
+            self.k[i][n : n + t] = out[f"new_k_{i}"]
+            self.v[i][n : n + t] = out[f"new_v_{i}"]
+        self.length = n + t
+        self.passes += 1
+        return out["logits"]
+
+    def truncate(self, length: int) -> None:
+        """Forget every cached position from ``length`` on (rejected candidates)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} to {length}")
+        self.length = length

@@ -1,0 +1,141 @@
+#!/usr/bin/env python
+"""Latency of live dictation: end of speech → committed text, ``as2d`` vs ``target`` decoders.
+
+Each clip is played through the very pipeline ``as2d mic`` runs (file source at real-time pace,
+Silero VAD, endpointing, growing-utterance decodes, LocalAgreement-2), once per decoder,
+alternating decoders clip by clip so that both see the same machine load. Per utterance it
+records the wall time from the end of the last voiced frame to the moment the utterance's last
+word was committed; it prints the median and p90 per decoder, with the pooled decoding speed.
+
+    python scripts/mic_latency.py                       # the default clips, both decoders
+    python scripts/mic_latency.py --speed 1 --json out.json clip1.wav clip2.wav
+
+Columns: latency median/p90/max over utterances; ``utt decode s``, the median wall time of a
+decode of a whole utterance (speculative or final), which is the part of the latency the decoder
+choice can change (the rest is the pause the endpointer waits for and any decode already
+running when speech ended); pooled decoding tokens/s, acceptance and encoder seconds.
+
+Real time is the point (latency at ``--speed 4`` measures a decoder that cannot keep up);
+the default clips hold about 80 s of speech, so a run takes about three minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def default_clips() -> list[Path]:
+    clips = sorted(Path("/usr/share/pocketsphinx/test/data/librivox").glob("*.wav"))
+    try:
+        import moonshine_voice
+
+        assets = Path(moonshine_voice.__file__).parent / "assets"
+        clips += [assets / n for n in ("beckett.wav", "two_cities.wav") if (assets / n).is_file()]
+    except ImportError:
+        pass
+    return clips
+
+
+def percentile(xs: list[float], q: float) -> float:
+    from as2d_cli.mic_display import percentile as p
+
+    return p(xs, q)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("clips", nargs="*", type=Path)
+    ap.add_argument("--decoders", default="as2d,target")
+    ap.add_argument("--speed", type=float, default=1.0)
+    ap.add_argument("--model", default="base")
+    ap.add_argument("--drafter", default="tiny.en")
+    ap.add_argument("--vad", default="silero")
+    ap.add_argument("--models-dir", default=os.environ.get("AS2D_MODELS_DIR"))
+    ap.add_argument("--json", type=Path, help="write per-utterance figures here")
+    args = ap.parse_args()
+
+    from as2d_cli.engine import build_strategy, plan_threads
+    from as2d_cli.mic_display import MicStats
+    from as2d_cli.resolve import load_whisper
+    from runtime.audio import load_audio
+    from runtime.events import fanout
+    from runtime.live import LiveOptions, LiveSession
+    from runtime.live_sources import FileSource
+    from runtime.sessions import cpu_count
+    from runtime.transcribe import Transcriber
+    from runtime.vad import make_vad
+
+    clips = args.clips or default_clips()
+    decoders = [d.strip() for d in args.decoders.split(",") if d.strip()]
+    total = cpu_count()
+    target = load_whisper(args.model, None, args.models_dir, total)
+    strategies = {}
+    for d in decoders:
+        plan = plan_threads(total, d)
+        strategies[d] = build_strategy(d, target, args.drafter, None, "auto", plan,
+                                       args.models_dir, None, lambda m: None)
+    results: dict[str, list[dict]] = {d: [] for d in decoders}
+    pooled: dict[str, MicStats] = {d: MicStats() for d in decoders}
+    load0 = os.getloadavg()[0]
+    t_start = time.perf_counter()
+    for clip in clips:
+        audio = load_audio(clip)
+        for d in decoders:
+            stats = MicStats()
+            transcriber = Transcriber(target, strategies[d], fanout(stats, pooled[d]))
+            session = LiveSession(FileSource(audio, args.speed), make_vad(args.vad),
+                                  transcriber, LiveOptions(language="en"),
+                                  fanout(stats, pooled[d]), d)
+            session.start()
+            session.wait()
+            for u in stats.utterances:
+                # Utterances decoded together (the decoder was behind) count one each.
+                for k, lat in enumerate(u.latencies or (u.latency,)):
+                    results[d].append({"clip": clip.name, "utterance": u.utterance + k,
+                                       "start": u.start, "end": u.end, "latency": lat,
+                                       "decodes": u.decodes, "reason": u.reason,
+                                       "merged": u.merged, "text": u.text})
+            lat = [f"{x:.2f}" for x in stats.latencies]
+            print(f"{clip.name:48s} {d:6s} latencies {' '.join(lat)}", flush=True)
+    for s in strategies.values():
+        s.close()
+    wall = time.perf_counter() - t_start
+    load1 = os.getloadavg()[0]
+
+    print()
+    print(f"speed {args.speed:g}x, {len(clips)} clips, {total} cores, load average "
+          f"{load0:.1f} → {load1:.1f}, {wall:.0f} s")
+    print(f"{'decoder':8s} {'utts':>5s} {'median s':>9s} {'p90 s':>7s} {'max s':>7s} "
+          f"{'decodes':>8s} {'utt decode s':>13s} {'tok/s':>7s} {'accept':>7s} "
+          f"{'encode s':>9s}")
+    summary = {}
+    for d in decoders:
+        lat = [r["latency"] for r in results[d] if r["latency"] is not None]
+        s = pooled[d].summary()
+        summary[d] = {"utterances": len(lat), "median": statistics.median(lat) if lat else None,
+                      "p90": percentile(lat, 90) if lat else None,
+                      "max": max(lat) if lat else None, **s}
+        acc = f"{s['acceptance']:.2f}" if s["acceptance"] is not None else "-"
+        if lat:
+            whole = s["whole_utterance_decode_median"] or 0.0
+            print(f"{d:8s} {len(lat):5d} {statistics.median(lat):9.2f} "
+                  f"{percentile(lat, 90):7.2f} {max(lat):7.2f} {s['decodes']:8d} "
+                  f"{whole:13.2f} {s['tokens_per_second']:7.1f} {acc:>7s} "
+                  f"{s['encode_seconds']:9.1f}")
+    if args.json:
+        args.json.write_text(json.dumps({"summary": summary, "utterances": results},
+                                        indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

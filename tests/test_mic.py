@@ -1,0 +1,449 @@
+"""``as2d mic``: live dictation through the real pipeline (real models, real clips, real threads).
+
+Clips are played with ``--input`` (the file source paces them like a microphone). The committed
+dictation is compared with ``as2d transcribe`` of the same file, after Whisper's English
+normaliser: live decoding cuts the audio into utterances at pauses (and may commit a word from
+a growing utterance that the final decode would have changed), so it cannot be token-identical
+to a 30-s window decode. The bound asserted: **pooled WER ≤ 5 % and no clip above 15 %** against
+``as2d transcribe --decoder target`` (measured here: 0 on four of the five clips below, one
+word in 126 on two_cities.wav).
+
+The only fakes are the sounddevice failure simulations (PortAudio missing, no device, a device
+that disappears mid-run); the stream that disappears still delivers a real clip before it does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime.endpoint import EndpointConfig, Endpointer
+from runtime.agreement import LocalAgreement, tail_after
+
+ROOT = Path(__file__).resolve().parent.parent
+MIC_MAIN = ("from as2d_cli.app import app, entry; from as2d_cli.mic_cmd import register; "
+            "register(app); entry()")
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _moonshine(name: str) -> Path:
+    moonshine_voice = pytest.importorskip("moonshine_voice")
+    path = Path(moonshine_voice.__file__).parent / "assets" / name
+    if not path.is_file():
+        pytest.skip(f"{name} not shipped by moonshine-voice")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cli():
+    from typer.testing import CliRunner
+
+    from as2d_cli.app import app
+    from as2d_cli.mic_cmd import register
+
+    register(app)
+    register(app)  # idempotent: app.py may already have registered it
+    assert sum(c.name == "mic" for c in app.registered_commands) == 1
+    runner = CliRunner()
+
+    def run(*args: str):
+        return runner.invoke(app, [str(a) for a in args])
+
+    return run
+
+
+def _wer(ref: str, hyp: str) -> tuple[float, int, int]:
+    """(WER, errors, reference words) after Whisper's English normaliser."""
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    norm = EnglishTextNormalizer()
+    r, h = norm(ref), norm(hyp)
+    n = len(r.split())
+    wer = jiwer.wer(r, h) if n else float(bool(h.split()))
+    return wer, round(wer * n), n
+
+
+# -- endpointing (pure) --------------------------------------------------------------------------
+def _run_endpointer(probs, **cfg):
+    ep = Endpointer(EndpointConfig(**cfg))
+    out = []
+    for p in probs:
+        out += ep.push(p)
+    out += ep.finish()
+    return out
+
+
+F = 512 / 16000  # seconds per frame
+
+
+def frames(seconds: float, p: float) -> list[float]:
+    return [p] * int(round(seconds / F))
+
+
+def test_endpointer_silence_and_blips_make_no_utterance():
+    assert _run_endpointer(frames(5, 0.02)) == []
+    # A 0.1-s click is below the minimum speech: dropped, never started.
+    kinds = [b.kind for b in _run_endpointer(frames(1, 0.0) + frames(0.1, 0.9) + frames(2, 0.0))]
+    assert kinds == ["drop"]
+
+
+def test_endpointer_utterance_with_tentative_end_and_padding():
+    lead = frames(1, 0.0)
+    voiced = frames(2, 0.9) + frames(0.3, 0.4) + frames(1, 0.9)
+    out = _run_endpointer(lead + voiced + frames(1.5, 0.0), pad=0.25, min_silence=0.5)
+    kinds = [b.kind for b in out]
+    # 0.3 s at 0.4 is inside the hysteresis band (≥ 0.35): no pause at all.
+    assert kinds == ["start", "tentative", "end"]
+    start, tentative, end = out
+    assert start.start == len(lead) * 512 - 4000  # the pad before the first voiced frame
+    assert end.reason == "silence"
+    assert end.speech_end == (len(lead) + len(voiced)) * 512
+    assert end.end == end.speech_end + 4000  # the pad after speech
+    assert (tentative.start, tentative.end) == (end.start, end.end)  # same audio: reusable
+
+
+def test_endpointer_pause_shorter_than_silence_resumes():
+    out = _run_endpointer(frames(1.5, 0.9) + frames(0.35, 0.0) + frames(1.5, 0.9)
+                          + frames(1, 0.0), min_silence=0.5, pad=0.25)
+    assert [b.kind for b in out] == ["start", "tentative", "resume", "tentative", "end"]
+
+
+def test_endpointer_cuts_long_speech_at_its_quietest_point():
+    probs = frames(12, 0.9)
+    dip = int(10.5 / F)
+    probs[dip] = 0.55  # still speech, but the least speech-like frame near the limit
+    out = _run_endpointer(probs, max_utterance=11.0)
+    kinds = [b.kind for b in out]
+    assert kinds[:3] == ["start", "end", "start"]
+    cut = out[1]
+    assert cut.reason == "max-length"
+    assert abs(cut.end / 16000 - (dip + 0.5) * F) < 0.01
+    assert out[2].start == cut.end  # the next utterance starts exactly there
+
+
+# -- agreement policy (pure) -----------------------------------------------------------------------
+def test_local_agreement_commits_only_what_two_hypotheses_share():
+    la = LocalAgreement(2)
+    assert la.update("It was the best") == []
+    assert la.update("It was the best of times,") == "It was the best".split()
+    assert la.tentative_text == "of times,"
+    assert la.update("It was the best of times, it was the") == ["of", "times,"]
+    # The final decode settles the rest, even where it disagrees with the open words.
+    assert la.update("It was the best of times. It was the worst.", final=True) == \
+        ["It", "was", "the", "worst."]
+    assert la.committed_text == "It was the best of times, It was the worst."
+    assert la.tentative_text == ""
+
+
+def test_agreement_never_withdraws_and_aligns_a_changed_mind():
+    assert tail_after(["He", "was", "not"], ["He", "was", "not", "an"]) == ["an"]
+    # Whisper changed "not" to "nut": the tail still starts after the committed words.
+    assert tail_after(["He", "was", "not"], ["he", "was", "nut", "an", "ill"]) == ["an", "ill"]
+    assert tail_after(["Hello,"], ["Hello!", "world"]) == ["world"]
+
+
+# -- voice activity detection ---------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["silero", "energy"])
+def test_vad_on_silence_and_on_speech(kind, librivox):
+    from runtime.audio import load_audio
+    from runtime.vad import make_vad
+
+    vad = make_vad(kind)
+    silence = np.zeros(16000 * 2, np.float32)
+    assert vad.probabilities(silence).max() < 0.2
+    clip = load_audio(librivox[0].path).samples
+    p = vad.probabilities(clip)
+    speech_share = float((p >= 0.5).mean())
+    assert speech_share > 0.5, speech_share  # a read sentence: mostly speech
+    # Endpointing the clip (with 1 s of silence around it) finds it as one utterance.
+    padded = np.concatenate([silence[:16000], clip, silence])
+    out = _run_endpointer(list(vad.probabilities(padded)), min_silence=0.8)
+    ends = [b for b in out if b.kind == "end"]
+    assert len(ends) >= 1
+    assert ends[0].start / 16000 < 1.3 and ends[-1].speech_end / 16000 > len(clip) / 16000
+
+
+def test_silero_ignores_steady_noise():
+    from runtime.vad import SileroVAD
+
+    rng = np.random.default_rng(0)
+    noise = (rng.standard_normal(16000 * 3) * 0.01).astype(np.float32)
+    assert SileroVAD().probabilities(noise).max() < 0.5
+
+
+def test_file_source_plays_every_sample_no_earlier_than_real_time(librivox):
+    from runtime.audio import load_audio
+    from runtime.live_sources import FileSource
+
+    audio = load_audio(librivox[1].path)  # 3 s
+    src = FileSource(audio, speed=4.0)
+    src.start()
+    chunks = []
+    while True:
+        try:
+            c = src.read(5.0)
+        except EOFError:
+            break
+        assert c is not None
+        chunks.append(c)
+    got = np.concatenate([c.samples for c in chunks])
+    assert np.array_equal(got, audio.samples)
+    walls = [c.wall for c in chunks]
+    assert walls == sorted(walls)
+    # Paced: the last sample is not handed over before its time (a lower bound only).
+    assert walls[-1] - src.started_at >= audio.duration / 4.0 - 0.02
+
+
+def test_output_file_is_appended_on_a_line_of_its_own(tmp_path):
+    from as2d_cli.mic_display import CommitWriter
+    from runtime.live_events import Committed, UtteranceDone
+
+    out = tmp_path / "notes.txt"
+    out.write_text("yesterday's dictation, no newline")
+    w = CommitWriter(out, stdout=False)
+    w(Committed(1, "Hello there", True, False))
+    assert out.read_text().endswith("\nHello there")  # flushed at once, on a new line
+    w(Committed(1, "world.", False, True))
+    w(UtteranceDone(1, "Hello there world.", 0.0, 1.0, 0.8, "silence", 0.4, 2, 5, 0.05))
+    w.close()
+    assert out.read_text() == "yesterday's dictation, no newline\nHello there world.\n"
+
+
+# -- the whole command on real clips ---------------------------------------------------------------
+@pytest.mark.slow
+def test_dictation_matches_transcribe(cli, librivox, models_root):
+    """Unpaced (--speed 0): the file is endpointed faster than it is decoded, so utterances
+    that ended while the decoder was busy are decoded together (up to one 30-s window) —
+    the backlog path of a slow machine. Both voice detectors."""
+    two_cities = _moonshine("two_cities.wav")
+    runs = [(librivox[0].path, "silero"), (librivox[3].path, "silero"),
+            (two_cities, "silero"), (two_cities, "energy")]
+    refs: dict = {}
+    errors = words = 0
+    for clip, vad in runs:
+        if clip not in refs:
+            ref = cli("transcribe", clip, "--decoder", "target", "--no-live", "-q",
+                      "--models-dir", models_root)
+            assert ref.exit_code == 0, ref.output
+            refs[clip] = ref.stdout
+        got = cli("mic", "--input", clip, "--speed", "0", "--vad", vad, "--no-live", "-q",
+                  "--models-dir", models_root)
+        assert got.exit_code == 0, got.output
+        wer, e, n = _wer(refs[clip], got.stdout)
+        assert wer <= 0.15, (clip.name, vad, refs[clip], got.stdout)
+        errors, words = errors + e, words + n
+    assert errors / words <= 0.05, (errors, words)
+
+
+@pytest.mark.slow
+def test_paced_dictation_commits_incrementally_and_reports_latency(bundle, tmp_path, librivox):
+    """Real-time pace: the growing utterance is decoded while it is spoken, the file is
+    flushed at every commit, and each utterance reports its latency."""
+    from as2d_cli.mic_display import CommitWriter, MicStats
+    from runtime.as2d import AS2D
+    from runtime.audio import load_audio
+    from runtime.budget import Budget
+    from runtime.events import fanout
+    from runtime.live import LiveOptions, LiveSession
+    from runtime.live_events import Committed, Hypothesis
+    from runtime.live_sources import FileSource
+    from runtime.transcribe import TranscribeOptions, Transcriber
+    from runtime.vad import make_vad
+    from runtime.whisper import WhisperModel
+
+    clip = librivox[0].path  # one 7-s sentence
+    target = WhisperModel(bundle("base", "int8"), threads=2)
+    drafter = WhisperModel(bundle("tiny.en", "int8"), threads=1)
+    out = tmp_path / "dictation.txt"
+    writer = CommitWriter(out, stdout=False)
+    seen: list[tuple[str, str]] = []
+    hypotheses: list[Hypothesis] = []
+
+    def check_flushed(event) -> None:  # runs right after the writer, on the decoder thread
+        if isinstance(event, Committed):
+            seen.append((event.text, out.read_text()))
+        elif isinstance(event, Hypothesis):
+            hypotheses.append(event)
+
+    stats = MicStats()
+    listener = fanout(writer, check_flushed, stats)
+    strategy = AS2D(target, drafter, None, Budget())
+    try:
+        session = LiveSession(FileSource(load_audio(clip), 1.0), make_vad("silero"),
+                              Transcriber(target, strategy, stats), LiveOptions(language="en"),
+                              listener, "as2d", drafter.name)
+        session.start()
+        assert session.wait(120)
+    finally:
+        strategy.close()
+        writer.close()
+    assert session.error is None
+    assert seen and all(on_disk.rstrip().endswith(text) for text, on_disk in seen)
+    # The utterance was decoded while it grew, not only once it had ended.
+    assert any(not h.final and h.audio_seconds < 6.5 for h in hypotheses), hypotheses
+    assert stats.utterances and all(u.latency is not None and u.latency >= 0
+                                    for u in stats.utterances if u.text)
+    lines = out.read_text().splitlines()
+    assert lines == [u.text for u in stats.utterances if u.text]
+
+    reference = " ".join(s.text for s in Transcriber(target).transcribe(
+        load_audio(clip), TranscribeOptions(language="en")))
+    wer, _, _ = _wer(reference, session.text)
+    assert wer <= 0.15, (reference, session.text)
+
+
+def _mic_process(args: list[str], **kw) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-c", MIC_MAIN, "mic", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+@pytest.mark.slow
+def test_ctrl_c_finishes_the_utterance_and_keeps_the_text(tmp_path, models_root):
+    clip = _moonshine("two_cities.wav")
+    out = tmp_path / "dictation.txt"
+    proc = _mic_process(["--input", str(clip), "--speed", "1.5", "--no-live", "--output",
+                         str(out), "--models-dir", str(models_root)])
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:  # wait for the first committed line
+            if out.is_file() and out.read_text().count("\n") >= 1:
+                break
+            time.sleep(0.1)
+        assert out.read_text().count("\n") >= 1
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "finishing the utterance in progress" in stderr
+    text = out.read_text()
+    assert text == stdout  # everything printed was saved, and the reverse
+    assert text.endswith("\n") and "It was the best of times" in text
+    assert "comparison only" not in text  # it did stop early
+    assert "Traceback" not in stderr
+
+
+# -- input failures (simulated sounddevice) --------------------------------------------------------
+def test_portaudio_missing_is_one_line(cli, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_portaudio(name, *a, **kw):
+        if name == "sounddevice":
+            raise OSError("PortAudio library not found")
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_portaudio)
+    r = cli("mic")
+    assert r.exit_code == 1
+    assert r.output.startswith("as2d: error: cannot use the microphone: the PortAudio library "
+                               "is missing")
+    assert r.output.count("\n") == 1
+    r = cli("mic", "--list-devices")
+    assert r.exit_code == 1 and "PortAudio" in r.output
+
+
+class _FakeDevices:
+    """sounddevice's device queries on a machine with one input device, or none."""
+
+    def __init__(self, present: bool) -> None:
+        self.present = present
+
+    def query_devices(self, device=None, kind=None):
+        if not self.present:
+            if kind == "input":
+                raise ValueError("No input device matching")
+            return []
+        info = {"name": "Fake USB Mic", "index": 0, "hostapi": 0, "max_input_channels": 1,
+                "max_output_channels": 0, "default_samplerate": 16000.0}
+        if device is not None and kind == "input" and device not in (0, "Fake USB Mic"):
+            raise ValueError(f"No input device matching {device!r}")
+        return info if kind == "input" or device is not None else [info]
+
+
+def test_no_input_device(cli, monkeypatch):
+    import sounddevice as sd
+
+    fake = _FakeDevices(False)
+    monkeypatch.setattr(sd, "query_devices", fake.query_devices)
+    monkeypatch.setattr(sd, "query_hostapis", lambda: [{"name": "ALSA"}])
+    r = cli("mic")
+    assert r.exit_code == 1
+    assert r.output.startswith("as2d: error: no audio input device found")
+    r = cli("mic", "--list-devices")
+    assert r.exit_code == 1 and "no audio input device" in r.output
+
+
+@pytest.mark.slow
+def test_device_disappearing_mid_run_saves_the_text(cli, monkeypatch, tmp_path, librivox,
+                                                    models_root):
+    """The stream delivers a real clip through the callback, then the device vanishes:
+    PortAudio stops calling back and reports the stream finished."""
+    import sounddevice as sd
+
+    from runtime.audio import load_audio
+
+    samples = load_audio(librivox[0].path).samples
+
+    class VanishingStream:
+        def __init__(self, *, callback, finished_callback, blocksize, **kw):
+            self.callback, self.finished = callback, finished_callback
+            self.block = blocksize
+            self.thread = threading.Thread(target=self._run, daemon=True)
+
+        def _run(self):  # PortAudio's thread: blocks at 4× real time, then the device is gone
+            for i in range(0, len(samples) - self.block, self.block):
+                self.callback(samples[i:i + self.block, None], self.block, None, None)
+                time.sleep(self.block / 16000 / 4)
+            self.finished()
+
+        def start(self):
+            self.thread.start()
+
+        def stop(self):
+            pass
+
+        def close(self):
+            pass
+
+    fake = _FakeDevices(True)
+    monkeypatch.setattr(sd, "query_devices", fake.query_devices)
+    monkeypatch.setattr(sd, "check_input_settings", lambda **kw: None)
+    monkeypatch.setattr(sd, "InputStream", VanishingStream)
+    r = cli("mic", "--device", "0", "--list-devices")
+    assert r.exit_code == 0 and "Fake USB Mic" in r.output
+    out = tmp_path / "dictation.txt"
+    r = cli("mic", "--device", "Fake USB Mic", "--no-live", "-q", "--output", out,
+            "--models-dir", models_root)
+    assert r.exit_code == 1
+    last = r.output.strip().splitlines()[-1]
+    assert last.startswith("as2d: error: the audio input 'Fake USB Mic' stopped delivering")
+    assert str(out) in last  # tells where the text is
+    saved = out.read_text()
+    assert "Dashwood" in saved and saved.endswith("\n")
+
+
+def test_bad_options_are_one_line(cli, tmp_path, librivox):
+    for args, words in ((["--decoder", "fast"], "--decoder"), (["--vad", "webrtc"], "--vad"),
+                        (["--speed", "2"], "--speed applies to --input"),
+                        (["--input", tmp_path / "missing.wav"], "no such file"),
+                        (["--max-utterance", "1"], "--max-utterance"),
+                        (["--threshold", "1.5"], "threshold"),
+                        (["--input", librivox[1].path, "--output", tmp_path / "no" / "x.txt"],
+                         "cannot write there")):
+        r = cli("mic", *args)
+        assert r.exit_code != 0, args
+        assert r.output.startswith("as2d: error: ") and words in r.output, (args, r.output)
+        assert r.output.count("\n") == 1
