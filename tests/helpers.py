@@ -1,0 +1,89 @@
+"""Small shared helpers for the foundation tests (greedy window decoding, peers, audio files)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+# CTranslate2 folders of the same weights our bundles are converted from.
+_CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
+
+
+def ct2_folder(name: str, work: Path) -> Path:
+    """A CTranslate2 model folder for ``name`` ("base" or "tiny.en"), from the source packages."""
+    from models.catalog import lookup
+    from models.install import _module_dir, assemble
+
+    entry = lookup(name)
+    src = entry.source
+    if len(src.parts) == 1:
+        return _module_dir(src.parts[0].module) / Path(src.parts[0].path).parent
+    dest = work / f"ct2-{entry.name}"
+    if not (dest / "model.bin").is_file():
+        dest.mkdir(parents=True, exist_ok=True)
+        assemble(src, dest / "model.bin")
+        side = _module_dir(src.parts[0].module) / Path(src.parts[0].path).parent
+        for f in _CT2_FILES:
+            if (side / f).is_file():
+                shutil.copyfile(side / f, dest / f)
+    return dest
+
+
+def prompt_for(model, timestamps: bool) -> list[int]:
+    tk = model.tokenizer
+    seq = tk.sot_sequence("en" if model.multilingual else None)
+    return seq if timestamps else seq + [tk.no_timestamps]
+
+
+def greedy_tokens(model, ctx, timestamps: bool, sample_len: int = 224) -> list[int]:
+    """Our target-only greedy tokens for one encoded window (end-of-text excluded)."""
+    from runtime.decoding import WindowDecoder
+    from runtime.logits import LogitRules
+
+    tk = model.tokenizer
+    prompt = prompt_for(model, timestamps)
+    rules = LogitRules(tk, model.dims.n_vocab, timestamps=timestamps,
+                       suppress=tuple(tk.suppress_tokens()))
+    state = model.decoder_state(ctx)
+    try:
+        dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
+        dec.start()
+        while not dec.done:
+            dec.step([])
+        return list(dec.generated)
+    finally:
+        model.release(state)
+
+
+def greedy_window(model, mel_window: np.ndarray, timestamps: bool,
+                  sample_len: int = 224) -> list[int]:
+    return greedy_tokens(model, model.encode(mel_window), timestamps, sample_len)
+
+
+def edit_distance(a: list, b: list) -> int:
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def sox(*args) -> None:
+    """Run the sox command line tool (Debian package ``sox``); skip the test without it."""
+    if shutil.which("sox") is None:
+        import pytest
+
+        pytest.skip("sox is not installed (apt-get install sox)")
+    subprocess.run(["sox", *map(str, args)], check=True, capture_output=True)
+
+
+def write_wav(path: Path, samples: np.ndarray, rate: int = 16000, subtype: str = "PCM_16"):
+    import soundfile as sf
+
+    sf.write(str(path), samples, rate, subtype=subtype)
+    return path

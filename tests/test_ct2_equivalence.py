@@ -1,0 +1,101 @@
+"""Our ONNX conversion decodes like CTranslate2 on the same weights.
+
+CTranslate2 (the engine faster-whisper runs) reads the very ``model.bin`` our converter reads, so
+it is the natural peer. In float32 both compute the same function and greedy decoding must pick
+the same token at every step, on every real clip, with and without timestamps. In int8 the two
+quantise differently (ours: per-row activations and per-column weights, chosen so that
+verification is lossless), so only near-agreement of the text tokens is required.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import ct2_folder, edit_distance, greedy_tokens, prompt_for
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+pytestmark = pytest.mark.slow
+
+MODELS = ["tiny.en", "base"]
+# int8 tolerance: at most this many clips (of 13) may decode differently from CTranslate2's
+# int8, and the pooled token edit distance must stay under this share of the tokens.
+INT8_MAX_DIFFERENT_CLIPS = 2
+INT8_MAX_TOKEN_ERROR = 0.02
+
+
+@pytest.fixture(scope="module")
+def first_windows(clips):
+    """The first 30-s window of every real clip, as our front end computes it."""
+    from runtime.audio import load_audio
+    from runtime.features import LogMel
+
+    return [(c.name, LogMel(load_audio(c.path), 80).window(0)) for c in clips]
+
+
+@pytest.fixture(scope="module")
+def ct2_dir(tmp_path_factory):
+    work = tmp_path_factory.mktemp("ct2")
+    return lambda name: ct2_folder(name, work)
+
+
+def _decode_both(model, peer, mel, modes):
+    """{timestamps: (ours, ct2)} for one window."""
+    ctx = model.encode(mel)
+    enc = peer.encode(ctranslate2.StorageView.from_array(mel))
+    suppress = model.tokenizer.suppress_tokens()
+    out = {}
+    for ts in modes:
+        theirs = peer.generate(enc, [prompt_for(model, ts)], beam_size=1, max_length=448,
+                               suppress_tokens=suppress)[0].sequences_ids[0]
+        out[ts] = (greedy_tokens(model, ctx, ts), list(theirs))
+    return out
+
+
+def _first_difference(a: list[int], b: list[int]) -> str:
+    i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"first difference at token {i}: ours {a[i:i + 4]} vs ct2 {b[i:i + 4]}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_fp32_greedy_tokens_equal_ctranslate2_on_every_clip(name, whisper, ct2_dir,
+                                                           first_windows):
+    model = whisper(name, "fp32", 2)
+    peer = ctranslate2.models.Whisper(str(ct2_dir(name)), device="cpu",
+                                      compute_type="float32", intra_threads=2)
+    mismatches = []
+    compared = 0
+    for clip, mel in first_windows:
+        for ts, (ours, theirs) in _decode_both(model, peer, mel, (False, True)).items():
+            compared += 1
+            assert ours, f"{clip}: no tokens decoded"
+            if ours != theirs:
+                mismatches.append(f"{clip} timestamps={ts}: {_first_difference(ours, theirs)}")
+    del peer
+    assert compared == 2 * len(first_windows)
+    assert not mismatches, "\n".join(mismatches)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_int8_text_tokens_agree_with_ctranslate2_int8(name, whisper, ct2_dir, first_windows):
+    model = whisper(name, "int8", 2)
+    peer = ctranslate2.models.Whisper(str(ct2_dir(name)), device="cpu", compute_type="int8",
+                                      intra_threads=2)
+    tk = model.tokenizer
+    different, errors, total = [], 0, 0
+    for clip, mel in first_windows:
+        ours, theirs = _decode_both(model, peer, mel, (False,))[False]
+        assert all(t < tk.eot for t in ours), "no-timestamp decoding produced special tokens"
+        d = edit_distance(ours, theirs)
+        errors += d
+        total += len(theirs)
+        if d:
+            different.append(f"{clip}: {d} token edits; {_first_difference(ours, theirs)}\n"
+                             f"    ours: {tk.decode(ours)!r}\n    ct2:  {tk.decode(theirs)!r}")
+    del peer
+    print(f"\n{name} int8 vs CTranslate2 int8: {len(different)}/{len(first_windows)} clips "
+          f"differ, {errors}/{total} token edits")
+    for line in different:
+        print("  " + line)
+    assert len(different) <= INT8_MAX_DIFFERENT_CLIPS, "\n".join(different)
+    assert errors <= INT8_MAX_TOKEN_ERROR * total, "\n".join(different)

@@ -1,0 +1,72 @@
+"""The tokenizer and the logit rules' token sets are Whisper's own, read from each model.
+
+base (multilingual) and tiny.en have different vocabularies and special-token ids; every id
+comes from the model's tokenizer.json, and the sets Whisper suppresses must equal the ones the
+model's own generation config lists (computed by Whisper's reference tokenizer).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import greedy_window
+
+MODELS = ["base", "tiny.en"]
+
+
+@pytest.mark.parametrize("name,prompt,eot", [
+    ("base", [50258, 50259, 50359, 50363], 50257),
+    ("tiny.en", [50257, 50362], 50256),
+])
+def test_prompts_and_end_of_text_come_from_the_vocabulary(name, prompt, eot, whisper):
+    tk = whisper(name, "int8").tokenizer
+    got = tk.sot_sequence("en" if tk.multilingual else None) + [tk.no_timestamps]
+    assert got == prompt
+    assert tk.eot == eot
+    assert tk.timestamp_begin == tk.no_timestamps + 1
+    assert tk.timestamp_text(tk.timestamp_begin + 150) == "<|3.00|>"
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_suppressed_tokens_equal_the_models_generation_config(name, whisper):
+    model = whisper(name, "int8")
+    tk, cfg = model.tokenizer, model.config
+    assert sorted(tk.suppress_tokens()) == sorted(cfg["suppress_ids"])
+    # suppress-blank at the first position: the space token and end-of-text.
+    assert sorted(tk.encode(" ") + [tk.eot]) == sorted(cfg["suppress_ids_begin"])
+
+
+def test_multilingual_vocabulary_knows_99_languages(whisper):
+    tk = whisper("base", "int8").tokenizer
+    assert tk.multilingual and len(tk.languages) == 99
+    assert tk.language_token("English") == tk.language_token("en") == 50259
+    with pytest.raises(ValueError):
+        tk.language_token("yue")  # a later Whisper language, not in base's vocabulary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_encode_reproduces_the_tokens_the_model_emits(name, whisper, clips):
+    """Re-encoding decoded text gives the model's own ids (canonical byte-pair merges), so
+    drafted words re-tokenised for the target can match what the target would emit."""
+    from runtime.audio import load_audio
+    from runtime.features import LogMel
+
+    model = whisper(name, "int8")
+    tk = model.tokenizer
+    picked = [c for c in clips if "librivox" in str(c.path) or c.name == "two_cities.wav"]
+    for clip in picked:
+        tokens = greedy_window(model, LogMel(load_audio(clip.path), 80).window(0), False)
+        text = tk.decode(tokens)
+        assert tk.encode(text) == tokens, f"{clip.name}: {text!r}"
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("text", [" the cat sat on the mat.", " Ça va? Très bien.",
+                                  " 1,234.5 km/h — “quoted”", " 東京", "  two  spaces"])
+def test_decode_inverts_encode(name, text, whisper):
+    tk = whisper(name, "int8").tokenizer
+    ids = tk.encode(text)
+    assert all(0 <= t < tk.eot for t in ids)
+    assert tk.decode(ids) == text
+    assert tk.decode_bytes(ids) == text.encode("utf-8")
