@@ -188,6 +188,20 @@ def models_path(
     run_guarded(lambda: model_path(name, models_dir))
 
 
+@models_app.command("export")
+def models_export(
+    name: str = typer.Argument(..., help="A Whisper model of the catalog (base, tiny.en)."),
+    out: Path = typer.Argument(..., help="Folder to write."),
+    source: Optional[Path] = typer.Option(None, "--from",
+                                          help="Convert from a local CTranslate2 folder."),
+) -> None:
+    """Write a model in the Hugging Face ONNX layout (fp32), for use with other tools."""
+    from models.install import export_hf_layout
+
+    run_guarded(lambda: export_hf_layout(name, out, source,
+                                         progress=lambda m: typer.echo(f"  {m}", err=True)))
+
+
 @models_app.command("remove")
 def models_remove(
     names: List[str] = typer.Argument(..., help="Bundles to delete (e.g. base-fp32)."),

@@ -40,6 +40,13 @@ def build_strategy(decoder: str, target, drafter: str, precision: str | None, bu
 
     if decoder == "target":
         return TargetOnly(target, listener)
+    check = getattr(target, "check_exact_rows", None)
+    if check is not None and not check():
+        # Verifying k tokens in one pass must give what k single passes give; this graph
+        # (not written by as2d) rounds differently, so speculation could change the text.
+        note(f"{target.name}: this model's graph does not compute rows independently, so "
+             f"speculative decoding could change its output; decoding with the target alone")
+        return TargetOnly(target, listener)
     draft_model = load_whisper(drafter, None, models_dir, plan.drafter, progress=note,
                                role="drafter")
     fixed = None if budget == "auto" else int(budget)

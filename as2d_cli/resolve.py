@@ -92,12 +92,16 @@ def load_whisper(spec: str, precision: str | None, root: str | None, threads: in
 
     path = resolve_bundle_dir(spec, precision, root, progress=progress, kind="whisper")
     if not (path / "manifest.json").is_file():
+        from runtime.hf_whisper import HFLayoutError, HFWhisperModel
+
         try:
-            from runtime.hf_whisper import HFWhisperModel
-        except ImportError:
-            raise UserError(f"{spec}: Hugging Face ONNX Whisper folders are not supported by "
-                            "this version of as2d") from None
-        return HFWhisperModel(path, threads=threads, encoder_threads=encoder_threads)
+            return HFWhisperModel(path, threads=threads, encoder_threads=encoder_threads,
+                                  role=role)
+        except HFLayoutError as exc:
+            raise UserError(str(exc)) from None
+        except Exception as exc:  # a damaged graph or config
+            raise UserError(f"{spec}: cannot load this Hugging Face ONNX model "
+                            f"({str(exc).splitlines()[0][:200]})") from None
     try:
         return WhisperModel(path, threads=threads, encoder_threads=encoder_threads, role=role)
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph

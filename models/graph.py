@@ -31,6 +31,7 @@ class Graph:
     """Accumulates nodes, initializers and graph inputs/outputs."""
 
     name: str
+    scope: str = ""  # prefix of generated value names (graphs that end up nested in one model)
     nodes: list = field(default_factory=list)
     initializers: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
@@ -42,7 +43,7 @@ class Graph:
 
     # -- naming -------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
-        return f"{hint}_{next(self._ids)}"
+        return f"{self.scope}{hint}_{next(self._ids)}"
 
     # -- values -------------------------------------------------------------------------------
     def input(self, name: str, elem_type: int, shape: list) -> str:

@@ -231,3 +231,27 @@ def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: 
                 source={"format": "ctranslate2", "sha256": None if source_dir else
                         entry.source.sha256, "packages": list(entry.source.packages)
                         if source_dir is None else [], "path": str(source_dir or "")})
+
+
+def export_hf_layout(name: str, out: Path, source_dir: Path | None = None,
+                     progress: Progress | None = None) -> Path:
+    """Write a catalog Whisper model (fp32) in the Hugging Face ONNX layout to ``out``."""
+    from .ct2 import load_ct2
+    from .hf_export import export_hf
+
+    entry = lookup(name)
+    if entry.kind != "whisper":
+        raise BundleError(f"{entry.name} is not a Whisper model")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".export.", dir=out))
+    try:
+        model_bin, extras = _source_files(entry, source_dir, work, progress)
+        if progress:
+            progress(f"writing {entry.name} in the Hugging Face ONNX layout to {out}")
+        export_hf(load_ct2(model_bin), extras["tokenizer.json"], out)
+    except OSError as exc:
+        raise BundleError(f"cannot write to {out} ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return out

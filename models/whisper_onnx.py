@@ -79,10 +79,27 @@ def _self_attention_weights(m: CT2Model, prefix: str, d: int, head_dim: int):
 
 def build_encoder(m: CT2Model, quant: str = "fp32") -> tuple:
     dims = whisper_dims(m)
-    d, heads = dims["n_audio_state"], dims["n_audio_head"]
-    hd = d // heads
     g = Graph("whisper_encoder")
     mel = g.input("mel", TensorProto.FLOAT, [1, dims["n_mels"], "frames"])
+    x = encoder_body(g, m, mel, quant)
+    td, th = dims["n_text_state"], dims["n_text_head"]
+    for i in range(dims["n_text_layer"]):
+        p = f"decoder/layer_{i}/attention/linear_1"
+        w, b = m.f32(f"{p}/weight"), m.f32(f"{p}/bias")  # fused [2d, d]: k, v
+        k = g.linear(x, w[:td], None, f"cross{i}.k", quant)
+        v = g.linear(x, w[td:], b[td:], f"cross{i}.v", quant)
+        g.output(_split_heads(g, k, th, [1, 2, 0]), f"cross_k_{i}", TensorProto.FLOAT,
+                 [th, td // th, "audio_ctx"])
+        g.output(_split_heads(g, v, th, [1, 0, 2]), f"cross_v_{i}", TensorProto.FLOAT,
+                 [th, "audio_ctx", td // th])
+    return g.model(), dims
+
+
+def encoder_body(g: Graph, m: CT2Model, mel: str, quant: str) -> str:
+    """Convolutions, positions, layers and final norm: ``mel [1, n_mels, F]`` → ``[F/2, d]``."""
+    dims = whisper_dims(m)
+    d, heads = dims["n_audio_state"], dims["n_audio_head"]
+    hd = d // heads
 
     x = g.op("Conv", mel, g.weight("conv1.weight", m.f32("encoder/conv1/weight")),
              g.weight("conv1.bias", m.f32("encoder/conv1/bias")), pads=[1, 1], kernel_shape=[3])
@@ -111,20 +128,8 @@ def build_encoder(m: CT2Model, quant: str = "fp32") -> tuple:
                                     m.f32(f"{p}/self_attention/linear_1/bias"), f"enc{i}.out",
                                     quant))
         x = _ffn(g, m, x, p, f"enc{i}", quant)
-    x = g.layer_norm(x, m.f32("encoder/layer_norm/gamma"), m.f32("encoder/layer_norm/beta"),
-                     "enc.ln")
-
-    td, th = dims["n_text_state"], dims["n_text_head"]
-    for i in range(dims["n_text_layer"]):
-        p = f"decoder/layer_{i}/attention/linear_1"
-        w, b = m.f32(f"{p}/weight"), m.f32(f"{p}/bias")  # fused [2d, d]: k, v
-        k = g.linear(x, w[:td], None, f"cross{i}.k", quant)
-        v = g.linear(x, w[td:], b[td:], f"cross{i}.v", quant)
-        g.output(_split_heads(g, k, th, [1, 2, 0]), f"cross_k_{i}", TensorProto.FLOAT,
-                 [th, td // th, "audio_ctx"])
-        g.output(_split_heads(g, v, th, [1, 0, 2]), f"cross_v_{i}", TensorProto.FLOAT,
-                 [th, "audio_ctx", td // th])
-    return g.model(), dims
+    return g.layer_norm(x, m.f32("encoder/layer_norm/gamma"), m.f32("encoder/layer_norm/beta"),
+                        "enc.ln")
 
 
 def _ffn(g: Graph, m: CT2Model, x: str, p: str, name: str, quant: str) -> str:

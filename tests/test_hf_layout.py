@@ -1,0 +1,78 @@
+"""Whisper in the Hugging Face ONNX layout (an optimum export) from a local folder.
+
+No hub is reachable, so the folder is written by ``as2d models export`` from the same weights
+as our own bundles; the reader must give the same transcript, in the merged and in the split
+layout, and must refuse speculation with a graph whose rows are not computed independently.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runtime.audio import load_audio
+from runtime.hf_whisper import HFLayoutError, HFWhisperModel
+from runtime.transcribe import TranscribeOptions, Transcriber
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory, models_root):
+    from models.install import export_hf_layout
+
+    return export_hf_layout("tiny.en", tmp_path_factory.mktemp("hf") / "tiny.en")
+
+
+@pytest.fixture(scope="module")
+def clip(librivox):
+    return load_audio(librivox[0].path)
+
+
+def tokens(model, audio):
+    return [s.tokens for s in Transcriber(model).transcribe(audio, TranscribeOptions())]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["merged", "split"])
+def test_hf_layout_transcribes_like_our_own_bundle(hf_folder, clip, whisper, tmp_path, layout):
+    folder = hf_folder
+    if layout == "split":  # the same folder without the merged decoder
+        folder = tmp_path / "split"
+        shutil.copytree(hf_folder, folder)
+        (folder / "decoder_model_merged.onnx").unlink()
+    hf = HFWhisperModel(folder, threads=2)
+    assert hf.merged == (layout == "merged")
+    assert tokens(hf, clip) == tokens(whisper("tiny.en", "fp32"), clip)
+
+
+@pytest.mark.slow
+def test_a_graph_that_is_not_row_exact_is_not_used_for_speculation(hf_folder, clip):
+    from as2d_cli.engine import build_strategy, plan_threads
+    from runtime.strategies import TargetOnly
+
+    hf = HFWhisperModel(hf_folder, threads=2)
+    assert hf.check_exact_rows() is False  # a plain export rounds one row differently
+    notes = []
+    strategy = build_strategy("as2d", hf, "tiny.en", None, "auto", plan_threads(2, "as2d"),
+                              None, None, notes.append)
+    assert isinstance(strategy, TargetOnly)
+    assert notes and "target alone" in notes[0]
+
+
+def test_an_incomplete_folder_says_what_is_missing(tmp_path):
+    (tmp_path / "encoder_model.onnx").write_bytes(b"")
+    with pytest.raises(HFLayoutError, match="decoder_model_merged.onnx"):
+        HFWhisperModel(tmp_path)
+
+
+@pytest.mark.slow
+def test_cli_reads_the_folder_given_as_model(hf_folder, librivox):
+    from typer.testing import CliRunner
+
+    from as2d_cli.app import app
+
+    result = CliRunner().invoke(app, ["transcribe", str(librivox[0].path), "-m",
+                                      str(hf_folder), "--no-live"])
+    assert result.exit_code == 0, result.output
+    assert "Dashwood" in result.stdout
