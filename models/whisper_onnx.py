@@ -26,7 +26,7 @@ import numpy as np
 from onnx import TensorProto
 
 from .ct2 import CT2Model, CT2FormatError
-from .graph import Graph
+from .graph import MS_DOMAIN, Graph
 
 def whisper_dims(m: CT2Model) -> dict[str, int]:
     """Model dimensions, named as openai-whisper names them (written to the manifest)."""
@@ -122,9 +122,13 @@ def encoder_body(g: Graph, m: CT2Model, mel: str, quant: str) -> str:
         w, b = _self_attention_weights(m, f"{p}/self_attention", d, hd)
         qkv = g.linear(h, w, b, f"enc{i}.qkv", quant)
         q, k, v = g.op("Split", qkv, g.const([d, d, d]), axis=-1, n_out=3)
-        a = _attend(g, _split_heads(g, q, heads, [1, 0, 2]), _split_heads(g, k, heads, [1, 2, 0]),
-                    _split_heads(g, v, heads, [1, 0, 2]), None)
-        x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/self_attention/linear_1/weight"),
+        # onnxruntime's fused attention: the encoder always sees whole windows, so it needs no
+        # row independence, and the fused kernel never writes the [H, S, S] scores to memory.
+        batch = g.const([1, -1, d])
+        a = g.op("MultiHeadAttention", g.op("Reshape", q, batch), g.op("Reshape", k, batch),
+                 g.op("Reshape", v, batch), domain=MS_DOMAIN, num_heads=heads, scale=1.0)
+        a = g.op("Reshape", a, g.const([-1, d]))
+        x = g.op("Add", x, g.linear(a, m.f32(f"{p}/self_attention/linear_1/weight"),
                                     m.f32(f"{p}/self_attention/linear_1/bias"), f"enc{i}.out",
                                     quant))
         x = _ffn(g, m, x, p, f"enc{i}", quant)

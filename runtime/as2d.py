@@ -10,6 +10,8 @@ The target never waits for the drafter, and the drafter never waits for the targ
 
 from __future__ import annotations
 
+import threading
+
 from .align import Aligner
 from .budget import Budget
 from .decoding import WindowDecoder
@@ -29,7 +31,7 @@ class AS2D(Strategy):
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None,
                  truncate_audio: bool = True, drafter_nice: int = 0,
-                 busy_threads: int | None = None) -> None:
+                 busy_threads: int | None = None, yield_lead: int | None = None) -> None:
         super().__init__(target, listener)
         self.drafter = drafter
         self.drafter_name = drafter.name
@@ -39,6 +41,10 @@ class AS2D(Strategy):
         # Target threads while the drafter is still working (None: the target's own count).
         # On a small machine the drafter needs a core of its own to stay ahead.
         self.busy_threads = busy_threads
+        # While the target encodes (a compute-bound run that uses every core well), a drafter
+        # already this many tokens ahead of the target waits instead of competing for a core.
+        self.yield_lead = yield_lead
+        self._encoding = threading.Event()
         self.worker: DrafterWorker | None = None
         self.stream: CandidateStream | None = None
         self.aligner: Aligner | None = None
@@ -62,7 +68,18 @@ class AS2D(Strategy):
                            "match; the budget adapts"))
         self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,
                                     language or "en", self.emit, self.truncate_audio,
-                                    self.drafter_nice).start()
+                                    self.drafter_nice, self._drafter_should_yield).start()
+
+    def _drafter_should_yield(self) -> bool:
+        return (self.yield_lead is not None and self._encoding.is_set()
+                and len(self.stream) - self.aligner.pos >= self.yield_lead)
+
+    def encode(self, window, mel, seek, size, run_options=None):
+        self._encoding.set()
+        try:
+            return super().encode(window, mel, seek, size, run_options)
+        finally:
+            self._encoding.clear()
 
     def end(self) -> None:
         super().end()

@@ -40,7 +40,7 @@ class DrafterWorker:
     def __init__(self, model: WhisperModel, target_tokenizer: WhisperTokenizer, mel: LogMel,
                  stream: CandidateStream, language: str | None = "en",
                  listener: Listener | None = None, truncate_audio: bool = True,
-                 nice: int = 0) -> None:
+                 nice: int = 0, should_yield=None) -> None:
         self.model = model
         self.mel = mel
         self.stream = stream
@@ -48,6 +48,8 @@ class DrafterWorker:
         self.emit = listener or ignore
         self.truncate_audio = truncate_audio
         self.nice = nice
+        # Asked between steps: should the drafter leave the cores to the target for now?
+        self.should_yield = should_yield or (lambda: False)
         self.retok = make_retokenizer(model.tokenizer, target_tokenizer)
         self._target_tk = target_tokenizer
         self._stop = threading.Event()
@@ -106,6 +108,8 @@ class DrafterWorker:
             offset = seek / FRAMES_PER_SECOND
             self.emit(WindowStarted(window, offset, (seek + size) / FRAMES_PER_SECOND,
                                     worker="drafter"))
+            while self.should_yield() and not self._stop.is_set():
+                time.sleep(0.002)
             t0 = time.perf_counter()
             ctx = model.encode(self.mel.window(seek, size, pad_to=max(frames, 2)),
                                self._run_options)
@@ -120,6 +124,8 @@ class DrafterWorker:
                 self._take(step.committed, offset, step.seconds)
                 content_end = size / FRAMES_PER_SECOND
                 while not dec.done and not self._stop.is_set():
+                    while self.should_yield() and not self._stop.is_set():
+                        time.sleep(0.002)
                     step = dec.step()
                     self._take(step.committed, offset, step.seconds)
                     if self._runaway(dec.generated, content_end):
