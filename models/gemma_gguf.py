@@ -464,7 +464,7 @@ def _rope(g: Graph, x: str, cos: str, sin: str, half: int) -> str:
 
 def _embed_int8(g: Graph, emb: np.ndarray, tokens: str, prefix: str) -> str:
     """Token rows from the int8 copy of the tied embedding that the output projection reads."""
-    wq, scale, _ = g.quantized_weight(emb, prefix)
+    wq, scale = g.quantized_weight(emb, prefix)
     cols = g.op("Cast", g.op("Gather", wq, tokens, axis=1), to=TensorProto.FLOAT)  # [d, T]
     return g.op("Mul", g.op("Transpose", cols, perm=[1, 0]),
                 g.op("Unsqueeze", g.op("Gather", scale, tokens, axis=0), g.const([1])))

@@ -39,7 +39,6 @@ class Graph:
     _ids: count = field(default_factory=count)
     _consts: dict = field(default_factory=dict)
     _quantized: set = field(default_factory=set)
-    _shift_of: dict = field(default_factory=dict)
 
     # -- naming -------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -101,8 +100,8 @@ class Graph:
         pass over ``k`` tokens yields exactly the logits that ``k`` single-token steps would.
         onnxruntime's own dynamic quantisation uses one scale for the whole tensor, which would
         make speculative verification disagree with plain decoding. The integer product runs
-        in onnxruntime's u8s8 kernel, so activations are shifted by 128 and the shift is taken
-        back out with a precomputed column sum.
+        in onnxruntime's u8s8 kernel: activations are shifted by 128 into uint8 and the
+        kernel's zero point takes the shift back out.
         """
         w = np.asarray(weight, dtype=np.float32)
         if quant == "fp32":
@@ -113,7 +112,7 @@ class Graph:
             # One activation scale for the whole tensor, quantisation fused into the kernel:
             # rows then depend on each other. Only for graphs whose rows need not be exact
             # (drafters); measured no faster than the per-row form for our encoders.
-            wq, scale, _ = self.quantized_weight(w, prefix)
+            wq, scale = self.quantized_weight(w, prefix)
             return self.op("DynamicQuantizeMatMul", x, wq, scale, "",
                            self.weight(f"{prefix}.bias", bias.astype(np.float32))
                            if bias is not None and np.any(bias) else "",
@@ -124,14 +123,13 @@ class Graph:
             y = self.op("Add", y, self.weight(f"{prefix}.bias", bias.astype(np.float32)))
         return y
 
-    def quantized_weight(self, w: np.ndarray, prefix: str) -> tuple[str, str, str]:
+    def quantized_weight(self, w: np.ndarray, prefix: str) -> tuple[str, str]:
         """int8 copy of ``w [out, in]``, stored once per prefix as ``[in, out]``.
 
-        Returns the names of the int8 weight, its per-output scale and the u8s8 shift term
-        (the shift is made on first request), so that another consumer (the tied embedding
-        lookup) can read the same tensors.
+        Returns the names of the int8 weight and its per-output scale, so that another consumer
+        (the tied embedding lookup) can read the same tensors.
         """
-        names = (f"{prefix}.weight_q", f"{prefix}.weight_scale", f"{prefix}.weight_shift")
+        names = (f"{prefix}.weight_q", f"{prefix}.weight_scale")
         if names[0] in self._quantized:
             return names
         self._quantized.add(names[0])
@@ -141,18 +139,10 @@ class Graph:
         wq = np.clip(np.rint(wt / col_scale), -127, 127).astype(np.int8)
         self.weight(names[0], wq)
         self.weight(names[1], col_scale.astype(np.float32))
-        self._shift_of[names[2]] = wq
         return names
 
-    def _shift(self, name: str) -> str:
-        """128 × column sums of an int8 weight: undoes the uint8 shift of the activations."""
-        wq = self._shift_of.pop(name, None)
-        if wq is not None:
-            self.weight(name, (wq.astype(np.int32).sum(axis=0) * 128).astype(np.int32))
-        return name
-
     def _linear_int8(self, x: str, w: np.ndarray, prefix: str) -> str:
-        wq_name, scale_name, shift_name = self.quantized_weight(w, prefix)
+        wq_name, scale_name = self.quantized_weight(w, prefix)
         # One scale per row (x is 2-D, [rows, in]): max|x| / 127.
         row_max = self.op("ReduceMax", self.op("Abs", x), axes=[-1], keepdims=1)
         row_scale = self.op("Max", self.op("Mul", row_max, self.const(1.0 / 127.0, np.float32)),
@@ -164,9 +154,14 @@ class Graph:
                                               self.const(128.0, np.float32)),
                              to=TensorProto.UINT8)
         xq = self.op("QuantizeLinear", x, flat_scale, zero_point, axis=0)
-        acc = self.op("Sub", self.op("MatMulInteger", xq, wq_name), self._shift(shift_name))
-        return self.op("Mul", self.op("Cast", acc, to=TensorProto.FLOAT),
-                       self.op("Mul", row_scale, scale_name))
+        # (xq - 128) · wq, exact in int32, converted and scaled per column in one kernel (its
+        # A-scale is a scalar 1: the per-row scale follows, element by element, so each row
+        # stays independent of the others). Written out on purpose: onnxruntime would fuse a
+        # MatMulInteger → Cast → Mul(row ⊗ column scale) chain into this op and then read the
+        # per-row scale as a scalar.
+        y = self.op("MatMulIntegerToFloat", xq, wq_name, self.const(1.0, np.float32),
+                    scale_name, self.const(128, np.uint8), domain=MS_DOMAIN)
+        return self.op("Mul", y, row_scale)
 
     # -- finish -------------------------------------------------------------------------------
     def model(self, opsets: tuple = ((("", OPSET)), (MS_DOMAIN, 1)), producer: str = "as2d"

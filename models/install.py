@@ -22,7 +22,7 @@ from .bundle import Bundle, BundleError, load_bundle, models_dir, write_manifest
 from .catalog import ModelEntry, Part, Source, lookup
 
 # Bump when the graphs change: older bundles are converted again on first use.
-CONVERTER_VERSION = 3
+CONVERTER_VERSION = 4
 
 Progress = Callable[[str], None]
 

@@ -249,7 +249,7 @@ def _attend_padded(g: Graph, q: str, k_t: str, v: str, mask: str | None, t_len: 
 
 def _embed_int8(g: Graph, emb: np.ndarray, tokens: str) -> str:
     """Embedding lookup from the int8 copy that the tied projection reads (stored once)."""
-    wq, scale, _ = g.quantized_weight(emb, "decoder.projection")
+    wq, scale = g.quantized_weight(emb, "decoder.projection")
     cols = g.op("Cast", g.op("Gather", wq, tokens, axis=1), to=TensorProto.FLOAT)  # [d, T]
     return g.op("Mul", g.op("Transpose", cols, perm=[1, 0]),
                 g.op("Unsqueeze", g.op("Gather", scale, tokens, axis=0), g.const([1])))

@@ -18,12 +18,12 @@ ctranslate2 = pytest.importorskip("ctranslate2")
 pytestmark = pytest.mark.slow
 
 MODELS = ["tiny.en", "base"]
-# int8 tolerance: at most this many clips (of 13) may decode differently from CTranslate2's
-# int8. The two quantise differently (ours: per-row activation scales, chosen for exact
-# verification), so greedy paths may part at a near-tie, and once they part the rest of the
-# window differs (on the endgame dialogue ours keeps the play's repeated lines, which are in
-# the audio). Most clips must still agree token for token.
-INT8_MAX_DIFFERENT_CLIPS = 2
+# int8: ours and CTranslate2's quantise differently (ours: per-row activation scales, chosen
+# for exact verification), so greedy paths may part at a near-tie (a comma for a full stop),
+# and once they part the rest of the window may differ (on the endgame dialogue base keeps the
+# play's repeated lines, which are in the audio). What must agree are the words: at most this
+# many of the 13 clips may differ once the text is normalised (case, punctuation, numbers).
+INT8_MAX_CLIPS_WITH_OTHER_WORDS = 2
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +79,15 @@ def test_fp32_greedy_tokens_equal_ctranslate2_on_every_clip(name, whisper, ct2_d
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_int8_text_tokens_agree_with_ctranslate2_int8(name, whisper, ct2_dir, first_windows):
+def test_int8_transcripts_say_the_same_words_as_ctranslate2_int8(name, whisper, ct2_dir, first_windows):
     model = whisper(name, "int8", 2)
     peer = ctranslate2.models.Whisper(str(ct2_dir(name)), device="cpu", compute_type="int8",
                                       intra_threads=2)
     tk = model.tokenizer
-    different, errors, total = [], 0, 0
+    different, errors, total, texts = [], 0, 0, []
     for clip, mel in first_windows:
         ours, theirs = _decode_both(model, peer, mel, (False,))[False]
+        texts.append((ours, theirs))
         assert all(t < tk.eot for t in ours), "no-timestamp decoding produced special tokens"
         d = edit_distance(ours, theirs)
         errors += d
@@ -95,8 +96,16 @@ def test_int8_text_tokens_agree_with_ctranslate2_int8(name, whisper, ct2_dir, fi
             different.append(f"{clip}: {d} token edits; {_first_difference(ours, theirs)}\n"
                              f"    ours: {tk.decode(ours)!r}\n    ct2:  {tk.decode(theirs)!r}")
     del peer
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    norm = EnglishTextNormalizer()
+    pairs = [(norm(tk.decode(t)), norm(tk.decode(o))) for o, t in texts]
+    pairs = [(t, o) for t, o in pairs if t.strip()]
+    words = jiwer.wer([t for t, _ in pairs], [o for _, o in pairs])
     print(f"\n{name} int8 vs CTranslate2 int8: {len(different)}/{len(first_windows)} clips "
-          f"differ, {errors}/{total} token edits")
+          f"differ, {errors}/{total} token edits, word disagreement {100 * words:.1f}%")
     for line in different:
         print("  " + line)
-    assert len(different) <= INT8_MAX_DIFFERENT_CLIPS, "\n".join(different)
+    other_words = sum(1 for t, o in pairs if t.split() != o.split())
+    assert other_words <= INT8_MAX_CLIPS_WITH_OTHER_WORDS, "\n".join(different)
