@@ -264,6 +264,9 @@ def bench(
 from .mic_cmd import register as _register_mic  # noqa: E402  (commands defined elsewhere)
 
 _register_mic(app)
+from .ask_cmd import register as _register_ask  # noqa: E402
+
+_register_ask(app)
 
 
 def _usage_error_line(exc) -> str:

