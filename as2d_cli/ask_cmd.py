@@ -51,26 +51,18 @@ def validate(req: AskRequest) -> None:
 
     if not req.question.strip():
         raise UserError("the question is empty", 2)
-    if req.decoder not in ("as2d", "sd", "target"):
-        raise UserError(f"--decoder must be as2d, sd or target, not {req.decoder!r}", 2)
+    from .engine import check_decoder_options
+
+    check_decoder_options(req.decoder, threads=req.threads, language=req.language)
     if req.precision not in (None, "int8", "fp32"):
         raise UserError(f"--precision must be int8 or fp32, not {req.precision!r}", 2)
     if req.max_tokens < 1:
         raise UserError("--max-tokens must be at least 1", 2)
-    if req.threads < 0:
-        raise UserError("--threads cannot be negative", 2)
     if req.style is not None and req.style not in STYLES:
         raise UserError(f"--prompt-style must be one of {', '.join(STYLES)}, not {req.style!r}",
                         2)
     if req.context is not None and req.context < 128:
         raise UserError("--context must be at least 128 tokens", 2)
-    if req.language is not None:
-        from runtime.tokenizer import normalize_language
-
-        try:
-            normalize_language(req.language)
-        except ValueError as exc:
-            raise UserError(str(exc), 2) from None
 
 
 def run_ask(req: AskRequest) -> int:
@@ -170,29 +162,12 @@ def _candidates_word(answerer, req: AskRequest) -> str:
 
 def _transcribe(transcriber, audio, options, info, reporter) -> tuple[list, bool]:
     """All segments; a first Ctrl-C stops transcribing and keeps what was decoded."""
-    segments = []
-    interrupted = False
-    gen = transcriber.transcribe(audio, options, info)
-    try:
-        while True:
-            try:
-                seg = next(gen)
-            except StopIteration:
-                break
-            except KeyboardInterrupt:
-                if interrupted:
-                    raise
-                interrupted = True
-                transcriber.stop()
-                reporter.note("interrupted: finishing the current pass, then answering from "
-                              "what was transcribed (Ctrl-C again to quit)")
-                continue
-            segments.append(seg)
-    except ValueError as exc:  # options the model cannot honour (e.g. language)
-        raise UserError(str(exc)) from None
-    finally:
-        gen.close()
-    return segments, interrupted or info.interrupted
+    from .engine import collect_segments
+
+    return collect_segments(transcriber, audio, options, info, reporter,
+                            interrupt_note="interrupted: finishing the current pass, then "
+                                           "answering from what was transcribed (Ctrl-C again "
+                                           "to quit)")
 
 
 def register(app: typer.Typer) -> None:

@@ -57,3 +57,62 @@ def build_strategy(decoder: str, target, drafter: str, precision: str | None, bu
     from runtime.sd import SerialSD
 
     return SerialSD(target, draft_model, listener, Budget(fixed=fixed))
+
+
+def check_decoder_options(decoder: str, budget: str = "auto", threads: int = 0,
+                          drafter_threads: int = 0, language: str | None = None) -> None:
+    """The options every decoding command shares, checked before anything slow happens."""
+    from .resolve import UserError
+
+    if decoder not in ("as2d", "sd", "target"):
+        raise UserError(f"--decoder must be as2d, sd or target, not {decoder!r}", 2)
+    if budget != "auto":
+        try:
+            if int(budget) < 1:
+                raise ValueError
+        except ValueError:
+            raise UserError(f"--budget must be a positive number or auto, not {budget!r}",
+                            2) from None
+    if threads < 0 or drafter_threads < 0:
+        raise UserError("--threads and --drafter-threads cannot be negative", 2)
+    if language is not None:
+        from runtime.tokenizer import normalize_language
+
+        try:
+            normalize_language(language)
+        except ValueError as exc:
+            raise UserError(str(exc), 2) from None
+
+
+def collect_segments(transcriber, audio, options, info, reporter, on_segment=None,
+                     interrupt_note: str = "interrupted: finishing the current pass and "
+                                           "keeping what was transcribed"):
+    """Run a transcription to the end; a first Ctrl-C stops it after the current pass and
+    keeps every segment decoded so far (a second one quits). Returns (segments, interrupted).
+    """
+    from .resolve import UserError
+
+    segments: list = []
+    interrupted = False
+    gen = transcriber.transcribe(audio, options, info)
+    try:
+        while True:
+            try:
+                seg = next(gen)
+            except StopIteration:
+                break
+            except KeyboardInterrupt:
+                if interrupted:
+                    raise
+                interrupted = True
+                transcriber.stop()
+                reporter.note(interrupt_note)
+                continue
+            segments.append(seg)
+            if on_segment is not None:
+                on_segment(seg)
+    except ValueError as exc:  # options the model cannot honour (e.g. a language)
+        raise UserError(str(exc)) from None
+    finally:
+        gen.close()
+    return segments, interrupted or info.interrupted

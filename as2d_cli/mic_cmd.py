@@ -63,19 +63,12 @@ def validate(req: MicRequest):
     """Check the options before anything slow happens; returns the endpointing config."""
     from runtime.endpoint import EndpointConfig
 
-    if req.decoder not in ("as2d", "sd", "target"):
-        raise UserError(f"--decoder must be as2d, sd or target, not {req.decoder!r}", 2)
+    from .engine import check_decoder_options
+
+    check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
+                          req.language)
     if req.vad not in ("silero", "energy"):
         raise UserError(f"--vad must be silero or energy, not {req.vad!r}", 2)
-    if req.budget != "auto":
-        try:
-            if int(req.budget) < 1:
-                raise ValueError
-        except ValueError:
-            raise UserError(f"--budget must be a positive number or auto, not {req.budget!r}",
-                            2) from None
-    if req.threads < 0 or req.drafter_threads < 0:
-        raise UserError("--threads and --drafter-threads cannot be negative", 2)
     if req.speed < 0:
         raise UserError("--speed cannot be negative (0 plays the file as fast as it is "
                         "decoded)", 2)
@@ -94,13 +87,6 @@ def validate(req: MicRequest):
         config.validate()
     except ValueError as exc:
         raise UserError(str(exc), 2) from None
-    if req.language is not None:
-        from runtime.tokenizer import normalize_language
-
-        try:
-            normalize_language(req.language)
-        except ValueError as exc:
-            raise UserError(str(exc), 2) from None
     return config
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import writers
+from .engine import check_decoder_options, collect_segments
 from .resolve import UserError, load_whisper
 
 
@@ -49,26 +50,10 @@ def validate(req: TranscribeRequest) -> list[str]:
         raise UserError(str(exc), 2) from None
     if req.task not in ("transcribe", "translate"):
         raise UserError(f"--task must be transcribe or translate, not {req.task!r}", 2)
-    if req.decoder not in ("as2d", "sd", "target"):
-        raise UserError(f"--decoder must be as2d, sd or target, not {req.decoder!r}", 2)
-    if req.budget != "auto":
-        try:
-            if int(req.budget) < 1:
-                raise ValueError
-        except ValueError:
-            raise UserError(f"--budget must be a positive number or auto, not {req.budget!r}",
-                            2) from None
-    if req.threads < 0 or req.drafter_threads < 0:
-        raise UserError("--threads and --drafter-threads cannot be negative", 2)
+    check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
+                          req.language)
     if not req.timestamps and any(f in ("srt", "vtt") for f in formats):
         raise UserError("srt and vtt need timestamps: drop --no-timestamps", 2)
-    if req.language is not None:
-        from runtime.tokenizer import normalize_language
-
-        try:
-            normalize_language(req.language)
-        except ValueError as exc:
-            raise UserError(str(exc), 2) from None
     return formats
 
 
@@ -142,32 +127,16 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
                  f"{audio.duration:.1f} s that are there")
             failures += 1
         info = TranscriptionInfo(None, 0.0, audio.duration)
-        segments = []
         reporter.start_file(str(path), audio.duration)
-        gen = transcriber.transcribe(audio, options, info)
         try:
-            while True:
-                try:
-                    seg = next(gen)
-                except StopIteration:
-                    break
-                except KeyboardInterrupt:
-                    if interrupted:
-                        raise
-                    interrupted = True
-                    transcriber.stop()
-                    reporter.note("interrupted: finishing the current pass and keeping "
-                                  "what was transcribed")
-                    continue
-                segments.append(seg)
-                if stream_txt:
-                    reporter.print_text(seg.text.strip())
-        except ValueError as exc:  # options the model cannot honour (e.g. language)
-            raise UserError(str(exc)) from None
+            segments, stopped = collect_segments(
+                transcriber, audio, options, info, reporter,
+                on_segment=(lambda seg: reporter.print_text(seg.text.strip()))
+                if stream_txt else None)
         finally:
-            gen.close()
             reporter.end_file()
             audio.close()
+        interrupted = interrupted or stopped
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
                     "source": str(path), "model": target.name, "decoder": req.decoder}
         if info.interrupted or interrupted:
