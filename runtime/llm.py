@@ -23,6 +23,7 @@ from typing import Iterable, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from .kvcache import KVCache
 from .sessions import make_session
 
 PREFILL_CHUNK = 256  # prompt tokens per pass: bounds the [rows, S] attention scores in memory
@@ -159,21 +160,13 @@ class CausalLM:
                 self.release(st)
 
 
-class LLMState:
-    """One sequence's KV cache, preallocated to the bundle's capacity.
-
-    ``np.zeros`` pages are only backed by memory once written, so a large capacity costs
-    nothing until the sequence grows into it.
-    """
+class LLMState(KVCache):
+    """One sequence's KV cache, preallocated to the bundle's capacity."""
 
     def __init__(self, model: CausalLM) -> None:
-        self.model = model
         c = model.config
-        self.capacity = c.capacity
-        self.k = [np.zeros((c.capacity, c.kv_dim), np.float32) for _ in range(c.num_layers)]
-        self.v = [np.zeros((c.capacity, c.kv_dim), np.float32) for _ in range(c.num_layers)]
-        self.length = 0
-        self.passes = 0
+        super().__init__(c.num_layers, c.capacity, c.kv_dim)
+        self.model = model
         self._feed: dict[str, np.ndarray] = {}
 
     def reset(self) -> None:
@@ -183,32 +176,12 @@ class LLMState:
     def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns logits ``[R, vocab]`` of the last
         ``R = logit_rows`` tokens (all of them by default, as verification needs)."""
-        n, t = self.length, len(tokens)
+        t = len(tokens)
         if t == 0:
             raise ValueError("no tokens to run")
         if logit_rows is not None and logit_rows < 1:
             raise ValueError("logit_rows must be at least 1")
-        if n + t > self.capacity:
-            raise ValueError(f"LLM context is full ({n} + {t} > {self.capacity} tokens)")
         feed = self._feed
         feed["tokens"] = np.asarray(tokens, dtype=np.int64)
         feed["logit_rows"] = np.array([t if logit_rows is None else logit_rows], dtype=np.int64)
-        layers = len(self.k)
-        for i in range(layers):
-            feed[f"past_k_{i}"] = self.k[i][:n]
-            feed[f"past_v_{i}"] = self.v[i][:n]
-        model = self.model
-        outs = model.session.run(model._outputs, feed)
-        out = dict(zip(model._outputs, outs))
-        for i in range(layers):
-            self.k[i][n : n + t] = out[f"new_k_{i}"]
-            self.v[i][n : n + t] = out[f"new_v_{i}"]
-        self.length = n + t
-        self.passes += 1
-        return out["logits"]
-
-    def truncate(self, length: int) -> None:
-        """Forget every cached position from ``length`` on (rejected candidates)."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot truncate a cache of {self.length} to {length}")
-        self.length = length
+        return self._run(self.model.session, self.model._outputs, feed, t, "LLM")["logits"]

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .kvcache import KVCache
 from .sessions import make_session
 from .tokenizer import WhisperTokenizer
 
@@ -115,20 +116,14 @@ class WhisperModel:
             self._free.append(state)
 
 
-class DecoderState:
+class DecoderState(KVCache):
     """The decoder of one window: self-attention cache plus the window's cross keys/values."""
 
     def __init__(self, model: WhisperModel) -> None:
-        self.model = model
         d = model.dims
-        self.capacity = d.n_text_ctx
-        self.k = [np.zeros((self.capacity, d.n_text_state), np.float32)
-                  for _ in range(d.n_text_layer)]
-        self.v = [np.zeros((self.capacity, d.n_text_state), np.float32)
-                  for _ in range(d.n_text_layer)]
-        self.length = 0
+        super().__init__(d.n_text_layer, d.n_text_ctx, d.n_text_state)
+        self.model = model
         self.feed: dict[str, np.ndarray] = {}
-        self.passes = 0
 
     def bind(self, ctx: AudioContext) -> None:
         self.feed = dict(ctx.cross)
@@ -137,28 +132,9 @@ class DecoderState:
 
     def forward(self, tokens: Sequence[int], threads: int | None = None) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns their logits ``[T, n_vocab]``."""
-        n, t = self.length, len(tokens)
-        if t == 0:
+        if not len(tokens):
             return np.zeros((0, self.model.dims.n_vocab), np.float32)
-        if n + t > self.capacity:
-            raise ValueError(f"decoder context is full ({n} + {t} > {self.capacity})")
-        feed = self.feed
-        feed["tokens"] = np.asarray(tokens, dtype=np.int64)
-        layers = len(self.k)
-        for i in range(layers):
-            feed[f"past_k_{i}"] = self.k[i][:n]
-            feed[f"past_v_{i}"] = self.v[i][:n]
-        outs = self.model.decoder_session(threads).run(self.model._outputs, feed)
-        out = dict(zip(self.model._outputs, outs))
-        for i in range(layers):
-            self.k[i][n : n + t] = out[f"new_k_{i}"]
-            self.v[i][n : n + t] = out[f"new_v_{i}"]
-        self.length = n + t
-        self.passes += 1
+        self.feed["tokens"] = np.asarray(tokens, dtype=np.int64)
+        out = self._run(self.model.decoder_session(threads), self.model._outputs, self.feed,
+                        len(tokens), "decoder")
         return out["logits"]
-
-    def truncate(self, length: int) -> None:
-        """Forget every cached position from ``length`` on (rejected candidates)."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot truncate a cache of {self.length} to {length}")
-        self.length = length
