@@ -22,7 +22,6 @@ logits bit for bit; ``row_invariant`` says whether candidates may be used.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -30,10 +29,10 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from .llm import GreedyLM
 from .sessions import make_session
 
 GRAPHS = ("model.onnx", "decoder_model_merged.onnx")
-PREFILL_CHUNK = 256
 DEFAULT_CAPACITY = 4096  # cap on the context we use, whatever the model's own limit
 _ROW_CHECK_TEXT = "The quick brown fox jumps over the lazy dog. It was the best of times."
 
@@ -122,12 +121,13 @@ class HFTokenizer:
         return self.tok.token_to_id(token)
 
 
-class HFCausalLM:
+class HFCausalLM(GreedyLM):
     """One onnxruntime session over a Hugging Face ONNX decoder, with recyclable states."""
 
     def __init__(self, folder: str | Path, threads: int = 1, name: str | None = None,
                  capacity: int | None = None, check_rows: bool = True,
                  progress: Callable[[str], None] | None = None) -> None:
+        super().__init__()
         self.path = Path(folder)
         graph = next((d / g for g in GRAPHS for d in (self.path, self.path / "onnx")
                       if (d / g).is_file()), None)
@@ -169,8 +169,6 @@ class HFCausalLM:
         limit = int(config.get("max_position_embeddings") or config.get("n_positions")
                     or config.get("max_sequence_length") or DEFAULT_CAPACITY)
         self.capacity = min(limit, int(capacity or DEFAULT_CAPACITY))
-        self._lock = threading.Lock()
-        self._free: list[HFState] = []
         self.row_invariant: bool | None = None
         self.row_check: dict = {}
         if check_rows:
@@ -215,42 +213,8 @@ class HFCausalLM:
         return layers
 
     # -- the CausalLM interface -----------------------------------------------------------------
-    def state(self) -> "HFState":
-        with self._lock:
-            st = self._free.pop() if self._free else None
-        if st is None:
-            st = HFState(self)
-        st.reset()
-        return st
-
-    def release(self, state: "HFState") -> None:
-        with self._lock:
-            self._free.append(state)
-
-    def prefill(self, state: "HFState", prompt_ids: Sequence[int]) -> np.ndarray:
-        if not prompt_ids:
-            raise ValueError("empty prompt")
-        last = None
-        for start in range(0, len(prompt_ids), PREFILL_CHUNK):
-            last = state.forward(prompt_ids[start:start + PREFILL_CHUNK], logit_rows=1)
-        return last[-1]
-
-    def generate_greedy(self, prompt_ids: Sequence[int], max_new: int,
-                        stop_ids: Iterable[int] | None = None) -> list[int]:
-        stops = set(self.stop_ids if stop_ids is None else stop_ids)
-        st = self.state()
-        try:
-            logits = self.prefill(st, prompt_ids)
-            out: list[int] = []
-            while len(out) < max_new:
-                nxt = int(np.argmax(logits))
-                out.append(nxt)
-                if nxt in stops or len(out) == max_new or st.length >= st.capacity:
-                    break
-                logits = st.forward([nxt])[-1]
-            return out
-        finally:
-            self.release(st)
+    def _new_state(self) -> "HFState":
+        return HFState(self)
 
     def check_exact_rows(self) -> bool:
         """Is a multi-token pass bit-identical, row by row, to single-token passes?

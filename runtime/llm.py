@@ -81,10 +81,74 @@ class LLMTokenizer:
         return self.tok.token_to_id(token)
 
 
-class CausalLM:
+class GreedyLM:
+    """What every answering-model back end shares: recyclable cache states, chunked prefill and
+    the plain greedy loop that speculative answers must reproduce token for token.
+
+    A subclass sets ``stop_ids`` and implements :meth:`_new_state`; its states offer
+    ``reset()``, ``forward(tokens, logit_rows)``, ``truncate(n)``, ``length`` and ``capacity``.
+    """
+
+    stop_ids: tuple[int, ...] = ()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: list = []
+
+    def _new_state(self):
+        raise NotImplementedError
+
+    def state(self):
+        """An empty cache (recycled from :meth:`release` when one is free)."""
+        with self._lock:
+            state = self._free.pop() if self._free else None
+        if state is None:
+            state = self._new_state()
+        state.reset()
+        return state
+
+    def release(self, state) -> None:
+        with self._lock:
+            self._free.append(state)
+
+    def prefill(self, state, prompt_ids: Sequence[int]) -> np.ndarray:
+        """Run the prompt in chunks; returns the logits ``[V]`` of its last token only."""
+        if not prompt_ids:
+            raise ValueError("empty prompt (it should at least hold <bos>)")
+        last = None
+        for start in range(0, len(prompt_ids), PREFILL_CHUNK):
+            last = state.forward(prompt_ids[start : start + PREFILL_CHUNK], logit_rows=1)
+        return last[-1]
+
+    def generate_greedy(self, prompt_ids: Sequence[int], max_new: int,
+                        stop_ids: Iterable[int] | None = None, state=None) -> list[int]:
+        """Plain greedy decoding (the reference that speculative decoding must reproduce).
+
+        Returns the new tokens, ending with the stop token when one was produced.
+        """
+        stops = set(self.stop_ids if stop_ids is None else stop_ids)
+        own = state is None
+        st = self.state() if own else state
+        try:
+            logits = self.prefill(st, prompt_ids)
+            out: list[int] = []
+            while len(out) < max_new:
+                nxt = int(np.argmax(logits))
+                out.append(nxt)
+                if nxt in stops or len(out) == max_new or st.length >= st.capacity:
+                    break
+                logits = st.forward([nxt])[-1]
+            return out
+        finally:
+            if own:
+                self.release(st)
+
+
+class CausalLM(GreedyLM):
     """A decoder-only LLM bundle: one session, its tokenizer, and recyclable cache states."""
 
     def __init__(self, bundle_dir: str | Path, threads: int = 1, name: str | None = None) -> None:
+        super().__init__()
         self.path = Path(bundle_dir)
         manifest = json.loads((self.path / "manifest.json").read_text())
         if manifest.get("kind") not in (None, "llm"):
@@ -106,58 +170,13 @@ class CausalLM:
         self.threads = threads
         self.session = make_session(self.path / manifest["files"]["decoder"], threads)
         self._outputs = [o.name for o in self.session.get_outputs()]
-        self._lock = threading.Lock()
-        self._free: list[LLMState] = []
 
     @property
     def capacity(self) -> int:
         return self.config.capacity
 
-    def state(self) -> "LLMState":
-        """An empty cache (recycled from :meth:`release` when one is free)."""
-        with self._lock:
-            state = self._free.pop() if self._free else None
-        if state is None:
-            state = LLMState(self)
-        state.reset()
-        return state
-
-    def release(self, state: "LLMState") -> None:
-        with self._lock:
-            self._free.append(state)
-
-    def prefill(self, state: "LLMState", prompt_ids: Sequence[int]) -> np.ndarray:
-        """Run the prompt in chunks; returns the logits ``[V]`` of its last token only."""
-        if not prompt_ids:
-            raise ValueError("empty prompt (it should at least hold <bos>)")
-        last = None
-        for start in range(0, len(prompt_ids), PREFILL_CHUNK):
-            last = state.forward(prompt_ids[start : start + PREFILL_CHUNK], logit_rows=1)
-        return last[-1]
-
-    def generate_greedy(self, prompt_ids: Sequence[int], max_new: int,
-                        stop_ids: Iterable[int] | None = None,
-                        state: "LLMState | None" = None) -> list[int]:
-        """Plain greedy decoding (the reference that speculative decoding must reproduce).
-
-        Returns the new tokens, ending with the stop token when one was produced.
-        """
-        stops = set(self.stop_ids if stop_ids is None else stop_ids)
-        own = state is None
-        st = self.state() if own else state
-        try:
-            logits = self.prefill(st, prompt_ids)
-            out: list[int] = []
-            while len(out) < max_new:
-                nxt = int(np.argmax(logits))
-                out.append(nxt)
-                if nxt in stops or len(out) == max_new or st.length >= st.capacity:
-                    break
-                logits = st.forward([nxt])[-1]
-            return out
-        finally:
-            if own:
-                self.release(st)
+    def _new_state(self) -> "LLMState":
+        return LLMState(self)
 
 
 class LLMState(KVCache):

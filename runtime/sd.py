@@ -9,14 +9,13 @@ encoder input), so the comparison isolates the scheduling.
 
 from __future__ import annotations
 
-import threading
 import time
 
 from .budget import Budget
-from .decoding import DecodingResult, WindowDecoder
+from .decoding import WindowDecoder
 from .drafter import make_retokenizer, same_vocabulary
-from .events import Encoded, Listener, WindowStarted
-from .features import FRAMES_PER_SECOND, N_FRAMES, LogMel
+from .events import Encoded, Listener
+from .features import N_FRAMES, LogMel
 from .logits import LogitRules
 from .strategies import Strategy
 from .whisper import WhisperModel

@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 
 from .audio import Audio
-from .decoding import DecodingOptions, DecodingResult, compression_ratio
+from .decoding import DecodingResult, compression_ratio
 from .events import Listener, Note, RunDone, RunStarted, SegmentDone, WindowDone, ignore
 from .features import FRAMES_PER_SECOND, N_FRAMES, LogMel
 from .logits import LogitRules

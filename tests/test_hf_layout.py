@@ -8,7 +8,6 @@ layout, and must refuse speculation with a graph whose rows are not computed ind
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import pytest
 
