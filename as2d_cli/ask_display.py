@@ -19,13 +19,10 @@ from runtime.ask_events import AnswerDone, AnswerStep, AskStarted, Prefilled
 from runtime.events import (Drafted, Note, RunDone, RunStarted, SegmentDone, Verified,
                             WindowDone)
 
+from .display import tail
+
 SOURCE_STYLE = {"transcript": "green", "drafter": "cyan", "question": "magenta",
                 "examples": "blue"}
-
-
-def _tail(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else "…" + text[-(n - 1):]
 
 
 class AskState:
@@ -177,10 +174,10 @@ class LiveAskReporter:
         rows.add_row(Text("1 listen", style="cyan" if st.stage == 1 else "dim"), bar)
         if st.stage == 1:
             rows.add_row(Text("  draft", style="cyan"),
-                         Text(_tail(st.drafted, 160), style="cyan") if st.drafter else
+                         Text(tail(st.drafted, 160), style="cyan") if st.drafter else
                          Text("(no drafter: the target decodes alone)", style="dim"))
-        heard = Text(_tail(st.committed, 110), style="white" if st.stage == 1 else "dim")
-        heard.append(_tail(st.window_text, 60), style="bold white")
+        heard = Text(tail(st.committed, 110), style="white" if st.stage == 1 else "dim")
+        heard.append(tail(st.window_text, 60), style="bold white")
         rows.add_row(Text("  heard", style="white"), heard)
         rows.add_row(Text("2 answer", style="bold" if st.stage == 2 else "dim"),
                      Text(f"Q: {st.question}", style="bold" if st.stage == 2 else "dim"))

@@ -22,10 +22,11 @@ from rich.text import Text
 from runtime.events import (Drafted, Event, Note, RunDone, RunStarted, SegmentDone, Verified,
                             WindowDone, WindowStarted)
 
-_TAIL = 180  # characters of each text line shown
+_KEEP = 720  # characters of the drafted and committed text kept for the view
 
 
-def _tail(text: str, n: int = _TAIL) -> str:
+def tail(text: str, n: int) -> str:
+    """The last ``n`` characters of ``text`` on one line: a live view shows where text grows."""
     text = " ".join(text.split())
     return text if len(text) <= n else "…" + text[-(n - 1):]
 
@@ -92,7 +93,7 @@ class LiveReporter:
                 self.window_text = ""
             elif isinstance(event, Drafted):
                 if event.text:
-                    self.drafted = (self.drafted + event.text)[-4 * _TAIL:]
+                    self.drafted = (self.drafted + event.text)[-_KEEP:]
                 self.draft_time = event.audio_time
             elif isinstance(event, Verified):
                 self.passes += 1
@@ -107,7 +108,7 @@ class LiveReporter:
                 self.verdicts.append((event.accepted_text, event.corrected_text,
                                       event.rejected_text, event.offered))
             elif isinstance(event, SegmentDone):
-                self.committed = (self.committed + event.segment.text)[-4 * _TAIL:]
+                self.committed = (self.committed + event.segment.text)[-_KEEP:]
                 self.position = max(self.position, event.segment.end)
             elif isinstance(event, WindowDone):
                 self.position = max(self.position, min(event.end, self.duration))
@@ -148,7 +149,7 @@ class LiveReporter:
         rows.add_column(style="bold", width=7, no_wrap=True)
         rows.add_column(no_wrap=True, overflow="ellipsis")
         if self.drafter:
-            draft = Text(_tail(self.drafted, 140), style="cyan") + Text(
+            draft = Text(tail(self.drafted, 140), style="cyan") + Text(
                 f"  @{self.draft_time:.1f}s", style="dim")
         else:
             draft = Text("(no drafter: the target decodes alone)", style="dim")
@@ -165,8 +166,8 @@ class LiveReporter:
                 if rejected:
                     line.append(" ✗" + rejected, style="red strike")
             rows.add_row(Text("verify", style="green"), line)
-        committed = Text(_tail(self.committed, 90), style="white")
-        committed.append(_tail(self.window_text, 60), style="bold white")
+        committed = Text(tail(self.committed, 90), style="white")
+        committed.append(tail(self.window_text, 60), style="bold white")
         rows.add_row(Text("commit", style="white"), committed)
         rows.add_row(Text("", style="dim"), Text(self.notes[-1] if self.notes else "",
                                                   style="dim"))

@@ -29,6 +29,8 @@ from runtime.live_events import (Committed, DecodeStarted, Hypothesis, ListenDon
                                  ListenStarted, UtteranceDone, UtteranceEnded,
                                  UtteranceStarted, VoiceLevel)
 
+from .display import tail
+
 _BARS = " ▁▂▃▄▅▆▇█"
 
 
@@ -47,11 +49,6 @@ def _latencies(u: UtteranceDone) -> tuple[float, ...]:
     if u.latencies:
         return u.latencies
     return (u.latency,) if u.latency is not None else ()
-
-
-def _tail(text: str, n: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= n else "…" + text[-(n - 1):]
 
 
 class MicStats:
@@ -140,7 +137,7 @@ def print_mic_stats(stats: MicStats, stream) -> None:
         ident = str(u.utterance) if u.merged == 1 else f"{u.utterance}-{u.utterance + u.merged - 1}"
         lat = " ".join(f"{x:.2f}" for x in _latencies(u)) or "-"
         t.add_row(ident, f"{u.start:.1f}-{u.end:.1f}", u.reason, str(u.decodes),
-                  str(u.tokens), lat, _tail(u.text, 48))
+                  str(u.tokens), lat, tail(u.text, 48))
     console.print(t)
     s = stats.summary()
     if s["latency_median"] is not None:
@@ -198,15 +195,19 @@ class CommitWriter:
             with self._lock:
                 if self._open_utt != event.utterance:
                     return  # nothing of it was committed (no speech in it)
-                self._open_utt = None
-                self._write_file("\n")
-                if self.stdout:
-                    if self.whole_lines:
-                        print("".join(self._line), flush=True)
-                    else:
-                        sys.stdout.write("\n")
-                        sys.stdout.flush()
-                self._line = []
+                self._end_line()
+
+    def _end_line(self) -> None:
+        """Close the open utterance's line in the file and on stdout (lock held)."""
+        self._open_utt = None
+        self._write_file("\n")
+        if self.stdout:
+            if self.whole_lines:
+                print("".join(self._line), flush=True)
+            else:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+        self._line = []
 
     def _write_file(self, text: str) -> None:
         if self.file is None or self.error:
@@ -220,14 +221,7 @@ class CommitWriter:
     def close(self) -> None:
         with self._lock:
             if self._open_utt is not None:  # an utterance cut off (aborted): end its line
-                self._write_file("\n")
-                if self.stdout:
-                    if self.whole_lines:
-                        print("".join(self._line), flush=True)
-                    else:
-                        sys.stdout.write("\n")
-                        sys.stdout.flush()
-                self._open_utt = None
+                self._end_line()
             if self.file is not None:
                 try:
                     self.file.close()
@@ -433,7 +427,7 @@ class MicView:
                          Text(f"{self.utt_start:.1f}-{end} s  {state}", style="dim"))
             if self.drafter:
                 rows.add_row(Text("draft", style="cyan"),
-                             Text(_tail(self.drafted, width), style="cyan dim"))
+                             Text(tail(self.drafted, width), style="cyan dim"))
             # One line of target passes, newest last: drafted words it accepted (green), its
             # own token (yellow where it overruled the drafter, white where it went alone),
             # drafted words it rejected (red, struck through); passes separated by "·".
@@ -454,11 +448,11 @@ class MicView:
             line = Text(" · ", style="dim").join(reversed(passes))
             rows.add_row(Text("verify", style="green"), line)
             text = Text()
-            committed = _tail(self.committed, width)
+            committed = tail(self.committed, width)
             text.append(committed, style="bold white")
             if self.tentative:
                 room = max(10, width - len(committed))
-                text.append((" " if committed else "") + _tail(self.tentative, room),
+                text.append((" " if committed else "") + tail(self.tentative, room),
                             style="grey50 italic")
             rows.add_row(Text("text", style="white"), text)
         else:

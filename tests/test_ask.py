@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
 from as2d_cli.app import app
 from as2d_cli.ask_cmd import register
+from helpers import cli, error_line
 from runtime.ask import (AskOptions, Answerer, Lookup, Span, SpeculativeGenerator,
                          greedy_reference, select_spans, spans_from_segments)
 from runtime.ask_bench import is_correct, load_questions
@@ -74,25 +74,6 @@ def models(models_root, bundle):
     for name in ("base", "tiny.en", LLM):
         bundle(name, "int8")
     return models_root
-
-
-def cli(*args, models_dir=None):
-    env = {"AS2D_MODELS_DIR": str(models_dir)} if models_dir else {}
-    result = CliRunner().invoke(app, [str(a) for a in args], env=env)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
-
-
-def error_line(result, code: int, *fragments: str) -> str:
-    err = result.stderr
-    assert "Traceback" not in err, err
-    assert result.exit_code == code, (result.exit_code, err)
-    lines = [line for line in err.splitlines() if line.startswith("as2d: error:")]
-    assert len(lines) == 1, f"expected one error line, got:\n{err}"
-    for f in fragments:
-        assert f.lower() in lines[0].lower(), f"{f!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 # ---------------------------------------------------------------------------------------------

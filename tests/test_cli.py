@@ -16,10 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from typer.testing import CliRunner
 
-from as2d_cli.app import app
-from helpers import sox, write_wav
+from helpers import cli, error_line, sox, write_wav
 
 pytestmark = pytest.mark.slow
 
@@ -48,27 +46,6 @@ def speech(librivox):
     clip = librivox[0]
     assert clip.reference
     return clip
-
-
-def cli(*args, models_dir=None, input=None):
-    """Run ``as2d ARGS`` in-process; an unexpected exception fails the test with its traceback."""
-    env = {"AS2D_MODELS_DIR": str(models_dir)} if models_dir else {}
-    result = CliRunner().invoke(app, [str(a) for a in args], env=env, input=input)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
-
-
-def error_line(result, code: int, *fragments: str) -> str:
-    """The run failed with ``code``, and said why in exactly one ``as2d: error:`` line."""
-    err = result.stderr
-    assert "Traceback" not in err, err
-    assert result.exit_code == code, (result.exit_code, err)
-    lines = [line for line in err.splitlines() if line.startswith("as2d: error:")]
-    assert len(lines) == 1, f"expected one error line, got:\n{err}"
-    for f in fragments:
-        assert f.lower() in lines[0].lower(), f"{f!r} not in {lines[0]!r}"
-    return lines[0]
 
 
 def words(text: str, normalize) -> list[str]:
