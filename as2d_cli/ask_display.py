@@ -19,7 +19,7 @@ from runtime.ask_events import AnswerDone, AnswerStep, AskStarted, Prefilled
 from runtime.events import (Drafted, Note, RunDone, RunStarted, SegmentDone, Verified,
                             WindowDone)
 
-from .display import tail
+from .display import LiveView, tail
 
 SOURCE_STYLE = {"transcript": "green", "drafter": "cyan", "question": "magenta",
                 "examples": "blue"}
@@ -106,38 +106,25 @@ class AskState:
                 self.notes.append(event.message)
 
 
-class LiveAskReporter:
+class LiveAskReporter(LiveView):
     """The rich live panel of both stages (stderr)."""
 
     def __init__(self, stream=sys.stderr, refresh_per_second: float = 8.0) -> None:
-        from rich.console import Console
-
-        self.console = Console(file=stream, highlight=False)
-        self.refresh = refresh_per_second
+        super().__init__(stream, refresh_per_second)
         self.state = AskState()
-        self._live = None
 
     def start(self, source: str, duration: float, question: str) -> None:
-        from rich.live import Live
-
         st = self.state
         with st.lock:
             st.source, st.duration, st.question = source, duration, question
-        self._live = Live(self, console=self.console, refresh_per_second=self.refresh,
-                          transient=True, redirect_stdout=False, redirect_stderr=False)
-        self._live.start()
+        self._show(redirect_stdout=False)
 
     def stop(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
+        self._hide()
 
-    def note(self, message: str) -> None:
-        if self._live is not None:
-            with self.state.lock:
-                self.state.notes.append(message)
-        else:
-            self.console.print(f"as2d: {message}")
+    def _add_note(self, message: str) -> None:
+        with self.state.lock:
+            self.state.notes.append(message)
 
     def __call__(self, event) -> None:
         self.state(event)

@@ -31,14 +31,47 @@ def tail(text: str, n: int) -> str:
     return text if len(text) <= n else "…" + text[-(n - 1):]
 
 
-class LiveReporter:
-    """A rich Live view on stderr; transcript lines print above it (or to a piped stdout)."""
+class LiveView:
+    """A rich Live region on stderr that rich's own thread redraws at a bounded rate.
 
-    def __init__(self, stream=sys.stderr, refresh_per_second: float = 6.0) -> None:
+    Event handlers (called on the engine's threads) only update the view's state under
+    ``self._lock``; drawing happens elsewhere, so a live view cannot slow decoding down.
+    """
+
+    def __init__(self, stream, refresh_per_second: float) -> None:
         self.console = Console(file=stream, highlight=False)
         self.refresh = refresh_per_second
         self._lock = threading.Lock()
         self._live: Live | None = None
+        self.notes: deque = deque(maxlen=2)
+
+    def _show(self, redirect_stdout: bool) -> None:
+        self._live = Live(self, console=self.console, refresh_per_second=self.refresh,
+                          transient=True, redirect_stdout=redirect_stdout, redirect_stderr=False)
+        self._live.start()
+
+    def _hide(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    def note(self, message: str) -> None:
+        """A one-line message: inside the view while it is shown, else printed."""
+        if self._live is None:
+            self.console.print(f"as2d: {message}")
+        else:
+            self._add_note(message)
+
+    def _add_note(self, message: str) -> None:
+        with self._lock:
+            self.notes.append(message)
+
+
+class LiveReporter(LiveView):
+    """A rich Live view on stderr; transcript lines print above it (or to a piped stdout)."""
+
+    def __init__(self, stream=sys.stderr, refresh_per_second: float = 6.0) -> None:
+        super().__init__(stream, refresh_per_second)
         self._reset("", 0.0)
 
     # -- state --------------------------------------------------------------------------------
@@ -62,22 +95,10 @@ class LiveReporter:
     def start_file(self, source: str, duration: float) -> None:
         with self._lock:
             self._reset(source, duration)
-        redirect = sys.stdout.isatty()
-        self._live = Live(self, console=self.console, refresh_per_second=self.refresh,
-                          transient=True, redirect_stdout=redirect, redirect_stderr=False)
-        self._live.start()
+        self._show(redirect_stdout=sys.stdout.isatty())
 
     def end_file(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
-
-    def note(self, message: str) -> None:
-        if self._live is not None:
-            with self._lock:
-                self.notes.append(message)
-        else:
-            self.console.print(f"as2d: {message}")
+        self._hide()
 
     def print_text(self, text: str) -> None:
         print(text, flush=True)

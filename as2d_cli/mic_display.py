@@ -19,7 +19,6 @@ import time
 from collections import deque
 
 from rich.console import Console, Group
-from rich.live import Live
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -29,7 +28,7 @@ from runtime.live_events import (Committed, DecodeStarted, Hypothesis, ListenDon
                                  ListenStarted, UtteranceDone, UtteranceEnded,
                                  UtteranceStarted, VoiceLevel)
 
-from .display import tail
+from .display import LiveView, tail
 
 _BARS = " ▁▂▃▄▅▆▇█"
 
@@ -267,16 +266,13 @@ class PlainMicReporter:
             self.note(event.message)
 
 
-class MicView:
+class MicView(LiveView):
     """The rich live view of ``as2d mic`` (on stderr)."""
 
     def __init__(self, stream=sys.stderr, refresh_per_second: float = 8.0,
                  echo_lines: bool = False) -> None:
-        self.console = Console(file=stream, highlight=False)
-        self.refresh = refresh_per_second
+        super().__init__(stream, refresh_per_second)
         self.echo_lines = echo_lines  # print finished utterances above the view ourselves
-        self._lock = threading.Lock()
-        self._live: Live | None = None
         self.started = time.perf_counter()
         self.source = self.vad = self.decoder = self.target = ""
         self.drafter: str | None = None
@@ -302,26 +298,13 @@ class MicView:
         self.latencies: list[float] = []
         self.last_latency: float | None = None
         self.done_utts = 0
-        self.notes: deque = deque(maxlen=2)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
-        self._live = Live(self, console=self.console, refresh_per_second=self.refresh,
-                          transient=True, redirect_stdout=sys.stdout.isatty(),
-                          redirect_stderr=False)
-        self._live.start()
+        self._show(redirect_stdout=sys.stdout.isatty())
 
     def stop(self) -> None:
-        if self._live is not None:
-            self._live.stop()
-            self._live = None
-
-    def note(self, message: str) -> None:
-        if self._live is None:
-            self.console.print(f"as2d: {message}")
-        else:
-            with self._lock:
-                self.notes.append(message)
+        self._hide()
 
     # -- events -----------------------------------------------------------------------------------
     def __call__(self, event) -> None:

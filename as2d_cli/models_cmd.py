@@ -13,6 +13,15 @@ from models.install import bundle_path, find_installed, install
 from .resolve import UserError
 
 
+def _entry(spec: str):
+    """The catalog entry and precision (or None) that ``spec`` (``base``, ``base-int8``) names."""
+    name, precision = split_bundle_name(spec)
+    try:
+        return lookup(name), precision
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+
+
 def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -41,11 +50,7 @@ def install_models(names: list[str] | None, precision: str, force: bool, source:
         raise UserError("--from converts one model: name it, e.g. `as2d models install base "
                         "--from DIR`")
     for name in names:
-        base_name, prec = split_bundle_name(name)
-        try:
-            entry = lookup(base_name)
-        except KeyError as exc:
-            raise UserError(str(exc.args[0])) from None
+        entry, prec = _entry(name)
         if prec:
             precs = [prec]
         elif precision == "all":
@@ -92,11 +97,7 @@ def verify_models(names: list[str] | None, root: Path | None) -> int:
     if names:
         wanted = set()
         for n in names:
-            name, prec = split_bundle_name(n)
-            try:
-                entry = lookup(name)
-            except KeyError as exc:
-                raise UserError(str(exc.args[0])) from None
+            entry, prec = _entry(n)
             wanted.update([f"{entry.name}-{prec}"] if prec else
                           [f"{entry.name}-{p}" for p in entry.precisions])
         bundles = [b for b in bundles if b.name in wanted]
@@ -127,11 +128,7 @@ def model_path(name: str | None, root: Path | None) -> None:
     if not name:
         print(base)
         return
-    bname, prec = split_bundle_name(name)
-    try:
-        entry = lookup(bname)
-    except KeyError as exc:
-        raise UserError(str(exc.args[0])) from None
+    entry, prec = _entry(name)
     p = bundle_path(entry.name, prec or entry.default_precision, base)
     if not (p / "manifest.json").is_file():
         raise UserError(f"{p.name} is not installed; run `as2d models install {entry.name}`")
@@ -141,11 +138,7 @@ def model_path(name: str | None, root: Path | None) -> None:
 def remove_models(names: list[str], root: Path | None) -> None:
     base = models_dir(root)
     for n in names:
-        bname, prec = split_bundle_name(n)
-        try:
-            entry = lookup(bname)
-        except KeyError as exc:
-            raise UserError(str(exc.args[0])) from None
+        entry, prec = _entry(n)
         targets = [prec] if prec else list(entry.precisions)
         removed = False
         for p in targets:

@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from .llm import GreedyLM
+from .llm import GreedyLM, TokenizerBase
 from .sessions import make_session
 
 GRAPHS = ("model.onnx", "decoder_model_merged.onnx")
@@ -65,7 +65,7 @@ def _ids(value) -> list[int]:
     return [int(value)]
 
 
-class HFTokenizer:
+class HFTokenizer(TokenizerBase):
     """``tokenizer.json`` with the special ids from the config files (the interface of
     :class:`runtime.llm.LLMTokenizer`)."""
 
@@ -100,25 +100,6 @@ class HFTokenizer:
     def _post_processor_adds_bos(self) -> bool:
         ids = self.tok.encode("a", add_special_tokens=True).ids
         return bool(ids) and ids[0] == self.bos
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tok.get_vocab_size(with_added_tokens=True)
-
-    def encode(self, text: str, bos: bool | None = None) -> list[int]:
-        ids = self.tok.encode(text, add_special_tokens=False).ids
-        if (self.add_bos if bos is None else bos) and self.bos is not None:
-            ids = [self.bos] + ids
-        return ids
-
-    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
-
-    def token(self, tid: int) -> str | None:
-        return self.tok.id_to_token(int(tid))
-
-    def id(self, token: str) -> int | None:
-        return self.tok.token_to_id(token)
 
 
 class HFCausalLM(GreedyLM):

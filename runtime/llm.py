@@ -39,7 +39,36 @@ class LLMConfig:
     capacity: int
 
 
-class LLMTokenizer:
+class TokenizerBase:
+    """A ``tokenizers`` tokenizer with the model's special ids (``tok``, ``bos``, ``add_bos``
+    set by the subclass), in the shape the answering pipeline uses."""
+
+    tok: Tokenizer
+    bos: int | None
+    add_bos: bool
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, bos: bool | None = None) -> list[int]:
+        """Token ids of ``text``; ``bos`` defaults to the model's ``add_bos`` flag."""
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        if (self.add_bos if bos is None else bos) and self.bos is not None:
+            ids = [self.bos] + ids
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def token(self, tid: int) -> str | None:
+        return self.tok.id_to_token(int(tid))
+
+    def id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
+
+
+class LLMTokenizer(TokenizerBase):
     """Gemma's SentencePiece-BPE tokenizer (built from the GGUF metadata at install time).
 
     ``encode`` prepends ``<bos>`` when asked (the model expects it at the start of a
@@ -59,26 +88,6 @@ class LLMTokenizer:
         self.start_of_turn: int | None = None if sot is None else int(sot)
         if self.tok.id_to_token(self.bos) is None or self.tok.id_to_token(self.eos) is None:
             raise ValueError(f"{self.path}: special ids do not match the tokenizer")
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tok.get_vocab_size(with_added_tokens=True)
-
-    def encode(self, text: str, bos: bool | None = None) -> list[int]:
-        """Token ids of ``text``; ``bos`` defaults to the model's ``add_bos`` flag."""
-        ids = self.tok.encode(text, add_special_tokens=False).ids
-        if self.add_bos if bos is None else bos:
-            ids = [self.bos] + ids
-        return ids
-
-    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
-        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
-
-    def token(self, tid: int) -> str | None:
-        return self.tok.id_to_token(int(tid))
-
-    def id(self, token: str) -> int | None:
-        return self.tok.token_to_id(token)
 
 
 class GreedyLM:

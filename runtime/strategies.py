@@ -38,6 +38,11 @@ class Strategy:
     def threads(self) -> dict:
         return {"target": self.target.threads}
 
+    def start_early(self, mel: LogMel, language: str | None, options) -> None:
+        """Called before the target detects the language (``language`` is None until then):
+        work that does not wait for the language may start here. :meth:`end` follows
+        whatever happens next."""
+
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         self.mel = mel
 

@@ -202,12 +202,17 @@ class Transcriber:
             if not model.multilingual and language != "en":
                 raise ValueError(f"{model.name} is English-only; it cannot transcribe "
                                  f"language {language!r}")
-        if model.multilingual and language is None:
-            language, prob = self.detect_language(mel, keep_encoding=True)
+        if not model.multilingual:
+            language = "en"
+        self.strategy.start_early(mel, language, options)
+        if language is None:
+            try:
+                language, prob = self.detect_language(mel, keep_encoding=True)
+            except BaseException:
+                self.strategy.end()
+                raise
             info.language_detected = True
             info.language_probability = prob
-        elif not model.multilingual:
-            language = "en"
         info.language = language
 
         rules = LogitRules(tk, model.dims.n_vocab, timestamps=options.timestamps,

@@ -9,6 +9,8 @@ a stream that lags behind) by property tests.
 from __future__ import annotations
 
 import random
+import shutil
+import subprocess
 import threading
 
 import numpy as np
@@ -25,7 +27,7 @@ from runtime.events import Note, Verified
 from runtime.sd import SerialSD
 from runtime.stream import CandidateStream
 from runtime.strategies import TargetOnly
-from runtime.transcribe import TranscribeOptions, Transcriber
+from runtime.transcribe import TranscribeOptions, Transcriber, TranscriptionInfo
 
 OPTS = TranscribeOptions(language="en")
 
@@ -221,6 +223,9 @@ class _ScriptedAS2D(AS2D):
         super().__init__(target, target)
         self.script, self.ready, self.lag, self.marks = script, ready, lag, boundaries
 
+    def start_early(self, mel, language, options):
+        pass
+
     def begin(self, mel, language, options):
         self.mel = mel
         self.stream = CandidateStream()
@@ -270,6 +275,53 @@ def test_scheduler_is_lossless_whatever_the_drafter_streams(scripted_case, data)
     strategy = _ScriptedAS2D(model, script, ready, lag, marks)
     strategy.budget = Budget(fixed=data.draw(st.sampled_from([None, 1, 3, 8, 16])))
     assert decode(model, strategy, audio) == reference
+
+
+# -- language detection ------------------------------------------------------------------------
+AUTO = TranscribeOptions(language=None)  # the CLI's default on a multilingual target: detect
+
+
+@pytest.mark.slow
+def test_an_english_only_drafter_drafts_while_the_target_detects_the_language(whisper,
+                                                                               lossless_clips):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
+    audio = lossless_clips[-2]  # two_cities
+    drafting_during_detection = []
+
+    def listen(event):
+        if isinstance(event, Note) and event.message.startswith("detected language"):
+            drafting_during_detection.append(strategy.worker is not None)
+
+    strategy = AS2D(target, drafter, listen)
+    got = [s.tokens for s in Transcriber(target, strategy, listen).transcribe(audio, AUTO)]
+    assert drafting_during_detection == [True]
+    assert got == [s.tokens for s in Transcriber(target).transcribe(audio, AUTO)]
+
+
+@pytest.fixture(scope="module")
+def german(tmp_path_factory):
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed (scripts/test.sh installs it)")
+    path = tmp_path_factory.mktemp("de") / "de.wav"
+    subprocess.run(["espeak-ng", "-v", "de", "-w", str(path),
+                    "Guten Morgen. Heute ist das Wetter schön, und wir gehen in den Park."],
+                   check=True)
+    return load_audio(path)
+
+
+@pytest.mark.slow
+def test_an_english_only_drafter_stands_down_when_the_audio_is_not_english(whisper, german):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
+    events = []
+    strategy = AS2D(target, drafter, events.append)
+    info = TranscriptionInfo(None, 0.0, german.duration)
+    got = [s.tokens for s in Transcriber(target, strategy, events.append).transcribe(
+        german, AUTO, info)]
+    assert info.language == "de"
+    assert got == [s.tokens for s in Transcriber(target).transcribe(german, AUTO)]
+    assert any(isinstance(e, Note) and "English-only" in e.message for e in events)
+    assert len(strategy.stream) == 0 and strategy.stream.finished
+    assert not any(e.offered for e in events if isinstance(e, Verified))
 
 
 # -- faults ------------------------------------------------------------------------------------
