@@ -166,9 +166,9 @@ class LiveReporter(LiveView):
         bar.add_row(ProgressBar(total=max(self.duration, 1e-6), completed=self.position))
 
         # A fixed number of rows: the live region never changes height (no flicker).
-        rows = Table.grid(padding=(0, 1))
+        rows = Table.grid(padding=(0, 1), expand=True)
         rows.add_column(style="bold", width=7, no_wrap=True)
-        rows.add_column(no_wrap=True, overflow="ellipsis")
+        rows.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
         if self.drafter:
             draft = Text(tail(self.drafted, 140), style="cyan") + Text(
                 f"  @{self.draft_time:.1f}s", style="dim")

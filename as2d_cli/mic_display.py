@@ -394,9 +394,9 @@ class MicView(LiveView):
         title.append(f" {self.level_db:4.0f} dB", style="dim")
         head = title
 
-        rows = Table.grid(padding=(0, 1))
-        rows.add_column(style="bold", width=7)
-        rows.add_column()
+        rows = Table.grid(padding=(0, 1), expand=True)
+        rows.add_column(style="bold", width=7, no_wrap=True)
+        rows.add_column(ratio=1)
         if self.utt is not None:
             end = f"{self.utt_end:.1f}" if self.utt_end is not None else "…"
             state = {"partial": "decoding the growing utterance",
