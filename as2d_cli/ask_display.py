@@ -20,6 +20,7 @@ from runtime.events import (Drafted, Note, RunDone, RunStarted, SegmentDone, Ver
                             WindowDone)
 
 from .display import LiveView, tail
+from .progress import PlainView
 
 SOURCE_STYLE = {"transcript": "green", "drafter": "cyan", "question": "magenta",
                 "examples": "blue"}
@@ -189,12 +190,11 @@ class LiveAskReporter(LiveView):
         return Panel(Group(head, rows), border_style="dim", padding=(0, 1))
 
 
-class PlainAskReporter:
+class PlainAskReporter(PlainView):
     """Sparse plain lines on stderr (not a terminal): notes, and one line per stage."""
 
     def __init__(self, stream=sys.stderr, quiet: bool = False) -> None:
-        self.stream = stream
-        self.quiet = quiet
+        super().__init__(stream, quiet)
         self.state = AskState()
         self._last = 0.0
 
@@ -205,10 +205,6 @@ class PlainAskReporter:
 
     def stop(self) -> None:
         pass
-
-    def note(self, message: str) -> None:
-        if not self.quiet:
-            print(f"as2d: {message}", file=self.stream, flush=True)
 
     def __call__(self, event) -> None:
         self.state(event)

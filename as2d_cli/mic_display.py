@@ -29,6 +29,7 @@ from runtime.live_events import (Committed, DecodeStarted, Hypothesis, ListenDon
                                  UtteranceStarted, VoiceLevel)
 
 from .display import LiveView, tail
+from .progress import PlainView
 
 _BARS = " ▁▂▃▄▅▆▇█"
 
@@ -229,22 +230,14 @@ class CommitWriter:
                 self.file = None
 
 
-class PlainMicReporter:
+class PlainMicReporter(PlainView):
     """One line per utterance on stderr (for logs and pipes); notes as they come."""
-
-    def __init__(self, stream=sys.stderr, quiet: bool = False) -> None:
-        self.stream = stream
-        self.quiet = quiet
 
     def start(self) -> None:
         pass
 
     def stop(self) -> None:
         pass
-
-    def note(self, message: str) -> None:
-        if not self.quiet:
-            print(f"as2d: {message}", file=self.stream, flush=True)
 
     def __call__(self, event) -> None:
         if self.quiet:

@@ -8,12 +8,23 @@ import time
 from runtime.events import Event, Note, WindowDone
 
 
-class PlainReporter:
-    """One line per finished window on stderr; transcript text to stdout."""
+class PlainView:
+    """Progress as plain ``as2d: …`` lines on stderr, for logs and pipes (``quiet``: none)."""
 
     def __init__(self, stream=sys.stderr, quiet: bool = False) -> None:
         self.stream = stream
         self.quiet = quiet
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            print(f"as2d: {message}", file=self.stream, flush=True)
+
+
+class PlainReporter(PlainView):
+    """One line per finished window on stderr; transcript text to stdout."""
+
+    def __init__(self, stream=sys.stderr, quiet: bool = False) -> None:
+        super().__init__(stream, quiet)
         self.source = ""
         self.duration = 0.0
         self._last = 0.0
@@ -23,10 +34,6 @@ class PlainReporter:
 
     def end_file(self) -> None:
         pass
-
-    def note(self, message: str) -> None:
-        if not self.quiet:
-            print(f"as2d: {message}", file=self.stream, flush=True)
 
     def print_text(self, text: str) -> None:
         print(text, flush=True)
