@@ -269,6 +269,29 @@ from .ask_cmd import register as _register_ask  # noqa: E402
 _register_ask(app)
 
 
+def _reflow(text: str | None) -> str | None:
+    """Join a docstring's hard-wrapped lines into paragraphs: typer's rich help keeps single
+    line breaks, which wrap raggedly at any terminal width but the source's."""
+    if not text:
+        return text
+    import inspect
+    import re
+
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(re.sub(r"\s*\n\s*", " ", p.strip()) for p in paragraphs)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    for info in typer_app.registered_commands:
+        info.help = _reflow(info.help or (info.callback.__doc__ if info.callback else None))
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _reflow_help(group.typer_instance)
+
+
+_reflow_help(app)
+
+
 def _usage_error_line(exc) -> str:
     """One line for a command-line parsing error (unknown option, bad value, ...)."""
     message = " ".join(exc.format_message().split())
