@@ -61,8 +61,6 @@ def run_guarded(fn):
         _fail(str(exc), exc.code)
     except (AudioError, BundleError) as exc:
         _fail(str(exc))
-    except NotImplementedError as exc:
-        _fail(f"not available in this version of as2d{': ' + str(exc) if str(exc) else ''}", 2)
     except KeyboardInterrupt:
         typer.echo("as2d: interrupted", err=True)
         raise typer.Exit(130)

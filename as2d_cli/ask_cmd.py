@@ -100,12 +100,8 @@ def run_ask(req: AskRequest) -> int:
             answerer = Answerer(lm, listener, options)
         except ValueError as exc:
             raise UserError(str(exc), 2) from None
-        try:
-            strategy = build_strategy(req.decoder, target, req.drafter, None, "auto", plan,
-                                      req.models_dir, listener, note)
-        except NotImplementedError:
-            raise UserError(f"--decoder {req.decoder} is not available in this version of "
-                            "as2d; use --decoder target", 2) from None
+        strategy = build_strategy(req.decoder, target, req.drafter, None, "auto", plan,
+                                  req.models_dir, listener, note)
         info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start(str(req.file), audio.duration, req.question)
         try:

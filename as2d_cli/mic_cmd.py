@@ -161,12 +161,8 @@ def run_mic(req: MicRequest) -> int:
     stats = MicStats()
     reporter = make_mic_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(writer, stats, reporter)
-    try:
-        strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget,
-                                  plan, req.models_dir, reporter, note)
-    except NotImplementedError:
-        raise UserError(f"--decoder {req.decoder} is not available in this version of as2d; "
-                        "use --decoder target", 2) from None
+    strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget,
+                              plan, req.models_dir, reporter, note)
     options = LiveOptions(endpoint=endpoint, interval=req.interval, agreement=req.agreement,
                           language=language, prompt=req.prompt)
     transcriber = Transcriber(target, strategy, fanout(stats, reporter))

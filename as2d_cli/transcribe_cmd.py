@@ -85,12 +85,8 @@ def run_transcribe(req: TranscribeRequest) -> int:
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(stats, reporter)
-    try:
-        strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget,
-                                  plan, req.models_dir, listener, note)
-    except NotImplementedError:
-        raise UserError(f"--decoder {req.decoder} is not available in this version of as2d; "
-                        "use --decoder target", 2) from None
+    strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget,
+                              plan, req.models_dir, listener, note)
     transcriber = Transcriber(target, strategy, listener)
     options = TranscribeOptions(
         language=req.language, task=req.task, timestamps=req.timestamps,
