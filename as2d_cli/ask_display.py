@@ -196,7 +196,6 @@ class PlainAskReporter(PlainView):
     def __init__(self, stream=sys.stderr, quiet: bool = False) -> None:
         super().__init__(stream, quiet)
         self.state = AskState()
-        self._last = 0.0
 
     def start(self, source: str, duration: float, question: str) -> None:
         with self.state.lock:
@@ -213,12 +212,8 @@ class PlainAskReporter(PlainView):
         st = self.state
         if isinstance(event, Note) and event.level != "debug":
             self.note(event.message)
-        elif isinstance(event, WindowDone) and st.duration > 30:
-            now = time.monotonic()
-            if now - self._last > 2.0:
-                self._last = now
-                self.note(f"transcribing: {min(event.end, st.duration):.0f}/"
-                          f"{st.duration:.0f} s")
+        elif isinstance(event, WindowDone):
+            self.window_progress(event, st.duration, "transcribing")
         elif isinstance(event, RunDone):
             self.note(f"transcribed {st.duration:.1f} s of audio in {event.wall_seconds:.1f} s")
         elif isinstance(event, AskStarted):

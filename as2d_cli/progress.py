@@ -11,13 +11,26 @@ from runtime.events import Event, Note, WindowDone
 class PlainView:
     """Progress as plain ``as2d: …`` lines on stderr, for logs and pipes (``quiet``: none)."""
 
+    PROGRESS_EVERY = 2.0  # seconds between progress lines of a long file
+
     def __init__(self, stream=sys.stderr, quiet: bool = False) -> None:
         self.stream = stream
         self.quiet = quiet
+        self._last = 0.0
 
     def note(self, message: str) -> None:
         if not self.quiet:
             print(f"as2d: {message}", file=self.stream, flush=True)
+
+    def window_progress(self, event: WindowDone, duration: float, label: str) -> None:
+        """``label: done/total s (pct%)`` after a window of a file longer than one window, at
+        most every ``PROGRESS_EVERY`` seconds (a log wants signs of life, not every window)."""
+        now = time.monotonic()
+        if duration <= 30 or now - self._last <= self.PROGRESS_EVERY:
+            return
+        self._last = now
+        done = min(event.end, duration)
+        self.note(f"{label}: {done:.0f}/{duration:.0f} s ({100 * done / duration:.0f}%)")
 
 
 class PlainReporter(PlainView):
@@ -27,7 +40,6 @@ class PlainReporter(PlainView):
         super().__init__(stream, quiet)
         self.source = ""
         self.duration = 0.0
-        self._last = 0.0
 
     def start_file(self, source: str, duration: float) -> None:
         self.source, self.duration = source, duration
@@ -43,13 +55,8 @@ class PlainReporter(PlainView):
             return
         if isinstance(event, Note) and event.level != "debug":
             self.note(event.message)
-        elif isinstance(event, WindowDone) and self.duration > 30:
-            now = time.monotonic()
-            if now - self._last > 2.0:
-                self._last = now
-                pct = 100 * min(event.end, self.duration) / self.duration
-                self.note(f"{self.source}: {min(event.end, self.duration):.0f}/"
-                          f"{self.duration:.0f} s ({pct:.0f}%)")
+        elif isinstance(event, WindowDone):
+            self.window_progress(event, self.duration, self.source)
 
 
 def make_reporter(live: bool | None, quiet: bool, stream=sys.stderr):
