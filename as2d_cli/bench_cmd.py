@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .resolve import UserError
+from .resolve import UserError, check_writable, write_json
 
 AUDIO_EXT = {".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif", ".au", ".caf"}
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
@@ -245,6 +245,15 @@ def run_bench(req: BenchRequest) -> int:
 
     if req.repeats < 1:
         raise UserError("--repeats must be at least 1", 2)
+    # A bad output path or a missing plotting library must not surface after a long run.
+    if req.json_path:
+        check_writable(req.json_path, "the results")
+    if req.plot_path:
+        check_writable(req.plot_path, "the plot")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UserError("--plot needs matplotlib: pip install 'as2d[bench]'", 2) from None
     cores = req.threads or cpu_count()
     items = collect(req.files, req.sets, req.long_minutes)
     configs = catalog(req.targets, req.drafters, req.budgets)
@@ -286,13 +295,15 @@ def run_bench(req: BenchRequest) -> int:
 
     print_report(report, results, req.show_windows)
     if req.json_path:
-        req.json_path.parent.mkdir(parents=True, exist_ok=True)
-        req.json_path.write_text(json.dumps({"summary": report,
-                                             "results": results_to_dict(results)}, indent=2)
-                                 + "\n")
+        write_json(req.json_path, {"summary": report, "results": results_to_dict(results)},
+                   "the results")
         note(f"wrote {req.json_path}")
     if req.plot_path:
-        plot(report, results, req.plot_path)
+        try:
+            plot(report, results, req.plot_path)
+        except OSError as exc:
+            raise UserError(f"{req.plot_path}: cannot write the plot "
+                            f"({exc.strerror or exc})") from None
         note(f"wrote {req.plot_path}")
     return 0
 

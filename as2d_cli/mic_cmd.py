@@ -13,7 +13,6 @@ The command is added to the app by :func:`register` (``as2d_cli.app`` calls it).
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Optional
 
 import typer
 
-from .resolve import UserError
+from .resolve import UserError, write_json
 
 
 @dataclass
@@ -182,12 +181,7 @@ def run_mic(req: MicRequest) -> int:
     if req.stats_json:
         doc = {"summary": stats.summary(),
                "utterances": [u.__dict__ for u in stats.utterances]}
-        try:
-            req.stats_json.parent.mkdir(parents=True, exist_ok=True)
-            req.stats_json.write_text(json.dumps(doc, indent=2) + "\n")
-        except OSError as exc:
-            raise UserError(f"{req.stats_json}: cannot write the statistics "
-                            f"({exc.strerror or exc})") from None
+        write_json(req.stats_json, doc, "the statistics")
     saved = f"; the text committed so far is in {req.output}" if req.output else ""
     if session.error:
         raise UserError(session.error + saved)

@@ -6,6 +6,8 @@ packages, with a note on stderr, the way whisper downloads a model on first use.
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +22,25 @@ class UserError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
+
+
+def check_writable(path: Path, what: str) -> None:
+    """Fail now, with one line, if ``path`` cannot be written later (its folder is made)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write {what} ({exc.strerror or exc})") from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        raise UserError(f"{path}: cannot write {what} (not a writable file path)")
+
+
+def write_json(path: Path, doc, what: str) -> None:
+    """Write ``doc`` as indented JSON to ``path`` (its folder made), or fail with one line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write {what} ({exc.strerror or exc})") from None
 
 
 def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import writers
 from .engine import check_decoder_options, collect_segments
-from .resolve import UserError, load_whisper
+from .resolve import UserError, load_whisper, write_json
 
 
 @dataclass
@@ -157,13 +156,7 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
         if req.stats:
             print_stats(stats.runs, sys.stderr)
         if req.stats_json:
-            try:
-                req.stats_json.parent.mkdir(parents=True, exist_ok=True)
-                req.stats_json.write_text(json.dumps([r.to_dict() for r in stats.runs],
-                                                     indent=2) + "\n")
-            except OSError as exc:
-                raise UserError(f"{req.stats_json}: cannot write the statistics "
-                                f"({exc.strerror or exc})") from None
+            write_json(req.stats_json, [r.to_dict() for r in stats.runs], "the statistics")
     if interrupted:
         return 130
     return 1 if failures else 0

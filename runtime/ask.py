@@ -143,22 +143,19 @@ class Codec:
         self.bos: int | None = getattr(tokenizer, "bos", None)
 
     def text(self, s: str) -> list[int]:
-        if not s:
-            return []
-        with Codec._switch:
-            before = self.tok.encode_special_tokens
-            self.tok.encode_special_tokens = True
-            try:
-                return self.tok.encode(s, add_special_tokens=False).ids
-            finally:
-                self.tok.encode_special_tokens = before
+        """Ids of user text: markup look-alikes inside it are plain text, not control tokens."""
+        return self._encode(s, literal=True)
 
     def markup(self, s: str) -> list[int]:
+        """Ids of prompt markup: ``<start_of_turn>`` and the like become their control tokens."""
+        return self._encode(s, literal=False)
+
+    def _encode(self, s: str, literal: bool) -> list[int]:
         if not s:
             return []
-        with Codec._switch:
+        with Codec._switch:  # the flag lives on the shared tokenizer
             before = self.tok.encode_special_tokens
-            self.tok.encode_special_tokens = False
+            self.tok.encode_special_tokens = literal
             try:
                 return self.tok.encode(s, add_special_tokens=False).ids
             finally:
