@@ -25,18 +25,17 @@ class Aligner:
         self.pos_after: list[int] = []  # pointer after each history token
         self._window_mark = 0  # history length at the start of the current window
         self._window_pos = 0
-        self.resyncs = 0
 
     # -- target side --------------------------------------------------------------------------
     def sync(self) -> bool:
         """Try to re-synchronise now (the stream may have grown since the last attempt)."""
         return self.synced or self._resync()
 
-    def candidates(self, k: int, stop_at_boundary: bool = True) -> list[int]:
+    def candidates(self, k: int) -> list[int]:
         """Up to ``k`` ready stream tokens expected next (empty: nothing usable yet).
 
-        By default they stop at the drafter's next segment boundary, where the target is
-        likely to insert timestamps that no text candidate can match.
+        They stop at the drafter's next segment boundary, where the target is likely to insert
+        timestamps that no text candidate can match.
         """
         if k <= 0:
             return []
@@ -45,7 +44,7 @@ class Aligner:
         if pos >= len(s):
             return []
         end = min(len(s), pos + k)
-        if stop_at_boundary and self.stream.boundaries:
+        if self.stream.boundaries:
             for b in range(pos + 1, end):
                 if b in self.stream.boundaries:
                     end = b
@@ -115,6 +114,5 @@ class Aligner:
             if best is not None:
                 self.pos = best
                 self.synced = True
-                self.resyncs += 1
                 return True
         return False

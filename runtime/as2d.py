@@ -10,41 +10,29 @@ The target never waits for the drafter, and the drafter never waits for the targ
 
 from __future__ import annotations
 
-import threading
-
 from .align import Aligner
 from .budget import Budget
 from .decoding import WindowDecoder
 from .drafter import DrafterWorker
 from .events import Listener, Note
 from .features import FRAMES_PER_SECOND, LogMel
-from .strategies import Strategy
+from .drafting import DraftingStrategy
 from .stream import CandidateStream
 from .tokenizer import TIME_PRECISION
 from .transcribe import kept_text_tokens
 from .whisper import WhisperModel
 
 
-class AS2D(Strategy):
+class AS2D(DraftingStrategy):
     name = "as2d"
 
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None,
-                 truncate_audio: bool = True, drafter_nice: int = 0,
-                 busy_threads: int | None = None, yield_lead: int | None = None) -> None:
-        super().__init__(target, listener)
-        self.drafter = drafter
-        self.drafter_name = drafter.name
-        self.budget = budget or Budget()
-        self.truncate_audio = truncate_audio
-        self.drafter_nice = drafter_nice
+                 busy_threads: int | None = None) -> None:
+        super().__init__(target, drafter, listener, budget)
         # Target threads while the drafter is still working (None: the target's own count).
         # On a small machine the drafter needs a core of its own to stay ahead.
         self.busy_threads = busy_threads
-        # While the target encodes (a compute-bound run that uses every core well), a drafter
-        # already this many tokens ahead of the target waits instead of competing for a core.
-        self.yield_lead = yield_lead
-        self._encoding = threading.Event()
         self.worker: DrafterWorker | None = None
         self.stream: CandidateStream | None = None
         self._drafting = False  # started for the current run (stream made, worker maybe)
@@ -52,22 +40,19 @@ class AS2D(Strategy):
         self._window_offset = 0.0
         self._blind_misses = 0  # consecutive rejected offers made while not synchronised
 
-    def threads(self) -> dict:
-        return {"target": self.target.threads, "drafter": self.drafter.threads}
-
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
         # An English-only drafter (or a language given by the user) does not need the target's
         # language detection, which costs a whole encoder run: drafting through it gives the
         # drafter that much lead, and short clips most of their speed-up.
         if language is None and self.drafter.multilingual:
-            return
+            return  # it needs the language the target is about to detect
         self._start_drafting(mel, language, options)
 
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
         if not self._drafting:
             self._start_drafting(mel, language, options)
-        elif not self.drafter.multilingual and language not in (None, "en"):
+        elif not self.drafter_understands(language):
             self._stop_drafting()  # it drafted English for audio the target calls otherwise
             self._start_drafting(mel, language, options)  # an empty, finished stream
 
@@ -75,7 +60,7 @@ class AS2D(Strategy):
         self._drafting = True
         self.stream = CandidateStream()
         self.aligner = Aligner(self.stream)
-        if not self.drafter.multilingual and language not in (None, "en"):
+        if not self.drafter_understands(language):
             self.stream.finish()
             self._note_english_only(language)
             return
@@ -83,8 +68,7 @@ class AS2D(Strategy):
             self.emit(Note("translation: the drafter transcribes, so its candidates rarely "
                            "match; the budget adapts"))
         self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,
-                                    language or "en", self.emit, self.truncate_audio,
-                                    self.drafter_nice, self._drafter_should_yield).start()
+                                    language or "en", self.emit).start()
 
     def _note_english_only(self, language: str) -> None:
         self.emit(Note(f"drafter {self.drafter.name} is English-only and the audio is "
@@ -95,17 +79,6 @@ class AS2D(Strategy):
             self.worker.stop()
             self.worker.join()
             self.worker = None
-
-    def _drafter_should_yield(self) -> bool:
-        return (self.yield_lead is not None and self._encoding.is_set()
-                and len(self.stream) - self.aligner.pos >= self.yield_lead)
-
-    def encode(self, window, mel, seek, size, run_options=None):
-        self._encoding.set()
-        try:
-            return super().encode(window, mel, seek, size, run_options)
-        finally:
-            self._encoding.clear()
 
     def end(self) -> None:
         super().end()
@@ -119,7 +92,7 @@ class AS2D(Strategy):
     def window_begin(self, window: int, dec: WindowDecoder, seek: int, size: int) -> None:
         self._window_offset = seek / FRAMES_PER_SECOND
         self.aligner.window_start(self._window_offset)
-        self.budget.window_start()
+        super().window_begin(window, dec, seek, size)
 
     def propose(self, dec: WindowDecoder) -> list[int]:
         aligner = self.aligner
@@ -168,8 +141,7 @@ class AS2D(Strategy):
         for t in step.committed:
             if t < eot:
                 self.aligner.observe(t)
-        if step.offered or step.rows == 1:  # the prompt pass says nothing about verify cost
-            self.budget.record(step.offered, step.accepted, step.rows, step.seconds)
+        super().observe(dec, offered, step)
 
     def window_end(self, window: int, dec: WindowDecoder) -> None:
         tokens = dec.generated

@@ -8,7 +8,6 @@ not: the last, partial window is encoded at its real length instead of padded to
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -20,6 +19,16 @@ from .stream import CandidateStream, Retokenizer
 from .transcribe import INPUT_STRIDE, seek_split
 from .tokenizer import TIME_PRECISION, WhisperTokenizer
 from .whisper import WhisperModel
+
+
+DRAFT_PAD_FRAMES = 300  # padding frames a drafter window keeps (3 s of the 30-s padding)
+
+
+def draft_frames(size: int) -> int:
+    """Encoder input length of a drafter window holding ``size`` frames of audio: the audio plus
+    a little of the padding Whisper was trained with, so the drafter still hears where the
+    audio ends (the conv stem wants an even length)."""
+    return min(N_FRAMES, size + DRAFT_PAD_FRAMES + (size % 2))
 
 
 def same_vocabulary(a: WhisperTokenizer, b: WhisperTokenizer) -> bool:
@@ -39,17 +48,12 @@ class DrafterWorker:
 
     def __init__(self, model: WhisperModel, target_tokenizer: WhisperTokenizer, mel: LogMel,
                  stream: CandidateStream, language: str | None = "en",
-                 listener: Listener | None = None, truncate_audio: bool = True,
-                 nice: int = 0, should_yield=None) -> None:
+                 listener: Listener | None = None) -> None:
         self.model = model
         self.mel = mel
         self.stream = stream
         self.language = language
         self.emit = listener or ignore
-        self.truncate_audio = truncate_audio
-        self.nice = nice
-        # Asked between steps: should the drafter leave the cores to the target for now?
-        self.should_yield = should_yield or (lambda: False)
         self.retok = make_retokenizer(model.tokenizer, target_tokenizer)
         self._target_tk = target_tokenizer
         self._stop = threading.Event()
@@ -57,7 +61,6 @@ class DrafterWorker:
 
         self._run_options = ort.RunOptions()  # lets stop() abandon an encoder run
         self._thread = threading.Thread(target=self._run, name="as2d-drafter", daemon=True)
-        self.busy_seconds = 0.0
         self._open: list[int] = []  # drafter text of the segment being decoded
         self._seg_time = 0.0
 
@@ -72,24 +75,15 @@ class DrafterWorker:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
     def _run(self) -> None:
-        if self.nice:
-            try:  # Linux: a thread's own niceness; lets the target's threads win a core
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)
-            except (OSError, AttributeError):
-                pass
         try:
             self._draft()
-            self.stream.finish()
         except BaseException as exc:  # the target goes on alone; say why
-            self.stream.finish(exc)
             if not self._stop.is_set():  # a requested stop is no failure
                 self.emit(Note(f"drafter stopped ({type(exc).__name__}: {exc}); the target "
                                "continues alone", level="warning"))
+        finally:
+            self.stream.finish()
 
     def _draft(self) -> None:
         model, tk = self.model, self.model.tokenizer
@@ -101,20 +95,13 @@ class DrafterWorker:
         n = self.mel.n_frames
         while seek < n and not self._stop.is_set():
             size = min(N_FRAMES, n - seek)
-            # Encode the audio plus a little of the padding Whisper was trained with, so the
-            # drafter still hears where the audio ends.
-            pad = int(os.environ.get("AS2D_DRAFT_PAD", "300"))
-            frames = min(N_FRAMES, size + pad + (size % 2)) if self.truncate_audio else N_FRAMES
             offset = seek / FRAMES_PER_SECOND
             self.emit(WindowStarted(window, offset, (seek + size) / FRAMES_PER_SECOND,
                                     worker="drafter"))
-            while self.should_yield() and not self._stop.is_set():
-                time.sleep(0.002)
             t0 = time.perf_counter()
-            ctx = model.encode(self.mel.window(seek, size, pad_to=max(frames, 2)),
+            ctx = model.encode(self.mel.window(seek, size, pad_to=draft_frames(size)),
                                self._run_options)
             enc = time.perf_counter() - t0
-            self.busy_seconds += enc
             self.emit(Encoded(window, enc, ctx.n_frames, worker="drafter"))
             state = model.decoder_state(ctx)
             self._open, self._seg_time = [], offset
@@ -124,8 +111,6 @@ class DrafterWorker:
                 self._take(step.committed, offset, step.seconds)
                 content_end = size / FRAMES_PER_SECOND
                 while not dec.done and not self._stop.is_set():
-                    while self.should_yield() and not self._stop.is_set():
-                        time.sleep(0.002)
                     step = dec.step()
                     self._take(step.committed, offset, step.seconds)
                     if self._runaway(dec.generated, content_end):
@@ -167,7 +152,6 @@ class DrafterWorker:
         """Collect the drafter's tokens; stream a segment's words once it is closed."""
         tk = self.model.tokenizer
         tb = tk.timestamp_begin
-        self.busy_seconds += seconds
         for t in committed:
             if t >= tb:
                 at = offset + (t - tb) * TIME_PRECISION

@@ -13,49 +13,37 @@ import time
 
 from .budget import Budget
 from .decoding import WindowDecoder
-from .drafter import make_retokenizer, same_vocabulary
+from .drafter import draft_frames, make_retokenizer, same_vocabulary
+from .drafting import DraftingStrategy
 from .events import Encoded, Listener
-from .features import N_FRAMES, LogMel
+from .features import LogMel
 from .logits import LogitRules
-from .strategies import Strategy
 from .whisper import WhisperModel
 
-DRAFT_PAD_FRAMES = 300
 
-
-class SerialSD(Strategy):
+class SerialSD(DraftingStrategy):
     name = "sd"
 
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
-                 listener: Listener | None = None, budget: Budget | None = None,
-                 truncate_audio: bool = True) -> None:
-        super().__init__(target, listener)
-        self.drafter = drafter
-        self.drafter_name = drafter.name
-        self.budget = budget or Budget()
-        self.truncate_audio = truncate_audio
+                 listener: Listener | None = None, budget: Budget | None = None) -> None:
+        super().__init__(target, drafter, listener, budget)
         self.same_vocab = same_vocabulary(drafter.tokenizer, target.tokenizer)
         self._usable = True
         self._draft = None  # per-window drafter state
 
-    def threads(self) -> dict:
-        return {"target": self.target.threads, "drafter": self.drafter.threads}
-
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
         self.language = language
-        self._usable = self.drafter.multilingual or language in (None, "en")
+        self._usable = self.drafter_understands(language)
 
     # -- per window ---------------------------------------------------------------------------
     def window_begin(self, window: int, dec: WindowDecoder, seek: int, size: int) -> None:
-        self.budget.window_start()
+        super().window_begin(window, dec, seek, size)
         if not self._usable:
             self._draft = None
             return
-        pad = DRAFT_PAD_FRAMES if self.truncate_audio else N_FRAMES
-        frames = min(N_FRAMES, size + pad + (size % 2))
         t0 = time.perf_counter()
-        ctx = self.drafter.encode(self.mel.window(seek, size, pad_to=frames))
+        ctx = self.drafter.encode(self.mel.window(seek, size, pad_to=draft_frames(size)))
         self.emit(Encoded(window, time.perf_counter() - t0, ctx.n_frames, worker="drafter"))
         dtk = self.drafter.tokenizer
         self._draft = _DraftState(self.drafter, self.drafter.decoder_state(ctx),
@@ -75,10 +63,6 @@ class SerialSD(Strategy):
             return []
         return self._draft.draft(dec.generated, k)
 
-    def observe(self, dec: WindowDecoder, offered: list[int], step) -> None:
-        if step.offered or step.rows == 1:
-            self.budget.record(step.offered, step.accepted, step.rows, step.seconds)
-
 
 class _DraftState:
     """The drafter of one window, kept in step with the target's committed tokens."""
@@ -96,6 +80,8 @@ class _DraftState:
                                 suppress=tuple(self.tk.suppress_tokens()))
         self.ts_shift = self.tk.timestamp_begin - target_tk.timestamp_begin
         self.retok = make_retokenizer(self.tk, target_tk)
+        self._done_src: list[int] = []  # committed target tokens up to the last timestamp
+        self._done_out: list[int] = []  # ... in the drafter's vocabulary
         # Invariant: the cache holds prompt + fed except the last token, which is fed next.
         state.forward(prompt[:-1])
 
@@ -103,9 +89,27 @@ class _DraftState:
         return self.fed[-1] if self.fed else self.prompt[-1]
 
     def _to_drafter(self, target_tokens: list[int]) -> list[int]:
-        """The target's committed tokens in the drafter's vocabulary."""
+        """The target's committed tokens in the drafter's vocabulary.
+
+        Text is converted a segment at a time (timestamps close segments), so everything up to
+        the last timestamp converts the same on every pass: it is kept, and only the open
+        segment is converted again (the baseline must not pay for re-tokenising its prefix).
+        """
         if self.same_vocab:
             return list(target_tokens)
+        src, out = self._done_src, self._done_out
+        if target_tokens[: len(src)] != src:
+            src, out = [], []
+        rest = target_tokens[len(src):]
+        ttb = self.target_tk.timestamp_begin
+        closed = max((i + 1 for i, t in enumerate(rest) if t >= ttb), default=0)
+        if closed:
+            src, out = src + rest[:closed], out + self._convert(rest[:closed])
+            rest = rest[closed:]
+        self._done_src, self._done_out = src, out
+        return out + self._convert(rest)
+
+    def _convert(self, target_tokens: list[int]) -> list[int]:
         out: list[int] = []
         text: list[int] = []
         ttb = self.target_tk.timestamp_begin

@@ -8,7 +8,7 @@ the GIL: the lists only ever grow, and a reader uses the length it saw.
 
 from __future__ import annotations
 
-import threading
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -21,8 +21,6 @@ class CandidateStream:
     # target is likely to put its own timestamps there.
     boundaries: dict[int, float] = field(default_factory=dict)
     finished: bool = False
-    error: BaseException | None = None
-    _grew: threading.Condition = field(default_factory=threading.Condition)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -33,35 +31,17 @@ class CandidateStream:
         # Times first: a reader that sees a token always finds its time.
         self.times.extend([time] * len(ids))
         self.tokens.extend(ids)
-        with self._grew:
-            self._grew.notify_all()
 
     def mark_boundary(self, time: float) -> None:
         self.boundaries[len(self.tokens)] = time
 
-    def finish(self, error: BaseException | None = None) -> None:
-        self.error = error
+    def finish(self) -> None:
+        """No more tokens will come (the drafter is done, stopped or failed)."""
         self.finished = True
-        with self._grew:
-            self._grew.notify_all()
-
-    def wait_for(self, length: int, timeout: float) -> bool:
-        """Block until the stream holds ``length`` tokens or is finished (for tests and SD)."""
-        with self._grew:
-            return self._grew.wait_for(lambda: len(self.tokens) >= length or self.finished,
-                                       timeout)
 
     def index_at_time(self, t: float) -> int:
         """First token heard at or after audio time ``t`` (binary search; times are sorted)."""
-        times = self.times
-        lo, hi = 0, min(len(times), len(self.tokens))
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if times[mid] < t:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        return bisect_left(self.times, t, 0, min(len(self.times), len(self.tokens)))
 
 
 class Retokenizer:
