@@ -38,12 +38,6 @@ class QuestionSet:
     clips: dict[str, Path]
     questions: list[Question] = field(default_factory=list)
 
-    def by_clip(self) -> dict[str, list[Question]]:
-        out: dict[str, list[Question]] = {}
-        for q in self.questions:
-            out.setdefault(q.clip, []).append(q)
-        return out
-
 
 def resolve_clip(ref: str) -> Path:
     """``repo:PATH``, ``moonshine:PATH`` (inside the moonshine-voice package) or

@@ -10,7 +10,7 @@ prior), so a window where the drafter struggles quickly stops wasting rows.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -34,7 +34,6 @@ class Budget:
     _sxx: float = 0.0
     _sxy: float = 0.0
     _slope: float | None = None
-    history: list = field(default_factory=list)
 
     def window_start(self) -> None:
         self._wacc = self._wfail = 0.0

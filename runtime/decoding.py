@@ -23,17 +23,6 @@ from .whisper import DecoderState
 
 
 @dataclass
-class DecodingOptions:
-    task: str = "transcribe"
-    language: str | None = None  # None: detect (multilingual models)
-    timestamps: bool = True
-    suppress_blank: bool = True
-    suppress_tokens: Sequence[int] | None = None  # None: Whisper's default set
-    max_initial_timestamp: float = 1.0
-    sample_len: int | None = None  # None: half the text context (224)
-
-
-@dataclass
 class DecodingResult:
     tokens: list[int]  # generated tokens, end-of-text excluded
     sum_logprob: float
@@ -121,18 +110,25 @@ class WindowDecoder:
         cands = list(candidates)[: self.room]
         base = self.state.length
         logits = self.state.forward([self.generated[-1]] + cands, threads)
-        prefix = list(self.generated)
+        # Each position's prefix is the committed tokens plus the candidates accepted before
+        # it: appended to ``generated`` for the rules, then taken off again (``_commit`` adds
+        # the block for good).
+        prefix = self.generated
+        n = len(prefix)
         committed, rows = [], []
         accepted = 0
-        for i, row in enumerate(logits):
-            token = self.rules.choose(row, prefix)
-            committed.append(token)
-            rows.append(row)
-            if i < len(cands) and token == cands[i] and token != self.eot:
-                accepted += 1
-                prefix.append(token)
-                continue
-            break
+        try:
+            for i, row in enumerate(logits):
+                token = self.rules.choose(row, prefix)
+                committed.append(token)
+                rows.append(row)
+                if i < len(cands) and token == cands[i] and token != self.eot:
+                    accepted += 1
+                    prefix.append(token)
+                    continue
+                break
+        finally:
+            del prefix[n:]
         # Keep the pending token and the accepted candidates; forget the rest.
         self.state.truncate(base + 1 + accepted)
         self._commit(committed, rows)

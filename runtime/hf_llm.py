@@ -234,7 +234,6 @@ class HFState:
         self.model = model
         self.capacity = model.capacity
         self.length = 0
-        self.passes = 0
         self._kv: list[tuple[np.ndarray, np.ndarray]] = []
 
     def reset(self) -> None:
@@ -242,7 +241,6 @@ class HFState:
         empty = np.zeros((1, heads, 0, hd), self.model._kv_dtype)
         self._kv = [(empty, empty) for _ in self.model._layers]
         self.length = 0
-        self.passes = 0
 
     def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
         """Run ``tokens`` after the cached ones; logits ``[R, vocab]`` float32 of the last
@@ -266,7 +264,6 @@ class HFState:
         outs = dict(zip(m._outputs, m.session.run(m._outputs, feed)))
         self._kv = [(outs[ck], outs[cv]) for _, _, ck, cv in m._layers]
         self.length = n + t
-        self.passes += 1
         logits = outs["logits"][0]
         if logit_rows is not None:
             logits = logits[-logit_rows:]

@@ -47,6 +47,20 @@ def _dims(cfg: dict) -> WhisperDims:
         raise HFLayoutError(f"config.json lacks {exc.args[0]!r}") from None
 
 
+class _Graph:
+    """A decoder session with its input and output names, read once."""
+
+    __slots__ = ("session", "inputs", "outputs", "present")
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.inputs = frozenset(i.name for i in session.get_inputs())
+        self.outputs = [o.name for o in session.get_outputs()]
+        # (output name, past key) of every ``present.*`` output, in output order
+        self.present = [(n, n[len("present."):]) for n in self.outputs
+                        if n.startswith("present.")]
+
+
 class HFWhisperModel:
     """Encoder and decoder sessions of a Hugging Face ONNX Whisper export."""
 
@@ -68,27 +82,36 @@ class HFWhisperModel:
         self.config = cfg
         self.dims = _dims(cfg)
         self.name = name or self.path.name
-        self.role = role
         self.threads = threads
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
         self.encoder = make_session(self.path / "encoder_model.onnx", encoder_threads or threads)
         self.merged = merged.is_file()
         self._files = [merged] if self.merged else list(split)
-        self._sessions: dict[int, list] = {threads: [make_session(f, threads)
-                                                     for f in self._files]}
+        self._graphs: dict[int, list[_Graph]] = {threads: [_Graph(make_session(f, threads))
+                                                           for f in self._files]}
         self._lock = threading.Lock()
+        # Per decoder layer, in feed order: (input name, key in a state's past, is self-attention)
+        d = self.dims
+        self._past_names = [(f"past_key_values.{i}.{kind}.{kv}", f"{i}.{kind}.{kv}",
+                             kind == "decoder")
+                            for i in range(d.n_text_layer)
+                            for kind in ("decoder", "encoder") for kv in ("key", "value")]
+        # The merged graph's past inputs on a first pass (zero cached positions); never written.
+        self._empty_past = np.zeros((1, d.n_text_head, 0, d.n_text_state // d.n_text_head),
+                                    np.float32)
         self.exact_rows: bool | None = None  # unknown until checked
 
     @property
     def multilingual(self) -> bool:
         return self.tokenizer.multilingual
 
-    def sessions(self, threads: int | None = None) -> list:
+    def graphs(self, threads: int | None = None) -> list[_Graph]:
+        """The decoder graphs with ``threads`` intra-op threads (made on first use)."""
         threads = threads or self.threads
         with self._lock:
-            if threads not in self._sessions:
-                self._sessions[threads] = [make_session(f, threads) for f in self._files]
-            return self._sessions[threads]
+            if threads not in self._graphs:
+                self._graphs[threads] = [_Graph(make_session(f, threads)) for f in self._files]
+            return self._graphs[threads]
 
     def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
         mel = np.ascontiguousarray(mel, dtype=np.float32)
@@ -125,10 +148,6 @@ class HFDecoderState:
         self.capacity = model.dims.n_text_ctx
         self.length = 0
         self.past: dict[str, np.ndarray] | None = None
-        self.passes = 0
-        d = model.dims
-        self._layers = d.n_text_layer
-        self._heads, self._hd = d.n_text_head, d.n_text_state // d.n_text_head
 
     def forward(self, tokens: Sequence[int], threads: int | None = None) -> np.ndarray:
         t = len(tokens)
@@ -136,45 +155,45 @@ class HFDecoderState:
             return np.zeros((0, self.model.dims.n_vocab), np.float32)
         if self.length + t > self.capacity:
             raise ValueError(f"decoder context is full ({self.length} + {t} > {self.capacity})")
-        sessions = self.model.sessions(threads)
+        m = self.model
+        graphs = m.graphs(threads)
         ids = np.asarray([tokens], dtype=np.int64)
         with_past = self.length > 0 and self.past is not None
         feed: dict[str, np.ndarray] = {"input_ids": ids}
-        if self.model.merged:
-            sess = sessions[0]
+        if m.merged:
+            graph = graphs[0]
             feed["encoder_hidden_states"] = self.hidden
             feed["use_cache_branch"] = np.array([with_past])
-            empty = np.zeros((1, self._heads, 0, self._hd), np.float32)
-            for i in range(self._layers):
-                for kind in ("decoder", "encoder"):
-                    for kv in ("key", "value"):
-                        name = f"past_key_values.{i}.{kind}.{kv}"
-                        feed[name] = self._past(i, kind, kv) if with_past else empty
+            if with_past:
+                for name, key, own in m._past_names:
+                    feed[name] = self._past(key, own)
+            else:
+                empty = m._empty_past
+                for name, _, _ in m._past_names:
+                    feed[name] = empty
         elif with_past:
-            sess = sessions[1]
-            for i in range(self._layers):
-                for kind in ("decoder", "encoder"):
-                    for kv in ("key", "value"):
-                        feed[f"past_key_values.{i}.{kind}.{kv}"] = self._past(i, kind, kv)
+            graph = graphs[1]
+            for name, key, own in m._past_names:
+                feed[name] = self._past(key, own)
         else:
-            sess = sessions[0]
+            graph = graphs[0]
             feed["encoder_hidden_states"] = self.hidden
-        names = [o.name for o in sess.get_outputs()]
-        feed = {k: v for k, v in feed.items() if k in {i.name for i in sess.get_inputs()}}
-        out = dict(zip(names, sess.run(names, feed)))
-        present = {k[len("present."):]: v for k, v in out.items() if k.startswith("present.")}
+        names, inputs = graph.outputs, graph.inputs
+        feed = {k: v for k, v in feed.items() if k in inputs}
+        out = dict(zip(names, graph.session.run(names, feed)))
+        present = {key: out[name] for name, key in graph.present}
         if with_past:
             # Encoder keys/values do not change within a window (a with-past graph may not
             # even return them): keep the first ones.
             present.update({k: v for k, v in self.past.items() if ".encoder." in k})
         self.past = present
         self.length += t
-        self.passes += 1
         return out["logits"][0]
 
-    def _past(self, layer: int, kind: str, kv: str) -> np.ndarray:
-        arr = self.past[f"{layer}.{kind}.{kv}"]
-        if kind == "decoder" and arr.shape[2] != self.length:
+    def _past(self, key: str, own: bool) -> np.ndarray:
+        """The cached keys/values ``key``; self-attention ones cut to the valid length."""
+        arr = self.past[key]
+        if own and arr.shape[2] != self.length:
             arr = np.ascontiguousarray(arr[:, :, : self.length])
         return arr
 

@@ -18,22 +18,24 @@ class KVCache:
         self.k = [np.zeros((capacity, width), np.float32) for _ in range(layers)]
         self.v = [np.zeros((capacity, width), np.float32) for _ in range(layers)]
         self.length = 0
-        self.passes = 0
+        # Per layer: (past key, past value, new key, new value) names, made once.
+        self._names = [(f"past_k_{i}", f"past_v_{i}", f"new_k_{i}", f"new_v_{i}")
+                       for i in range(layers)]
 
     def _run(self, session, outputs: list[str], feed: dict, t: int, what: str) -> dict:
         """One pass of ``t`` new tokens: past rows in, new rows written after them."""
         n = self.length
         if n + t > self.capacity:
             raise ValueError(f"{what} context is full ({n} + {t} > {self.capacity})")
-        for i in range(len(self.k)):
-            feed[f"past_k_{i}"] = self.k[i][:n]
-            feed[f"past_v_{i}"] = self.v[i][:n]
+        layers = list(zip(self.k, self.v, self._names))
+        for k, v, (pk, pv, _, _) in layers:
+            feed[pk] = k[:n]
+            feed[pv] = v[:n]
         out = dict(zip(outputs, session.run(outputs, feed)))
-        for i in range(len(self.k)):
-            self.k[i][n : n + t] = out[f"new_k_{i}"]
-            self.v[i][n : n + t] = out[f"new_v_{i}"]
+        for k, v, (_, _, nk, nv) in layers:
+            k[n : n + t] = out[nk]
+            v[n : n + t] = out[nv]
         self.length = n + t
-        self.passes += 1
         return out
 
     def truncate(self, length: int) -> None:

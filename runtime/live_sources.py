@@ -192,7 +192,6 @@ class MicSource(AudioSource):
         self.block = max(64, int(round(self.rate * block_seconds)))
         self._q: queue.Queue = queue.Queue(maxsize=max(8, int(queue_seconds / block_seconds)))
         self._dropped = 0  # samples lost to a full queue
-        self._overflows = 0  # PortAudio reported input overflow
         self._finished = threading.Event()
         self._stopping = False
         self._stream = None
@@ -245,8 +244,6 @@ class MicSource(AudioSource):
 
     # -- PortAudio's thread: copy and go --------------------------------------------------------
     def _callback(self, indata, frames, time_info, status) -> None:
-        if status and status.input_overflow:
-            self._overflows += 1
         try:
             self._q.put_nowait(Chunk(indata[:, 0].copy(), time.perf_counter()))
         except queue.Full:
@@ -300,10 +297,6 @@ class MicSource(AudioSource):
     @property
     def dropped_seconds(self) -> float:
         return self._dropped / self.rate
-
-    @property
-    def overflows(self) -> int:
-        return self._overflows
 
 
 def _parse_device(device: str | int | None) -> str | int | None:

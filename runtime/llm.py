@@ -199,7 +199,6 @@ class LLMState(KVCache):
 
     def reset(self) -> None:
         self.length = 0
-        self.passes = 0
 
     def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns logits ``[R, vocab]`` of the last

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import onnxruntime as ort
 
 
@@ -31,8 +30,3 @@ def make_session(path: str | Path, threads: int) -> ort.InferenceSession:
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-
-
-def ortvalue(array: np.ndarray) -> ort.OrtValue:
-    """Wrap a contiguous numpy array without copying (CPU memory is shared)."""
-    return ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(array))

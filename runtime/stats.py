@@ -8,11 +8,9 @@ separately, per run and per window, with acceptance and where the time went.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 
-from .events import (Drafted, Encoded, Event, RunDone, RunStarted, Verified, WindowDone,
-                     WindowStarted)
+from .events import Drafted, Encoded, Event, RunDone, RunStarted, WindowDone
 
 
 @dataclass
@@ -104,7 +102,6 @@ class StatsCollector:
     def __init__(self) -> None:
         self.runs: list[RunStats] = []
         self._lock = threading.Lock()
-        self._t0 = 0.0
 
     @property
     def current(self) -> RunStats:
@@ -115,7 +112,6 @@ class StatsCollector:
             if isinstance(event, RunStarted):
                 self.runs.append(RunStats(event.source, event.decoder, event.target,
                                           event.drafter, dict(event.threads), event.duration))
-                self._t0 = time.perf_counter()
             elif not self.runs:
                 return
             elif isinstance(event, WindowDone):
@@ -132,5 +128,3 @@ class StatsCollector:
             elif isinstance(event, RunDone):
                 self.current.wall_seconds = event.wall_seconds
                 self.current.interrupted = event.interrupted
-            elif isinstance(event, (Verified, WindowStarted)):
-                pass

@@ -127,6 +127,8 @@ class Strategy:
 
     def _report(self, window: int, offered: list[int], step) -> None:
         self.observe(self._decoder, offered, step)
+        if self.emit is ignore:
+            return  # nobody listens: skip decoding the texts
         tk = self.target.tokenizer
         acc = step.committed[: step.accepted]
         own = step.committed[step.accepted:]

@@ -56,6 +56,22 @@ def kept_text_tokens(tokens: list[int], ts_begin: int) -> int:
     return sum(1 for t in tokens[:end] if t < ts_begin)
 
 
+def resolve_language(model, language: str | None) -> str | None:
+    """The language to decode ``model``'s audio in: ``language`` normalized (a name or code →
+    its code), "en" for an English-only model, None (detect) otherwise.
+
+    Raises ValueError for an unknown language, or one an English-only model cannot transcribe.
+    """
+    if language is not None:
+        language = normalize_language(language)
+        if not model.multilingual and language != "en":
+            raise ValueError(f"{model.name} is English-only; it cannot transcribe "
+                             f"language {language!r}")
+    if not model.multilingual:
+        language = "en"
+    return language
+
+
 class Cancelled(Exception):
     """Decoding was stopped (Ctrl-C); what was committed has been kept."""
 
@@ -196,14 +212,7 @@ class Transcriber:
         self.emit(RunStarted(audio.source, audio.duration, self.strategy.name, model.name,
                              getattr(self.strategy, "drafter_name", None),
                              self.strategy.threads()))
-        language = options.language
-        if language is not None:
-            language = normalize_language(language)
-            if not model.multilingual and language != "en":
-                raise ValueError(f"{model.name} is English-only; it cannot transcribe "
-                                 f"language {language!r}")
-        if not model.multilingual:
-            language = "en"
+        language = resolve_language(model, options.language)
         self.strategy.start_early(mel, language, options)
         if language is None:
             try:

@@ -75,19 +75,11 @@ class SileroVAD(VoiceDetector):
     name = "silero"
 
     def __init__(self, path: str | Path | None = None) -> None:
-        import onnxruntime as ort
+        from .sessions import make_session  # onnxruntime, only when Silero is used
 
         path = Path(path) if path is not None else silero_model_path()
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-        so.log_severity_level = 3
         try:
-            self.session = ort.InferenceSession(str(path), so,
-                                                providers=["CPUExecutionProvider"])
+            self.session = make_session(path, 1)
         except Exception as exc:  # a damaged file: onnxruntime raises its own types
             raise VADUnavailable(f"cannot load the Silero VAD model {path} "
                                  f"({str(exc).splitlines()[0][:160]})") from None

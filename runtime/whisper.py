@@ -60,10 +60,10 @@ class WhisperModel:
         self.threads = threads
         self.encoder = make_session(self.path / manifest["files"]["encoder"],
                                     encoder_threads or threads)
+        self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
         # A drafter's outputs are only proposals: it may use the faster decoder whose rows are
         # not bit-exact across passes (a target never does).
         files = manifest["files"]
-        self.role = role
         self._decoder_file = files.get("decoder_draft" if role == "drafter" else "decoder",
                                        files["decoder"])
         self.decoder = make_session(self.path / self._decoder_file, threads)
@@ -96,7 +96,7 @@ class WhisperModel:
         """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even).
 
         ``run_options`` (onnxruntime ``RunOptions``) lets another thread abandon the run."""
-        names = [o.name for o in self.encoder.get_outputs()]
+        names = self._encoder_outputs
         outs = self.encoder.run(names, {"mel": np.ascontiguousarray(mel, dtype=np.float32)},
                                 run_options)
         return AudioContext(dict(zip(names, outs)), mel.shape[-1])
@@ -128,7 +128,6 @@ class DecoderState(KVCache):
     def bind(self, ctx: AudioContext) -> None:
         self.feed = dict(ctx.cross)
         self.length = 0
-        self.passes = 0
 
     def forward(self, tokens: Sequence[int], threads: int | None = None) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns their logits ``[T, n_vocab]``."""
