@@ -54,13 +54,6 @@ class Bundle:
     def name(self) -> str:
         return self.manifest["name"]
 
-    @property
-    def kind(self) -> str:
-        return self.manifest["kind"]
-
-    def file(self, role: str) -> Path:
-        return self.path / self.manifest["files"][role]
-
     def size(self) -> int:
         """Bytes on disk of the bundle's files (missing ones count as 0; verify reports them)."""
         return sum((self.path / f).stat().st_size for f in self.manifest["sha256"]

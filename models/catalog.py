@@ -90,10 +90,6 @@ def lookup(name: str) -> ModelEntry:
     raise KeyError(f"unknown model {name!r} (known: {known})")
 
 
-def bundle_name(name: str, precision: str) -> str:
-    return f"{lookup(name).name}-{precision}"
-
-
 def split_bundle_name(spec: str) -> tuple[str, str | None]:
     """``"base-int8"`` → ``("base", "int8")``; ``"base"`` → ``("base", None)``."""
     for precision in ("int8", "fp32"):

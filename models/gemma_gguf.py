@@ -176,9 +176,6 @@ class GGUFModel:
         self.tensors = {t.name: t for t in infos}
 
     # -- access -------------------------------------------------------------------------------
-    def has(self, key: str) -> bool:
-        return key in self.fields
-
     def meta(self, key: str, default=None):
         return self.fields.get(key, default)
 
@@ -263,10 +260,6 @@ class GemmaConfig:
         d["layer_types"] = list(self.layer_types)
         return d
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "GemmaConfig":
-        return cls(**{**d, "layer_types": tuple(d["layer_types"])})
-
 
 def gemma_config(m: GGUFModel) -> GemmaConfig:
     """Read the architecture from the GGUF metadata (falling back to Gemma 3's fixed facts)."""
@@ -290,7 +283,9 @@ def gemma_config(m: GGUFModel) -> GemmaConfig:
     factor = float(m.meta(a + "rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
     vocab = len(m.require("tokenizer.ggml.tokens"))
     emb = m.tensors.get("token_embd.weight")
-    if emb is None or emb.shape != (hidden, vocab):
+    if emb is None:
+        raise GGUFError("token_embd.weight is missing")
+    if emb.shape != (hidden, vocab):
         raise GGUFError(f"token_embd is {list(emb.shape)}, expected [{hidden}, {vocab}]")
     return GemmaConfig(
         vocab_size=vocab,
@@ -462,14 +457,6 @@ def _rope(g: Graph, x: str, cos: str, sin: str, half: int) -> str:
     return g.op("Add", g.op("Mul", x, cos), g.op("Mul", swapped, sin))
 
 
-def _embed_int8(g: Graph, emb: np.ndarray, tokens: str, prefix: str) -> str:
-    """Token rows from the int8 copy of the tied embedding that the output projection reads."""
-    wq, scale = g.quantized_weight(emb, prefix)
-    cols = g.op("Cast", g.op("Gather", wq, tokens, axis=1), to=TensorProto.FLOAT)  # [d, T]
-    return g.op("Mul", g.op("Transpose", cols, perm=[1, 0]),
-                g.op("Unsqueeze", g.op("Gather", scale, tokens, axis=0), g.const([1])))
-
-
 WeightSource = Callable[[str], np.ndarray]
 
 
@@ -512,7 +499,7 @@ def build_decoder(weights: WeightSource, cfg: GemmaConfig, quant: str = "int8",
 
     emb = weights("token_embd.weight")  # [V, d]
     if quant == "int8":
-        x = _embed_int8(g, emb, tokens, "embed")
+        x = g.embed_int8(emb, tokens, "embed")
     else:
         table = g.weight("embed.weight", emb)
         x = g.op("Gather", table, tokens, axis=0)

@@ -17,14 +17,6 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 17
 MS_DOMAIN = "com.microsoft"
 
-_NP_TO_ONNX = {
-    np.dtype(np.float32): TensorProto.FLOAT,
-    np.dtype(np.int64): TensorProto.INT64,
-    np.dtype(np.int32): TensorProto.INT32,
-    np.dtype(np.int8): TensorProto.INT8,
-    np.dtype(np.uint8): TensorProto.UINT8,
-}
-
 
 @dataclass
 class Graph:
@@ -141,6 +133,15 @@ class Graph:
         self.weight(names[1], col_scale.astype(np.float32))
         return names
 
+    def embed_int8(self, emb: np.ndarray, tokens: str, prefix: str) -> str:
+        """Rows of a tied embedding ``emb [vocab, d]`` for ``tokens``, read from the int8 copy
+        the output projection uses (so the table is stored once)."""
+        wq, scale = self.quantized_weight(emb, prefix)
+        cols = self.op("Cast", self.op("Gather", wq, tokens, axis=1), to=TensorProto.FLOAT)
+        return self.op("Mul", self.op("Transpose", cols, perm=[1, 0]),  # [d, T] -> [T, d]
+                       self.op("Unsqueeze", self.op("Gather", scale, tokens, axis=0),
+                               self.const([1])))
+
     def _linear_int8(self, x: str, w: np.ndarray, prefix: str) -> str:
         wq_name, scale_name = self.quantized_weight(w, prefix)
         # One scale per row (x is 2-D, [rows, in]): max|x| / 127.
@@ -182,7 +183,3 @@ def save_model(model: onnx.ModelProto, path, external_data: bool = False) -> Non
                         location=f"{path.name}.data", size_threshold=1024)
     else:
         onnx.save_model(model, str(path))
-
-
-def dtype_of(arr: np.ndarray) -> int:
-    return _NP_TO_ONNX[np.asarray(arr).dtype]

@@ -167,7 +167,7 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True) -> 
     total = g.op("Add", n_past, t_len)
     emb = m.f32("decoder/embeddings/weight")
     if quant != "fp32":
-        x = _embed_int8(g, emb, tokens)
+        x = g.embed_int8(emb, tokens, "decoder.projection")
     else:
         x = g.op("Gather", g.weight("decoder.embedding", emb), tokens, axis=0)
     attend = _attend_padded if exact_rows else (
@@ -245,11 +245,3 @@ def _attend_padded(g: Graph, q: str, k_t: str, v: str, mask: str | None, t_len: 
     pad = g.const(np.zeros((heads, 1, hd), np.float32), np.float32)
     out = _attend(g, g.op("Concat", q, pad, axis=1), k_t, v, mask)
     return g.op("Slice", out, g.const([0]), t_len, g.const([1]))
-
-
-def _embed_int8(g: Graph, emb: np.ndarray, tokens: str) -> str:
-    """Embedding lookup from the int8 copy that the tied projection reads (stored once)."""
-    wq, scale = g.quantized_weight(emb, "decoder.projection")
-    cols = g.op("Cast", g.op("Gather", wq, tokens, axis=1), to=TensorProto.FLOAT)  # [d, T]
-    return g.op("Mul", g.op("Transpose", cols, perm=[1, 0]),
-                g.op("Unsqueeze", g.op("Gather", scale, tokens, axis=0), g.const([1])))
