@@ -17,7 +17,7 @@ from typing import Optional
 
 import typer
 
-from .resolve import UserError
+from .resolve import UserError, err, make_note
 
 
 @dataclass
@@ -40,10 +40,6 @@ class AskRequest:
     no_candidates: bool = False
     style: str | None = None
     context: int | None = None
-
-
-def _err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def validate(req: AskRequest) -> None:
@@ -78,13 +74,13 @@ def run_ask(req: AskRequest) -> int:
     from .resolve import load_llm, load_whisper
 
     validate(req)
-    note = (lambda m: None) if req.quiet else (lambda m: _err(f"as2d: {m}"))
+    note = make_note(req.quiet)
     # Read the audio first, then the answering model: a bad file or a missing model package
     # should cost nothing, and must not surface only after a whole transcription.
     audio = load_audio(req.file)
     try:
         if audio.truncated:
-            _err(f"as2d: warning: {req.file}: the file is truncated; using the "
+            err(f"as2d: warning: {req.file}: the file is truncated; using the "
                  f"{audio.duration:.1f} s that are there")
         total = req.threads or cpu_count()
         lm = load_llm(req.llm, req.precision, req.models_dir, total, progress=note)
@@ -100,7 +96,7 @@ def run_ask(req: AskRequest) -> int:
             answerer = Answerer(lm, listener, options)
         except ValueError as exc:
             raise UserError(str(exc), 2) from None
-        strategy = build_strategy(req.decoder, target, req.drafter, None, "auto", plan,
+        strategy = build_strategy(req.decoder, target, req.drafter, "auto", plan,
                                   req.models_dir, listener, note)
         info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start(str(req.file), audio.duration, req.question)
@@ -131,8 +127,8 @@ def run_ask(req: AskRequest) -> int:
         doc = answer.to_dict()
         doc.update(
             source=str(req.file), duration=round(audio.duration, 3), language=info.language,
-            interrupted=bool(interrupted or info.interrupted),
-            models={"target": target.name, "drafter": getattr(strategy, "drafter_name", None),
+            interrupted=interrupted,  # collect_segments folds info.interrupted in
+            models={"target": target.name, "drafter": strategy.drafter_name,
                     "decoder": req.decoder, "llm": lm.name},
             candidates=_candidates_word(answerer, req),
             stats={"transcription": run.summary() if run else None,

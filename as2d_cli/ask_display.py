@@ -15,12 +15,12 @@ import threading
 import time
 from collections import deque
 
-from runtime.ask_events import AnswerDone, AnswerStep, AskStarted, Prefilled
+from runtime.ask_events import AnswerStep, AskStarted, Prefilled
 from runtime.events import (Drafted, Note, RunDone, RunStarted, SegmentDone, Verified,
                             WindowDone)
 
 from .display import LiveView, tail
-from .progress import PlainView
+from .progress import PlainView, want_live
 
 SOURCE_STYLE = {"transcript": "green", "drafter": "cyan", "question": "magenta",
                 "examples": "blue"}
@@ -45,7 +45,6 @@ class AskState:
         self.notes: deque = deque(maxlen=2)
         # stage 2
         self.prompt_tokens = 0
-        self.selected = False
         self.candidates = True
         self.prefill_seconds = 0.0
         self.answer: list[tuple[str, str | None]] = []  # (text, source or None = own token)
@@ -53,7 +52,6 @@ class AskState:
         self.gen_seconds = 0.0
         self.gen_tokens = 0
         self.by_source: dict[str, list[int]] = {}
-        self.done = False
 
     def __call__(self, event) -> None:
         with self.lock:
@@ -83,7 +81,7 @@ class AskState:
                 self.stage = 2
                 self.notes.clear()  # stage 1's notes (language detected, ...) are stale now
                 self.llm, self.question = event.llm, event.question
-                self.prompt_tokens, self.selected = event.prompt_tokens, event.selected
+                self.prompt_tokens = event.prompt_tokens
                 self.candidates = event.candidates
                 self.by_source = {s: [0, 0] for s in event.sources}
             elif isinstance(event, Prefilled):
@@ -101,8 +99,6 @@ class AskState:
                     acc = self.by_source.setdefault(event.source, [0, 0])
                     acc[0] += event.accepted
                     acc[1] += event.offered
-            elif isinstance(event, AnswerDone):
-                self.done = True
             elif isinstance(event, Note):
                 self.notes.append(event.message)
 
@@ -223,13 +219,8 @@ class PlainAskReporter(PlainView):
 
 
 def make_ask_reporter(live: bool | None, quiet: bool, stream=sys.stderr):
-    if live is None:
-        live = stream.isatty() and not quiet
-    if live and not quiet:
-        try:
-            return LiveAskReporter(stream)
-        except ImportError:  # pragma: no cover - rich is a dependency
-            pass
+    if want_live(live, quiet, stream):
+        return LiveAskReporter(stream)
     return PlainAskReporter(stream, quiet)
 
 

@@ -9,7 +9,6 @@ its models every core, AS²D splits them as it does in `as2d transcribe`.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -124,7 +123,7 @@ def collect(files: list[Path], sets: list[str], long_minutes: float) -> list[Ite
 
 
 # -- configurations ---------------------------------------------------------------------------
-def catalog(targets: list[str], drafters: list[str], budgets: list[int], as2d: bool = True):
+def catalog(targets: list[str], drafters: list[str], budgets: list[int]):
     from runtime.bench import Config
 
     out = []
@@ -135,9 +134,8 @@ def catalog(targets: list[str], drafters: list[str], budgets: list[int], as2d: b
                 continue
             for k in budgets:
                 out.append(Config(f"{t}/sd:{d}:k{k}", t, "sd", d, k))
-        if as2d:
-            for d in drafters[:1]:
-                out.append(Config(f"{t}/as2d:{d}", t, "as2d", d, None))
+        for d in drafters[:1]:
+            out.append(Config(f"{t}/as2d:{d}", t, "as2d", d, None))
     return out
 
 
@@ -158,23 +156,16 @@ class _Models:
 
 
 def _strategy(cfg, models: _Models, cores: int, listener):
-    from runtime.as2d import AS2D
-    from runtime.budget import Budget
-    from runtime.sd import SerialSD
-    from runtime.strategies import TargetOnly
+    """What ``as2d transcribe --decoder …`` would run, on the benchmark's shared models."""
+    from .engine import build_strategy, plan_threads
 
-    from .engine import plan_threads
-
-    target = models.get(cfg.target, cores)
-    if cfg.decoder == "target":
-        return target, TargetOnly(target, listener)
-    if cfg.decoder == "sd":
-        drafter = models.get(cfg.drafter, cores, role="drafter")
-        return target, SerialSD(target, drafter, listener, Budget(fixed=cfg.budget))
-    plan = plan_threads(cores, "as2d")
-    drafter = models.get(cfg.drafter, plan.drafter, role="drafter")
-    return target, AS2D(target, drafter, listener, Budget(fixed=cfg.budget),
-                        busy_threads=plan.busy)
+    plan = plan_threads(cores, cfg.decoder)
+    target = models.get(cfg.target, plan.target)
+    budget = "auto" if cfg.budget is None else str(cfg.budget)
+    strategy = build_strategy(cfg.decoder, target, cfg.drafter, budget, plan, models.models_dir,
+                              listener, models.note,
+                              load_drafter=lambda spec, n: models.get(spec, n, role="drafter"))
+    return target, strategy
 
 
 def run_config(cfg, items: list[Item], models: _Models, cores: int):
@@ -239,6 +230,8 @@ def run_bench(req: BenchRequest) -> int:
     from runtime.bench import ConfigResult, median_of_repeats, results_to_dict, summary
     from runtime.sessions import cpu_count
 
+    from .engine import plan_threads
+
     def note(msg: str) -> None:
         if not req.quiet:
             print(f"as2d: {msg}", file=sys.stderr, flush=True)
@@ -287,8 +280,9 @@ def run_bench(req: BenchRequest) -> int:
         outs = {json.dumps(r.texts, sort_keys=True) for r in results if r.config.target == t}
         same_text[t] = len(outs) == 1
     report = summary(results)
-    report.update(threads={"cores": cores, "target": cores, "sd_drafter": cores,
-                           "as2d": _as2d_threads(cores)},
+    report.update(threads={"cores": cores, "target": cores,
+                           "sd_drafter": plan_threads(cores, "sd").drafter,
+                           "as2d": plan_threads(cores, "as2d").as_dict()},
                   audio_seconds=round(audio_s, 3), items=[i.name for i in items],
                   repeats=req.repeats, warmup=req.warmup, identical_text=same_text)
     from .bench_report import plot, print_report
@@ -306,13 +300,3 @@ def run_bench(req: BenchRequest) -> int:
                             f"({exc.strerror or exc})") from None
         note(f"wrote {req.plot_path}")
     return 0
-
-
-def _as2d_threads(cores: int) -> dict:
-    from .engine import plan_threads
-
-    return plan_threads(cores, "as2d").as_dict()
-
-
-def _env_threads() -> int:  # pragma: no cover - convenience for scripts
-    return int(os.environ.get("AS2D_THREADS", "0"))

@@ -27,12 +27,13 @@ def plan_threads(total: int, decoder: str, drafter_threads: int = 0) -> ThreadPl
     if decoder == "sd":  # serial: each model has every core while it runs
         return ThreadPlan(total, total, drafter_threads or total)
     drafter = max(1, drafter_threads or 1)
-    busy = max(1, total - drafter) if total - drafter < total else None
-    return ThreadPlan(total, total, drafter, busy)
+    return ThreadPlan(total, total, drafter, max(1, total - drafter))
 
 
-def build_strategy(decoder: str, target, drafter: str, precision: str | None, budget: str,
-                   plan: ThreadPlan, models_dir, listener, note):
+def build_strategy(decoder: str, target, drafter: str, budget: str, plan: ThreadPlan,
+                   models_dir, listener, note, load_drafter=None):
+    """The decoding strategy for ``decoder``. ``load_drafter(spec, threads)`` loads the drafter
+    (default: from the model cache); ``budget`` is ``auto`` or a number of candidates."""
     from runtime.budget import Budget
     from runtime.strategies import TargetOnly
 
@@ -47,8 +48,10 @@ def build_strategy(decoder: str, target, drafter: str, precision: str | None, bu
         note(f"{target.name}: this model's graph does not compute rows independently, so "
              f"speculative decoding could change its output; decoding with the target alone")
         return TargetOnly(target, listener)
-    draft_model = load_whisper(drafter, None, models_dir, plan.drafter, progress=note,
-                               role="drafter")
+    if load_drafter is None:
+        def load_drafter(spec: str, threads: int):
+            return load_whisper(spec, None, models_dir, threads, progress=note, role="drafter")
+    draft_model = load_drafter(drafter, plan.drafter)
     fixed = None if budget == "auto" else int(budget)
     if decoder == "as2d":
         from runtime.as2d import AS2D

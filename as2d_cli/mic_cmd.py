@@ -20,7 +20,7 @@ from typing import Optional
 
 import typer
 
-from .resolve import UserError, write_json
+from .resolve import UserError, make_note, write_json
 
 
 @dataclass
@@ -52,10 +52,6 @@ class MicRequest:
     stats_json: Path | None = None
     models_dir: Path | None = None
     quiet: bool = False
-
-
-def _err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def validate(req: MicRequest):
@@ -112,16 +108,17 @@ def run_mic(req: MicRequest) -> int:
     from runtime.live import LiveOptions, LiveSession
     from runtime.live_sources import AudioInputError, FileSource, MicSource
     from runtime.sessions import cpu_count
-    from runtime.transcribe import Transcriber
+    from runtime.transcribe import Transcriber, resolve_language
     from runtime.vad import VADUnavailable, make_vad
 
     from .engine import build_strategy, plan_threads
     from .mic_display import CommitWriter, MicStats, make_mic_reporter, print_mic_stats
+    from .progress import want_live
 
     if req.list_devices:
         return list_devices()
     endpoint = validate(req)
-    note = (lambda m: None) if req.quiet else (lambda m: _err(f"as2d: {m}"))
+    note = make_note(req.quiet)
     try:
         vad = make_vad(req.vad)
     except VADUnavailable as exc:
@@ -140,7 +137,8 @@ def run_mic(req: MicRequest) -> int:
     # The output file too: a typo in its folder should not cost a model load either.
     try:
         writer = CommitWriter(req.output, stdout=True,
-                              whole_lines=sys.stdout.isatty() and _live_wanted(req))
+                              whole_lines=sys.stdout.isatty()
+                              and want_live(req.live, req.quiet, sys.stderr))
     except OSError as exc:
         raise UserError(f"{req.output}: cannot write there ({exc.strerror or exc})", 2) \
             from None
@@ -149,24 +147,21 @@ def run_mic(req: MicRequest) -> int:
     from .resolve import load_whisper
 
     target = load_whisper(req.model, req.precision, req.models_dir, plan.target, progress=note)
-    if req.language and not target.multilingual:
-        from runtime.tokenizer import normalize_language
-
-        if normalize_language(req.language) != "en":
-            raise UserError(f"{target.name} is English-only; it cannot transcribe language "
-                            f"{req.language!r}", 2)
-    language = req.language or (None if target.multilingual else "en")
+    try:
+        language = resolve_language(target, req.language)
+    except ValueError as exc:
+        raise UserError(str(exc), 2) from None
 
     stats = MicStats()
     reporter = make_mic_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(writer, stats, reporter)
-    strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget,
-                              plan, req.models_dir, reporter, note)
+    strategy = build_strategy(req.decoder, target, req.drafter, req.budget, plan,
+                              req.models_dir, reporter, note)
     options = LiveOptions(endpoint=endpoint, interval=req.interval, agreement=req.agreement,
                           language=language, prompt=req.prompt)
     transcriber = Transcriber(target, strategy, fanout(stats, reporter))
     session = LiveSession(source, vad, transcriber, options, listener, req.decoder,
-                          getattr(strategy, "drafter_name", None))
+                          strategy.drafter_name)
     code = 0
     reporter.start()
     try:
@@ -188,12 +183,6 @@ def run_mic(req: MicRequest) -> int:
     if writer.error:
         raise UserError(writer.error)
     return code
-
-
-def _live_wanted(req: MicRequest) -> bool:
-    if req.quiet:
-        return False
-    return sys.stderr.isatty() if req.live is None else req.live
 
 
 def _wait(session, reporter) -> int:

@@ -24,12 +24,11 @@ from rich.table import Table
 from rich.text import Text
 
 from runtime.events import Drafted, Note, Verified, WindowDone
-from runtime.live_events import (Committed, DecodeStarted, Hypothesis, ListenDone,
-                                 ListenStarted, UtteranceDone, UtteranceEnded,
-                                 UtteranceStarted, VoiceLevel)
+from runtime.live_events import (Committed, DecodeStarted, Hypothesis, ListenStarted,
+                                 UtteranceDone, UtteranceEnded, UtteranceStarted, VoiceLevel)
 
 from .display import LiveView, tail
-from .progress import PlainView
+from .progress import PlainView, want_live
 
 _BARS = " ▁▂▃▄▅▆▇█"
 
@@ -62,14 +61,10 @@ class MicStats:
         self.encode_seconds = 0.0
         self.offered = self.accepted = self.passes = 0
         self.decodes = self.partials = self.speculative = self.reused = 0
-        self.final_tokens = 0
-        self.final_target_seconds = 0.0
         # Wall time of each decode of a whole utterance (speculative or final): the part of
         # the latency that the decoder choice (as2d vs target) can change.
         self.settle_seconds: list[float] = []
         self._settling = False
-        self.done: ListenDone | None = None
-        self.started: ListenStarted | None = None
 
     def __call__(self, event) -> None:
         with self._lock:
@@ -90,14 +85,8 @@ class MicStats:
                 self.settle_seconds.append(event.decode_seconds)
             if isinstance(event, Hypothesis) and event.final:
                 self.reused += event.reused
-                self.final_tokens += event.tokens
-                self.final_target_seconds += event.target_decode_seconds
             elif isinstance(event, UtteranceDone):
                 self.utterances.append(event)
-            elif isinstance(event, ListenStarted):
-                self.started = event
-            elif isinstance(event, ListenDone):
-                self.done = event
 
     @property
     def latencies(self) -> list[float]:
@@ -454,8 +443,6 @@ class MicView(LiveView):
 
 def make_mic_reporter(live: bool | None, quiet: bool, stream=sys.stderr):
     """The live view when stderr is a terminal (or ``--live``), plain lines otherwise."""
-    if live is None:
-        live = stream.isatty() and not quiet
-    if live and not quiet:
+    if want_live(live, quiet, stream):
         return MicView(stream, echo_lines=not sys.stdout.isatty())
     return PlainMicReporter(stream, quiet)

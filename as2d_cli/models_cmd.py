@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 from models.bundle import BundleError, installed_bundles, load_bundle, models_dir
-from models.catalog import CATALOG, DEFAULT_DRAFTER, DEFAULT_TARGET, lookup, split_bundle_name
+from models.catalog import CATALOG, DEFAULT_DRAFTER, DEFAULT_TARGET, split_bundle_name
 from models.install import bundle_path, find_installed, install
 
-from .resolve import UserError
-
-
-def _entry(spec: str):
-    """The catalog entry and precision (or None) that ``spec`` (``base``, ``base-int8``) names."""
-    name, precision = split_bundle_name(spec)
-    try:
-        return lookup(name), precision
-    except KeyError as exc:
-        raise UserError(str(exc.args[0])) from None
-
-
-def _err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+from .resolve import UserError, catalog_entry, err
 
 
 def list_models(root: Path | None) -> None:
@@ -50,7 +36,7 @@ def install_models(names: list[str] | None, precision: str, force: bool, source:
         raise UserError("--from converts one model: name it, e.g. `as2d models install base "
                         "--from DIR`")
     for name in names:
-        entry, prec = _entry(name)
+        entry, prec = catalog_entry(name)
         if prec:
             precs = [prec]
         elif precision == "all":
@@ -58,7 +44,7 @@ def install_models(names: list[str] | None, precision: str, force: bool, source:
         else:
             precs = [precision]
         for p in precs:
-            if p not in entry.precisions:
+            if p not in entry.precisions:  # before install(), which reads "" as the default
                 raise UserError(f"{entry.name} comes in {', '.join(entry.precisions)}, not {p}")
             damaged = False
             try:
@@ -67,12 +53,12 @@ def install_models(names: list[str] | None, precision: str, force: bool, source:
             except BundleError:
                 current, damaged = None, True
             if current is not None:
-                _err(f"{entry.name}-{p}: already installed (use --force to convert again)")
+                err(f"{entry.name}-{p}: already installed (use --force to convert again)")
                 continue
             try:
                 install(entry.name, p, models_dir(root), force=force or damaged,
                         source_dir=source,
-                        progress=lambda m: _err(f"  {m}"))
+                        progress=lambda m: err(f"  {m}"))
             except BundleError as exc:
                 raise UserError(str(exc)) from None
 
@@ -97,7 +83,7 @@ def verify_models(names: list[str] | None, root: Path | None) -> int:
     if names:
         wanted = set()
         for n in names:
-            entry, prec = _entry(n)
+            entry, prec = catalog_entry(n)
             wanted.update([f"{entry.name}-{prec}"] if prec else
                           [f"{entry.name}-{p}" for p in entry.precisions])
         bundles = [b for b in bundles if b.name in wanted]
@@ -128,7 +114,7 @@ def model_path(name: str | None, root: Path | None) -> None:
     if not name:
         print(base)
         return
-    entry, prec = _entry(name)
+    entry, prec = catalog_entry(name)
     p = bundle_path(entry.name, prec or entry.default_precision, base)
     if not (p / "manifest.json").is_file():
         raise UserError(f"{p.name} is not installed; run `as2d models install {entry.name}`")
@@ -138,7 +124,7 @@ def model_path(name: str | None, root: Path | None) -> None:
 def remove_models(names: list[str], root: Path | None) -> None:
     base = models_dir(root)
     for n in names:
-        entry, prec = _entry(n)
+        entry, prec = catalog_entry(n)
         targets = [prec] if prec else list(entry.precisions)
         removed = False
         for p in targets:
@@ -146,7 +132,7 @@ def remove_models(names: list[str], root: Path | None) -> None:
             if path.is_dir():
                 load_bundle(path)  # refuse to delete a folder that is not ours
                 shutil.rmtree(path)
-                _err(f"removed {path}")
+                err(f"removed {path}")
                 removed = True
         if not removed:
             raise UserError(f"{n} is not installed")

@@ -59,10 +59,16 @@ class PlainReporter(PlainView):
             self.window_progress(event, self.duration, self.source)
 
 
+def want_live(live: bool | None, quiet: bool, stream=sys.stderr) -> bool:
+    """Whether to show a rich live view on ``stream``: never when quiet, else as ``--live`` /
+    ``--no-live`` says, and by default when ``stream`` is a terminal."""
+    if quiet:
+        return False
+    return stream.isatty() if live is None else bool(live)
+
+
 def make_reporter(live: bool | None, quiet: bool, stream=sys.stderr):
-    if live is None:
-        live = stream.isatty() and not quiet
-    if live and not quiet:
+    if want_live(live, quiet, stream):
         try:
             from .display import LiveReporter
         except ImportError:  # pragma: no cover

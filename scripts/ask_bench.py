@@ -40,7 +40,7 @@ def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
 
     plan = plan_threads(threads, "as2d")
     target = load_whisper("base", None, models_dir, plan.target)
-    strategy = build_strategy("as2d", target, "tiny.en", None, "auto", plan, models_dir, None,
+    strategy = build_strategy("as2d", target, "tiny.en", "auto", plan, models_dir, None,
                               lambda m: None)
     out = {}
     try:
@@ -76,7 +76,8 @@ def main() -> int:
     ap.add_argument("--min-ngram", type=int, default=1)
     ap.add_argument("--only", default=None, help="comma-separated question ids")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--models-dir", type=Path, default=ROOT / ".cache" / "models")
+    ap.add_argument("--models-dir", type=Path, default=None,
+                    help="model cache folder (default: $AS2D_MODELS_DIR, else the user cache)")
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args()
 

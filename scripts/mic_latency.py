@@ -81,7 +81,7 @@ def main() -> int:
     strategies = {}
     for d in decoders:
         plan = plan_threads(total, d)
-        strategies[d] = build_strategy(d, target, args.drafter, None, "auto", plan,
+        strategies[d] = build_strategy(d, target, args.drafter, "auto", plan,
                                        args.models_dir, None, lambda m: None)
     results: dict[str, list[dict]] = {d: [] for d in decoders}
     pooled: dict[str, MicStats] = {d: MicStats() for d in decoders}

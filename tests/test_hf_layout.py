@@ -53,7 +53,7 @@ def test_a_graph_that_is_not_row_exact_is_not_used_for_speculation(hf_folder, cl
     hf = HFWhisperModel(hf_folder, threads=2)
     assert hf.check_exact_rows() is False  # a plain export rounds one row differently
     notes = []
-    strategy = build_strategy("as2d", hf, "tiny.en", None, "auto", plan_threads(2, "as2d"),
+    strategy = build_strategy("as2d", hf, "tiny.en", "auto", plan_threads(2, "as2d"),
                               None, None, notes.append)
     assert isinstance(strategy, TargetOnly)
     assert notes and "target alone" in notes[0]
