@@ -1,3 +1,3 @@
-from .app import entry
+from as2d.cli.app import entry
 
 entry()

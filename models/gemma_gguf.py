@@ -38,7 +38,7 @@ faster per-row path is kept.
 
 Row independence (lossless verification): every op computes each token row the same way
 whatever the number of rows in the call. Projections are constant-weight ``MatMul``s (or the
-per-row int8 path of :meth:`models.graph.Graph.linear`), norms are one fused
+per-row int8 path of :meth:`as2d.models.graph.Graph.linear`), norms are one fused
 ``SimplifiedLayerNormalization`` kernel per row, attention multiplies the grouped query heads
 (four query heads share one key/value head here, so a one-token pass still has four rows and
 never falls onto onnxruntime's single-row kernel), masks address absolute cache columns, and
@@ -62,7 +62,7 @@ from gguf.constants import GGML_QUANT_SIZES
 from gguf.quants import dequantize
 from onnx import TensorProto
 
-from .graph import Graph
+from as2d.models.graph import Graph
 
 ARCH = "gemma3"
 # Gemma 3 facts that llama.cpp hard-codes rather than reading from the file.

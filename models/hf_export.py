@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper
 
-from .ct2 import CT2Model
-from .graph import Graph, save_model
-from .whisper_onnx import (_attend, _ffn, _merge_heads, _scaled_q, _self_attention_weights,
+from as2d.models.ct2 import CT2Model
+from as2d.models.graph import Graph, save_model
+from as2d.models.whisper_onnx import (_attend, _ffn, _merge_heads, _scaled_q, _self_attention_weights,
                            _split_heads, encoder_body, whisper_dims)
 
 F = TensorProto.FLOAT

@@ -1,9 +1,9 @@
 """Write a small decoder-only LLM in the Hugging Face ONNX layout (as optimum exports it).
 
-``as2d ask --llm PATH`` loads such folders (:mod:`runtime.hf_llm`). No model hub is reachable
+``as2d ask --llm PATH`` loads such folders (:mod:`as2d.runtime.ask.hf_lm`). No model hub is reachable
 here, so this module produces the layout itself, for tests and for trying the path end to end:
 a GPT-style decoder with grouped-query attention and learned positions, random (seeded)
-weights, written with :mod:`models.graph`, beside a ``tokenizer.json`` (a byte-level BPE
+weights, written with :mod:`as2d.models.graph`, beside a ``tokenizer.json`` (a byte-level BPE
 trained on a given text), ``config.json``, ``generation_config.json`` and
 ``tokenizer_config.json``.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto
 
-from .graph import Graph, save_model
+from as2d.models.graph import Graph, save_model
 
 SPECIALS = ("<unk>", "<s>", "</s>")
 

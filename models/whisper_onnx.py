@@ -16,7 +16,7 @@ Two graphs per model, shaped for speculative decoding:
     rows, so dropping rejected tokens is only a change of length.
 
 Every op in the decoder computes each row independently of the others (per-row int8
-activation scales, see :meth:`models.graph.Graph.linear`), so one pass over ``k`` tokens gives
+activation scales, see :meth:`as2d.models.graph.Graph.linear`), so one pass over ``k`` tokens gives
 the same logits, bit for bit, as ``k`` single-token passes: speculative decoding stays lossless.
 """
 
@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from .ct2 import CT2Model, CT2FormatError
-from .graph import MS_DOMAIN, Graph
+from as2d.models.ct2 import CT2Model, CT2FormatError
+from as2d.models.graph import MS_DOMAIN, Graph
 
 def whisper_dims(m: CT2Model) -> dict[str, int]:
     """Model dimensions, named as openai-whisper names them (written to the manifest)."""

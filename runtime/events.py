@@ -64,7 +64,7 @@ class Verified:
 
 @dataclass(frozen=True)
 class SegmentDone:
-    segment: object  # runtime.transcribe.Segment
+    segment: object  # as2d.runtime.transcribe.transcriber.Segment
 
 
 @dataclass(frozen=True)

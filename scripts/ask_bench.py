@@ -27,16 +27,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runtime.ask import (SOURCES, STYLES, Answerer, AskOptions, drafter_text,  # noqa: E402
+from as2d.runtime.ask.answer import (SOURCES, STYLES, Answerer, AskOptions, drafter_text,  # noqa: E402
                          spans_from_segments)
-from runtime.ask_bench import QUESTIONS, is_correct, load_questions  # noqa: E402
+from as2d.runtime.bench.questions import QUESTIONS, is_correct, load_questions  # noqa: E402
 
 
 def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
-    from as2d_cli.engine import build_strategy, plan_threads
-    from as2d_cli.resolve import load_whisper
-    from runtime.audio import load_audio
-    from runtime.transcribe import TranscribeOptions, Transcriber
+    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.cli.resolve import load_whisper
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
     plan = plan_threads(threads, "as2d")
     target = load_whisper("base", None, models_dir, plan.target)
@@ -81,8 +81,8 @@ def main() -> int:
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args()
 
-    from as2d_cli.resolve import load_llm
-    from runtime.sessions import cpu_count
+    from as2d.cli.resolve import load_llm
+    from as2d.runtime.sessions import cpu_count
 
     threads = args.threads or cpu_count()
     qset = load_questions(args.questions)

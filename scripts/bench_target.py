@@ -8,7 +8,7 @@ clip so that a change of machine load hits both alike. Three figures per configu
 * encoder: seconds per 30-s window (the same log-mel input to both);
 * decoder: greedy tokens per second, timestamps on, encoder excluded (first window of each clip);
 * end to end: real-time factor (audio seconds per wall second) of a whole transcription, audio
-  already in memory; ours through ``runtime.transcribe.Transcriber`` (target-only), the peer
+  already in memory; ours through ``as2d.runtime.transcribe.transcriber.Transcriber`` (target-only), the peer
   through ``faster_whisper.WhisperModel.transcribe`` (greedy, no temperature fallback).
 
 Each figure is the sum over clips of the per-clip median of ``--repeats`` runs, after one
@@ -78,9 +78,9 @@ def bench_config(name: str, precision: str, threads: int, audios, mels, repeats:
     from faster_whisper import WhisperModel as FasterWhisper
 
     from helpers import ct2_folder, greedy_tokens, prompt_for
-    from models.install import install
-    from runtime.transcribe import TranscribeOptions, Transcriber
-    from runtime.whisper import WhisperModel
+    from as2d.models.install import install
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.whisper.model import WhisperModel
 
     ours = WhisperModel(install(name, precision, root).path, threads=threads)
     fw = FasterWhisper(str(ct2_folder(name, work)), device="cpu",
@@ -146,9 +146,9 @@ def main() -> None:
     ap.add_argument("--models-dir", type=Path, default=None)
     args = ap.parse_args()
 
-    from models.bundle import models_dir
-    from runtime.audio import load_audio
-    from runtime.features import LogMel
+    from as2d.models.bundle import models_dir
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.whisper.features import LogMel
 
     paths = real_clips()[: args.clips or None]
     audios = [load_audio(p) for p in paths]

@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from models.install import bundle_path, install  # noqa: E402
-from runtime.llm import CausalLM  # noqa: E402
+from as2d.models.install import bundle_path, install  # noqa: E402
+from as2d.runtime.ask.lm import CausalLM  # noqa: E402
 
 PROMPTS = ["The Eiffel Tower is located in", "Once upon a time, there was a little",
            "Question: What is the boiling point of water?\nAnswer:"]

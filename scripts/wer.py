@@ -68,8 +68,8 @@ def reference_clips(work: Path) -> list[RefClip]:
 
 
 def transcribe_all(model, clips: list[RefClip]) -> tuple[list[str], float, float]:
-    from runtime.audio import load_audio
-    from runtime.transcribe import TranscribeOptions, Transcriber
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
     transcriber = Transcriber(model)
     options = TranscribeOptions(language="en")
@@ -96,9 +96,9 @@ def main() -> None:
     import jiwer
     from whisper_normalizer.english import EnglishTextNormalizer
 
-    from models.bundle import models_dir
-    from models.install import install
-    from runtime.whisper import WhisperModel
+    from as2d.models.bundle import models_dir
+    from as2d.models.install import install
+    from as2d.runtime.whisper.model import WhisperModel
 
     norm = EnglishTextNormalizer()
     root = models_dir(args.models_dir)

@@ -79,7 +79,7 @@ def models_root() -> Path:
 
 
 def _bundle(models_root: Path, name: str, precision: str) -> Path:
-    from models.install import install
+    from as2d.models.install import install
 
     return install(name, precision, models_root).path
 
@@ -102,7 +102,7 @@ def bundle(models_root):
 def whisper(bundle):
     """``whisper("tiny.en", "int8", threads=1)`` → a loaded, shared WhisperModel
     (``role="drafter"`` loads the bundle's faster drafting decoder)."""
-    from runtime.whisper import WhisperModel
+    from as2d.runtime.whisper.model import WhisperModel
 
     cache: dict = {}
 

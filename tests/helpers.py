@@ -14,8 +14,8 @@ _CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 
 def ct2_folder(name: str, work: Path) -> Path:
     """A CTranslate2 model folder for ``name`` ("base" or "tiny.en"), from the source packages."""
-    from models.catalog import lookup
-    from models.install import _module_dir, assemble
+    from as2d.models.catalog import lookup
+    from as2d.models.install import _module_dir, assemble
 
     entry = lookup(name)
     src = entry.source
@@ -40,8 +40,8 @@ def prompt_for(model, timestamps: bool) -> list[int]:
 
 def greedy_tokens(model, ctx, timestamps: bool, sample_len: int = 224) -> list[int]:
     """Our target-only greedy tokens for one encoded window (end-of-text excluded)."""
-    from runtime.decoding import WindowDecoder
-    from runtime.logits import LogitRules
+    from as2d.runtime.transcribe.window import WindowDecoder
+    from as2d.runtime.whisper.logits import LogitRules
 
     tk = model.tokenizer
     prompt = prompt_for(model, timestamps)
@@ -93,7 +93,7 @@ def cli(*args, models_dir=None, input=None):
     """Run ``as2d ARGS`` in-process; an unexpected exception fails the test with its traceback."""
     from typer.testing import CliRunner
 
-    from as2d_cli.app import app
+    from as2d.cli.app import app
 
     env = {"AS2D_MODELS_DIR": str(models_dir)} if models_dir else {}
     result = CliRunner().invoke(app, [str(a) for a in args], env=env, input=input)

@@ -18,16 +18,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runtime.align import Aligner
-from runtime.as2d import AS2D
-from runtime.audio import load_audio
-from runtime.budget import Budget
-from runtime.drafter import make_retokenizer
-from runtime.events import Note, Verified
-from runtime.sd import SerialSD
-from runtime.stream import CandidateStream
-from runtime.strategies import TargetOnly
-from runtime.transcribe import TranscribeOptions, Transcriber, TranscriptionInfo
+from as2d.runtime.speculative.align import Aligner
+from as2d.runtime.transcribe.as2d import AS2D
+from as2d.runtime.audio import load_audio
+from as2d.runtime.speculative.budget import Budget
+from as2d.runtime.transcribe.drafter import make_retokenizer
+from as2d.runtime.events import Note, Verified
+from as2d.runtime.transcribe.sd import SerialSD
+from as2d.runtime.speculative.stream import CandidateStream
+from as2d.runtime.transcribe.decoders import TargetOnly
+from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
 
 OPTS = TranscribeOptions(language="en")
 
@@ -391,7 +391,7 @@ def test_stopping_mid_run_keeps_what_was_committed_and_ends_both_threads(whisper
 
 def test_thread_count_does_not_change_a_single_logit(whisper, clips):
     # AS²D switches the target between sessions with different thread counts.
-    from runtime.features import LogMel
+    from as2d.runtime.whisper.features import LogMel
 
     one, two = whisper("tiny.en", threads=1), whisper("tiny.en", threads=2)
     mel = LogMel(load_audio(clips[0].path)).window(0)

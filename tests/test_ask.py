@@ -2,9 +2,9 @@
 
 Real models on real audio: the clips are transcribed with AS²D (base ← tiny.en), the answers
 come from Gemma 3 270M. The reference for losslessness is plain greedy generation, one token
-per pass, in two independent implementations (``runtime.ask.greedy_reference`` and
+per pass, in two independent implementations (``as2d.runtime.ask.answer.greedy_reference`` and
 ``CausalLM.generate_greedy``). The Hugging Face ONNX path runs on a small random-weight decoder
-exported here (``models.hf_llm_export``), once row-exact and once deliberately not.
+exported here (``as2d.models.hf_llm_export``), once row-exact and once deliberately not.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import json
 
 import pytest
 
-from as2d_cli.app import app
-from as2d_cli.ask_cmd import register
+from as2d.cli.app import app
+from as2d.cli.ask_cmd import register
 from helpers import cli, error_line
-from runtime.ask import (AskOptions, Answerer, Lookup, Span, SpeculativeGenerator,
+from as2d.runtime.ask.answer import (AskOptions, Answerer, Lookup, Span, SpeculativeGenerator,
                          greedy_reference, select_spans, spans_from_segments)
-from runtime.ask_bench import is_correct, load_questions
-from runtime.ask_events import AnswerStep
-from runtime.events import Note
+from as2d.runtime.bench.questions import is_correct, load_questions
+from as2d.runtime.ask.events import AnswerStep
+from as2d.runtime.events import Note
 
 pytestmark = pytest.mark.slow
 register(app)
@@ -39,7 +39,7 @@ def qset():
 
 @pytest.fixture(scope="module")
 def lm(bundle):
-    from runtime.llm import CausalLM
+    from as2d.runtime.ask.lm import CausalLM
 
     return CausalLM(bundle(LLM, "int8"), threads=2)
 
@@ -47,11 +47,11 @@ def lm(bundle):
 @pytest.fixture(scope="module")
 def transcripts(whisper, qset):
     """clip → (spans, drafter text), transcribed with AS²D as `as2d ask` does."""
-    from runtime.as2d import AS2D
-    from runtime.ask import drafter_text
-    from runtime.audio import load_audio
-    from runtime.budget import Budget
-    from runtime.transcribe import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.as2d import AS2D
+    from as2d.runtime.ask.answer import drafter_text
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.speculative.budget import Budget
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
     target = whisper("base", "int8", 2)
     drafter = whisper("tiny.en", "int8", 1, role="drafter")
@@ -262,7 +262,7 @@ _CHAT = ("{% for m in messages %}<|user|>\n{{ m['content'] }}</s>\n{% endfor %}"
 
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
-    from models.hf_llm_export import export_tiny_decoder
+    from as2d.models.hf_llm_export import export_tiny_decoder
 
     root = tmp_path_factory.mktemp("hf")
     return {"exact": export_tiny_decoder(root / "exact", _TINY_TEXT, seed=1),
@@ -273,7 +273,7 @@ def tiny_hf(tmp_path_factory):
 
 
 def test_hf_layout_loads_checks_rows_and_answers_losslessly(tiny_hf):
-    from runtime.hf_llm import HFCausalLM
+    from as2d.runtime.ask.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["exact"], threads=1)
     assert lm.row_invariant is True and lm.row_check["max_abs_diff"] == 0.0
@@ -295,7 +295,7 @@ def test_hf_layout_loads_checks_rows_and_answers_losslessly(tiny_hf):
 
 
 def test_hf_graph_that_is_not_row_exact_answers_without_candidates(tiny_hf):
-    from runtime.hf_llm import HFCausalLM
+    from as2d.runtime.ask.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["inexact"], threads=1)
     assert lm.row_invariant is False and lm.row_check["max_abs_diff"] > 0
@@ -311,7 +311,7 @@ def test_hf_graph_that_is_not_row_exact_answers_without_candidates(tiny_hf):
 
 
 def test_hf_chat_template_gives_the_instruct_prompt(tiny_hf):
-    from runtime.hf_llm import HFCausalLM
+    from as2d.runtime.ask.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["chat"], threads=1)
     ans = Answerer(lm, None, AskOptions(max_tokens=12))
@@ -326,8 +326,8 @@ def test_hf_chat_template_gives_the_instruct_prompt(tiny_hf):
 def test_speculative_generator_stops_at_an_accepted_stop_token(tiny_hf):
     """A candidate run that contains the stop token ends the answer there, as plain
     generation does, even when more candidates follow it."""
-    from runtime.ask import CandidateSources
-    from runtime.hf_llm import HFCausalLM
+    from as2d.runtime.ask.answer import CandidateSources
+    from as2d.runtime.ask.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["exact"], threads=1)
     prompt = lm.tokenizer.encode("It was the best of times")
@@ -403,7 +403,7 @@ def test_cli_hf_llm_folder(models, qset, tiny_hf):
 
 
 def test_missing_llm_packages_is_one_line_saying_what_to_install(tmp_path, qset, monkeypatch):
-    import models.install as install_mod
+    import as2d.models.install as install_mod
 
     real = install_mod._module_dir
     monkeypatch.setattr(install_mod, "_module_dir",

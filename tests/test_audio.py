@@ -15,10 +15,10 @@ import pytest
 import soundfile as sf
 
 from helpers import sox, write_wav
-from runtime import audio as audio_mod
-from runtime import features
-from runtime.audio import SAMPLE_RATE, AudioError, load_audio
-from runtime.features import LogMel
+from as2d.runtime import audio as audio_mod
+from as2d.runtime.whisper import features
+from as2d.runtime.audio import SAMPLE_RATE, AudioError, load_audio
+from as2d.runtime.whisper.features import LogMel
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.bench import (Config, ConfigResult, WindowTiming, median_of_repeats, oracle,
+from as2d.runtime.bench.metrics import (Config, ConfigResult, WindowTiming, median_of_repeats, oracle,
                            slower_share, summary)
 
 TARGET = Config("t/target", "t", "target")

@@ -240,7 +240,7 @@ def test_compressed_formats_give_the_right_words(tmp_path, models, speech, norma
 @pytest.fixture(scope="module")
 def long_recording(clips, tmp_path_factory):
     """~4 minutes: the LibriVox and moonshine clips, twice over, one second apart."""
-    from runtime.audio import load_audio
+    from as2d.runtime.audio import load_audio
 
     parts = [c for c in clips if "cards" not in str(c.path.parent)]
     gap = np.zeros(16000, np.float32)
@@ -295,8 +295,8 @@ def test_memmapped_long_input_gives_the_same_transcript(long_recording, long_jso
                                                          monkeypatch):
     """The multi-hour path (audio in a temporary memmap, log-mel computed lazily), forced on
     by lowering its thresholds, transcribes exactly as the in-memory path does."""
-    from runtime import audio as audio_mod
-    from runtime import features
+    from as2d.runtime import audio as audio_mod
+    from as2d.runtime.whisper import features
 
     made = []
     real_logmel_init = features.LogMel.__init__
@@ -330,7 +330,7 @@ def test_missing_model_is_converted_on_first_use(tmp_path, speech, normalize):
 
 def test_absent_source_package_is_one_line_saying_what_to_pip_install(tmp_path, speech,
                                                                       monkeypatch):
-    import models.install as install_mod
+    import as2d.models.install as install_mod
 
     monkeypatch.setattr(install_mod, "_module_dir", lambda module: None)
     r = cli("transcribe", speech.path, *TINY, "--models-dir", tmp_path / "models")

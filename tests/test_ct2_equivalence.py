@@ -29,8 +29,8 @@ INT8_MAX_CLIPS_WITH_OTHER_WORDS = 2
 @pytest.fixture(scope="module")
 def first_windows(clips):
     """The first 30-s window of every real clip, as our front end computes it."""
-    from runtime.audio import load_audio
-    from runtime.features import LogMel
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.whisper.features import LogMel
 
     return [(c.name, LogMel(load_audio(c.path), 80).window(0)) for c in clips]
 

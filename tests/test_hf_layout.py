@@ -11,14 +11,14 @@ import shutil
 
 import pytest
 
-from runtime.audio import load_audio
-from runtime.hf_whisper import HFLayoutError, HFWhisperModel
-from runtime.transcribe import TranscribeOptions, Transcriber
+from as2d.runtime.audio import load_audio
+from as2d.runtime.whisper.hf_layout import HFLayoutError, HFWhisperModel
+from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory, models_root):
-    from models.install import export_hf_layout
+    from as2d.models.install import export_hf_layout
 
     return export_hf_layout("tiny.en", tmp_path_factory.mktemp("hf") / "tiny.en")
 
@@ -47,8 +47,8 @@ def test_hf_layout_transcribes_like_our_own_bundle(hf_folder, clip, whisper, tmp
 
 @pytest.mark.slow
 def test_a_graph_that_is_not_row_exact_is_not_used_for_speculation(hf_folder, clip):
-    from as2d_cli.engine import build_strategy, plan_threads
-    from runtime.strategies import TargetOnly
+    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.runtime.transcribe.decoders import TargetOnly
 
     hf = HFWhisperModel(hf_folder, threads=2)
     assert hf.check_exact_rows() is False  # a plain export rounds one row differently
@@ -69,7 +69,7 @@ def test_an_incomplete_folder_says_what_is_missing(tmp_path):
 def test_cli_reads_the_folder_given_as_model(hf_folder, librivox):
     from typer.testing import CliRunner
 
-    from as2d_cli.app import app
+    from as2d.cli.app import app
 
     result = CliRunner().invoke(app, ["transcribe", str(librivox[0].path), "-m",
                                       str(hf_folder), "--no-live"])

@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from runtime.endpoint import EndpointConfig, Endpointer
-from runtime.agreement import LocalAgreement, tail_after
+from as2d.runtime.live.endpoint import EndpointConfig, Endpointer
+from as2d.runtime.live.agreement import LocalAgreement, tail_after
 
 ROOT = Path(__file__).resolve().parent.parent
-MIC_MAIN = ("from as2d_cli.app import app, entry; from as2d_cli.mic_cmd import register; "
+MIC_MAIN = ("from as2d.cli.app import app, entry; from as2d.cli.mic_cmd import register; "
             "register(app); entry()")
 
 
@@ -46,8 +46,8 @@ def _moonshine(name: str) -> Path:
 def cli():
     from typer.testing import CliRunner
 
-    from as2d_cli.app import app
-    from as2d_cli.mic_cmd import register
+    from as2d.cli.app import app
+    from as2d.cli.mic_cmd import register
 
     register(app)
     register(app)  # idempotent: app.py may already have registered it
@@ -154,8 +154,8 @@ def test_agreement_never_withdraws_and_aligns_a_changed_mind():
 # -- voice activity detection ---------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["silero", "energy"])
 def test_vad_on_silence_and_on_speech(kind, librivox):
-    from runtime.audio import load_audio
-    from runtime.vad import make_vad
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.live.vad import make_vad
 
     vad = make_vad(kind)
     silence = np.zeros(16000 * 2, np.float32)
@@ -173,7 +173,7 @@ def test_vad_on_silence_and_on_speech(kind, librivox):
 
 
 def test_silero_ignores_steady_noise():
-    from runtime.vad import SileroVAD
+    from as2d.runtime.live.vad import SileroVAD
 
     rng = np.random.default_rng(0)
     noise = (rng.standard_normal(16000 * 3) * 0.01).astype(np.float32)
@@ -181,8 +181,8 @@ def test_silero_ignores_steady_noise():
 
 
 def test_file_source_plays_every_sample_no_earlier_than_real_time(librivox):
-    from runtime.audio import load_audio
-    from runtime.live_sources import FileSource
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.live.sources import FileSource
 
     audio = load_audio(librivox[1].path)  # 3 s
     src = FileSource(audio, speed=4.0)
@@ -204,8 +204,8 @@ def test_file_source_plays_every_sample_no_earlier_than_real_time(librivox):
 
 
 def test_output_file_is_appended_on_a_line_of_its_own(tmp_path):
-    from as2d_cli.mic_display import CommitWriter
-    from runtime.live_events import Committed, UtteranceDone
+    from as2d.cli.mic_display import CommitWriter
+    from as2d.runtime.live.events import Committed, UtteranceDone
 
     out = tmp_path / "notes.txt"
     out.write_text("yesterday's dictation, no newline")
@@ -248,17 +248,17 @@ def test_dictation_matches_transcribe(cli, librivox, models_root):
 def test_paced_dictation_commits_incrementally_and_reports_latency(bundle, tmp_path, librivox):
     """Real-time pace: the growing utterance is decoded while it is spoken, the file is
     flushed at every commit, and each utterance reports its latency."""
-    from as2d_cli.mic_display import CommitWriter, MicStats
-    from runtime.as2d import AS2D
-    from runtime.audio import load_audio
-    from runtime.budget import Budget
-    from runtime.events import fanout
-    from runtime.live import LiveOptions, LiveSession
-    from runtime.live_events import Committed, Hypothesis
-    from runtime.live_sources import FileSource
-    from runtime.transcribe import TranscribeOptions, Transcriber
-    from runtime.vad import make_vad
-    from runtime.whisper import WhisperModel
+    from as2d.cli.mic_display import CommitWriter, MicStats
+    from as2d.runtime.transcribe.as2d import AS2D
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.speculative.budget import Budget
+    from as2d.runtime.events import fanout
+    from as2d.runtime.live.session import LiveOptions, LiveSession
+    from as2d.runtime.live.events import Committed, Hypothesis
+    from as2d.runtime.live.sources import FileSource
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.live.vad import make_vad
+    from as2d.runtime.whisper.model import WhisperModel
 
     clip = librivox[0].path  # one 7-s sentence
     target = WhisperModel(bundle("base", "int8"), threads=2)
@@ -393,7 +393,7 @@ def test_device_disappearing_mid_run_saves_the_text(cli, monkeypatch, tmp_path, 
     PortAudio stops calling back and reports the stream finished."""
     import sounddevice as sd
 
-    from runtime.audio import load_audio
+    from as2d.runtime.audio import load_audio
 
     samples = load_audio(librivox[0].path).samples
 

@@ -23,8 +23,8 @@ N_REAL = 40  # decoded tokens used after the prompt
 
 @pytest.fixture(scope="module")
 def windows(clips):
-    from runtime.audio import load_audio
-    from runtime.features import LogMel
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.whisper.features import LogMel
 
     by_name = {c.name: c for c in clips}
     # A long, dense clip, so that 40 real tokens exist after the prompt.
@@ -136,8 +136,8 @@ def test_verifying_candidates_commits_exactly_the_target_only_tokens(name, times
                                                                       windows):
     """WindowDecoder.step with a mix of right and wrong candidates commits what plain greedy
     decoding commits (the logit rules apply per position, timestamps included)."""
-    from runtime.decoding import WindowDecoder
-    from runtime.logits import LogitRules
+    from as2d.runtime.transcribe.window import WindowDecoder
+    from as2d.runtime.whisper.logits import LogitRules
 
     model = whisper(name, "int8", 2)
     ctx = model.encode(windows)

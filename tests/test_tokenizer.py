@@ -49,8 +49,8 @@ def test_multilingual_vocabulary_knows_99_languages(whisper):
 def test_encode_reproduces_the_tokens_the_model_emits(name, whisper, clips):
     """Re-encoding decoded text gives the model's own ids (canonical byte-pair merges), so
     drafted words re-tokenised for the target can match what the target would emit."""
-    from runtime.audio import load_audio
-    from runtime.features import LogMel
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.whisper.features import LogMel
 
     model = whisper(name, "int8")
     tk = model.tokenizer

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from as2d_cli import writers
-from runtime.transcribe import Segment
+from as2d import writers
+from as2d.runtime.transcribe.transcriber import Segment
 
 
 def seg(i, start, end, text, tokens=(1, 2)):

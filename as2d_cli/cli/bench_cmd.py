@@ -1,0 +1,302 @@
+"""``as2d bench``: target-only, classic SD (drafter × budget catalog) and AS²D, side by side.
+
+Every configuration decodes the same audio in this one process, repeats interleaved so that
+drift in the machine's speed hits all of them alike; per-window decode times are medians over
+the repeats. Target-only gets every core for its encoder and decoder, SD (serial) gives both of
+its models every core, AS²D splits them as it does in `as2d transcribe`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from as2d.cli.resolve import UserError, check_writable, write_json
+
+AUDIO_EXT = {".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif", ".au", ".caf"}
+LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
+CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
+
+
+@dataclass
+class Item:
+    name: str
+    audio: object  # as2d.runtime.audio.Audio
+    reference: str | None = None
+
+
+# -- bench sets -------------------------------------------------------------------------------
+def _librivox() -> list[tuple[Path, str | None]]:
+    refs = {}
+    tfile = LIBRIVOX / "transcription"
+    if tfile.is_file():
+        for line in tfile.read_text().splitlines():
+            text, _, ident = line.rpartition("(")
+            refs[ident.strip(") ")] = text.replace("<s>", "").replace("</s>", "").strip()
+    return [(p, refs.get(p.stem)) for p in sorted(LIBRIVOX.glob("*.wav"))]
+
+
+def _moonshine() -> list[tuple[Path, str | None]]:
+    try:
+        import moonshine_voice
+    except ImportError:
+        return []
+    assets = Path(moonshine_voice.__file__).parent / "assets"
+    return [(assets / n, None) for n in ("beckett.wav", "two_cities.wav", "endgame_nagg_nell.wav")
+            if (assets / n).is_file()]
+
+
+def _folder(path: Path) -> list[tuple[Path, str | None]]:
+    refs = {}
+    tsv = path / "refs.tsv"
+    if tsv.is_file():
+        for line in tsv.read_text(encoding="utf-8").splitlines():
+            if "\t" in line:
+                name, text = line.split("\t", 1)
+                refs[name.strip()] = text.strip()
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in AUDIO_EXT)
+    return [(p, refs.get(p.name, refs.get(p.stem))) for p in files]
+
+
+SETS = {
+    "librivox": ("the 5 LibriVox clips of pocketsphinx-testdata, with references", _librivox),
+    "cards": ("the 5 playing-card clips of pocketsphinx-testdata",
+              lambda: [(p, None) for p in sorted(CARDS.glob("*.wav"))]),
+    "moonshine": ("the 3 public-domain readings shipped in moonshine-voice", _moonshine),
+}
+
+
+def _long_item(minutes: float) -> Item:
+    """A long recording for long-form behaviour: the real clips above, joined end to end
+    with half a second of silence between them, repeated up to ``minutes``."""
+    import numpy as np
+
+    from as2d.runtime.audio import SAMPLE_RATE, Audio, load_audio
+
+    parts = [load_audio(p).samples for p, _ in _librivox() + _moonshine()]
+    if not parts:
+        raise UserError("the long set needs pocketsphinx-testdata or moonshine-voice")
+    gap = np.zeros(SAMPLE_RATE // 2, np.float32)
+    out: list = []
+    total = 0
+    want = int(minutes * 60 * SAMPLE_RATE)
+    while total < want:
+        for p in parts:
+            out += [np.asarray(p), gap]
+            total += len(p) + len(gap)
+            if total >= want:
+                break
+    audio = Audio(np.concatenate(out)[:want], source=f"long-{minutes:g}min")
+    return Item(audio.source, audio)
+
+
+def collect(files: list[Path], sets: list[str], long_minutes: float) -> list[Item]:
+    from as2d.runtime.audio import AudioError, load_audio
+
+    items: list[Item] = []
+    pairs: list[tuple[Path, str | None]] = []
+    for s in sets:
+        if s == "long":
+            items.append(_long_item(long_minutes))
+        elif s in SETS:
+            got = SETS[s][1]()
+            if not got:
+                raise UserError(f"bench set {s!r} is not available here ({SETS[s][0]})")
+            pairs += got
+        else:
+            raise UserError(f"unknown bench set {s!r} (choose from "
+                            f"{', '.join([*SETS, 'long'])})", 2)
+    for f in files:
+        f = Path(f)
+        pairs += _folder(f) if f.is_dir() else [(f, None)]
+    for path, ref in pairs:
+        try:
+            items.append(Item(path.name, load_audio(path), ref))
+        except AudioError as exc:
+            raise UserError(str(exc)) from None
+    if not items:
+        raise UserError("nothing to benchmark: give audio files or folders, or --set NAME", 2)
+    return items
+
+
+# -- configurations ---------------------------------------------------------------------------
+def catalog(targets: list[str], drafters: list[str], budgets: list[int]):
+    from as2d.runtime.bench.metrics import Config
+
+    out = []
+    for t in targets:
+        out.append(Config(f"{t}/target", t, "target"))
+        for d in drafters:
+            if d == t:
+                continue
+            for k in budgets:
+                out.append(Config(f"{t}/sd:{d}:k{k}", t, "sd", d, k))
+        for d in drafters[:1]:
+            out.append(Config(f"{t}/as2d:{d}", t, "as2d", d, None))
+    return out
+
+
+class _Models:
+    """Loaded models, shared across configurations (one session set per thread count)."""
+
+    def __init__(self, models_dir, note) -> None:
+        self.models_dir, self.note, self.cache = models_dir, note, {}
+
+    def get(self, spec: str, threads: int, role: str = "target"):
+        from as2d.cli.resolve import load_whisper
+
+        k = (spec, threads, role)
+        if k not in self.cache:
+            self.cache[k] = load_whisper(spec, None, self.models_dir, threads,
+                                         progress=self.note, role=role)
+        return self.cache[k]
+
+
+def _strategy(cfg, models: _Models, cores: int, listener):
+    """What ``as2d transcribe --decoder …`` would run, on the benchmark's shared models."""
+    from as2d.cli.engine import build_strategy, plan_threads
+
+    plan = plan_threads(cores, cfg.decoder)
+    target = models.get(cfg.target, plan.target)
+    budget = "auto" if cfg.budget is None else str(cfg.budget)
+    strategy = build_strategy(cfg.decoder, target, cfg.drafter, budget, plan, models.models_dir,
+                              listener, models.note,
+                              load_drafter=lambda spec, n: models.get(spec, n, role="drafter"))
+    return target, strategy
+
+
+def run_config(cfg, items: list[Item], models: _Models, cores: int):
+    """One pass of one configuration over every item: window timings, wall time, texts."""
+    from as2d.runtime.bench.metrics import WindowTiming
+    from as2d.runtime.transcribe.stats import StatsCollector
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+
+    stats = StatsCollector()
+    target, strategy = _strategy(cfg, models, cores, stats)
+    options = TranscribeOptions(language="en")
+    windows, texts = [], {}
+    wall = 0.0
+    try:
+        for item in items:
+            t0 = time.perf_counter()
+            segs = list(Transcriber(target, strategy, stats).transcribe(item.audio, options))
+            wall += time.perf_counter() - t0
+            texts[item.name] = "".join(s.text for s in segs)
+            for w in stats.current.windows:
+                windows.append(WindowTiming(item.name, w.window, w.tokens, w.decode_seconds,
+                                            w.encode_seconds, w.passes, w.offered, w.accepted))
+    finally:
+        strategy.close()
+    return windows, wall, texts
+
+
+def word_error_rate(texts: dict[str, str], items: list[Item]) -> float | None:
+    pairs = [(i.reference, texts.get(i.name, "")) for i in items if i.reference]
+    if not pairs:
+        return None
+    try:
+        import jiwer
+        from whisper_normalizer.english import EnglishTextNormalizer
+    except ImportError:
+        return None
+    norm = EnglishTextNormalizer()
+    refs = [norm(r) for r, _ in pairs]
+    hyps = [norm(h) for _, h in pairs]
+    return float(jiwer.wer(refs, hyps))
+
+
+@dataclass
+class BenchRequest:
+    files: list[Path]
+    sets: list[str]
+    targets: list[str]
+    drafters: list[str]
+    budgets: list[int]
+    repeats: int = 3
+    warmup: int = 1
+    long_minutes: float = 4.0
+    threads: int = 0
+    json_path: Path | None = None
+    plot_path: Path | None = None
+    show_windows: bool = False
+    models_dir: Path | None = None
+    quiet: bool = False
+
+
+def run_bench(req: BenchRequest) -> int:
+    from as2d.runtime.bench.metrics import ConfigResult, median_of_repeats, results_to_dict, summary
+    from as2d.runtime.sessions import cpu_count
+
+    from as2d.cli.engine import plan_threads
+
+    def note(msg: str) -> None:
+        if not req.quiet:
+            print(f"as2d: {msg}", file=sys.stderr, flush=True)
+
+    if req.repeats < 1:
+        raise UserError("--repeats must be at least 1", 2)
+    # A bad output path or a missing plotting library must not surface after a long run.
+    if req.json_path:
+        check_writable(req.json_path, "the results")
+    if req.plot_path:
+        check_writable(req.plot_path, "the plot")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UserError("--plot needs matplotlib: pip install 'as2d[bench]'", 2) from None
+    cores = req.threads or cpu_count()
+    items = collect(req.files, req.sets, req.long_minutes)
+    configs = catalog(req.targets, req.drafters, req.budgets)
+    models = _Models(req.models_dir, note)
+    audio_s = sum(i.audio.duration for i in items)
+    note(f"{len(items)} recordings, {audio_s:.1f} s of audio; {len(configs)} configurations "
+         f"× {req.repeats} repeats (+{req.warmup} warm-up), {cores} cores")
+    runs: dict[str, list] = {c.name: [] for c in configs}
+    walls: dict[str, list] = {c.name: [] for c in configs}
+    texts: dict[str, dict] = {}
+    t_start = time.perf_counter()
+    for rep in range(req.warmup + req.repeats):
+        for cfg in configs:
+            windows, wall, txt = run_config(cfg, items, models, cores)
+            texts[cfg.name] = txt
+            if rep >= req.warmup:
+                runs[cfg.name].append(windows)
+                walls[cfg.name].append(wall)
+        note(f"{'warm-up' if rep < req.warmup else f'repeat {rep - req.warmup + 1}'} done "
+             f"({time.perf_counter() - t_start:.0f} s)")
+    import statistics
+
+    results = []
+    for cfg in configs:
+        r = ConfigResult(cfg, median_of_repeats(runs[cfg.name]), audio_s,
+                         statistics.median(walls[cfg.name]), texts[cfg.name])
+        r.wer = word_error_rate(r.texts, items)
+        results.append(r)
+    same_text = {}
+    for t in req.targets:
+        outs = {json.dumps(r.texts, sort_keys=True) for r in results if r.config.target == t}
+        same_text[t] = len(outs) == 1
+    report = summary(results)
+    report.update(threads={"cores": cores, "target": cores,
+                           "sd_drafter": plan_threads(cores, "sd").drafter,
+                           "as2d": plan_threads(cores, "as2d").as_dict()},
+                  audio_seconds=round(audio_s, 3), items=[i.name for i in items],
+                  repeats=req.repeats, warmup=req.warmup, identical_text=same_text)
+    from as2d.cli.bench_report import plot, print_report
+
+    print_report(report, results, req.show_windows)
+    if req.json_path:
+        write_json(req.json_path, {"summary": report, "results": results_to_dict(results)},
+                   "the results")
+        note(f"wrote {req.json_path}")
+    if req.plot_path:
+        try:
+            plot(report, results, req.plot_path)
+        except OSError as exc:
+            raise UserError(f"{req.plot_path}: cannot write the plot "
+                            f"({exc.strerror or exc})") from None
+        note(f"wrote {req.plot_path}")
+    return 0

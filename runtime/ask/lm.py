@@ -1,0 +1,214 @@
+"""The answering LLM of ``as2d ask`` (Gemma 3) in one onnxruntime session, with a KV cache.
+
+Shaped like :mod:`as2d.runtime.whisper.model` so that one speculative scheduler serves both: a
+:class:`LLMState` owns a preallocated per-layer cache (``[capacity, kv_dim]`` float32 for keys
+and for values), ``forward(tokens)`` runs any number of new tokens after the cached ones and
+returns their logits, and ``truncate(n)`` drops rejected candidates by changing only the
+length. The graph computes every token row independently of the others, so a verification pass
+over ``k + 1`` tokens returns, bit for bit, the logits of ``k + 1`` single-token passes: greedy
+speculative decoding gives exactly the text of plain greedy decoding.
+
+The bundle (written by ``as2d.models.llm_install``) holds ``decoder.onnx``, ``tokenizer.json`` and a
+manifest with the architecture (``config``), the cache capacity and the tokenizer's special ids.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from as2d.runtime.kvcache import KVCache
+from as2d.runtime.sessions import make_session
+
+PREFILL_CHUNK = 256  # prompt tokens per pass: bounds the [rows, S] attention scores in memory
+
+
+@dataclass(frozen=True)
+class LLMConfig:
+    """The parts of the manifest's ``config`` that the runtime uses."""
+
+    vocab_size: int
+    num_layers: int
+    kv_dim: int
+    capacity: int
+
+
+class TokenizerBase:
+    """A ``tokenizers`` tokenizer with the model's special ids (``tok``, ``bos``, ``add_bos``
+    set by the subclass), in the shape the answering pipeline uses."""
+
+    tok: Tokenizer
+    bos: int | None
+    add_bos: bool
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str, bos: bool | None = None) -> list[int]:
+        """Token ids of ``text``; ``bos`` defaults to the model's ``add_bos`` flag."""
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        if (self.add_bos if bos is None else bos) and self.bos is not None:
+            ids = [self.bos] + ids
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def token(self, tid: int) -> str | None:
+        return self.tok.id_to_token(int(tid))
+
+    def id(self, token: str) -> int | None:
+        return self.tok.token_to_id(token)
+
+
+class LLMTokenizer(TokenizerBase):
+    """Gemma's SentencePiece-BPE tokenizer (built from the GGUF metadata at install time).
+
+    ``encode`` prepends ``<bos>`` when asked (the model expects it at the start of a
+    sequence); text that merely looks like a control token (``"<eos>"``) is encoded as that
+    control token, as Gemma's own tokenizer does, so chat markup can be written as text.
+    """
+
+    def __init__(self, path: str | Path, info: dict) -> None:
+        self.path = Path(path)
+        self.tok = Tokenizer.from_file(str(self.path))
+        self.bos: int = int(info["bos_id"])
+        self.eos: int = int(info["eos_id"])
+        self.add_bos: bool = bool(info.get("add_bos", True))
+        eot = info.get("end_of_turn_id")
+        self.end_of_turn: int | None = None if eot is None else int(eot)
+        sot = info.get("start_of_turn_id")
+        self.start_of_turn: int | None = None if sot is None else int(sot)
+        if self.tok.id_to_token(self.bos) is None or self.tok.id_to_token(self.eos) is None:
+            raise ValueError(f"{self.path}: special ids do not match the tokenizer")
+
+
+class GreedyLM:
+    """What every answering-model back end shares: recyclable cache states, chunked prefill and
+    the plain greedy loop that speculative answers must reproduce token for token.
+
+    A subclass sets ``stop_ids`` and implements :meth:`_new_state`; its states offer
+    ``reset()``, ``forward(tokens, logit_rows)``, ``truncate(n)``, ``length`` and ``capacity``.
+    """
+
+    stop_ids: tuple[int, ...] = ()
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: list = []
+
+    def _new_state(self):
+        raise NotImplementedError
+
+    def state(self):
+        """An empty cache (recycled from :meth:`release` when one is free)."""
+        with self._lock:
+            state = self._free.pop() if self._free else None
+        if state is None:
+            state = self._new_state()
+        state.reset()
+        return state
+
+    def release(self, state) -> None:
+        with self._lock:
+            self._free.append(state)
+
+    def prefill(self, state, prompt_ids: Sequence[int]) -> np.ndarray:
+        """Run the prompt in chunks; returns the logits ``[V]`` of its last token only."""
+        if not prompt_ids:
+            raise ValueError("empty prompt (it should at least hold <bos>)")
+        last = None
+        for start in range(0, len(prompt_ids), PREFILL_CHUNK):
+            last = state.forward(prompt_ids[start : start + PREFILL_CHUNK], logit_rows=1)
+        return last[-1]
+
+    def generate_greedy(self, prompt_ids: Sequence[int], max_new: int,
+                        stop_ids: Iterable[int] | None = None, state=None) -> list[int]:
+        """Plain greedy decoding (the reference that speculative decoding must reproduce).
+
+        Returns the new tokens, ending with the stop token when one was produced.
+        """
+        stops = set(self.stop_ids if stop_ids is None else stop_ids)
+        own = state is None
+        st = self.state() if own else state
+        try:
+            logits = self.prefill(st, prompt_ids)
+            out: list[int] = []
+            while len(out) < max_new:
+                nxt = int(np.argmax(logits))
+                out.append(nxt)
+                if nxt in stops or len(out) == max_new or st.length >= st.capacity:
+                    break
+                logits = st.forward([nxt])[-1]
+            return out
+        finally:
+            if own:
+                self.release(st)
+
+
+class CausalLM(GreedyLM):
+    """A decoder-only LLM bundle: one session, its tokenizer, and recyclable cache states."""
+
+    def __init__(self, bundle_dir: str | Path, threads: int = 1, name: str | None = None) -> None:
+        super().__init__()
+        self.path = Path(bundle_dir)
+        manifest = json.loads((self.path / "manifest.json").read_text())
+        if manifest.get("kind") not in (None, "llm"):
+            raise ValueError(f"{self.path}: not an LLM bundle (kind {manifest.get('kind')!r})")
+        self.manifest = manifest
+        self.name = name or manifest.get("name", self.path.name)
+        cfg = manifest["config"]
+        self.config = LLMConfig(vocab_size=int(cfg["vocab_size"]),
+                                num_layers=int(cfg["num_layers"]),
+                                kv_dim=int(cfg["num_kv_heads"]) * int(cfg["head_dim"]),
+                                capacity=int(manifest["capacity"]))
+        self.tokenizer = LLMTokenizer(self.path / manifest["files"]["tokenizer"],
+                                      manifest["tokenizer"])
+        self.bos = self.tokenizer.bos
+        self.eos = self.tokenizer.eos
+        self.end_of_turn = self.tokenizer.end_of_turn
+        self.stop_ids: tuple[int, ...] = tuple(int(i) for i in manifest.get(
+            "stop_ids", [self.eos]))
+        self.threads = threads
+        self.session = make_session(self.path / manifest["files"]["decoder"], threads)
+        self._outputs = [o.name for o in self.session.get_outputs()]
+
+    @property
+    def capacity(self) -> int:
+        return self.config.capacity
+
+    def _new_state(self) -> "LLMState":
+        return LLMState(self)
+
+
+class LLMState(KVCache):
+    """One sequence's KV cache, preallocated to the bundle's capacity."""
+
+    def __init__(self, model: CausalLM) -> None:
+        c = model.config
+        super().__init__(c.num_layers, c.capacity, c.kv_dim)
+        self.model = model
+        self._feed: dict[str, np.ndarray] = {}
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
+        """Run ``tokens`` after the cached ones; returns logits ``[R, vocab]`` of the last
+        ``R = logit_rows`` tokens (all of them by default, as verification needs)."""
+        t = len(tokens)
+        if t == 0:
+            raise ValueError("no tokens to run")
+        if logit_rows is not None and logit_rows < 1:
+            raise ValueError("logit_rows must be at least 1")
+        feed = self._feed
+        feed["tokens"] = np.asarray(tokens, dtype=np.int64)
+        feed["logit_rows"] = np.array([t if logit_rows is None else logit_rows], dtype=np.int64)
+        return self._run(self.model.session, self.model._outputs, feed, t, "LLM")["logits"]

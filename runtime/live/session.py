@@ -1,0 +1,597 @@
+"""Live dictation: audio in, committed text out, decoded by the AS²D engine as speech goes on.
+
+Three threads, so that no stage waits for a slower one:
+
+* the **source** (PortAudio's callback, or a file player) only puts audio into a bounded queue;
+* the **listener** thread (:meth:`LiveSession._listen`) runs the voice detector on every 32-ms
+  frame, the :class:`~as2d.runtime.live.endpoint.Endpointer`, and decides *what* to decode: the growing
+  utterance every ``interval`` seconds of new audio, the utterance's complete audio as soon as
+  its end is likely (a speculative final), and its final audio when it has ended;
+* the **decoder** thread (:meth:`LiveSession._decode_loop`) decodes one job at a time with a
+  :class:`~as2d.runtime.transcribe.transcriber.Transcriber` (target-only, SD or AS²D, whose drafter runs on a
+  thread of its own) and applies the :class:`~as2d.runtime.live.agreement.LocalAgreement` policy.
+
+The decoder never falls behind on what matters: final decodes queue in order and always run;
+of the growing-utterance decodes only the newest waits (older ones are stale and dropped), and
+a final or speculative-final job cancels a running growing-utterance decode after its current
+pass. The utterance's previous committed text prompts the next utterance, as
+``condition_on_previous_text`` does for files.
+
+Everything observable is an event (:mod:`as2d.runtime.live.events` plus the engine's own); committed
+words are never withdrawn, so a writer can append them to a file as they come.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from as2d.runtime.live.agreement import LocalAgreement
+from as2d.runtime.audio import SAMPLE_RATE, Audio
+from as2d.runtime.live.endpoint import Boundary, EndpointConfig, Endpointer
+from as2d.runtime.events import Listener, Note, RunStarted, WindowDone, fanout, ignore
+from as2d.runtime.live.events import (Committed, DecodeStarted, Hypothesis, ListenDone, ListenStarted,
+                          UtteranceDone, UtteranceEnded, UtteranceStarted, VoiceLevel)
+from as2d.runtime.live.sources import AudioInputError, AudioSource
+from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
+from as2d.runtime.live.vad import VoiceDetector
+
+
+@dataclass
+class LiveOptions:
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    interval: float = 0.6  # seconds of new audio between decodes of the growing utterance
+    first_decode: float = 1.0  # seconds of utterance audio before its first decode
+    # Ended utterances waiting for the decoder are decoded together, up to this much audio
+    # (one 30-s Whisper window): the encoder costs the same for 2 s as for 28 s.
+    merge_seconds: float = 28.0
+    # Share of the time the decoder may spend on growing-utterance decodes. A decode cannot
+    # be interrupted inside the encoder, so an end of speech that finds one running waits for
+    # it: at 0.5 the expected wait is a quarter of a decode instead of half of one.
+    partial_duty: float = 0.5
+    agreement: int = 2  # LocalAgreement-n
+    language: str | None = None  # None: detected on the first utterance, then kept
+    prompt: bool = True  # the previous committed text prompts the next utterance
+    prompt_chars: int = 400
+    no_speech_threshold: float | None = 0.6
+    level_interval: float = 0.1  # seconds between VoiceLevel events
+    speculative_final: bool = True  # decode at the tentative end, reuse it if the end holds
+
+
+@dataclass
+class _Job:
+    utterance: int
+    start: int  # samples (stream positions)
+    end: int
+    samples: np.ndarray
+    final: bool
+    submitted: float
+    speech_end_wall: float | None = None
+    speech_end: int = 0
+    reason: str = ""
+    urgent: bool = False
+    cancelled: bool = False
+    # A final decode that covers several ended utterances (merged while the decoder was
+    # behind): (utterance, speech_end sample, speech_end wall) of each, in order.
+    members: list = field(default_factory=list)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return self.start, self.end
+
+
+class _Jobs:
+    """Final decodes in order, plus the newest growing-utterance decode (older ones dropped)."""
+
+    def __init__(self, cancel_running) -> None:
+        self._cond = threading.Condition()
+        self._finals: deque[_Job] = deque()
+        self._partial: _Job | None = None
+        self._closed = False
+        self.running: _Job | None = None
+        self._cancel_running = cancel_running
+        self.last_finished = 0.0  # perf_counter() when the last job ended
+        self.last_partial_seconds = 0.0  # how long the last growing-utterance decode took
+
+    def submit(self, job: _Job) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            run = self.running
+            if job.final:
+                if self._partial is not None and self._partial.utterance <= job.utterance:
+                    self._partial = None  # superseded (an equal span is decoded as the final)
+                self._finals.append(job)
+            else:
+                self._partial = job
+            if (run is not None and not run.final and run.span != job.span
+                    and (job.final or job.urgent)):
+                run.cancelled = True
+                self._cancel_running()
+            self._cond.notify_all()
+
+    def take_mergeable(self, ok) -> _Job | None:
+        """The next queued final, if ``ok(job)`` says it may join the running one."""
+        with self._cond:
+            if self._finals and ok(self._finals[0]):
+                return self._finals.popleft()
+            return None
+
+    def idle(self) -> bool:
+        with self._cond:
+            return self.running is None and self._partial is None and not self._finals
+
+    def take(self) -> _Job | None:
+        with self._cond:
+            while True:
+                if self._finals:
+                    job = self._finals.popleft()
+                elif self._partial is not None:
+                    job, self._partial = self._partial, None
+                elif self._closed:
+                    return None
+                else:
+                    self._cond.wait()
+                    continue
+                self.running = job
+                return job
+
+    def finished(self, seconds: float) -> None:
+        with self._cond:
+            if self.running is not None and not self.running.final and seconds > 0:
+                self.last_partial_seconds = seconds
+            self.running = None
+            self.last_finished = time.perf_counter()
+
+    def close(self) -> None:
+        """No more jobs: the decoder finishes the queued finals, then stops."""
+        with self._cond:
+            self._closed = True
+            self._partial = None
+            self._cond.notify_all()
+
+    def abort(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._partial = None
+            self._finals.clear()
+            if self.running is not None:
+                self.running.cancelled = True
+                self._cancel_running()
+            self._cond.notify_all()
+
+
+@dataclass
+class _Utterance:
+    id: int
+    agreement: LocalAgreement
+    decodes: int = 0
+    committed_any: bool = False
+    last_commit_wall: float = 0.0
+    cache: tuple | None = None  # (span, text, tokens, target seconds) of the latest decode
+
+
+class _Clock:
+    """Maps stream sample positions to the wall time they were captured at."""
+
+    def __init__(self, speed: float | None) -> None:
+        self.rate = SAMPLE_RATE * (speed if speed else 1.0)
+        self.paced = speed is None or speed > 0
+        self.ends: list[int] = []
+        self.walls: list[float] = []
+
+    def add(self, end: int, wall: float) -> None:
+        self.ends.append(end)
+        self.walls.append(wall)
+        if len(self.ends) > 8192:
+            del self.ends[:4096], self.walls[:4096]
+
+    def wall_of(self, sample: int) -> float | None:
+        if not self.ends:
+            return None
+        i = bisect.bisect_left(self.ends, sample)
+        if i >= len(self.ends):
+            i = len(self.ends) - 1
+        wall = self.walls[i]
+        if self.paced:
+            wall -= max(0, self.ends[i] - sample) / self.rate
+        return wall
+
+
+class _Buffer:
+    """The recent stream: samples from ``base`` on; the part before an utterance is trimmed."""
+
+    def __init__(self) -> None:
+        self.data = np.zeros(SAMPLE_RATE * 32, np.float32)
+        self.base = 0
+        self.n = 0  # valid samples in data
+
+    @property
+    def end(self) -> int:
+        return self.base + self.n
+
+    def append(self, x: np.ndarray) -> None:
+        if self.n + len(x) > len(self.data):
+            grown = np.zeros(max(len(self.data) * 2, self.n + len(x)), np.float32)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        self.data[self.n : self.n + len(x)] = x
+        self.n += len(x)
+
+    def slice(self, a: int, b: int) -> np.ndarray:
+        a, b = max(a, self.base), min(b, self.end)
+        return self.data[a - self.base : b - self.base].copy()
+
+    def trim(self, before: int) -> None:
+        drop = min(max(0, before - self.base), self.n)
+        if drop:
+            self.data[: self.n - drop] = self.data[drop : self.n]
+            self.n -= drop
+            self.base += drop
+
+
+class LiveSession:
+    """One dictation session: :meth:`start`, then :meth:`wait`; :meth:`stop` finishes the
+    utterance in progress, :meth:`abort` keeps only what is already committed."""
+
+    def __init__(self, source: AudioSource, vad: VoiceDetector, transcriber: Transcriber,
+                 options: LiveOptions | None = None, listener: Listener | None = None,
+                 decoder: str = "target", drafter: str | None = None) -> None:
+        self.source = source
+        self.vad = vad
+        self.options = options or LiveOptions()
+        self.emit = listener or ignore
+        self.transcriber = transcriber
+        # The transcriber reports to us too (tokens of each decode, and the start of each
+        # run, where a cancellation that came too early is repeated).
+        transcriber.emit = fanout(self._tap, _without_language_notes(transcriber.emit))
+        self.decoder_name, self.drafter_name = decoder, drafter
+        self.endpointer = Endpointer(self.options.endpoint, vad.frame_samples, SAMPLE_RATE)
+        self.language = self.options.language
+        self._jobs = _Jobs(self.transcriber.stop)
+        self._buffer = _Buffer()
+        self._clock = _Clock(source.speed)
+        self._utts: dict[int, _Utterance] = {}
+        self._open: int | None = None  # utterance being spoken
+        self._last_submit = 0  # stream position of the last growing-utterance decode
+        self._tentative = False
+        self._stop = threading.Event()
+        self._aborted = threading.Event()
+        self._done = threading.Event()
+        self._listener_done = threading.Event()
+        self._job: _Job | None = None
+        self._win_tokens = 0
+        self._win_seconds = 0.0
+        self._dropped_noted = 0.0
+        self._level = (0.0, -120.0)
+        self._next_level = 0
+        self.error: str | None = None
+        self.results: list[UtteranceDone] = []
+        self.committed: list[str] = []  # every committed word, in order
+        self._started = 0.0
+        self._threads: list[threading.Thread] = []
+
+    # -- control ----------------------------------------------------------------------------------
+    def start(self) -> "LiveSession":
+        self._started = time.perf_counter()
+        s = self.source
+        self.emit(ListenStarted(s.name, self.vad.name, int(s.rate), s.speed, self.decoder_name,
+                                self.transcriber.model.name, self.drafter_name))
+        self._threads = [threading.Thread(target=self._listen, name="as2d-listen", daemon=True),
+                         threading.Thread(target=self._decode_loop, name="as2d-live-decode",
+                                          daemon=True)]
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop listening; the utterance in progress is finished and committed."""
+        self._stop.set()
+
+    def abort(self) -> None:
+        """Stop now: drop queued decodes and cancel the running one; committed text stays."""
+        self._stop.set()
+        self._aborted.set()
+        self._jobs.abort()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.committed)
+
+    # -- the listener thread ----------------------------------------------------------------------
+    def _listen(self) -> None:
+        reason = "end-of-input"
+        stopped_source = False
+        try:
+            self.source.start()
+            while not self._aborted.is_set():
+                if self._stop.is_set() and not stopped_source:
+                    self.source.stop()
+                    stopped_source = True
+                try:
+                    chunk = self.source.read(0.1)
+                except EOFError:
+                    reason = "stopped" if self._stop.is_set() else "end-of-input"
+                    break
+                if chunk is None:
+                    continue
+                self._ingest(chunk.samples, chunk.wall)
+        except AudioInputError as exc:
+            self.error = str(exc)
+            reason = "input-lost"
+        except Exception as exc:  # a bug or a broken detector: say it, keep what we have
+            self.error = f"listening failed ({type(exc).__name__}: {exc})"
+            reason = "input-lost"
+        finally:
+            try:
+                self.source.stop()
+            except Exception:
+                pass
+            if not self._aborted.is_set():
+                for b in self.endpointer.finish(reason):
+                    self._boundary(b)
+            self._jobs.close()
+            self._listener_done.set()
+
+    def _ingest(self, x: np.ndarray, wall: float) -> None:
+        buf = self._buffer
+        buf.append(x)
+        self._clock.add(buf.end, wall)
+        dropped = self.source.dropped_seconds
+        if dropped - self._dropped_noted >= 0.5:
+            self._dropped_noted = dropped
+            self.emit(Note(f"the decoder fell behind the microphone: {dropped:.1f} s of audio "
+                           "dropped so far", level="warning"))
+        ep, f = self.endpointer, self.vad.frame_samples
+        level_step = int(self.options.level_interval * SAMPLE_RATE)
+        while ep.position + f <= buf.end:
+            frame = buf.slice(ep.position, ep.position + f)
+            prob = self.vad(frame)
+            rms = float(np.sqrt(np.mean(frame * frame) + 1e-12))
+            p, db = self._level
+            self._level = (max(p, prob), max(db, 20 * math.log10(rms + 1e-10)))
+            for b in ep.push(prob):
+                self._boundary(b)
+            if ep.position >= self._next_level:
+                self._next_level = ep.position + level_step
+                p, db = self._level
+                self._level = (0.0, -120.0)
+                self.emit(VoiceLevel(ep.position / SAMPLE_RATE, p, db, ep.active))
+        # The growing utterance: decode it again once enough new audio came in.
+        if (self._open is not None and not self._tentative
+                and ep.position - self._last_submit >= self.options.interval * SAMPLE_RATE
+                and ep.position - ep.utterance_start >= self.options.first_decode * SAMPLE_RATE
+                and self._partial_allowed()):
+            self._submit(self._open, ep.utterance_start, ep.position, final=False)
+        # Keep the open utterance's audio and enough before it for the next start's padding.
+        keep = ep.utterance_start if ep.active else ep.position
+        pad = int((self.options.endpoint.pad + self.options.endpoint.min_speech + 1.0)
+                  * SAMPLE_RATE)
+        buf.trim(min(keep, ep.position) - pad)
+
+    def _partial_allowed(self) -> bool:
+        """Decode the growing utterance only when the decoder is idle, and has been for long
+        enough to keep its share of growing-utterance work at ``partial_duty``."""
+        jobs = self._jobs
+        if not jobs.idle():
+            return False
+        duty = min(1.0, max(0.05, self.options.partial_duty))
+        gap = jobs.last_partial_seconds * (1.0 / duty - 1.0)
+        return time.perf_counter() - jobs.last_finished >= gap
+
+    def _boundary(self, b: Boundary) -> None:
+        if b.kind == "start":
+            self._open = b.utterance
+            self._tentative = False
+            self._utts[b.utterance] = _Utterance(b.utterance,
+                                                 LocalAgreement(self.options.agreement))
+            self._last_submit = b.start
+            self.emit(UtteranceStarted(b.utterance, b.start / SAMPLE_RATE))
+        elif b.kind == "tentative":
+            self._tentative = True
+            if self.options.speculative_final:
+                self._submit(b.utterance, b.start, b.end, final=False, urgent=True)
+        elif b.kind == "resume":
+            self._tentative = False
+        elif b.kind == "end":
+            self._open = None
+            self._tentative = False
+            self.emit(UtteranceEnded(b.utterance, b.start / SAMPLE_RATE, b.end / SAMPLE_RATE,
+                                     b.speech_end / SAMPLE_RATE, b.reason))
+            self._submit(b.utterance, b.start, b.end, final=True, speech_end=b.speech_end,
+                         reason=b.reason)
+
+    def _submit(self, utt: int, start: int, end: int, final: bool, urgent: bool = False,
+                speech_end: int = 0, reason: str = "") -> None:
+        samples = self._buffer.slice(start, end)
+        if len(samples) == 0:
+            return
+        job = _Job(utt, start, end, samples, final, time.perf_counter(), urgent=urgent,
+                   speech_end=speech_end, reason=reason)
+        if final:
+            job.speech_end_wall = self._clock.wall_of(speech_end)
+        else:
+            self._last_submit = end
+        self._jobs.submit(job)
+
+    # -- the decoder thread -----------------------------------------------------------------------
+    def _decode_loop(self) -> None:
+        try:
+            while True:
+                job = self._jobs.take()
+                if job is None:
+                    break
+                if job.final:
+                    job = self._merge_backlog(job)
+                t0 = time.perf_counter()
+                try:
+                    self._run(job)
+                finally:
+                    self._jobs.finished(time.perf_counter() - t0)
+        except Exception as exc:  # the models failed: stop listening, keep what is committed
+            self.error = self.error or f"decoding failed ({type(exc).__name__}: {exc})"
+            self._stop.set()
+            self._aborted.set()
+            self._jobs.abort()
+        finally:
+            self._listener_done.wait()
+            interrupted = self._stop.is_set() and self.error is None
+            audio = self.endpointer.position / SAMPLE_RATE
+            self.emit(ListenDone(len(self.results), interrupted, self.error,
+                                 time.perf_counter() - self._started, audio))
+            self._done.set()
+
+    def _merge_backlog(self, job: _Job) -> _Job:
+        """Join the finals queued behind ``job`` into one decode while they fit one window.
+
+        Only utterances with nothing committed yet are joined (their text is settled by this
+        one decode), and only consecutive ones, so the dictation keeps its order.
+        """
+        limit = int(self.options.merge_seconds * SAMPLE_RATE)
+        members = [(job.utterance, job.speech_end, job.speech_end_wall)]
+        parts = [job.samples]
+        total = len(job.samples)
+
+        def fresh(uid: int) -> bool:
+            u = self._utts.get(uid)
+            return u is None or not u.agreement.committed
+
+        if not fresh(job.utterance):
+            return job
+        last = job
+        while True:
+            nxt = self._jobs.take_mergeable(
+                lambda j: j.utterance == last.utterance + 1 and fresh(j.utterance)
+                and total + len(j.samples) <= limit)
+            if nxt is None:
+                break
+            members.append((nxt.utterance, nxt.speech_end, nxt.speech_end_wall))
+            parts.append(nxt.samples)
+            total += len(nxt.samples)
+            self._utts.pop(nxt.utterance, None)
+            last = nxt
+        if len(members) == 1:
+            return job
+        merged = _Job(job.utterance, job.start, last.end, np.concatenate(parts), True,
+                      job.submitted, last.speech_end_wall, last.speech_end, last.reason,
+                      members=members)
+        self.emit(Note(f"decoder behind: utterances {members[0][0]}-{members[-1][0]} decoded "
+                       "together", level="debug"))
+        return merged
+
+    def _run(self, job: _Job) -> None:
+        u = self._utts.get(job.utterance)
+        if u is None:  # pragma: no cover - a job always follows its start boundary
+            u = self._utts[job.utterance] = _Utterance(job.utterance,
+                                                       LocalAgreement(self.options.agreement))
+        if job.cancelled:
+            return
+        reused = u.cache is not None and u.cache[0] == job.span
+        if reused:
+            _, text, tokens, target_s = u.cache
+            seconds = 0.0
+        else:
+            self.emit(DecodeStarted(job.utterance, job.start / SAMPLE_RATE,
+                                    job.end / SAMPLE_RATE, job.final,
+                                    time.perf_counter() - job.submitted, job.urgent))
+            t0 = time.perf_counter()
+            out = self._decode(job)
+            seconds = time.perf_counter() - t0
+            if out is None:  # cancelled: a newer job made it stale
+                return
+            text, tokens, target_s = out
+            u.cache = (job.span, text, tokens, target_s)
+            u.decodes += 1
+        new = u.agreement.update(text, final=job.final)
+        now = time.perf_counter()
+        if new:
+            self.committed.extend(new)
+            self.emit(Committed(job.utterance, " ".join(new), not u.committed_any, job.final))
+            u.committed_any = True
+            u.last_commit_wall = now
+        self.emit(Hypothesis(job.utterance, u.agreement.committed_text,
+                             u.agreement.tentative_text, job.final,
+                             (job.end - job.start) / SAMPLE_RATE, seconds, tokens, target_s,
+                             reused))
+        if job.final:
+            members = job.members or [(job.utterance, job.speech_end, job.speech_end_wall)]
+            latencies = tuple(max(0.0, u.last_commit_wall - wall) for _, _, wall in members
+                              if u.committed_any and wall is not None)
+            latency = latencies[-1] if latencies else None
+            done = UtteranceDone(job.utterance, u.agreement.committed_text,
+                                 job.start / SAMPLE_RATE, job.end / SAMPLE_RATE,
+                                 job.speech_end / SAMPLE_RATE, job.reason, latency, u.decodes,
+                                 tokens, target_s, len(members), latencies)
+            self.results.append(done)
+            self._utts.pop(job.utterance, None)
+            self.emit(done)
+
+    def _decode(self, job: _Job) -> tuple[str, int, float] | None:
+        opts = TranscribeOptions(language=self.language, initial_prompt=self._prompt(job),
+                                 no_speech_threshold=self.options.no_speech_threshold)
+        audio = Audio(job.samples, source=f"utterance {job.utterance}")
+        info = TranscriptionInfo(None, 0.0, audio.duration)
+        self._job = job
+        self._win_tokens, self._win_seconds = 0, 0.0
+        texts: list[str] = []
+        gen = self.transcriber.transcribe(audio, opts, info)
+        try:
+            for seg in gen:
+                texts.append(seg.text)
+        finally:
+            gen.close()
+            self._job = None
+        if info.interrupted:  # cancelled (a decode that completed first is still good)
+            return None
+        if self.language is None and info.language and (job.final or
+                                                        info.language_probability >= 0.8):
+            self.language = info.language
+            self.emit(Note(f"language: {info.language} (p={info.language_probability:.2f}), "
+                           "kept for the rest of the session"))
+        return "".join(texts).strip(), self._win_tokens, self._win_seconds
+
+    def _prompt(self, job: _Job) -> str | None:
+        """The dictation so far, before this utterance: Whisper continues its style."""
+        if not self.options.prompt or not self.committed:
+            return None
+        done_words = len(self.committed) - len(self._utts[job.utterance].agreement.committed) \
+            if job.utterance in self._utts else len(self.committed)
+        text = " ".join(self.committed[:done_words])[-self.options.prompt_chars:]
+        if " " in text and len(text) >= self.options.prompt_chars:
+            text = text[text.index(" ") + 1:]
+        return text or None
+
+    def _tap(self, event) -> None:
+        """Engine events of the running decode (called on the engine's threads)."""
+        if isinstance(event, WindowDone):
+            self._win_tokens += event.tokens
+            self._win_seconds += event.decode_seconds
+        elif isinstance(event, RunStarted):
+            job = self._job
+            if job is not None and job.cancelled:
+                self.transcriber.stop()  # the cancellation came before the run cleared it
+
+
+def _without_language_notes(listener: Listener) -> Listener:
+    """Every decode of an undetermined language reports its detection; the session reports
+    the language once, when it settles it, so these repeated notes are dropped."""
+
+    def emit(event) -> None:
+        if isinstance(event, Note) and event.message.startswith("detected language"):
+            return
+        listener(event)
+
+    return emit

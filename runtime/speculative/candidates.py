@@ -1,0 +1,76 @@
+"""Where candidates come from, and the one loop that verifies them.
+
+A candidate source is anything that can guess the target's next tokens: the drafter's aligned
+stream (AS²D), a drafter re-drafting from the target's prefix (classic SD), an n-gram look-up in
+the transcript, the question or the prompt's examples (``ask``). Each implements the same two
+calls, in the spirit of Hugging Face's ``CandidateGenerator``: :meth:`CandidateSource.propose`
+before a pass and :meth:`CandidateSource.observe` after it. :func:`run` is the loop that serves
+them all; which tokens end up committed is decided by the verification kernel alone, so no
+source can change the output, only how many passes it takes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Protocol, Sequence
+
+from as2d.runtime.speculative.verify import Verdict
+
+
+class CandidateSource:
+    """Proposes tokens for the target to verify; learns from each verdict.
+
+    The base class proposes nothing: with it, decoding is plain greedy (target-only).
+    """
+
+    name: str = "none"
+
+    def propose(self, context: Sequence[int], room: int) -> list[int]:
+        """Up to ``room`` tokens that may follow ``context`` (the tokens committed so far)."""
+        return []
+
+    def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
+        """The target's verdict on the pass that ran ``offered``."""
+
+    def pass_threads(self, offered: Sequence[int]) -> int | None:
+        """Threads the target should use for the pass that runs ``offered`` (None: its own).
+
+        A source that keeps a concurrent worker busy (the AS²D drafter) may leave it a core.
+        """
+        return None
+
+
+NO_CANDIDATES = CandidateSource()
+
+
+class Decoding(Protocol):
+    """One greedy decode that advances by verified passes (a Whisper window, an answer)."""
+
+    done: bool
+
+    @property
+    def context(self) -> Sequence[int]: ...
+
+    @property
+    def room(self) -> int: ...
+
+    def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> Verdict: ...
+
+
+def run(decoding: Decoding, source: CandidateSource,
+        on_pass: Callable[[Sequence[int], Verdict], None] | None = None,
+        stop: threading.Event | None = None) -> bool:
+    """Drive ``decoding`` to its end with candidates from ``source``.
+
+    Returns False when ``stop`` was set first (what was committed so far stays in
+    ``decoding``). ``on_pass`` sees every pass after the source has observed it.
+    """
+    while not decoding.done:
+        if stop is not None and stop.is_set():
+            return False
+        offered = list(source.propose(decoding.context, decoding.room))[: decoding.room]
+        verdict = decoding.step(offered, source.pass_threads(offered))
+        source.observe(offered, verdict)
+        if on_pass is not None:
+            on_pass(offered, verdict)
+    return True

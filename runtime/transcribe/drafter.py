@@ -1,0 +1,173 @@
+"""The drafter worker: transcribes the audio on its own thread and streams candidate words.
+
+It follows its own history, never the target's: fixed 30-s windows one after another (no
+seeking back, so nothing it streams is ever withdrawn), greedy, with timestamps only to date
+its words. Because the target verifies everything, the drafter may cut corners the target may
+not: the last, partial window is encoded at its real length instead of padded to 30 s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from as2d.runtime.transcribe.window import WindowDecoder
+from as2d.runtime.events import Drafted, Encoded, Listener, Note, WindowStarted, ignore
+from as2d.runtime.whisper.features import FRAMES_PER_SECOND, N_FRAMES, LogMel
+from as2d.runtime.whisper.logits import LogitRules
+from as2d.runtime.speculative.stream import CandidateStream, Retokenizer
+from as2d.runtime.transcribe.transcriber import INPUT_STRIDE, seek_split
+from as2d.runtime.whisper.tokenizer import TIME_PRECISION, WhisperTokenizer
+from as2d.runtime.whisper.model import WhisperModel
+
+
+DRAFT_PAD_FRAMES = 300  # padding frames a drafter window keeps (3 s of the 30-s padding)
+
+
+def draft_frames(size: int) -> int:
+    """Encoder input length of a drafter window holding ``size`` frames of audio: the audio plus
+    a little of the padding Whisper was trained with, so the drafter still hears where the
+    audio ends (the conv stem wants an even length)."""
+    return min(N_FRAMES, size + DRAFT_PAD_FRAMES + (size % 2))
+
+
+def same_vocabulary(a: WhisperTokenizer, b: WhisperTokenizer) -> bool:
+    return (a.n_vocab == b.n_vocab and a.eot == b.eot
+            and a.tok.get_vocab_size() == b.tok.get_vocab_size())
+
+
+def make_retokenizer(drafter: WhisperTokenizer, target: WhisperTokenizer) -> Retokenizer:
+    if same_vocabulary(drafter, target):
+        return Retokenizer(None, target.encode_piece, None, drafter.eot)
+    return Retokenizer(drafter.token_bytes, target.encode_piece,
+                       target.tok.pre_tokenizer.pre_tokenize_str, drafter.eot)
+
+
+class DrafterWorker:
+    """One file's drafting, on a daemon thread; :meth:`stop` ends it after the current step."""
+
+    def __init__(self, model: WhisperModel, target_tokenizer: WhisperTokenizer, mel: LogMel,
+                 stream: CandidateStream, language: str | None = "en",
+                 listener: Listener | None = None) -> None:
+        self.model = model
+        self.mel = mel
+        self.stream = stream
+        self.language = language
+        self.emit = listener or ignore
+        self.retok = make_retokenizer(model.tokenizer, target_tokenizer)
+        self._target_tk = target_tokenizer
+        self._stop = threading.Event()
+        import onnxruntime as ort
+
+        self._run_options = ort.RunOptions()  # lets stop() abandon an encoder run
+        self._thread = threading.Thread(target=self._run, name="as2d-drafter", daemon=True)
+        self._open: list[int] = []  # drafter text of the segment being decoded
+        self._seg_time = 0.0
+
+    def start(self) -> "DrafterWorker":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._run_options.terminate = True
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self._draft()
+        except BaseException as exc:  # the target goes on alone; say why
+            if not self._stop.is_set():  # a requested stop is no failure
+                self.emit(Note(f"drafter stopped ({type(exc).__name__}: {exc}); the target "
+                               "continues alone", level="warning"))
+        finally:
+            self.stream.finish()
+
+    def _draft(self) -> None:
+        model, tk = self.model, self.model.tokenizer
+        rules = LogitRules(tk, model.dims.n_vocab, timestamps=True,
+                           suppress=tuple(tk.suppress_tokens()))
+        prompt = tk.sot_sequence(self.language if tk.multilingual else None)
+        sample_len = model.dims.n_text_ctx // 2
+        seek, window = 0, 0
+        n = self.mel.n_frames
+        while seek < n and not self._stop.is_set():
+            size = min(N_FRAMES, n - seek)
+            offset = seek / FRAMES_PER_SECOND
+            self.emit(WindowStarted(window, offset, (seek + size) / FRAMES_PER_SECOND,
+                                    worker="drafter"))
+            t0 = time.perf_counter()
+            ctx = model.encode(self.mel.window(seek, size, pad_to=draft_frames(size)),
+                               self._run_options)
+            enc = time.perf_counter() - t0
+            self.emit(Encoded(window, enc, ctx.n_frames, worker="drafter"))
+            state = model.decoder_state(ctx)
+            self._open, self._seg_time = [], offset
+            try:
+                dec = WindowDecoder(state, rules, prompt, 0, sample_len, tk.eot)
+                step = dec.start()
+                self._take(step.committed, offset, step.seconds)
+                content_end = size / FRAMES_PER_SECOND
+                while not dec.done and not self._stop.is_set():
+                    step = dec.step()
+                    self._take(step.committed, offset, step.seconds)
+                    if self._runaway(dec.generated, content_end):
+                        break
+            finally:
+                model.release(state)
+            # Seek like the target does: a window that does not end on a single timestamp
+            # resumes at its last closed segment, and its unclosed text is decoded again
+            # (it was never streamed, so nothing has to be taken back).
+            tokens = dec.generated
+            cuts, single_ending = seek_split(tokens, tk.timestamp_begin)
+            advance = size
+            if cuts and not single_ending:
+                advance = (tokens[cuts[-1] - 1] - tk.timestamp_begin) * INPUT_STRIDE
+                self._open = []
+            elif self._open:
+                self._close_segment(offset + content_end)
+            seek += advance if advance > 0 else size
+            window += 1
+
+    def _runaway(self, generated: list[int], content_end: float) -> bool:
+        """A drafter that hears no end to the audio (it was not padded with silence) may run
+        on past it or loop; stop its window once it has timed a segment at the audio's end
+        or repeats itself."""
+        tb = self.model.tokenizer.timestamp_begin
+        if len(generated) >= 2 and generated[-1] >= tb and generated[-2] < tb:
+            if (generated[-1] - tb) * TIME_PRECISION >= content_end - 0.3:
+                return True
+        text = [t for t in generated[-64:] if t < tb]
+        for period in range(1, 17):
+            if len(text) < 3 * period:
+                break
+            unit = text[-period:]
+            if text[-2 * period : -period] == unit and text[-3 * period : -2 * period] == unit:
+                return True
+        return False
+
+    def _take(self, committed: list[int], offset: float, seconds: float) -> None:
+        """Collect the drafter's tokens; stream a segment's words once it is closed."""
+        tk = self.model.tokenizer
+        tb = tk.timestamp_begin
+        for t in committed:
+            if t >= tb:
+                at = offset + (t - tb) * TIME_PRECISION
+                if self._open:
+                    self._close_segment(at)
+                self._seg_time = at
+            elif t < tk.eot:
+                self._open.append(t)
+        self.emit(Drafted((), "", len(self.stream), self._seg_time, seconds))
+
+    def _close_segment(self, end_time: float) -> None:
+        ids = self.retok.feed(self._open) + self.retok.flush()
+        self._open = []
+        if ids:
+            self.stream.extend(ids, self._seg_time)
+        # The target will likely put its own timestamps here.
+        self.stream.mark_boundary(end_time)
+        self.emit(Drafted(tuple(ids), self._target_tk.decode(ids), len(self.stream),
+                          self._seg_time, 0.0))

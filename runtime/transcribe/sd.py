@@ -1,0 +1,178 @@
+"""Classic speculative decoding, the baseline AS²D is measured against.
+
+Serial and coupled: for every target pass the drafter first catches up with the target's
+committed prefix (mapped into its own vocabulary), drafts ``k`` tokens greedily, and only then
+does the target verify them; meanwhile the other model waits. The drafter here gets every
+advantage the AS²D drafter gets (same model, same threads as the target, the same shortened
+encoder input), so the comparison isolates the scheduling.
+"""
+
+from __future__ import annotations
+
+import time
+
+from as2d.runtime.speculative.budget import Budget
+from as2d.runtime.transcribe.window import WindowDecoder
+from as2d.runtime.transcribe.drafter import draft_frames, make_retokenizer, same_vocabulary
+from as2d.runtime.transcribe.drafting import DraftingStrategy
+from as2d.runtime.events import Encoded, Listener
+from as2d.runtime.whisper.features import LogMel
+from as2d.runtime.whisper.logits import LogitRules
+from as2d.runtime.whisper.model import WhisperModel
+
+
+class SerialSD(DraftingStrategy):
+    name = "sd"
+
+    def __init__(self, target: WhisperModel, drafter: WhisperModel,
+                 listener: Listener | None = None, budget: Budget | None = None) -> None:
+        super().__init__(target, drafter, listener, budget)
+        self.same_vocab = same_vocabulary(drafter.tokenizer, target.tokenizer)
+        self._usable = True
+        self._draft = None  # per-window drafter state
+
+    def begin(self, mel: LogMel, language: str | None, options) -> None:
+        super().begin(mel, language, options)
+        self.language = language
+        self._usable = self.drafter_understands(language)
+
+    # -- per window ---------------------------------------------------------------------------
+    def window_begin(self, window: int, dec: WindowDecoder, seek: int, size: int) -> None:
+        super().window_begin(window, dec, seek, size)
+        if not self._usable:
+            self._draft = None
+            return
+        t0 = time.perf_counter()
+        ctx = self.drafter.encode(self.mel.window(seek, size, pad_to=draft_frames(size)))
+        self.emit(Encoded(window, time.perf_counter() - t0, ctx.n_frames, worker="drafter"))
+        dtk = self.drafter.tokenizer
+        self._draft = _DraftState(self.drafter, self.drafter.decoder_state(ctx),
+                                  dtk.sot_sequence(self.language if dtk.multilingual else None),
+                                  self.target.tokenizer, self.same_vocab)
+
+    def window_end(self, window: int, dec: WindowDecoder) -> None:
+        if self._draft is not None:
+            self.drafter.release(self._draft.state)
+            self._draft = None
+
+    def propose(self, dec: WindowDecoder) -> list[int]:
+        if self._draft is None:
+            return []
+        k = self.budget.choose(dec.room)
+        if k <= 0:
+            return []
+        return self._draft.draft(dec.generated, k)
+
+
+class _DraftState:
+    """The drafter of one window, kept in step with the target's committed tokens."""
+
+    def __init__(self, model: WhisperModel, state, prompt: list[int], target_tk,
+                 same_vocab: bool) -> None:
+        self.model = model
+        self.state = state
+        self.tk = model.tokenizer
+        self.target_tk = target_tk
+        self.same_vocab = same_vocab
+        self.prompt = prompt
+        self.fed: list[int] = []  # drafter tokens in the cache after the prompt
+        self.rules = LogitRules(self.tk, model.dims.n_vocab, timestamps=True,
+                                suppress=tuple(self.tk.suppress_tokens()))
+        self.ts_shift = self.tk.timestamp_begin - target_tk.timestamp_begin
+        self.retok = make_retokenizer(self.tk, target_tk)
+        self._done_src: list[int] = []  # committed target tokens up to the last timestamp
+        self._done_out: list[int] = []  # ... in the drafter's vocabulary
+        # Invariant: the cache holds prompt + fed except the last token, which is fed next.
+        state.forward(prompt[:-1])
+
+    def _last(self) -> int:
+        return self.fed[-1] if self.fed else self.prompt[-1]
+
+    def _to_drafter(self, target_tokens: list[int]) -> list[int]:
+        """The target's committed tokens in the drafter's vocabulary.
+
+        Text is converted a segment at a time (timestamps close segments), so everything up to
+        the last timestamp converts the same on every pass: it is kept, and only the open
+        segment is converted again (the baseline must not pay for re-tokenising its prefix).
+        """
+        if self.same_vocab:
+            return list(target_tokens)
+        src, out = self._done_src, self._done_out
+        if target_tokens[: len(src)] != src:
+            src, out = [], []
+        rest = target_tokens[len(src):]
+        ttb = self.target_tk.timestamp_begin
+        closed = max((i + 1 for i, t in enumerate(rest) if t >= ttb), default=0)
+        if closed:
+            src, out = src + rest[:closed], out + self._convert(rest[:closed])
+            rest = rest[closed:]
+        self._done_src, self._done_out = src, out
+        return out + self._convert(rest)
+
+    def _convert(self, target_tokens: list[int]) -> list[int]:
+        out: list[int] = []
+        text: list[int] = []
+        ttb = self.target_tk.timestamp_begin
+        for t in target_tokens:
+            if t >= ttb:
+                if text:
+                    out += self.tk.encode(self.target_tk.decode_bytes(text).decode(
+                        "utf-8", errors="replace"))
+                    text = []
+                out.append(t + self.ts_shift)
+            elif t < self.target_tk.eot:
+                text.append(t)
+        if text:
+            out += self.tk.encode(self.target_tk.decode_bytes(text).decode("utf-8",
+                                                                          errors="replace"))
+        return out
+
+    def _to_target(self, drafter_tokens: list[int]) -> list[int]:
+        dtb = self.tk.timestamp_begin
+        if self.same_vocab:
+            return [t for t in drafter_tokens if t != self.tk.eot]
+        out: list[int] = []
+        text: list[int] = []
+        for t in drafter_tokens:
+            if t >= dtb:
+                if text:
+                    out += self.retok.feed(text) + self.retok.flush()
+                    text = []
+                out.append(t - self.ts_shift)
+            elif t < self.tk.eot:
+                text.append(t)
+        if text:
+            out += self.retok.feed(text) + self.retok.flush()
+        return out
+
+    def draft(self, committed: list[int], k: int) -> list[int]:
+        """Catch up with ``committed`` (the target's tokens after its prompt), then draft up
+        to ``k`` target tokens greedily."""
+        want = self._to_drafter(committed)
+        common = 0
+        for a, b in zip(self.fed, want):
+            if a != b:
+                break
+            common += 1
+        if common < len(self.fed):  # the target rejected part of the last draft
+            self.fed = self.fed[:common]
+            self.state.truncate(len(self.prompt) + common - 1)
+        new = want[common:]
+        if new:
+            self.state.forward([self._last()] + new[:-1])
+            self.fed += new
+        room = self.state.capacity - self.state.length - 1
+        drafted: list[int] = []
+        generated = list(want)
+        for _ in range(min(k, room)):
+            row = self.state.forward([self._last()])[-1]
+            token = self.rules.choose(row, generated)
+            if token == self.tk.eot:
+                self.state.truncate(self.state.length - 1)  # keep the invariant
+                break
+            self.fed.append(token)
+            drafted.append(token)
+            generated.append(token)
+            if len(self._to_target(drafted)) >= k:
+                break
+        return self._to_target(drafted)[:k]

@@ -1,0 +1,130 @@
+"""Throughput statistics, built only from the engine's events.
+
+Decoding throughput (committed tokens per second of target decoding time, the paper's metric)
+and end-to-end real-time factor (audio seconds per wall second, the user's) are reported
+separately, per run and per window, with acceptance and where the time went.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import asdict, dataclass, field
+
+from as2d.runtime.events import Drafted, Encoded, Event, RunDone, RunStarted, WindowDone
+
+
+@dataclass
+class WindowStats:
+    window: int
+    start: float
+    end: float
+    tokens: int = 0
+    passes: int = 0
+    offered: int = 0
+    accepted: int = 0
+    alone: int = 0
+    encode_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    retried: bool = False
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.offered if self.offered else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tokens_per_second=round(self.tokens_per_second, 2),
+                 acceptance=round(self.acceptance, 4),
+                 tokens_per_pass=round(self.tokens / self.passes, 3) if self.passes else 0.0)
+        return d
+
+
+@dataclass
+class RunStats:
+    source: str = ""
+    decoder: str = ""
+    target: str = ""
+    drafter: str | None = None
+    threads: dict = field(default_factory=dict)
+    audio_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    interrupted: bool = False
+    windows: list[WindowStats] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    draft_encode_seconds: float = 0.0
+    drafted_tokens: int = 0
+
+    def total(self, attr: str):
+        return sum(getattr(w, attr) for w in self.windows)
+
+    def summary(self) -> dict:
+        tokens = self.total("tokens")
+        decode = self.total("decode_seconds")
+        offered, accepted = self.total("offered"), self.total("accepted")
+        passes = self.total("passes")
+        return {
+            "source": self.source,
+            "decoder": self.decoder,
+            "target": self.target,
+            "drafter": self.drafter,
+            "threads": self.threads,
+            "audio_seconds": round(self.audio_seconds, 3),
+            "wall_seconds": round(self.wall_seconds, 3),
+            "real_time_factor": round(self.audio_seconds / self.wall_seconds, 3)
+            if self.wall_seconds else 0.0,
+            "windows": len(self.windows),
+            "committed_tokens": tokens,
+            "decode_seconds": round(decode, 4),
+            "tokens_per_second": round(tokens / decode, 2) if decode else 0.0,
+            "target_passes": passes,
+            "tokens_per_pass": round(tokens / passes, 3) if passes else 0.0,
+            "candidates_offered": offered,
+            "candidates_accepted": accepted,
+            "acceptance": round(accepted / offered, 4) if offered else 0.0,
+            "passes_alone": self.total("alone"),
+            "encode_seconds": round(self.total("encode_seconds"), 4),
+            "draft_seconds": round(self.draft_seconds, 4),
+            "drafted_tokens": self.drafted_tokens,
+            "interrupted": self.interrupted,
+        }
+
+    def to_dict(self) -> dict:
+        return {"summary": self.summary(), "windows": [w.to_dict() for w in self.windows]}
+
+
+class StatsCollector:
+    """A listener that turns events into :class:`RunStats` (one per run)."""
+
+    def __init__(self) -> None:
+        self.runs: list[RunStats] = []
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> RunStats:
+        return self.runs[-1]
+
+    def __call__(self, event: Event) -> None:
+        with self._lock:
+            if isinstance(event, RunStarted):
+                self.runs.append(RunStats(event.source, event.decoder, event.target,
+                                          event.drafter, dict(event.threads), event.duration))
+            elif not self.runs:
+                return
+            elif isinstance(event, WindowDone):
+                run = self.current
+                run.windows.append(WindowStats(
+                    event.window, event.start, event.end, event.tokens, event.passes,
+                    event.offered, event.accepted, event.alone, event.encode_seconds,
+                    event.decode_seconds, event.retried))
+            elif isinstance(event, Drafted):
+                self.current.draft_seconds += event.seconds
+                self.current.drafted_tokens += len(event.tokens)
+            elif isinstance(event, Encoded) and event.worker == "drafter":
+                self.current.draft_encode_seconds += event.seconds
+            elif isinstance(event, RunDone):
+                self.current.wall_seconds = event.wall_seconds
+                self.current.interrupted = event.interrupted

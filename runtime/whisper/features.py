@@ -1,0 +1,136 @@
+"""Whisper's log-mel front end in numpy, computed lazily window by window.
+
+It reproduces openai-whisper's ``log_mel_spectrogram(audio, padding=N_SAMPLES)``: the signal is
+followed by 30 s of silence, framed with a centred (reflect-padded) 400-point periodic Hann STFT
+at hop 160, the last frame dropped, projected on Slaney mel filters, ``log10`` clamped at 1e-10,
+floored at the *whole file's* maximum minus 8, then mapped by ``(x + 4) / 4``. Because the floor
+depends on the whole file, a long file is scanned once for its maximum, and windows are
+computed on demand so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from as2d.runtime.audio import SAMPLE_RATE, Audio
+
+N_FFT = 400
+HOP = 160
+CHUNK_SECONDS = 30
+N_SAMPLES = CHUNK_SECONDS * SAMPLE_RATE
+N_FRAMES = N_SAMPLES // HOP  # 3000 frames per 30-s window
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP  # 100
+# Keep the whole log-mel of files up to this many frames in memory (20 minutes, ~38 MB).
+_CACHE_FRAMES = 20 * 60 * FRAMES_PER_SECOND
+_PAD = N_FFT // 2
+
+
+@lru_cache(maxsize=4)
+def mel_filters(n_mels: int, sr: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.ndarray:
+    """Slaney-scale, Slaney-normalised triangular filters ``[n_mels, n_fft // 2 + 1]``."""
+    f_sp = 200.0 / 3
+    min_log_hz, logstep = 1000.0, np.log(6.4) / 27.0
+    min_log_mel = min_log_hz / f_sp
+
+    def hz_to_mel(f):
+        f = np.asarray(f, dtype=np.float64)
+        return np.where(f >= min_log_hz, min_log_mel + np.log(np.maximum(f, 1e-10) / min_log_hz)
+                        / logstep, f / f_sp)
+
+    def mel_to_hz(m):
+        m = np.asarray(m, dtype=np.float64)
+        return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)),
+                        f_sp * m)
+
+    fft_freqs = np.linspace(0, sr / 2, n_fft // 2 + 1)
+    mel_f = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sr / 2), n_mels + 2))
+    fdiff = np.diff(mel_f)
+    ramps = mel_f[:, None] - fft_freqs[None, :]
+    lower = -ramps[:-2] / fdiff[:-1, None]
+    upper = ramps[2:] / fdiff[1:, None]
+    weights = np.maximum(0.0, np.minimum(lower, upper))
+    weights *= (2.0 / (mel_f[2 : n_mels + 2] - mel_f[:n_mels]))[:, None]
+    return weights.astype(np.float32)
+
+
+@lru_cache(maxsize=1)
+def _window() -> np.ndarray:
+    n = np.arange(N_FFT)
+    return (0.5 - 0.5 * np.cos(2 * np.pi * n / N_FFT)).astype(np.float32)  # periodic Hann
+
+
+def _padded_slice(samples: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Samples ``lo..hi`` of whisper's STFT input: reflect-padded start, silence after the end."""
+    n = len(samples)
+    out = np.zeros(hi - lo, dtype=np.float32)
+    # Region of the centred signal s' = reflect(s[1:201]) + s + zeros; s' index i ↔ s index i-200.
+    a, b = max(lo, _PAD), min(hi, _PAD + n)
+    if b > a:
+        out[a - lo : b - lo] = samples[a - _PAD : b - _PAD]
+    if lo < _PAD:
+        # s'[i] = s[200 - i] for i < 200 (reflection without repeating the edge sample).
+        idx = np.arange(lo, min(hi, _PAD))
+        src = _PAD - idx
+        ok = src < n
+        out[idx[ok] - lo] = samples[src[ok]]
+    return out
+
+
+def log_mel_frames(samples: np.ndarray, start: int, stop: int, n_mels: int) -> np.ndarray:
+    """Unnormalised ``log10`` mel frames ``start..stop`` (clamped at 1e-10)."""
+    if stop <= start:
+        return np.zeros((n_mels, 0), np.float32)
+    sig = _padded_slice(samples, start * HOP, (stop - 1) * HOP + N_FFT)
+    frames = np.lib.stride_tricks.sliding_window_view(sig, N_FFT)[::HOP]
+    spec = np.fft.rfft(frames * _window(), axis=-1)
+    power = (spec.real ** 2 + spec.imag ** 2).astype(np.float32)
+    mel = mel_filters(n_mels) @ power.T
+    return np.log10(np.maximum(mel, 1e-10))
+
+
+class LogMel:
+    """Normalised log-mel windows of one :class:`Audio`, computed on demand."""
+
+    def __init__(self, audio: Audio | np.ndarray, n_mels: int = 80) -> None:
+        self.samples = audio.samples if isinstance(audio, Audio) else np.asarray(audio, np.float32)
+        self.n_mels = n_mels
+        # Frames holding the audio (whisper's "content frames").
+        self.n_frames = len(self.samples) // HOP
+        self._cache: np.ndarray | None = None
+        # Frames past the content still see its tail; include them in the maximum. The STFT
+        # runs a window at a time either way (its float64 temporaries are ~80× the size of
+        # the result), so memory stays bounded for any length; each frame is computed on its
+        # own, so the chunking does not change a bit.
+        stop = self.n_frames + 3
+        chunks = (log_mel_frames(self.samples, s, min(s + N_FRAMES, stop), n_mels)
+                  for s in range(0, stop, N_FRAMES))
+        if self.n_frames <= _CACHE_FRAMES:
+            full = np.concatenate(list(chunks), axis=1)
+            self._floor = float(full.max()) - 8.0
+            self._cache = self._normalise(full[:, : self.n_frames])
+        else:
+            self._floor = max(float(c.max()) for c in chunks) - 8.0
+
+    def _normalise(self, logspec: np.ndarray) -> np.ndarray:
+        return ((np.maximum(logspec, self._floor) + 4.0) / 4.0).astype(np.float32)
+
+    @property
+    def duration(self) -> float:
+        return self.n_frames / FRAMES_PER_SECOND
+
+    def frames(self, start: int, stop: int) -> np.ndarray:
+        """Content frames ``start..stop`` (clipped to the audio), normalised."""
+        stop = min(stop, self.n_frames)
+        start = min(start, stop)
+        if self._cache is not None:
+            return self._cache[:, start:stop]
+        return self._normalise(log_mel_frames(self.samples, start, stop, self.n_mels))
+
+    def window(self, start: int, n_frames: int = N_FRAMES, pad_to: int = N_FRAMES) -> np.ndarray:
+        """``[1, n_mels, pad_to]``: frames from ``start``, zero-padded as whisper's pad_or_trim."""
+        seg = self.frames(start, start + n_frames)
+        out = np.zeros((1, self.n_mels, pad_to), np.float32)
+        out[0, :, : seg.shape[1]] = seg[:, :pad_to]
+        return out

@@ -1,0 +1,205 @@
+"""Whisper in the common Hugging Face ONNX layout (an optimum export), from a local folder.
+
+Users with internet access often have this layout: ``encoder_model.onnx``, and either
+``decoder_model_merged.onnx`` (one graph with a ``use_cache_branch`` switch) or the pair
+``decoder_model.onnx`` + ``decoder_with_past_model.onnx``; past keys/values named
+``past_key_values.N.{decoder,encoder}.{key,value}``; ``tokenizer.json`` and ``config.json``.
+
+The adapter offers the same interface as :class:`as2d.runtime.whisper.model.WhisperModel`. Such graphs were
+not written for verification, so a multi-token pass may round differently from single-token
+passes: :meth:`HFWhisperModel.check_exact_rows` measures it, and the CLI only lets a model that
+passes serve as a speculative target.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from as2d.runtime.sessions import make_session
+from as2d.runtime.whisper.tokenizer import WhisperTokenizer
+from as2d.runtime.whisper.model import AudioContext, WhisperDims
+
+
+class HFLayoutError(ValueError):
+    """The folder is not a usable Hugging Face ONNX Whisper export."""
+
+
+def _dims(cfg: dict) -> WhisperDims:
+    try:
+        return WhisperDims(
+            n_mels=int(cfg.get("num_mel_bins", 80)),
+            n_audio_ctx=int(cfg.get("max_source_positions", 1500)),
+            n_audio_state=int(cfg["d_model"]),
+            n_audio_head=int(cfg["encoder_attention_heads"]),
+            n_audio_layer=int(cfg["encoder_layers"]),
+            n_vocab=int(cfg["vocab_size"]),
+            n_text_ctx=int(cfg.get("max_target_positions", 448)),
+            n_text_state=int(cfg["d_model"]),
+            n_text_head=int(cfg["decoder_attention_heads"]),
+            n_text_layer=int(cfg["decoder_layers"]),
+        )
+    except KeyError as exc:
+        raise HFLayoutError(f"config.json lacks {exc.args[0]!r}") from None
+
+
+class _Graph:
+    """A decoder session with its input and output names, read once."""
+
+    __slots__ = ("session", "inputs", "outputs", "present")
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.inputs = frozenset(i.name for i in session.get_inputs())
+        self.outputs = [o.name for o in session.get_outputs()]
+        # (output name, past key) of every ``present.*`` output, in output order
+        self.present = [(n, n[len("present."):]) for n in self.outputs
+                        if n.startswith("present.")]
+
+
+class HFWhisperModel:
+    """Encoder and decoder sessions of a Hugging Face ONNX Whisper export."""
+
+    def __init__(self, folder: str | Path, threads: int = 1,
+                 encoder_threads: int | None = None, name: str | None = None,
+                 role: str = "target") -> None:
+        self.path = Path(folder)
+        need = ["encoder_model.onnx", "tokenizer.json", "config.json"]
+        missing = [f for f in need if not (self.path / f).is_file()]
+        merged = self.path / "decoder_model_merged.onnx"
+        split = (self.path / "decoder_model.onnx", self.path / "decoder_with_past_model.onnx")
+        if not merged.is_file() and not all(p.is_file() for p in split):
+            missing.append("decoder_model_merged.onnx (or decoder_model.onnx + "
+                           "decoder_with_past_model.onnx)")
+        if missing:
+            raise HFLayoutError(f"{self.path}: not a Hugging Face ONNX Whisper folder "
+                                f"(missing {', '.join(missing)})")
+        cfg = json.loads((self.path / "config.json").read_text())
+        self.config = cfg
+        self.dims = _dims(cfg)
+        self.name = name or self.path.name
+        self.threads = threads
+        self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
+        self.encoder = make_session(self.path / "encoder_model.onnx", encoder_threads or threads)
+        self.merged = merged.is_file()
+        self._files = [merged] if self.merged else list(split)
+        self._graphs: dict[int, list[_Graph]] = {threads: [_Graph(make_session(f, threads))
+                                                           for f in self._files]}
+        self._lock = threading.Lock()
+        # Per decoder layer, in feed order: (input name, key in a state's past, is self-attention)
+        d = self.dims
+        self._past_names = [(f"past_key_values.{i}.{kind}.{kv}", f"{i}.{kind}.{kv}",
+                             kind == "decoder")
+                            for i in range(d.n_text_layer)
+                            for kind in ("decoder", "encoder") for kv in ("key", "value")]
+        # The merged graph's past inputs on a first pass (zero cached positions); never written.
+        self._empty_past = np.zeros((1, d.n_text_head, 0, d.n_text_state // d.n_text_head),
+                                    np.float32)
+        self.exact_rows: bool | None = None  # unknown until checked
+
+    @property
+    def multilingual(self) -> bool:
+        return self.tokenizer.multilingual
+
+    def graphs(self, threads: int | None = None) -> list[_Graph]:
+        """The decoder graphs with ``threads`` intra-op threads (made on first use)."""
+        threads = threads or self.threads
+        with self._lock:
+            if threads not in self._graphs:
+                self._graphs[threads] = [_Graph(make_session(f, threads)) for f in self._files]
+            return self._graphs[threads]
+
+    def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
+        mel = np.ascontiguousarray(mel, dtype=np.float32)
+        (hidden,) = self.encoder.run(["last_hidden_state"], {"input_features": mel}, run_options)
+        return AudioContext({"encoder_hidden_states": hidden}, mel.shape[-1])
+
+    def decoder_state(self, ctx: AudioContext) -> "HFDecoderState":
+        return HFDecoderState(self, ctx)
+
+    def release(self, state: "HFDecoderState") -> None:
+        state.past = None
+
+    def check_exact_rows(self) -> bool:
+        """Is a multi-token pass bit-identical, row by row, to single-token passes?"""
+        if self.exact_rows is None:
+            mel = np.zeros((1, self.dims.n_mels, 3000), np.float32)
+            ctx = self.encode(mel)
+            tokens = self.tokenizer.sot_sequence("en" if self.multilingual else None)
+            tokens = tokens + self.tokenizer.encode(" a test of rows")
+            a = self.decoder_state(ctx)
+            together = a.forward(tokens)
+            b = self.decoder_state(ctx)
+            alone = np.concatenate([b.forward([t]) for t in tokens])
+            self.exact_rows = bool(np.array_equal(together, alone))
+        return self.exact_rows
+
+
+class HFDecoderState:
+    """One window's decoder over a Hugging Face export; the KV cache is the last `present`."""
+
+    def __init__(self, model: HFWhisperModel, ctx: AudioContext) -> None:
+        self.model = model
+        self.hidden = ctx.cross["encoder_hidden_states"]
+        self.capacity = model.dims.n_text_ctx
+        self.length = 0
+        self.past: dict[str, np.ndarray] | None = None
+
+    def forward(self, tokens: Sequence[int], threads: int | None = None) -> np.ndarray:
+        t = len(tokens)
+        if t == 0:
+            return np.zeros((0, self.model.dims.n_vocab), np.float32)
+        if self.length + t > self.capacity:
+            raise ValueError(f"decoder context is full ({self.length} + {t} > {self.capacity})")
+        m = self.model
+        graphs = m.graphs(threads)
+        ids = np.asarray([tokens], dtype=np.int64)
+        with_past = self.length > 0 and self.past is not None
+        feed: dict[str, np.ndarray] = {"input_ids": ids}
+        if m.merged:
+            graph = graphs[0]
+            feed["encoder_hidden_states"] = self.hidden
+            feed["use_cache_branch"] = np.array([with_past])
+            if with_past:
+                for name, key, own in m._past_names:
+                    feed[name] = self._past(key, own)
+            else:
+                empty = m._empty_past
+                for name, _, _ in m._past_names:
+                    feed[name] = empty
+        elif with_past:
+            graph = graphs[1]
+            for name, key, own in m._past_names:
+                feed[name] = self._past(key, own)
+        else:
+            graph = graphs[0]
+            feed["encoder_hidden_states"] = self.hidden
+        names, inputs = graph.outputs, graph.inputs
+        feed = {k: v for k, v in feed.items() if k in inputs}
+        out = dict(zip(names, graph.session.run(names, feed)))
+        present = {key: out[name] for name, key in graph.present}
+        if with_past:
+            # Encoder keys/values do not change within a window (a with-past graph may not
+            # even return them): keep the first ones.
+            present.update({k: v for k, v in self.past.items() if ".encoder." in k})
+        self.past = present
+        self.length += t
+        return out["logits"][0]
+
+    def _past(self, key: str, own: bool) -> np.ndarray:
+        """The cached keys/values ``key``; self-attention ones cut to the valid length."""
+        arr = self.past[key]
+        if own and arr.shape[2] != self.length:
+            arr = np.ascontiguousarray(arr[:, :, : self.length])
+        return arr
+
+    def truncate(self, length: int) -> None:
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} to {length}")
+        self.length = length
+        if length == 0:
+            self.past = None

@@ -1,0 +1,139 @@
+"""A Whisper model in two onnxruntime sessions, shaped for speculative decoding.
+
+``encode`` runs once per window and returns the cross-attention keys/values of every decoder
+layer. A :class:`DecoderState` owns one window's self-attention cache, preallocated to the
+text context (448 positions) so that appending is a slice assignment and dropping rejected
+tokens is only a change of length. ``forward`` takes any number of new tokens and returns
+their logits: one token for plain decoding, ``k + 1`` for verification.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from as2d.runtime.kvcache import KVCache
+from as2d.runtime.sessions import make_session
+from as2d.runtime.whisper.tokenizer import WhisperTokenizer
+
+
+@dataclass(frozen=True)
+class WhisperDims:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+
+@dataclass
+class AudioContext:
+    """Cross-attention keys/values of one encoded window."""
+
+    cross: dict[str, np.ndarray]
+    n_frames: int  # mel frames that were encoded (3000 for a full window)
+
+
+class WhisperModel:
+    """Encoder and decoder sessions of one bundle, plus its tokenizer and rules config."""
+
+    def __init__(self, bundle_dir: str | Path, threads: int = 1,
+                 encoder_threads: int | None = None, name: str | None = None,
+                 role: str = "target") -> None:
+        self.path = Path(bundle_dir)
+        manifest = json.loads((self.path / "manifest.json").read_text())
+        self.manifest = manifest
+        self.name = name or manifest.get("name", self.path.name)
+        self.dims = WhisperDims(**manifest["dims"])
+        self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
+        self.config = manifest.get("generation", {})
+        self.threads = threads
+        self.encoder = make_session(self.path / manifest["files"]["encoder"],
+                                    encoder_threads or threads)
+        self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
+        # A drafter's outputs are only proposals: it may use the faster decoder whose rows are
+        # not bit-exact across passes (a target never does).
+        files = manifest["files"]
+        self._decoder_file = files.get("decoder_draft" if role == "drafter" else "decoder",
+                                       files["decoder"])
+        self.decoder = make_session(self.path / self._decoder_file, threads)
+        self._decoders = {threads: self.decoder}
+        self._outputs = [o.name for o in self.decoder.get_outputs()]
+        self._lock = threading.Lock()
+        self._free: list[DecoderState] = []
+
+    @property
+    def multilingual(self) -> bool:
+        return self.tokenizer.multilingual
+
+    def decoder_session(self, threads: int | None = None):
+        """The decoder with ``threads`` intra-op threads (sessions are made on first use).
+
+        A session's thread pool is fixed when it is made; AS²D gives the target fewer threads
+        while the drafter needs a core. Thread count does not change any result (checked in
+        the tests), so passes may switch sessions freely.
+        """
+        if threads is None or threads == self.threads:
+            return self.decoder
+        with self._lock:
+            sess = self._decoders.get(threads)
+            if sess is None:
+                sess = make_session(self.path / self._decoder_file, threads)
+                self._decoders[threads] = sess
+        return sess
+
+    def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
+        """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even).
+
+        ``run_options`` (onnxruntime ``RunOptions``) lets another thread abandon the run."""
+        names = self._encoder_outputs
+        outs = self.encoder.run(names, {"mel": np.ascontiguousarray(mel, dtype=np.float32)},
+                                run_options)
+        return AudioContext(dict(zip(names, outs)), mel.shape[-1])
+
+    def decoder_state(self, ctx: AudioContext) -> "DecoderState":
+        """A decoder bound to ``ctx``; caches are recycled between windows."""
+        with self._lock:
+            state = self._free.pop() if self._free else None
+        if state is None:
+            state = DecoderState(self)
+        state.bind(ctx)
+        return state
+
+    def release(self, state: "DecoderState") -> None:
+        state.feed = {}
+        with self._lock:
+            self._free.append(state)
+
+
+class DecoderState(KVCache):
+    """The decoder of one window: self-attention cache plus the window's cross keys/values."""
+
+    def __init__(self, model: WhisperModel) -> None:
+        d = model.dims
+        super().__init__(d.n_text_layer, d.n_text_ctx, d.n_text_state)
+        self.model = model
+        self.feed: dict[str, np.ndarray] = {}
+
+    def bind(self, ctx: AudioContext) -> None:
+        self.feed = dict(ctx.cross)
+        self.length = 0
+
+    def forward(self, tokens: Sequence[int], threads: int | None = None) -> np.ndarray:
+        """Run ``tokens`` after the cached ones; returns their logits ``[T, n_vocab]``."""
+        if not len(tokens):
+            return np.zeros((0, self.model.dims.n_vocab), np.float32)
+        self.feed["tokens"] = np.asarray(tokens, dtype=np.int64)
+        out = self._run(self.model.decoder_session(threads), self.model._outputs, self.feed,
+                        len(tokens), "decoder")
+        return out["logits"]

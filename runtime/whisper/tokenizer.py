@@ -1,0 +1,181 @@
+"""Whisper's tokenizer on top of the ``tokenizers`` library.
+
+Special token ids differ between Whisper's multilingual and English-only vocabularies, so every
+id is looked up by name in the model's own ``tokenizer.json``; nothing is hard-coded. Timestamp
+tokens are not in the file: they follow ``<|notimestamps|>`` (``<|0.00|>`` … ``<|30.00|>``).
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from as2d.runtime.whisper.languages import LANGUAGE_NAMES, TO_LANGUAGE_CODE
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+
+_LANG_TOKEN = re.compile(r"^<\|([a-z]{2,3}|haw|yue)\|>$")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's byte-to-unicode table used by byte-level BPE vocabularies."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+class WhisperTokenizer:
+    def __init__(self, path: str | Path, n_vocab: int) -> None:
+        self.path = Path(path)
+        self.tok = Tokenizer.from_file(str(self.path))
+        self.n_vocab = n_vocab
+
+        def special(name: str, required: bool = True) -> int | None:
+            tid = self.tok.token_to_id(name)
+            if tid is None and required:
+                raise ValueError(f"{self.path}: special token {name} is missing")
+            return tid
+
+        self.eot = special("<|endoftext|>")
+        self.sot = special("<|startoftranscript|>")
+        self.translate = special("<|translate|>")
+        self.transcribe = special("<|transcribe|>")
+        self.sot_lm = special("<|startoflm|>")
+        self.sot_prev = special("<|startofprev|>")
+        self.no_timestamps = special("<|notimestamps|>")
+        self.no_speech = special("<|nospeech|>", False) or special("<|nocaptions|>", False)
+        self.timestamp_begin = self.no_timestamps + 1
+        self.languages: dict[str, int] = {}
+        for tid in range(self.sot + 1, self.translate):
+            m = _LANG_TOKEN.match(self.tok.id_to_token(tid) or "")
+            if m:
+                self.languages[m.group(1)] = tid
+        # Whisper's English-only models have a vocabulary one shorter than the multilingual ones.
+        self.multilingual = n_vocab >= 51865
+        self._piece_cache: dict[str, tuple[int, ...]] = {}
+
+    # -- prompts ------------------------------------------------------------------------------
+    def sot_sequence(self, language: str | None, task: str = "transcribe") -> list[int]:
+        if not self.multilingual:
+            return [self.sot]
+        seq = [self.sot]
+        if language is not None:
+            seq.append(self.language_token(language))
+        seq.append(self.translate if task == "translate" else self.transcribe)
+        return seq
+
+    def language_token(self, language: str) -> int:
+        code = normalize_language(language)
+        if code not in self.languages:
+            raise ValueError(f"language {language!r} is not in this model's vocabulary")
+        return self.languages[code]
+
+    # -- text ---------------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """Text → token ids exactly as Whisper's own (tiktoken) tokenizer makes them.
+
+        The text is split into pre-tokens with the vocabulary's regex, and each pre-token is
+        byte-pair merged by rank, where a token's rank is its id. The ``merges`` list shipped
+        in some Whisper ``tokenizer.json`` files is incomplete (the multilingual one lacks the
+        merge behind "Ġt", so " the" came out as " " + "the"); ranks do not depend on it.
+        """
+        out: list[int] = []
+        for _, (a, b) in self.tok.pre_tokenizer.pre_tokenize_str(text):
+            out.extend(self.encode_piece(text[a:b]))
+        return out
+
+    def encode_piece(self, piece: str) -> tuple[int, ...]:
+        """One pre-token → ids (cached: speech repeats its words)."""
+        cached = self._piece_cache.get(piece)
+        if cached is None:
+            cached = self._bpe(piece.encode("utf-8"))
+            if len(self._piece_cache) > 1 << 16:
+                self._piece_cache.clear()
+            self._piece_cache[piece] = cached
+        return cached
+
+    def _bpe(self, data: bytes) -> tuple[int, ...]:
+        ranks = self.ranks
+        parts = [data[i : i + 1] for i in range(len(data))]
+        while len(parts) > 1:
+            best, at = None, -1
+            for i in range(len(parts) - 1):
+                r = ranks.get(parts[i] + parts[i + 1])
+                if r is not None and (best is None or r < best):
+                    best, at = r, i
+            if best is None:
+                break
+            parts[at : at + 2] = [parts[at] + parts[at + 1]]
+        return tuple(ranks[p] for p in parts)
+
+    @cached_property
+    def ranks(self) -> dict[bytes, int]:
+        ranks: dict[bytes, int] = {}
+        for tid, raw in enumerate(self.token_bytes):
+            ranks.setdefault(raw, tid)
+        return ranks
+
+    def decode(self, ids) -> str:
+        """Text of the text tokens in ``ids`` (special and timestamp tokens are skipped)."""
+        return self.tok.decode([int(t) for t in ids if t < self.eot], skip_special_tokens=False)
+
+    def decode_bytes(self, ids) -> bytes:
+        table = self.token_bytes
+        return b"".join(table[t] for t in ids if t < self.eot)
+
+    @cached_property
+    def token_bytes(self) -> list[bytes]:
+        """Raw bytes of every text token (byte-level BPE pieces may split a UTF-8 character)."""
+        dec = _byte_decoder()
+        out = []
+        for tid in range(self.eot):
+            piece = self.tok.id_to_token(tid) or ""
+            out.append(bytes(dec[c] for c in piece if c in dec))
+        return out
+
+    @cached_property
+    def non_speech_tokens(self) -> list[int]:
+        """Tokens for symbols and speaker tags that should never be transcribed.
+
+        The same set Whisper suppresses by default: brackets, music notes and punctuation runs
+        that stand for non-speech, taken both alone and with a leading space.
+        """
+        symbols = list('"#()*+/:;<=>@[\\]^_`{|}~「」『』')
+        symbols += "<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪".split()
+        misc = set("♩♪♫♬♭♮♯")
+        result = {self.encode(" -")[0], self.encode(" '")[0]}
+        for symbol in symbols + sorted(misc):
+            for ids in (self.encode(symbol), self.encode(" " + symbol)):
+                if len(ids) == 1 or symbol in misc:
+                    result.add(ids[0])
+        return sorted(result)
+
+    def suppress_tokens(self) -> list[int]:
+        """Whisper's default ``suppress_tokens=-1``: non-speech symbols and task tokens."""
+        ids = set(self.non_speech_tokens)
+        ids.update([self.transcribe, self.translate, self.sot, self.sot_prev, self.sot_lm])
+        if self.no_speech is not None:
+            ids.add(self.no_speech)
+        return sorted(ids)
+
+    def timestamp_text(self, token: int) -> str:
+        return f"<|{(token - self.timestamp_begin) * TIME_PRECISION:.2f}|>"
+
+
+def normalize_language(language: str) -> str:
+    key = language.strip().lower()
+    if key in LANGUAGE_NAMES:
+        return key
+    if key in TO_LANGUAGE_CODE:
+        return TO_LANGUAGE_CODE[key]
+    raise ValueError(f"unknown language {language!r}")
