@@ -6,7 +6,7 @@ listeners. Nothing here knows about terminals. Times are ``time.perf_counter()``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Union
 
 
@@ -68,18 +68,56 @@ class SegmentDone:
 
 
 @dataclass(frozen=True)
-class WindowDone:
+class WindowStats:
+    """The one record of a decoded window: what the ``--stats`` report, ``as2d bench`` and the
+    live views all count, so the three can never disagree about a window."""
+
     window: int
-    start: float
-    end: float
-    tokens: int  # committed tokens of the final decode (end-of-text included)
-    passes: int
-    decode_seconds: float
-    encode_seconds: float
-    offered: int
-    accepted: int
-    alone: int  # passes without candidates
+    start: float = 0.0  # audio seconds
+    end: float = 0.0
+    tokens: int = 0  # committed tokens of the final decode (end-of-text included)
+    passes: int = 0  # target passes, the prompt pass included
+    offered: int = 0  # candidates run
+    accepted: int = 0  # of them, kept
+    alone: int = 0  # passes without candidates
+    encode_seconds: float = 0.0  # the target's encoder (0 when an encoding was reused)
+    decode_seconds: float = 0.0  # everything after the target's encoder
     retried: bool = False  # decoded again without the previous-text prompt
+    source: str = ""  # the audio it belongs to (a file name in the benchmark)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.offered if self.offered else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(tokens_per_second=round(self.tokens_per_second, 2),
+                 acceptance=round(self.acceptance, 4),
+                 tokens_per_pass=round(self.tokens / self.passes, 3) if self.passes else 0.0)
+        return d
+
+
+@dataclass(frozen=True)
+class WindowDone:
+    stats: WindowStats
+
+
+@dataclass(frozen=True)
+class LanguageDetected:
+    """The target chose the language of the audio (no language was given)."""
+
+    language: str
+    probability: float
+    level = "info"  # shown wherever notes are
+
+    @property
+    def message(self) -> str:
+        """How a view that shows notes words it."""
+        return f"detected language: {self.language} (p={self.probability:.2f})"
 
 
 @dataclass(frozen=True)
@@ -97,7 +135,7 @@ class RunDone:
 
 
 Event = Union[RunStarted, WindowStarted, Encoded, Drafted, Verified, SegmentDone, WindowDone,
-              Note, RunDone]
+              LanguageDetected, Note, RunDone]
 Listener = Callable[[Event], None]
 
 

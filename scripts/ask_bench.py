@@ -27,20 +27,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from as2d.runtime.ask.answer import (SOURCES, STYLES, Answerer, AskOptions, drafter_text,  # noqa: E402
-                         spans_from_segments)
+from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text  # noqa: E402
+from as2d.runtime.ask.prompt import STYLES  # noqa: E402
+from as2d.runtime.ask.sources import SOURCES  # noqa: E402
+from as2d.runtime.ask.spans import spans_from_segments  # noqa: E402
 from as2d.runtime.bench.questions import QUESTIONS, is_correct, load_questions  # noqa: E402
 
 
 def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
-    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.cli.resolve import load_whisper
     from as2d.runtime.audio import load_audio
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
     plan = plan_threads(threads, "as2d")
     target = load_whisper("base", None, models_dir, plan.target)
-    strategy = build_strategy("as2d", target, "tiny.en", "auto", plan, models_dir, None,
+    strategy = build_decoder("as2d", target, "tiny.en", "auto", plan, models_dir, None,
                               lambda m: None)
     out = {}
     try:

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from as2d.models.install import bundle_path, install  # noqa: E402
+from as2d.runtime.ask.generate import greedy_generate  # noqa: E402
 from as2d.runtime.ask.lm import CausalLM  # noqa: E402
 
 PROMPTS = ["The Eiffel Tower is located in", "Once upon a time, there was a little",
@@ -101,7 +102,7 @@ def main() -> None:
         print(f"greedy samples, {precision}, {threads} threads:")
         for prompt in PROMPTS:
             t0 = time.perf_counter()
-            out = lm.generate_greedy(lm.tokenizer.encode(prompt), args.new)
+            out = greedy_generate(lm, lm.tokenizer.encode(prompt), args.new)
             dt = time.perf_counter() - t0
             text = lm.tokenizer.decode(out, skip_special=False)
             print(f"    {prompt!r} → {text!r}  ({len(out) / dt:.1f} tok/s incl. prefill)")

@@ -18,22 +18,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from as2d.runtime.speculative.align import Aligner
-from as2d.runtime.transcribe.as2d import AS2D
 from as2d.runtime.audio import load_audio
+from as2d.runtime.events import LanguageDetected, Note, Verified
+from as2d.runtime.speculative.align import Aligner
 from as2d.runtime.speculative.budget import Budget
-from as2d.runtime.transcribe.drafter import make_retokenizer
-from as2d.runtime.events import Note, Verified
-from as2d.runtime.transcribe.sd import SerialSD
 from as2d.runtime.speculative.stream import CandidateStream
+from as2d.runtime.transcribe.as2d import AS2D, AlignedSource
 from as2d.runtime.transcribe.decoders import TargetOnly
+from as2d.runtime.transcribe.drafter import make_retokenizer
+from as2d.runtime.transcribe.sd import SerialSD
 from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
 
 OPTS = TranscribeOptions(language="en")
 
 
-def decode(model, strategy, audio) -> list[list[int]]:
-    return [s.tokens for s in Transcriber(model, strategy).transcribe(audio, OPTS)]
+def decode(model, decoder, audio, listener=None) -> list[list[int]]:
+    """The tokens of every segment ``decoder`` commits for ``audio`` (English, greedy)."""
+    return [s.tokens for s in Transcriber(model, decoder, listener).transcribe(audio, OPTS)]
 
 
 # -- re-tokenisation ---------------------------------------------------------------------------
@@ -207,7 +208,7 @@ def test_as2d_actually_accepts_candidates(whisper, lossless_clips):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     events = []
     audio = lossless_clips[-2]  # two_cities
-    assert decode(target, _DraftFirstAS2D(target, drafter, events.append), audio) == decode(
+    assert decode(target, _DraftFirstAS2D(target, drafter), audio, events.append) == decode(
         target, TargetOnly(target), audio)
     verified = [e for e in events if isinstance(e, Verified)]
     committed = sum(len(e.committed) for e in verified)
@@ -234,10 +235,20 @@ class _ScriptedAS2D(AS2D):
         for b in self.marks:
             self.stream.boundaries[b] = 0.0
 
-    def observe(self, dec, offered, step):
-        super().observe(dec, offered, step)
+    def source(self, window):
+        return _LaggingSource(self, window)
+
+    def reveal(self):
         n = len(self.stream)
         self.stream.extend(self.script[n : n + self.lag], 0.0)
+
+
+class _LaggingSource(AlignedSource):
+    """The aligned source of a scripted run: the script advances after every pass."""
+
+    def observe(self, offered, verdict):
+        super().observe(offered, verdict)
+        self.run.reveal()
 
 
 @pytest.fixture(scope="module")
@@ -272,9 +283,9 @@ def test_scheduler_is_lossless_whatever_the_drafter_streams(scripted_case, data)
     ready = data.draw(st.integers(0, len(script)))
     lag = data.draw(st.integers(0, 6))
     marks = sorted(rnd.sample(range(len(script) + 1), min(len(script) + 1, rnd.randrange(0, 12))))
-    strategy = _ScriptedAS2D(model, script, ready, lag, marks)
-    strategy.budget = Budget(fixed=data.draw(st.sampled_from([None, 1, 3, 8, 16])))
-    assert decode(model, strategy, audio) == reference
+    decoder = _ScriptedAS2D(model, script, ready, lag, marks)
+    decoder.budget = Budget(fixed=data.draw(st.sampled_from([None, 1, 3, 8, 16])))
+    assert decode(model, decoder, audio) == reference
 
 
 # -- language detection ------------------------------------------------------------------------
@@ -289,11 +300,11 @@ def test_an_english_only_drafter_drafts_while_the_target_detects_the_language(wh
     drafting_during_detection = []
 
     def listen(event):
-        if isinstance(event, Note) and event.message.startswith("detected language"):
-            drafting_during_detection.append(strategy.worker is not None)
+        if isinstance(event, LanguageDetected):
+            drafting_during_detection.append(decoder.worker is not None)
 
-    strategy = AS2D(target, drafter, listen)
-    got = [s.tokens for s in Transcriber(target, strategy, listen).transcribe(audio, AUTO)]
+    decoder = AS2D(target, drafter, listen)
+    got = [s.tokens for s in Transcriber(target, decoder, listen).transcribe(audio, AUTO)]
     assert drafting_during_detection == [True]
     assert got == [s.tokens for s in Transcriber(target).transcribe(audio, AUTO)]
 
@@ -313,14 +324,14 @@ def german(tmp_path_factory):
 def test_an_english_only_drafter_stands_down_when_the_audio_is_not_english(whisper, german):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     events = []
-    strategy = AS2D(target, drafter, events.append)
+    decoder = AS2D(target, drafter, events.append)
     info = TranscriptionInfo(None, 0.0, german.duration)
-    got = [s.tokens for s in Transcriber(target, strategy, events.append).transcribe(
+    got = [s.tokens for s in Transcriber(target, decoder, events.append).transcribe(
         german, AUTO, info)]
     assert info.language == "de"
     assert got == [s.tokens for s in Transcriber(target).transcribe(german, AUTO)]
     assert any(isinstance(e, Note) and "English-only" in e.message for e in events)
-    assert len(strategy.stream) == 0 and strategy.stream.finished
+    assert len(decoder.stream) == 0 and decoder.stream.finished
     assert not any(e.offered for e in events if isinstance(e, Verified))
 
 
@@ -361,8 +372,8 @@ def test_a_dying_drafter_leaves_the_target_to_finish_alone_losslessly(whisper, l
     audio = lossless_clips[-2]
     reference = decode(target, TargetOnly(target), audio)
     events = []
-    strategy = AS2D(target, _FailingDrafter(drafter, after=25), events.append)
-    assert [s.tokens for s in Transcriber(target, strategy, events.append).transcribe(
+    decoder = AS2D(target, _FailingDrafter(drafter, after=25), events.append)
+    assert [s.tokens for s in Transcriber(target, decoder, events.append).transcribe(
         audio, OPTS)] == reference
     assert any(isinstance(e, Note) and "drafter stopped" in e.message for e in events)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from as2d.runtime.bench.metrics import (Config, ConfigResult, WindowTiming, median_of_repeats, oracle,
-                           slower_share, summary)
+from as2d.runtime.bench.metrics import (Config, ConfigResult, median_of_repeats, oracle,
+                                       slower_share, summary)
+from as2d.runtime.events import WindowStats
 
 TARGET = Config("t/target", "t", "target")
 SD2 = Config("t/sd:d:k2", "t", "sd", "d", 2)
@@ -15,9 +16,9 @@ AS2D = Config("t/as2d:d", "t", "as2d", "d", None)
 
 
 def result(cfg, seconds, tokens=(10, 20, 30), wall=10.0):
-    return ConfigResult(cfg, [WindowTiming("a.wav", i, n, s) for i, (n, s) in
-                              enumerate(zip(tokens, seconds))], audio_seconds=60.0,
-                        wall_seconds=wall)
+    windows = [WindowStats(i, tokens=n, decode_seconds=s, source="a.wav")
+               for i, (n, s) in enumerate(zip(tokens, seconds))]
+    return ConfigResult(cfg, windows, audio_seconds=60.0, wall_seconds=wall)
 
 
 def test_pooled_throughput_is_total_tokens_over_total_time():
@@ -53,5 +54,5 @@ def test_summary_reports_speedups_and_share_of_oracle():
 
 
 def test_repeats_are_combined_by_per_window_median():
-    runs = [[WindowTiming("a", 0, 10, s)] for s in (3.0, 1.0, 2.0)]
+    runs = [[WindowStats(0, tokens=10, decode_seconds=s, source="a")] for s in (3.0, 1.0, 2.0)]
     assert median_of_repeats(runs)[0].decode_seconds == 2.0

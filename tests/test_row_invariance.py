@@ -134,8 +134,9 @@ def test_truncate_refuses_to_grow_or_go_negative(whisper, windows):
 @pytest.mark.parametrize("timestamps", [True, False], ids=["timestamps", "no-timestamps"])
 def test_verifying_candidates_commits_exactly_the_target_only_tokens(name, timestamps, whisper,
                                                                       windows):
-    """WindowDecoder.step with a mix of right and wrong candidates commits what plain greedy
-    decoding commits (the logit rules apply per position, timestamps included)."""
+    """WindowDecoder.step (the verification kernel with Whisper's logit rules) given a mix of
+    right and wrong candidates commits what plain greedy decoding commits (the rules apply per
+    position, timestamps included)."""
     from as2d.runtime.transcribe.window import WindowDecoder
     from as2d.runtime.whisper.logits import LogitRules
 
@@ -165,6 +166,6 @@ def test_verifying_candidates_commits_exactly_the_target_only_tokens(name, times
         assert dec.generated == expected
         assert dec.completed
         assert 0 < accepted < offered  # both paths (accept and reject) were exercised
-        assert dec.passes < len(expected)  # and verification saved passes
+        assert dec.counts.passes < len(expected)  # and verification saved passes
     finally:
         model.release(state)

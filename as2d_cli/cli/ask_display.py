@@ -16,8 +16,8 @@ import time
 from collections import deque
 
 from as2d.runtime.ask.events import AnswerStep, AskStarted, Prefilled
-from as2d.runtime.events import (Drafted, Note, RunDone, RunStarted, SegmentDone, Verified,
-                            WindowDone)
+from as2d.runtime.events import (Drafted, LanguageDetected, Note, RunDone, RunStarted,
+                                 SegmentDone, Verified, WindowDone)
 
 from as2d.cli.display import LiveView, tail
 from as2d.cli.progress import PlainView, want_live
@@ -72,7 +72,7 @@ class AskState:
                 self.committed = (self.committed + event.segment.text)[-600:]
                 self.position = max(self.position, event.segment.end)
             elif isinstance(event, WindowDone):
-                self.position = max(self.position, min(event.end, self.duration))
+                self.position = max(self.position, min(event.stats.end, self.duration))
                 self.window_text = ""
             elif isinstance(event, RunDone):
                 self.position = self.duration
@@ -99,7 +99,7 @@ class AskState:
                     acc = self.by_source.setdefault(event.source, [0, 0])
                     acc[0] += event.accepted
                     acc[1] += event.offered
-            elif isinstance(event, Note):
+            elif isinstance(event, (Note, LanguageDetected)):
                 self.notes.append(event.message)
 
 
@@ -206,7 +206,7 @@ class PlainAskReporter(PlainView):
         if self.quiet:
             return
         st = self.state
-        if isinstance(event, Note) and event.level != "debug":
+        if isinstance(event, (Note, LanguageDetected)) and event.level != "debug":
             self.note(event.message)
         elif isinstance(event, WindowDone):
             self.window_progress(event, st.duration, "transcribing")

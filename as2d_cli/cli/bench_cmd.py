@@ -9,16 +9,24 @@ its models every core, AS²D splits them as it does in `as2d transcribe`.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, List, Optional
 
-from as2d.cli.resolve import UserError, check_writable, write_json
+import typer
+
+from as2d.cli import options as opt
+from as2d.cli.command import add_command
+from as2d.cli.errors import UserError
+from as2d.cli.paths import check_writable, write_json
+from as2d.cli.resolve import load_whisper, make_note
 
 AUDIO_EXT = {".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif", ".au", ".caf"}
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
+
+BenchThreads = opt.reworded(opt.Threads, "Cores to use (0: all).")
 
 
 @dataclass
@@ -146,8 +154,6 @@ class _Models:
         self.models_dir, self.note, self.cache = models_dir, note, {}
 
     def get(self, spec: str, threads: int, role: str = "target"):
-        from as2d.cli.resolve import load_whisper
-
         k = (spec, threads, role)
         if k not in self.cache:
             self.cache[k] = load_whisper(spec, None, self.models_dir, threads,
@@ -157,12 +163,12 @@ class _Models:
 
 def _strategy(cfg, models: _Models, cores: int, listener):
     """What ``as2d transcribe --decoder …`` would run, on the benchmark's shared models."""
-    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.decoding import build_decoder, plan_threads
 
     plan = plan_threads(cores, cfg.decoder)
     target = models.get(cfg.target, plan.target)
     budget = "auto" if cfg.budget is None else str(cfg.budget)
-    strategy = build_strategy(cfg.decoder, target, cfg.drafter, budget, plan, models.models_dir,
+    strategy = build_decoder(cfg.decoder, target, cfg.drafter, budget, plan, models.models_dir,
                               listener, models.note,
                               load_drafter=lambda spec, n: models.get(spec, n, role="drafter"))
     return target, strategy
@@ -170,7 +176,8 @@ def _strategy(cfg, models: _Models, cores: int, listener):
 
 def run_config(cfg, items: list[Item], models: _Models, cores: int):
     """One pass of one configuration over every item: window timings, wall time, texts."""
-    from as2d.runtime.bench.metrics import WindowTiming
+    from dataclasses import replace
+
     from as2d.runtime.transcribe.stats import StatsCollector
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
@@ -186,8 +193,7 @@ def run_config(cfg, items: list[Item], models: _Models, cores: int):
             wall += time.perf_counter() - t0
             texts[item.name] = "".join(s.text for s in segs)
             for w in stats.current.windows:
-                windows.append(WindowTiming(item.name, w.window, w.tokens, w.decode_seconds,
-                                            w.encode_seconds, w.passes, w.offered, w.accepted))
+                windows.append(replace(w, source=item.name))
     finally:
         strategy.close()
     return windows, wall, texts
@@ -208,34 +214,81 @@ def word_error_rate(texts: dict[str, str], items: list[Item]) -> float | None:
     return float(jiwer.wer(refs, hyps))
 
 
+HELP = """Compare target-only, classic SD and AS²D on the same audio, side by side.
+
+Reproduces the paper's evaluation: pooled decoding throughput, end-to-end real-time factor,
+acceptance, the share of windows slower than target-only, the hindsight per-window oracle over
+the SD (drafter × budget) catalog, and WER where references exist.
+"""
+
+
 @dataclass
 class BenchRequest:
-    files: list[Path]
-    sets: list[str]
-    targets: list[str]
-    drafters: list[str]
-    budgets: list[int]
-    repeats: int = 3
-    warmup: int = 1
-    long_minutes: float = 4.0
-    threads: int = 0
-    json_path: Path | None = None
-    plot_path: Path | None = None
-    show_windows: bool = False
-    models_dir: Path | None = None
-    quiet: bool = False
+    """Everything ``as2d bench`` was asked; each field is also its command-line option.
+
+    The model and budget lists are comma-separated on the command line; :meth:`targets_list`
+    and friends split them.
+    """
+
+    audio: Annotated[Optional[List[Path]], typer.Argument(
+        help="Audio files or folders (a folder may hold refs.tsv: name<TAB>text).",
+        show_default=False)] = None
+    sets: Annotated[Optional[List[str]], typer.Option(
+        "--set", "-s", help="librivox, cards, moonshine or long (repeatable).")] = None
+    targets: Annotated[str, typer.Option(
+        "--targets", help="Target models, comma-separated.")] = "base-int8,base-fp32"
+    drafters: Annotated[str, typer.Option(
+        "--drafters", help="SD drafter catalog; the first one also drafts for AS²D.")] = \
+        "tiny.en-int8,tiny.en-fp32,base-int8"
+    budgets: Annotated[str, typer.Option("--budgets", help="SD budgets (k).")] = "2,4,8,16"
+    repeats: Annotated[int, typer.Option(
+        "--repeats", "-r", help="Timed repeats (median).")] = 3
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed warm-up runs.")] = 1
+    long_minutes: Annotated[float, typer.Option(
+        "--long-minutes", help="Length of the 'long' set, in minutes.")] = 4.0
+    threads: BenchThreads = 0
+    json_path: Annotated[Optional[Path], typer.Option(
+        "--json", help="Write all figures as JSON.")] = None
+    plot_path: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Write a PNG of the results.")] = None
+    show_windows: Annotated[bool, typer.Option(
+        "--windows", help="Print per-window timings too.")] = False
+    models_dir: opt.ModelsDir = None
+    quiet: opt.Quiet = False
+
+    def target_list(self) -> list[str]:
+        return _csv(self.targets)
+
+    def drafter_list(self) -> list[str]:
+        return _csv(self.drafters)
+
+    def budget_list(self) -> list[int]:
+        try:
+            return [int(b) for b in _csv(self.budgets)]
+        except ValueError:
+            raise UserError(f"--budgets must be numbers, e.g. 2,4,8 (got {self.budgets!r})",
+                            2) from None
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``as2d bench`` to ``app``."""
+    add_command(app, "bench", BenchRequest, run_bench, HELP)
 
 
 def run_bench(req: BenchRequest) -> int:
+    """Run every configuration over the audio, print the comparison; the exit code."""
     from as2d.runtime.bench.metrics import ConfigResult, median_of_repeats, results_to_dict, summary
     from as2d.runtime.sessions import cpu_count
 
-    from as2d.cli.engine import plan_threads
+    from as2d.decoding import plan_threads
 
-    def note(msg: str) -> None:
-        if not req.quiet:
-            print(f"as2d: {msg}", file=sys.stderr, flush=True)
-
+    note = make_note(req.quiet)
+    budgets = req.budget_list()
+    targets, drafters = req.target_list(), req.drafter_list()
     if req.repeats < 1:
         raise UserError("--repeats must be at least 1", 2)
     # A bad output path or a missing plotting library must not surface after a long run.
@@ -248,8 +301,8 @@ def run_bench(req: BenchRequest) -> int:
         except ImportError:
             raise UserError("--plot needs matplotlib: pip install 'as2d[bench]'", 2) from None
     cores = req.threads or cpu_count()
-    items = collect(req.files, req.sets, req.long_minutes)
-    configs = catalog(req.targets, req.drafters, req.budgets)
+    items = collect(list(req.audio or []), list(req.sets or []), req.long_minutes)
+    configs = catalog(targets, drafters, budgets)
     models = _Models(req.models_dir, note)
     audio_s = sum(i.audio.duration for i in items)
     note(f"{len(items)} recordings, {audio_s:.1f} s of audio; {len(configs)} configurations "
@@ -276,7 +329,7 @@ def run_bench(req: BenchRequest) -> int:
         r.wer = word_error_rate(r.texts, items)
         results.append(r)
     same_text = {}
-    for t in req.targets:
+    for t in targets:
         outs = {json.dumps(r.texts, sort_keys=True) for r in results if r.config.target == t}
         same_text[t] = len(outs) == 1
     report = summary(results)

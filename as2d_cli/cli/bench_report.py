@@ -55,7 +55,7 @@ def print_report(report: dict, results, show_windows: bool = False, stream=sys.s
             for col in ("file", "window", "tokens", "decode s", "tok/s", "passes", "accepted"):
                 w.add_column(col)
             for x in r.windows:
-                w.add_row(x.file, str(x.window), str(x.tokens), f"{x.decode_seconds:.3f}",
+                w.add_row(x.source, str(x.window), str(x.tokens), f"{x.decode_seconds:.3f}",
                           f"{x.tokens / x.decode_seconds:.0f}" if x.decode_seconds else "-",
                           str(x.passes), f"{x.accepted}/{x.offered}")
             console.print(w)
@@ -69,7 +69,7 @@ def plot(report: dict, results, path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from as2d.cli.resolve import UserError
+        from as2d.cli.errors import UserError
 
         raise UserError("--plot needs matplotlib: pip install 'as2d[bench]'") from None
     targets = list(report["targets"])
@@ -92,14 +92,14 @@ def plot(report: dict, results, path: Path) -> None:
         ax.set_title(f"{target}: throughput per configuration")
         base = next(r for r in results if r.config.target == target and
                     r.config.decoder == "target")
-        base_t = {(w.file, w.window): w.decode_seconds for w in base.windows}
+        base_t = {(w.source, w.window): w.decode_seconds for w in base.windows}
         ax = axes[row][1]
         data, labels = [], []
         for r in results:
             if r.config.target != target or r.config.decoder == "target":
                 continue
-            data.append([base_t[(w.file, w.window)] / w.decode_seconds for w in r.windows
-                         if w.decode_seconds and (w.file, w.window) in base_t])
+            data.append([base_t[(w.source, w.window)] / w.decode_seconds for w in r.windows
+                         if w.decode_seconds and (w.source, w.window) in base_t])
             labels.append(r.config.name.split("/", 1)[1])
         if data:
             ax.boxplot(data, orientation="horizontal", tick_labels=labels, showfliers=True)

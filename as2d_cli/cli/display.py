@@ -19,8 +19,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from as2d.runtime.events import (Drafted, Event, Note, RunDone, RunStarted, SegmentDone, Verified,
-                            WindowDone, WindowStarted)
+from as2d.runtime.events import (Drafted, Event, LanguageDetected, Note, RunDone, RunStarted,
+                                 SegmentDone, Verified, WindowDone, WindowStarted)
 
 _KEEP = 720  # characters of the drafted and committed text kept for the view
 
@@ -132,9 +132,9 @@ class LiveReporter(LiveView):
                 self.committed = (self.committed + event.segment.text)[-_KEEP:]
                 self.position = max(self.position, event.segment.end)
             elif isinstance(event, WindowDone):
-                self.position = max(self.position, min(event.end, self.duration))
+                self.position = max(self.position, min(event.stats.end, self.duration))
                 self.window_text = ""
-            elif isinstance(event, Note):
+            elif isinstance(event, (Note, LanguageDetected)):
                 self.notes.append(event.message)
             elif isinstance(event, RunDone):
                 self.position = self.duration

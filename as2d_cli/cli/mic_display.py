@@ -69,12 +69,13 @@ class MicStats:
     def __call__(self, event) -> None:
         with self._lock:
             if isinstance(event, WindowDone):
-                self.tokens += event.tokens
-                self.decode_seconds += event.decode_seconds
-                self.encode_seconds += event.encode_seconds
-                self.offered += event.offered
-                self.accepted += event.accepted
-                self.passes += event.passes
+                w = event.stats
+                self.tokens += w.tokens
+                self.decode_seconds += w.decode_seconds
+                self.encode_seconds += w.encode_seconds
+                self.offered += w.offered
+                self.accepted += w.accepted
+                self.passes += w.passes
             elif isinstance(event, DecodeStarted):
                 self._settling = event.final or event.speculative
                 self.decodes += 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from as2d.runtime.events import Event, Note, WindowDone
+from as2d.runtime.events import Event, LanguageDetected, Note, WindowDone
 
 
 class PlainView:
@@ -29,7 +29,7 @@ class PlainView:
         if duration <= 30 or now - self._last <= self.PROGRESS_EVERY:
             return
         self._last = now
-        done = min(event.end, duration)
+        done = min(event.stats.end, duration)
         self.note(f"{label}: {done:.0f}/{duration:.0f} s ({100 * done / duration:.0f}%)")
 
 
@@ -53,7 +53,7 @@ class PlainReporter(PlainView):
     def __call__(self, event: Event) -> None:
         if self.quiet:
             return
-        if isinstance(event, Note) and event.level != "debug":
+        if isinstance(event, (Note, LanguageDetected)) and event.level != "debug":
             self.note(event.message)
         elif isinstance(event, WindowDone):
             self.window_progress(event, self.duration, self.source)

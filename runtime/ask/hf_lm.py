@@ -9,7 +9,7 @@ tokens, chat template). The graph takes ``input_ids``, ``attention_mask``, optio
 ``logits`` and ``present.N.key/value``.
 
 :class:`HFCausalLM` offers the interface of :class:`as2d.runtime.ask.lm.CausalLM` (``state()``,
-``release``, ``prefill``, ``generate_greedy``; states with ``forward(tokens, logit_rows)``,
+``release``, ``prefill``; states with ``forward(tokens, logit_rows)``,
 ``truncate``, ``length``, ``capacity``), so the answer generator serves both.
 
 Such graphs were not written for verification: a pass over several tokens may round
@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
-from as2d.runtime.ask.lm import GreedyLM, TokenizerBase
+from as2d.runtime.ask.lm import LMBackend, TokenizerBase
 from as2d.runtime.sessions import make_session
 
 GRAPHS = ("model.onnx", "decoder_model_merged.onnx")
@@ -102,7 +102,7 @@ class HFTokenizer(TokenizerBase):
         return bool(ids) and ids[0] == self.bos
 
 
-class HFCausalLM(GreedyLM):
+class HFCausalLM(LMBackend):
     """One onnxruntime session over a Hugging Face ONNX decoder, with recyclable states."""
 
     def __init__(self, folder: str | Path, threads: int = 1, name: str | None = None,

@@ -90,9 +90,10 @@ class LLMTokenizer(TokenizerBase):
             raise ValueError(f"{self.path}: special ids do not match the tokenizer")
 
 
-class GreedyLM:
-    """What every answering-model back end shares: recyclable cache states, chunked prefill and
-    the plain greedy loop that speculative answers must reproduce token for token.
+class LMBackend:
+    """What every answering-model back end shares: recyclable cache states and chunked prefill
+    (generation itself, greedy or speculative, is :mod:`as2d.runtime.ask.generate`'s, written
+    once for every back end).
 
     A subclass sets ``stop_ids`` and implements :meth:`_new_state`; its states offer
     ``reset()``, ``forward(tokens, logit_rows)``, ``truncate(n)``, ``length`` and ``capacity``.
@@ -129,31 +130,8 @@ class GreedyLM:
             last = state.forward(prompt_ids[start : start + PREFILL_CHUNK], logit_rows=1)
         return last[-1]
 
-    def generate_greedy(self, prompt_ids: Sequence[int], max_new: int,
-                        stop_ids: Iterable[int] | None = None, state=None) -> list[int]:
-        """Plain greedy decoding (the reference that speculative decoding must reproduce).
 
-        Returns the new tokens, ending with the stop token when one was produced.
-        """
-        stops = set(self.stop_ids if stop_ids is None else stop_ids)
-        own = state is None
-        st = self.state() if own else state
-        try:
-            logits = self.prefill(st, prompt_ids)
-            out: list[int] = []
-            while len(out) < max_new:
-                nxt = int(np.argmax(logits))
-                out.append(nxt)
-                if nxt in stops or len(out) == max_new or st.length >= st.capacity:
-                    break
-                logits = st.forward([nxt])[-1]
-            return out
-        finally:
-            if own:
-                self.release(st)
-
-
-class CausalLM(GreedyLM):
+class CausalLM(LMBackend):
     """A decoder-only LLM bundle: one session, its tokenizer, and recyclable cache states."""
 
     def __init__(self, bundle_dir: str | Path, threads: int = 1, name: str | None = None) -> None:

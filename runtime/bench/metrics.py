@@ -7,7 +7,8 @@ be compared window by window. The terminal and the plots live in ``as2d_cli``.
 
 Definitions (as in the paper):
 
-- *window*: one unit of decoding (a 30-s Whisper window);
+- *window*: one unit of decoding (a 30-s Whisper window), recorded as the engine's own
+  :class:`~as2d.runtime.events.WindowStats` (its ``source`` names the benchmark file);
 - *pooled throughput*: total committed tokens / total decode time;
 - *end-to-end real-time factor*: audio seconds / wall seconds (encoders and drafting included);
 - *slower share*: the fraction of windows whose decode time exceeds target-only's;
@@ -18,7 +19,9 @@ Definitions (as in the paper):
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+from as2d.runtime.events import WindowStats
 
 
 @dataclass(frozen=True)
@@ -36,21 +39,9 @@ class Config:
 
 
 @dataclass
-class WindowTiming:
-    file: str
-    window: int
-    tokens: int
-    decode_seconds: float
-    encode_seconds: float = 0.0
-    passes: int = 0
-    offered: int = 0
-    accepted: int = 0
-
-
-@dataclass
 class ConfigResult:
     config: Config
-    windows: list[WindowTiming] = field(default_factory=list)
+    windows: list[WindowStats] = field(default_factory=list)
     audio_seconds: float = 0.0
     wall_seconds: float = 0.0
     texts: dict[str, str] = field(default_factory=dict)  # file → transcript
@@ -78,21 +69,19 @@ class ConfigResult:
         return sum(w.accepted for w in self.windows) / offered if offered else 0.0
 
 
-def median_of_repeats(repeats: list[list[WindowTiming]]) -> list[WindowTiming]:
+def median_of_repeats(repeats: list[list[WindowStats]]) -> list[WindowStats]:
     """Per-window medians over repeated runs of one configuration (same windows each run)."""
     first = repeats[0]
     out = []
     for i, w in enumerate(first):
         same = [r[i] for r in repeats if i < len(r)]
-        out.append(WindowTiming(w.file, w.window, w.tokens,
-                                statistics.median(x.decode_seconds for x in same),
-                                statistics.median(x.encode_seconds for x in same),
-                                w.passes, w.offered, w.accepted))
+        out.append(replace(w, decode_seconds=statistics.median(x.decode_seconds for x in same),
+                           encode_seconds=statistics.median(x.encode_seconds for x in same)))
     return out
 
 
-def key(w: WindowTiming) -> tuple[str, int]:
-    return (w.file, w.window)
+def key(w: WindowStats) -> tuple[str, int]:
+    return (w.source, w.window)
 
 
 def slower_share(result: ConfigResult, baseline: ConfigResult) -> float:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from as2d.runtime.ask.answer import parse_times
+from as2d.runtime.ask.spans import parse_times
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTIONS = ROOT / "bench" / "ask_questions.json"

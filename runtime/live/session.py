@@ -35,7 +35,8 @@ import numpy as np
 from as2d.runtime.live.agreement import LocalAgreement
 from as2d.runtime.audio import SAMPLE_RATE, Audio
 from as2d.runtime.live.endpoint import Boundary, EndpointConfig, Endpointer
-from as2d.runtime.events import Listener, Note, RunStarted, WindowDone, fanout, ignore
+from as2d.runtime.events import (LanguageDetected, Listener, Note, RunStarted, WindowDone, fanout,
+                                 ignore)
 from as2d.runtime.live.events import (Committed, DecodeStarted, Hypothesis, ListenDone, ListenStarted,
                           UtteranceDone, UtteranceEnded, UtteranceStarted, VoiceLevel)
 from as2d.runtime.live.sources import AudioInputError, AudioSource
@@ -577,8 +578,8 @@ class LiveSession:
     def _tap(self, event) -> None:
         """Engine events of the running decode (called on the engine's threads)."""
         if isinstance(event, WindowDone):
-            self._win_tokens += event.tokens
-            self._win_seconds += event.decode_seconds
+            self._win_tokens += event.stats.tokens
+            self._win_seconds += event.stats.decode_seconds
         elif isinstance(event, RunStarted):
             job = self._job
             if job is not None and job.cancelled:
@@ -587,10 +588,10 @@ class LiveSession:
 
 def _without_language_notes(listener: Listener) -> Listener:
     """Every decode of an undetermined language reports its detection; the session reports
-    the language once, when it settles it, so these repeated notes are dropped."""
+    the language once, when it settles it, so these repeated events are dropped."""
 
     def emit(event) -> None:
-        if isinstance(event, Note) and event.message.startswith("detected language"):
+        if isinstance(event, LanguageDetected):
             return
         listener(event)
 

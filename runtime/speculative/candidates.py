@@ -39,6 +39,13 @@ class CandidateSource:
         """
         return None
 
+    def finish(self, context: Sequence[int]) -> None:
+        """The decode is over (done, stopped or failed) with ``context`` committed: let go of
+        what was held for it (a drafter's cache), or learn where the next decode resumes.
+
+        :func:`run` does not call it (a decode may be stopped and resumed); whoever made the
+        source for a decode does, once."""
+
 
 NO_CANDIDATES = CandidateSource()
 

@@ -1,29 +1,35 @@
 """AS²D: the target verifies whatever the concurrently running drafter has ready.
 
-The drafter (:mod:`as2d.runtime.transcribe.drafter`) transcribes the whole file on its own thread, ahead of the
-target, into a :class:`~as2d.runtime.speculative.stream.CandidateStream`. Before each target pass the
-:class:`~as2d.runtime.speculative.align.Aligner` says where the target's committed text stands in that stream,
-the :class:`~as2d.runtime.speculative.budget.Budget` says how many of the following tokens are worth verifying,
-and :class:`~as2d.runtime.transcribe.window.WindowDecoder` verifies them. No candidate ready → a plain step.
-The target never waits for the drafter, and the drafter never waits for the target.
+The drafter (:mod:`as2d.runtime.transcribe.drafter`) transcribes the whole file on its own
+thread, ahead of the target, into a :class:`~as2d.runtime.speculative.stream.CandidateStream`.
+Before each target pass the window's :class:`AlignedSource` asks the
+:class:`~as2d.runtime.speculative.align.Aligner` where the target's committed text stands in
+that stream and the :class:`~as2d.runtime.speculative.budget.Budget` how many of the following
+tokens are worth verifying. No candidate ready → a plain step. The target never waits for the
+drafter, and the drafter never waits for the target.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
+from as2d.runtime.events import Listener, Note
 from as2d.runtime.speculative.align import Aligner
 from as2d.runtime.speculative.budget import Budget
-from as2d.runtime.transcribe.window import WindowDecoder
-from as2d.runtime.transcribe.drafter import DrafterWorker
-from as2d.runtime.events import Listener, Note
-from as2d.runtime.whisper.features import FRAMES_PER_SECOND, LogMel
-from as2d.runtime.transcribe.drafting import DraftingStrategy
 from as2d.runtime.speculative.stream import CandidateStream
-from as2d.runtime.whisper.tokenizer import TIME_PRECISION
-from as2d.runtime.transcribe.transcriber import kept_text_tokens
+from as2d.runtime.speculative.verify import Verdict
+from as2d.runtime.transcribe.decoders import Window
+from as2d.runtime.transcribe.drafter import DrafterWorker
+from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingDecoder
+from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.model import WhisperModel
+from as2d.runtime.whisper.seeking import kept_text_tokens
+from as2d.runtime.whisper.tokenizer import TIME_PRECISION
 
 
-class AS2D(DraftingStrategy):
+class AS2D(DraftingDecoder):
+    """A run's drafter thread and candidate stream; one :class:`AlignedSource` per window."""
+
     name = "as2d"
 
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
@@ -35,10 +41,9 @@ class AS2D(DraftingStrategy):
         self.busy_threads = busy_threads
         self.worker: DrafterWorker | None = None
         self.stream: CandidateStream | None = None
-        self._drafting = False  # started for the current run (stream made, worker maybe)
         self.aligner: Aligner | None = None
-        self._window_offset = 0.0
-        self._blind_misses = 0  # consecutive rejected offers made while not synchronised
+        self.blind_misses = 0  # consecutive rejected offers made while not synchronised
+        self._drafting = False  # started for the current run (stream made, worker maybe)
 
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
         # An English-only drafter (or a language given by the user) does not need the target's
@@ -56,13 +61,29 @@ class AS2D(DraftingStrategy):
             self._stop_drafting()  # it drafted English for audio the target calls otherwise
             self._start_drafting(mel, language, options)  # an empty, finished stream
 
+    def source(self, window: Window) -> "AlignedSource":
+        return AlignedSource(self, window)
+
+    def end(self) -> None:
+        self._stop_drafting()
+        self._drafting = False  # the stream stays readable (as2d ask looks up candidates in it)
+
+    def threads_for(self, offered: Sequence[int]) -> int | None:
+        """Threads for a target pass that runs ``offered``."""
+        if self.busy_threads is None or self.worker is None or self.stream.finished:
+            return None
+        # Verification passes leave the drafter its core; a plain step (the drafter is behind
+        # or lost) takes every core, so the target is never slower than on its own.
+        return self.busy_threads if offered else None
+
     def _start_drafting(self, mel: LogMel, language: str | None, options) -> None:
         self._drafting = True
         self.stream = CandidateStream()
         self.aligner = Aligner(self.stream)
         if not self.drafter_understands(language):
             self.stream.finish()
-            self._note_english_only(language)
+            self.emit(Note(f"drafter {self.drafter.name} is English-only and the audio is "
+                           f"{language!r}: the target decodes alone"))
             return
         if options is not None and getattr(options, "task", "transcribe") == "translate":
             self.emit(Note("translation: the drafter transcribes, so its candidates rarely "
@@ -70,47 +91,47 @@ class AS2D(DraftingStrategy):
         self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,
                                     language or "en", self.emit).start()
 
-    def _note_english_only(self, language: str) -> None:
-        self.emit(Note(f"drafter {self.drafter.name} is English-only and the audio is "
-                       f"{language!r}: the target decodes alone"))
-
     def _stop_drafting(self) -> None:
         if self.worker is not None:
             self.worker.stop()
             self.worker.join()
             self.worker = None
 
-    def end(self) -> None:
-        super().end()
-        self._stop_drafting()
-        self._drafting = False  # the stream stays readable (as2d ask looks up candidates in it)
 
-    def close(self) -> None:
-        self.end()
+class AlignedSource(BudgetedSource):
+    """One window's candidates: the drafter's stream after where the target's text stands.
 
-    # -- per window ---------------------------------------------------------------------------
-    def window_begin(self, window: int, dec: WindowDecoder, seek: int, size: int) -> None:
-        self._window_offset = seek / FRAMES_PER_SECOND
-        self.aligner.window_start(self._window_offset)
-        super().window_begin(window, dec, seek, size)
+    The stream, the aligner's pointer, the budget and the count of blind misses belong to the
+    run (the drafter does not know the target's windows); a window only adds its start time,
+    which dates the timestamps it guesses, and its end, where the pointer goes back to the text
+    the window kept.
+    """
 
-    def propose(self, dec: WindowDecoder) -> list[int]:
-        aligner = self.aligner
+    def __init__(self, run: AS2D, window: Window) -> None:
+        self.run = run
+        self.aligner = run.aligner
+        self.stream = run.stream
+        self.offset = window.start
+        self.tb = run.target.tokenizer.timestamp_begin
+        self.eot = run.target.tokenizer.eot
+        self.aligner.window_start(self.offset)
+        super().__init__(run.budget)
+
+    def propose(self, context: Sequence[int], room: int) -> list[int]:
+        aligner, tb, gen = self.aligner, self.tb, context
         if not aligner.synced:
             aligner.sync()
         # After a segment's closing timestamp Whisper almost always opens the next segment
         # at the same time: propose that timestamp, then the drafter's words.
-        gen = dec.generated
-        tb = self.target.tokenizer.timestamp_begin
         lead = [gen[-1]] if (gen and gen[-1] >= tb and len(gen) >= 2 and gen[-2] < tb) else []
         ready = len(self.stream) - aligner.pos + len(lead)
         if ready <= 0:
             return []
-        k = self.budget.choose(min(ready, dec.room))
+        k = self.budget.choose(min(ready, room))
         if not aligner.synced:
             # A guess while re-synchronising: keep it cheap, and stop guessing after two misses
             # (the drafter may simply not have these words; the n-gram search costs nothing).
-            k = min(k, 2) if self._blind_misses < 2 else len(lead)
+            k = min(k, 2) if self.run.blind_misses < 2 else len(lead)
         if k <= len(lead):
             return lead[:k]
         cands = lead + aligner.candidates(k - len(lead))
@@ -119,30 +140,24 @@ class AS2D(DraftingStrategy):
         end = aligner.pos + len(cands) - len(lead)
         at = self.stream.boundaries.get(end)
         last = cands[-1] if cands else (gen[-1] if gen else tb)
-        if at is not None and last < tb and len(cands) < dec.room and aligner.synced:
-            step = round((at - self._window_offset) / TIME_PRECISION)
+        if at is not None and last < tb and len(cands) < room and aligner.synced:
+            step = round((at - self.offset) / TIME_PRECISION)
             if 0 <= step <= 1500:
                 cands.append(tb + step)
         return cands
 
-    def pass_threads(self, candidates: list[int]) -> int | None:
-        if self.busy_threads is None or self.worker is None or self.stream.finished:
-            return None
-        # Verification passes leave the drafter its core; a plain step (the drafter is behind
-        # or lost) takes every core, so the target is never slower than on its own.
-        return self.busy_threads if candidates else None
+    def pass_threads(self, offered: Sequence[int]) -> int | None:
+        return self.run.threads_for(offered)
 
-    def observe(self, dec: WindowDecoder, offered: list[int], step) -> None:
-        if self.aligner.synced or step.accepted:
-            self._blind_misses = 0
-        elif step.offered:
-            self._blind_misses += 1
-        eot = self.target.tokenizer.eot
-        for t in step.committed:
-            if t < eot:
+    def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
+        if self.aligner.synced or verdict.accepted:
+            self.run.blind_misses = 0
+        elif verdict.offered:
+            self.run.blind_misses += 1
+        for t in verdict.committed:
+            if t < self.eot:
                 self.aligner.observe(t)
-        super().observe(dec, offered, step)
+        super().observe(offered, verdict)
 
-    def window_end(self, window: int, dec: WindowDecoder) -> None:
-        tokens = dec.generated
-        self.aligner.rewind(kept_text_tokens(tokens, self.target.tokenizer.timestamp_begin))
+    def finish(self, context: Sequence[int]) -> None:
+        self.aligner.rewind(kept_text_tokens(list(context), self.tb))

@@ -11,14 +11,14 @@ from __future__ import annotations
 import threading
 import time
 
-from as2d.runtime.transcribe.window import WindowDecoder
 from as2d.runtime.events import Drafted, Encoded, Listener, Note, WindowStarted, ignore
+from as2d.runtime.speculative.stream import CandidateStream, Retokenizer
+from as2d.runtime.transcribe.window import WindowDecoder
 from as2d.runtime.whisper.features import FRAMES_PER_SECOND, N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
-from as2d.runtime.speculative.stream import CandidateStream, Retokenizer
-from as2d.runtime.transcribe.transcriber import INPUT_STRIDE, seek_split
-from as2d.runtime.whisper.tokenizer import TIME_PRECISION, WhisperTokenizer
 from as2d.runtime.whisper.model import WhisperModel
+from as2d.runtime.whisper.seeking import INPUT_STRIDE, seek_split
+from as2d.runtime.whisper.tokenizer import TIME_PRECISION, WhisperTokenizer
 
 
 DRAFT_PAD_FRAMES = 300  # padding frames a drafter window keeps (3 s of the 30-s padding)

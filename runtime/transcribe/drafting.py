@@ -1,23 +1,26 @@
-"""What the two speculative strategies (serial SD and AS²D) share: a drafter model beside the
+"""What the two speculative decoders (serial SD and AS²D) share: a drafter model beside the
 target, a budget that adapts to the verify cost measured pass by pass, and the one case where a
 drafter cannot help at all (an English-only drafter on audio in another language)."""
 
 from __future__ import annotations
 
-from as2d.runtime.speculative.budget import Budget
-from as2d.runtime.transcribe.window import WindowDecoder
+from typing import Sequence
+
 from as2d.runtime.events import Listener
-from as2d.runtime.transcribe.decoders import Strategy
+from as2d.runtime.speculative.budget import Budget
+from as2d.runtime.speculative.candidates import CandidateSource
+from as2d.runtime.speculative.verify import Verdict
+from as2d.runtime.transcribe.decoders import Decoder
 from as2d.runtime.whisper.model import WhisperModel
 
 
-class DraftingStrategy(Strategy):
+class DraftingDecoder(Decoder):
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None) -> None:
         super().__init__(target, listener)
         self.drafter = drafter
         self.drafter_name = drafter.name
-        self.budget = budget or Budget()
+        self.budget = budget or Budget()  # the run's (and the next runs') cost and acceptance
 
     def threads(self) -> dict:
         return {"target": self.target.threads, "drafter": self.drafter.threads}
@@ -25,9 +28,16 @@ class DraftingStrategy(Strategy):
     def drafter_understands(self, language: str | None) -> bool:
         return self.drafter.multilingual or language in (None, "en")
 
-    def window_begin(self, window: int, dec: WindowDecoder, seek: int, size: int) -> None:
-        self.budget.window_start()
 
-    def observe(self, dec: WindowDecoder, offered: list[int], step) -> None:
-        if step.offered or step.rows == 1:  # the prompt pass says nothing about verify cost
-            self.budget.record(step.offered, step.accepted, step.rows, step.seconds)
+class BudgetedSource(CandidateSource):
+    """A window's source that feeds every pass back to the budget; proposes nothing itself
+    (a drafter that cannot help still lets the budget learn the target's pass cost)."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        budget.window_start()
+
+    def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
+        # The prompt pass runs many rows for no candidate: it says nothing about verify cost.
+        if verdict.offered or verdict.ran == 1:
+            self.budget.record(verdict.offered, verdict.accepted, verdict.ran, verdict.seconds)

@@ -10,61 +10,69 @@ encoder input), so the comparison isolates the scheduling.
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
-from as2d.runtime.speculative.budget import Budget
-from as2d.runtime.transcribe.window import WindowDecoder
-from as2d.runtime.transcribe.drafter import draft_frames, make_retokenizer, same_vocabulary
-from as2d.runtime.transcribe.drafting import DraftingStrategy
 from as2d.runtime.events import Encoded, Listener
+from as2d.runtime.speculative.budget import Budget
+from as2d.runtime.transcribe.decoders import Window
+from as2d.runtime.transcribe.drafter import draft_frames, make_retokenizer, same_vocabulary
+from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingDecoder
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel
 
 
-class SerialSD(DraftingStrategy):
+class SerialSD(DraftingDecoder):
+    """A run's drafter, used window by window: one :class:`RedraftingSource` per window."""
+
     name = "sd"
 
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None) -> None:
         super().__init__(target, drafter, listener, budget)
         self.same_vocab = same_vocabulary(drafter.tokenizer, target.tokenizer)
+        self.language: str | None = None
         self._usable = True
-        self._draft = None  # per-window drafter state
 
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
         self.language = language
         self._usable = self.drafter_understands(language)
 
-    # -- per window ---------------------------------------------------------------------------
-    def window_begin(self, window: int, dec: WindowDecoder, seek: int, size: int) -> None:
-        super().window_begin(window, dec, seek, size)
+    def source(self, window: Window) -> BudgetedSource:
         if not self._usable:
-            self._draft = None
-            return
+            return BudgetedSource(self.budget)
         t0 = time.perf_counter()
-        ctx = self.drafter.encode(self.mel.window(seek, size, pad_to=draft_frames(size)))
-        self.emit(Encoded(window, time.perf_counter() - t0, ctx.n_frames, worker="drafter"))
+        ctx = self.drafter.encode(self.mel.window(window.seek, window.size,
+                                                  pad_to=draft_frames(window.size)))
+        self.emit(Encoded(window.index, time.perf_counter() - t0, ctx.n_frames,
+                          worker="drafter"))
         dtk = self.drafter.tokenizer
-        self._draft = _DraftState(self.drafter, self.drafter.decoder_state(ctx),
-                                  dtk.sot_sequence(self.language if dtk.multilingual else None),
-                                  self.target.tokenizer, self.same_vocab)
+        draft = SerialDrafter(self.drafter, self.drafter.decoder_state(ctx),
+                              dtk.sot_sequence(self.language if dtk.multilingual else None),
+                              self.target.tokenizer, self.same_vocab)
+        return RedraftingSource(self.budget, draft)
 
-    def window_end(self, window: int, dec: WindowDecoder) -> None:
-        if self._draft is not None:
-            self.drafter.release(self._draft.state)
-            self._draft = None
 
-    def propose(self, dec: WindowDecoder) -> list[int]:
-        if self._draft is None:
-            return []
-        k = self.budget.choose(dec.room)
+class RedraftingSource(BudgetedSource):
+    """Classic SD's candidates: before every pass the drafter catches up with the target's
+    committed tokens and drafts ``k`` more."""
+
+    def __init__(self, budget: Budget, draft: "SerialDrafter") -> None:
+        super().__init__(budget)
+        self.draft = draft
+
+    def propose(self, context: Sequence[int], room: int) -> list[int]:
+        k = self.budget.choose(room)
         if k <= 0:
             return []
-        return self._draft.draft(dec.generated, k)
+        return self.draft.draft(list(context), k)
+
+    def finish(self, context: Sequence[int]) -> None:
+        self.draft.model.release(self.draft.state)
 
 
-class _DraftState:
+class SerialDrafter:
     """The drafter of one window, kept in step with the target's committed tokens."""
 
     def __init__(self, model: WhisperModel, state, prompt: list[int], target_tk,

@@ -8,39 +8,10 @@ separately, per run and per window, with acceptance and where the time went.
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
-from as2d.runtime.events import Drafted, Encoded, Event, RunDone, RunStarted, WindowDone
-
-
-@dataclass
-class WindowStats:
-    window: int
-    start: float
-    end: float
-    tokens: int = 0
-    passes: int = 0
-    offered: int = 0
-    accepted: int = 0
-    alone: int = 0
-    encode_seconds: float = 0.0
-    decode_seconds: float = 0.0
-    retried: bool = False
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.tokens / self.decode_seconds if self.decode_seconds else 0.0
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.offered if self.offered else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(tokens_per_second=round(self.tokens_per_second, 2),
-                 acceptance=round(self.acceptance, 4),
-                 tokens_per_pass=round(self.tokens / self.passes, 3) if self.passes else 0.0)
-        return d
+from as2d.runtime.events import (Drafted, Encoded, Event, RunDone, RunStarted, WindowDone,
+                                 WindowStats)
 
 
 @dataclass
@@ -115,11 +86,7 @@ class StatsCollector:
             elif not self.runs:
                 return
             elif isinstance(event, WindowDone):
-                run = self.current
-                run.windows.append(WindowStats(
-                    event.window, event.start, event.end, event.tokens, event.passes,
-                    event.offered, event.accepted, event.alone, event.encode_seconds,
-                    event.decode_seconds, event.retried))
+                self.current.windows.append(event.stats)
             elif isinstance(event, Drafted):
                 self.current.draft_seconds += event.seconds
                 self.current.drafted_tokens += len(event.tokens)

@@ -1,0 +1,242 @@
+"""The answering model's prompt: its styles, few-shot examples and fitting into the context.
+
+The default answering model (Gemma 3 270M) is a *base* model: it follows examples, not
+instructions. The prompt is therefore few-shot: three invented transcripts, each followed by
+several questions with short answers copied from it (which also makes answers good to copy).
+Times (``[m:ss]`` at the start of each line) are shown only when the question asks *when*:
+measured on ``bench/ask_questions.json`` with ``scripts/ask_bench.py`` that scored 14/26,
+against 12/26 with times on every line, 12/26 without times, 12/26 with one question per
+example and 11/26 inside Gemma's chat markup. Instruction-tuned ``--llm`` models with a chat
+template get one plain instruction instead (style ``instruct``).
+
+A transcript longer than the model's context is never cut silently: the passages that share
+the most words with the question are selected (:mod:`as2d.runtime.ask.passages`), kept in time
+order with ``[...]`` where text was left out, and the plan says so (:class:`PromptPlan`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from as2d.runtime.ask.codec import Codec
+from as2d.runtime.ask.passages import drop_lowest, select_spans
+from as2d.runtime.ask.spans import Span, format_time, time_ranges, transcript_lines
+
+# Invented examples (nothing from the benchmark clips). Each transcript is followed by several
+# questions, as a user would ask them: who/what/where/how answered by a short span of the
+# transcript, "when" answered by the time of the line that holds the words. A timed prompt shows
+# the "when" questions, an untimed one the others (see PromptBuilder).
+_EXAMPLES: tuple[tuple[tuple[tuple[float, str], ...], tuple[tuple[str, str], ...]], ...] = (
+    (((0.0, "Good morning, this is Captain Harris speaking from the flight deck."),
+      (4.2, "We will be landing in Lisbon in about forty minutes."),
+      (8.5, "The weather there is sunny, with a temperature of twenty-two degrees.")),
+     (("Who is speaking from the flight deck?", "Captain Harris."),
+      ("Where will we be landing?", "In Lisbon."),
+      ("When does the captain mention the weather?", "At 0:08."))),
+    (((0.0, "Mary planted the roses by the garden wall."),
+      (3.1, "Her brother Tom painted the old fence blue."),
+      (7.4, "In the evening they sat together under the apple tree."),
+      (11.0, "It was the best summer of their lives, and the last one.")),
+     (("What colour did Tom paint the fence?", "Blue."),
+      ("Mary planted the roses, and what did Tom do?", "He painted the old fence blue."),
+      ("When does the speaker talk about the apple tree?", "At 0:07."),
+      ("What was it the best of?", "Summer."))),
+    (((0.0, "Are you ready?"),
+      (1.2, "No."),
+      (2.0, "Then hurry up, we are late."),
+      (4.5, "We walk slowly because the road is icy.")),
+     (("What is the reply to 'Are you ready?'", "No."),
+      ("How do they walk?", "Slowly."),
+      ("Why do they walk slowly?", "Because the road is icy."))),
+)
+
+# Measured on bench/ask_questions.json with Gemma 3 270M int8 (scripts/ask_bench.py; the
+# figures are in the module's report): times only where the question is about time scored best.
+STYLES = {
+    "qa": "few-shot Transcript/Question/Answer blocks, several questions per example; [m:ss] "
+          "times on the transcript lines only when the question asks when (the default)",
+    "qa-timed": "the same with [m:ss] times on every line, whatever the question",
+    "qa-plain": "the same without any times ('when' questions lose their evidence)",
+    "qa-single": "one question per example instead of several, times as in qa",
+    "chat": "qa inside Gemma's <start_of_turn> markup",
+    "instruct": "one instruction with the transcript and the question, in the model's chat "
+                "template (for instruction-tuned --llm models)",
+}
+DEFAULT_STYLE = "qa"
+
+_INTRO = ("Each transcript below is followed by questions about it and short answers taken "
+          "from the transcript.\n\n")
+_WHEN = re.compile(r"\b(when|what time|at what point|at what moment|how long|how soon|"
+                   r"which minute|which second|timestamp)\b", re.I)
+
+
+def asks_about_time(question: str) -> bool:
+    """Whether a question is about *when* something is said (so times belong in the prompt)."""
+    return bool(_WHEN.search(question))
+
+
+@dataclass
+class PromptPlan:
+    """The prompt the answering model reads, and what of the transcript it holds."""
+
+    ids: list[int]
+    text: str
+    spans: list[Span]  # transcript spans in the prompt, in time order
+    selected: bool  # not the whole transcript: passages were selected
+    note: str | None  # said to the user when ``selected``
+    transcript_tokens: int  # the whole transcript, in the model's tokens
+    style: str = DEFAULT_STYLE
+    timed: bool = True  # the transcript lines carry [m:ss] times
+    stop_ids: frozenset[int] = frozenset()
+    one_line: bool = True  # the answer ends at the first line break
+
+
+class PromptBuilder:
+    """Builds prompts in one of :data:`STYLES` and fits the transcript into the context."""
+
+    def __init__(self, codec: Codec, style: str = DEFAULT_STYLE, chat_template: str | None = None,
+                 eos_ids: Iterable[int] = (), join_space: bool = False) -> None:
+        if style not in STYLES:
+            raise ValueError(f"unknown prompt style {style!r} (known: {', '.join(STYLES)})")
+        if style == "instruct" and not chat_template:
+            raise ValueError("the instruct style needs a model with a chat template")
+        self.codec = codec
+        self.style = style
+        self.chat_template = chat_template
+        self.eos_ids = frozenset(int(i) for i in eos_ids)
+        self.join_space = join_space
+
+    def timed(self, question: str) -> bool:
+        if self.style in ("qa-timed", "instruct"):
+            return True
+        if self.style == "qa-plain":
+            return False
+        return asks_about_time(question)
+
+    # -- rendering ------------------------------------------------------------------------------
+    def examples_text(self, timed: bool) -> str:
+        """The few-shot blocks as the prompt shows them (empty for the instruct style)."""
+        return "" if self.style == "instruct" else self._blocks(timed)
+
+    def _blocks(self, timed: bool) -> str:
+        out = []
+        for lines, qas in _EXAMPLES:
+            text = "\n".join(f"[{format_time(t)}] {s}" if timed else s for t, s in lines)
+            if self.style == "qa-single":
+                qas = qas[:1] if not timed else tuple(qa for qa in qas
+                                                      if asks_about_time(qa[0]))[:1]
+            elif self.style != "qa-timed":
+                qas = tuple(qa for qa in qas if asks_about_time(qa[0]) == timed)
+            if not qas:
+                continue
+            out.append(f"Transcript:\n{text}\n"
+                       + "".join(f"Question: {q}\nAnswer: {a}\n" for q, a in qas) + "\n")
+        return "".join(out)
+
+    def render(self, transcript: str, question: str, timed: bool) -> list[tuple[str, bool]]:
+        """The prompt as pieces ``(text, literal)``: literal pieces are user text."""
+        q = " ".join(question.split())
+        if self.style == "instruct":
+            return self._render_instruct(transcript, q)
+        head = _INTRO + self._blocks(timed) + "Transcript:\n"
+        pieces: list[tuple[str, bool]] = []
+        if self.style == "chat":
+            pieces += [("<start_of_turn>user\n", False), (head, True)]
+        else:
+            pieces.append((head, False))
+        pieces += [(transcript, True), ("\nQuestion: ", False), (q, True)]
+        if self.style == "chat":
+            pieces.append(("<end_of_turn>\n<start_of_turn>model\nAnswer:", False))
+        else:
+            pieces.append(("\nAnswer:", False))
+        return pieces
+
+    def _render_instruct(self, transcript: str, q: str) -> list[tuple[str, bool]]:
+        from jinja2 import Environment
+
+        marker_t, marker_q = "\x00TRANSCRIPT\x00", "\x00QUESTION\x00"
+        content = ("Here is the transcript of a recording, one line per segment, with the time "
+                   "each segment starts at [m:ss]:\n\n" + marker_t + "\n\nAnswer the question "
+                   "about the recording briefly, using only the transcript.\nQuestion: "
+                   + marker_q)
+        env = Environment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = _raise
+        rendered = env.from_string(self.chat_template).render(
+            messages=[{"role": "user", "content": content}], add_generation_prompt=True,
+            bos_token="", eos_token="")
+        head, _, rest = rendered.partition(marker_t)
+        mid, _, tail = rest.partition(marker_q)
+        return [(head, False), (transcript, True), (mid, False), (q, True), (tail, False)]
+
+    def encode(self, pieces: list[tuple[str, bool]]) -> list[int]:
+        """Token ids of the pieces, each encoded on its own (user text literally).
+
+        With ``join_space`` a space that ends a piece is moved to the start of the next one,
+        so that ``"Question: " + "Who"`` is encoded ``"▁Who"`` as one text would be. Measured
+        on the question set it scores *worse* (qa 11/26 against 14/26, and lower in four of the
+        five styles) than leaving the space as its own token, so it is off by default.
+        """
+        ids = [] if self.codec.bos is None else [self.codec.bos]
+        carry = ""
+        for i, (text, literal) in enumerate(pieces):
+            text = carry + text
+            carry = ""
+            if (self.join_space and i + 1 < len(pieces) and text.endswith(" ")
+                    and not text.endswith("  ")):
+                text, carry = text[:-1], " "
+            ids += self.codec.text(text) if literal else self.codec.markup(text)
+        if carry:
+            ids += self.codec.markup(carry)
+        return ids
+
+    # -- planning -------------------------------------------------------------------------------
+    def plan(self, spans: Sequence[Span], question: str, budget: int,
+             window_tokens: int = 96) -> PromptPlan:
+        """A prompt of at most ``budget`` tokens: the whole transcript if it fits, else the
+        passages most related to the question (and a note saying so)."""
+        stops = set(self.eos_ids)
+        one_line = self.style != "instruct"
+        if one_line:
+            stops |= self.codec.newline_ids()
+        timed = self.timed(question)
+        pieces = self.render(transcript_lines(spans, timed), question, timed)
+        ids = self.encode(pieces)
+        line_tokens = [len(self.codec.text(("\n" if i else "") + transcript_lines([s], timed)))
+                       for i, s in enumerate(spans)]
+        transcript_tokens = sum(line_tokens)
+        if len(ids) <= budget or not spans:
+            return PromptPlan(ids, "".join(p for p, _ in pieces), list(spans), False, None,
+                              transcript_tokens, self.style, timed, frozenset(stops), one_line)
+        frame = len(self.encode(self.render("", question, timed)))
+        room = budget - frame - 8  # a little slack: joins tokenize a bit differently
+        if room < 16:
+            raise ValueError(f"the question and the prompt's examples leave no room for the "
+                             f"transcript in {budget} tokens of context")
+        keep, how = select_spans(spans, line_tokens, question, room, window_tokens)
+        while True:
+            chosen = [spans[i] for i in keep]
+            gaps = [(j == 0 and keep[0] != 0) or (j > 0 and keep[j] != keep[j - 1] + 1)
+                    for j in range(len(keep))]
+            text = transcript_lines(chosen, timed, gaps)
+            if keep[-1] != len(spans) - 1:
+                text += "\n[...]"
+            pieces = self.render(text, question, timed)
+            ids = self.encode(pieces)
+            if len(ids) <= budget or len(keep) == 1:
+                break
+            keep = drop_lowest(keep, spans, question)
+        if len(ids) > budget:
+            raise ValueError(f"no transcript passage fits the {budget}-token context")
+        note = (f"the transcript ({transcript_tokens} tokens, {format_time(spans[-1].end)}) does "
+                f"not fit the answering model's context ({budget} tokens for the prompt): "
+                f"answering from {len(keep)} of {len(spans)} segments {how} "
+                f"({time_ranges(chosen)})")
+        return PromptPlan(ids, "".join(p for p, _ in pieces), chosen, True, note,
+                          transcript_tokens, self.style, timed, frozenset(stops), one_line)
+
+
+def _raise(message: str):
+    """``raise_exception`` for chat templates (they call it on messages they cannot take)."""
+    raise ValueError(message)

@@ -1,0 +1,140 @@
+"""Candidates looked up n-gram style in token sequences the target is likely to copy.
+
+Output that repeats its input (an answer quoting the transcript, a transcript repeating a
+prompt) can be guessed without any drafter model: find the longest suffix of the committed
+tokens that also occurs in a known sequence and propose what followed it there. This is
+prompt look-up decoding; as a :class:`~as2d.runtime.speculative.candidates.CandidateSource` it
+goes through the same verification kernel as every other source, so it can only change how many
+passes a decode takes, never what is committed. Nothing here knows which model or which text
+the ids belong to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from as2d.runtime.speculative.budget import Budget
+from as2d.runtime.speculative.candidates import CandidateSource
+from as2d.runtime.speculative.verify import Verdict
+
+
+class Lookup:
+    """One token sequence, indexed by every n-gram (n ≤ ``max_ngram``).
+
+    :meth:`match` finds the longest suffix of the context that occurs in the sequence and
+    returns where its continuation starts. Among several occurrences the one that continues
+    the previous accepted copy wins (a quote is usually one contiguous run), else the first.
+    """
+
+    def __init__(self, name: str, ids: Sequence[int], max_ngram: int = 4) -> None:
+        self.name = name
+        self.ids = list(ids)
+        self.max_ngram = max_ngram
+        self.index: dict[tuple[int, ...], list[int]] = {}
+        for n in range(1, max_ngram + 1):
+            for end in range(n, len(self.ids)):  # a match at the very end has no continuation
+                self.index.setdefault(tuple(self.ids[end - n:end]), []).append(end)
+        self.cursor: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def match(self, context: Sequence[int], min_ngram: int = 1) -> tuple[int, int]:
+        """``(n, position)`` of the longest match (``(0, -1)`` without one)."""
+        for n in range(min(self.max_ngram, len(context)), min_ngram - 1, -1):
+            ends = self.index.get(tuple(context[-n:]))
+            if ends:
+                pos = self.cursor if self.cursor in ends else ends[0]
+                return n, pos
+        return 0, -1
+
+    def advance(self, pos: int, accepted: int, own: int | None) -> None:
+        """Remember where the copy stands after a pass that started at ``pos``."""
+        end = pos + accepted
+        if own is not None and end < len(self.ids) and self.ids[end] == own:
+            end += 1
+        self.cursor = end
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What the last :meth:`LookupSource.propose` found, for the verdict and for reports."""
+
+    lookup: Lookup | None  # where the candidates were copied from (None: nothing offered)
+    match: int = 0  # length of the n-gram match (0: none; a match may still offer nothing)
+    pos: int = -1  # where the candidates start in ``lookup``
+    budget: Budget | None = None
+
+
+NOTHING = Proposal(None)
+
+
+class LookupSource(CandidateSource):
+    """Several :class:`Lookup` sequences searched together: the longest match wins, and on a
+    tie the one given first.
+
+    How many of the continuation's tokens to offer is a :class:`Budget`'s choice, one budget
+    per (sequence, match length): a candidate found by a one-token match is a much weaker guess
+    than one found by a four-token match, so each pair learns its own acceptance, starting from
+    ``prior_acceptance[min(n, longest key)]``. The budgets live as long as the source (one
+    decode).
+    """
+
+    name = "lookup"
+
+    def __init__(self, lookups: Sequence[Lookup], prior_acceptance: Mapping[int, float],
+                 min_ngram: int = 1, k_max: int = 16, prior_slope: float = 0.1) -> None:
+        self.lookups = [s for s in lookups if len(s)]
+        self.prior_acceptance = dict(prior_acceptance)
+        self.min_ngram = min_ngram
+        self.k_max = k_max
+        self.prior_slope = prior_slope
+        self.budgets: dict[tuple[str, int], Budget] = {}
+        self.last = NOTHING
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.lookups)
+
+    def best(self, context: Sequence[int]) -> tuple[Lookup | None, int, int]:
+        """``(lookup, n, position)`` of the longest match over all sequences."""
+        best: tuple[Lookup | None, int, int] = (None, 0, -1)
+        for src in self.lookups:
+            n, pos = src.match(context, self.min_ngram)
+            if n > best[1]:
+                best = (src, n, pos)
+        return best
+
+    def budget(self, name: str, n: int) -> Budget:
+        """The budget of one (sequence, match length) pair, made on first use."""
+        bucket = min(max(n, 1), max(self.prior_acceptance))
+        key = (name, bucket)
+        if key not in self.budgets:
+            b = self.budgets[key] = Budget(k_max=self.k_max, prior_slope=self.prior_slope,
+                                           prior_acceptance=self.prior_acceptance[bucket])
+            b.window_start()
+        return self.budgets[key]
+
+    def propose(self, context: Sequence[int], room: int) -> list[int]:
+        self.last = NOTHING
+        if room <= 0:
+            return []
+        src, n, pos = self.best(context)
+        if src is None:
+            return []
+        budget = self.budget(src.name, n)
+        k = budget.choose(min(len(src) - pos, room))
+        cands = src.ids[pos:pos + k]
+        self.last = Proposal(src if cands else None, n, pos, budget)
+        return cands
+
+    def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
+        p = self.last
+        if offered and p.lookup is not None:
+            p.lookup.advance(p.pos, verdict.accepted, verdict.own)
+            p.budget.record(verdict.offered, verdict.accepted, verdict.ran, verdict.seconds)
+        else:
+            # A plain step still measures what a pass costs.
+            for b in self.budgets.values():
+                b.record(0, 0, 1, verdict.seconds)

@@ -1,0 +1,145 @@
+"""One run's window loop body: encode a window once, decode it, report every pass.
+
+:class:`WindowRunner` is shared by every decoder: the target's encoder, the
+:class:`~as2d.runtime.transcribe.window.WindowDecoder`, the one candidate loop
+(:func:`~as2d.runtime.speculative.candidates.run`) and the events. A decoder contributes only the
+window's :class:`~as2d.runtime.speculative.candidates.CandidateSource`.
+
+It keeps one encoding, keyed by the window it encodes: language detection encodes the first
+window and a repetition retry decodes a window again, and neither should pay for a second
+encoder run (the encoder is most of the time on short clips).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from as2d.runtime.events import (Encoded, LanguageDetected, Listener, Verified, WindowStarted,
+                                 WindowStats, ignore)
+from as2d.runtime.speculative import candidates
+from as2d.runtime.speculative.candidates import CandidateSource
+from as2d.runtime.speculative.verify import Verdict
+from as2d.runtime.transcribe.decoders import Window
+from as2d.runtime.transcribe.window import DecodingResult, WindowDecoder
+from as2d.runtime.whisper.features import N_FRAMES, LogMel
+from as2d.runtime.whisper.logits import LogitRules
+from as2d.runtime.whisper.model import AudioContext, WhisperModel
+
+
+class WindowRunner:
+    """Encodes and decodes the windows of one run with one target model."""
+
+    def __init__(self, model: WhisperModel, listener: Listener | None = None,
+                 run_options=None, audio_source: str = "") -> None:
+        self.model = model
+        self.audio_source = audio_source  # named in every window's record
+        self.emit = listener or ignore
+        self.run_options = run_options  # its terminate flag abandons an encoder run
+        # (seek, size) → the encoding and the encoder seconds not yet charged to a window.
+        self._encoding: tuple[tuple[int, int], AudioContext, float] | None = None
+        self._decoder: WindowDecoder | None = None
+
+    def detect_language(self, mel: LogMel) -> tuple[str, float]:
+        """Most probable language of the first window (multilingual models).
+
+        The encoding is kept for decoding that same window next, so detection costs one
+        decoder step, not an encoder run.
+        """
+        tk = self.model.tokenizer
+        t0 = time.perf_counter()
+        ctx = self.model.encode(mel.window(0))
+        self._encoding = ((0, min(N_FRAMES, mel.n_frames)), ctx, time.perf_counter() - t0)
+        state = self.model.decoder_state(ctx)
+        try:
+            logits = state.forward([tk.sot])[0]
+        finally:
+            self.model.release(state)
+        codes = list(tk.languages)
+        ids = np.array([tk.languages[c] for c in codes])
+        sub = logits[ids]
+        p = np.exp(sub - sub.max())
+        p /= p.sum()
+        best = int(np.argmax(p))
+        self.emit(LanguageDetected(codes[best], float(p[best])))
+        return codes[best], float(p[best])
+
+    def encode(self, window: Window, mel: LogMel) -> tuple[AudioContext, float]:
+        """The target's encoding of ``window`` and the encoder seconds to charge to it: a kept
+        encoding is charged to the first decode that uses it, and to no later one."""
+        key = (window.seek, window.size)
+        if self._encoding is not None and self._encoding[0] == key:
+            _, ctx, seconds = self._encoding
+            if seconds:
+                self.emit(Encoded(window.index, seconds, ctx.n_frames))
+        else:
+            self._encoding = None  # the previous window's encoding is no longer needed
+            t0 = time.perf_counter()
+            ctx = self.model.encode(mel.window(window.seek, window.size), self.run_options)
+            seconds = time.perf_counter() - t0
+            self.emit(Encoded(window.index, seconds, ctx.n_frames))
+        self._encoding = (key, ctx, 0.0)
+        return ctx, seconds
+
+    def decode(self, window: Window, mel: LogMel, prompt: list[int], rules: LogitRules,
+               sample_len: int, source_for: Callable[[Window], CandidateSource],
+               stop: threading.Event, retried: bool = False
+               ) -> tuple[DecodingResult, WindowStats] | None:
+        """Decode ``window`` after ``prompt``; None when ``stop`` was set first (then
+        :meth:`partial` has what was committed)."""
+        self.emit(WindowStarted(window.index, window.start, window.end))
+        self._decoder = None  # nothing of this window committed yet
+        try:
+            ctx, encode_seconds = self.encode(window, mel)
+        except Exception:
+            if stop.is_set():  # the encoder run was terminated by a stop
+                return None
+            raise
+        state = self.model.decoder_state(ctx)
+        tk = self.model.tokenizer
+        dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
+        self._decoder = dec
+        source: CandidateSource | None = None
+        # Decode time is the wall time of everything after the target's encoder: serial
+        # drafting (SD) and scheduling count, concurrent drafting (AS²D) only as it slows this.
+        t0 = time.perf_counter()
+        try:
+            source = source_for(window)
+            on_pass = functools.partial(self._report, window.index)
+            first = dec.start()
+            source.observe([], first)
+            on_pass([], first)
+            if not candidates.run(dec, source, on_pass, stop):
+                return None
+            seconds = time.perf_counter() - t0
+        finally:
+            if source is not None:
+                source.finish(dec.generated)
+            self.model.release(state)
+        self._decoder = None  # complete: nothing partial to recover from this window
+        result = dec.result()
+        c = result.counts
+        stats = WindowStats(window.index, window.start, window.end,
+                            len(result.tokens) + int(result.completed), c.passes, c.offered,
+                            c.accepted, c.alone, encode_seconds, seconds, retried,
+                            self.audio_source)
+        return result, stats
+
+    def partial(self) -> DecodingResult | None:
+        """What the window a stop interrupted had committed (None: no window was under way)."""
+        return self._decoder.result() if self._decoder is not None else None
+
+    def _report(self, window: int, offered: Sequence[int], verdict: Verdict) -> None:
+        if self.emit is ignore:
+            return  # nobody listens: skip decoding the texts
+        tk = self.model.tokenizer
+        acc = verdict.committed[: verdict.accepted]
+        own = verdict.committed[verdict.accepted:]
+        self.emit(Verified(window, verdict.offered, verdict.accepted, tuple(verdict.committed),
+                           tk.decode(acc), tk.decode(own),
+                           tk.decode(list(offered[verdict.accepted: verdict.offered])),
+                           verdict.seconds))
