@@ -63,7 +63,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write per-utterance figures here")
     args = ap.parse_args()
 
-    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.cli.mic_display import MicStats
     from as2d.cli.resolve import load_whisper
     from as2d.runtime.audio import load_audio
@@ -81,7 +81,7 @@ def main() -> int:
     strategies = {}
     for d in decoders:
         plan = plan_threads(total, d)
-        strategies[d] = build_strategy(d, target, args.drafter, "auto", plan,
+        strategies[d] = build_decoder(d, target, args.drafter, "auto", plan,
                                        args.models_dir, None, lambda m: None)
     results: dict[str, list[dict]] = {d: [] for d in decoders}
     pooled: dict[str, MicStats] = {d: MicStats() for d in decoders}

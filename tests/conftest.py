@@ -61,6 +61,19 @@ def real_clips() -> list[Clip]:
     return clips
 
 
+# Fixtures that load or convert real models: a test that uses one (directly or through another
+# fixture) is marked ``needs_models`` and ``slow``, so ``pytest -m "not slow"`` is the fast lane
+# (seconds: front end, writers, tokenizer rules, bench arithmetic, layout, small random graphs).
+MODEL_FIXTURES = frozenset({"models_root", "bundle", "whisper"})
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.needs_models)
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def clips() -> list[Clip]:
     return real_clips()

@@ -47,13 +47,13 @@ def test_hf_layout_transcribes_like_our_own_bundle(hf_folder, clip, whisper, tmp
 
 @pytest.mark.slow
 def test_a_graph_that_is_not_row_exact_is_not_used_for_speculation(hf_folder, clip):
-    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.transcribe.decoders import TargetOnly
 
     hf = HFWhisperModel(hf_folder, threads=2)
     assert hf.check_exact_rows() is False  # a plain export rounds one row differently
     notes = []
-    strategy = build_strategy("as2d", hf, "tiny.en", "auto", plan_threads(2, "as2d"),
+    strategy = build_decoder("as2d", hf, "tiny.en", "auto", plan_threads(2, "as2d"),
                               None, None, notes.append)
     assert isinstance(strategy, TargetOnly)
     assert notes and "target alone" in notes[0]

@@ -3,8 +3,9 @@
 Stage 1 transcribes the file as ``as2d transcribe`` does (AS²D: the drafter streams candidates,
 the target verifies). Stage 2 prompts the answering LLM with the transcript and the question and
 generates the answer with candidates looked up in the transcript, the drafter's stream and the
-question, verified losslessly by the answering model (:mod:`as2d.runtime.ask.answer`). The answer goes to
-stdout (or a JSON document with ``--json``); progress, notes and ``--stats`` to stderr.
+question, verified losslessly by the answering model (:mod:`as2d.runtime.ask.answer`). The
+answer goes to stdout (or a JSON document with ``--json``); progress, notes and ``--stats`` to
+stderr.
 """
 
 from __future__ import annotations
@@ -13,37 +14,84 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
-from as2d.cli.resolve import UserError, err, make_note
+from as2d.cli import options as opt
+from as2d.cli.command import add_command
+from as2d.cli.engine import parse_decoder
+from as2d.decoding import Decoder
+from as2d.cli.errors import UserError, err
+from as2d.cli.resolve import make_note
+
+HELP = """Answer a question about a recording: transcribe it, then ask the answering model.
+
+Both stages are accelerated losslessly: AS²D for the transcript, and candidates from the
+transcript, the drafter's stream and the question for the answer.
+"""
+
+AskModel = opt.reworded(opt.Model, "Speech (target) model: base, tiny.en or a folder.")
+AskDrafter = opt.reworded(opt.Drafter, "Drafter model for the transcription.")
+AskDecoder = opt.reworded(opt.DecoderName, "Transcription decoder: as2d, sd or target (same "
+                                           "text).")
+AskPrecision = opt.reworded(opt.Precision, "int8 (default, fastest) or fp32, for the speech "
+                                           "and answering models (a name like base-fp32 sets "
+                                           "one alone).")
+AskStats = opt.reworded(opt.Stats, "Print both stages' throughput to stderr (answer "
+                                   "tokens/s, acceptance by source).")
+AskLanguage = opt.reworded(opt.Language, "Spoken language; default: detect.")
 
 
 @dataclass
 class AskRequest:
-    file: Path
-    question: str
-    model: str = "base"
-    drafter: str = "tiny.en"
-    decoder: str = "as2d"
-    llm: str = "gemma-3-270m"
-    precision: str | None = None
-    max_tokens: int = 48
-    threads: int = 0
-    json: bool = False
-    stats: bool = False
-    live: bool | None = None
-    language: str | None = None
-    models_dir: Path | None = None
-    quiet: bool = False
-    no_candidates: bool = False
-    style: str | None = None
-    context: int | None = None
+    """Everything ``as2d ask`` was asked; each field is also its command-line option."""
+
+    file: Annotated[Path, typer.Argument(
+        help="Audio file (wav, flac, ogg, mp3, ...).", show_default=False)]
+    question: Annotated[str, typer.Argument(
+        help="The question, in quotes.", show_default=False)]
+    model: AskModel = "base"
+    drafter: AskDrafter = "tiny.en"
+    decoder: AskDecoder = Decoder.AS2D
+    llm: Annotated[str, typer.Option(
+        "--llm", help="Answering model: a catalog name or a folder (as2d bundle, or a Hugging "
+                      "Face ONNX export with model.onnx + tokenizer.json).")] = "gemma-3-270m"
+    precision: AskPrecision = None
+    max_tokens: Annotated[int, typer.Option(
+        "--max-tokens", "-n", help="Longest answer, in tokens.")] = 48
+    threads: opt.Threads = 0
+    json: Annotated[bool, typer.Option(
+        "--json", help="Print a JSON document: answer, the transcript spans it used (with "
+                       "times), statistics.")] = False
+    stats: AskStats = False
+    live: opt.Live = None
+    language: AskLanguage = None
+    models_dir: opt.ModelsDir = None
+    quiet: opt.Quiet = False
+    no_candidates: Annotated[bool, typer.Option(
+        "--no-candidates", help="Generate the answer without speculative candidates "
+                                "(target-only, for comparison; same answer).")] = False
+    style: Annotated[Optional[str], typer.Option(
+        "--prompt-style", help="Prompt format (qa, qa-timed, qa-plain, qa-single, chat, "
+                               "instruct); default: qa, or instruct for models with a chat "
+                               "template.")] = None
+    context: Annotated[Optional[int], typer.Option(
+        "--context", help="Use at most this many tokens of the answering model's context "
+                          "(longer transcripts are cut to the passages most related to the "
+                          "question).")] = None
+
+    def __post_init__(self) -> None:
+        self.decoder = parse_decoder(self.decoder)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``as2d ask`` to ``app`` (once, however often it is called)."""
+    add_command(app, "ask", AskRequest, run_ask, HELP, no_args_is_help=True)
 
 
 def validate(req: AskRequest) -> None:
-    from as2d.runtime.ask.answer import STYLES
+    from as2d.runtime.ask.prompt import STYLES
 
     if not req.question.strip():
         raise UserError("the question is empty", 2)
@@ -62,15 +110,18 @@ def validate(req: AskRequest) -> None:
 
 
 def run_ask(req: AskRequest) -> int:
-    from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text, spans_from_segments
+    """Transcribe, then answer; the exit code (130 if the transcription was stopped)."""
+    from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text
+    from as2d.runtime.ask.spans import spans_from_segments
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.stats import StatsCollector
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, TranscriptionInfo, Transcriber
+    from as2d.runtime.transcribe.transcriber import (TranscribeOptions, Transcriber,
+                                                      TranscriptionInfo)
 
     from as2d.cli.ask_display import make_ask_reporter, print_answer_stats
-    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.cli.resolve import load_llm, load_whisper
 
     validate(req)
@@ -96,7 +147,7 @@ def run_ask(req: AskRequest) -> int:
             answerer = Answerer(lm, listener, options)
         except ValueError as exc:
             raise UserError(str(exc), 2) from None
-        strategy = build_strategy(req.decoder, target, req.drafter, "auto", plan,
+        strategy = build_decoder(req.decoder, target, req.drafter, "auto", plan,
                                   req.models_dir, listener, note)
         info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start(str(req.file), audio.duration, req.question)
@@ -160,79 +211,3 @@ def _transcribe(transcriber, audio, options, info, reporter) -> tuple[list, bool
                             interrupt_note="interrupted: finishing the current pass, then "
                                            "answering from what was transcribed (Ctrl-C again "
                                            "to quit)")
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``as2d ask`` to ``app`` (once, however often it is called)."""
-    if any(getattr(c, "name", None) == "ask" for c in app.registered_commands):
-        return
-
-    @app.command("ask", no_args_is_help=True)
-    def ask(
-        file: Path = typer.Argument(..., help="Audio file (wav, flac, ogg, mp3, ...).",
-                                    show_default=False),
-        question: str = typer.Argument(..., help="The question, in quotes.",
-                                       show_default=False),
-        model: str = typer.Option("base", "--model", "-m",
-                                  help="Speech (target) model: base, tiny.en or a folder."),
-        drafter: str = typer.Option("tiny.en", "--drafter",
-                                    help="Drafter model for the transcription."),
-        decoder: str = typer.Option("as2d", "--decoder",
-                                    help="Transcription decoder: as2d, sd or target (same "
-                                         "text)."),
-        llm: str = typer.Option("gemma-3-270m", "--llm",
-                                help="Answering model: a catalog name or a folder (as2d "
-                                     "bundle, or a Hugging Face ONNX export with model.onnx + "
-                                     "tokenizer.json)."),
-        precision: Optional[str] = typer.Option(None, "--precision", "-p",
-                                                help="int8 (default, fastest) or fp32, for the "
-                                                     "speech and answering models (a name like "
-                                                     "base-fp32 sets one alone)."),
-        max_tokens: int = typer.Option(48, "--max-tokens", "-n",
-                                       help="Longest answer, in tokens."),
-        threads: int = typer.Option(0, "--threads", "-t",
-                                    help="CPU threads in all (0: all cores)."),
-        json_out: bool = typer.Option(False, "--json",
-                                      help="Print a JSON document: answer, the transcript "
-                                           "spans it used (with times), statistics."),
-        stats: bool = typer.Option(False, "--stats",
-                                   help="Print both stages' throughput to stderr (answer "
-                                        "tokens/s, acceptance by source)."),
-        live: Optional[bool] = typer.Option(None, "--live/--no-live",
-                                            help="Live view on stderr (default: when stderr "
-                                                 "is a terminal)."),
-        language: Optional[str] = typer.Option(None, "--language", "-l",
-                                               help="Spoken language; default: detect."),
-        models_dir: Optional[Path] = typer.Option(None, "--models-dir",
-                                                  envvar="AS2D_MODELS_DIR",
-                                                  help="Model cache folder."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
-        no_candidates: bool = typer.Option(False, "--no-candidates",
-                                           help="Generate the answer without speculative "
-                                                "candidates (target-only, for comparison; "
-                                                "same answer)."),
-        prompt_style: Optional[str] = typer.Option(None, "--prompt-style",
-                                                   help="Prompt format (qa, qa-timed, "
-                                                        "qa-plain, qa-single, chat, instruct); "
-                                                        "default: qa, or instruct for models "
-                                                        "with a chat template."),
-        context: Optional[int] = typer.Option(None, "--context",
-                                              help="Use at most this many tokens of the "
-                                                   "answering model's context (longer "
-                                                   "transcripts are cut to the passages "
-                                                   "most related to the question)."),
-    ) -> None:
-        """Answer a question about a recording: transcribe it, then ask the answering model.
-
-        Both stages are accelerated losslessly: AS²D for the transcript, and candidates from
-        the transcript, the drafter's stream and the question for the answer.
-        """
-        from as2d.cli.app import run_guarded
-
-        req = AskRequest(file=file, question=question, model=model, drafter=drafter,
-                         decoder=decoder, llm=llm, precision=precision, max_tokens=max_tokens,
-                         threads=threads, json=json_out, stats=stats, live=live,
-                         language=language, models_dir=models_dir, quiet=quiet,
-                         no_candidates=no_candidates, style=prompt_style, context=context)
-        code = run_guarded(lambda: run_ask(req))
-        raise typer.Exit(code or 0)

