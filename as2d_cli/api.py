@@ -21,8 +21,9 @@ as decoding goes (``language`` is set before the first segment is yielded; ``win
 decoder (``"as2d"``, ``"sd"``, ``"target"``) gives the same tokens; they differ only in speed.
 
 Audio is a path (anything libsndfile reads: wav, flac, ogg, mp3) or a numpy array of float
-samples (16 kHz unless ``sample_rate`` says otherwise; stereo is mixed down). Models are catalog names (``"base"``, ``"tiny.en"``,
-``"base-fp32"``) installed on first use into the user's cache, or folders.
+samples (16 kHz unless ``sample_rate`` says otherwise; stereo is mixed down). Models are catalog
+names (``"base"``, ``"tiny.en"``, ``"base-fp32"``) installed on first use into the user's
+cache, or folders.
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ from as2d.loading import load_llm, load_whisper
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener, ignore
 from as2d.runtime.sessions import cpu_count
-from as2d.runtime.transcribe.transcriber import (Segment, TranscribeOptions, Transcriber as Engine,
-                                                 TranscriptionInfo)
+from as2d.runtime.transcribe.transcriber import Segment, TranscribeOptions, TranscriptionInfo
+from as2d.runtime.transcribe.transcriber import Transcriber as Engine
 
 AudioInput = str | Path | np.ndarray
 
@@ -165,7 +166,7 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     lossless candidates from the transcript itself unless ``candidates=False``. Raises
     ``ValueError`` when there is no speech to answer from.
     """
-    from as2d.runtime.ask.answer import AskOptions, Answerer, drafter_text
+    from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text
     from as2d.runtime.ask.spans import spans_from_segments
 
     with Transcriber(model, drafter=drafter, decoder=decoder, threads=threads,

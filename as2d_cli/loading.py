@@ -12,15 +12,17 @@ propagate. This module imports neither typer nor rich, so that the API can use i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal, Union
+from typing import Literal
 
-from as2d.models.bundle import BundleError, load_bundle, models_dir as _models_root
+from as2d.models.bundle import BundleError, load_bundle
+from as2d.models.bundle import models_dir as _models_root
 from as2d.models.catalog import CATALOG, ModelEntry, lookup, split_bundle_name
 from as2d.models.install import find_installed, install
 
 Progress = Callable[[str], None]
-PathLike = Union[str, Path]
+PathLike = str | Path
 Kind = Literal["whisper", "llm"]
 
 __all__ = ["ModelError", "Progress", "catalog_entry", "resolve_bundle_dir", "load_whisper",

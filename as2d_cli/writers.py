@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 FORMATS = ("txt", "srt", "vtt", "tsv", "json")
 

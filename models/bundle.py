@@ -61,7 +61,8 @@ class Bundle:
 
     def verify(self, full: bool = True) -> None:
         """Check that every file is present with its size (and, when ``full``, its sha256)."""
-        repair = f"reinstall it with: as2d models install {self.manifest.get('model', self.name)} " \
+        model = self.manifest.get('model', self.name)
+        repair = f"reinstall it with: as2d models install {model} " \
                  f"--precision {self.manifest.get('precision', 'int8')} --force"
         for fname, digest in self.manifest["sha256"].items():
             p = self.path / fname

@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # the `tokenizers` package is imported only when a tokenizer 
     from tokenizers import Tokenizer
 
 # GGUF token types (llama.cpp's llama_token_type)
-TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = range(1, 7)
+(TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED,
+ TOKEN_BYTE) = range(1, 7)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,16 @@ from onnx import TensorProto, helper
 
 from as2d.models.ct2 import CT2Model
 from as2d.models.graph import Graph, save_model
-from as2d.models.whisper_onnx import (_attend, _ffn, _merge_heads, _scaled_q, _self_attention_weights,
-                           _split_heads, encoder_body, whisper_dims)
+from as2d.models.whisper_onnx import (
+    _attend,
+    _ffn,
+    _merge_heads,
+    _scaled_q,
+    _self_attention_weights,
+    _split_heads,
+    encoder_body,
+    whisper_dims,
+)
 
 F = TensorProto.FLOAT
 
@@ -96,8 +104,9 @@ def _decoder_body(g: Graph, m: CT2Model, ids: str, with_past: bool) -> dict[str,
         a = _attend(g, _split_heads(g, q, heads, [1, 0, 2]),
                     _split_heads(g, k_all, heads, [1, 2, 0]),
                     _split_heads(g, v_all, heads, [1, 0, 2]), mask)
-        x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/self_attention/linear_1/weight"),
-                                    m.f32(f"{p}/self_attention/linear_1/bias"), f"dec{i}.out"))
+        out = g.linear(_merge_heads(g, a), m.f32(f"{p}/self_attention/linear_1/weight"),
+                       m.f32(f"{p}/self_attention/linear_1/bias"), f"dec{i}.out")
+        x = g.op("Add", x, out)
         if with_past:
             ck, cv = f"past_key_values.{i}.encoder.key", f"past_key_values.{i}.encoder.value"
         else:

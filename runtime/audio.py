@@ -58,7 +58,7 @@ class Audio:
             tmp.close()
 
     @classmethod
-    def from_array(cls, samples: np.ndarray, rate: int = SAMPLE_RATE) -> "Audio":
+    def from_array(cls, samples: np.ndarray, rate: int = SAMPLE_RATE) -> Audio:
         x = np.asarray(samples, dtype=np.float32)
         if x.ndim == 2:
             x = x.mean(axis=1, dtype=np.float32)

@@ -6,8 +6,8 @@ listeners. Nothing here knows about terminals. Times are ``time.perf_counter()``
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Union
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ class RunDone:
     interrupted: bool = False
 
 
-Event = Union[RunStarted, WindowStarted, Encoded, Drafted, Verified, SegmentDone, WindowDone,
-              LanguageDetected, Note, RunDone]
+Event = (RunStarted | WindowStarted | Encoded | Drafted | Verified | SegmentDone | WindowDone
+         | LanguageDetected | Note | RunDone)
 Listener = Callable[[Event], None]
 
 

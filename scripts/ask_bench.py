@@ -35,8 +35,8 @@ from as2d.runtime.bench.questions import QUESTIONS, is_correct, load_questions  
 
 
 def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
-    from as2d.decoding import build_decoder, plan_threads
     from as2d.cli.resolve import load_whisper
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.audio import load_audio
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 

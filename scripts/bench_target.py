@@ -8,8 +8,9 @@ clip so that a change of machine load hits both alike. Three figures per configu
 * encoder: seconds per 30-s window (the same log-mel input to both);
 * decoder: greedy tokens per second, timestamps on, encoder excluded (first window of each clip);
 * end to end: real-time factor (audio seconds per wall second) of a whole transcription, audio
-  already in memory; ours through ``as2d.runtime.transcribe.transcriber.Transcriber`` (target-only), the peer
-  through ``faster_whisper.WhisperModel.transcribe`` (greedy, no temperature fallback).
+  already in memory; ours through ``as2d.runtime.transcribe.transcriber.Transcriber``
+  (target-only), the peer through ``faster_whisper.WhisperModel.transcribe`` (greedy, no
+  temperature fallback).
 
 Each figure is the sum over clips of the per-clip median of ``--repeats`` runs, after one
 warm-up run. Ratios are written so that > 1 means as2d is faster.
@@ -27,7 +28,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -76,8 +76,8 @@ def bench_config(name: str, precision: str, threads: int, audios, mels, repeats:
                  root: Path, work: Path) -> dict:
     import ctranslate2
     from faster_whisper import WhisperModel as FasterWhisper
-
     from helpers import ct2_folder, greedy_tokens, prompt_for
+
     from as2d.models.install import install
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
     from as2d.runtime.whisper.model import WhisperModel
@@ -133,7 +133,6 @@ def bench_config(name: str, precision: str, threads: int, audios, mels, repeats:
         rtf_ours=audio_s / t.total("e2e_ours"), rtf_fw=audio_s / t.total("e2e_fw"),
         wall_ours=t.total("e2e_ours"), wall_fw=t.total("e2e_fw"),
     )
-    del ours, fw, peer, transcriber
     return out
 
 

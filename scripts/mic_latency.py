@@ -63,16 +63,16 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="write per-utterance figures here")
     args = ap.parse_args()
 
-    from as2d.decoding import build_decoder, plan_threads
     from as2d.cli.mic_display import MicStats
     from as2d.cli.resolve import load_whisper
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.live.session import LiveOptions, LiveSession
     from as2d.runtime.live.sources import FileSource
+    from as2d.runtime.live.vad import make_vad
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.transcriber import Transcriber
-    from as2d.runtime.live.vad import make_vad
 
     clips = args.clips or default_clips()
     decoders = [d.strip() for d in args.decoders.split(",") if d.strip()]

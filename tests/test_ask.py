@@ -14,11 +14,11 @@ import json
 
 import numpy as np
 import pytest
+from helpers import cli, error_line
 
 from as2d.cli.app import app
 from as2d.cli.ask_cmd import register
-from helpers import cli, error_line
-from as2d.runtime.ask.answer import AskOptions, Answerer
+from as2d.runtime.ask.answer import Answerer, AskOptions
 from as2d.runtime.ask.events import AnswerStep
 from as2d.runtime.ask.generate import SpeculativeGenerator
 from as2d.runtime.ask.passages import select_spans
@@ -71,10 +71,10 @@ def lm(bundle):
 @pytest.fixture(scope="module")
 def transcripts(whisper, qset):
     """clip → (spans, drafter text), transcribed with AS²D as `as2d ask` does."""
-    from as2d.runtime.transcribe.as2d import AS2D
     from as2d.runtime.ask.answer import drafter_text
     from as2d.runtime.audio import load_audio
     from as2d.runtime.speculative.budget import Budget
+    from as2d.runtime.transcribe.as2d import AS2D
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
     target = whisper("base", "int8", 2)
@@ -230,7 +230,7 @@ def test_selection_over_a_transcript_far_longer_than_the_context(lm, transcripts
     base = [s for name in ("sense", "two_cities", "beckett") for s in transcripts[name][0]]
     spans = []
     t = 0.0
-    for i in range(40):
+    for _ in range(40):
         for s in base:
             spans.append(Span(t, t + (s.end - s.start), s.text))
             t += s.end - s.start + 0.5

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-
 from helpers import sox, write_wav
+
 from as2d.runtime import audio as audio_mod
-from as2d.runtime.whisper import features
 from as2d.runtime.audio import SAMPLE_RATE, AudioError, load_audio
+from as2d.runtime.whisper import features
 from as2d.runtime.whisper.features import LogMel
 
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from as2d.runtime.bench.metrics import (Config, ConfigResult, median_of_repeats, oracle,
-                                       slower_share, summary)
+from as2d.runtime.bench.metrics import (
+    Config,
+    ConfigResult,
+    median_of_repeats,
+    oracle,
+    slower_share,
+    summary,
+)
 from as2d.runtime.events import WindowStats
 
 TARGET = Config("t/target", "t", "target")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import cli, error_line, sox, write_wav
 
 pytestmark = pytest.mark.slow

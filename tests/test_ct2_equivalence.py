@@ -10,7 +10,6 @@ verification is lossless), so only near-agreement of the text tokens is required
 from __future__ import annotations
 
 import pytest
-
 from helpers import ct2_folder, edit_distance, greedy_tokens, prompt_for
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -79,7 +78,8 @@ def test_fp32_greedy_tokens_equal_ctranslate2_on_every_clip(name, whisper, ct2_d
 
 
 @pytest.mark.parametrize("name", MODELS)
-def test_int8_transcripts_say_the_same_words_as_ctranslate2_int8(name, whisper, ct2_dir, first_windows):
+def test_int8_transcripts_say_the_same_words_as_ctranslate2_int8(name, whisper, ct2_dir,
+                                                                first_windows):
     model = whisper(name, "int8", 2)
     peer = ctranslate2.models.Whisper(str(ct2_dir(name)), device="cpu", compute_type="int8",
                                       intra_threads=2)

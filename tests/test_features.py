@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from as2d.runtime.whisper import features
 from as2d.runtime.audio import load_audio
+from as2d.runtime.whisper import features
 from as2d.runtime.whisper.features import HOP, N_FRAMES, LogMel, mel_filters
 
 fw_features = pytest.importorskip("faster_whisper.feature_extractor")

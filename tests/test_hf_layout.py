@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 from as2d.runtime.audio import load_audio
-from as2d.runtime.whisper.hf_layout import HFLayoutError, HFWhisperModel
 from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+from as2d.runtime.whisper.hf_layout import HFLayoutError, HFWhisperModel
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from as2d.runtime.live.endpoint import EndpointConfig, Endpointer
 from as2d.runtime.live.agreement import LocalAgreement, tail_after
+from as2d.runtime.live.endpoint import EndpointConfig, Endpointer
 
 ROOT = Path(__file__).resolve().parent.parent
 MIC_MAIN = ("from as2d.cli.app import app, entry; from as2d.cli.mic_cmd import register; "
@@ -249,15 +249,15 @@ def test_paced_dictation_commits_incrementally_and_reports_latency(bundle, tmp_p
     """Real-time pace: the growing utterance is decoded while it is spoken, the file is
     flushed at every commit, and each utterance reports its latency."""
     from as2d.cli.mic_display import CommitWriter, MicStats
-    from as2d.runtime.transcribe.as2d import AS2D
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.events import fanout
-    from as2d.runtime.live.session import LiveOptions, LiveSession
     from as2d.runtime.live.events import Committed, Hypothesis
+    from as2d.runtime.live.session import LiveOptions, LiveSession
     from as2d.runtime.live.sources import FileSource
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
     from as2d.runtime.live.vad import make_vad
+    from as2d.runtime.speculative.budget import Budget
+    from as2d.runtime.transcribe.as2d import AS2D
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
     from as2d.runtime.whisper.model import WhisperModel
 
     clip = librivox[0].path  # one 7-s sentence

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import greedy_tokens, prompt_for
 
 pytestmark = pytest.mark.slow

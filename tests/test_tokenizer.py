@@ -8,7 +8,6 @@ model's own generation config lists (computed by Whisper's reference tokenizer).
 from __future__ import annotations
 
 import pytest
-
 from helpers import greedy_window
 
 MODELS = ["base", "tiny.en"]

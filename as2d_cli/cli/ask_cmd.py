@@ -14,16 +14,16 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.engine import parse_decoder
-from as2d.decoding import Decoder
 from as2d.cli.errors import UserError, err
 from as2d.cli.resolve import make_note
+from as2d.decoding import Decoder
 
 HELP = """Answer a question about a recording: transcribe it, then ask the answering model.
 
@@ -72,11 +72,11 @@ class AskRequest:
     no_candidates: Annotated[bool, typer.Option(
         "--no-candidates", help="Generate the answer without speculative candidates "
                                 "(target-only, for comparison; same answer).")] = False
-    style: Annotated[Optional[str], typer.Option(
+    style: Annotated[str | None, typer.Option(
         "--prompt-style", help="Prompt format (qa, qa-timed, qa-plain, qa-single, chat, "
                                "instruct); default: qa, or instruct for models with a chat "
                                "template.")] = None
-    context: Annotated[Optional[int], typer.Option(
+    context: Annotated[int | None, typer.Option(
         "--context", help="Use at most this many tokens of the answering model's context "
                           "(longer transcripts are cut to the passages most related to the "
                           "question).")] = None
@@ -111,18 +111,20 @@ def validate(req: AskRequest) -> None:
 
 def run_ask(req: AskRequest) -> int:
     """Transcribe, then answer; the exit code (130 if the transcription was stopped)."""
+    from as2d.cli.ask_display import make_ask_reporter, print_answer_stats
+    from as2d.cli.resolve import load_llm, load_whisper
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text
     from as2d.runtime.ask.spans import spans_from_segments
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.stats import StatsCollector
-    from as2d.runtime.transcribe.transcriber import (TranscribeOptions, Transcriber,
-                                                      TranscriptionInfo)
-
-    from as2d.cli.ask_display import make_ask_reporter, print_answer_stats
-    from as2d.decoding import build_decoder, plan_threads
-    from as2d.cli.resolve import load_llm, load_whisper
+    from as2d.runtime.transcribe.transcriber import (
+        TranscribeOptions,
+        Transcriber,
+        TranscriptionInfo,
+    )
 
     validate(req)
     note = make_note(req.quiet)

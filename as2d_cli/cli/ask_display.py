@@ -15,12 +15,19 @@ import threading
 import time
 from collections import deque
 
-from as2d.runtime.ask.events import AnswerStep, AskStarted, Prefilled
-from as2d.runtime.events import (Drafted, LanguageDetected, Note, RunDone, RunStarted,
-                                 SegmentDone, Verified, WindowDone)
-
 from as2d.cli.display import LiveView, tail
 from as2d.cli.progress import PlainView, want_live
+from as2d.runtime.ask.events import AnswerStep, AskStarted, Prefilled
+from as2d.runtime.events import (
+    Drafted,
+    LanguageDetected,
+    Note,
+    RunDone,
+    RunStarted,
+    SegmentDone,
+    Verified,
+    WindowDone,
+)
 
 SOURCE_STYLE = {"transcript": "green", "drafter": "cyan", "question": "magenta",
                 "examples": "blue"}

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
@@ -230,10 +230,10 @@ class BenchRequest:
     and friends split them.
     """
 
-    audio: Annotated[Optional[List[Path]], typer.Argument(
+    audio: Annotated[list[Path] | None, typer.Argument(
         help="Audio files or folders (a folder may hold refs.tsv: name<TAB>text).",
         show_default=False)] = None
-    sets: Annotated[Optional[List[str]], typer.Option(
+    sets: Annotated[list[str] | None, typer.Option(
         "--set", "-s", help="librivox, cards, moonshine or long (repeatable).")] = None
     targets: Annotated[str, typer.Option(
         "--targets", help="Target models, comma-separated.")] = "base-int8,base-fp32"
@@ -247,9 +247,9 @@ class BenchRequest:
     long_minutes: Annotated[float, typer.Option(
         "--long-minutes", help="Length of the 'long' set, in minutes.")] = 4.0
     threads: BenchThreads = 0
-    json_path: Annotated[Optional[Path], typer.Option(
+    json_path: Annotated[Path | None, typer.Option(
         "--json", help="Write all figures as JSON.")] = None
-    plot_path: Annotated[Optional[Path], typer.Option(
+    plot_path: Annotated[Path | None, typer.Option(
         "--plot", help="Write a PNG of the results.")] = None
     show_windows: Annotated[bool, typer.Option(
         "--windows", help="Print per-window timings too.")] = False
@@ -281,10 +281,9 @@ def register(app: typer.Typer) -> None:
 
 def run_bench(req: BenchRequest) -> int:
     """Run every configuration over the audio, print the comparison; the exit code."""
+    from as2d.decoding import plan_threads
     from as2d.runtime.bench.metrics import ConfigResult, median_of_repeats, results_to_dict, summary
     from as2d.runtime.sessions import cpu_count
-
-    from as2d.decoding import plan_threads
 
     note = make_note(req.quiet)
     budgets = req.budget_list()

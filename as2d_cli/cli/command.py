@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import typing
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import typer
 

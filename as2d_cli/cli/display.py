@@ -19,8 +19,18 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from as2d.runtime.events import (Drafted, Event, LanguageDetected, Note, RunDone, RunStarted,
-                                 SegmentDone, Verified, WindowDone, WindowStarted)
+from as2d.runtime.events import (
+    Drafted,
+    Event,
+    LanguageDetected,
+    Note,
+    RunDone,
+    RunStarted,
+    SegmentDone,
+    Verified,
+    WindowDone,
+    WindowStarted,
+)
 
 _KEEP = 720  # characters of the drafted and committed text kept for the view
 

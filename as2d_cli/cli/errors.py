@@ -9,7 +9,8 @@ Ctrl-C. Command modules import this module, never ``app.py``, so the command lin
 from __future__ import annotations
 
 import sys
-from typing import Callable, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 import typer
 

@@ -16,17 +16,17 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.engine import parse_decoder
-from as2d.decoding import Decoder
 from as2d.cli.errors import UserError
 from as2d.cli.paths import write_json
 from as2d.cli.resolve import load_whisper, make_note
+from as2d.decoding import Decoder
 
 HELP = """Live dictation: speak, and committed text appears within about a second.
 
@@ -55,7 +55,7 @@ class MicRequest:
     language: MicLanguage = None
     threads: opt.Threads = 0
     drafter_threads: MicDrafterThreads = 0
-    device: Annotated[Optional[str], typer.Option(
+    device: Annotated[str | None, typer.Option(
         "--device", "-d",
         help="Input device: an index or part of a name (see --list-devices).")] = None
     list_devices: Annotated[bool, typer.Option(
@@ -84,9 +84,9 @@ class MicRequest:
                             "(LocalAgreement-n).")] = 2
     prompt: Annotated[bool, typer.Option(
         "--prompt/--no-prompt", help="Prompt each utterance with the dictation so far.")] = True
-    output: Annotated[Optional[Path], typer.Option(
+    output: Annotated[Path | None, typer.Option(
         "--output", "-o", help="Append committed text to this file as it is committed.")] = None
-    input: Annotated[Optional[Path], typer.Option(
+    input: Annotated[Path | None, typer.Option(
         "--input", "-i",
         help="Play this audio file through the pipeline instead of the microphone.")] = None
     speed: Annotated[float, typer.Option(
@@ -109,9 +109,8 @@ def register(app: typer.Typer) -> None:
 
 def validate(req: MicRequest):
     """Check the options before anything slow happens; returns the endpointing config."""
-    from as2d.runtime.live.endpoint import EndpointConfig
-
     from as2d.cli.engine import check_decoder_options
+    from as2d.runtime.live.endpoint import EndpointConfig
 
     check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
                           req.language)
@@ -157,17 +156,16 @@ def list_devices() -> int:
 
 def run_mic(req: MicRequest) -> int:
     """Listen (or play ``--input``) until stopped; the exit code (130 after a second Ctrl-C)."""
+    from as2d.cli.mic_display import CommitWriter, MicStats, make_mic_reporter, print_mic_stats
+    from as2d.cli.progress import want_live
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.live.session import LiveOptions, LiveSession
     from as2d.runtime.live.sources import AudioInputError, FileSource, MicSource
+    from as2d.runtime.live.vad import VADUnavailable, make_vad
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.transcriber import Transcriber, resolve_language
-    from as2d.runtime.live.vad import VADUnavailable, make_vad
-
-    from as2d.decoding import build_decoder, plan_threads
-    from as2d.cli.mic_display import CommitWriter, MicStats, make_mic_reporter, print_mic_stats
-    from as2d.cli.progress import want_live
 
     if req.list_devices:
         return list_devices()

@@ -23,12 +23,19 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from as2d.runtime.events import Drafted, Note, Verified, WindowDone
-from as2d.runtime.live.events import (Committed, DecodeStarted, Hypothesis, ListenStarted,
-                                 UtteranceDone, UtteranceEnded, UtteranceStarted, VoiceLevel)
-
 from as2d.cli.display import LiveView, tail
 from as2d.cli.progress import PlainView, want_live
+from as2d.runtime.events import Drafted, Note, Verified, WindowDone
+from as2d.runtime.live.events import (
+    Committed,
+    DecodeStarted,
+    Hypothesis,
+    ListenStarted,
+    UtteranceDone,
+    UtteranceEnded,
+    UtteranceStarted,
+    VoiceLevel,
+)
 
 _BARS = " ▁▂▃▄▅▆▇█"
 

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
-
-from as2d.models.bundle import BundleError, installed_bundles, load_bundle, models_dir
-from as2d.models.catalog import CATALOG, DEFAULT_DRAFTER, DEFAULT_TARGET, split_bundle_name
-from as2d.models.install import bundle_path, find_installed, install
 
 from as2d.cli import options as opt
 from as2d.cli.command import summary
 from as2d.cli.errors import UserError, err, guarded
 from as2d.cli.resolve import catalog_entry
+from as2d.models.bundle import BundleError, installed_bundles, load_bundle, models_dir
+from as2d.models.catalog import CATALOG, DEFAULT_DRAFTER, DEFAULT_TARGET, split_bundle_name
+from as2d.models.install import bundle_path, find_installed, install
 
 
 def list_models(root: Path | None) -> None:
@@ -149,7 +148,7 @@ def remove_models(names: list[str], root: Path | None) -> None:
 
 
 # -- the commands -----------------------------------------------------------------------------
-FromFolder = Annotated[Optional[Path], typer.Option(
+FromFolder = Annotated[Path | None, typer.Option(
     "--from", help="Convert from a local CTranslate2 folder (model.bin + tokenizer.json) "
                    "instead.")]
 
@@ -160,7 +159,7 @@ def _list(models_dir: opt.ModelsDir = None) -> None:
 
 
 def _install(
-    names: Annotated[Optional[List[str]], typer.Argument(
+    names: Annotated[list[str] | None, typer.Argument(
         help="Models to install (default: the default target and drafter).")] = None,
     precision: Annotated[str, typer.Option(
         "--precision", "-p", help="int8, fp32 or all.")] = "int8",
@@ -174,7 +173,7 @@ def _install(
 
 
 def _verify(
-    names: Annotated[Optional[List[str]], typer.Argument(
+    names: Annotated[list[str] | None, typer.Argument(
         help="Bundles to check (default: all).")] = None,
     models_dir: opt.ModelsDir = None,
 ) -> None:
@@ -183,7 +182,7 @@ def _verify(
 
 
 def _path(
-    name: Annotated[Optional[str], typer.Argument(
+    name: Annotated[str | None, typer.Argument(
         help="A bundle (e.g. base or base-fp32).")] = None,
     models_dir: opt.ModelsDir = None,
 ) -> None:
@@ -204,7 +203,7 @@ def _export(
 
 
 def _remove(
-    names: Annotated[List[str], typer.Argument(
+    names: Annotated[list[str], typer.Argument(
         help="Bundles to delete (e.g. base-fp32).", show_default=False)],
     models_dir: opt.ModelsDir = None,
 ) -> None:

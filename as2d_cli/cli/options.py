@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import typing
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
@@ -28,14 +28,14 @@ MODELS_DIR_ENV = "AS2D_MODELS_DIR"
 # -- models -----------------------------------------------------------------------------------
 Model = Annotated[str, typer.Option(
     "--model", "-m", help="Target model: a catalog name (base, tiny.en) or a folder.")]
-Precision = Annotated[Optional[str], typer.Option(
+Precision = Annotated[str | None, typer.Option(
     "--precision", "-p", help="int8 (default, fastest) or fp32.")]
 Drafter = Annotated[str, typer.Option("--drafter", help="Drafter model for sd and as2d.")]
-ModelsDir = Annotated[Optional[Path], typer.Option(
+ModelsDir = Annotated[Path | None, typer.Option(
     "--models-dir", envvar=MODELS_DIR_ENV, help="Model cache folder.")]
 
 # -- decoding ---------------------------------------------------------------------------------
-Language = Annotated[Optional[str], typer.Option(
+Language = Annotated[str | None, typer.Option(
     "--language", "-l",
     help="Spoken language (code or name); default: detect (English for .en models).")]
 DecoderName = Annotated[str, typer.Option(
@@ -50,15 +50,15 @@ DrafterThreads = Annotated[int, typer.Option(
     "--drafter-threads", help="Threads for the drafter (0: automatic split).")]
 
 # -- what the user sees -----------------------------------------------------------------------
-Live = Annotated[Optional[bool], typer.Option(
+Live = Annotated[bool | None, typer.Option(
     "--live/--no-live", help="Live view on stderr (default: when stderr is a terminal).")]
 Stats = Annotated[bool, typer.Option("--stats", help="Print a throughput report to stderr.")]
-StatsJson = Annotated[Optional[Path], typer.Option(
+StatsJson = Annotated[Path | None, typer.Option(
     "--stats-json", help="Write the throughput report as JSON.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress on stderr.")]
 
 # -- arguments --------------------------------------------------------------------------------
-AudioFiles = Annotated[List[Path], typer.Argument(
+AudioFiles = Annotated[list[Path], typer.Argument(
     help="Audio files (wav, flac, ogg, mp3, ...).", show_default=False)]
 
 

@@ -7,7 +7,7 @@ with the Python API; this module only gives it the terminal: ``progress`` notes 
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from as2d import loading
 from as2d.cli.errors import UserError, err

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,10 +13,10 @@ from as2d import writers
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.engine import check_decoder_options, collect_segments, parse_decoder
-from as2d.decoding import Decoder
 from as2d.cli.errors import UserError, err
 from as2d.cli.paths import write_json
 from as2d.cli.resolve import load_whisper, make_note
+from as2d.decoding import Decoder
 
 HELP = """Transcribe audio files of any length (30-s windows, timestamp seeking).
 
@@ -38,10 +38,10 @@ class TranscribeRequest:
     language: opt.Language = None
     task: Annotated[str, typer.Option(
         "--task", help="transcribe or translate (to English).")] = "transcribe"
-    output_dir: Annotated[Optional[Path], typer.Option(
+    output_dir: Annotated[Path | None, typer.Option(
         "--output-dir", "-o",
         help="Write <name>.<format> files here ('-' for stdout only).")] = None
-    output_format: Annotated[Optional[List[str]], typer.Option(
+    output_format: Annotated[list[str] | None, typer.Option(
         "--output-format", "-f",
         help="txt, srt, vtt, tsv, json or all; repeat or comma-separate. Default txt.")] = None
     decoder: opt.DecoderName = Decoder.AS2D
@@ -54,7 +54,7 @@ class TranscribeRequest:
     condition_on_previous_text: Annotated[bool, typer.Option(
         "--condition-on-previous-text/--no-condition-on-previous-text",
         help="Prompt each window with the previous window's text.")] = True
-    initial_prompt: Annotated[Optional[str], typer.Option(
+    initial_prompt: Annotated[str | None, typer.Option(
         "--initial-prompt", help="Text to prompt the first window with.")] = None
     no_speech_threshold: Annotated[float, typer.Option(
         "--no-speech-threshold", help="Skip windows this likely to be silence.")] = 0.6
@@ -93,13 +93,12 @@ def validate(req: TranscribeRequest) -> list[str]:
 
 def run_transcribe(req: TranscribeRequest) -> int:
     """Transcribe ``req.files`` in turn; the exit code (1 if a file failed, 130 if stopped)."""
+    from as2d.cli.progress import make_reporter
+    from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.events import fanout
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.stats import StatsCollector
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
-
-    from as2d.decoding import build_decoder, plan_threads
-    from as2d.cli.progress import make_reporter
 
     formats = validate(req)
     to_stdout = req.output_dir is None or str(req.output_dir) == "-"

@@ -18,8 +18,8 @@ This module puts them together: an :class:`Answerer` turns spans and a question 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.events import AnswerDone, AnswerStats, AnswerStatsCollector, AskStarted

@@ -7,7 +7,7 @@ transcript, the question). Only the first may become control tokens; see :class:
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class Codec:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import asdict, dataclass, field
-from typing import Union
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,7 @@ class AnswerDone:
     seconds: float  # prefill + generation
 
 
-AskEvent = Union[AskStarted, Prefilled, AnswerStep, AnswerDone]
+AskEvent = AskStarted | Prefilled | AnswerStep | AnswerDone
 
 
 @dataclass

@@ -14,8 +14,9 @@ others (the Gemma bundle is built so; a Hugging Face graph is checked at load, s
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -194,7 +194,7 @@ class HFCausalLM(LMBackend):
         return layers
 
     # -- the CausalLM interface -----------------------------------------------------------------
-    def _new_state(self) -> "HFState":
+    def _new_state(self) -> HFState:
         return HFState(self)
 
     def check_exact_rows(self) -> bool:

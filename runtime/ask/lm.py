@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 from tokenizers import Tokenizer
@@ -162,7 +162,7 @@ class CausalLM(LMBackend):
     def capacity(self) -> int:
         return self.config.capacity
 
-    def _new_state(self) -> "LLMState":
+    def _new_state(self) -> LLMState:
         return LLMState(self)
 
 

@@ -17,8 +17,8 @@ order with ``[...]`` where text was left out, and the plan says so (:class:`Prom
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.passages import drop_lowest, select_spans

@@ -16,7 +16,7 @@ question. So candidates are looked up, n-gram style
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from as2d.runtime.ask.spans import Span, transcript_lines
 from as2d.runtime.speculative.lookup import Lookup, LookupSource

@@ -8,8 +8,8 @@ and times are written the way people say them (``m:ss``) both in the prompt and 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 
 @dataclass(frozen=True)

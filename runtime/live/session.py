@@ -4,12 +4,13 @@ Three threads, so that no stage waits for a slower one:
 
 * the **source** (PortAudio's callback, or a file player) only puts audio into a bounded queue;
 * the **listener** thread (:meth:`LiveSession._listen`) runs the voice detector on every 32-ms
-  frame, the :class:`~as2d.runtime.live.endpoint.Endpointer`, and decides *what* to decode: the growing
-  utterance every ``interval`` seconds of new audio, the utterance's complete audio as soon as
-  its end is likely (a speculative final), and its final audio when it has ended;
+  frame, the :class:`~as2d.runtime.live.endpoint.Endpointer`, and decides *what* to decode: the
+  growing utterance every ``interval`` seconds of new audio, the utterance's complete audio as
+  soon as its end is likely (a speculative final), and its final audio when it has ended;
 * the **decoder** thread (:meth:`LiveSession._decode_loop`) decodes one job at a time with a
-  :class:`~as2d.runtime.transcribe.transcriber.Transcriber` (target-only, SD or AS²D, whose drafter runs on a
-  thread of its own) and applies the :class:`~as2d.runtime.live.agreement.LocalAgreement` policy.
+  :class:`~as2d.runtime.transcribe.transcriber.Transcriber` (target-only, SD or AS²D, whose
+  drafter runs on a thread of its own) and applies the
+  :class:`~as2d.runtime.live.agreement.LocalAgreement` policy.
 
 The decoder never falls behind on what matters: final decodes queue in order and always run;
 of the growing-utterance decodes only the newest waits (older ones are stale and dropped), and
@@ -32,16 +33,32 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from as2d.runtime.live.agreement import LocalAgreement
 from as2d.runtime.audio import SAMPLE_RATE, Audio
+from as2d.runtime.events import (
+    LanguageDetected,
+    Listener,
+    Note,
+    RunStarted,
+    WindowDone,
+    fanout,
+    ignore,
+)
+from as2d.runtime.live.agreement import LocalAgreement
 from as2d.runtime.live.endpoint import Boundary, EndpointConfig, Endpointer
-from as2d.runtime.events import (LanguageDetected, Listener, Note, RunStarted, WindowDone, fanout,
-                                 ignore)
-from as2d.runtime.live.events import (Committed, DecodeStarted, Hypothesis, ListenDone, ListenStarted,
-                          UtteranceDone, UtteranceEnded, UtteranceStarted, VoiceLevel)
+from as2d.runtime.live.events import (
+    Committed,
+    DecodeStarted,
+    Hypothesis,
+    ListenDone,
+    ListenStarted,
+    UtteranceDone,
+    UtteranceEnded,
+    UtteranceStarted,
+    VoiceLevel,
+)
 from as2d.runtime.live.sources import AudioInputError, AudioSource
-from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
 from as2d.runtime.live.vad import VoiceDetector
+from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
 
 
 @dataclass
@@ -279,7 +296,7 @@ class LiveSession:
         self._threads: list[threading.Thread] = []
 
     # -- control ----------------------------------------------------------------------------------
-    def start(self) -> "LiveSession":
+    def start(self) -> LiveSession:
         self._started = time.perf_counter()
         s = self.source
         self.emit(ListenStarted(s.name, self.vad.name, int(s.rate), s.speed, self.decoder_name,
@@ -475,8 +492,8 @@ class LiveSession:
         last = job
         while True:
             nxt = self._jobs.take_mergeable(
-                lambda j: j.utterance == last.utterance + 1 and fresh(j.utterance)
-                and total + len(j.samples) <= limit)
+                lambda j, last=last, total=total: j.utterance == last.utterance + 1
+                and fresh(j.utterance) and total + len(j.samples) <= limit)
             if nxt is None:
                 break
             members.append((nxt.utterance, nxt.speech_end, nxt.speech_end_wall))

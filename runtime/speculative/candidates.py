@@ -12,7 +12,8 @@ source can change the output, only how many passes it takes.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from as2d.runtime.speculative.verify import Verdict
 

@@ -9,8 +9,8 @@ the GIL: the lists only ever grow, and a reader uses the length it saw.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass
@@ -102,7 +102,7 @@ class Retokenizer:
             return []
         end_char = pieces[-1][1][1]
         out: list[int] = []
-        for piece, (a, b) in pieces:
+        for _piece, (a, b) in pieces:
             out.extend(self._encode(text[a:b]))
         if "\ufffd" in text:
             # Invalid UTF-8 from the drafter: char and byte offsets no longer map; drop it all.

@@ -11,7 +11,7 @@ drafter, and the drafter never waits for the target.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from as2d.runtime.events import Listener, Note
 from as2d.runtime.speculative.align import Aligner
@@ -61,7 +61,7 @@ class AS2D(DraftingDecoder):
             self._stop_drafting()  # it drafted English for audio the target calls otherwise
             self._start_drafting(mel, language, options)  # an empty, finished stream
 
-    def source(self, window: Window) -> "AlignedSource":
+    def source(self, window: Window) -> AlignedSource:
         return AlignedSource(self, window)
 
     def end(self) -> None:

@@ -20,7 +20,6 @@ from as2d.runtime.whisper.model import WhisperModel
 from as2d.runtime.whisper.seeking import INPUT_STRIDE, seek_split
 from as2d.runtime.whisper.tokenizer import TIME_PRECISION, WhisperTokenizer
 
-
 DRAFT_PAD_FRAMES = 300  # padding frames a drafter window keeps (3 s of the 30-s padding)
 
 
@@ -64,7 +63,7 @@ class DrafterWorker:
         self._open: list[int] = []  # drafter text of the segment being decoded
         self._seg_time = 0.0
 
-    def start(self) -> "DrafterWorker":
+    def start(self) -> DrafterWorker:
         self._thread.start()
         return self
 

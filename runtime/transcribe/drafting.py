@@ -4,7 +4,7 @@ drafter cannot help at all (an English-only drafter on audio in another language
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from as2d.runtime.events import Listener
 from as2d.runtime.speculative.budget import Budget

@@ -15,12 +15,19 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from as2d.runtime.events import (Encoded, LanguageDetected, Listener, Verified, WindowStarted,
-                                 WindowStats, ignore)
+from as2d.runtime.events import (
+    Encoded,
+    LanguageDetected,
+    Listener,
+    Verified,
+    WindowStarted,
+    WindowStats,
+    ignore,
+)
 from as2d.runtime.speculative import candidates
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict

@@ -10,7 +10,7 @@ encoder input), so the comparison isolates the scheduling.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from as2d.runtime.events import Encoded, Listener
 from as2d.runtime.speculative.budget import Budget
@@ -58,7 +58,7 @@ class RedraftingSource(BudgetedSource):
     """Classic SD's candidates: before every pass the drafter catches up with the target's
     committed tokens and drafts ``k`` more."""
 
-    def __init__(self, budget: Budget, draft: "SerialDrafter") -> None:
+    def __init__(self, budget: Budget, draft: SerialDrafter) -> None:
         super().__init__(budget)
         self.draft = draft
 

@@ -10,8 +10,15 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from as2d.runtime.events import (Drafted, Encoded, Event, RunDone, RunStarted, WindowDone,
-                                 WindowStats)
+from as2d.runtime.events import (
+    Drafted,
+    Encoded,
+    Event,
+    RunDone,
+    RunStarted,
+    WindowDone,
+    WindowStats,
+)
 
 
 @dataclass

@@ -17,14 +17,22 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
-from typing import Iterator
 
 import numpy as np
 
 from as2d.runtime.audio import Audio
-from as2d.runtime.events import (Listener, Note, RunDone, RunStarted, SegmentDone, WindowDone,
-                                 fanout, ignore)
+from as2d.runtime.events import (
+    Listener,
+    Note,
+    RunDone,
+    RunStarted,
+    SegmentDone,
+    WindowDone,
+    fanout,
+    ignore,
+)
 from as2d.runtime.transcribe.decoders import Decoder, TargetOnly, Window
 from as2d.runtime.transcribe.runner import WindowRunner
 from as2d.runtime.transcribe.window import DecodingResult

@@ -11,8 +11,8 @@ satisfies :class:`~as2d.runtime.speculative.candidates.Decoding`, so the one can
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 

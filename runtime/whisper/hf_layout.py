@@ -5,8 +5,9 @@ Users with internet access often have this layout: ``encoder_model.onnx``, and e
 ``decoder_model.onnx`` + ``decoder_with_past_model.onnx``; past keys/values named
 ``past_key_values.N.{decoder,encoder}.{key,value}``; ``tokenizer.json`` and ``config.json``.
 
-The adapter offers the same interface as :class:`as2d.runtime.whisper.model.WhisperModel`. Such graphs were
-not written for verification, so a multi-token pass may round differently from single-token
+The adapter offers the same interface as :class:`as2d.runtime.whisper.model.WhisperModel`. Such
+graphs were not written for verification, so a multi-token pass may round differently from
+single-token
 passes: :meth:`HFWhisperModel.check_exact_rows` measures it, and the CLI only lets a model that
 passes serve as a speculative target.
 """
@@ -15,14 +16,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from as2d.runtime.sessions import make_session
-from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 from as2d.runtime.whisper.model import AudioContext, WhisperDims
+from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
 
 class HFLayoutError(ValueError):
@@ -118,10 +119,10 @@ class HFWhisperModel:
         (hidden,) = self.encoder.run(["last_hidden_state"], {"input_features": mel}, run_options)
         return AudioContext({"encoder_hidden_states": hidden}, mel.shape[-1])
 
-    def decoder_state(self, ctx: AudioContext) -> "HFDecoderState":
+    def decoder_state(self, ctx: AudioContext) -> HFDecoderState:
         return HFDecoderState(self, ctx)
 
-    def release(self, state: "HFDecoderState") -> None:
+    def release(self, state: HFDecoderState) -> None:
         state.past = None
 
     def check_exact_rows(self) -> bool:
