@@ -60,24 +60,27 @@ class Transcriber:
 
     ``decoder``: ``"as2d"`` (default: drafter and target concurrently), ``"sd"`` (classic
     serial speculative decoding) or ``"target"`` (the target alone; no drafter is loaded).
-    ``threads``: CPU threads in all (0: every core). ``progress`` receives one-line notes
-    (a model being installed on first use); ``listener`` receives every engine event
+    ``threads``: CPU threads in all (0: every core). ``encoder``: the encoder back end
+    (``"auto"``, ``"onnxruntime"``, ``"openvino"``; None: ``$AS2D_ENCODER`` or auto).
+    ``progress`` receives one-line notes (a model being installed on first use);
+    ``listener`` receives every engine event
     (:mod:`as2d.runtime.events`), for a live display or statistics.
     """
 
     def __init__(self, model: str = "base", *, drafter: str = "tiny.en",
                  decoder: str = "as2d", precision: str | None = None, threads: int = 0,
                  drafter_threads: int = 0, budget: int | None = None,
-                 models_dir: str | Path | None = None,
+                 encoder: str | None = None, models_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None,
                  listener: Listener | None = None) -> None:
         self.decoder = Decoder.parse(decoder)
         note = progress or (lambda message: None)
         plan = plan_threads(threads or cpu_count(), self.decoder, drafter_threads)
-        self.model = load_whisper(model, precision, models_dir, plan.target, progress=note)
+        self.model = load_whisper(model, precision, models_dir, plan.target, progress=note,
+                                  encoder=encoder)
         self.listener = listener or ignore
         self.strategy = build_decoder(self.decoder, self.model, drafter, budget, plan,
-                                      models_dir, self.listener, note)
+                                      models_dir, self.listener, note, encoder=encoder)
         self._engine = Engine(self.model, self.strategy, self.listener)
 
     def transcribe(self, audio: AudioInput, *, sample_rate: int = 16000,

@@ -74,9 +74,11 @@ def fixed_budget(budget: int | str | None) -> int | None:
 def build_decoder(decoder: Decoder | str, target, drafter: str, budget: int | str | None,
                   plan: ThreadPlan, models_dir: str | Path | None, listener: Listener | None,
                   note: Callable[[str], None],
-                  load_drafter: Callable[[str, int], object] | None = None) -> RunDecoder:
+                  load_drafter: Callable[[str, int], object] | None = None,
+                  encoder: str | None = None) -> RunDecoder:
     """The per-run decoder for ``decoder``. ``load_drafter(spec, threads)`` loads the drafter
-    (default: from the model cache); ``budget`` is a number, or ``auto``/None (adaptive)."""
+    (default: from the model cache, with the ``encoder`` back end); ``budget`` is a number, or
+    ``auto``/None (adaptive)."""
     if decoder == "target":
         return TargetOnly(target, listener)
     check = getattr(target, "check_exact_rows", None)
@@ -88,7 +90,8 @@ def build_decoder(decoder: Decoder | str, target, drafter: str, budget: int | st
         return TargetOnly(target, listener)
     if load_drafter is None:
         def load_drafter(spec: str, threads: int):
-            return load_whisper(spec, None, models_dir, threads, progress=note, role="drafter")
+            return load_whisper(spec, None, models_dir, threads, progress=note, role="drafter",
+                                encoder=encoder)
     draft_model = load_drafter(drafter, plan.drafter)
     fixed = fixed_budget(budget)
     if decoder == "as2d":

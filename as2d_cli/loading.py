@@ -117,13 +117,17 @@ def _first_line(exc: Exception) -> str:
 
 
 def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike | None = None,
-                 threads: int = 1, progress: Progress | None = None, role: str = "target"):
+                 threads: int = 1, progress: Progress | None = None, role: str = "target",
+                 encoder: str | None = None):
     """A loaded Whisper model (``WhisperModel``, or ``HFWhisperModel`` for a Hugging Face ONNX
     export) for ``spec``: a catalog name (``base``, ``tiny.en-fp32``) or a folder.
 
     ``threads`` are onnxruntime's intra-op threads for its sessions; ``role`` ("target" or
-    "drafter") names the model in events and statistics.
+    "drafter") names the model in events and statistics; ``encoder`` is the encoder back end
+    (``auto``, ``onnxruntime``, ``openvino``; None: ``$AS2D_ENCODER`` or auto).
     """
+    from as2d.models.install import ensure_encoder_fp32
+    from as2d.runtime.whisper.encoders import EncoderError
     from as2d.runtime.whisper.model import WhisperModel
 
     path = resolve_bundle_dir(spec, precision, models_dir, progress=progress, kind="whisper")
@@ -138,7 +142,10 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
             raise ModelError(f"{spec}: cannot load this Hugging Face ONNX model "
                              f"({_first_line(exc)})") from None
     try:
-        return WhisperModel(path, threads=threads, role=role)
+        return WhisperModel(path, threads=threads, role=role, encoder=encoder, progress=progress,
+                            fp32_encoder=lambda: ensure_encoder_fp32(path, progress))
+    except (EncoderError, ValueError) as exc:  # a back end that cannot run here
+        raise ModelError(str(exc)) from None
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
         raise ModelError(f"model at {path} cannot be loaded ({_first_line(exc)}); "
                          "reinstall it with `as2d models install NAME --force`") from None

@@ -160,8 +160,6 @@ def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: 
             draft, _ = build_decoder(weights, "int8-tensor", exact_rows=False)
             save_model(draft, work / "decoder_draft.onnx")
             del draft
-            # The fp32 encoder graph for OpenVINO (bf16 on AMX beats onnxruntime int8).
-            _write_encoder_fp32(weights, work / ENCODER_FP32)
         del weights
     except CT2FormatError as exc:
         raise SourceError(f"{model_bin if source_dir else entry.name}: cannot convert "
@@ -176,8 +174,7 @@ def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: 
         model_bin.unlink()
     return dict(dims=dims, generation=generation,
                 files={"encoder": "encoder.onnx", "decoder": "decoder.onnx",
-                       **({"decoder_draft": "decoder_draft.onnx", "encoder_fp32": ENCODER_FP32}
-                          if precision == "int8" else {}),
+                       **({"decoder_draft": "decoder_draft.onnx"} if precision == "int8" else {}),
                        "tokenizer": "tokenizer.json"},
                 source={"format": "ctranslate2", "sha256": None if source_dir else
                         entry.source.sha256, "packages": list(entry.source.packages)
@@ -198,8 +195,9 @@ def _write_encoder_fp32(weights, dest: Path) -> None:
 def ensure_encoder_fp32(bundle_dir: Path, progress: Progress | None = None) -> Path:
     """The fp32 encoder graph of a Whisper bundle (what OpenVINO compiles), made on first use.
 
-    fp32 bundles use their own encoder. int8 bundles installed before the fp32 encoder was part
-    of them get it now, converted again from the model's source weights: under the install
+    fp32 bundles use their own encoder. An int8 bundle gets it the first time OpenVINO is asked
+    for (only CPUs with AMX choose it by themselves, so no one else pays its 95 MB for base),
+    converted again from the model's source weights: under the install
     lock, written to a temporary file and renamed into place, then recorded (with its sha256)
     in a manifest that replaces the old one atomically.
     """

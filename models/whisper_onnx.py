@@ -25,8 +25,9 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from as2d.models.ct2 import CT2Model, CT2FormatError
+from as2d.models.ct2 import CT2FormatError, CT2Model
 from as2d.models.graph import MS_DOMAIN, Graph
+
 
 def whisper_dims(m: CT2Model) -> dict[str, int]:
     """Model dimensions, named as openai-whisper names them (written to the manifest)."""
@@ -155,8 +156,9 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True) -> 
     hd = d // heads
     g = Graph("whisper_decoder")
     tokens = g.input("tokens", TensorProto.INT64, ["T"])
-    past_k = [g.input(f"past_k_{i}", TensorProto.FLOAT, ["n", d]) for i in range(dims["n_text_layer"])]
-    past_v = [g.input(f"past_v_{i}", TensorProto.FLOAT, ["n", d]) for i in range(dims["n_text_layer"])]
+    layers = range(dims["n_text_layer"])
+    past_k = [g.input(f"past_k_{i}", TensorProto.FLOAT, ["n", d]) for i in layers]
+    past_v = [g.input(f"past_v_{i}", TensorProto.FLOAT, ["n", d]) for i in layers]
     cross_k = [g.input(f"cross_k_{i}", TensorProto.FLOAT, [heads, hd, "audio_ctx"])
                for i in range(dims["n_text_layer"])]
     cross_v = [g.input(f"cross_v_{i}", TensorProto.FLOAT, [heads, "audio_ctx", hd])
@@ -200,7 +202,8 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True) -> 
         a = attend(g, _split_heads(g, q, heads, [1, 0, 2]),
                    _split_heads(g, k_all, heads, [1, 2, 0]),
                    _split_heads(g, v_all, heads, [1, 0, 2]), mask, t_len, heads, hd)
-        x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/self_attention/linear_1/weight"),
+        x = g.op("Add", x, g.linear(_merge_heads(g, a),
+                                    m.f32(f"{p}/self_attention/linear_1/weight"),
                                     m.f32(f"{p}/self_attention/linear_1/bias"), f"dec{i}.out",
                                     quant))
 

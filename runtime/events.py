@@ -18,6 +18,7 @@ class RunStarted:
     target: str
     drafter: str | None
     threads: dict = field(default_factory=dict)
+    encoder: str = ""  # the target's encoder back end and precision, e.g. "onnxruntime int8"
 
 
 @dataclass(frozen=True)

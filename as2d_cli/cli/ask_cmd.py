@@ -61,6 +61,7 @@ class AskRequest:
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="Longest answer, in tokens.")] = 48
     threads: opt.Threads = 0
+    encoder: opt.Encoder = None
     json: Annotated[bool, typer.Option(
         "--json", help="Print a JSON document: answer, the transcript spans it used (with "
                        "times), statistics.")] = False
@@ -141,7 +142,7 @@ def run_ask(req: AskRequest) -> int:
                              style=req.style, context_tokens=req.context)
         plan = plan_threads(total, req.decoder)
         target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
-                              progress=note)
+                              progress=note, encoder=req.encoder)
         stats = StatsCollector()
         reporter = make_ask_reporter(req.live, req.quiet, sys.stderr)
         listener = fanout(stats, reporter)
@@ -150,7 +151,7 @@ def run_ask(req: AskRequest) -> int:
         except ValueError as exc:
             raise UserError(str(exc), 2) from None
         strategy = build_decoder(req.decoder, target, req.drafter, "auto", plan,
-                                  req.models_dir, listener, note)
+                                  req.models_dir, listener, note, encoder=req.encoder)
         info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start(str(req.file), audio.duration, req.question)
         try:

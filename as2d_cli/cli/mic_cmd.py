@@ -55,6 +55,7 @@ class MicRequest:
     language: MicLanguage = None
     threads: opt.Threads = 0
     drafter_threads: MicDrafterThreads = 0
+    encoder: opt.Encoder = None
     device: Annotated[str | None, typer.Option(
         "--device", "-d",
         help="Input device: an index or part of a name (see --list-devices).")] = None
@@ -196,7 +197,8 @@ def run_mic(req: MicRequest) -> int:
             from None
 
     plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
-    target = load_whisper(req.model, req.precision, req.models_dir, plan.target, progress=note)
+    target = load_whisper(req.model, req.precision, req.models_dir, plan.target, progress=note,
+                          encoder=req.encoder)
     try:
         language = resolve_language(target, req.language)
     except ValueError as exc:
@@ -206,7 +208,7 @@ def run_mic(req: MicRequest) -> int:
     reporter = make_mic_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(writer, stats, reporter)
     strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
-                              req.models_dir, reporter, note)
+                              req.models_dir, reporter, note, encoder=req.encoder)
     options = LiveOptions(endpoint=endpoint, interval=req.interval, agreement=req.agreement,
                           language=language, prompt=req.prompt)
     transcriber = Transcriber(target, strategy, fanout(stats, reporter))

@@ -48,6 +48,10 @@ Threads = Annotated[int, typer.Option(
     "--threads", "-t", help="CPU threads in all (0: all cores).")]
 DrafterThreads = Annotated[int, typer.Option(
     "--drafter-threads", help="Threads for the drafter (0: automatic split).")]
+Encoder = Annotated[str | None, typer.Option(
+    "--encoder", metavar="[auto|onnxruntime|openvino]", envvar="AS2D_ENCODER",
+    help="Encoder back end: auto (OpenVINO bf16 on CPUs with AMX, else onnxruntime int8), "
+         "onnxruntime or openvino. Decoders always run in onnxruntime.")]
 
 # -- what the user sees -----------------------------------------------------------------------
 Live = Annotated[bool | None, typer.Option(

@@ -12,7 +12,8 @@ def print_stats(runs, stream) -> None:
         s = run.summary()
         console.print(f"[bold]{s['source']}[/]  decoder={s['decoder']}  target={s['target']}"
                       + (f"  drafter={s['drafter']}" if s["drafter"] else "")
-                      + f"  threads={s['threads']}")
+                      + f"  threads={s['threads']}"
+                      + (f"  encoder={s['encoder']}" if s.get("encoder") else ""))
         console.print(
             f"  audio {s['audio_seconds']:.2f} s  wall {s['wall_seconds']:.2f} s  "
             f"real-time factor {s['real_time_factor']:.1f}x  windows {s['windows']}")

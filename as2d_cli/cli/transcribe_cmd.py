@@ -49,6 +49,7 @@ class TranscribeRequest:
     budget: opt.Budget = "auto"
     threads: opt.Threads = 0
     drafter_threads: opt.DrafterThreads = 0
+    encoder: opt.Encoder = None
     timestamps: Annotated[bool, typer.Option(
         "--timestamps/--no-timestamps", help="Segment timestamps (needed for srt/vtt).")] = True
     condition_on_previous_text: Annotated[bool, typer.Option(
@@ -116,12 +117,12 @@ def run_transcribe(req: TranscribeRequest) -> int:
     plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
     note = make_note(req.quiet)
     target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
-                          progress=note)
+                          progress=note, encoder=req.encoder)
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(stats, reporter)
     strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
-                              req.models_dir, listener, note)
+                              req.models_dir, listener, note, encoder=req.encoder)
     transcriber = Transcriber(target, strategy, listener)
     options = TranscribeOptions(
         language=req.language, task=req.task, timestamps=req.timestamps,

@@ -29,6 +29,7 @@ class RunStats:
     drafter: str | None = None
     threads: dict = field(default_factory=dict)
     audio_seconds: float = 0.0
+    encoder: str = ""
     wall_seconds: float = 0.0
     interrupted: bool = False
     windows: list[WindowStats] = field(default_factory=list)
@@ -50,6 +51,7 @@ class RunStats:
             "target": self.target,
             "drafter": self.drafter,
             "threads": self.threads,
+            "encoder": self.encoder,
             "audio_seconds": round(self.audio_seconds, 3),
             "wall_seconds": round(self.wall_seconds, 3),
             "real_time_factor": round(self.audio_seconds / self.wall_seconds, 3)
@@ -89,7 +91,8 @@ class StatsCollector:
         with self._lock:
             if isinstance(event, RunStarted):
                 self.runs.append(RunStats(event.source, event.decoder, event.target,
-                                          event.drafter, dict(event.threads), event.duration))
+                                          event.drafter, dict(event.threads), event.duration,
+                                          encoder=event.encoder))
             elif not self.runs:
                 return
             elif isinstance(event, WindowDone):

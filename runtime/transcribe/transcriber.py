@@ -200,7 +200,8 @@ class Transcriber:
         t_run = time.perf_counter()
         mel = LogMel(audio, model.dims.n_mels)
         self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
-                             decoder.drafter_name, decoder.threads()))
+                             decoder.drafter_name, decoder.threads(),
+                             getattr(model, "encoder_name", "onnxruntime")))
         runner = WindowRunner(model, self.emit, self.run_options, audio.source)
         language = resolve_language(model, options.language)
         decoder.start_early(mel, language, options)

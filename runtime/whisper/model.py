@@ -1,4 +1,5 @@
-"""A Whisper model in two onnxruntime sessions, shaped for speculative decoding.
+"""A Whisper model: an encoder (onnxruntime or OpenVINO, see :mod:`.encoders`) and an
+onnxruntime decoder, shaped for speculative decoding.
 
 ``encode`` runs once per window and returns the cross-attention keys/values of every decoder
 layer. A :class:`DecoderState` owns one window's self-attention cache, preallocated to the
@@ -11,14 +12,15 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from as2d.runtime.kvcache import KVCache
 from as2d.runtime.sessions import make_session
+from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
 
@@ -49,7 +51,9 @@ class WhisperModel:
 
     def __init__(self, bundle_dir: str | Path, threads: int = 1,
                  encoder_threads: int | None = None, name: str | None = None,
-                 role: str = "target") -> None:
+                 role: str = "target", encoder: str | None = None,
+                 progress: Callable[[str], None] | None = None,
+                 fp32_encoder: Callable[[], Path] | None = None) -> None:
         self.path = Path(bundle_dir)
         manifest = json.loads((self.path / "manifest.json").read_text())
         self.manifest = manifest
@@ -58,9 +62,16 @@ class WhisperModel:
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
         self.config = manifest.get("generation", {})
         self.threads = threads
-        self.encoder = make_session(self.path / manifest["files"]["encoder"],
-                                    encoder_threads or threads)
-        self._encoder_outputs = [o.name for o in self.encoder.get_outputs()]
+        # The encoder back end: ``encoder`` ("auto", "onnxruntime", "openvino"), else
+        # $AS2D_ENCODER, else auto (see as2d.runtime.whisper.encoders). OpenVINO compiles the
+        # fp32 encoder graph; ``fp32_encoder`` makes it for an int8 bundle that lacks it (the
+        # loader passes one that converts it from the model's sources).
+        self.encoder = make_encoder(self.path, manifest, encoder_threads or threads, encoder,
+                                    fp32_path=fp32_encoder, warn=progress)
+        self._encoder_outputs = list(self.encoder.output_names)
+        # What --stats and bench report: the back end, and the precision it computes in.
+        self.encoder_name = (self.encoder.detail if self.encoder.backend != "onnxruntime"
+                             else f"onnxruntime {manifest.get('precision', 'fp32')}")
         # A drafter's outputs are only proposals: it may use the faster decoder whose rows are
         # not bit-exact across passes (a target never does).
         files = manifest["files"]
@@ -96,12 +107,9 @@ class WhisperModel:
         """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even).
 
         ``run_options`` (onnxruntime ``RunOptions``) lets another thread abandon the run."""
-        names = self._encoder_outputs
-        outs = self.encoder.run(names, {"mel": np.ascontiguousarray(mel, dtype=np.float32)},
-                                run_options)
-        return AudioContext(dict(zip(names, outs)), mel.shape[-1])
+        return AudioContext(self.encoder.run(mel, run_options), mel.shape[-1])
 
-    def decoder_state(self, ctx: AudioContext) -> "DecoderState":
+    def decoder_state(self, ctx: AudioContext) -> DecoderState:
         """A decoder bound to ``ctx``; caches are recycled between windows."""
         with self._lock:
             state = self._free.pop() if self._free else None
@@ -110,7 +118,7 @@ class WhisperModel:
         state.bind(ctx)
         return state
 
-    def release(self, state: "DecoderState") -> None:
+    def release(self, state: DecoderState) -> None:
         state.feed = {}
         with self._lock:
             self._free.append(state)
