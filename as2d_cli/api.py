@@ -17,7 +17,9 @@
 Shaped like faster-whisper's ``WhisperModel.transcribe``: options are keyword arguments, the
 result is a lazy generator of :class:`Segment` plus a :class:`TranscriptionInfo` that fills in
 as decoding goes (``language`` is set before the first segment is yielded; ``windows`` and
-``interrupted`` grow until the generator ends). Nothing is decoded until you iterate. Every
+``interrupted`` grow until the generator ends). The audio is read at once (so ``duration`` is
+known and a bad file fails early); nothing is decoded until you iterate. One
+:class:`Transcriber` runs one transcription at a time. Every
 decoder (``"as2d"``, ``"sd"``, ``"target"``) gives the same tokens; they differ only in speed.
 
 Audio is a path (anything libsndfile reads: wav, flac, ogg, mp3) or a numpy array of float
@@ -28,6 +30,7 @@ cache, or folders.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -111,13 +114,14 @@ class Transcriber:
         info = TranscriptionInfo(None, 0.0, clip.duration, source=clip.source)
 
         def segments() -> Iterator[Segment]:
-            try:
-                yield from self._engine.transcribe(clip, options, info)
-            finally:
-                if clip is not audio:
-                    clip.close()
+            yield from self._engine.transcribe(clip, options, info)
 
-        return segments(), info
+        gen = segments()
+        if clip is not audio:
+            # The decoded file (a temporary memmap for long audio) goes with the generator,
+            # whether it was run to the end, closed early or never started.
+            weakref.finalize(gen, clip.close)
+        return gen, info
 
     def stop(self) -> None:
         """Stop the transcription in progress after the current pass (thread-safe)."""
@@ -136,8 +140,8 @@ class Transcriber:
 
 def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "tiny.en",
                decoder: str = "as2d", precision: str | None = None, threads: int = 0,
-               models_dir: str | Path | None = None, **options: Any,
-               ) -> tuple[Iterator[Segment], TranscriptionInfo]:
+               encoder: str | None = None, models_dir: str | Path | None = None,
+               **options: Any) -> tuple[Iterator[Segment], TranscriptionInfo]:
     """Transcribe one recording: ``(segments, info)``, segments decoded as you iterate.
 
     Loads the models for this call (use :class:`Transcriber` to load them once for many
@@ -145,8 +149,12 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "tiny.e
     ``timestamps``, ``initial_prompt``, ...).
     """
     transcriber = Transcriber(model, drafter=drafter, decoder=decoder, precision=precision,
-                              threads=threads, models_dir=models_dir)
-    segments, info = transcriber.transcribe(audio, **options)
+                              threads=threads, encoder=encoder, models_dir=models_dir)
+    try:
+        segments, info = transcriber.transcribe(audio, **options)
+    except BaseException:
+        transcriber.close()
+        raise
 
     def owned() -> Iterator[Segment]:
         try:

@@ -132,7 +132,12 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
 
     path = resolve_bundle_dir(spec, precision, models_dir, progress=progress, kind="whisper")
     if not (path / "manifest.json").is_file():
+        from as2d.runtime.whisper.encoders import requested_backend
         from as2d.runtime.whisper.hf_layout import HFLayoutError, HFWhisperModel
+
+        if requested_backend(encoder) == "openvino":
+            raise ModelError(f"{spec}: a Hugging Face ONNX export runs its encoder in "
+                             "onnxruntime only; drop --encoder openvino (or AS2D_ENCODER)")
 
         try:
             return HFWhisperModel(path, threads=threads, role=role)

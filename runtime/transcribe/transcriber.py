@@ -205,33 +205,35 @@ class Transcriber:
         runner = WindowRunner(model, self.emit, self.run_options, audio.source)
         language = resolve_language(model, options.language)
         decoder.start_early(mel, language, options)
-        if language is None:
-            try:
+        # From here the drafter may be running: whatever fails before the window loop (its own
+        # try ends the decoder) must end it too.
+        try:
+            if language is None:
                 language, prob = runner.detect_language(mel)
-            except BaseException:
-                decoder.end()
-                raise
-            info.language_detected = True
-            info.language_probability = prob
-        info.language = language
+                info.language_detected = True
+                info.language_probability = prob
+            info.language = language
 
-        rules = LogitRules(tk, model.dims.n_vocab, timestamps=options.timestamps,
-                           suppress_blank=options.suppress_blank,
-                           suppress=tuple(tk.suppress_tokens()),
-                           max_initial_timestamp=options.max_initial_timestamp)
-        sot_seq = tk.sot_sequence(language if model.multilingual else None, options.task)
-        if not options.timestamps:
-            sot_seq = sot_seq + [tk.no_timestamps]
-        n_ctx = model.dims.n_text_ctx
-        sample_len = n_ctx // 2
+            rules = LogitRules(tk, model.dims.n_vocab, timestamps=options.timestamps,
+                               suppress_blank=options.suppress_blank,
+                               suppress=tuple(tk.suppress_tokens()),
+                               max_initial_timestamp=options.max_initial_timestamp)
+            sot_seq = tk.sot_sequence(language if model.multilingual else None, options.task)
+            if not options.timestamps:
+                sot_seq = sot_seq + [tk.no_timestamps]
+            n_ctx = model.dims.n_text_ctx
+            sample_len = n_ctx // 2
 
-        all_tokens: list[int] = []
-        prompt_reset = 0
-        if options.initial_prompt:
-            all_tokens.extend(tk.encode(" " + options.initial_prompt.strip()))
-        seek, index, seg_id = 0, 0, 0
-        content = mel.n_frames
-        decoder.begin(mel, language, options)
+            all_tokens: list[int] = []
+            prompt_reset = 0
+            if options.initial_prompt:
+                all_tokens.extend(tk.encode(" " + options.initial_prompt.strip()))
+            seek, index, seg_id = 0, 0, 0
+            content = mel.n_frames
+            decoder.begin(mel, language, options)
+        except BaseException:
+            decoder.end()
+            raise
         try:
             while seek < content:
                 if self._stop.is_set():
