@@ -132,6 +132,13 @@ def load_ct2(path: str | Path) -> CT2Model:
                 model.aliases[alias] = cur.string()
         except UnicodeDecodeError:
             raise CT2FormatError(f"{path}: not a CTranslate2 model (garbled names)") from None
+        except BaseException as exc:
+            # Ctrl-C, SIGTERM: the finished frames in the traceback hold views of the map,
+            # which could then not be closed (a second, confusing error).
+            import traceback
+
+            traceback.clear_frames(exc.__traceback__)
+            raise
         finally:
             cur.buf.release()
     return model

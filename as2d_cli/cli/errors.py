@@ -4,10 +4,16 @@ A command raises :class:`UserError` (or lets an engine error it knows to be the 
 and :func:`guarded` turns it into that line. Exit codes: 1 for something wrong with an input,
 a model or the machine; 2 for a bad option value (as for click's own parsing errors); 130 for
 Ctrl-C. Command modules import this module, never ``app.py``, so the command line has no cycle.
+
+SIGTERM (a job scheduler, ``kill``) and SIGHUP (the terminal closed) get Ctrl-C's semantics:
+:func:`install_signal_handlers` turns them into :class:`Terminated`, a ``KeyboardInterrupt``,
+in the main thread, so every command stops the way it does on Ctrl-C (partial outputs written,
+the cursor shown again, temporary files removed) and exits with ``128 + signal``.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
@@ -15,6 +21,46 @@ from typing import NoReturn, TypeVar
 import typer
 
 T = TypeVar("T")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C's KeyboardInterrupt would be."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_received: list[int] = []  # termination signals received by this process
+
+
+def _on_signal(signum: int, frame) -> None:
+    _received.append(signum)
+    raise Terminated(signum)
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM and SIGHUP behave as Ctrl-C (main thread only, where Python runs handlers).
+
+    A signal that was ignored when the process started (``nohup`` ignores SIGHUP) stays
+    ignored.
+    """
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                continue
+            signal.signal(sig, _on_signal)
+        except (ValueError, OSError):  # not the main thread, or a platform without it
+            pass
+
+
+def interrupt_code(default: int = 130) -> int:
+    """The exit code of a stopped command: ``128 + signal`` after SIGTERM/SIGHUP, else
+    ``default`` (130 for Ctrl-C)."""
+    return 128 + _received[-1] if _received else default
 
 
 class UserError(Exception):
@@ -26,8 +72,12 @@ class UserError(Exception):
 
 
 def err(msg: str) -> None:
-    """One line on stderr, flushed (the commands' notes, warnings and errors)."""
-    print(msg, file=sys.stderr, flush=True)
+    """One line on stderr, flushed (the commands' notes, warnings and errors). A stderr that
+    is gone (a closed terminal after SIGHUP) is not an error of its own."""
+    try:
+        print(msg, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 def fail(message: str, code: int = 1) -> NoReturn:
@@ -52,6 +102,7 @@ def guarded(fn: Callable[[], T]) -> T:
         fail(str(exc), exc.code)
     except (ModelError, AudioError, BundleError) as exc:
         fail(str(exc))
-    except KeyboardInterrupt:
-        err("as2d: interrupted")
-        raise typer.Exit(130) from None
+    except KeyboardInterrupt as exc:
+        err("as2d: interrupted" if not isinstance(exc, Terminated)
+            else f"as2d: stopped by {signal.Signals(exc.signum).name}")
+        raise typer.Exit(interrupt_code()) from None

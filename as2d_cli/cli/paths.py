@@ -24,6 +24,10 @@ def write_json(path: Path, doc, what: str) -> None:
     """Write ``doc`` as indented JSON to ``path`` (its folder made), or fail with one line."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=2) + "\n")
+        text = json.dumps(doc, indent=2, allow_nan=False) + "\n"  # NaN is not JSON
+        path.write_text(text)
+    except ValueError:
+        raise UserError(f"{path}: cannot write {what} (a value is not a finite number, "
+                        "which JSON cannot carry)") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot write {what} ({exc.strerror or exc})") from None

@@ -1,0 +1,461 @@
+"""Hostile and careless input: untrusted model folders, damaged models, signals, outputs, bounds.
+
+Every case ends in one of two ways: the right result, or one ``as2d: error: ...`` line and a
+non-zero exit. Never a traceback, a hang, code run from a model folder, or wrong text with
+exit 0. Each test runs the real console script (``python -m as2d_cli``) on real models and
+real audio.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
+SPEECH = LIBRIVOX / "sense_and_sensibility_01_austen_64kb-0870.wav"
+TINY = ["--model", "tiny.en", "--decoder", "target"]
+
+
+def as2d(*argv, env=None, timeout=300, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "as2d_cli", *map(str, argv)],
+                          capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+def one_error_line(p, *fragments, code=None) -> str:
+    """The run failed with exactly one ``as2d: error:`` line that names ``fragments``."""
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.returncode != 0 if code is None else p.returncode == code, (p.returncode,
+                                                                         p.stderr)
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("as2d: error:")]
+    assert len(errors) == 1, p.stderr
+    for f in fragments:
+        assert f.lower() in errors[0].lower(), errors[0]
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def env(models_root):
+    return dict(os.environ, AS2D_MODELS_DIR=str(models_root), AS2D_ENCODER="onnxruntime")
+
+
+# -- untrusted chat templates ----------------------------------------------------------------
+
+HOSTILE_TEMPLATES = {
+    "cycler globals": "{{ cycler.__init__.__globals__.os.popen('touch MARK').read() }}",
+    "lipsum globals": "{{ lipsum.__globals__['os'].system('touch MARK') }}",
+    "subclasses": "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "str.format escape": "{{ '{0.__class__.__init__.__globals__}'.format(cycler) }}",
+    "list mutation": "{% set l = [] %}{{ l.append('touch MARK') }}",
+    "range 10**9": "{% for i in range(10**9) %}x{% endfor %}",
+    "nested loops": "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}"
+                    "{% endfor %}",
+    "repetition": "{{ 'x' * 1000000000 }}",
+    "doubling": "{% set ns = namespace(s='x') %}{% for i in range(64) %}"
+                "{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+    "recursive doubling": "{% macro f(s) %}{{ f(s ~ s) }}{% endmacro %}{{ f('x') }}",
+    "huge power": "{{ 2 ** 64 ** 64 }}",
+    "filter width": "{{ 'x'|center(1000000000) }}",
+    "percent width": "{{ '%999999999d' % 1 }}",
+    "format width": "{{ '{:>999999999}'.format(1) }}",
+    "output flood": "{% for i in range(99999) %}{% for j in range(999) %}xxxx{% endfor %}"
+                    "{% endfor %}",
+    "recursion": "{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}",
+    "syntax error": "{% for %}",
+    "raise_exception": "{{ raise_exception('no system role') }}",
+    "no user message": "<|assistant|>",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TEMPLATES))
+def test_hostile_chat_templates_run_nothing_and_end_in_one_line(name, tmp_path, monkeypatch):
+    from as2d.runtime.ask.template import TemplateError, render_chat_template
+
+    monkeypatch.chdir(tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(TemplateError) as exc:
+        out = render_chat_template(HOSTILE_TEMPLATES[name],
+                                   messages=[{"role": "user", "content": "hi"}],
+                                   add_generation_prompt=True)
+        if "hi" not in out:  # the template that hides the message is refused by the caller
+            raise TemplateError("the chat template does not show the user's message")
+    assert time.monotonic() - t0 < 5
+    assert "\n" not in str(exc.value)
+    assert not (tmp_path / "MARK").exists(), "the template ran a shell command"
+
+
+def test_a_real_chat_template_still_renders():
+    from as2d.runtime.ask.template import render_chat_template
+
+    chatml = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+              "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+              "{% endif %}")
+    out = render_chat_template(chatml, messages=[{"role": "user", "content": "hi"}],
+                               add_generation_prompt=True)
+    assert out == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+_TEXT = ["It was the best of times, it was the worst of times. " * 20,
+         "Question: What was it? Answer: The age of wisdom. " * 20]
+
+
+def test_llm_folder_with_a_hostile_template_is_refused_before_anything_runs(tmp_path, env):
+    from as2d.models.hf_llm_export import export_tiny_decoder
+
+    mark = tmp_path / "MARK"
+    template = "{{ cycler.__init__.__globals__.os.popen('touch " + str(mark) + "').read() }}"
+    folder = export_tiny_decoder(tmp_path / "llm", _TEXT, chat_template=template)
+    p = as2d("ask", SPEECH, "What happened?", *TINY, "--llm", folder, env=env)
+    one_error_line(p, "chat template", "unsafe")
+    assert not mark.exists(), "the chat template ran a shell command"
+    assert p.stdout == ""
+
+
+@pytest.mark.parametrize("damage", ["config list", "config bad utf-8", "tokenizer garbage",
+                                    "eos id a string", "context a string"])
+def test_garbage_in_an_llm_folder_is_one_line(damage, tmp_path):
+    from as2d.loading import ModelError, load_llm
+    from as2d.models.hf_llm_export import export_tiny_decoder
+
+    folder = export_tiny_decoder(tmp_path / "llm", _TEXT)
+    config = json.loads((folder / "config.json").read_text())
+    if damage == "config list":
+        (folder / "config.json").write_text("[1, 2, 3]")
+    elif damage == "config bad utf-8":
+        (folder / "config.json").write_bytes(b'{"a": "\xff\xfe"}')
+    elif damage == "tokenizer garbage":
+        (folder / "tokenizer.json").write_bytes(os.urandom(3000))
+    elif damage == "eos id a string":
+        (folder / "config.json").write_text(json.dumps(dict(config, eos_token_id="x")))
+        (folder / "generation_config.json").unlink()
+    else:
+        (folder / "config.json").write_text(json.dumps(dict(config,
+                                                            max_position_embeddings="big")))
+    with pytest.raises(ModelError) as exc:
+        load_llm(str(folder))
+    assert "\n" not in str(exc.value) and str(folder) in str(exc.value)
+
+
+# -- damaged models ----------------------------------------------------------------------------
+
+def _copy_bundle(models_root: Path, name: str, dest: Path) -> Path:
+    shutil.copytree(models_root / name, dest, ignore=shutil.ignore_patterns(".*"))
+    return dest
+
+
+def test_one_flipped_byte_in_a_graph_is_caught_at_load(models_root, tmp_path, env):
+    bundle = _copy_bundle(models_root, "tiny.en-int8", tmp_path / "tiny")
+    graph = bundle / "decoder.onnx"
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0x01  # same size, one bit different
+    st = graph.stat()
+    graph.write_bytes(bytes(data))
+    os.utime(graph, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime
+    p = as2d("transcribe", SPEECH, "--model", bundle, "--decoder", "target", env=env)
+    one_error_line(p, "decoder.onnx", "sha256", code=1)
+    assert p.stdout == ""
+
+
+def test_sha256_is_remembered_per_file_identity(models_root, tmp_path, monkeypatch):
+    from as2d.models import bundle as bundle_mod
+
+    root = tmp_path / "models"
+    root.mkdir()
+    monkeypatch.setenv("AS2D_MODELS_DIR", str(root))
+    b = bundle_mod.load_bundle(_copy_bundle(models_root, "tiny.en-int8", root / "tiny"))
+    hashed = []
+    real = bundle_mod.sha256_file
+    monkeypatch.setattr(bundle_mod, "sha256_file", lambda p, *a: hashed.append(p) or real(p))
+    b.verify_at_load()
+    assert len(hashed) == len(b.manifest["sha256"])  # the first load hashes every file
+    hashed.clear()
+    b.verify_at_load()
+    assert hashed == []  # later loads cost a few stat calls
+    (b.path / "tokenizer.json").touch()  # a new identity: hashed again
+    b.verify_at_load()
+    assert [p.name for p in hashed] == ["tokenizer.json"]
+
+
+@pytest.mark.parametrize("edit,fragment", [
+    (lambda m: m.update(sha256="abc"), "sha256"),
+    (lambda m: m.update(sizes={"decoder.onnx": "big"}), "sizes"),
+    (lambda m: m["sha256"].update({"../../etc/passwd": "0" * 64}), "inside the bundle"),
+    (lambda m: m["dims"].update(n_mels=81), "n_mels"),
+    (lambda m: m["dims"].update(n_mels=128), "n_mels"),  # the graph takes 80
+])
+def test_a_damaged_manifest_is_one_line(edit, fragment, models_root, tmp_path, env):
+    bundle = _copy_bundle(models_root, "tiny.en-int8", tmp_path / "tiny")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    edit(manifest)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    p = as2d("transcribe", SPEECH, "--model", bundle, "--decoder", "target", env=env)
+    one_error_line(p, fragment, code=1)
+
+
+# -- losslessness at load ----------------------------------------------------------------------
+
+def test_row_exactness_is_checked_for_every_target_and_remembered(whisper, tmp_path,
+                                                                  monkeypatch):
+    from as2d.decoding import exact_rows
+
+    target = whisper("tiny.en")
+    assert target.check_exact_rows() is True
+    # The check can fail: the drafter's faster graph does not compute rows independently.
+    assert whisper("tiny.en", role="drafter").check_exact_rows() is False
+    monkeypatch.setenv("AS2D_MODELS_DIR", str(tmp_path))
+    calls = []
+    target.check_exact_rows = lambda: calls.append(1) or True
+    assert exact_rows(target) and exact_rows(target)
+    assert calls == [1]  # once per graph, onnxruntime version and CPU
+    assert "onnxruntime" in (tmp_path / ".row-checks.json").read_text()
+
+
+# -- numbers JSON cannot carry -----------------------------------------------------------------
+
+def test_json_refuses_nan_with_a_clear_error():
+    from as2d.runtime.transcribe.transcriber import Segment
+    from as2d.writers import to_json
+
+    seg = Segment(0, 0, 0.0, 1.0, " hi", [1], float("nan"), 1.0, 0.1)
+    with pytest.raises(ValueError, match="not finite"):
+        to_json([seg], {"language": "en"})
+
+
+# -- silence on long files ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["zeros", "dither"])
+def test_long_silence_gives_no_text(kind, tmp_path, env):
+    n = 16000 * 95  # four windows
+    rng = np.random.default_rng(0)
+    samples = np.zeros(n, np.int16) if kind == "zeros" else rng.integers(-1, 2, n, np.int16)
+    path = tmp_path / f"{kind}.wav"
+    sf.write(path, samples, 16000, subtype="PCM_16")
+    p = as2d("transcribe", path, "--model", "base", "--decoder", "as2d", env=env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == ""
+    assert "no speech found" in p.stderr
+
+
+def test_speech_around_silence_is_kept_and_lossless(tmp_path, env):
+    x, _ = sf.read(SPEECH, dtype="float32")
+    path = tmp_path / "mixed.wav"
+    sf.write(path, np.concatenate([x, np.zeros(16000 * 65, np.float32), x]), 16000)
+    outs = {}
+    for d in ("target", "as2d"):
+        p = as2d("transcribe", path, "--model", "base", "--decoder", d, "-f", "json", env=env)
+        assert p.returncode == 0, p.stderr
+        outs[d] = [(s["start"], s["tokens"]) for s in json.loads(p.stdout)["segments"]]
+    assert outs["target"] == outs["as2d"]
+    assert outs["target"][0][0] < 1 and outs["target"][-1][0] > 70  # both speeches are there
+
+
+# -- signals -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def long_speech(tmp_path_factory) -> Path:
+    xs = [sf.read(f, dtype="float32")[0] for f in sorted(LIBRIVOX.glob("*.wav"))]
+    path = tmp_path_factory.mktemp("long") / "long.wav"
+    sf.write(path, np.concatenate(xs * 12), 16000)  # about 5 minutes
+    return path
+
+
+def _ours(tmpdir: Path) -> list[Path]:
+    """What a run left in its TMPDIR (not the 51-byte ``.ses`` session-id file that a library
+    under onnxruntime writes on every run, signal or not)."""
+    return [p for p in tmpdir.iterdir() if p.name != ".ses"]
+
+
+def _start_then_signal(argv, sig, env, wait_for: str, tmpdir: Path, times: int = 1):
+    e = dict(env, TMPDIR=str(tmpdir))
+    p = subprocess.Popen([sys.executable, "-m", "as2d_cli", *map(str, argv)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+    seen = ""
+    deadline = time.monotonic() + 240
+    while seen.count(wait_for) < times and time.monotonic() < deadline:
+        line = p.stderr.readline()
+        if not line:
+            break
+        seen += line
+    assert wait_for in seen, seen
+    p.send_signal(sig)
+    out, rest = p.communicate(timeout=120)
+    return p.returncode, out, seen + rest
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_transcribe_stopped_by_a_signal_keeps_what_it_did(sig, long_speech, tmp_path, env):
+    out_dir, tmpdir = tmp_path / "out", tmp_path / "tmp"
+    tmpdir.mkdir()
+    code, out, err = _start_then_signal(
+        ["transcribe", long_speech, *TINY, "-o", out_dir, "-f", "all", "--no-live"], sig, env,
+        "s (", tmpdir, times=2)
+    assert code == 128 + sig, err
+    assert "Traceback" not in err
+    assert sorted(p.suffix for p in out_dir.iterdir()) == [".json", ".srt", ".tsv", ".txt",
+                                                          ".vtt"]
+    doc = json.loads((out_dir / "long.json").read_text())
+    assert doc["interrupted"] is True and doc["segments"]
+    assert _ours(tmpdir) == []  # the decoded-audio file is gone
+
+
+def test_bench_stopped_by_sigterm_is_one_line(tmp_path, env):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    code, out, err = _start_then_signal(["bench", SPEECH, "--targets", "tiny.en",
+                                         "--repeats", "50"], signal.SIGTERM, env, "as2d:",
+                                        tmpdir)
+    assert code == 143 and "Traceback" not in err, err
+    assert _ours(tmpdir) == []
+
+
+def test_mic_stopped_by_sigterm_keeps_the_committed_text(long_speech, tmp_path, env):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    code, out, err = _start_then_signal(["mic", "--input", long_speech, "--model", "tiny.en",
+                                         "--no-live"], signal.SIGTERM, env, "as2d:", tmpdir)
+    assert code == 143 and "Traceback" not in err, err
+    assert _ours(tmpdir) == []
+
+
+def test_models_install_stopped_by_sigterm_leaves_no_temp_folder(tmp_path, env):
+    root = tmp_path / "models"
+    code, out, err = _start_then_signal(["models", "install", "tiny.en", "--models-dir", root],
+                                        signal.SIGTERM, env, "converting", tmp_path)
+    assert code == 143 and "Traceback" not in err, err
+    assert [p.name for p in root.iterdir() if not p.name.endswith(".lock")] == []
+    # A temp folder left by a killed install (SIGKILL) goes at the next install's lock.
+    stale = root / ".tiny.en-int8.killed"
+    stale.mkdir()
+    (stale / "encoder.onnx").write_bytes(b"half")
+    from as2d.models.install import _install_lock, _remove_stale
+
+    with _install_lock(root, "tiny.en-int8"):
+        _remove_stale(root, ".tiny.en-int8.")
+    assert not stale.exists()
+
+
+# -- outputs -----------------------------------------------------------------------------------
+
+def test_stdout_on_a_full_disk_is_one_line(env):
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "as2d_cli", "transcribe", str(SPEECH), *TINY],
+                           stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    one_error_line(p, "no space left", code=1)
+
+
+def test_closed_stdout_is_one_line(env):
+    p = subprocess.run([sys.executable, "-m", "as2d_cli", "transcribe", str(SPEECH), *TINY],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                       preexec_fn=lambda: os.close(1), timeout=300)
+    one_error_line(p, "standard output is closed", code=1)
+
+
+def test_same_stem_twice_in_one_folder_keeps_both(tmp_path, env):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    shutil.copy(SPEECH, a / "x.wav")
+    x, _ = sf.read(SPEECH, dtype="float32")
+    sf.write(b / "x.wav", x[: len(x) // 2], 16000)
+    p = as2d("transcribe", a / "x.wav", b / "x.wav", *TINY, "-o", tmp_path / "out", env=env)
+    assert p.returncode == 0, p.stderr
+    first, second = (tmp_path / "out" / "x.txt").read_text(), \
+        (tmp_path / "out" / "x-2.txt").read_text()
+    assert first != second and "Dashwood" in first and "Dashwood" in second
+
+
+def test_disk_full_mid_batch_leaves_no_part_and_goes_on(tmp_path, env):
+    def small_files():  # writes past 300 bytes fail with EFBIG, as on a full disk
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300, 300))
+
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, "-m", "as2d_cli", "transcribe", str(SPEECH),
+                        str(LIBRIVOX / "sense_and_sensibility_01_austen_64kb-0880.wav"),
+                        *TINY, "-o", str(out), "-f", "txt,json"], capture_output=True,
+                       text=True, env=env, preexec_fn=small_files, timeout=300)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.count("as2d: error: cannot write the transcript") == 2, p.stderr
+    assert not list(out.glob("*.part"))
+    assert "Dashwood" in p.stdout and "young man" in p.stdout  # both files were transcribed
+
+
+# -- bounds ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,fragment", [
+    (["transcribe", SPEECH, "-t", "100000"], "--threads"),
+    (["transcribe", SPEECH, "--budget", "100000"], "--budget"),
+    (["bench", SPEECH, "--budgets", "-2"], "--budgets"),
+    (["bench", SPEECH, "-t", "100000"], "--threads"),
+    (["models", "export", "base", "/dev/null/x"], "/dev/null/x"),
+])
+def test_out_of_bounds_values_are_one_line(argv, fragment, env):
+    p = as2d(*argv, env=env, timeout=60)
+    one_error_line(p, fragment)
+
+
+# -- mutated audio files -----------------------------------------------------------------------
+
+def _audio_bytes(fmt: str) -> bytes:
+    import io
+
+    x, _ = sf.read(SPEECH, dtype="float32", frames=16000 * 2)
+    buf = io.BytesIO()
+    sf.write(buf, x, 16000, format=fmt)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tiny_transcriber(whisper):
+    from as2d.runtime.transcribe.decoders import TargetOnly
+    from as2d.runtime.transcribe.transcriber import Transcriber
+
+    model = whisper("tiny.en")
+    return Transcriber(model, TargetOnly(model, None))
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "FLAC"])
+def test_mutated_audio_bytes_give_a_transcript_or_one_error(fmt, tiny_transcriber, tmp_path):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from as2d.runtime.audio import AudioError, load_audio
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions, TranscriptionInfo
+
+    original = _audio_bytes(fmt)
+
+    @settings(max_examples=12, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(st.tuples(st.integers(0, 255), st.integers(0, 255)), min_size=1,
+                    max_size=6), st.integers(0, len(original)))
+    def check(edits, cut):
+        data = bytearray(original[:max(cut, 4)])
+        for pos, value in edits:  # most damage goes into the header, where it hurts
+            if pos < len(data):
+                data[pos] = value
+        path = tmp_path / f"m.{fmt.lower()}"
+        path.write_bytes(bytes(data))
+        t0 = time.monotonic()
+        try:
+            audio = load_audio(path)
+        except AudioError as exc:
+            assert "\n" not in str(exc)
+            return
+        try:
+            info = TranscriptionInfo(None, 0.0, audio.duration)
+            list(tiny_transcriber.transcribe(audio, TranscribeOptions(language="en"), info))
+        finally:
+            audio.close()
+        assert time.monotonic() - t0 < 60
+
+    check()
