@@ -1,31 +1,70 @@
-"""Audio input: any file soundfile can read, as 16 kHz mono float32, without surprises.
+"""Audio input: any audio or video file, or a pipe, as 16 kHz mono float32, without surprises.
 
-Long files are decoded once, in blocks, into a temporary memory-mapped file, so a multi-hour
-recording costs disk rather than RAM and windows are read lazily. Every failure a user can
-cause (missing file, not audio, no samples) becomes an :class:`AudioError` with a one-line
-message; a file cut short (its header promises more, or decoding fails part-way) keeps the
-audio that decodes and is flagged ``truncated``.
+Two readers: libsndfile (``soundfile``) is the fast path for what it reads (wav, flac, ogg,
+mp3, aiff, ...); everything else — m4a/aac, opus, webm, mp4, mkv and any other container
+FFmpeg opens — goes through PyAV (``av``, whose wheels bundle FFmpeg). A video gives its first
+audio stream (:attr:`Audio.stream` says which when there are several). ``-`` is standard
+input; pipes, ``/dev/stdin``, ``<(cat x.mp3)`` and named pipes are read as non-seekable
+streams (no frame count is trusted; a named pipe that no program opens for writing is an error
+after a wait, not a silent hang).
+
+Decoding streams: blocks are mixed down, resampled (soxr, streaming) and written as they come,
+to RAM for short inputs and to an unnamed, preallocated temporary file beyond
+``_IN_MEMORY_LIMIT`` that is then memory-mapped read-only. Nothing is mapped while decoding,
+so a multi-hour video keeps the process's memory flat; the file has no name, so it cannot be
+left behind in TMPDIR whatever ends the process; space is reserved with ``posix_fallocate``, so
+a full TMPDIR is a clear error rather than a bus error.
+
+Every failure a user can cause (missing file, not audio, no audio stream, no samples, absurd
+sample rate, hostile samples) becomes an :class:`AudioError` with a one-line message; a file cut
+short (its header promises more, or decoding fails part-way) keeps the audio that decodes and is
+flagged ``truncated``. Samples beyond full scale are clipped to ±1 (as 16-bit PCM, the form in
+which openai-whisper reads every file through ffmpeg, would) and counted in ``clipped``; NaN or
+infinite samples are refused.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import re
+import shutil
+import stat
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 SAMPLE_RATE = 16000
-# Files decoding to more than this many samples go to a temporary memmap instead of RAM.
+# Inputs decoding to more than this many samples go to a temporary memmap instead of RAM.
 _IN_MEMORY_LIMIT = SAMPLE_RATE * 60 * 20
 # Frames decoded per read, and after a read error (a failed read returns nothing): the damaged
 # stretch is re-read in small steps, so that what decodes before the damage is kept.
 _BLOCK = 1 << 16
 _SALVAGE_BLOCK = 1024
+# Samples (frames × channels) per block: a header declaring hundreds of channels must not turn
+# one block into gigabytes.
+_BLOCK_VALUES = 1 << 20
+# The temporary file grows by at least this many samples at a time (64 MB).
+_GROW = 1 << 24
+# Sample rates and channel counts outside these bounds are a damaged or hostile header: a 20-KB
+# WAV declaring 1 Hz would otherwise expand into hours of audio.
+MIN_RATE = 1000
+MAX_RATE = 1_536_000
+MAX_CHANNELS = 1024
+# Decoded audio longer than this is refused (AS2D_MAX_AUDIO_HOURS changes it).
+MAX_HOURS = float(os.environ.get("AS2D_MAX_AUDIO_HOURS") or 48)
+# How long to wait for a program to open a named pipe for writing (AS2D_FIFO_TIMEOUT).
+FIFO_TIMEOUT = float(os.environ.get("AS2D_FIFO_TIMEOUT") or 30)
 # libsndfile's parse log says so when a header promises more data than the file holds.
 _SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
+
+AudioSource = str | os.PathLike | bytes | BinaryIO
 
 
 class AudioError(Exception):
@@ -42,6 +81,13 @@ class Audio:
     source_channels: int = 1
     # The header promised more audio than the file holds: what was there was decoded.
     truncated: bool = False
+    # Samples beyond full scale (|x| > 1) that were clipped to ±1.
+    clipped: int = 0
+    # Which audio stream was decoded, when the file has several ("stream 1 of 2: eng, aac").
+    stream: str | None = None
+    streams: int = 1
+    # The reader that decoded it: "sndfile", "ffmpeg" or "array".
+    reader: str = "array"
     _tmp: object = None  # keeps the temporary file of a memmap alive
 
     @property
@@ -59,12 +105,20 @@ class Audio:
 
     @classmethod
     def from_array(cls, samples: np.ndarray, rate: int = SAMPLE_RATE) -> Audio:
-        x = np.asarray(samples, dtype=np.float32)
-        if x.ndim == 2:
-            x = x.mean(axis=1, dtype=np.float32)
+        """Samples in memory (mono, or frames × channels), sanitised like a file's."""
+        x = np.asarray(samples)
+        if x.ndim not in (1, 2) or x.size == 0:
+            raise AudioError(f"audio array: expected samples or frames × channels, "
+                             f"got shape {x.shape}")
+        _check_rate("audio array", rate)
+        if not np.issubdtype(x.dtype, np.floating):
+            x = x.astype(np.float32)
+        block = x if x.ndim == 2 else x[:, None]
+        mono, clipped = _sanitise(block, "audio array")
         if rate != SAMPLE_RATE:
-            x = resample(x, rate)
-        return cls(np.ascontiguousarray(x), source_rate=rate)
+            mono = resample(mono, rate)
+        return cls(np.ascontiguousarray(mono), source_rate=rate,
+                   source_channels=block.shape[1], clipped=clipped)
 
 
 def resample(x: np.ndarray, rate: int) -> np.ndarray:
@@ -73,24 +127,390 @@ def resample(x: np.ndarray, rate: int) -> np.ndarray:
     return soxr.resample(x, rate, SAMPLE_RATE, quality="HQ").astype(np.float32, copy=False)
 
 
-def _open(path: Path):
+def display_name(path: str | os.PathLike | bytes) -> str:
+    """``path`` as text that can always be printed: bytes that are not UTF-8 become ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+# -- samples ----------------------------------------------------------------------------------
+def _sanitise(block: np.ndarray, name: str) -> tuple[np.ndarray, int]:
+    """(frames × channels) floats → mono float32, clipped to ±1 *before* mixing (two samples
+    near the float maximum would otherwise sum to infinity); NaN or infinity is an error."""
+    if not np.isfinite(block).all():
+        raise AudioError(f"{name}: contains invalid (NaN or infinite) samples")
+    over = np.abs(block) > 1.0
+    clipped = int(np.count_nonzero(over))
+    if clipped:
+        block = np.clip(block, -1.0, 1.0)
+    if block.dtype != np.float32:
+        block = block.astype(np.float32)
+    if block.shape[1] == 1:
+        return np.ascontiguousarray(block[:, 0]), clipped
+    return block.mean(axis=1, dtype=np.float32), clipped
+
+
+def _check_rate(name: str, rate: int, channels: int = 1) -> None:
+    if not MIN_RATE <= rate <= MAX_RATE:
+        raise AudioError(f"{name}: implausible sample rate {rate} Hz (a damaged header? "
+                         f"as2d reads {MIN_RATE}–{MAX_RATE} Hz)")
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise AudioError(f"{name}: implausible channel count {channels} (a damaged header? "
+                         f"as2d reads 1–{MAX_CHANNELS} channels)")
+
+
+def _max_samples() -> int:
+    return int(MAX_HOURS * 3600 * SAMPLE_RATE)
+
+
+class _Pipeline:
+    """Blocks of (frames × channels) samples → sanitised, mixed, resampled, into a sink."""
+
+    def __init__(self, name: str, sink: _Sink) -> None:
+        self.name = name
+        self.sink = sink
+        self.rate = 0
+        self.stream = None
+        self.clipped = 0
+
+    def push(self, block: np.ndarray, rate: int, last: bool = False) -> None:
+        import soxr
+
+        if rate != self.rate:
+            self.flush()
+            _check_rate(self.name, rate, block.shape[1])
+            self.rate = rate
+            self.stream = None if rate == SAMPLE_RATE else soxr.ResampleStream(
+                rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+        mono, clipped = _sanitise(block, self.name)
+        self.clipped += clipped
+        if self.stream is not None:
+            mono = self.stream.resample_chunk(mono, last=last)
+            if last:
+                self.stream = None
+        self.sink.write(mono)
+
+    def flush(self) -> None:
+        if self.stream is not None:
+            self.sink.write(self.stream.resample_chunk(np.zeros(0, np.float32), last=True))
+            self.stream = None
+
+
+class _Sink:
+    """Collects decoded audio in RAM, or — past ``_IN_MEMORY_LIMIT`` samples — in an unnamed
+    temporary file written with ``pwrite`` (nothing mapped while decoding) whose space is
+    reserved ahead with ``posix_fallocate``, then mapped read-only by :meth:`finish`."""
+
+    def __init__(self, name: str, expected: int = 0) -> None:
+        self.name = name
+        self.parts: list[np.ndarray] = []
+        self.n = 0
+        self.tmp = None
+        self.capacity = 0
+        self.limit = _max_samples()
+        if expected > _IN_MEMORY_LIMIT:
+            self._spill(min(expected, self.limit))
+
+    def _spill(self, capacity: int) -> None:
+        try:
+            self.tmp = tempfile.TemporaryFile(prefix="as2d-audio-", suffix=".f32")
+        except OSError as exc:
+            raise self._space_error(exc, capacity) from None
+        self._reserve(capacity)
+        parts, self.parts, n, self.n = self.parts, [], self.n, 0
+        for p in parts:
+            self._pwrite(p)
+        assert self.n == n
+
+    def _space_error(self, exc: OSError, need: int) -> AudioError:
+        where = tempfile.gettempdir()
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            try:
+                free = f"; {shutil.disk_usage(where).free / 1e6:.0f} MB free"
+            except OSError:
+                free = ""
+            return AudioError(
+                f"{self.name}: no space left in {where} for the decoded audio "
+                f"({need * 4 / 1e6:.0f} MB needed{free}); set TMPDIR to a folder with room")
+        return AudioError(f"{self.name}: cannot write the decoded audio to {where} "
+                          f"({exc.strerror or exc})")
+
+    def _reserve(self, capacity: int) -> None:
+        fd = self.tmp.fileno()
+        try:
+            os.posix_fallocate(fd, 0, capacity * 4)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                self.discard()
+                raise self._space_error(exc, capacity) from None
+            os.ftruncate(fd, capacity * 4)  # a file system without fallocate
+        self.capacity = capacity
+
+    def _pwrite(self, x: np.ndarray) -> None:
+        if self.n + len(x) > self.capacity:
+            self._reserve(max(self.n + len(x), self.capacity + self.capacity // 4,
+                              self.capacity + _GROW))
+        data = memoryview(np.ascontiguousarray(x, dtype=np.float32)).cast("B")
+        offset = self.n * 4
+        try:
+            while data:
+                done = os.pwrite(self.tmp.fileno(), data, offset)
+                data, offset = data[done:], offset + done
+        except OSError as exc:
+            self.discard()
+            raise self._space_error(exc, self.n + len(x)) from None
+        self.n += len(x)
+
+    def write(self, x: np.ndarray) -> None:
+        if len(x) == 0:
+            return
+        if self.n + len(x) > self.limit:
+            self.discard()
+            raise AudioError(f"{self.name}: decodes to more than {MAX_HOURS:g} h of audio "
+                             "(the limit; AS2D_MAX_AUDIO_HOURS changes it)")
+        if self.tmp is not None:
+            self._pwrite(x)
+            return
+        self.parts.append(np.array(x, dtype=np.float32))
+        self.n += len(x)
+        if self.n > _IN_MEMORY_LIMIT:
+            self._spill(self.n + _GROW)
+
+    def discard(self) -> None:
+        tmp, self.tmp = self.tmp, None
+        self.parts = []
+        if tmp is not None:
+            tmp.close()
+
+    def finish(self):
+        if self.tmp is None:
+            out = np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
+            self.parts = []
+            return out, None
+        if self.n == 0:
+            self.discard()
+            return np.zeros(0, np.float32), None
+        os.ftruncate(self.tmp.fileno(), self.n * 4)  # give back the unused reservation
+        out = np.memmap(self.tmp, dtype=np.float32, mode="r", shape=(self.n,))
+        return out, self.tmp
+
+
+# -- opening ----------------------------------------------------------------------------------
+def _wait_for_writer(path: Path, name: str, timeout: float,
+                     on_wait: Callable[[str], None] | None) -> BinaryIO:
+    """Open a named pipe for reading. ``open`` blocks until some program opens it for
+    writing; this gives up after ``timeout`` seconds (saying so) instead of hanging."""
+    opened: dict = {}
+
+    def opener() -> None:
+        try:
+            opened["f"] = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by the caller
+        except OSError as exc:
+            opened["error"] = exc
+
+    t = threading.Thread(target=opener, name="as2d-fifo-open", daemon=True)
+    t.start()
+    t.join(min(timeout, 1.0))
+    if t.is_alive() and on_wait is not None:
+        on_wait(f"{name}: waiting up to {timeout:g} s for a program to write to this named pipe")
+    t.join(max(0.0, timeout - 1.0))
+    if t.is_alive():
+        # Become the writer ourselves for a moment, so that the blocked open returns.
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+        except OSError:
+            pass
+        t.join(5.0)
+        f = opened.get("f")
+        if f is not None:
+            f.close()
+        raise AudioError(f"{name}: named pipe with no writer (nothing opened it for writing "
+                         f"within {timeout:g} s; AS2D_FIFO_TIMEOUT changes the wait)")
+    if "error" in opened:
+        exc = opened["error"]
+        raise AudioError(f"{name}: cannot open ({exc.strerror or exc})") from None
+    return opened["f"]
+
+
+def _stdin(on_wait) -> tuple[BinaryIO, bool]:
+    try:
+        st = os.fstat(0)
+    except OSError:
+        raise AudioError("-: standard input is closed") from None
+    if os.isatty(0):
+        raise AudioError("-: standard input is a terminal; pipe audio into it "
+                         "(as2d transcribe - < talk.mp3)")
+    f = os.fdopen(os.dup(0), "rb", buffering=0)
+    return f, stat.S_ISREG(st.st_mode)
+
+
+def load_audio(source: AudioSource, *, fifo_timeout: float | None = None,
+               on_wait: Callable[[str], None] | None = None) -> Audio:
+    """Decode a file (a path; ``-`` for standard input; or a binary file object) to 16 kHz
+    mono float32, mixing channels down and resampling in blocks.
+
+    ``on_wait`` receives a one-line note when a named pipe has no writer yet; after
+    ``fifo_timeout`` seconds (default ``FIFO_TIMEOUT``) that is an :class:`AudioError`.
+    """
+    timeout = FIFO_TIMEOUT if fifo_timeout is None else fifo_timeout
+    if hasattr(source, "read"):
+        name = getattr(source, "name", None)
+        name = display_name(name) if isinstance(name, str | bytes) else "<stream>"
+        seekable = bool(getattr(source, "seekable", lambda: False)())
+        return _load_stream(source, name, seekable)
+    if os.fsdecode(source) == "-":  # str, bytes or Path("-") as typer hands it over
+        f, seekable = _stdin(on_wait)
+        with f:
+            return _load_stream(f, "-", seekable)
+    path = Path(os.fsdecode(source))
+    name = display_name(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise AudioError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise AudioError(f"{name}: cannot open ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise AudioError(f"{name}: is a directory, not an audio file")
+    if stat.S_ISREG(st.st_mode):
+        if not os.access(path, os.R_OK):
+            raise AudioError(f"{name}: cannot open (permission denied)")
+        return _load_file(path, name, st.st_size)
+    # A pipe (/dev/stdin, <(cat x.mp3)), a named pipe, a character device, a socket.
+    if stat.S_ISFIFO(st.st_mode) and not _is_open_pipe(path):
+        f = _wait_for_writer(path, name, timeout, on_wait)
+    else:
+        try:
+            f = open(path, "rb", buffering=0)  # noqa: SIM115
+        except OSError as exc:
+            raise AudioError(f"{name}: cannot open ({exc.strerror or exc})") from None
+    with f:
+        return _load_stream(f, name, False)
+
+
+def _is_open_pipe(path: Path) -> bool:
+    """Whether ``path`` names a pipe this process already holds (``/dev/stdin``,
+    ``/dev/fd/N``, ``/proc/self/fd/N``): opening it never waits for a writer."""
+    text = os.fsdecode(path)
+    return text in ("/dev/stdin",) or text.startswith(("/dev/fd/", "/proc/self/fd/"))
+
+
+def _load_file(path: Path, name: str, size: int) -> Audio:
+    """A regular file: libsndfile if it knows the format, else FFmpeg."""
     import soundfile as sf
 
-    if not path.exists():
-        raise AudioError(f"{path}: no such file")
-    if path.is_dir():
-        raise AudioError(f"{path}: is a directory, not an audio file")
     try:
-        return sf.SoundFile(str(path))
+        f = sf.SoundFile(os.fsencode(path))
     except sf.LibsndfileError as exc:
-        detail = str(exc).split(":")[-1].strip() or "unreadable"
-        raise AudioError(f"{path}: not a supported audio file ({detail}); "
-                         "supported: wav, flac, ogg/vorbis, opus, mp3, aiff and others "
-                         "that libsndfile reads") from None
+        sndfile_says = str(exc).split(":")[-1].strip() or "unreadable"
+        f = None
     except (RuntimeError, OSError) as exc:
-        raise AudioError(f"{path}: cannot open ({exc})") from None
+        raise AudioError(f"{name}: cannot open ({exc})") from None
+    if f is not None:
+        with f:
+            return _read_sndfile(f, name, size)
+    src: object = str(path)
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # FFmpeg wants UTF-8 names: hand it the open file instead
+        src = open(path, "rb")  # noqa: SIM115
+    try:
+        return _read_av(src, name, seekable=True, size=size, sndfile_says=sndfile_says)
+    finally:
+        if not isinstance(src, str):
+            src.close()
 
 
+def _load_stream(f: BinaryIO, name: str, seekable: bool) -> Audio:
+    """A file object: libsndfile first when it can seek back, else FFmpeg only (a non-seekable
+    stream can be read once, and its header's frame count is not trusted)."""
+    import soundfile as sf
+
+    sndfile_says = None
+    if seekable:
+        start = f.tell()
+        try:
+            with sf.SoundFile(f) as snd:
+                return _read_sndfile(snd, name, 0)
+        except sf.LibsndfileError as exc:
+            sndfile_says = str(exc).split(":")[-1].strip() or "unreadable"
+        f.seek(start)
+        return _read_av(f, name, seekable=True, size=0, sndfile_says=sndfile_says)
+    # Streamed as it arrives. Until the first audio frame decodes, the bytes read are kept in
+    # an unnamed temporary file: a format that must seek (an MP4 whose index is at its end)
+    # fails before any audio, and is then decoded again from that copy plus the rest.
+    spool = _Unseekable(f, name)
+    try:
+        try:
+            return _read_av(spool, name, seekable=False, size=0, sndfile_says=None,
+                            on_audio=spool.stop_copying)
+        except AudioError as exc:
+            if not getattr(exc, "seek_might_help", False) or spool.copy is None:
+                raise
+            copy = spool.copy_rest()
+            try:
+                return _read_av(copy, name, seekable=True, size=0, sndfile_says=None)
+            except AudioError:
+                raise exc from None
+    finally:
+        spool.close()
+
+
+class _Unseekable(io.RawIOBase):
+    """A read-only view of a stream that says it cannot seek (so FFmpeg does not try), and
+    copies what it reads into an unnamed temporary file until :meth:`stop_copying`."""
+
+    def __init__(self, f: BinaryIO, name: str = "<stream>") -> None:
+        self.f = f
+        self.name = name
+        self.copy = None
+        try:
+            self.copy = tempfile.TemporaryFile(prefix="as2d-input-")
+        except OSError:
+            pass  # no temporary space: streamed only
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def readinto(self, buf) -> int:
+        data = self.f.read(len(buf))
+        if self.copy is not None and data:
+            self._keep(data)
+        buf[: len(data)] = data
+        return len(data)
+
+    def _keep(self, data: bytes) -> None:
+        try:
+            self.copy.write(data)
+        except OSError as exc:
+            self.stop_copying()
+            raise _Sink(self.name)._space_error(exc, len(data) // 4) from None
+
+    def stop_copying(self) -> None:
+        copy, self.copy = self.copy, None
+        if copy is not None:
+            copy.close()
+
+    def copy_rest(self):
+        """The temporary copy, completed with the rest of the stream, from its start."""
+        while True:
+            data = self.f.read(1 << 20)
+            if not data:
+                break
+            self._keep(data)
+        self.copy.flush()
+        self.copy.seek(0)
+        return self.copy
+
+    def close(self) -> None:
+        self.stop_copying()
+        super().close()
+
+
+# -- libsndfile -------------------------------------------------------------------------------
 def _seek(f, frame: int) -> bool:
     try:
         if not f.seekable():
@@ -111,102 +531,184 @@ def _header_promises_more(info: str) -> bool:
     return "lacks an end-of-stream bit" in (info or "")
 
 
-def load_audio(path: str | os.PathLike) -> Audio:
-    """Decode a file to 16 kHz mono float32, mixing channels down and resampling in blocks."""
-    import soundfile as sf
-    import soxr
+def _expected(frames: int, rate: int, size: int) -> int:
+    """Output samples to reserve for a header's frame count, bounded by what the file's size
+    can plausibly hold (a header can lie; the sink grows if the audio is really longer)."""
+    if frames <= 0:
+        return 0
+    want = int(frames * SAMPLE_RATE / rate) + SAMPLE_RATE
+    return min(want, size * 8 + SAMPLE_RATE) if size > 0 else want
 
-    path = Path(path)
-    with _open(path) as f:
-        rate, channels = f.samplerate, f.channels
-        if rate <= 0 or channels <= 0:
-            raise AudioError(f"{path}: invalid header (rate {rate}, channels {channels})")
-        try:
-            short_header = _header_promises_more(f.extra_info)
-        except Exception:  # pragma: no cover - extra_info is informational only
-            short_header = False
-        expected = int(f.frames * SAMPLE_RATE / rate) + SAMPLE_RATE if f.frames > 0 else 0
-        stream = None if rate == SAMPLE_RATE else soxr.ResampleStream(
-            rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
-        sink = _Sink(expected)
-        read = 0
-        damaged = None
-        size = _BLOCK
+
+def _read_sndfile(f, name: str, size: int) -> Audio:
+    import soundfile as sf
+
+    rate, channels = f.samplerate, f.channels
+    if rate <= 0 or channels <= 0:
+        raise AudioError(f"{name}: invalid header (rate {rate}, channels {channels})")
+    _check_rate(name, rate, channels)
+    try:
+        short_header = _header_promises_more(f.extra_info)
+    except Exception:  # pragma: no cover - extra_info is informational only
+        short_header = False
+    # Doubles are read as doubles: a finite value beyond float32's range must be clipped, not
+    # turned into infinity by the conversion.
+    dtype = "float64" if f.subtype == "DOUBLE" else "float32"
+    sink = _Sink(name, _expected(f.frames, rate, size))
+    pipe = _Pipeline(name, sink)
+    read = 0
+    damaged = None
+    block_frames = max(_SALVAGE_BLOCK, min(_BLOCK, _BLOCK_VALUES // channels))
+    size_now = block_frames
+    try:
         while True:
             try:
-                block = f.read(size, dtype="float32", always_2d=True)
+                block = f.read(size_now, dtype=dtype, always_2d=True)
             except (sf.LibsndfileError, RuntimeError) as exc:
                 # A damaged or cut-off stream (a failed read returns nothing): go back and
                 # re-read in small steps to keep what decodes before the damage.
-                if size > _SALVAGE_BLOCK and _seek(f, read):
-                    size = _SALVAGE_BLOCK
+                if size_now > _SALVAGE_BLOCK and _seek(f, read):
+                    size_now = _SALVAGE_BLOCK
                     continue
                 damaged = str(exc).strip() or type(exc).__name__
                 block = np.zeros((0, channels), np.float32)
             read += len(block)
-            last = damaged is not None or len(block) < size
-            mono = block.mean(axis=1, dtype=np.float32) if channels > 1 else block[:, 0]
-            if not np.isfinite(mono).all():
-                sink.discard()
-                raise AudioError(f"{path}: contains invalid (NaN or infinite) samples")
-            if stream is not None:
-                mono = stream.resample_chunk(np.ascontiguousarray(mono), last=last)
-            sink.write(mono)
+            last = damaged is not None or len(block) < size_now
+            pipe.push(block, rate, last=last)
             if last:
                 break
+    except BaseException:
+        sink.discard()
+        raise
     samples, tmp = sink.finish()
     if len(samples) == 0:
-        if tmp is not None:
-            tmp.close()
         if damaged is not None:
-            raise AudioError(f"{path}: audio data is corrupt or truncated ({damaged})")
-        raise AudioError(f"{path}: contains no audio samples")
-    truncated = damaged is not None or short_header or (f.frames > 0 and read < f.frames)
-    return Audio(samples, source=str(path), source_rate=rate, source_channels=channels,
-                 truncated=truncated, _tmp=tmp)
+            raise AudioError(f"{name}: audio data is corrupt or truncated ({damaged})")
+        raise AudioError(f"{name}: contains no audio samples")
+    truncated = damaged is not None or short_header or (0 < f.frames and read < f.frames)
+    return Audio(samples, source=name, source_rate=rate, source_channels=channels,
+                 truncated=truncated, clipped=pipe.clipped, reader="sndfile", _tmp=tmp)
 
 
-class _Sink:
-    """Collects decoded blocks in RAM, or in a temporary memmap for long inputs."""
+# -- FFmpeg (PyAV) ----------------------------------------------------------------------------
+_INT_SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2.0**31, "s64": 2.0**63}
 
-    def __init__(self, expected: int) -> None:
-        self.parts: list[np.ndarray] = []
-        self.n = 0
-        self.tmp = None
-        self.mm = None
-        if expected > _IN_MEMORY_LIMIT:
-            self.tmp = tempfile.NamedTemporaryFile(prefix="as2d-audio-", suffix=".f32")
-            self.capacity = expected
-            self.tmp.truncate(self.capacity * 4)
-            self.mm = np.memmap(self.tmp.name, dtype=np.float32, mode="r+", shape=(self.capacity,))
 
-    def write(self, x: np.ndarray) -> None:
-        if len(x) == 0:
-            return
-        if self.mm is None:
-            self.parts.append(np.array(x, dtype=np.float32))
-        else:
-            if self.n + len(x) > self.capacity:
-                self._grow(self.n + len(x))
-            self.mm[self.n : self.n + len(x)] = x
-        self.n += len(x)
+def _frame_samples(frame) -> np.ndarray:
+    """A decoded PyAV frame as (frames × channels) floats, whatever its sample format."""
+    a = frame.to_ndarray()
+    fmt = frame.format
+    channels = len(frame.layout.channels) or 1
+    a = a.T if fmt.is_planar else a.reshape(-1, channels)
+    base = fmt.name.rstrip("p")
+    if base in ("flt", "dbl"):
+        return a
+    if base == "u8":
+        return (a.astype(np.float32) - 128.0) / 128.0
+    return (a / _INT_SCALE[base]).astype(np.float32)
 
-    def _grow(self, need: int) -> None:
-        self.mm.flush()
-        del self.mm
-        self.capacity = max(need, int(self.capacity * 1.25))
-        self.tmp.truncate(self.capacity * 4)
-        self.mm = np.memmap(self.tmp.name, dtype=np.float32, mode="r+", shape=(self.capacity,))
 
-    def discard(self) -> None:
-        if self.tmp is not None:
-            self.mm = None
-            self.tmp.close()
+def _describe(stream, index: int, count: int) -> str:
+    cc = stream.codec_context
+    bits = [str(stream.metadata.get("language") or "").strip(),
+            str(stream.metadata.get("title") or "").strip(), cc.name,
+            f"{cc.channels} ch" if getattr(cc, "channels", 0) else ""]
+    return f"stream {index + 1} of {count}: " + ", ".join(b for b in bits if b and b != "und")
 
-    def finish(self):
-        if self.mm is None:
-            out = np.concatenate(self.parts) if self.parts else np.zeros(0, np.float32)
-            return out, None
-        self.mm.flush()
-        out = np.memmap(self.tmp.name, dtype=np.float32, mode="r", shape=(self.n,))
-        return out, self.tmp
+
+def _seek_might_help(message: str) -> AudioError:
+    exc = AudioError(message)
+    exc.seek_might_help = True
+    return exc
+
+
+def _read_av(src, name: str, seekable: bool, size: int, sndfile_says: str | None,
+             on_audio: Callable[[], None] | None = None) -> Audio:
+    try:
+        import av
+    except ImportError:  # pragma: no cover - av is a dependency
+        raise AudioError(f"{name}: not a supported audio file ({sndfile_says}); install "
+                         "PyAV (pip install av) for m4a, opus, video and other formats") from None
+    try:
+        container = av.open(src, mode="r", metadata_errors="ignore")
+    except (av.FFmpegError, UnicodeError, OSError) as exc:
+        detail = (getattr(exc, "strerror", None) or str(exc)).split(":")[0].strip()
+        raise _seek_might_help(f"{name}: not a supported audio file "
+                               f"({detail or 'unreadable'}); as2d reads what FFmpeg or "
+                               "libsndfile reads") from None
+    with container:
+        streams = list(container.streams.audio)
+        if not streams:
+            has_video = bool(container.streams.video)
+            raise AudioError(f"{name}: no audio stream in this file"
+                             + (" (it has only video)" if has_video else ""))
+        stream = streams[0]
+        cc = stream.codec_context
+        rate = cc.sample_rate or 0
+        channels = getattr(cc, "channels", 0) or 0
+        if rate:
+            _check_rate(name, rate, max(1, channels))
+        expected = 0
+        if seekable and container.duration:
+            expected = int(container.duration / 1e6 * SAMPLE_RATE) + SAMPLE_RATE
+            expected = min(expected, size * 8 + SAMPLE_RATE) if size else expected
+        sink = _Sink(name, expected)
+        pipe = _Pipeline(name, sink)
+        damaged = None
+        bad_packets = 0
+        pending: list[np.ndarray] = []
+        pending_n = 0
+        first_rate = rate
+
+        def drain(last: bool = False) -> None:
+            nonlocal pending, pending_n
+            if pending:
+                pipe.push(np.concatenate(pending) if len(pending) > 1 else pending[0],
+                          cur_rate, last=last)
+            pending, pending_n = [], 0
+
+        cur_rate = rate
+        cur_channels = 0
+        try:
+            try:
+                for packet in container.demux(stream):
+                    try:
+                        frames = packet.decode()
+                    except (av.FFmpegError, ValueError):
+                        bad_packets += 1  # a damaged packet: skipped, as ffmpeg does
+                        continue
+                    for frame in frames:
+                        if on_audio is not None:
+                            on_audio()
+                            on_audio = None
+                        block = _frame_samples(frame)
+                        if frame.sample_rate != cur_rate or block.shape[1] != cur_channels:
+                            drain()
+                            cur_rate, cur_channels = frame.sample_rate, block.shape[1]
+                            first_rate = first_rate or cur_rate
+                        pending.append(block)
+                        pending_n += len(block)
+                        if pending_n >= _BLOCK:
+                            drain()
+            except (av.FFmpegError, OSError) as exc:
+                damaged = str(exc).strip() or type(exc).__name__
+            drain(last=True)
+            pipe.flush()
+        except BaseException:
+            sink.discard()
+            raise
+        samples, tmp = sink.finish()
+        if len(samples) == 0:
+            if damaged is not None or bad_packets:
+                raise _seek_might_help(f"{name}: audio data is corrupt or truncated "
+                                       f"({damaged or f'{bad_packets} undecodable packets'})")
+            raise AudioError(f"{name}: contains no audio samples")
+        return Audio(samples, source=name, source_rate=first_rate or SAMPLE_RATE,
+                     source_channels=channels or cur_channels or 1,
+                     truncated=damaged is not None or bad_packets > 0,
+                     clipped=pipe.clipped,
+                     stream=_describe(stream, 0, len(streams)) if len(streams) > 1 else None,
+                     streams=len(streams), reader="ffmpeg", _tmp=tmp)
+
+
+__all__ = ["SAMPLE_RATE", "Audio", "AudioError", "display_name", "load_audio", "resample"]

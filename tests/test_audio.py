@@ -7,6 +7,7 @@ to a temporary memory map so that memory does not grow with the length of the re
 from __future__ import annotations
 
 import gc
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -170,14 +171,19 @@ def test_long_file_goes_to_a_memmap_with_the_same_samples(tmp_path, speech, monk
     in_ram = load_audio(p)
     assert not isinstance(in_ram.samples, np.memmap)
     monkeypatch.setattr(audio_mod, "_IN_MEMORY_LIMIT", SAMPLE_RATE * 20)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(tmpdir))
     mapped = load_audio(p)
     assert isinstance(mapped.samples, np.memmap), "a long file must be memory-mapped"
     assert not mapped.samples.flags.writeable
     np.testing.assert_array_equal(mapped.samples, in_ram.samples)
-    tmp_name = mapped._tmp.name
-    assert Path(tmp_name).exists()
+    # The temporary file has no name: nothing can be left in TMPDIR, whatever ends the process.
+    assert not list(tmpdir.iterdir())
+    fd = mapped._tmp.fileno()
+    assert os.fstat(fd).st_size == len(in_ram.samples) * 4, "the reservation was trimmed"
     mapped.close()
-    assert not Path(tmp_name).exists(), "closing the audio removes its temporary file"
+    assert len(mapped.samples) == 0
 
 
 def test_long_resampled_stereo_file_in_a_memmap_equals_the_in_memory_result(tmp_path, speech,
