@@ -147,10 +147,16 @@ def _ffn(g: Graph, m: CT2Model, x: str, p: str, name: str, quant: str) -> str:
     return g.op("Add", x, h)
 
 
-def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True) -> tuple:
+def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
+                  alignment_heads: list | None = None) -> tuple:
     """The decoder graph. ``exact_rows=False`` builds a drafter's decoder: per-tensor int8
     activations and plain attention, faster, but a row's logits then depend on the other rows
-    of its pass; only a model used to draft (never to verify) may use it."""
+    of its pass; only a model used to draft (never to verify) may use it.
+
+    ``alignment_heads`` (``[[layer, head], ...]``, from the model's config) builds the word
+    alignment graph instead: the same decoder with one more output, ``cross_qk [A, T,
+    audio_ctx]``, the scaled cross-attention scores (before softmax) of those heads in that
+    order. It runs once per window over tokens already committed, never to decode."""
     dims = whisper_dims(m)
     d, heads = dims["n_text_state"], dims["n_text_head"]
     hd = d // heads
@@ -187,6 +193,10 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True) -> 
                 g.const([0]))
     mask = g.op("Where", g.op("Greater", cols, rows), g.const(-np.inf, np.float32),
                 g.const(0.0, np.float32))
+    heads_of: dict[int, list[int]] = {}
+    for layer, head in alignment_heads or []:
+        heads_of.setdefault(int(layer), []).append(int(head))
+    qks: list[str] = []  # the alignment heads' scores, layer by layer
 
     for i in range(dims["n_text_layer"]):
         p = f"decoder/layer_{i}"
@@ -212,6 +222,9 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True) -> 
         wq, bq = _scaled_q(m.f32(f"{p}/attention/linear_0/weight"),
                            m.f32(f"{p}/attention/linear_0/bias"), hd)
         q = g.linear(h, wq, bq, f"dec{i}.cross_q", quant)
+        if heads_of.get(i):
+            scores = g.op("MatMul", _split_heads(g, q, heads, [1, 0, 2]), cross_k[i])
+            qks.append(g.op("Gather", scores, g.const(heads_of[i]), axis=0))
         a = attend(g, _split_heads(g, q, heads, [1, 0, 2]), cross_k[i], cross_v[i], None,
                    t_len, heads, hd)
         x = g.op("Add", x, g.linear(_merge_heads(g, a), m.f32(f"{p}/attention/linear_2/weight"),
@@ -226,6 +239,10 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True) -> 
     else:
         logits = g.op("Gemm", x, "decoder.embedding", transB=1)
     g.output(logits, "logits", TensorProto.FLOAT, ["T", dims["n_vocab"]])
+    if qks:
+        # Heads in layer order (the aligner averages over them: order does not matter).
+        g.output(g.op("Concat", *qks, axis=0), "cross_qk", TensorProto.FLOAT,
+                 [len(alignment_heads), "T", "audio_ctx"])
     return g.model(), dims
 
 
