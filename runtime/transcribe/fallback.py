@@ -1,0 +1,142 @@
+"""Whisper's temperature fallback: a window that looks wrong is decoded again, sampling.
+
+openai-whisper and faster-whisper decode each 30-s window greedily first (temperature 0) and
+judge the result: text that compresses too well (``compression_ratio_threshold``, a repetition
+loop) or that the model is not confident of (average log-probability under
+``logprob_threshold``) makes the window *fall back* to the next temperature of the schedule
+(0.2, 0.4, ... 1.0 by default), where tokens are sampled from the softened distribution; a
+window that is probably silence (no-speech probability over ``no_speech_threshold`` *and* a low
+log-probability) is accepted as it is, since the loop skips it. When every temperature fails,
+the last decode is kept (whisper's rule). At a temperature above 0, ``best_of`` samples are
+drawn and the one with the highest log-probability per token wins.
+
+Here greedy windows keep whatever decoder the run has (AS²D, SD, target-only), all of which
+commit target-only greedy's tokens; a sampled window is decoded by the target alone, with a
+:class:`numpy.random.Generator` seeded from the run's seed, the window's position, the
+temperature and the sample's number. Which decoder ran the greedy attempt cannot change its
+tokens, hence not the verdict, hence not the samples: every decoder still gives the same output,
+and a run is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from as2d.runtime.whisper.logits import LogitRules
+
+# openai-whisper's default schedule: --temperature 0 --temperature_increment_on_fallback 0.2.
+DEFAULT_TEMPERATURES: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+def temperature_schedule(temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
+                         increment: float | None = None) -> tuple[float, ...]:
+    """The temperatures a window may be decoded at, in order.
+
+    A sequence is used as given. A single value with an ``increment`` (> 0) grows into
+    ``temperature, temperature + increment, ...`` up to 1.0, as openai-whisper's command line
+    does; without one it is the only temperature (no fallback). Raises ValueError for a
+    negative temperature or an empty schedule.
+    """
+    if isinstance(temperature, (int, float)):
+        t0 = float(temperature)
+        if increment is not None and increment < 0:
+            raise ValueError(f"the temperature increment must be positive, not {increment}")
+        if increment:
+            temps = tuple(round(float(t), 6)
+                          for t in np.arange(t0, 1.0 + 1e-6, float(increment)))
+            temps = temps or (t0,)  # a start above 1.0: that one temperature
+        else:
+            temps = (t0,)
+    else:
+        temps = tuple(float(t) for t in temperature)
+    if not temps:
+        raise ValueError("the temperature schedule is empty")
+    bad = [t for t in temps if not np.isfinite(t) or t < 0]
+    if bad:
+        raise ValueError(f"temperatures must be 0 or more, not {bad[0]}")
+    return temps
+
+
+def parse_temperatures(text: str, increment: float | None) -> tuple[float, ...]:
+    """``--temperature`` as typed: one number (grown by ``increment``) or a comma list."""
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"--temperature takes a number or a comma-separated list of "
+                         f"numbers, not {text!r}") from None
+    if len(values) == 1:
+        return temperature_schedule(values[0], increment)
+    return temperature_schedule(values)
+
+
+@dataclass
+class Judgement:
+    """Why a decode is (or is not) good enough to keep."""
+
+    needs_fallback: bool
+    reason: str = ""
+
+
+def judge(avg_logprob: float, compression_ratio: float, no_speech_prob: float,
+          compression_ratio_threshold: float | None, logprob_threshold: float | None,
+          no_speech_threshold: float | None) -> Judgement:
+    """openai-whisper's ``decode_with_fallback`` test of one decode."""
+    reasons = []
+    if compression_ratio_threshold is not None and compression_ratio > compression_ratio_threshold:
+        reasons.append(f"compression ratio {compression_ratio:.2f} > "
+                       f"{compression_ratio_threshold:g}")
+    if logprob_threshold is not None and avg_logprob < logprob_threshold:
+        reasons.append(f"average log-probability {avg_logprob:.2f} < {logprob_threshold:g}")
+    if (no_speech_threshold is not None and no_speech_prob > no_speech_threshold
+            and logprob_threshold is not None and avg_logprob < logprob_threshold):
+        return Judgement(False, "silence")  # the window loop skips it: no need to sample
+    return Judgement(bool(reasons), "; ".join(reasons))
+
+
+def sample(row: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """One token drawn from ``softmax(row / temperature)`` (masked entries are ``-inf``)."""
+    x = row.astype(np.float64) / temperature
+    x -= x.max()
+    cdf = np.cumsum(np.exp(x))
+    # u < cdf[-1], and a token of probability 0 owns an empty interval: never drawn.
+    u = rng.random() * cdf[-1]
+    return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
+
+
+@dataclass
+class SamplingRules(LogitRules):
+    """Whisper's logit rules, then a draw at ``temperature`` instead of the greedy choice.
+
+    Used through the same verification kernel as greedy decoding, with no candidates: each pass
+    applies the rules to one row and draws one token. The log-probabilities a window is judged
+    by stay those of the rule-masked logits (not divided by the temperature), as in whisper.
+    """
+
+    temperature: float = 1.0
+    rng: np.random.Generator | None = None
+
+    @classmethod
+    def of(cls, rules: LogitRules, temperature: float,
+           rng: np.random.Generator) -> SamplingRules:
+        base = {f.name: getattr(rules, f.name) for f in fields(LogitRules)}
+        return cls(**base, temperature=temperature, rng=rng)
+
+    def choose(self, row: np.ndarray, generated: list[int]) -> int:
+        return sample(self.apply(row, generated), self.temperature, self.rng)
+
+
+def window_rng(seed: int, seek: int, temperature: float, draw: int) -> np.random.Generator:
+    """The generator of one sampled decode: the same for every decoder and every run with
+    this ``seed``, different for each window, temperature and sample."""
+    return np.random.default_rng([int(seed), int(seek), int(round(temperature * 1000)),
+                                  int(draw)])
+
+
+def ranking_score(sum_logprob: float, n_tokens: int) -> float:
+    """whisper's ranking of ``best_of`` samples (no length penalty): log-probability per
+    token."""
+    return sum_logprob / max(1, n_tokens)

@@ -1,0 +1,296 @@
+"""Temperature fallback, as openai-whisper and faster-whisper do it, without losing losslessness.
+
+The schedule, the verdict on a decode and the sampling rule are specified on their own first;
+then on real audio made hard (a clip under white noise at -5 dB SNR, and clean clips under a raised
+log-probability threshold): windows that fall back are sampled by the target alone, with a seeded
+generator, so AS²D, classic SD and target-only still give the same tokens, a run is reproducible,
+and the seed (and nothing else) changes the sampled text. Then hotwords, the prompt reset after a
+hot window, the command line and the Python API.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from as2d.runtime.audio import load_audio
+from as2d.runtime.events import Note
+from as2d.runtime.transcribe.as2d import AS2D
+from as2d.runtime.transcribe.decoders import TargetOnly
+from as2d.runtime.transcribe.fallback import (
+    DEFAULT_TEMPERATURES,
+    judge,
+    parse_temperatures,
+    ranking_score,
+    sample,
+    temperature_schedule,
+    window_rng,
+)
+from as2d.runtime.transcribe.sd import SerialSD
+from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+from tests.helpers import cli, error_line, write_wav
+
+NEG_INF = np.float32(-np.inf)
+
+
+# -- the schedule ------------------------------------------------------------------------------
+def test_the_default_schedule_is_whispers():
+    assert DEFAULT_TEMPERATURES == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    assert temperature_schedule() == DEFAULT_TEMPERATURES
+    # openai-whisper's command line: --temperature 0 --temperature_increment_on_fallback 0.2
+    assert parse_temperatures("0", 0.2) == DEFAULT_TEMPERATURES
+
+
+def test_a_single_temperature_grows_by_the_increment_up_to_one():
+    assert temperature_schedule(0.5, 0.2) == (0.5, 0.7, 0.9)
+    assert temperature_schedule(0.0, 0.5) == (0.0, 0.5, 1.0)
+    assert temperature_schedule(0.3) == (0.3,)  # no increment: no fallback
+    assert parse_temperatures("0", 0) == (0.0,)  # increment 0: greedy only
+
+
+def test_a_list_is_used_as_given():
+    assert parse_temperatures("0, 0.5,1", 0.2) == (0.0, 0.5, 1.0)
+    assert temperature_schedule([0.0, 0.7]) == (0.0, 0.7)
+
+
+@pytest.mark.parametrize("text", ["abc", "", "0,x", "-0.2", "nan"])
+def test_a_bad_temperature_is_a_value_error(text):
+    with pytest.raises(ValueError):
+        parse_temperatures(text, 0.2)
+
+
+# -- the verdict -------------------------------------------------------------------------------
+def test_a_loop_or_low_confidence_falls_back():
+    assert judge(-0.3, 2.6, 0.0, 2.4, -1.0, 0.6).needs_fallback  # repetition
+    assert judge(-1.3, 1.2, 0.0, 2.4, -1.0, 0.6).needs_fallback  # not confident
+    assert not judge(-0.3, 1.2, 0.0, 2.4, -1.0, 0.6).needs_fallback
+
+
+def test_probable_silence_does_not_fall_back():
+    # whisper: no-speech over its threshold and a low log-probability → the loop skips it
+    verdict = judge(-1.3, 1.2, 0.9, 2.4, -1.0, 0.6)
+    assert not verdict.needs_fallback and verdict.reason == "silence"
+    # a confident window is never silence, however likely no-speech was
+    assert not judge(-0.2, 1.2, 0.9, 2.4, -1.0, 0.6).needs_fallback
+
+
+def test_thresholds_set_to_none_never_fall_back():
+    assert not judge(-9.0, 9.0, 0.0, None, None, None).needs_fallback
+
+
+# -- the sampling rule ---------------------------------------------------------------------------
+def test_a_masked_token_is_never_drawn():
+    row = np.zeros(50, np.float32)
+    row[::2] = NEG_INF
+    rng = np.random.default_rng(0)
+    assert all(sample(row, 1.0, rng) % 2 == 1 for _ in range(500))
+
+
+def test_sampling_follows_the_softened_distribution():
+    logits = np.log(np.array([0.6, 0.3, 0.1], np.float32))
+    rng = np.random.default_rng(1)
+    draws = np.bincount([sample(logits, 1.0, rng) for _ in range(4000)], minlength=3) / 4000
+    assert np.allclose(draws, [0.6, 0.3, 0.1], atol=0.03)
+    # a low temperature sharpens it towards the greedy choice
+    sharp = [sample(logits, 0.05, rng) for _ in range(200)]
+    assert sharp.count(0) == 200
+
+
+def test_the_generator_depends_on_seed_window_temperature_and_draw():
+    def first(*key):
+        return window_rng(*key).random()
+
+    base = first(0, 3000, 0.2, 0)
+    assert first(0, 3000, 0.2, 0) == base
+    assert len({base, first(1, 3000, 0.2, 0), first(0, 3001, 0.2, 0), first(0, 3000, 0.4, 0),
+                first(0, 3000, 0.2, 1)}) == 5
+
+
+def test_best_of_ranks_by_log_probability_per_token():
+    assert ranking_score(-2.0, 4) > ranking_score(-3.0, 4)
+    assert ranking_score(-3.0, 10) > ranking_score(-2.0, 4)  # longer but more confident
+    assert ranking_score(0.0, 0) == 0.0
+
+
+# -- real audio --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def noisy_clip():
+    """A LibriVox sentence under white noise (-5 dB SNR): whisper's greedy decode is not
+    confident of it (average log-probability -1.1), so its window falls back."""
+    x = load_audio("/usr/share/pocketsphinx/test/data/librivox/"
+                   "sense_and_sensibility_01_austen_64kb-0870.wav").samples
+    rng = np.random.default_rng(11)
+    noise = rng.standard_normal(len(x)).astype(np.float32)
+    noise *= np.sqrt(np.mean(x ** 2) / np.mean(noise ** 2)) * 10 ** (5 / 20)  # -5 dB
+    return (x + noise).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def long_clip(clips):
+    """Two windows of speech (44 s)."""
+    return load_audio(next(c.path for c in clips if c.name == "two_cities.wav")).samples
+
+
+@pytest.fixture(scope="module")
+def models(whisper):
+    return whisper("base", "int8", threads=2), whisper("tiny.en", "int8", threads=1,
+                                                       role="drafter")
+
+
+def run(model, decoder, audio, options, events=None):
+    listener = events.append if events is not None else None
+    return list(Transcriber(model, decoder, listener).transcribe(audio, options))
+
+
+FALLBACK = TranscribeOptions(language="en", temperatures=DEFAULT_TEMPERATURES)
+
+
+@pytest.mark.slow
+def test_a_noisy_window_falls_back_and_every_decoder_agrees(models, noisy_clip):
+    target, drafter = models
+    events: list = []
+    reference = run(target, TargetOnly(target), noisy_clip, FALLBACK, events)
+    notes = [e.message for e in events if isinstance(e, Note)]
+    assert any("decoding it again at temperature 0.2" in n for n in notes), notes
+    assert any(s.temperature > 0 for s in reference)
+    greedy = run(target, TargetOnly(target), noisy_clip, TranscribeOptions(language="en"))
+    assert [s.tokens for s in greedy] != [s.tokens for s in reference]
+    assert all(s.temperature == 0 for s in greedy)
+    tokens = [s.tokens for s in reference]
+    assert [s.tokens for s in run(target, AS2D(target, drafter), noisy_clip, FALLBACK)] == tokens
+    assert [s.tokens for s in run(target, SerialSD(target, drafter), noisy_clip,
+                                  FALLBACK)] == tokens
+
+
+@pytest.mark.slow
+def test_the_seed_makes_a_sampled_run_reproducible(models, librivox):
+    target, drafter = models
+    # Clean speech, but a bar no window clears: every window is sampled at every temperature.
+    audio = load_audio(librivox[2].path)
+    opts = TranscribeOptions(language="en", temperatures=(0.0, 0.5, 1.0), logprob_threshold=0.0,
+                             best_of=2)
+    first = run(target, AS2D(target, drafter), audio, opts)
+    assert {s.temperature for s in first} == {1.0}  # none passed: the last decode is kept
+    again = run(target, TargetOnly(target), audio, opts)
+    assert [s.tokens for s in again] == [s.tokens for s in first]
+    texts = {tuple(t for s in run(target, TargetOnly(target), audio,
+                                  TranscribeOptions(**{**vars(opts), "seed": seed}))
+                   for t in s.tokens) for seed in (1, 2, 3)}
+    assert len(texts | {tuple(t for s in first for t in s.tokens)}) > 1
+
+
+@pytest.mark.slow
+def test_clean_speech_stays_greedy_under_the_default_schedule(models, librivox):
+    target, drafter = models
+    audio = load_audio(librivox[0].path)
+    events: list = []
+    segs = run(target, AS2D(target, drafter), audio, FALLBACK, events)
+    assert all(s.temperature == 0 for s in segs)
+    assert not [e for e in events if isinstance(e, Note) and "temperature" in e.message]
+    assert [s.tokens for s in segs] == [s.tokens for s in run(target, TargetOnly(target), audio,
+                                                              TranscribeOptions(language="en"))]
+
+
+@pytest.mark.slow
+def test_a_hot_window_does_not_prompt_the_next(models, long_clip):
+    """whisper's prompt_reset_on_temperature: text sampled above 0.5 is not carried on."""
+    target, _ = models
+    x = long_clip
+    prompts: list = []
+    opts = TranscribeOptions(language="en", temperatures=(0.0, 1.0), logprob_threshold=0.0,
+                             best_of=1)
+    original = Transcriber._attempt
+
+    def spy(self, runner, window, mel, prompt, *rest):
+        prompts.append((window.index, list(prompt)))
+        return original(self, runner, window, mel, prompt, *rest)
+
+    Transcriber._attempt = spy
+    try:
+        run(target, TargetOnly(target), x, opts)
+        hot = [p for i, p in prompts if i == 1]
+        assert hot and all(target.tokenizer.sot_prev not in p for p in hot)
+        prompts.clear()
+        run(target, TargetOnly(target), x, TranscribeOptions(**{**vars(opts),
+                                                         "prompt_reset_on_temperature": 1.0}))
+        assert all(target.tokenizer.sot_prev in p for i, p in prompts if i == 1)
+    finally:
+        Transcriber._attempt = original
+
+
+@pytest.mark.slow
+def test_hotwords_lead_every_prompt_as_in_faster_whisper(models, long_clip):
+    target, _ = models
+    tk = target.tokenizer
+    x = long_clip
+    prompts: list = []
+    original = Transcriber._attempt
+
+    def spy(self, runner, window, mel, prompt, *rest):
+        prompts.append(list(prompt))
+        return original(self, runner, window, mel, prompt, *rest)
+
+    Transcriber._attempt = spy
+    try:
+        segs = run(target, TargetOnly(target), x,
+                   TranscribeOptions(language="en", hotwords="Dashwood, Norland"))
+    finally:
+        Transcriber._attempt = original
+    hot = tk.encode(" Dashwood, Norland")
+    sot_seq = tk.sot_sequence("en" if target.multilingual else None)
+    assert len(prompts) >= 2
+    first, second = prompts[0], prompts[1]
+    assert first == [tk.sot_prev] + hot + sot_seq  # nothing before: hotwords alone
+    assert second[: 1 + len(hot)] == [tk.sot_prev] + hot  # then the previous text
+    assert second[1 + len(hot):-len(sot_seq)] == [t for s in segs if s.seek == 0
+                                                  for t in s.tokens]
+
+
+# -- command line and API ---------------------------------------------------------------------
+@pytest.mark.slow
+def test_cli_fallback_is_identical_across_decoders_and_reproducible(models_root, noisy_clip,
+                                                                    tmp_path):
+    path = write_wav(tmp_path / "noisy.wav", noisy_clip)
+    outs = [cli("transcribe", path, "-l", "en", "--decoder", d, "-f", "json", "--no-live",
+                models_dir=models_root) for d in ("as2d", "target", "as2d")]
+    assert all(r.exit_code == 0 for r in outs), [r.stderr for r in outs]
+    import json
+
+    docs = [json.loads(r.stdout) for r in outs]
+    assert docs[0]["segments"] == docs[1]["segments"] == docs[2]["segments"]
+    assert any(s["temperature"] > 0 for s in docs[0]["segments"])
+    greedy = cli("transcribe", path, "-l", "en", "-f", "json", "--no-live",
+                 "--temperature-increment-on-fallback", "0", models_dir=models_root)
+    assert all(s["temperature"] == 0 for s in json.loads(greedy.stdout)["segments"])
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--temperature", "warm"], "--temperature"),
+    (["--temperature", "-1"], "temperature"),
+    (["--best-of", "0"], "--best-of"),
+    (["--seed", "-3"], "--seed"),
+])
+def test_bad_fallback_options_are_one_error_line(args, fragment, tmp_path):
+    path = write_wav(tmp_path / "a.wav", np.zeros(1600, np.float32))
+    error_line(cli("transcribe", path, *args), 2, fragment)
+
+
+@pytest.mark.slow
+def test_the_api_takes_whispers_fallback_options(models_root, noisy_clip):
+    import as2d
+
+    with as2d.Transcriber("base", decoder="target", threads=2, models_dir=models_root) as t:
+        segments, _ = t.transcribe(noisy_clip, language="en", seed=5, best_of=2)
+        sampled = list(segments)
+        segments, _ = t.transcribe(noisy_clip, language="en", temperature=0)
+        greedy = list(segments)
+        with pytest.raises(ValueError):
+            t.transcribe(noisy_clip, temperature=[])
+    assert any(s.temperature > 0 for s in sampled)
+    assert all(s.temperature == 0 for s in greedy)
+
+
+def test_the_engine_default_stays_greedy_only():
+    # Dictation, ask and the benchmark build TranscribeOptions themselves and rely on it; the
+    # command line and the Python API pass whisper's schedule.
+    assert TranscribeOptions().temperatures == (0.0,)
