@@ -9,6 +9,17 @@ word was committed; it prints the median and p90 per decoder, with the pooled de
 
     python scripts/mic_latency.py                       # the default clips, both decoders
     python scripts/mic_latency.py --speed 1 --json out.json clip1.wav clip2.wav
+    python scripts/mic_latency.py --set eval --decoders as2d,as2d:old
+
+A decoder name followed by ``:old`` runs the session as it was before the latency work (the
+final decode waits for the full ``--silence``, the tail pad is the start pad, no settle commit,
+no previous-decode candidates), so old and new are measured interleaved on the same load.
+``--set tune`` is the clips the settle/tail defaults were chosen on (LibriVox), ``--set eval``
+clips never used to tune (cards, moonshine-voice assets).
+
+False cuts are reported two ways: ``early`` counts pauses where the text was committed (a
+settle) and the speaker went on in the same utterance; ``mid`` counts utterances that ended
+(not the clip's last) with text that does not end a sentence.
 
 Columns: latency median/p90/max over utterances; ``utt decode s``, the median wall time of a
 decode of a whole utterance (speculative or final), which is the part of the latency the decoder
@@ -45,6 +56,19 @@ def default_clips() -> list[Path]:
     return clips
 
 
+def eval_clips() -> list[Path]:
+    clips = sorted(Path("/usr/share/pocketsphinx/test/data/cards").glob("*.wav"))
+    try:
+        import moonshine_voice
+
+        assets = Path(moonshine_voice.__file__).parent / "assets"
+        clips += [assets / n for n in ("beckett.wav", "two_cities.wav", "endgame_nagg_nell.wav")
+                  if (assets / n).is_file()]
+    except ImportError:
+        pass
+    return clips
+
+
 def percentile(xs: list[float], q: float) -> float:
     from as2d.cli.mic_display import percentile as p
 
@@ -61,6 +85,7 @@ def main() -> int:
     ap.add_argument("--vad", default="silero")
     ap.add_argument("--models-dir", default=os.environ.get("AS2D_MODELS_DIR"))
     ap.add_argument("--json", type=Path, help="write per-utterance figures here")
+    ap.add_argument("--set", choices=("default", "tune", "eval"), default="default")
     args = ap.parse_args()
 
     from as2d.cli.mic_display import MicStats
@@ -68,21 +93,40 @@ def main() -> int:
     from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
+    from as2d.runtime.live.endpoint import EndpointConfig
     from as2d.runtime.live.session import LiveOptions, LiveSession
     from as2d.runtime.live.sources import FileSource
     from as2d.runtime.live.vad import make_vad
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.transcriber import Transcriber
 
-    clips = args.clips or default_clips()
+    if args.clips:
+        clips = args.clips
+    elif args.set == "eval":
+        clips = eval_clips()
+    elif args.set == "tune":
+        clips = [c for c in default_clips() if "librivox" in str(c)]
+    else:
+        clips = default_clips()
     decoders = [d.strip() for d in args.decoders.split(",") if d.strip()]
+    print(f"{len(clips)} clips: {', '.join(c.name for c in clips)}", flush=True)
     total = cpu_count()
     target = load_whisper(args.model, None, args.models_dir, total)
     strategies = {}
     for d in decoders:
-        plan = plan_threads(total, d)
-        strategies[d] = build_decoder(d, target, args.drafter, "auto", plan,
+        name = d.split(":")[0]
+        plan = plan_threads(total, name)
+        strategies[d] = build_decoder(name, target, args.drafter, "auto", plan,
                                        args.models_dir, None, lambda m: None)
+
+    def live_options(d: str) -> LiveOptions:
+        if d.endswith(":old"):
+            return LiveOptions(language="en", hints=False,
+                               endpoint=EndpointConfig(tail=None, settle=None))
+        return LiveOptions(language="en")
+
+    cuts = {d: [0, 0] for d in decoders}  # early commits that resumed, mid-sentence ends
+    hints = {d: [0, 0] for d in decoders}
     results: dict[str, list[dict]] = {d: [] for d in decoders}
     pooled: dict[str, MicStats] = {d: MicStats() for d in decoders}
     load0 = os.getloadavg()[0]
@@ -93,17 +137,25 @@ def main() -> int:
             stats = MicStats()
             transcriber = Transcriber(target, strategies[d], fanout(stats, pooled[d]))
             session = LiveSession(FileSource(audio, args.speed), make_vad(args.vad),
-                                  transcriber, LiveOptions(language="en"),
+                                  transcriber, live_options(d),
                                   fanout(stats, pooled[d]), d)
             session.start()
             session.wait()
-            for u in stats.utterances:
+            if session.hinted is not None:
+                hints[d][0] += session.hinted.offered
+                hints[d][1] += session.hinted.accepted
+            for i, u in enumerate(stats.utterances):
+                cuts[d][0] += u.early_commits
+                last = i == len(stats.utterances) - 1
+                if not last and u.text and u.text.rstrip()[-1] not in ".?!":
+                    cuts[d][1] += 1
                 # Utterances decoded together (the decoder was behind) count one each.
                 for k, lat in enumerate(u.latencies or (u.latency,)):
                     results[d].append({"clip": clip.name, "utterance": u.utterance + k,
                                        "start": u.start, "end": u.end, "latency": lat,
                                        "decodes": u.decodes, "reason": u.reason,
-                                       "merged": u.merged, "text": u.text})
+                                       "merged": u.merged, "text": u.text,
+                                       "early_commits": u.early_commits})
             lat = [f"{x:.2f}" for x in stats.latencies]
             print(f"{clip.name:48s} {d:6s} latencies {' '.join(lat)}", flush=True)
     for s in strategies.values():
@@ -116,7 +168,7 @@ def main() -> int:
           f"{load0:.1f} → {load1:.1f}, {wall:.0f} s")
     print(f"{'decoder':8s} {'utts':>5s} {'median s':>9s} {'p90 s':>7s} {'max s':>7s} "
           f"{'decodes':>8s} {'utt decode s':>13s} {'tok/s':>7s} {'accept':>7s} "
-          f"{'encode s':>9s}")
+          f"{'encode s':>9s} {'early':>6s} {'mid':>4s} {'hints':>10s}")
     summary = {}
     for d in decoders:
         lat = [r["latency"] for r in results[d] if r["latency"] is not None]
@@ -130,7 +182,11 @@ def main() -> int:
             print(f"{d:8s} {len(lat):5d} {statistics.median(lat):9.2f} "
                   f"{percentile(lat, 90):7.2f} {max(lat):7.2f} {s['decodes']:8d} "
                   f"{whole:13.2f} {s['tokens_per_second']:7.1f} {acc:>7s} "
-                  f"{s['encode_seconds']:9.1f}")
+                  f"{s['encode_seconds']:9.1f} {cuts[d][0]:6d} {cuts[d][1]:4d} "
+                  f"{hints[d][1]:>4d}/{hints[d][0]:<5d}")
+        summary[d]["false_cuts"] = {"early_commit_resumed": cuts[d][0],
+                                    "mid_sentence_ends": cuts[d][1]}
+        summary[d]["hint_candidates"] = {"offered": hints[d][0], "accepted": hints[d][1]}
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "utterances": results},
                                         indent=2) + "\n")

@@ -23,7 +23,7 @@ import typer
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.engine import parse_decoder
-from as2d.cli.errors import UserError
+from as2d.cli.errors import UserError, interrupt_code
 from as2d.cli.paths import write_json
 from as2d.cli.resolve import load_whisper, make_note
 from as2d.decoding import Decoder
@@ -73,7 +73,16 @@ class MicRequest:
         "--min-speech",
         help="Seconds of speech an utterance needs (shorter noises are ignored).")] = 0.25
     pad: Annotated[float, typer.Option(
-        "--pad", help="Seconds of audio kept before and after the speech.")] = 0.25
+        "--pad", help="Seconds of audio kept before the speech.")] = 0.25
+    tail: Annotated[float, typer.Option(
+        "--tail", help="Seconds of silence kept after the speech; the utterance's final "
+                       "decode starts once they are in.")] = 0.1
+    settle: Annotated[float, typer.Option(
+        "--settle", help="Seconds of pause that commit the utterance's text (it stays open "
+                         "until --silence); 0: commit only when it ends.")] = 0.25
+    hints: Annotated[bool, typer.Option(
+        "--hints/--no-hints", help="Offer the previous decode of the utterance as candidates "
+                                   "to the next one (same text, fewer passes).")] = True
     max_utterance: Annotated[float, typer.Option(
         "--max-utterance", help="Cut utterances longer than this (seconds), at their quietest "
                                 "recent point.")] = 20.0
@@ -129,8 +138,11 @@ def validate(req: MicRequest):
     if not 1 <= req.agreement <= 5:
         raise UserError("--agreement must be between 1 and 5 hypotheses", 2)
     config = EndpointConfig(threshold=req.threshold, min_speech=req.min_speech,
-                            min_silence=req.silence, pad=req.pad,
+                            min_silence=req.silence, pad=req.pad, tail=req.tail,
+                            settle=_settle(req.settle, req.silence),
                             max_utterance=req.max_utterance)
+    if req.tail < 0 or req.settle < 0:
+        raise UserError("--tail and --settle cannot be negative", 2)
     try:
         config.validate()
     except ValueError as exc:
@@ -210,7 +222,7 @@ def run_mic(req: MicRequest) -> int:
     strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
                               req.models_dir, reporter, note, encoder=req.encoder)
     options = LiveOptions(endpoint=endpoint, interval=req.interval, agreement=req.agreement,
-                          language=language, prompt=req.prompt)
+                          language=language, prompt=req.prompt, hints=req.hints)
     transcriber = Transcriber(target, strategy, fanout(stats, reporter))
     session = LiveSession(source, vad, transcriber, options, listener, req.decoder,
                           strategy.drafter_name)
@@ -244,7 +256,7 @@ def _wait(session, reporter) -> int:
     while True:
         try:
             if session.wait(0.1):
-                return 130 if interrupts > 1 else 0
+                return interrupt_code(130) if interrupts > 1 else interrupt_code(0)
         except KeyboardInterrupt:
             interrupts += 1
             if interrupts == 1:
@@ -254,3 +266,10 @@ def _wait(session, reporter) -> int:
             else:
                 reporter.note("quitting: keeping what was committed")
                 session.abort()
+
+
+def _settle(settle: float, silence: float) -> float | None:
+    """0 turns the early commit off; a settle longer than the silence is the silence."""
+    if settle == 0:
+        return None
+    return min(settle, silence) if settle > 0 else settle

@@ -8,16 +8,20 @@ and replayed offline. It follows Silero's own streaming rules, tuned for dictati
   not split a word.
 * **Minimum speech.** An utterance exists only once it holds ``min_speech`` seconds of voiced
   frames; a cough or a click that ends earlier is dropped without a decode.
-* **End of utterance.** ``min_silence`` seconds below ``neg_threshold`` close it. Half-way
-  there, once ``pad`` seconds of silence are in, a *tentative end* is announced: the caller may
-  decode the utterance right away, because its final audio (speech plus ``pad``) is complete;
-  if the silence holds, that decode is the final one and the end-of-speech latency is the
-  decode's, not the silence's plus the decode's.
+* **End of utterance.** ``min_silence`` seconds below ``neg_threshold`` close it. Long before
+  that, once ``tail`` seconds of silence are in (a few frames), a *tentative end* is announced:
+  the caller may decode the utterance right away, because its final audio (speech plus
+  ``tail``) is complete; if the silence holds, that decode is the final one. Once ``settle``
+  seconds of silence are in, a *settle* is announced: the speaker has paused long enough for
+  the tentative decode's text to be committed, though the utterance stays open (its audio is
+  not cut) until ``min_silence``; speech that resumes in between continues the same utterance.
+  So the end-of-speech latency is ``max(settle, tail + decode)``, not ``min_silence + decode``.
 * **Maximum length.** An utterance reaching ``max_utterance`` seconds is cut at the least
   speech-like frame of its last ``cut_search`` seconds, and the next one starts there: Whisper
   decodes at most 30 s at a time, and a long monologue should still commit as it goes.
 * **Padding.** Each utterance's audio starts ``pad`` seconds before its first voiced frame and
-  ends ``pad`` seconds after its last one: Whisper transcribes clipped words badly.
+  ends ``tail`` seconds after its last one: Whisper transcribes clipped words badly (the VAD's
+  end-of-speech threshold already lets the last syllable decay, so the tail can be short).
 
 Positions are sample indices from the start of the stream.
 """
@@ -36,7 +40,9 @@ class EndpointConfig:
     neg_threshold: float | None = None  # default: threshold - 0.15
     min_speech: float = 0.25  # seconds of voiced frames before an utterance counts
     min_silence: float = 0.5  # seconds of silence that end an utterance
-    pad: float = 0.25  # seconds of audio kept before and after the speech
+    pad: float = 0.25  # seconds of audio kept before the speech
+    tail: float | None = 0.1  # seconds kept after it (None: ``pad``); the tentative end's wait
+    settle: float | None = 0.25  # seconds of silence that commit the text (None: at the end)
     max_utterance: float = 20.0  # seconds; longer speech is cut
     cut_search: float = 3.0  # seconds before the limit searched for the quietest cut
 
@@ -52,10 +58,18 @@ class EndpointConfig:
             raise ValueError("--min-speech and --pad cannot be negative")
         if self.min_silence <= 0:
             raise ValueError("--silence must be positive")
+        if self.tail is not None and self.tail < 0:
+            raise ValueError("--tail cannot be negative")
+        if self.settle is not None and not 0 < self.settle <= self.min_silence:
+            raise ValueError("--settle must be positive and at most --silence")
         if self.max_utterance < 2.0:
             raise ValueError("--max-utterance must be at least 2 seconds")
         if self.max_utterance <= 2 * self.pad + self.min_speech:
             raise ValueError("--max-utterance is too short for the padding and minimum speech")
+
+    @property
+    def end_pad(self) -> float:
+        return self.pad if self.tail is None else self.tail
 
     @property
     def negative(self) -> float:
@@ -69,8 +83,9 @@ class Boundary:
     """One decision of the endpointer.
 
     ``kind``: ``start`` (an utterance is confirmed; ``start`` is where its audio begins),
-    ``tentative`` (``pad`` of silence after speech: the audio up to ``end`` is final unless the
-    speaker resumes), ``resume`` (speech came back after a tentative end), ``end`` (the
+    ``tentative`` (``tail`` of silence after speech: the audio up to ``end`` is final unless the
+    speaker resumes), ``settle`` (``settle`` of silence: commit the tentative decode's text;
+    same ``start``/``end``), ``resume`` (speech came back after a tentative end), ``end`` (the
     utterance is over: audio ``start``..``end``, last voiced sample ``speech_end``), or
     ``drop`` (too little speech: forget it).
     """
@@ -94,8 +109,10 @@ class Endpointer:
         c = self.config
         self._thr, self._neg = c.threshold, c.negative
         self._pad = int(round(c.pad * rate))
+        self._tail = int(round(c.end_pad * rate))
+        self._settle = None if c.settle is None else int(round(c.settle * rate))
         self._min_speech = int(round(c.min_speech * rate))
-        self._min_silence = max(int(round(c.min_silence * rate)), self._pad)
+        self._min_silence = max(int(round(c.min_silence * rate)), self._tail)
         self._max = int(round(c.max_utterance * rate))
         self._search = max(frame, int(round(c.cut_search * rate)))
         self.frames = 0  # frames seen
@@ -112,6 +129,7 @@ class Endpointer:
         self._speech_end = 0  # end of the last voiced frame (sample)
         self._silent_from: int | None = None  # first silent sample after speech
         self._tentative = False
+        self._settled = False
         self._probs: list[tuple[int, float]] = []  # (frame start, prob) of the current utterance
 
     @property
@@ -156,7 +174,7 @@ class Endpointer:
                 self._voiced += self.frame
                 self._speech_end = i1
                 if self._tentative:
-                    self._tentative = False
+                    self._tentative = self._settled = False
                     out.append(Boundary("resume", self.utterances, self._start))
                 self._confirm(out)
             else:
@@ -164,10 +182,15 @@ class Endpointer:
                 if silent >= self._min_silence:
                     self._close(out, "silence", i1)
                     return out
-                if (self.confirmed and not self._tentative and silent >= self._pad):
+                if self.confirmed and not self._tentative and silent >= self._tail:
                     self._tentative = True
                     out.append(Boundary("tentative", self.utterances, self._start,
-                                        self._speech_end + self._pad, self._speech_end))
+                                        self._speech_end + self._tail, self._speech_end))
+                if (self._tentative and not self._settled and self._settle is not None
+                        and silent >= self._settle):
+                    self._settled = True
+                    out.append(Boundary("settle", self.utterances, self._start,
+                                        self._speech_end + self._tail, self._speech_end))
         if self.active and self.confirmed and i1 - self._start >= self._max:
             self._cut(out, i1)
         return out
@@ -188,7 +211,7 @@ class Endpointer:
 
     def _close(self, out: list[Boundary], reason: str, available: int) -> None:
         if self.confirmed:
-            end = min(self._speech_end + self._pad, max(available, self._speech_end))
+            end = min(self._speech_end + self._tail, max(available, self._speech_end))
             out.append(Boundary("end", self.utterances, self._start, end, self._speech_end,
                                 reason))
             self._floor = end

@@ -107,6 +107,9 @@ class UtteranceDone:
     merged: int = 1
     # End of speech → committed, for each of them (the last one is ``latency``).
     latencies: tuple[float, ...] = ()
+    # Pauses where the text was committed (a settle) and the speaker then went on in the
+    # same utterance: each is a place where the dictation was cut inside the speech.
+    early_commits: int = 0
 
 
 @dataclass(frozen=True)

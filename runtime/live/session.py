@@ -24,11 +24,9 @@ words are never withdrawn, so a writer can append them to a file as they come.
 
 from __future__ import annotations
 
-import bisect
 import math
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -56,7 +54,10 @@ from as2d.runtime.live.events import (
     UtteranceStarted,
     VoiceLevel,
 )
+from as2d.runtime.live.hints import HintedDecoder
+from as2d.runtime.live.jobs import Job, Jobs
 from as2d.runtime.live.sources import AudioInputError, AudioSource
+from as2d.runtime.live.timeline import Buffer, Clock
 from as2d.runtime.live.vad import VoiceDetector
 from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
 
@@ -80,109 +81,8 @@ class LiveOptions:
     no_speech_threshold: float | None = 0.6
     level_interval: float = 0.1  # seconds between VoiceLevel events
     speculative_final: bool = True  # decode at the tentative end, reuse it if the end holds
-
-
-@dataclass
-class _Job:
-    utterance: int
-    start: int  # samples (stream positions)
-    end: int
-    samples: np.ndarray
-    final: bool
-    submitted: float
-    speech_end_wall: float | None = None
-    speech_end: int = 0
-    reason: str = ""
-    urgent: bool = False
-    cancelled: bool = False
-    # A final decode that covers several ended utterances (merged while the decoder was
-    # behind): (utterance, speech_end sample, speech_end wall) of each, in order.
-    members: list = field(default_factory=list)
-
-    @property
-    def span(self) -> tuple[int, int]:
-        return self.start, self.end
-
-
-class _Jobs:
-    """Final decodes in order, plus the newest growing-utterance decode (older ones dropped)."""
-
-    def __init__(self, cancel_running) -> None:
-        self._cond = threading.Condition()
-        self._finals: deque[_Job] = deque()
-        self._partial: _Job | None = None
-        self._closed = False
-        self.running: _Job | None = None
-        self._cancel_running = cancel_running
-        self.last_finished = 0.0  # perf_counter() when the last job ended
-        self.last_partial_seconds = 0.0  # how long the last growing-utterance decode took
-
-    def submit(self, job: _Job) -> None:
-        with self._cond:
-            if self._closed:
-                return
-            run = self.running
-            if job.final:
-                if self._partial is not None and self._partial.utterance <= job.utterance:
-                    self._partial = None  # superseded (an equal span is decoded as the final)
-                self._finals.append(job)
-            else:
-                self._partial = job
-            if (run is not None and not run.final and run.span != job.span
-                    and (job.final or job.urgent)):
-                run.cancelled = True
-                self._cancel_running()
-            self._cond.notify_all()
-
-    def take_mergeable(self, ok) -> _Job | None:
-        """The next queued final, if ``ok(job)`` says it may join the running one."""
-        with self._cond:
-            if self._finals and ok(self._finals[0]):
-                return self._finals.popleft()
-            return None
-
-    def idle(self) -> bool:
-        with self._cond:
-            return self.running is None and self._partial is None and not self._finals
-
-    def take(self) -> _Job | None:
-        with self._cond:
-            while True:
-                if self._finals:
-                    job = self._finals.popleft()
-                elif self._partial is not None:
-                    job, self._partial = self._partial, None
-                elif self._closed:
-                    return None
-                else:
-                    self._cond.wait()
-                    continue
-                self.running = job
-                return job
-
-    def finished(self, seconds: float) -> None:
-        with self._cond:
-            if self.running is not None and not self.running.final and seconds > 0:
-                self.last_partial_seconds = seconds
-            self.running = None
-            self.last_finished = time.perf_counter()
-
-    def close(self) -> None:
-        """No more jobs: the decoder finishes the queued finals, then stops."""
-        with self._cond:
-            self._closed = True
-            self._partial = None
-            self._cond.notify_all()
-
-    def abort(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._partial = None
-            self._finals.clear()
-            if self.running is not None:
-                self.running.cancelled = True
-                self._cancel_running()
-            self._cond.notify_all()
+    # The previous decode of the same utterance is offered as candidates to the next one.
+    hints: bool = True
 
 
 @dataclass
@@ -193,65 +93,9 @@ class _Utterance:
     committed_any: bool = False
     last_commit_wall: float = 0.0
     cache: tuple | None = None  # (span, text, tokens, target seconds) of the latest decode
-
-
-class _Clock:
-    """Maps stream sample positions to the wall time they were captured at."""
-
-    def __init__(self, speed: float | None) -> None:
-        self.rate = SAMPLE_RATE * (speed if speed else 1.0)
-        self.paced = speed is None or speed > 0
-        self.ends: list[int] = []
-        self.walls: list[float] = []
-
-    def add(self, end: int, wall: float) -> None:
-        self.ends.append(end)
-        self.walls.append(wall)
-        if len(self.ends) > 8192:
-            del self.ends[:4096], self.walls[:4096]
-
-    def wall_of(self, sample: int) -> float | None:
-        if not self.ends:
-            return None
-        i = bisect.bisect_left(self.ends, sample)
-        if i >= len(self.ends):
-            i = len(self.ends) - 1
-        wall = self.walls[i]
-        if self.paced:
-            wall -= max(0, self.ends[i] - sample) / self.rate
-        return wall
-
-
-class _Buffer:
-    """The recent stream: samples from ``base`` on; the part before an utterance is trimmed."""
-
-    def __init__(self) -> None:
-        self.data = np.zeros(SAMPLE_RATE * 32, np.float32)
-        self.base = 0
-        self.n = 0  # valid samples in data
-
-    @property
-    def end(self) -> int:
-        return self.base + self.n
-
-    def append(self, x: np.ndarray) -> None:
-        if self.n + len(x) > len(self.data):
-            grown = np.zeros(max(len(self.data) * 2, self.n + len(x)), np.float32)
-            grown[: self.n] = self.data[: self.n]
-            self.data = grown
-        self.data[self.n : self.n + len(x)] = x
-        self.n += len(x)
-
-    def slice(self, a: int, b: int) -> np.ndarray:
-        a, b = max(a, self.base), min(b, self.end)
-        return self.data[a - self.base : b - self.base].copy()
-
-    def trim(self, before: int) -> None:
-        drop = min(max(0, before - self.base), self.n)
-        if drop:
-            self.data[: self.n - drop] = self.data[drop : self.n]
-            self.n -= drop
-            self.base += drop
+    hint: list[int] | None = None  # the latest decode's tokens (the next one's candidates)
+    settled: bool = False  # a settle committed the text at the current pause
+    early_commits: int = 0  # settles after which the speaker went on
 
 
 class LiveSession:
@@ -269,12 +113,17 @@ class LiveSession:
         # The transcriber reports to us too (tokens of each decode, and the start of each
         # run, where a cancellation that came too early is repeated).
         transcriber.emit = fanout(self._tap, _without_language_notes(transcriber.emit))
+        self.hinted: HintedDecoder | None = None
+        if self.options.hints:
+            if not isinstance(transcriber.decoder, HintedDecoder):
+                transcriber.decoder = HintedDecoder(transcriber.decoder)
+            self.hinted = transcriber.decoder
         self.decoder_name, self.drafter_name = decoder, drafter
         self.endpointer = Endpointer(self.options.endpoint, vad.frame_samples, SAMPLE_RATE)
         self.language = self.options.language
-        self._jobs = _Jobs(self.transcriber.stop)
-        self._buffer = _Buffer()
-        self._clock = _Clock(source.speed)
+        self._jobs = Jobs(self.transcriber.stop)
+        self._buffer = Buffer()
+        self._clock = Clock(source.speed)
         self._utts: dict[int, _Utterance] = {}
         self._open: int | None = None  # utterance being spoken
         self._last_submit = 0  # stream position of the last growing-utterance decode
@@ -283,7 +132,7 @@ class LiveSession:
         self._aborted = threading.Event()
         self._done = threading.Event()
         self._listener_done = threading.Event()
-        self._job: _Job | None = None
+        self._job: Job | None = None
         self._win_tokens = 0
         self._win_seconds = 0.0
         self._dropped_noted = 0.0
@@ -328,6 +177,11 @@ class LiveSession:
     @property
     def text(self) -> str:
         return " ".join(self.committed)
+
+    def backlog(self) -> tuple[float, int]:
+        """(seconds of audio queued at the input, final decodes queued): both stay bounded
+        in a session that keeps up."""
+        return self.source.queued_seconds, self._jobs.backlog
 
     # -- the listener thread ----------------------------------------------------------------------
     def _listen(self) -> None:
@@ -422,8 +276,20 @@ class LiveSession:
             self._tentative = True
             if self.options.speculative_final:
                 self._submit(b.utterance, b.start, b.end, final=False, urgent=True)
+        elif b.kind == "settle":
+            # The pause is long enough: commit the speculative final's text now (the decode
+            # started at the tentative end; this job reuses it, or waits for it).
+            u = self._utts.get(b.utterance)
+            if u is not None:
+                u.settled = True
+            self._submit(b.utterance, b.start, b.end, final=False, urgent=True, commit=True,
+                         speech_end=b.speech_end)
         elif b.kind == "resume":
             self._tentative = False
+            u = self._utts.get(b.utterance)
+            if u is not None and u.settled:  # read on the listener thread only
+                u.settled = False
+                u.early_commits += 1
         elif b.kind == "end":
             self._open = None
             self._tentative = False
@@ -433,12 +299,12 @@ class LiveSession:
                          reason=b.reason)
 
     def _submit(self, utt: int, start: int, end: int, final: bool, urgent: bool = False,
-                speech_end: int = 0, reason: str = "") -> None:
+                speech_end: int = 0, reason: str = "", commit: bool = False) -> None:
         samples = self._buffer.slice(start, end)
         if len(samples) == 0:
             return
-        job = _Job(utt, start, end, samples, final, time.perf_counter(), urgent=urgent,
-                   speech_end=speech_end, reason=reason)
+        job = Job(utt, start, end, samples, final, time.perf_counter(), urgent=urgent,
+                  speech_end=speech_end, reason=reason, commit=commit)
         if final:
             job.speech_end_wall = self._clock.wall_of(speech_end)
         else:
@@ -472,7 +338,7 @@ class LiveSession:
                                  time.perf_counter() - self._started, audio))
             self._done.set()
 
-    def _merge_backlog(self, job: _Job) -> _Job:
+    def _merge_backlog(self, job: Job) -> Job:
         """Join the finals queued behind ``job`` into one decode while they fit one window.
 
         Only utterances with nothing committed yet are joined (their text is settled by this
@@ -503,14 +369,14 @@ class LiveSession:
             last = nxt
         if len(members) == 1:
             return job
-        merged = _Job(job.utterance, job.start, last.end, np.concatenate(parts), True,
-                      job.submitted, last.speech_end_wall, last.speech_end, last.reason,
-                      members=members)
+        merged = Job(job.utterance, job.start, last.end, np.concatenate(parts), True,
+                     job.submitted, last.speech_end_wall, last.speech_end, last.reason,
+                     members=members)
         self.emit(Note(f"decoder behind: utterances {members[0][0]}-{members[-1][0]} decoded "
                        "together", level="debug"))
         return merged
 
-    def _run(self, job: _Job) -> None:
+    def _run(self, job: Job) -> None:
         u = self._utts.get(job.utterance)
         if u is None:  # pragma: no cover - a job always follows its start boundary
             u = self._utts[job.utterance] = _Utterance(job.utterance,
@@ -533,7 +399,8 @@ class LiveSession:
             text, tokens, target_s = out
             u.cache = (job.span, text, tokens, target_s)
             u.decodes += 1
-        new = u.agreement.update(text, final=job.final)
+        # A settle commits the whole hypothesis, like a final, but the utterance stays open.
+        new = u.agreement.update(text, final=job.final or job.commit)
         now = time.perf_counter()
         if new:
             self.committed.extend(new)
@@ -552,18 +419,22 @@ class LiveSession:
             done = UtteranceDone(job.utterance, u.agreement.committed_text,
                                  job.start / SAMPLE_RATE, job.end / SAMPLE_RATE,
                                  job.speech_end / SAMPLE_RATE, job.reason, latency, u.decodes,
-                                 tokens, target_s, len(members), latencies)
+                                 tokens, target_s, len(members), latencies, u.early_commits)
             self.results.append(done)
             self._utts.pop(job.utterance, None)
             self.emit(done)
 
-    def _decode(self, job: _Job) -> tuple[str, int, float] | None:
+    def _decode(self, job: Job) -> tuple[str, int, float] | None:
         opts = TranscribeOptions(language=self.language, initial_prompt=self._prompt(job),
                                  no_speech_threshold=self.options.no_speech_threshold)
         audio = Audio(job.samples, source=f"utterance {job.utterance}")
         info = TranscriptionInfo(None, 0.0, audio.duration)
         self._job = job
         self._win_tokens, self._win_seconds = 0, 0.0
+        u = self._utts.get(job.utterance)
+        if self.hinted is not None:
+            self.hinted.previous = u.hint if u is not None and not job.members else None
+            self.hinted.last = None
         texts: list[str] = []
         gen = self.transcriber.transcribe(audio, opts, info)
         try:
@@ -572,6 +443,8 @@ class LiveSession:
         finally:
             gen.close()
             self._job = None
+            if self.hinted is not None and u is not None and self.hinted.last:
+                u.hint = self.hinted.last  # even a cancelled decode's prefix is a good guess
         if info.interrupted:  # cancelled (a decode that completed first is still good)
             return None
         if self.language is None and info.language and (job.final or
@@ -581,7 +454,7 @@ class LiveSession:
                            "kept for the rest of the session"))
         return "".join(texts).strip(), self._win_tokens, self._win_seconds
 
-    def _prompt(self, job: _Job) -> str | None:
+    def _prompt(self, job: Job) -> str | None:
         """The dictation so far, before this utterance: Whisper continues its style."""
         if not self.options.prompt or not self.committed:
             return None

@@ -59,6 +59,12 @@ class AudioSource:
     def dropped_seconds(self) -> float:
         return 0.0
 
+    @property
+    def queued_seconds(self) -> float:
+        """Audio captured but not yet read by the session (the input queue's depth)."""
+        q, block = getattr(self, "_q", None), getattr(self, "_block_seconds", 0.0)
+        return q.qsize() * block if q is not None else 0.0
+
 
 _END = object()
 
@@ -75,6 +81,7 @@ class FileSource(AudioSource):
         self.rate = audio.source_rate
         self.speed = speed
         self.block = block
+        self._block_seconds = block / SAMPLE_RATE
         self._q: queue.Queue = queue.Queue(maxsize=max(4, int(queue_seconds * SAMPLE_RATE
                                                               / block)))
         self._stop = threading.Event()
@@ -190,6 +197,7 @@ class MicSource(AudioSource):
         self.name = f"microphone: {self.info['name']}"
         self.rate = self._pick_rate()
         self.block = max(64, int(round(self.rate * block_seconds)))
+        self._block_seconds = self.block / self.rate
         self._q: queue.Queue = queue.Queue(maxsize=max(8, int(queue_seconds / block_seconds)))
         self._dropped = 0  # samples lost to a full queue
         self._finished = threading.Event()
