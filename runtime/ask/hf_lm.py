@@ -45,9 +45,12 @@ def _read_json(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise HFModelError(f"{path.name} cannot be read ({exc})") from None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # also bad UTF-8 and numbers too long to parse
+        raise HFModelError(f"{path.name} cannot be read ({str(exc)[:200]})") from None
+    if not isinstance(data, dict):
+        raise HFModelError(f"{path.name} is not a JSON object")
+    return data
 
 
 def _token_text(value) -> str | None:
@@ -60,9 +63,11 @@ def _token_text(value) -> str | None:
 def _ids(value) -> list[int]:
     if value is None:
         return []
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
-    return [int(value)]
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31
+               for v in values):
+        raise HFModelError(f"token ids must be non-negative integers, not {str(value)[:60]}")
+    return list(values)
 
 
 class HFTokenizer(TokenizerBase):
@@ -71,7 +76,12 @@ class HFTokenizer(TokenizerBase):
 
     def __init__(self, path: Path, config: dict, generation: dict, tok_config: dict) -> None:
         self.path = path
-        self.tok = Tokenizer.from_file(str(path))
+        try:
+            self.tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the tokenizers library raises its own Exception types
+            raise HFModelError(f"tokenizer.json cannot be read "
+                               f"({str(exc).splitlines()[0][:200] if str(exc) else exc!r})") \
+                from None
         tok = self.tok
 
         def lookup(name: str) -> int | None:
@@ -136,6 +146,8 @@ class HFCausalLM(LMBackend):
             template = next((t.get("template") for t in template
                              if t.get("name") == "default"), None)
         self.chat_template: str | None = template if isinstance(template, str) else None
+        if self.chat_template is not None:
+            self._check_template()
         try:
             self.session = make_session(graph, threads)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
@@ -147,8 +159,11 @@ class HFCausalLM(LMBackend):
             raise HFModelError(f"{graph.name} does not look like a causal LM export (needs "
                                "input_ids → logits)")
         self._layers = self._cache_layout()
-        limit = int(config.get("max_position_embeddings") or config.get("n_positions")
-                    or config.get("max_sequence_length") or DEFAULT_CAPACITY)
+        limit = (config.get("max_position_embeddings") or config.get("n_positions")
+                 or config.get("max_sequence_length") or DEFAULT_CAPACITY)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 64:
+            raise HFModelError(f"config.json: the context length must be an integer of at "
+                               f"least 64, not {str(limit)[:40]}")
         self.capacity = min(limit, int(capacity or DEFAULT_CAPACITY))
         self.row_invariant: bool | None = None
         self.row_check: dict = {}
@@ -160,6 +175,21 @@ class HFCausalLM(LMBackend):
                            "NOT exact: answers are generated without candidates")
                 progress(f"{self.name}: multi-token passes vs single-token passes "
                          f"{verdict} (checked in {time.perf_counter() - t0:.1f} s)")
+
+    def _check_template(self) -> None:
+        """Render the chat template once at load (in the bounded sandbox: the folder is
+        untrusted) so a broken or hostile one is refused before anything is transcribed."""
+        from as2d.runtime.ask.template import TemplateError, render_chat_template
+
+        try:
+            out = render_chat_template(self.chat_template,
+                                       messages=[{"role": "user", "content": "\x00Q\x00"}],
+                                       add_generation_prompt=True, bos_token="", eos_token="")
+        except TemplateError as exc:
+            raise HFModelError(f"tokenizer_config.json: {exc}") from None
+        if "\x00Q\x00" not in out:
+            raise HFModelError("tokenizer_config.json: the chat template does not show the "
+                               "user's message")
 
     # -- layout ---------------------------------------------------------------------------------
     def _cache_layout(self) -> list[tuple[str, str, str, str]]:
