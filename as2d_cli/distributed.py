@@ -1,0 +1,454 @@
+"""Transcribe an archive on a Ray cluster: actors that load the models once, dynamic dispatch
+(longest file first), a JSONL manifest that makes a run resumable, and no terminal code.
+
+The pieces:
+
+- :func:`discover` turns inputs (files, folders searched recursively, list files) into
+  :class:`Job` s, sorted longest first (the duration from the file's header where libsndfile
+  can read one, else its size).
+- :class:`Manifest` is ``OUT/manifest.jsonl``: one row per file per run, appended and flushed
+  as each file ends (identity: absolute path, size, mtime; status, duration, wall, worker,
+  error, attempts). A file whose last row is ``done`` and whose outputs exist is skipped by
+  the next run; ``failed`` ones are tried again.
+- :class:`BatchWorker` is the Ray actor: it loads the target and drafter once (through
+  :mod:`as2d.loading` and :func:`as2d.decoding.build_decoder`, like :mod:`as2d.api`), runs the
+  same engine as ``as2d transcribe`` and writes the outputs itself, atomically
+  (:class:`as2d.writers.FileOutputs`: temp file + rename), to the shared output folder.
+- :func:`run_batch` keeps one file in flight per actor; a file that raises is retried
+  (``retries``) and then recorded as ``failed``; an actor that dies is replaced and its file
+  retried; a first KeyboardInterrupt stops dispatching and waits for the files in flight
+  (each is written and recorded), a second one gives them up (nothing half-written is left,
+  and none of them is recorded, so the next run does them).
+
+Ray is imported here only; the engine (:mod:`as2d.runtime`) knows nothing of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+AUDIO_EXTENSIONS = frozenset(
+    ".wav .flac .ogg .oga .mp3 .opus .aiff .aif .au .caf .m4a .aac .wma .webm .mp4 .m4v "
+    ".mkv .mov .avi .mpg .mpeg .ts .amr".split())
+LIST_EXTENSIONS = frozenset({".txt", ".lst", ".list"})
+MANIFEST = "manifest.jsonl"
+
+
+class BatchError(Exception):
+    """Something the user can fix: an input that does not exist, no Ray installed, ..."""
+
+
+# -- inputs -----------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One input file: its identity (absolute path, size, mtime), its expected length, and the
+    output name (``stem``) it was given for the whole archive."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    duration: float | None = None  # from the header; None when it cannot be read cheaply
+    stem: str = ""
+    source: str = ""  # the path as the user gave or found it (written into the json)
+    attempts: int = 0
+    lost_on: list[str] = field(default_factory=list)  # workers that died on it
+
+    @property
+    def identity(self) -> tuple[str, int, int]:
+        return (self.path, self.size, self.mtime_ns)
+
+    @property
+    def weight(self) -> float:
+        """What "longest first" sorts by: seconds, or bytes at 16 kHz 16-bit mono."""
+        return self.duration if self.duration is not None else self.size / 32000.0
+
+
+def _header_duration(path: Path) -> float | None:
+    try:
+        import soundfile
+
+        info = soundfile.info(str(path))
+        return info.frames / info.samplerate if info.samplerate else None
+    except Exception:  # not libsndfile's (mp4, m4a, ...) or damaged: the size will do
+        return None
+
+
+def _expand(inputs: Iterable[str | Path]) -> list[Path]:
+    found: list[Path] = []
+    for raw in inputs:
+        p = Path(raw)
+        if p.is_dir():
+            found.extend(sorted(q for q in p.rglob("*")
+                                if q.suffix.lower() in AUDIO_EXTENSIONS and q.is_file()))
+        elif p.suffix.lower() in LIST_EXTENSIONS and p.is_file():
+            base = p.parent
+            for line in p.read_text(encoding="utf-8").splitlines():
+                line = line.strip()
+                if line and not line.startswith("#"):
+                    q = Path(line)
+                    found.extend(_expand([q if q.is_absolute() else base / q]))
+        elif p.exists():
+            found.append(p)
+        else:
+            raise BatchError(f"{raw}: no such file or folder")
+    return found
+
+
+def discover(inputs: Iterable[str | Path]) -> list[Job]:
+    """The files to transcribe, once each, longest first, each with its own output stem.
+
+    Stems are given in path order (``x``, then ``x-2`` for a second ``x.wav`` elsewhere), so
+    the same archive always gets the same names, whichever files are already done.
+    """
+    seen: dict[str, Job] = {}
+    for p in _expand(inputs):
+        absolute = os.path.abspath(p)
+        if absolute in seen:
+            continue
+        st = p.stat()
+        seen[absolute] = Job(absolute, st.st_size, st.st_mtime_ns, _header_duration(p),
+                             source=str(p))
+    taken: set[str] = set()
+    for job in sorted(seen.values(), key=lambda j: j.path):
+        stem = Path(job.path).stem or "audio"
+        name, n = stem, 2
+        while name in taken:
+            name, n = f"{stem}-{n}", n + 1
+        taken.add(name)
+        job.stem = name
+    return sorted(seen.values(), key=lambda j: (-j.weight, j.path))
+
+
+# -- manifest ---------------------------------------------------------------------------------
+class Manifest:
+    """``OUT/manifest.jsonl``: rows appended, flushed and fsynced one file at a time, so an
+    interrupted run (Ctrl-C, a killed driver) keeps every row it wrote."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = Path(directory) / MANIFEST
+        self.rows: list[dict] = []
+        if self.path.exists():
+            for line in self.path.read_text(encoding="utf-8").splitlines():
+                try:
+                    self.rows.append(json.loads(line))
+                except json.JSONDecodeError:  # a last line cut by a crash: ignored
+                    continue
+
+    def last(self) -> dict[tuple, dict]:
+        """The latest row of each file identity."""
+        out = {}
+        for row in self.rows:
+            out[(row.get("path"), row.get("size"), row.get("mtime_ns"))] = row
+        return out
+
+    def is_done(self, job: Job) -> bool:
+        row = self.last().get(job.identity)
+        return bool(row and row.get("status") == "done"
+                    and all(Path(p).exists() for p in row.get("outputs", [])))
+
+    def append(self, row: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.rows.append(row)
+
+
+# -- the worker -------------------------------------------------------------------------------
+@dataclass
+class WorkerSpec:
+    """What every actor loads and how it decodes: picklable, sent once per actor."""
+
+    model: str
+    precision: str | None
+    drafter: str
+    decoder: str
+    budget: str
+    threads: int
+    drafter_threads: int
+    encoder: str | None
+    models_dir: str | None
+    options: object  # as2d.runtime.transcribe.transcriber.TranscribeOptions
+    output_dir: str
+    formats: list[str]
+    subtitle: object  # as2d.writers.SubtitleOptions
+
+
+class BatchWorker:
+    """A Ray actor's state: the models, loaded once, and the engine that runs every file."""
+
+    def __init__(self, spec: WorkerSpec, name: str) -> None:
+        from as2d import writers
+        from as2d.decoding import build_decoder, plan_threads
+        from as2d.loading import load_whisper
+        from as2d.runtime.events import ignore
+        from as2d.runtime.transcribe.transcriber import Transcriber
+
+        self.spec = spec
+        self.name = f"{name}@{socket.gethostname()}:{os.getpid()}"
+        plan = plan_threads(spec.threads, spec.decoder, spec.drafter_threads)
+        self.model = load_whisper(spec.model, spec.precision, spec.models_dir, plan.target,
+                                  encoder=spec.encoder)
+        self.strategy = build_decoder(spec.decoder, self.model, spec.drafter, spec.budget,
+                                      plan, spec.models_dir, ignore, lambda message: None,
+                                      encoder=spec.encoder)
+        self.engine = Transcriber(self.model, self.strategy, ignore)
+        if getattr(spec.options, "vad_filter", False):
+            from as2d.runtime.live.vad import SileroVAD
+
+            self.engine.voice_detector = SileroVAD()
+        if getattr(spec.options, "word_timestamps", False):
+            from as2d.runtime.whisper.alignment import WordAligner
+
+            WordAligner.for_run(self.model, None, spec.options)
+        self.outputs = writers.FileOutputs(Path(spec.output_dir), spec.formats, spec.subtitle)
+
+    def ident(self) -> str:
+        return self.name
+
+    def transcribe(self, path: str, stem: str, source: str) -> dict:
+        """Transcribe one file and write its outputs; a row for the manifest. Errors are
+        returned as rows (``failed``), with ``retry`` False for an unreadable input."""
+        from as2d.runtime.audio import AudioError, display_name, load_audio
+        from as2d.runtime.transcribe.transcriber import TranscriptionInfo
+
+        start = time.perf_counter()
+        row = {"worker": self.name}
+        try:
+            audio = load_audio(Path(path))
+        except AudioError as exc:
+            return {**row, "status": "failed", "error": str(exc), "retry": False,
+                    "wall": round(time.perf_counter() - start, 3)}
+        try:
+            info = TranscriptionInfo(None, 0.0, audio.duration)
+            segments = list(self.engine.transcribe(audio, self.spec.options, info))
+            doc = {"language": info.language, "duration": round(info.duration, 3),
+                   "source": display_name(source), "model": self.model.name,
+                   "decoder": self.spec.decoder}
+            # FileOutputs names files by the stem of what it is given: the archive's stem.
+            written = self.outputs.write(f"{stem}.audio", segments, doc)
+        except Exception as exc:
+            return {**row, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                    "retry": True, "wall": round(time.perf_counter() - start, 3)}
+        finally:
+            audio.close()
+        return {**row, "status": "done", "duration": round(audio.duration, 3),
+                "language": info.language, "segments": len(segments),
+                "outputs": [str(p) for p in written],
+                "wall": round(time.perf_counter() - start, 3)}
+
+
+# -- the driver -------------------------------------------------------------------------------
+@dataclass
+class Event:
+    """What the driver reports: ``kind`` is ``start`` (a file sent to a worker), ``end`` (a
+    row recorded), ``lost`` (a worker died; the file goes back in the queue), ``worker`` (an
+    actor is up), ``stopping`` (first interrupt) or ``note``."""
+
+    kind: str
+    worker: str = ""
+    job: Job | None = None
+    row: dict | None = None
+    text: str = ""
+
+
+@dataclass
+class BatchResult:
+    total: int = 0  # files in the archive
+    skipped: int = 0  # done by an earlier run
+    done: int = 0
+    failed: int = 0
+    interrupted: bool = False
+    audio_seconds: float = 0.0
+    wall: float = 0.0
+    rows: list[dict] = field(default_factory=list)
+
+
+def ray_init(address: str | None, num_cpus: int | None = None) -> bool:
+    """Connect to Ray (``address`` "" or None: a local cluster on this machine; ``auto`` or
+    ``ray://host:port``: an existing one). True when this call started the connection (and
+    so should end it)."""
+    try:
+        import ray
+    except ImportError:
+        raise BatchError("Ray is not installed: pip install 'as2d[ray]'") from None
+    if ray.is_initialized():
+        return False
+    import logging
+
+    kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(num_cpus=num_cpus, **kwargs)
+    return True
+
+
+def default_actors(threads: int) -> int:
+    """Actors for the cluster: its CPUs divided by the threads each actor uses."""
+    import ray
+
+    cpus = int(ray.cluster_resources().get("CPU", 1))
+    return max(1, cpus // max(1, threads))
+
+
+def run_batch(jobs: list[Job], spec: WorkerSpec, *, actors: int, retries: int = 2,
+              on_event: Callable[[Event], None] = lambda e: None,
+              handles: dict | None = None) -> BatchResult:
+    """Transcribe ``jobs`` (those not done yet) on ``actors`` Ray actors; every outcome goes
+    to ``OUT/manifest.jsonl`` as it happens. ``handles``, when given, is filled with the live
+    actors by name (tests use it to kill one)."""
+    import ray
+    from ray.exceptions import RayActorError, RayError
+
+    manifest = Manifest(Path(spec.output_dir))
+    result = BatchResult(total=len(jobs))
+    queue: list[Job] = []
+    for job in jobs:
+        if manifest.is_done(job):
+            result.skipped += 1
+        else:
+            queue.append(job)
+    if not queue:
+        return result
+    remote = ray.remote(num_cpus=max(1, spec.threads))(BatchWorker)
+    live = handles if handles is not None else {}
+    serial = 0
+
+    def start_actor() -> str:
+        nonlocal serial
+        serial += 1
+        name = f"w{serial}"
+        live[name] = remote.remote(spec, name)
+        return name
+
+    idle = [start_actor() for _ in range(min(actors, len(queue)))]
+    try:  # the first actors must load the models: a model that cannot load is one error
+        for name in idle:
+            on_event(Event("worker", name, text=ray.get(live[name].ident.remote())))
+    except RayActorError as exc:
+        for handle in live.values():
+            ray.kill(handle)
+        raise BatchError(f"a worker could not load the models: {_cause(exc)}") from None
+    inflight: dict = {}  # ObjectRef -> (worker name, job, started)
+    stopping = False
+    started = time.perf_counter()
+
+    def record(job: Job, row: dict, name: str) -> None:
+        full = {"path": job.path, "size": job.size, "mtime_ns": job.mtime_ns,
+                "stem": job.stem, "attempts": job.attempts, **row}
+        full.pop("retry", None)
+        if job.lost_on:
+            full["lost_workers"] = list(job.lost_on)
+        full["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        manifest.append(full)
+        result.rows.append(full)
+        if full["status"] == "done":
+            result.done += 1
+            result.audio_seconds += full.get("duration") or 0.0
+        else:
+            result.failed += 1
+        on_event(Event("end", name, job, full))
+
+    def dispatch() -> None:
+        while idle and queue and not stopping and not interrupts:
+            name = idle.pop(0)
+            job = queue.pop(0)
+            job.attempts += 1
+            ref = live[name].transcribe.remote(job.path, job.stem, job.source)
+            inflight[ref] = (name, job)
+            on_event(Event("start", name, job))
+
+    interrupts: list[int] = []
+
+    def on_sigint(signum, frame) -> None:
+        # First Ctrl-C: a flag the loop reads between files (so no row is cut in half);
+        # second: KeyboardInterrupt, which drops the files in flight.
+        if interrupts:
+            raise KeyboardInterrupt
+        interrupts.append(signum)
+
+    def stop() -> None:
+        nonlocal stopping
+        stopping = True
+        result.interrupted = True
+        on_event(Event("stopping", text=f"{len(inflight)} file(s) in flight"))
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        dispatch()
+        while inflight:
+            if interrupts and not stopping:
+                stop()
+            try:
+                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+            except KeyboardInterrupt:  # SIGTERM/SIGHUP (the command line's handlers)
+                if stopping:
+                    raise
+                stop()
+                continue
+            for ref in ready:
+                name, job = inflight.pop(ref)
+                try:
+                    row = ray.get(ref)
+                except RayActorError as exc:
+                    # The actor died (killed, out of memory, node lost): replace it, try the
+                    # file again on another one.
+                    job.lost_on.append(name)
+                    live.pop(name, None)
+                    on_event(Event("lost", name, job, text=str(exc).splitlines()[0]))
+                    if job.attempts <= retries:
+                        queue.insert(0, job)
+                    else:
+                        record(job, {"status": "failed", "worker": name,
+                                     "error": f"worker died {job.attempts} times on it"},
+                               name)
+                    if not stopping:
+                        idle.append(start_actor())
+                    continue
+                except RayError as exc:
+                    row = {"status": "failed", "worker": name, "retry": True,
+                           "error": str(exc).splitlines()[0]}
+                if row["status"] == "failed" and row.get("retry") and job.attempts <= retries:
+                    queue.insert(0, job)
+                else:
+                    record(job, row, name)
+                idle.append(name)
+            dispatch()
+        if interrupts or (queue and stopping):
+            result.interrupted = True
+    except KeyboardInterrupt:
+        result.interrupted = True  # second interrupt: what is in flight is given up
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        for handle in list(live.values()):
+            try:
+                ray.kill(handle)
+            except Exception:
+                pass
+        live.clear()
+        result.wall = time.perf_counter() - started
+    return result
+
+
+def _cause(exc: Exception) -> str:
+    """The last line of a remote traceback: the error that killed the actor."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    errors = [line for line in lines if "Error:" in line or "Exception:" in line]
+    return (errors[-1] if errors else lines[0] if lines else type(exc).__name__)[:300]
+
+
+def as_dict(job: Job) -> dict:
+    return asdict(job)

@@ -1,0 +1,182 @@
+"""``as2d batch``: an archive transcribed on a real local Ray cluster (2 CPUs, 1–2 actors of
+one thread each), with real models and real clips.
+
+What it must guarantee: the same files as ``as2d transcribe``; every file done exactly once
+even when a worker is killed mid-file; an interrupted run resumed without redoing or losing
+anything; a bad file among good ones is one error row, not a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from as2d.cli.app import app  # noqa: E402
+from as2d.distributed import WorkerSpec, discover, run_batch  # noqa: E402
+from as2d.runtime.transcribe.transcriber import TranscribeOptions  # noqa: E402
+from as2d.writers import SubtitleOptions  # noqa: E402
+
+LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
+# The shortest clips (3.0, 3.3, 5.3 and 6.0 s): the file stays quick on two cores.
+CLIPS = [f"sense_and_sensibility_01_austen_64kb-{n}.wav" for n in ("0880", "0930", "0890",
+                                                                     "0920")]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if not all((LIBRIVOX / c).is_file() for c in CLIPS):
+        pytest.skip("pocketsphinx-testdata is not installed")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def archive(tmp_path, bundle):
+    bundle("base")
+    bundle("tiny.en")
+    folder = tmp_path / "archive" / "day1"
+    folder.mkdir(parents=True)
+    for name in CLIPS:
+        shutil.copy(LIBRIVOX / name, folder / name)
+    return tmp_path / "archive"
+
+
+def _spec(out: Path, models_root: Path, formats=("txt", "json")) -> WorkerSpec:
+    return WorkerSpec(model="base", precision=None, drafter="tiny.en", decoder="as2d",
+                      budget="auto", threads=1, drafter_threads=0, encoder=None,
+                      models_dir=str(models_root), options=TranscribeOptions(),
+                      output_dir=str(out), formats=list(formats), subtitle=SubtitleOptions())
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+
+
+def _done_once(out: Path, jobs) -> None:
+    """Every job has exactly one ``done`` row, its outputs exist, no temp file is left."""
+    done = [r["path"] for r in _rows(out) if r["status"] == "done"]
+    assert sorted(done) == sorted(j.path for j in jobs)
+    for row in _rows(out):
+        for p in row.get("outputs", []):
+            assert Path(p).is_file()
+    assert not list(out.glob("*.part"))
+
+
+def test_same_files_as_transcribe(cluster, archive, models_root, tmp_path):
+    runner = CliRunner()
+    files = sorted(str(p) for p in archive.rglob("*.wav"))
+    env = {"AS2D_MODELS_DIR": str(models_root)}
+    plain = runner.invoke(app, ["transcribe", *files, "-o", str(tmp_path / "plain"), "-f",
+                                "all", "-t", "1", "-q"], env=env)
+    assert plain.exit_code == 0, plain.output
+    # A folder as input (recursive), two actors of one thread.
+    batch = runner.invoke(app, ["batch", str(archive / "day1"), "-o", str(tmp_path / "ray"),
+                                "-f", "all", "-j", "2", "-t", "1"], env=env)
+    assert batch.exit_code == 0, batch.output
+    expected = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert len(expected) == 5 * len(CLIPS)
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(
+        expected + ["manifest.jsonl"])
+    for name in expected:
+        assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
+    rows = _rows(tmp_path / "ray")
+    assert {r["status"] for r in rows} == {"done"} and len(rows) == len(CLIPS)
+    assert {r["worker"].split("@")[0] for r in rows} == {"w1", "w2"}  # both took files
+    # Dispatched longest first (6.0, 5.3, 3.3, 3.0 s).
+    assert [Path(j.path).name for j in discover([archive])] == CLIPS[::-1]
+    # The same command again: nothing to do.
+    again = runner.invoke(app, ["batch", str(archive / "day1"), "-o", str(tmp_path / "ray"),
+                                "-f", "all", "-j", "2"], env=env)
+    assert again.exit_code == 0 and len(_rows(tmp_path / "ray")) == len(CLIPS)
+    assert "4 already done" in again.output
+
+
+def test_killed_actor_is_replaced_and_its_file_done_once(cluster, archive, models_root,
+                                                         tmp_path):
+    out = tmp_path / "out"
+    jobs = discover([archive])
+    handles: dict = {}
+    killed: list[str] = []
+    lost: list = []
+
+    def on_event(e):
+        if e.kind == "start" and not killed:
+            killed.append(e.worker)
+            victim = handles[e.worker]
+            # Mid-file: the clip takes about a second to decode; the actor dies in it.
+            threading.Timer(0.2, lambda: ray.kill(victim, no_restart=True)).start()
+        if e.kind == "lost":
+            lost.append(e)
+
+    result = run_batch(jobs, _spec(out, models_root), actors=2, retries=2, on_event=on_event,
+                       handles=handles)
+    assert [e.worker for e in lost] == killed
+    assert result.done == len(CLIPS) and result.failed == 0
+    _done_once(out, jobs)
+    retried = [r for r in _rows(out) if r.get("lost_workers")]
+    assert len(retried) == 1 and retried[0]["lost_workers"] == killed
+    assert retried[0]["attempts"] == 2 and not retried[0]["worker"].startswith(killed[0] + "@")
+
+
+def test_interrupt_then_resume_redoes_nothing_and_loses_nothing(cluster, archive, models_root,
+                                                               tmp_path):
+    out = tmp_path / "out"
+    jobs = discover([archive])
+
+    def ctrl_c_after_first(e):
+        if e.kind == "end":
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, delivered to this process
+
+    first = run_batch(jobs, _spec(out, models_root), actors=2, on_event=ctrl_c_after_first)
+    assert first.interrupted
+    # The file in flight when Ctrl-C came was finished and recorded; no new one was started.
+    assert 1 <= first.done < len(CLIPS) and first.failed == 0
+    kept = {r["path"]: [Path(p).stat().st_mtime_ns for p in r["outputs"]] for r in _rows(out)}
+    assert not list(out.glob("*.part"))
+    # Nothing is written for a file without a row.
+    stems = {Path(p).stem for r in _rows(out) for p in r["outputs"]}
+    assert {p.stem for p in out.iterdir() if p.suffix in (".txt", ".json")} == stems
+
+    second = run_batch(discover([archive]), _spec(out, models_root), actors=2)
+    assert not second.interrupted
+    assert second.skipped == first.done and second.done == len(CLIPS) - first.done
+    _done_once(out, jobs)
+    for row in _rows(out):
+        if row["path"] in kept:  # not redone: the outputs were not written again
+            assert [Path(p).stat().st_mtime_ns for p in row["outputs"]] == kept[row["path"]]
+
+
+def test_bad_file_is_one_error_row(cluster, archive, models_root, tmp_path):
+    bad = archive / "day1" / "broken.wav"
+    bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk" + os.urandom(2000))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["batch", str(archive), "-o", str(out), "-j", "2",
+                                      "--retries", "2"],
+                                env={"AS2D_MODELS_DIR": str(models_root)})
+    assert result.exit_code == 1
+    rows = _rows(out)
+    failed = [r for r in rows if r["status"] != "done"]
+    assert len(failed) == 1 and failed[0]["path"] == str(bad) and failed[0]["error"]
+    assert len([r for r in rows if r["status"] == "done"]) == len(CLIPS)
+    assert "as2d: error: " in result.output and "Traceback" not in result.output
+    assert not (out / "broken.txt").exists()
+
+
+def test_usage_errors_are_one_line(tmp_path):
+    runner = CliRunner()
+    no_out = runner.invoke(app, ["batch", str(LIBRIVOX)])
+    assert no_out.exit_code == 2 and "give the output folder with -o DIR" in no_out.output
+    missing = runner.invoke(app, ["batch", str(tmp_path / "nope"), "-o", str(tmp_path / "o")])
+    assert missing.exit_code == 1 and "no such file or folder" in missing.output
