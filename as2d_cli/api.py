@@ -31,7 +31,7 @@ cache, or folders.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,10 @@ from as2d.loading import load_llm, load_whisper
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener, ignore
 from as2d.runtime.sessions import cpu_count
+from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
 from as2d.runtime.transcribe.transcriber import Segment, TranscribeOptions, TranscriptionInfo
 from as2d.runtime.transcribe.transcriber import Transcriber as Engine
+from as2d.runtime.transcribe.vad_filter import VadParameters
 
 AudioInput = str | Path | np.ndarray
 
@@ -93,6 +95,12 @@ class Transcriber:
                    no_speech_threshold: float | None = 0.6,
                    logprob_threshold: float | None = -1.0,
                    compression_ratio_threshold: float | None = 2.4,
+                   temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
+                   temperature_increment_on_fallback: float | None = None,
+                   best_of: int = 5, seed: int = 0, hotwords: str | None = None,
+                   prompt_reset_on_temperature: float = 0.5,
+                   vad_filter: bool = False,
+                   vad_parameters: VadParameters | dict | None = None,
                    ) -> tuple[Iterator[Segment], TranscriptionInfo]:
         """Segments of ``audio`` (lazily) and the run's info.
 
@@ -103,13 +111,36 @@ class Transcriber:
         Closing the generator early stops decoding; :meth:`stop` (from another thread, or a
         signal handler) ends it after the current target pass, keeping what was committed.
         Raises ``ValueError`` for a language the model cannot transcribe.
+
+        ``temperature``: the fallback schedule (whisper's 0, 0.2, ... 1.0 by default; a single
+        number with ``temperature_increment_on_fallback`` grows into one, alone it means no
+        fallback); sampled windows draw ``best_of`` samples seeded by ``seed``.
+        ``vad_filter``: decode only the speech Silero VAD finds (``vad_parameters``: the
+        names of faster-whisper's ``VadOptions``); times stay those of the recording.
         """
+        if best_of < 1:
+            raise ValueError(f"best_of must be 1 or more, not {best_of}")
+        if seed < 0:
+            raise ValueError(f"seed must be 0 or more, not {seed}")
+        if vad_filter and self._engine.voice_detector is None:
+            from as2d.runtime.live.vad import SileroVAD, VADUnavailable
+
+            try:
+                self._engine.voice_detector = SileroVAD()
+            except VADUnavailable as exc:
+                raise ValueError(str(exc)) from None
         options = TranscribeOptions(language=language, task=task, timestamps=timestamps,
                                     initial_prompt=initial_prompt,
                                     condition_on_previous_text=condition_on_previous_text,
                                     no_speech_threshold=no_speech_threshold,
                                     logprob_threshold=logprob_threshold,
-                                    compression_ratio_threshold=compression_ratio_threshold)
+                                    compression_ratio_threshold=compression_ratio_threshold,
+                                    temperatures=temperature_schedule(
+                                        temperature, temperature_increment_on_fallback),
+                                    best_of=best_of, seed=seed, hotwords=hotwords,
+                                    prompt_reset_on_temperature=prompt_reset_on_temperature,
+                                    vad_filter=vad_filter,
+                                    vad_parameters=VadParameters.parse(vad_parameters))
         clip = _audio(audio, sample_rate)
         info = TranscriptionInfo(None, 0.0, clip.duration, source=clip.source)
 

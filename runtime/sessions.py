@@ -8,6 +8,8 @@ other session needs.
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import onnxruntime as ort
@@ -30,3 +32,31 @@ def make_session(path: str | Path, threads: int) -> ort.InferenceSession:
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 3
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+class Background:
+    """``fn(*args)`` on a daemon thread; :meth:`result` waits for it (and re-raises).
+
+    Start-up work that releases the GIL (onnxruntime builds sessions without it) overlaps this
+    way; a result nobody asks for is dropped with the thread."""
+
+    def __init__(self, fn: Callable, *args) -> None:
+        self._value = self._error = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True,
+                                        name="as2d-load")
+        self._thread.start()
+
+    def _run(self, fn: Callable, args: tuple) -> None:
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # re-raised by result(), in the caller's thread
+            self._error = exc
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def result(self):
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

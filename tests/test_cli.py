@@ -382,7 +382,8 @@ def test_garbled_graph_of_the_right_size_is_a_clean_error_from_transcribe(bundle
     root, b = bundle_copy
     _flip(b / "encoder.onnx", 0, 256)  # the protobuf header: onnxruntime cannot parse it
     r = cli("transcribe", speech.path, *TINY, "--models-dir", root)
-    error_line(r, 1, "cannot be loaded", "reinstall")
+    # Caught by the sha256 check at load, before onnxruntime sees it.
+    error_line(r, 1, "encoder.onnx", "sha256", "reinstall")
 
 
 def test_unreadable_manifest_is_reported_by_verify_and_transcribe(bundle_copy, speech):

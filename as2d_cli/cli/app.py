@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from as2d.cli import ask_cmd, bench_cmd, mic_cmd, models_cmd, transcribe_cmd
+from as2d.cli import ask_cmd, batch_cmd, bench_cmd, mic_cmd, models_cmd, transcribe_cmd
 
 app = typer.Typer(
     name="as2d",
@@ -51,7 +51,7 @@ def main(version: Annotated[bool, typer.Option(
 
 # The commands live in their modules; this is the one place that puts them together (in the
 # order `as2d --help` lists them). No command module imports this one.
-for _module in (transcribe_cmd, bench_cmd, mic_cmd, ask_cmd, models_cmd):
+for _module in (transcribe_cmd, batch_cmd, bench_cmd, mic_cmd, ask_cmd, models_cmd):
     _module.register(app)
 
 
@@ -63,6 +63,14 @@ def _usage_error_line(exc) -> str:
     return f"as2d: error: {message}{hint}"
 
 
+def _quiet_stdout() -> None:
+    """After stdout failed, make sure the flush at exit does not print its own traceback."""
+    try:
+        sys.stdout = open(os.devnull, "w")
+    except OSError:
+        pass
+
+
 def entry() -> None:
     """Console-script entry point.
 
@@ -71,12 +79,24 @@ def entry() -> None:
     """
     import errno
 
+    from as2d.cli.errors import install_signal_handlers, interrupt_code
+
     os.environ.setdefault("PYTHONIOENCODING", "utf-8")
+    install_signal_handlers()  # SIGTERM / SIGHUP: Ctrl-C's semantics
+    if sys.stdout is None:  # started with stdout closed (`as2d ... >&-`)
+        if not {"-o", "--output-dir"} & {a.split("=")[0] for a in sys.argv[1:]}:
+            print("as2d: error: standard output is closed, so the results could not be "
+                  "shown; redirect it to a file or write files with -o DIR", file=sys.stderr)
+            sys.exit(1)
+        sys.stdout = open(os.devnull, "w")  # the results go to the -o files
     try:
         code = app(standalone_mode=False)
     except KeyboardInterrupt:  # pragma: no cover - outside any command
-        print("as2d: interrupted", file=sys.stderr)
-        sys.exit(130)
+        try:
+            print("as2d: interrupted", file=sys.stderr)
+        except OSError:
+            pass
+        sys.exit(interrupt_code())
     except BrokenPipeError:  # stdout closed early (| head): not an error of ours
         sys.stderr = open(os.devnull, "w")
         sys.exit(1)
@@ -89,8 +109,13 @@ def entry() -> None:
             sys.exit(exc.exit_code)
         if type(exc).__name__ == "Abort":
             print("as2d: interrupted", file=sys.stderr)
-            sys.exit(130)
+            sys.exit(interrupt_code())
         if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
+            sys.exit(1)
+        if isinstance(exc, OSError):  # stdout on a full disk (/dev/full), an I/O error
+            _quiet_stdout()
+            print(f"as2d: error: cannot write the output ({exc.strerror or exc})",
+                  file=sys.stderr)
             sys.exit(1)
         raise
     sys.exit(code if isinstance(code, int) else 0)

@@ -263,11 +263,17 @@ class BenchRequest:
         return _csv(self.drafters)
 
     def budget_list(self) -> list[int]:
+        from as2d.cli.engine import MAX_BUDGET
+
         try:
-            return [int(b) for b in _csv(self.budgets)]
+            budgets = [int(b) for b in _csv(self.budgets)]
         except ValueError:
             raise UserError(f"--budgets must be numbers, e.g. 2,4,8 (got {self.budgets!r})",
                             2) from None
+        if not budgets or not all(1 <= b <= MAX_BUDGET for b in budgets):
+            raise UserError(f"--budgets must be numbers from 1 to {MAX_BUDGET}, e.g. 2,4,8 "
+                            f"(got {self.budgets!r})", 2)
+        return budgets
 
 
 def _csv(value: str) -> list[str]:
@@ -290,6 +296,9 @@ def run_bench(req: BenchRequest) -> int:
     targets, drafters = req.target_list(), req.drafter_list()
     if req.repeats < 1:
         raise UserError("--repeats must be at least 1", 2)
+    from as2d.cli.engine import check_decoder_options
+
+    check_decoder_options("as2d", threads=req.threads)  # -t within what the machine can use
     # A bad output path or a missing plotting library must not surface after a long run.
     if req.json_path:
         check_writable(req.json_path, "the results")

@@ -19,19 +19,35 @@ def parse_decoder(value: Decoder | str) -> Decoder:
         raise UserError(str(exc), 2) from None
 
 
+MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candidates
+
+
+def max_threads() -> int:
+    """The most threads an option may ask for: four per core (more only thrash, and a typo
+    like ``-t 100000`` would start a hundred thousand threads)."""
+    from as2d.runtime.sessions import cpu_count
+
+    return 4 * max(1, cpu_count())
+
+
 def check_decoder_options(decoder: Decoder | str, budget: str = "auto", threads: int = 0,
                           drafter_threads: int = 0, language: str | None = None) -> None:
     """The options every decoding command shares, checked before anything slow happens."""
     parse_decoder(decoder)
     if budget != "auto":
         try:
-            if int(budget) < 1:
+            if not 1 <= int(budget) <= MAX_BUDGET:
                 raise ValueError
         except ValueError:
-            raise UserError(f"--budget must be a positive number or auto, not {budget!r}",
-                            2) from None
+            raise UserError(f"--budget must be a number from 1 to {MAX_BUDGET} or auto, not "
+                            f"{budget!r}", 2) from None
     if threads < 0 or drafter_threads < 0:
         raise UserError("--threads and --drafter-threads cannot be negative", 2)
+    most = max_threads()
+    for name, value in (("--threads", threads), ("--drafter-threads", drafter_threads)):
+        if value > most:
+            raise UserError(f"{name} {value} is more than this machine can use (at most "
+                            f"{most}: four per core)", 2)
     if language is not None:
         from as2d.runtime.whisper.tokenizer import normalize_language
 

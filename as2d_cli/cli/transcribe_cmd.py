@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -13,10 +13,11 @@ from as2d import writers
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.engine import check_decoder_options, collect_segments, parse_decoder
-from as2d.cli.errors import UserError, err
+from as2d.cli.errors import UserError, err, interrupt_code
 from as2d.cli.paths import write_json
 from as2d.cli.resolve import load_whisper, make_note
 from as2d.decoding import Decoder
+from as2d.runtime.whisper.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
 HELP = """Transcribe audio files of any length (30-s windows, timestamp seeking).
 
@@ -62,11 +63,67 @@ class TranscribeRequest:
     compression_ratio_threshold: Annotated[float, typer.Option(
         "--compression-ratio-threshold",
         help="Text compressing better than this is treated as a repetition loop.")] = 2.4
+    logprob_threshold: Annotated[float, typer.Option(
+        "--logprob-threshold",
+        help="A window whose average log-probability is below this falls back to the next "
+             "temperature.")] = -1.0
+    temperature: Annotated[str, typer.Option(
+        "--temperature",
+        help="Sampling temperature; grown by the increment into the fallback schedule "
+             "(default 0,0.2,...,1.0). A comma-separated list is used as given.")] = "0"
+    temperature_increment_on_fallback: Annotated[float, typer.Option(
+        "--temperature-increment-on-fallback",
+        help="Step of the fallback schedule (0: no fallback, greedy only).")] = 0.2
+    best_of: Annotated[int, typer.Option(
+        "--best-of", help="Samples drawn at a fallback temperature; the most probable "
+                          "is kept.")] = 5
+    seed: Annotated[int, typer.Option(
+        "--seed", help="Seed of the sampled (fallback) windows: same seed, same text.")] = 0
+    hotwords: Annotated[str | None, typer.Option(
+        "--hotwords", help="Hint words or phrases put in every window's prompt "
+                           "(faster-whisper's hotwords).")] = None
+    vad_filter: Annotated[bool, typer.Option(
+        "--vad-filter/--no-vad-filter",
+        help="Decode only the speech Silero VAD finds (faster-whisper's vad_filter); "
+             "timestamps stay those of the file.")] = False
+    vad_parameters: Annotated[str | None, typer.Option(
+        "--vad-parameters",
+        help="VAD settings as name=value pairs: threshold, neg_threshold, "
+             "min_speech_duration_ms, max_speech_duration_s, min_silence_duration_ms "
+             "(default 2000), speech_pad_ms (default 400).")] = None
+    word_timestamps: Annotated[bool, typer.Option(
+        "--word-timestamps/--no-word-timestamps",
+        help="Time every word (whisper's alignment heads + DTW): 'words' in json, and the "
+             "word options below for srt/vtt. The text stays the same.")] = False
+    prepend_punctuations: Annotated[str, typer.Option(
+        "--prepend-punctuations",
+        help="With --word-timestamps: marks joined to the word after them.")
+    ] = PREPEND_PUNCTUATIONS
+    append_punctuations: Annotated[str, typer.Option(
+        "--append-punctuations",
+        help="With --word-timestamps: marks joined to the word before them.")
+    ] = APPEND_PUNCTUATIONS
+    max_line_width: Annotated[int | None, typer.Option(
+        "--max-line-width", help="srt/vtt, with --word-timestamps: characters per line "
+                                 "before it breaks.")] = None
+    max_line_count: Annotated[int | None, typer.Option(
+        "--max-line-count", help="srt/vtt, with --word-timestamps and --max-line-width: "
+                                 "lines per cue (cues then no longer follow segments).")] = None
+    max_words_per_line: Annotated[int | None, typer.Option(
+        "--max-words-per-line", help="srt/vtt, with --word-timestamps: words per cue (no "
+                                     "effect with --max-line-width).")] = None
+    highlight_words: Annotated[bool, typer.Option(
+        "--highlight-words/--no-highlight-words",
+        help="srt/vtt, with --word-timestamps: underline each word as it is spoken.")] = False
     stats: opt.Stats = False
     stats_json: opt.StatsJson = None
     live: LivePipeline = None
     models_dir: opt.ModelsDir = None
     quiet: opt.Quiet = False
+
+    # Not options: the temperature schedule and VAD settings, parsed by validate().
+    temperatures: tuple[float, ...] = field(init=False, default=())
+    vad: object = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.decoder = parse_decoder(self.decoder)
@@ -74,8 +131,12 @@ class TranscribeRequest:
 
 def register(app: typer.Typer) -> None:
     """Add ``as2d transcribe`` to ``app``."""
+    from as2d.cli.whisper_compat import WhisperCompatCommand
+
+    # openai-whisper's spellings (--output_format, --word_timestamps True, ...) are rewritten
+    # before parsing: existing scripts run unchanged, and --help stays as2d's own.
     add_command(app, "transcribe", TranscribeRequest, run_transcribe, HELP,
-                no_args_is_help=True)
+                no_args_is_help=True, cls=WhisperCompatCommand)
 
 
 def validate(req: TranscribeRequest) -> list[str]:
@@ -89,15 +150,54 @@ def validate(req: TranscribeRequest) -> list[str]:
                           req.language)
     if not req.timestamps and any(f in ("srt", "vtt") for f in formats):
         raise UserError("srt and vtt need timestamps: drop --no-timestamps", 2)
+    from as2d.runtime.transcribe.fallback import parse_temperatures
+    from as2d.runtime.transcribe.vad_filter import VadParameters
+
+    try:
+        req.temperatures = parse_temperatures(req.temperature,
+                                              req.temperature_increment_on_fallback)
+        req.vad = VadParameters.parse(req.vad_parameters)
+    except ValueError as exc:
+        raise UserError(str(exc), 2) from None
+    if req.best_of < 1:
+        raise UserError(f"--best-of must be 1 or more, not {req.best_of}", 2)
+    if req.seed < 0:
+        raise UserError(f"--seed must be 0 or more, not {req.seed}", 2)
+    _check_word_options(req)
     return formats
+
+
+def _check_word_options(req: TranscribeRequest) -> None:
+    """whisper's rules: the subtitle word options need --word-timestamps."""
+    given = {"--max-line-width": req.max_line_width, "--max-line-count": req.max_line_count,
+             "--max-words-per-line": req.max_words_per_line}
+    for flag, value in given.items():
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be 1 or more, not {value}", 2)
+    given["--highlight-words"] = req.highlight_words
+    if not req.word_timestamps:
+        for flag, value in given.items():
+            if value:
+                raise UserError(f"{flag} needs --word-timestamps", 2)
+    if req.max_line_count and not req.max_line_width:
+        err("as2d: warning: --max-line-count has no effect without --max-line-width")
+    if req.max_words_per_line and req.max_line_width:
+        err("as2d: warning: --max-words-per-line has no effect with --max-line-width")
+
+
+def _subtitle_options(req: TranscribeRequest) -> writers.SubtitleOptions:
+    return writers.SubtitleOptions(req.max_line_width, req.max_line_count,
+                                   req.highlight_words, req.max_words_per_line)
 
 
 def run_transcribe(req: TranscribeRequest) -> int:
     """Transcribe ``req.files`` in turn; the exit code (1 if a file failed, 130 if stopped)."""
     from as2d.cli.progress import make_reporter
-    from as2d.decoding import build_decoder, plan_threads
+    from as2d.decoding import build_decoder, drafter_loader, plan_threads
+    from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.sessions import cpu_count
+    from as2d.runtime.transcribe.ahead import AudioReader
     from as2d.runtime.transcribe.stats import StatsCollector
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
@@ -105,7 +205,8 @@ def run_transcribe(req: TranscribeRequest) -> int:
     to_stdout = req.output_dir is None or str(req.output_dir) == "-"
     if to_stdout and len(formats) > 1:
         raise UserError("several formats need files: add -o DIR", 2)
-    files_out = None if to_stdout else writers.FileOutputs(req.output_dir, formats)
+    files_out = None if to_stdout else writers.FileOutputs(req.output_dir, formats,
+                                                           _subtitle_options(req))
     if files_out is not None:
         # Before any decoding: a bad output folder should not cost a whole transcription.
         try:
@@ -116,43 +217,84 @@ def run_transcribe(req: TranscribeRequest) -> int:
 
     plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
     note = make_note(req.quiet)
+    # Start-up overlaps: the first file decodes and the drafter loads while the target loads.
+    reader = AudioReader(req.files, lambda path: load_audio(
+        path, on_wait=lambda note: err(f"as2d: {note}")))
+    load_drafter = drafter_loader(req.decoder, req.drafter, plan, req.models_dir, note,
+                                  req.encoder)
     target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
                           progress=note, encoder=req.encoder)
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(stats, reporter)
     strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
-                              req.models_dir, listener, note, encoder=req.encoder)
+                              req.models_dir, listener, note, load_drafter=load_drafter,
+                              encoder=req.encoder)
     transcriber = Transcriber(target, strategy, listener)
     options = TranscribeOptions(
         language=req.language, task=req.task, timestamps=req.timestamps,
         condition_on_previous_text=req.condition_on_previous_text,
         initial_prompt=req.initial_prompt, no_speech_threshold=req.no_speech_threshold,
-        compression_ratio_threshold=req.compression_ratio_threshold)
+        compression_ratio_threshold=req.compression_ratio_threshold,
+        logprob_threshold=req.logprob_threshold, temperatures=req.temperatures,
+        best_of=req.best_of, seed=req.seed, hotwords=req.hotwords,
+        vad_filter=req.vad_filter, vad_parameters=req.vad,
+        word_timestamps=req.word_timestamps, prepend_punctuations=req.prepend_punctuations,
+        append_punctuations=req.append_punctuations)
+    if req.word_timestamps:
+        # Before any decoding: the alignment graph is made (first use) and loaded now.
+        from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
 
+        try:
+            WordAligner.for_run(target, None, options)
+        except AlignmentError as exc:
+            strategy.close()
+            raise UserError(str(exc)) from None
+        except BaseException:
+            strategy.close()
+            raise
+    if req.vad_filter:
+        from as2d.runtime.live.vad import SileroVAD, VADUnavailable
+
+        try:
+            transcriber.voice_detector = SileroVAD()
+        except VADUnavailable as exc:
+            strategy.close()
+            raise UserError(f"--vad-filter: {exc}", 2) from None
+
+    # Each next file decodes (and its log-mel and draft start) while this one is transcribed.
+    reader.ready = lambda audio: transcriber.prefetch(audio, options)
     try:
         return _run_files(req, formats, to_stdout, files_out, target, stats, reporter,
-                          transcriber, options)
+                          transcriber, options, reader)
     finally:
+        reader.close()
         strategy.close()  # also on errors: a strategy's worker threads must not linger
 
 
 def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, transcriber,
-               options) -> int:
-    from as2d.runtime.audio import AudioError, load_audio
+               options, reader) -> int:
+    from as2d.runtime.audio import AudioError, display_name
     from as2d.runtime.transcribe.transcriber import TranscriptionInfo
 
     failures = 0
     interrupted = False
     # Plain text streams to stdout as it is decoded, unless stdout carries another format.
     stream_txt = not to_stdout or formats == ["txt"]
-    for path in req.files:
+    for i, path in enumerate(req.files):
         try:
-            audio = load_audio(path)
+            audio = reader.take(i)  # decoded ahead, while the last file was transcribed
         except AudioError as exc:
             err(f"as2d: error: {exc}")
             failures += 1
             continue
+        # Printable (a name that is not UTF-8 is shown with \x escapes); stdin is "stdin".
+        source = "stdin" if str(path) == "-" else display_name(path)
+        if audio.stream is not None:
+            err(f"as2d: {source}: {audio.streams} audio streams; transcribing {audio.stream}")
+        if audio.clipped:
+            err(f"as2d: warning: {source}: {audio.clipped} samples beyond full scale clipped "
+                "to ±1")
         if audio.truncated:
             err(f"as2d: warning: {path}: the file is truncated; transcribing the "
                  f"{audio.duration:.1f} s that are there")
@@ -169,19 +311,30 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
             audio.close()
         interrupted = interrupted or stopped  # stopped already counts info.interrupted
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
-                    "source": str(path), "model": target.name, "decoder": req.decoder}
+                    "source": source, "model": target.name, "decoder": req.decoder}
         if interrupted:
             doc_info["interrupted"] = True
         if to_stdout and not stream_txt:
-            sys.stdout.write(writers.render(formats[0], segments, doc_info))
+            try:
+                text = writers.render(formats[0], segments, doc_info, _subtitle_options(req))
+            except ValueError as exc:  # NaN in the JSON: refused, never written
+                raise UserError(f"{path}: {exc}") from None
+            sys.stdout.write(text)
             sys.stdout.flush()
         if files_out is not None:
             try:
-                written = files_out.write(str(path), segments, doc_info)
-            except OSError as exc:
-                raise UserError(f"cannot write the transcript of {path} to {req.output_dir} "
-                                f"({exc.strerror or exc})") from None
-            if not req.quiet:
+                # Named as the input is (its bytes, even when they are not UTF-8).
+                written = files_out.write("stdin" if str(path) == "-" else str(path),
+                                          segments, doc_info)
+            except (OSError, ValueError) as exc:
+                # Disk full, a JSON value that is not finite: this file's outputs are lost (no
+                # .part is left), the batch goes on with the next file.
+                why = exc.strerror or exc if isinstance(exc, OSError) else exc
+                err(f"as2d: error: cannot write the transcript of {path} to "
+                    f"{req.output_dir} ({why})")
+                failures += 1
+                written = []
+            if written and not req.quiet:
                 err("as2d: wrote " + ", ".join(str(p) for p in written))
         if not segments and not interrupted:
             err(f"as2d: {path}: no speech found")
@@ -195,5 +348,5 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
         if req.stats_json:
             write_json(req.stats_json, [r.to_dict() for r in stats.runs], "the statistics")
     if interrupted:
-        return 130
+        return interrupt_code(130)  # 128 + signal after SIGTERM/SIGHUP
     return 1 if failures else 0

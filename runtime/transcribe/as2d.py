@@ -6,12 +6,16 @@ Before each target pass the window's :class:`AlignedSource` asks the
 :class:`~as2d.runtime.speculative.align.Aligner` where the target's committed text stands in
 that stream and the :class:`~as2d.runtime.speculative.budget.Budget` how many of the following
 tokens are worth verifying. No candidate ready → a plain step. The target never waits for the
-drafter, and the drafter never waits for the target.
+drafter, and the drafter never waits for the target — not at a file boundary either: told what
+comes next (:meth:`AS2D.prefetch`), the drafter goes on to the next file as soon as it has
+finished this one, into that file's own stream, while the target still verifies this one.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from as2d.runtime.events import Listener, Note
 from as2d.runtime.speculative.align import Aligner
@@ -44,6 +48,8 @@ class AS2D(DraftingDecoder):
         self.aligner: Aligner | None = None
         self.blind_misses = 0  # consecutive rejected offers made while not synchronised
         self._drafting = False  # started for the current run (stream made, worker maybe)
+        self._ahead: list[_Ahead] = []  # next files' drafts, in order, already running
+        self._lock = threading.Lock()  # prefetch() comes from another thread
 
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
         # An English-only drafter (or a language given by the user) does not need the target's
@@ -51,7 +57,50 @@ class AS2D(DraftingDecoder):
         # drafter that much lead, and short clips most of their speed-up.
         if language is None and self.drafter.multilingual:
             return  # it needs the language the target is about to detect
-        self._start_drafting(mel, language, options)
+        if not self._adopt(mel, language):
+            self._start_drafting(mel, language, options)
+
+    def prefetch(self, mel: LogMel, language: str | None, options) -> None:
+        """``mel`` is transcribed after the current run (and the ones prefetched before it):
+        draft it as soon as the drafter is done with those. Its events are held back until its
+        run begins, so statistics and live views see them with their own file."""
+        if language is None and self.drafter.multilingual:
+            return  # it needs the language the target detects when it gets there
+        if not self.drafter_understands(language):
+            return
+        with self._lock:
+            after = self._ahead[-1].worker if self._ahead else self.worker
+            held = _HeldEvents(self.emit)
+            stream = CandidateStream()
+            worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, stream,
+                                   language or "en", held, after=after).start()
+            self._ahead.append(_Ahead(mel, language, stream, worker, held))
+
+    def _adopt(self, mel: LogMel, language: str | None) -> bool:
+        """Take over the draft prefetched for ``mel``, if it was made for this language."""
+        ahead = self._drop_ahead(mel)
+        if ahead is None or ahead.language != language:
+            if ahead is not None:
+                ahead.worker.stop()
+                ahead.worker.join()
+            return False
+        self._drafting = True
+        self.stream, self.worker = ahead.stream, ahead.worker
+        self.aligner = Aligner(self.stream)
+        ahead.held.release()  # what it drafted so far is this run's, from now on
+        return True
+
+    def _drop_ahead(self, mel: LogMel) -> _Ahead | None:
+        """Remove the prefetched drafts up to ``mel``'s; stop those made for other files (the
+        caller skipped them); return ``mel``'s, if there is one."""
+        with self._lock:
+            if not any(a.mel is mel for a in self._ahead):
+                return None
+            while self._ahead:
+                ahead = self._ahead.pop(0)
+                if ahead.mel is mel:
+                    return ahead
+                ahead.worker.stop()
 
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
@@ -68,9 +117,21 @@ class AS2D(DraftingDecoder):
         self._stop_drafting()
         self._drafting = False  # the stream stays readable (as2d ask looks up candidates in it)
 
+    def close(self) -> None:
+        super().close()
+        with self._lock:
+            ahead, self._ahead = self._ahead, []
+        for a in ahead:
+            a.worker.stop()
+        for a in ahead:
+            a.worker.join()
+
     def threads_for(self, offered: Sequence[int]) -> int | None:
         """Threads for a target pass that runs ``offered``."""
-        if self.busy_threads is None or self.worker is None or self.stream.finished:
+        if self.busy_threads is None:
+            return None
+        busy = self.worker is not None and not self.stream.finished
+        if not busy and not any(a.worker.running for a in self._ahead):
             return None
         # Verification passes leave the drafter its core; a plain step (the drafter is behind
         # or lost) takes every core, so the target is never slower than on its own.
@@ -161,3 +222,36 @@ class AlignedSource(BudgetedSource):
 
     def finish(self, context: Sequence[int]) -> None:
         self.aligner.rewind(kept_text_tokens(list(context), self.tb))
+
+
+@dataclass
+class _Ahead:
+    """A draft of a file the target has not reached yet."""
+
+    mel: LogMel
+    language: str | None
+    stream: CandidateStream
+    worker: DrafterWorker
+    held: _HeldEvents
+
+
+class _HeldEvents:
+    """A listener that keeps events until :meth:`release`, then passes them on in order."""
+
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self._held: list | None = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event) -> None:
+        with self._lock:
+            if self._held is not None:
+                self._held.append(event)
+                return
+        self.listener(event)
+
+    def release(self) -> None:
+        with self._lock:
+            held, self._held = self._held or [], None
+            for event in held:  # under the lock, so that a new event cannot overtake them
+                self.listener(event)

@@ -62,6 +62,10 @@ class Decoder:
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         self.mel = mel
 
+    def prefetch(self, mel: LogMel, language: str | None, options) -> None:
+        """``mel`` will be transcribed after the current run: work on it may start now (called
+        from another thread, while a run goes on)."""
+
     def source(self, window: Window) -> CandidateSource:
         """The candidates of ``window`` (its :meth:`~CandidateSource.finish` ends their use)."""
         return NO_CANDIDATES

@@ -47,8 +47,12 @@ class DrafterWorker:
 
     def __init__(self, model: WhisperModel, target_tokenizer: WhisperTokenizer, mel: LogMel,
                  stream: CandidateStream, language: str | None = "en",
-                 listener: Listener | None = None) -> None:
+                 listener: Listener | None = None,
+                 after: DrafterWorker | None = None) -> None:
         self.model = model
+        # Drafting the next file: begin as soon as ``after`` (this file's predecessor) is done,
+        # without waiting for the target to reach this file.
+        self.after = after
         self.mel = mel
         self.stream = stream
         self.language = language
@@ -74,8 +78,15 @@ class DrafterWorker:
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
 
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
     def _run(self) -> None:
         try:
+            if self.after is not None:
+                self.after.join()  # one drafter session: one file after another
+                self.after = None
             self._draft()
         except BaseException as exc:  # the target goes on alone; say why
             if not self._stop.is_set():  # a requested stop is no failure

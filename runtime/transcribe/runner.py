@@ -92,6 +92,15 @@ class WindowRunner:
         self._encoding = (key, ctx, 0.0)
         return ctx, seconds
 
+    def encoding(self, window: Window, mel: LogMel | None = None) -> AudioContext:
+        """The kept encoding of ``window`` (the one just decoded); encoded again from
+        ``mel`` only if another window's encoding has replaced it."""
+        if self._encoding is not None and self._encoding[0] == (window.seek, window.size):
+            return self._encoding[1]
+        if mel is None:
+            raise ValueError(f"window {window.index} is not encoded")
+        return self.encode(window, mel)[0]
+
     def decode(self, window: Window, mel: LogMel, prompt: list[int], rules: LogitRules,
                sample_len: int, source_for: Callable[[Window], CandidateSource],
                stop: threading.Event, retried: bool = False

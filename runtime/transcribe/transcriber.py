@@ -33,10 +33,20 @@ from as2d.runtime.events import (
     fanout,
     ignore,
 )
+from as2d.runtime.speculative.candidates import NO_CANDIDATES
+from as2d.runtime.transcribe import fallback
+from as2d.runtime.transcribe import vad_filter as vad
+from as2d.runtime.transcribe.ahead import Lookahead
 from as2d.runtime.transcribe.decoders import Decoder, TargetOnly, Window
 from as2d.runtime.transcribe.runner import WindowRunner
 from as2d.runtime.transcribe.window import DecodingResult
-from as2d.runtime.whisper.features import N_FRAMES, LogMel
+from as2d.runtime.whisper.alignment import (
+    APPEND_PUNCTUATIONS,
+    PREPEND_PUNCTUATIONS,
+    Word,
+    WordAligner,
+)
+from as2d.runtime.whisper.features import HOP, N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel
 from as2d.runtime.whisper.seeking import compression_ratio, cut_repetition, split_window
@@ -77,13 +87,36 @@ class TranscribeOptions:
     condition_on_previous_text: bool = True
     initial_prompt: str | None = None
     no_speech_threshold: float | None = 0.6
+    # Silence gate: a window whose samples all stay within this amplitude (2^-10: -60 dBFS,
+    # 32 steps of 16-bit audio) is silence and is not decoded. Whisper normalises each
+    # window's level, so digital silence or dither looks like noise to it and it confidently
+    # writes "you" (the no-speech rule above does not catch it: avg_logprob stays > -1).
+    silence_peak: float | None = 2.0 ** -10
     logprob_threshold: float | None = -1.0
     compression_ratio_threshold: float | None = 2.4
     suppress_blank: bool = True
     max_initial_timestamp: float = 1.0
-    # Repeated-text guard: a window whose text compresses too well (a loop) is decoded again
-    # without the previous text as prompt; if it still loops, the repetition is cut.
+    # Repeated-text guard: a window whose text still compresses too well (a loop) once the
+    # temperature schedule is spent (or with a single temperature) is decoded again without
+    # the previous text as prompt; if it still loops, the repetition is cut.
     retry_repetitive: bool = True
+    # Temperature fallback (fallback.py). The engine's default is greedy only, which live
+    # dictation, `ask` and the benchmark rely on; `as2d transcribe` and the Python API pass
+    # whisper's schedule (fallback.DEFAULT_TEMPERATURES).
+    temperatures: tuple[float, ...] = (0.0,)
+    best_of: int = 5  # samples drawn at a temperature above 0; the most probable is kept
+    seed: int = 0  # seeds the sampled windows: same seed, same output
+    # A window decoded above this temperature does not prompt the next one (whisper's 0.5).
+    prompt_reset_on_temperature: float = 0.5
+    hotwords: str | None = None  # faster-whisper's hint phrases, before the previous text
+    # VAD filter (vad_filter.py): decode only the speech chunks; needs a voice detector.
+    vad_filter: bool = False
+    vad_parameters: vad.VadParameters = field(default_factory=vad.VadParameters)
+    # Word timestamps (whisper's --word_timestamps): each window's committed tokens are aligned
+    # to the audio afterwards (as2d.runtime.whisper.alignment); the tokens do not change.
+    word_timestamps: bool = False
+    prepend_punctuations: str = PREPEND_PUNCTUATIONS
+    append_punctuations: str = APPEND_PUNCTUATIONS
 
 
 @dataclass
@@ -99,9 +132,12 @@ class Segment:
     no_speech_prob: float
     temperature: float = 0.0
     partial: bool = False  # cut short by Ctrl-C
+    words: list[Word] | None = None  # with word timestamps
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        if self.words is None:
+            del d["words"]
         d["start"], d["end"] = round(self.start, 3), round(self.end, 3)
         return d
 
@@ -118,16 +154,28 @@ class TranscriptionInfo:
     extra: dict = field(default_factory=dict)
 
 
+def _silent(audio: Audio, window: Window, peak: float | None) -> bool:
+    """Does ``window`` hold nothing louder than ``peak`` (digital silence, dither)?"""
+    if peak is None:
+        return False
+    chunk = audio.samples[window.seek * HOP:(window.seek + window.size) * HOP]
+    return bool(len(chunk)) and float(np.max(np.abs(chunk))) <= peak
+
+
 class Transcriber:
     """Transcribes audio with one target model and one decoder (target-only, SD or AS²D)."""
 
     def __init__(self, model: WhisperModel, decoder: Decoder | None = None,
-                 listener: Listener | None = None):
+                 listener: Listener | None = None, voice_detector=None):
         self.model = model
         self.decoder = decoder or TargetOnly(model)
         self.emit = listener or ignore
+        # Scores 512-sample frames for the VAD filter (``probabilities(samples)``, e.g.
+        # as2d.runtime.live.vad.SileroVAD); only needed with ``vad_filter``.
+        self.voice_detector = voice_detector
         self._stop = threading.Event()
         self.run_options = _run_options()
+        self.ahead = Lookahead(self.decoder, model.dims.n_mels)
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -142,6 +190,20 @@ class Transcriber:
     def add_listener(self, listener: Listener) -> None:
         """Also send every event to ``listener``."""
         self.emit = fanout(self.emit, listener)
+
+    def prefetch(self, audio: Audio, options: TranscribeOptions | None = None) -> None:
+        """``audio`` is the next recording to transcribe (thread-safe; call it while the current
+        one is decoded): its log-mel is computed now, in the calling thread, and the AS²D
+        drafter starts on it as soon as it has finished the current file. Pass the same
+        ``Audio`` object to :meth:`transcribe` later; the output does not change."""
+        options = options or TranscribeOptions()
+        if getattr(options, "vad_filter", False):
+            return  # the run decodes the speech cut out of it, not this audio
+        try:
+            language = resolve_language(self.model, options.language)
+        except ValueError:
+            return  # transcribe() will say so
+        self.ahead.add(audio, language, options)
 
     def transcribe(self, audio: Audio | np.ndarray, options: TranscribeOptions | None = None,
                    info: TranscriptionInfo | None = None) -> Iterator[Segment]:
@@ -160,11 +222,17 @@ class Transcriber:
 
         def work() -> None:
             try:
-                for seg in self._run(audio, options, info):
+                speech, timeline = audio, None
+                if options.vad_filter:
+                    speech, timeline = self._speech_only(audio, options, info)
+                    if timeline is None:
+                        return  # no speech at all: nothing to decode
+                for seg in self._run(speech, options, info, timeline):
                     out.put(seg)
             except BaseException as exc:  # handed to the consumer, re-raised there
                 out.put(exc)
             finally:
+                self.ahead.run_ended()
                 out.put(done)
 
         worker = threading.Thread(target=work, name="as2d-target", daemon=True)
@@ -194,17 +262,22 @@ class Transcriber:
             self.run_options = _run_options()
 
     # -- the window loop ----------------------------------------------------------------------
-    def _run(self, audio: Audio, options: TranscribeOptions,
-             info: TranscriptionInfo) -> Iterator[Segment]:
+    def _run(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo,
+             timeline: vad.Timeline | None = None) -> Iterator[Segment]:
+        """The segments of ``audio``; with a ``timeline`` (VAD filter), ``audio`` is the
+        joined speech and every time is put back on the original recording."""
         model, tk, decoder = self.model, self.model.tokenizer, self.decoder
         t_run = time.perf_counter()
-        mel = LogMel(audio, model.dims.n_mels)
+        mel = self.ahead.run_started(audio)  # computed ahead, while the last file decoded
+        if mel is None:
+            mel = LogMel(audio, model.dims.n_mels)
         self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
                              decoder.drafter_name, decoder.threads(),
                              getattr(model, "encoder_name", "onnxruntime")))
         runner = WindowRunner(model, self.emit, self.run_options, audio.source)
         language = resolve_language(model, options.language)
         decoder.start_early(mel, language, options)
+        self.ahead.run_begun()  # the drafter may go on to the next files when done with this
         # From here the drafter may be running: whatever fails before the window loop (its own
         # try ends the decoder) must end it too.
         try:
@@ -228,8 +301,14 @@ class Transcriber:
             prompt_reset = 0
             if options.initial_prompt:
                 all_tokens.extend(tk.encode(" " + options.initial_prompt.strip()))
+            # faster-whisper's hotwords: after <|startofprev|>, before the previous text, in
+            # every window's prompt.
+            hot = (tk.encode(" " + options.hotwords.strip())[: n_ctx // 2 - 1]
+                   if options.hotwords and options.hotwords.strip() else [])
             seek, index, seg_id = 0, 0, 0
             content = mel.n_frames
+            aligner = WordAligner.for_run(model, language, options) \
+                if options.word_timestamps else None
             decoder.begin(mel, language, options)
         except BaseException:
             decoder.end()
@@ -239,23 +318,40 @@ class Transcriber:
                 if self._stop.is_set():
                     raise Cancelled()
                 window = Window(index, seek, min(N_FRAMES, content - seek))
+                if _silent(audio, window, options.silence_peak):
+                    seek += window.size  # nothing to decode, nothing to say
+                    index += 1
+                    info.windows = index
+                    prompt_reset = len(all_tokens)  # text before the silence is no prompt
+                    continue
                 prev = all_tokens[prompt_reset:]
-                prompt = ([tk.sot_prev] + prev[-(n_ctx // 2 - 1):] if prev else []) + sot_seq
-                decoded = self._decode(runner, window, mel, prompt, rules, sample_len, options)
+                head = [tk.sot_prev] + hot if (prev or hot) else []
+                prompt = head + prev[-(n_ctx // 2 - 1):] + sot_seq
+                # The repetition guard's prompt: the same without the previous text.
+                bare = head + sot_seq if prev else None
+                decoded = self._decode(runner, window, mel, prompt, rules, sample_len, options,
+                                       bare)
                 if decoded is None:  # cancelled inside the window
                     raise Cancelled()
-                result, retried = decoded
+                result, retried, temperature = decoded
                 segs, advance = self._segments(result, window, options)
+                for seg in segs:
+                    seg.temperature = temperature
+                if aligner is not None:  # words of the committed tokens; they stay as they are
+                    aligner.align(segs, runner.encoding(window, mel).cross, window.size)
                 for seg in segs:
                     seg.id = seg_id
                     seg_id += 1
+                    if timeline is not None:
+                        timeline.restore(seg)
                     self.emit(SegmentDone(seg))
                     yield seg
                 all_tokens.extend(t for s in segs for t in s.tokens)
                 seek += max(advance, 1)
                 index += 1
                 info.windows = index
-                if not options.condition_on_previous_text or retried:
+                if (not options.condition_on_previous_text or retried
+                        or temperature > options.prompt_reset_on_temperature):
                     prompt_reset = len(all_tokens)
         except Cancelled:
             partial = runner.partial()
@@ -265,6 +361,8 @@ class Transcriber:
                 for seg in segs:
                     seg.id, seg.partial = seg_id, True
                     seg_id += 1
+                    if timeline is not None:
+                        timeline.restore(seg)
                     self.emit(SegmentDone(seg))
                     yield seg
             info.interrupted = True
@@ -275,32 +373,116 @@ class Transcriber:
         self.emit(RunDone(time.perf_counter() - t_run))
 
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
-                rules: LogitRules, sample_len: int, options: TranscribeOptions
-                ) -> tuple[DecodingResult, bool] | None:
-        """Decode one window, again without the previous text if it loops; None: cancelled."""
+                rules: LogitRules, sample_len: int, options: TranscribeOptions,
+                bare: list[int] | None = None
+                ) -> tuple[DecodingResult, bool, float] | None:
+        """Decode one window: ``(result, retried without the previous text, temperature)``;
+        None: cancelled.
+
+        Whisper's temperature fallback first (see :mod:`.fallback`): greedy with the run's
+        decoder, then each further temperature of the schedule, sampled by the target alone,
+        until a decode passes; the last one is kept if none does. Then the repetition guard:
+        a window that still loops is decoded once more without the previous text (``bare``,
+        None when the prompt has none) at the last temperature tried, and a loop that
+        survives is cut.
+        """
         tk = self.model.tokenizer
-        decoded = runner.decode(window, mel, prompt, rules, sample_len, self.decoder.source,
-                                self._stop)
-        if decoded is None:
-            return None
-        result, stats = decoded
         thr = options.compression_ratio_threshold
-        if (options.retry_repetitive and thr is not None and tk.sot_prev in prompt
+        temps = options.temperatures or (0.0,)
+        spent = [0.0, 0.0]  # encoder and decoder seconds of the decodes not kept
+
+        def attempt(t: float, prompt_: list[int], retried: bool = False):
+            decoded = self._attempt(runner, window, mel, prompt_, rules, sample_len, options,
+                                    t, retried)
+            if decoded is not None:
+                spent[0] += decoded[1].encode_seconds
+                spent[1] += decoded[1].decode_seconds
+            return decoded
+
+        for i, temperature in enumerate(temps):
+            decoded = attempt(temperature, prompt)
+            if decoded is None:
+                return None
+            result, stats = decoded
+            if i + 1 == len(temps):
+                break
+            verdict = fallback.judge(result.avg_logprob,
+                                     compression_ratio(tk.decode(result.tokens)),
+                                     result.no_speech_prob, thr, options.logprob_threshold,
+                                     options.no_speech_threshold)
+            if not verdict.needs_fallback:
+                break
+            self.emit(Note(f"window at {window.start:.1f}s: {verdict.reason}; decoding it again "
+                           f"at temperature {temps[i + 1]:g}"))
+        if (options.retry_repetitive and thr is not None and bare is not None
                 and compression_ratio(tk.decode(result.tokens)) > thr):
             # Whisper's loop failure feeds on the previous text: decode again without it.
             self.emit(Note(f"window at {window.start:.1f}s repeats itself; decoding it again "
                            "without the previous text"))
-            bare = prompt[prompt.index(tk.sot):]
-            decoded = runner.decode(window, mel, bare, rules, sample_len, self.decoder.source,
-                                    self._stop, retried=True)
+            decoded = attempt(temperature, bare, retried=True)
             if decoded is None:
                 return None
             result, stats = decoded
         if thr is not None and compression_ratio(tk.decode(result.tokens)) > thr:
             result.tokens = cut_repetition(result.tokens, tk.timestamp_begin)
             stats = replace(stats, tokens=len(result.tokens) + int(result.completed))
+        # The window's time includes the decodes that were not kept.
+        stats = replace(stats, encode_seconds=spent[0], decode_seconds=spent[1])
         self.emit(WindowDone(stats))
-        return result, stats.retried
+        return result, stats.retried, temperature
+
+    def _attempt(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
+                 rules: LogitRules, sample_len: int, options: TranscribeOptions,
+                 temperature: float, retried: bool):
+        """One decode of ``window`` at ``temperature``: greedy through the run's decoder, or
+        the best of ``best_of`` seeded samples by the target alone (no candidates)."""
+        if temperature <= 0:
+            return runner.decode(window, mel, prompt, rules, sample_len, self.decoder.source,
+                                 self._stop, retried=retried)
+        best = None
+        spent = [0.0, 0.0]
+        for draw in range(max(1, options.best_of)):
+            rng = fallback.window_rng(options.seed, window.seek, temperature,
+                                      2 * draw + int(retried))
+            decoded = runner.decode(window, mel, prompt,
+                                    fallback.SamplingRules.of(rules, temperature, rng),
+                                    sample_len, lambda _w: NO_CANDIDATES, self._stop,
+                                    retried=retried)
+            if decoded is None:
+                return None
+            result, stats = decoded
+            spent[0] += stats.encode_seconds
+            spent[1] += stats.decode_seconds
+            score = fallback.ranking_score(result.sum_logprob, len(result.tokens))
+            if best is None or score > best[0]:
+                best = (score, result, stats)
+        _, result, stats = best
+        return result, replace(stats, encode_seconds=spent[0], decode_seconds=spent[1])
+
+    def _speech_only(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo
+                     ) -> tuple[Audio, vad.Timeline | None]:
+        """The VAD filter: ``audio``'s speech chunks joined, and the map back to ``audio``'s
+        times (None: no speech at all)."""
+        if self.voice_detector is None:
+            raise ValueError("the VAD filter needs a voice detector (Transcriber("
+                             "voice_detector=as2d.runtime.live.vad.SileroVAD()))")
+        params = vad.VadParameters.parse(options.vad_parameters)
+        t0 = time.perf_counter()
+        probs = vad.speech_probabilities(audio.samples, self.voice_detector)
+        chunks = vad.speech_chunks(probs, len(audio.samples), params)
+        timeline = vad.Timeline(chunks)
+        info.extra["vad_chunks"] = [(a / vad.SAMPLE_RATE, b / vad.SAMPLE_RATE)
+                                    for a, b in chunks]
+        info.extra["vad_speech_seconds"] = timeline.speech_seconds
+        info.extra["vad_seconds"] = time.perf_counter() - t0
+        self.emit(Note(f"VAD filter: {timeline.speech_seconds:.1f} s of speech in "
+                       f"{len(chunks)} chunk(s) kept of {audio.duration:.1f} s "
+                       f"({time.perf_counter() - t0:.2f} s)"))
+        if not chunks:
+            return audio, None
+        speech = Audio(vad.join_speech(audio.samples, chunks), audio.source,
+                       audio.source_rate, audio.source_channels, audio.truncated)
+        return speech, timeline
 
     def _segments(self, result: DecodingResult, window: Window, options: TranscribeOptions,
                   final: bool = False) -> tuple[list[Segment], int]:

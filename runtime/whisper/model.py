@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from as2d.runtime.kvcache import KVCache
-from as2d.runtime.sessions import make_session
+from as2d.runtime.sessions import Background, make_session
 from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
@@ -59,6 +59,15 @@ class WhisperModel:
         self.manifest = manifest
         self.name = name or manifest.get("name", self.path.name)
         self.dims = WhisperDims(**manifest["dims"])
+        # A drafter's outputs are only proposals: it may use the faster decoder whose rows are
+        # not bit-exact across passes (a target never does).
+        files = manifest["files"]
+        self._decoder_file = files.get("decoder_draft" if role == "drafter" else "decoder",
+                                       files["decoder"])
+        # Start-up: onnxruntime builds the decoder session without the GIL, so it is made on a
+        # thread of its own while the tokenizer and the encoder load here (if they fail, the
+        # session is simply dropped).
+        decoder = Background(make_session, self.path / self._decoder_file, threads)
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
         self.config = manifest.get("generation", {})
         self.threads = threads
@@ -69,15 +78,20 @@ class WhisperModel:
         self.encoder = make_encoder(self.path, manifest, encoder_threads or threads, encoder,
                                     fp32_path=fp32_encoder, warn=progress)
         self._encoder_outputs = list(self.encoder.output_names)
+        session = getattr(self.encoder, "session", None)
+        mel_dim = session.get_inputs()[0].shape[1] if session is not None else None
+        if isinstance(mel_dim, int) and mel_dim != self.dims.n_mels:
+            session = self.encoder = None  # freed now: its threads must not outlive the error
+            try:  # nor may the decoder session still being built (an abort at exit)
+                decoder.result()
+            except Exception:  # noqa: BLE001 - the mismatch is the error to report
+                pass
+            raise ValueError(f"{self.name}: the manifest says n_mels {self.dims.n_mels} but the "
+                             f"encoder takes {mel_dim} mel bands; reinstall the model")
         # What --stats and bench report: the back end, and the precision it computes in.
         self.encoder_name = (self.encoder.detail if self.encoder.backend != "onnxruntime"
                              else f"onnxruntime {manifest.get('precision', 'fp32')}")
-        # A drafter's outputs are only proposals: it may use the faster decoder whose rows are
-        # not bit-exact across passes (a target never does).
-        files = manifest["files"]
-        self._decoder_file = files.get("decoder_draft" if role == "drafter" else "decoder",
-                                       files["decoder"])
-        self.decoder = make_session(self.path / self._decoder_file, threads)
+        self.decoder = decoder.result()
         self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         self._lock = threading.Lock()
@@ -102,6 +116,33 @@ class WhisperModel:
                 sess = make_session(self.path / self._decoder_file, threads)
                 self._decoders[threads] = sess
         return sess
+
+    exact_rows: bool | None = None  # unknown until checked
+
+    def check_exact_rows(self) -> bool:
+        """Is a multi-token decoder pass bit-identical, row by row, to single-token passes?
+
+        Losslessness rests on it (verifying k candidates in one pass must give what k single
+        passes give). as2d's graphs are built for it, but it is onnxruntime that computes them:
+        a new version or CPU could round differently. A short check: one second of silence,
+        the start-of-transcript tokens and a few words, both ways, also after a truncation.
+        """
+        if self.exact_rows is None:
+            ctx = self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
+            tokens = list(self.tokenizer.sot_sequence("en" if self.multilingual else None))
+            tokens += self.tokenizer.encode(" a test of rows, one by one")
+            a, b = self.decoder_state(ctx), self.decoder_state(ctx)
+            try:
+                alone = np.concatenate([a.forward([t]) for t in tokens])
+                together = b.forward(tokens)
+                b.truncate(2)
+                after = np.concatenate([b.forward(tokens[2:5]), b.forward(tokens[5:])])
+                self.exact_rows = bool(np.array_equal(alone, together)
+                                       and np.array_equal(alone[2:], after))
+            finally:
+                self.release(a)
+                self.release(b)
+        return self.exact_rows
 
     def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
         """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even).

@@ -1,0 +1,127 @@
+"""The files a :class:`~as2d.runtime.transcribe.transcriber.Transcriber` will transcribe next.
+
+Told the next recording (``Transcriber.prefetch``), the transcriber computes its log-mel at once
+(in the caller's thread, while the current file is being decoded) and hands it to the decoder,
+whose drafter can then start on it as soon as it is done with the current file. A prefetch made
+between runs is held until the next run has begun, so that the decoder always learns what comes
+*after* the file it is working on.
+
+:class:`AudioReader` is the other half, for a list of files: it decodes each file on a
+background thread while the one before it is transcribed, and prefetches it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from as2d.runtime.audio import Audio
+from as2d.runtime.sessions import Background
+from as2d.runtime.transcribe.decoders import Decoder
+from as2d.runtime.whisper.features import LogMel
+
+
+@dataclass
+class _Upcoming:
+    audio: Audio
+    mel: LogMel
+    language: str | None
+    options: object
+    handed: bool = False  # given to the decoder
+
+
+class Lookahead:
+    """Prefetched recordings in the order they will be transcribed, with their log-mels."""
+
+    def __init__(self, decoder: Decoder, n_mels: int) -> None:
+        self.decoder = decoder
+        self.n_mels = n_mels
+        self._upcoming: list[_Upcoming] = []
+        self._running = False
+        self._lock = threading.Lock()
+
+    def add(self, audio: Audio, language: str | None, options) -> None:
+        mel = LogMel(audio, self.n_mels)  # outside the lock: the slow part
+        with self._lock:
+            item = _Upcoming(audio, mel, language, options)
+            self._upcoming.append(item)
+            if self._running:
+                self._hand(item)
+
+    def run_started(self, audio: Audio) -> LogMel | None:
+        """A run of ``audio`` begins: its prefetched log-mel, if any (earlier prefetches that
+        were not transcribed are forgotten)."""
+        with self._lock:
+            mel = None
+            for i, item in enumerate(self._upcoming):
+                if item.audio is audio:
+                    mel = item.mel
+                    del self._upcoming[: i + 1]
+                    break
+            return mel
+
+    def run_begun(self) -> None:
+        """The decoder knows the current run: tell it what comes after."""
+        with self._lock:
+            self._running = True
+            for item in self._upcoming:
+                self._hand(item)
+
+    def run_ended(self) -> None:
+        with self._lock:
+            self._running = False
+
+    def _hand(self, item: _Upcoming) -> None:
+        if not item.handed:
+            item.handed = True
+            self.decoder.prefetch(item.mel, item.language, item.options)
+
+
+class AudioReader:
+    """Decodes a list of files one ahead of their use, each on a background thread.
+
+    :meth:`take` ``(i)`` returns file ``i`` (or raises its :class:`AudioError`) and starts
+    decoding file ``i + 1``, which then overlaps the transcription of file ``i``; ``ready`` is
+    called with each file decoded ahead (``Transcriber.prefetch``, which adds its log-mel and
+    the drafter's head start). File 0 starts at once: it overlaps the loading of the models.
+    """
+
+    def __init__(self, paths: list, load: Callable[[object], Audio],
+                 ready: Callable[[Audio], None] | None = None) -> None:
+        self.paths = list(paths)
+        self.load = load
+        self.ready = ready
+        self._pending: dict[int, Background] = {}
+        self._start(0)
+
+    def _start(self, i: int) -> None:
+        if i < len(self.paths) and i not in self._pending:
+            self._pending[i] = Background(self._load, i)
+
+    def _load(self, i: int) -> Audio:
+        audio = self.load(self.paths[i])
+        ready = self.ready
+        if i > 0 and ready is not None:
+            try:
+                ready(audio)
+            except Exception:  # only a head start is lost: the run computes it again
+                pass
+        return audio
+
+    def take(self, i: int) -> Audio:
+        self._start(i)
+        pending = self._pending.pop(i)
+        self._start(i + 1)
+        return pending.result()
+
+    def close(self) -> None:
+        """Close the files decoded ahead and not taken (a temporary memmap each, for long
+        audio); one still decoding is left to its daemon thread."""
+        pending, self._pending = self._pending, {}
+        for p in pending.values():
+            if p.done():
+                try:
+                    p.result().close()
+                except Exception:
+                    pass

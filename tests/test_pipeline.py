@@ -1,0 +1,236 @@
+"""The pipeline across files and at start-up: the drafter runs ahead into the next file, the next
+file's audio and log-mel are ready before the target gets there, the models load side by side —
+and none of it changes a token.
+
+Real models, real clips: the reference is always target-only greedy decoding of each file on its
+own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from as2d.runtime.audio import AudioError, load_audio
+from as2d.runtime.events import Drafted, RunStarted
+from as2d.runtime.sessions import Background
+from as2d.runtime.transcribe.ahead import AudioReader
+from as2d.runtime.transcribe.as2d import AS2D
+from as2d.runtime.transcribe.decoders import TargetOnly
+from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+
+OPTS = TranscribeOptions(language="en")
+
+
+@pytest.fixture(scope="module")
+def files(clips):
+    """Five real recordings of different lengths (LibriVox, moonshine-voice), 3 s to 44 s."""
+    picked = [c.path for c in clips if "librivox" in str(c.path)][:3]
+    picked += [c.path for c in clips if c.name in ("beckett.wav", "two_cities.wav")]
+    return picked
+
+
+@pytest.fixture(scope="module")
+def reference(whisper, files):
+    """Each file decoded by the target alone, on its own."""
+    target = whisper("base")
+    out = []
+    for path in files:
+        audio = load_audio(path)
+        out.append([s.tokens for s in Transcriber(target, TargetOnly(target))
+                    .transcribe(audio, OPTS)])
+    return out
+
+
+def wait_until(condition, timeout: float = 60.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_the_drafter_drafts_the_next_file_before_the_target_reaches_it(whisper, files,
+                                                                       reference):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
+    runs: list[list] = []  # events per run, as a statistics collector sees them
+
+    def listener(event):
+        if isinstance(event, RunStarted):
+            runs.append([])
+        if runs:
+            runs[-1].append(event)
+
+    decoder = AS2D(target, drafter, listener)
+    t = Transcriber(target, decoder, listener)
+    try:
+        first, second = load_audio(files[0]), load_audio(files[1])
+        t.prefetch(second, OPTS)  # between runs: held until the first run has begun
+        assert decoder._ahead == []
+        got_first = [s.tokens for s in t.transcribe(first, OPTS)]
+        # The target is done with the first file and has not started the second: the drafter
+        # drafts it anyway, into the stream made for it.
+        assert len(decoder._ahead) == 1
+        ahead = decoder._ahead[0]
+        assert wait_until(lambda: len(ahead.stream) > 0), "the drafter never drafted ahead"
+        events_between = len(runs)
+        got_second = [s.tokens for s in t.transcribe(second, OPTS)]
+        assert decoder.stream is ahead.stream  # the second run verified the ahead draft
+    finally:
+        decoder.close()
+    assert got_first == reference[0]
+    assert got_second == reference[1]
+    # The ahead draft's events were held back for its own run: the first run shows none of
+    # the second file's words, the second run shows them all.
+    assert events_between == 1
+    drafted_second = [e for e in runs[1] if isinstance(e, Drafted) and e.tokens]
+    assert sum(len(e.tokens) for e in drafted_second) == len(ahead.stream)
+
+
+def test_a_batch_with_every_next_file_prefetched_is_token_identical_to_target_only(
+        whisper, files, reference):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
+    decoder = AS2D(target, drafter, busy_threads=1)
+    t = Transcriber(target, decoder)
+    got = []
+    reader = AudioReader(files, load_audio, ready=lambda audio: t.prefetch(audio, OPTS))
+    try:
+        for i in range(len(files)):
+            audio = reader.take(i)
+            got.append([s.tokens for s in t.transcribe(audio, OPTS)])
+    finally:
+        reader.close()
+        decoder.close()
+    assert got == reference
+
+
+def test_prefetches_between_runs_wait_for_the_next_run(whisper, files, reference):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
+    decoder = AS2D(target, drafter)
+    t = Transcriber(target, decoder)
+    try:
+        a, b = load_audio(files[0]), load_audio(files[1])
+        list(t.transcribe(a, OPTS))
+        t.prefetch(b, OPTS)
+        # No run: the decoder would not know which file this one comes after.
+        assert decoder._ahead == []
+        got = [s.tokens for s in t.transcribe(b, OPTS)]
+    finally:
+        decoder.close()
+    assert got == reference[1]
+
+
+def test_the_draft_of_a_prefetched_file_that_is_skipped_is_dropped(whisper, files, reference):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
+    decoder = AS2D(target, drafter)
+    t = Transcriber(target, decoder)
+    try:
+        long, skipped, c = load_audio(files[4]), load_audio(files[0]), load_audio(files[2])
+        run = t.transcribe(long, OPTS)
+        next(run)  # the first of two windows: the run goes on
+        t.prefetch(skipped, OPTS)
+        t.prefetch(c, OPTS)
+        assert [a.mel.samples is x.samples for a, x in zip(decoder._ahead, (skipped, c))] \
+            == [True, True]
+        skipped_worker = decoder._ahead[0].worker
+        list(run)
+        got = [s.tokens for s in t.transcribe(c, OPTS)]
+        assert decoder._ahead == []
+        assert not skipped_worker.running
+    finally:
+        decoder.close()
+    assert got == reference[2]
+
+
+def test_close_ends_the_drafts_of_files_never_transcribed(whisper, files):
+    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
+    decoder = AS2D(target, drafter)
+    t = Transcriber(target, decoder)
+    run = t.transcribe(load_audio(files[4]), OPTS)
+    next(run)
+    t.prefetch(load_audio(files[4]), OPTS)  # 44 s again: still drafting when closed
+    workers = [a.worker for a in decoder._ahead]
+    run.close()  # stopped, like Ctrl-C: what comes next is never transcribed
+    decoder.close()
+    assert workers and not any(w.running for w in workers)
+    assert not [th for th in threading.enumerate() if th.name == "as2d-drafter"]
+
+
+def test_the_audio_reader_decodes_one_file_ahead_and_reports_errors_in_order(tmp_path, files):
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"not audio")
+    loaded: list[str] = []
+
+    def load(path):
+        loaded.append(str(path))
+        return load_audio(path)
+
+    ready: list = []
+    reader = AudioReader([files[0], bad, files[1]], load, ready=ready.append)
+    try:
+        first = reader.take(0)
+        assert first.duration > 0
+        # Taking file 0 started file 1; nothing further.
+        assert wait_until(lambda: len(loaded) == 2)
+        time.sleep(0.2)
+        assert loaded == [str(files[0]), str(bad)]
+        with pytest.raises(AudioError):
+            reader.take(1)
+        second = reader.take(2)
+        assert [a.source for a in ready] == [second.source]  # file 0 is not "ahead"
+    finally:
+        reader.close()
+
+
+def test_background_returns_the_value_or_raises_the_error_in_the_caller():
+    assert Background(lambda x: x * 2, 21).result() == 42
+    with pytest.raises(ZeroDivisionError):
+        Background(lambda: 1 / 0).result()
+
+
+def test_the_command_line_batch_is_token_identical_with_and_without_a_drafter(
+        tmp_path, models_root, files):
+    out = {}
+    for decoder in ("as2d", "target"):
+        folder = tmp_path / decoder
+        p = subprocess.run([sys.executable, "-m", "as2d", "transcribe", *map(str, files),
+                            "-l", "en", "--decoder", decoder, "-f", "json", "-o", str(folder),
+                            "--models-dir", str(models_root), "-q", "--no-live"],
+                           capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        out[decoder] = {f.name: [s["tokens"] for s in json.loads(f.read_text())["segments"]]
+                        for f in folder.glob("*.json")}
+    assert len(out["as2d"]) == len(files)
+    assert out["as2d"] == out["target"]
+
+
+def test_ctrl_c_in_a_batch_keeps_what_was_done_while_the_drafter_runs_ahead(
+        tmp_path, models_root, files, reference):
+    import signal
+
+    order = [files[3], files[4], files[0]]  # 10 s, 44 s (two windows), 7 s
+    out = tmp_path / "out"
+    p = subprocess.Popen([sys.executable, "-m", "as2d", "transcribe", *map(str, order), "-l",
+                          "en", "-f", "json", "-o", str(out), "--models-dir", str(models_root),
+                          "--no-live"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    first = out / (order[0].stem + ".json")
+    assert wait_until(first.exists, 300), "the first file was never written"
+    p.send_signal(signal.SIGINT)  # the second file is being decoded, the third drafted
+    stdout, stderr = p.communicate(timeout=120)
+    assert p.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    done = json.loads(first.read_text())
+    assert [s["tokens"] for s in done["segments"]] == reference[3]
+    second = out / (order[1].stem + ".json")
+    if second.exists():  # what was committed of the interrupted file: a prefix of its text
+        kept = [s["tokens"] for s in json.loads(second.read_text())["segments"]]
+        flat, ref = sum(kept, []), sum(reference[4], [])
+        assert flat == ref[: len(flat)]
+    assert not (out / (order[2].stem + ".json")).exists()
