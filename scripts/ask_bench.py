@@ -77,8 +77,6 @@ def main() -> int:
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--min-ngram", type=int, default=1)
     ap.add_argument("--only", default=None, help="comma-separated question ids")
-    ap.add_argument("--split", default=None, choices=("dev", "test"),
-                    help="only the questions of one split (default: both, reported apart)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--models-dir", type=Path, default=None,
                     help="model cache folder (default: $AS2D_MODELS_DIR, else the user cache)")
@@ -90,10 +88,9 @@ def main() -> int:
 
     threads = args.threads or cpu_count()
     qset = load_questions(args.questions)
-    if args.only or args.split:
-        keep = set(args.only.split(",")) if args.only else None
-        qset.questions = [q for q in qset.questions if (keep is None or q.id in keep)
-                          and (args.split is None or q.split == args.split)]
+    if args.only:
+        keep = set(args.only.split(","))
+        qset.questions = [q for q in qset.questions if q.id in keep]
         qset.clips = {c: p for c, p in qset.clips.items()
                       if any(q.clip == c for q in qset.questions)}
     clips = transcribe_clips(qset, args.models_dir, threads, args.quiet)
@@ -113,7 +110,6 @@ def main() -> int:
         by_source: dict[str, list[int]] = {}
         correct = 0
         by_kind: dict[str, list[int]] = {}
-        by_split: dict[str, list[int]] = {}
         for i, q in enumerate(qset.questions):
             clip = clips[q.clip]
             results = {m: [] for m in modes}
@@ -134,10 +130,7 @@ def main() -> int:
             by_kind.setdefault(q.kind, [0, 0])
             by_kind[q.kind][0] += ok
             by_kind[q.kind][1] += 1
-            by_split.setdefault(q.split, [0, 0])
-            by_split[q.split][0] += ok
-            by_split[q.split][1] += 1
-            row = dict(style=style, id=q.id, split=q.split, kind=q.kind, question=q.question,
+            row = dict(style=style, id=q.id, kind=q.kind, question=q.question,
                        answer=ref.text, correct=ok, answer_tokens=len(ref.tokens),
                        prompt_tokens=ref.stats.prompt_tokens)
             for m in modes:
@@ -160,13 +153,12 @@ def main() -> int:
             if not args.quiet:
                 mark = "ok " if ok else "BAD"
                 speed = "  ".join(f"{m} {row[f'{m}_tok_s']} tok/s" for m in modes)
-                print(f"{style:12s} {q.id:14s} {mark} {ref.text[:60]!r:62s} {speed}",
+                print(f"{style:12s} {q.id:10s} {mark} {ref.text[:60]!r:62s} {speed}",
                       file=sys.stderr)
         n = len(qset.questions)
         summary[style] = dict(
             correct=correct, questions=n, accuracy=round(correct / n, 3) if n else 0.0,
             by_kind={k: f"{v[0]}/{v[1]}" for k, v in by_kind.items()},
-            by_split={k: f"{v[0]}/{v[1]}" for k, v in sorted(by_split.items())},
             pooled_tok_s={m: round(t / s, 1) if s else None for m, (t, s) in pooled.items()},
             generation_tokens={m: t for m, (t, s) in pooled.items()},
             generation_seconds={m: round(s, 3) for m, (t, s) in pooled.items()},
@@ -176,15 +168,13 @@ def main() -> int:
 
     print(f"\nanswering model: {lm.name}, threads {threads}; {len(qset.questions)} questions "
           f"on {len(qset.clips)} clips")
-    kinds = sorted({q.kind for q in qset.questions})
-    print(f"{'style':12s} {'correct':>9s} {'dev':>7s} {'test':>7s} "
-          + " ".join(f"{k:>6s}" for k in kinds)
+    print(f"{'style':12s} {'correct':>9s} {'who':>6s} {'what':>6s} {'when':>6s}"
           + ("" if args.no_speed else f" {'target tok/s':>13s} {'spec tok/s':>11s} "
                                        f"{'speed-up':>9s}  acceptance by source"))
     for style, s in summary.items():
         line = (f"{style:12s} {s['correct']:>3d}/{s['questions']:<3d} "
-                f"{s['by_split'].get('dev', '-'):>7s} {s['by_split'].get('test', '-'):>7s} "
-                + " ".join(f"{s['by_kind'].get(k, '-'):>6s}" for k in kinds))
+                f"{s['by_kind'].get('who', '-'):>6s} {s['by_kind'].get('what', '-'):>6s} "
+                f"{s['by_kind'].get('when', '-'):>6s}")
         if not args.no_speed:
             t, sp = s["pooled_tok_s"]["target"], s["pooled_tok_s"]["spec"]
             srcs = ", ".join(f"{k} {v['accepted']}/{v['offered']} ({v['passes']} passes)"

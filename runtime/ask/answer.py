@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.events import AnswerDone, AnswerStats, AnswerStatsCollector, AskStarted
-from as2d.runtime.ask.extract import SpanConstraint, build_constraint, supported
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.passages import evidence
-from as2d.runtime.ask.prompt import DEFAULT_STYLE, EXTRACTIVE_STYLES, PromptBuilder, PromptPlan
+from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan
 from as2d.runtime.ask.sources import SOURCES, lookup_source, source_texts
 from as2d.runtime.ask.spans import Span
 from as2d.runtime.events import Listener, Note, fanout, ignore
@@ -60,15 +59,10 @@ class Answer:
     stopped: str
     stats: AnswerStats
     prompt: PromptPlan = field(repr=False, default=None)
-    extractive: bool = False  # decoded as a span of the transcript
-    verified: bool = True  # every content word of the answer occurs in its evidence spans
-    unsupported: tuple[str, ...] = ()  # the content words that do not
 
     def to_dict(self) -> dict:
         return {"question": self.question, "answer": self.text,
                 "spans": [s.to_dict() for s in self.evidence],
-                "extractive": self.extractive,
-                "verified": self.verified, "unsupported_words": list(self.unsupported),
                 "context": {"selected": self.selected, "note": self.note,
                             "spans": [s.to_dict() for s in self.context]},
                 "stopped": self.stopped}
@@ -109,11 +103,7 @@ class Answerer:
         (``examples`` are the prompt's own few-shot blocks)."""
         o = self.options
         texts = source_texts(spans, question, drafter_text,
-                             self.builder.examples_text(plan.timed, question), plan.timed)
-        if plan.style in EXTRACTIVE_STYLES and not plan.timed:
-            # Written as the constraint writes it (every word after a space), so copied runs
-            # are proposed with the answer's own tokens.
-            texts["transcript"] = "\n".join(" " + " ".join(s.text.split()) for s in spans)
+                             self.builder.examples_text(plan.timed), plan.timed)
         return lookup_source(texts, self.codec.text, o.sources, o.max_ngram, o.min_ngram,
                              o.k_max)
 
@@ -132,37 +122,16 @@ class Answerer:
                       "of the others in a pass, so verified candidates could change the answer; "
                       "generating without candidates", "warning"))
         sources = self.sources(spans, question, drafter_text, plan) if use else None
-        constraint = self.constraint(plan)
         emit(AskStarted(question, self.model.name, len(plan.ids), plan.transcript_tokens,
                         len(spans), len(plan.spans), plan.selected, use,
                         sources.names if sources else ()))
         gen = SpeculativeGenerator(self.model, emit)
-        result = gen.generate(plan.ids, o.max_tokens, plan.stop_ids, sources,
-                              constraint.rule(len(plan.ids)) if constraint else None)
+        result = gen.generate(plan.ids, o.max_tokens, plan.stop_ids, sources)
         text = self.answer_text(result.tokens, plan)
         emit(AnswerDone(text, len(result.tokens), result.stopped,
                         result.prefill_seconds + result.seconds))
-        used = ([plan.spans[i] for i in constraint.source(result.tokens)] if constraint
-                else []) or evidence(text, plan.spans)
-        # Verification: the answer's content words must occur in the passage it draws on (by
-        # construction for an extractive answer; a check for free generation).
-        ok, missing = supported(text, used or plan.spans) if not plan.timed else (True, [])
-        if not ok:
-            emit(Note("the answer uses words that are not in the transcript ("
-                      + ", ".join(missing) + "): check it against the recording", "warning"))
-        return Answer(question, text, result.tokens, used, plan.spans,
-                      plan.selected, plan.note, result.stopped, collector.current, plan,
-                      constraint is not None, ok, tuple(missing))
-
-    def constraint(self, plan: PromptPlan) -> SpanConstraint | None:
-        """The transcript-span constraint of an extractive style's answer (None otherwise)."""
-        if plan.style not in EXTRACTIVE_STYLES or not plan.spans:
-            return None
-        tok = self.model.tokenizer
-        full_stop = self.codec.text(".")
-        # A full stop may close an answer before its line break (the examples end so).
-        return build_constraint(plan.spans, self.codec.text, tok.token, plan.stop_ids,
-                                full_stop if len(full_stop) == 1 else (), plan.timed)
+        return Answer(question, text, result.tokens, evidence(text, plan.spans), plan.spans,
+                      plan.selected, plan.note, result.stopped, collector.current, plan)
 
     def answer_text(self, tokens: Sequence[int], plan: PromptPlan) -> str:
         ids = [t for t in tokens if t not in self.builder.eos_ids]

@@ -56,11 +56,6 @@ class Codec:
         cached = _NEWLINE_IDS.get(id(self.tok))
         if cached is not None and cached[0] is self.tok:
             return cached[1]
-        stored = getattr(self.tokenizer, "newline_ids", None)
-        found = stored() if callable(stored) else None
-        if found is not None:
-            _NEWLINE_IDS[id(self.tok)] = (self.tok, found)
-            return found
         ids = set()
         for i in range(self.tok.get_vocab_size(with_added_tokens=True)):
             piece = self.tok.id_to_token(i)
@@ -68,8 +63,6 @@ class Codec:
                 ids.add(i)
         found = frozenset(ids)
         _NEWLINE_IDS[id(self.tok)] = (self.tok, found)
-        if callable(getattr(self.tokenizer, "save_newlines", None)):
-            self.tokenizer.save_newlines(found)
         return found
 
 

@@ -24,7 +24,7 @@ from as2d.runtime.ask.events import AnswerStep, Prefilled
 from as2d.runtime.events import Listener, ignore
 from as2d.runtime.speculative.candidates import NO_CANDIDATES, run
 from as2d.runtime.speculative.lookup import LookupSource
-from as2d.runtime.speculative.verify import Choose, PassCounts, Verdict, argmax, verify
+from as2d.runtime.speculative.verify import PassCounts, Verdict, argmax, verify
 
 
 class LMState(Protocol):
@@ -72,9 +72,8 @@ class AnswerDecoding:
     """
 
     def __init__(self, state: LMState, prompt_ids: Sequence[int], first: int, max_new: int,
-                 stops: frozenset[int], choose: Choose = argmax) -> None:
+                 stops: frozenset[int]) -> None:
         self.state = state
-        self.choose = choose
         self.max_new = max_new
         self.stops = stops
         self.tokens = [first]
@@ -97,7 +96,7 @@ class AnswerDecoding:
         return max(0, min(self.max_new - len(self.tokens) - 1, st.capacity - st.length - 1))
 
     def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> Verdict:
-        verdict = verify(self.state, self.tokens[-1], candidates, self._context, self.choose,
+        verdict = verify(self.state, self.tokens[-1], candidates, self._context, argmax,
                          self.stops)
         self.tokens.extend(verdict.committed)
         self._context.extend(verdict.committed)
@@ -124,23 +123,19 @@ class SpeculativeGenerator:
         self.emit = listener or ignore
 
     def generate(self, prompt_ids: Sequence[int], max_new: int, stop_ids: Iterable[int],
-                 candidates: LookupSource | None = None,
-                 choose: Choose | None = None) -> Generation:
+                 candidates: LookupSource | None = None) -> Generation:
         """Up to ``max_new`` tokens after ``prompt_ids`` (at least one, from the prefill);
-        ``candidates=None`` is target-only generation through the same passes. ``choose`` is
-        the rule of every position, the first included (default: plain argmax; an extractive
-        answer's :class:`~as2d.runtime.ask.extract.SpanConstraint` rule)."""
+        ``candidates=None`` is target-only generation through the same passes."""
         model = self.model
         decode = model.tokenizer.decode
         stops = frozenset(int(i) for i in stop_ids)
         state = model.state()
         try:
             t0 = time.perf_counter()
-            rule = choose or argmax
-            first = int(rule(model.prefill(state, list(prompt_ids)), list(prompt_ids)))
+            first = int(np.argmax(model.prefill(state, list(prompt_ids))))
             prefill_s = time.perf_counter() - t0
             self.emit(Prefilled(len(prompt_ids), prefill_s, decode([first])))
-            decoding = AnswerDecoding(state, prompt_ids, first, max_new, stops, rule)
+            decoding = AnswerDecoding(state, prompt_ids, first, max_new, stops)
 
             def on_pass(offered: Sequence[int], verdict: Verdict) -> None:
                 found = candidates.last if candidates is not None else None

@@ -15,7 +15,6 @@ manifest with the architecture (``config``), the cache capacity and the tokenize
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -89,34 +88,6 @@ class LLMTokenizer(TokenizerBase):
         self.start_of_turn: int | None = None if sot is None else int(sot)
         if self.tok.id_to_token(self.bos) is None or self.tok.id_to_token(self.eos) is None:
             raise ValueError(f"{self.path}: special ids do not match the tokenizer")
-
-    def newline_ids(self) -> frozenset[int] | None:
-        """Ids whose text holds a line break, from a small cache file beside the tokenizer
-        (stamped with its size and time; scanning 262k pieces takes 0.15-0.2 s per run).
-        None when there is no valid cache (the caller scans and calls :meth:`save_newlines`)."""
-        try:
-            doc = json.loads(self._newline_cache().read_text())
-            if doc.get("stamp") == self._stamp():
-                return frozenset(int(i) for i in doc["ids"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        return None
-
-    def save_newlines(self, ids: Iterable[int]) -> None:
-        path = self._newline_cache()
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        try:  # best effort: a read-only bundle just scans every time
-            tmp.write_text(json.dumps({"stamp": self._stamp(), "ids": sorted(ids)}))
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-
-    def _newline_cache(self) -> Path:
-        return self.path.with_name(".newline_ids.json")
-
-    def _stamp(self) -> list[int]:
-        st = self.path.stat()
-        return [st.st_size, st.st_mtime_ns]
 
 
 class LMBackend:

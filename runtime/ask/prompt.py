@@ -16,51 +16,41 @@ order with ``[...]`` where text was left out, and the plan says so (:class:`Prom
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from as2d.runtime.ask.codec import Codec
-from as2d.runtime.ask.extract import answer_type, asks_about_recording_time
 from as2d.runtime.ask.passages import drop_lowest, select_spans
 from as2d.runtime.ask.spans import Span, format_time, time_ranges, transcript_lines
 from as2d.runtime.ask.template import TemplateError, render_chat_template
 
 # Invented examples (nothing from the benchmark clips). Each transcript is followed by several
-# questions, as a user would ask them, each answered by words copied from the transcript (so
-# that an extractive answer looks like its examples), or — for questions about the recording's
-# clock only — by the time of the line that holds the words. A timed prompt shows the clock
-# questions, an untimed one the others; the extract style shows, of each example, the questions
-# that want the same kind of answer as the user's (see PromptBuilder).
+# questions, as a user would ask them: who/what/where/how answered by a short span of the
+# transcript, "when" answered by the time of the line that holds the words. A timed prompt shows
+# the "when" questions, an untimed one the others (see PromptBuilder).
 _EXAMPLES: tuple[tuple[tuple[tuple[float, str], ...], tuple[tuple[str, str], ...]], ...] = (
     (((0.0, "Good morning, this is Captain Harris speaking from the flight deck."),
       (4.2, "We will be landing in Lisbon in about forty minutes."),
       (8.5, "The weather there is sunny, with a temperature of twenty-two degrees.")),
      (("Who is speaking from the flight deck?", "Captain Harris."),
-      ("Where will we be landing?", "in Lisbon."),
-      ("When will we be landing?", "in about forty minutes."),
-      ("What is the temperature there?", "twenty-two degrees."),
-      ("At what point of the recording does the captain mention the weather?", "At 0:08."))),
+      ("Where will we be landing?", "In Lisbon."),
+      ("When does the captain mention the weather?", "At 0:08."))),
     (((0.0, "Mary planted the roses by the garden wall."),
       (3.1, "Her brother Tom painted the old fence blue."),
       (7.4, "In the evening they sat together under the apple tree."),
       (11.0, "It was the best summer of their lives, and the last one.")),
-     (("What colour did Tom paint the fence?", "blue."),
-      ("Mary planted the roses, and what did Tom do?", "painted the old fence blue."),
-      ("At what time in the recording is the apple tree mentioned?", "At 0:07."),
-      ("Who planted the roses?", "Mary."),
-      ("When did they sit under the apple tree?", "In the evening."),
-      ("Where did Mary plant the roses?", "by the garden wall."),
-      ("What was it the best of?", "summer."))),
+     (("What colour did Tom paint the fence?", "Blue."),
+      ("Mary planted the roses, and what did Tom do?", "He painted the old fence blue."),
+      ("When does the speaker talk about the apple tree?", "At 0:07."),
+      ("What was it the best of?", "Summer."))),
     (((0.0, "Are you ready?"),
       (1.2, "No."),
-      (2.0, "Then hurry up, we are late, the station is two miles away."),
-      (4.5, "We walk slowly because the road is icy."),
-      (7.0, "My father always says: never run on ice.")),
+      (2.0, "Then hurry up, we are late."),
+      (4.5, "We walk slowly because the road is icy.")),
      (("What is the reply to 'Are you ready?'", "No."),
-      ("How do they walk?", "slowly."),
-      ("How far away is the station?", "two miles."),
-      ("What does the father always say?", "never run on ice."),
-      ("Why do they walk slowly?", "because the road is icy."))),
+      ("How do they walk?", "Slowly."),
+      ("Why do they walk slowly?", "Because the road is icy."))),
 )
 
 # Measured on bench/ask_questions.json with Gemma 3 270M int8 (scripts/ask_bench.py; the
@@ -74,23 +64,18 @@ STYLES = {
     "chat": "qa inside Gemma's <start_of_turn> markup",
     "instruct": "one instruction with the transcript and the question, in the model's chat "
                 "template (for instruction-tuned --llm models)",
-    "extract": "qa blocks showing, of each example, only the questions that want the same kind "
-               "of answer (number, person, place, time, quote, reason, phrase); the answer is "
-               "decoded as a span of the transcript (the default)",
 }
-DEFAULT_STYLE = "extract"
-# Styles whose answers are decoded under the transcript-span constraint (runtime/ask/extract).
-EXTRACTIVE_STYLES = frozenset({"extract"})
+DEFAULT_STYLE = "qa"
 
 _INTRO = ("Each transcript below is followed by questions about it and short answers taken "
           "from the transcript.\n\n")
+_WHEN = re.compile(r"\b(when|what time|at what point|at what moment|how long|how soon|"
+                   r"which minute|which second|timestamp)\b", re.I)
 
 
 def asks_about_time(question: str) -> bool:
-    """Whether a question is about *where in the recording* something is said (so times belong
-    in the prompt). "When" about the content ("when will the bridge close?") is answered from
-    the words, like any other question."""
-    return asks_about_recording_time(question)
+    """Whether a question is about *when* something is said (so times belong in the prompt)."""
+    return bool(_WHEN.search(question))
 
 
 @dataclass
@@ -121,9 +106,9 @@ class PromptBuilder:
         self.codec = codec
         self.style = style
         self.chat_template = chat_template
+        self._frame: str | None = None  # the rendered chat template, with markers
         self.eos_ids = frozenset(int(i) for i in eos_ids)
         self.join_space = join_space
-        self._frame: str | None = None  # the rendered chat template, with markers
 
     def timed(self, question: str) -> bool:
         if self.style in ("qa-timed", "instruct"):
@@ -133,21 +118,15 @@ class PromptBuilder:
         return asks_about_time(question)
 
     # -- rendering ------------------------------------------------------------------------------
-    def examples_text(self, timed: bool, question: str = "") -> str:
+    def examples_text(self, timed: bool) -> str:
         """The few-shot blocks as the prompt shows them (empty for the instruct style)."""
-        return "" if self.style == "instruct" else self._blocks(timed, question)
+        return "" if self.style == "instruct" else self._blocks(timed)
 
-    def _blocks(self, timed: bool, question: str = "") -> str:
+    def _blocks(self, timed: bool) -> str:
         out = []
-        kind = answer_type(question)
         for lines, qas in _EXAMPLES:
             text = "\n".join(f"[{format_time(t)}] {s}" if timed else s for t, s in lines)
-            if self.style == "extract":
-                same = tuple(qa for qa in qas if answer_type(qa[0]) == kind)
-                other = tuple(qa for qa in qas if asks_about_time(qa[0]) == timed
-                              and answer_type(qa[0]) != kind)
-                qas = other[:1] + same if not timed else same
-            elif self.style == "qa-single":
+            if self.style == "qa-single":
                 qas = qas[:1] if not timed else tuple(qa for qa in qas
                                                       if asks_about_time(qa[0]))[:1]
             elif self.style != "qa-timed":
@@ -163,7 +142,7 @@ class PromptBuilder:
         q = " ".join(question.split())
         if self.style == "instruct":
             return self._render_instruct(transcript, q)
-        head = _INTRO + self._blocks(timed, q) + "Transcript:\n"
+        head = _INTRO + self._blocks(timed) + "Transcript:\n"
         pieces: list[tuple[str, bool]] = []
         if self.style == "chat":
             pieces += [("<start_of_turn>user\n", False), (head, True)]
@@ -260,3 +239,4 @@ class PromptBuilder:
                 f"({time_ranges(chosen)})")
         return PromptPlan(ids, "".join(p for p, _ in pieces), chosen, True, note,
                           transcript_tokens, self.style, timed, frozenset(stops), one_line)
+

@@ -1,9 +1,7 @@
 """The ``as2d ask`` question set: loading, locating its clips, and scoring answers.
 
-The set (``bench/ask_questions.json``) asks who/what/number/quote/when questions about real
-clips (and a few espeak-ng synthesised ones, named in its ``synthetic`` field), each with a
-short checkable answer, split into ``dev`` (where prompts and methods are chosen) and ``test``
-(only scored). Scoring is deliberately simple and strict enough to be honest: the
+The set (``bench/ask_questions.json``) asks who/what/when questions about real clips, each with
+a short checkable answer. Scoring is deliberately simple and strict enough to be honest: the
 answer must contain one accepted phrase as whole words (so "no" does not match "not"), must not
 contain a rejected one, and a "when" answer must name a time inside the segment that holds the
 words (a one-second tolerance either side, since the transcript shows whole seconds).
@@ -33,7 +31,6 @@ class Question:
     accept: tuple[str, ...] = ()
     reject: tuple[str, ...] = ()
     time: tuple[float, float] | None = None
-    split: str = "test"  # "dev": prompts and methods are chosen on it; "test": only scored
 
 
 @dataclass
@@ -70,8 +67,7 @@ def load_questions(path: str | Path = QUESTIONS) -> QuestionSet:
             raise ValueError(f"{item['id']}: needs accept or time")
         qs.append(Question(item["id"], item["clip"], item.get("kind", "what"), item["question"],
                            tuple(item.get("accept", ())), tuple(item.get("reject", ())),
-                           tuple(item["time"]) if item.get("time") else None,
-                           item.get("split", "test")))
+                           tuple(item["time"]) if item.get("time") else None))
     return QuestionSet(clips, qs)
 
 
