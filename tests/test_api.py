@@ -32,7 +32,8 @@ def test_readme_python_example_runs(models_root):
     section = readme.split("## Python API", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         env={"AS2D_MODELS_DIR": str(models_root), "PATH": "/usr/bin:/bin"},
+                         env={"AS2D_MODELS_DIR": str(models_root), "PATH": "/usr/bin:/bin",
+                              "AS2D_ENCODER": "onnxruntime"},
                          timeout=600)
     assert out.returncode == 0, out.stderr
     assert "John Dashwood" in out.stdout

@@ -449,7 +449,7 @@ def test_models_dir_that_is_a_file_is_one_error_line(tmp_path, speech):
     (["frobnicate"], ["no such command"]),
 ])
 def test_command_line_parse_errors_are_one_line_from_the_console_script(argv, fragments):
-    p = subprocess.run([sys.executable, "-m", "as2d_cli", *argv], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "as2d", *argv], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert "Traceback" not in p.stderr

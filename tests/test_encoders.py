@@ -166,7 +166,7 @@ def test_a_terminated_openvino_run_is_abandoned(bundle, librivox):
     t0 = time.perf_counter()
     with pytest.raises(EncoderCancelled):
         enc.run(mel, opts)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 5.0  # abandoned, not run to its end (seconds when loaded)
     assert enc.run(mel, ort.RunOptions())["cross_k_0"].shape[-1] == 1500  # still usable
 
 

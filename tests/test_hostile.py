@@ -2,7 +2,7 @@
 
 Every case ends in one of two ways: the right result, or one ``as2d: error: ...`` line and a
 non-zero exit. Never a traceback, a hang, code run from a model folder, or wrong text with
-exit 0. Each test runs the real console script (``python -m as2d_cli``) on real models and
+exit 0. Each test runs the real console script (``python -m as2d``) on real models and
 real audio.
 """
 
@@ -28,7 +28,7 @@ TINY = ["--model", "tiny.en", "--decoder", "target"]
 
 
 def as2d(*argv, env=None, timeout=300, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "as2d_cli", *map(str, argv)],
+    return subprocess.run([sys.executable, "-m", "as2d", *map(str, argv)],
                           capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
 
@@ -89,7 +89,7 @@ def test_hostile_chat_templates_run_nothing_and_end_in_one_line(name, tmp_path, 
                                    add_generation_prompt=True)
         if "hi" not in out:  # the template that hides the message is refused by the caller
             raise TemplateError("the chat template does not show the user's message")
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 15  # the renderer stops at 2 s; a loaded machine is slow
     assert "\n" not in str(exc.value)
     assert not (tmp_path / "MARK").exists(), "the template ran a shell command"
 
@@ -277,18 +277,23 @@ def _ours(tmpdir: Path) -> list[Path]:
 
 def _start_then_signal(argv, sig, env, wait_for: str, tmpdir: Path, times: int = 1):
     e = dict(env, TMPDIR=str(tmpdir))
-    p = subprocess.Popen([sys.executable, "-m", "as2d_cli", *map(str, argv)],
+    p = subprocess.Popen([sys.executable, "-m", "as2d", *map(str, argv)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
     seen = ""
-    deadline = time.monotonic() + 240
-    while seen.count(wait_for) < times and time.monotonic() < deadline:
-        line = p.stderr.readline()
-        if not line:
-            break
-        seen += line
-    assert wait_for in seen, seen
-    p.send_signal(sig)
-    out, rest = p.communicate(timeout=120)
+    try:
+        deadline = time.monotonic() + 240
+        while seen.count(wait_for) < times and time.monotonic() < deadline:
+            line = p.stderr.readline()
+            if not line:
+                break
+            seen += line
+        assert wait_for in seen, seen
+        p.send_signal(sig)
+        out, rest = p.communicate(timeout=120)
+    finally:  # a failed wait must not leave a transcription running under later tests
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     return p.returncode, out, seen + rest
 
 
@@ -346,15 +351,16 @@ def test_models_install_stopped_by_sigterm_leaves_no_temp_folder(tmp_path, env):
 
 # -- outputs -----------------------------------------------------------------------------------
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
 def test_stdout_on_a_full_disk_is_one_line(env):
     with open("/dev/full", "w") as full:
-        p = subprocess.run([sys.executable, "-m", "as2d_cli", "transcribe", str(SPEECH), *TINY],
+        p = subprocess.run([sys.executable, "-m", "as2d", "transcribe", str(SPEECH), *TINY],
                            stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
     one_error_line(p, "no space left", code=1)
 
 
 def test_closed_stdout_is_one_line(env):
-    p = subprocess.run([sys.executable, "-m", "as2d_cli", "transcribe", str(SPEECH), *TINY],
+    p = subprocess.run([sys.executable, "-m", "as2d", "transcribe", str(SPEECH), *TINY],
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                        preexec_fn=lambda: os.close(1), timeout=300)
     one_error_line(p, "standard output is closed", code=1)
@@ -380,7 +386,7 @@ def test_disk_full_mid_batch_leaves_no_part_and_goes_on(tmp_path, env):
         resource.setrlimit(resource.RLIMIT_FSIZE, (300, 300))
 
     out = tmp_path / "out"
-    p = subprocess.run([sys.executable, "-m", "as2d_cli", "transcribe", str(SPEECH),
+    p = subprocess.run([sys.executable, "-m", "as2d", "transcribe", str(SPEECH),
                         str(LIBRIVOX / "sense_and_sensibility_01_austen_64kb-0880.wav"),
                         *TINY, "-o", str(out), "-f", "txt,json"], capture_output=True,
                        text=True, env=env, preexec_fn=small_files, timeout=300)

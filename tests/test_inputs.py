@@ -500,8 +500,8 @@ def test_every_decoder_gives_the_same_tokens_from_a_video(models_root, bundle, c
 
 def _as2d(*args, stdin=None, input=None, models_root, shell=False, timeout=300):
     env = {**os.environ, "AS2D_MODELS_DIR": str(models_root), "AS2D_FIFO_TIMEOUT": "2"}
-    exe = shutil.which("as2d") or sys.executable
-    cmd = args if shell else [exe, "transcribe", *map(str, args)]
+    exe = [shutil.which("as2d")] if shutil.which("as2d") else [sys.executable, "-m", "as2d"]
+    cmd = args if shell else [*exe, "transcribe", *map(str, args)]
     return subprocess.run(cmd[0] if shell else cmd, stdin=stdin, input=input,
                           capture_output=True, env=env, timeout=timeout, shell=shell,
                           executable="/bin/bash" if shell else None)

@@ -87,10 +87,11 @@ def test_the_drafter_drafts_the_next_file_before_the_target_reaches_it(whisper, 
     assert got_first == reference[0]
     assert got_second == reference[1]
     # The ahead draft's events were held back for its own run: the first run shows none of
-    # the second file's words, the second run shows them all.
+    # the second file's words, the second run shows them (the stream may still have grown
+    # after the last event was handed over).
     assert events_between == 1
     drafted_second = [e for e in runs[1] if isinstance(e, Drafted) and e.tokens]
-    assert sum(len(e.tokens) for e in drafted_second) == len(ahead.stream)
+    assert 0 < sum(len(e.tokens) for e in drafted_second) <= len(ahead.stream)
 
 
 def test_a_batch_with_every_next_file_prefetched_is_token_identical_to_target_only(
@@ -221,9 +222,14 @@ def test_ctrl_c_in_a_batch_keeps_what_was_done_while_the_drafter_runs_ahead(
                           "--no-live"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     first = out / (order[0].stem + ".json")
-    assert wait_until(first.exists, 300), "the first file was never written"
-    p.send_signal(signal.SIGINT)  # the second file is being decoded, the third drafted
-    stdout, stderr = p.communicate(timeout=120)
+    try:
+        assert wait_until(first.exists, 300), "the first file was never written"
+        p.send_signal(signal.SIGINT)  # the second file is being decoded, the third drafted
+        stdout, stderr = p.communicate(timeout=120)
+    finally:  # a failed wait must not leave a transcription running under later tests
+        if p.poll() is None:
+            p.kill()
+            p.wait()
     assert p.returncode == 130, stderr
     assert "Traceback" not in stderr
     done = json.loads(first.read_text())

@@ -117,7 +117,9 @@ class AudioReader:
 
     def close(self) -> None:
         """Close the files decoded ahead and not taken (a temporary memmap each, for long
-        audio); one still decoding is left to its daemon thread."""
+        audio); one still decoding is left to its daemon thread, which no longer hands it on
+        (the decoder it would prefetch into is being closed)."""
+        self.ready = None
         pending, self._pending = self._pending, {}
         for p in pending.values():
             if p.done():

@@ -49,6 +49,8 @@ class AS2D(DraftingDecoder):
         self.blind_misses = 0  # consecutive rejected offers made while not synchronised
         self._drafting = False  # started for the current run (stream made, worker maybe)
         self._ahead: list[_Ahead] = []  # next files' drafts, in order, already running
+        self._dropped: list[DrafterWorker] = []  # stopped drafts of skipped files, to join
+        self._closed = False  # after close(), a late prefetch starts nothing
         self._lock = threading.Lock()  # prefetch() comes from another thread
 
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
@@ -69,6 +71,8 @@ class AS2D(DraftingDecoder):
         if not self.drafter_understands(language):
             return
         with self._lock:
+            if self._closed:  # a reader thread finished decoding after the run was closed
+                return
             after = self._ahead[-1].worker if self._ahead else self.worker
             held = _HeldEvents(self.emit)
             stream = CandidateStream()
@@ -101,6 +105,7 @@ class AS2D(DraftingDecoder):
                 if ahead.mel is mel:
                     return ahead
                 ahead.worker.stop()
+                self._dropped.append(ahead.worker)
 
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
@@ -120,11 +125,16 @@ class AS2D(DraftingDecoder):
     def close(self) -> None:
         super().close()
         with self._lock:
+            self._closed = True
             ahead, self._ahead = self._ahead, []
-        for a in ahead:
-            a.worker.stop()
-        for a in ahead:
-            a.worker.join()
+            dropped, self._dropped = self._dropped, []
+        # Every drafter thread ends here: one left inside an onnxruntime run while the
+        # interpreter exits aborts the process ("terminate called without an active exception").
+        workers = [a.worker for a in ahead] + dropped
+        for w in workers:
+            w.stop()
+        for w in workers:
+            w.join()
 
     def threads_for(self, offered: Sequence[int]) -> int | None:
         """Threads for a target pass that runs ``offered``."""
