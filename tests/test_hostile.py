@@ -465,3 +465,41 @@ def test_mutated_audio_bytes_give_a_transcript_or_one_error(fmt, tiny_transcribe
         assert time.monotonic() - t0 < 60
 
     check()
+
+
+# -- numerically hostile audio in every command -------------------------------------------------
+
+def _with_a_float_max_sample(tmp_path: Path) -> Path:
+    samples, rate = sf.read(SPEECH, dtype="float32")
+    samples = samples.copy()
+    samples[len(samples) // 2] = np.finfo(np.float32).max  # finite, and overflows a square
+    path = tmp_path / "float_max.wav"
+    sf.write(path, samples, rate, subtype="FLOAT")
+    return path
+
+
+def _words(text: str) -> set[str]:
+    return {w.strip(".,;:!?\"'").lower() for w in text.split()} - {""}
+
+
+def test_a_float_max_sample_gives_the_clean_words_in_mic_and_ask(tmp_path, env):
+    """The sample is clipped at the input, so dictation and answers see the same speech as a
+    clean file: no overflow warning, no NaN, no garbage text."""
+    loud = _with_a_float_max_sample(tmp_path)
+    clean = as2d("transcribe", SPEECH, *TINY, env=env)
+    assert clean.returncode == 0, clean.stderr
+    mic = as2d("mic", "--input", loud, "--speed", "8", "--model", "tiny.en", "--decoder",
+               "target", "--no-live", env=env)
+    assert mic.returncode == 0 and "Traceback" not in mic.stderr, mic.stderr
+    assert "RuntimeWarning" not in mic.stderr and "nan" not in mic.stdout.lower(), mic.stderr
+    said = _words(clean.stdout)
+    assert len(_words(mic.stdout) & said) >= 0.8 * len(said), (mic.stdout, clean.stdout)
+    ask = as2d("ask", loud, "Who had leisure to consider?", "--model", "tiny.en",
+               "--decoder", "target", "--json", env=env)
+    assert ask.returncode == 0 and "Traceback" not in ask.stderr, ask.stderr
+    assert "RuntimeWarning" not in ask.stderr, ask.stderr
+    def not_json(constant: str):
+        raise AssertionError(f"{constant} in the JSON output")
+
+    doc = json.loads(ask.stdout, parse_constant=not_json)  # NaN/Infinity are not JSON
+    assert doc["answer"].strip() and "nan" not in doc["answer"].lower(), doc

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from as2d.runtime.audio import SAMPLE_RATE, Audio
+from as2d.runtime.audio import SAMPLE_RATE, Audio, AudioError
 
 N_FFT = 400
 HOP = 160
@@ -131,6 +131,11 @@ class LogMel:
     def window(self, start: int, n_frames: int = N_FRAMES, pad_to: int = N_FRAMES) -> np.ndarray:
         """``[1, n_mels, pad_to]``: frames from ``start``, zero-padded as whisper's pad_or_trim."""
         seg = self.frames(start, start + n_frames)
+        if not np.isfinite(seg).all():
+            # Samples are sanitised when audio is read; this guards every other way in (an
+            # array from the API, a live source), so NaN never reaches the models as "text".
+            raise AudioError("the audio's log-mel features are not finite (NaN or infinite "
+                             "samples?)")
         out = np.zeros((1, self.n_mels, pad_to), np.float32)
         out[0, :, : seg.shape[1]] = seg[:, :pad_to]
         return out
