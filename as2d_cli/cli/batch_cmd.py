@@ -19,7 +19,12 @@ from as2d import writers
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.errors import UserError, interrupt_code
-from as2d.cli.transcribe_cmd import TranscribeRequest, _subtitle_options, validate
+from as2d.cli.transcribe_cmd import (
+    TranscribeRequest,
+    _subtitle_options,
+    transcribe_options,
+    validate,
+)
 
 HELP = """Transcribe an archive on a Ray cluster: many files, many workers, resumable.
 
@@ -62,18 +67,8 @@ def register(app: typer.Typer) -> None:
 
 def _spec(req: BatchRequest, formats: list[str]):
     from as2d.distributed import WorkerSpec
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions
 
-    options = TranscribeOptions(
-        language=req.language, task=req.task, timestamps=req.timestamps,
-        condition_on_previous_text=req.condition_on_previous_text,
-        initial_prompt=req.initial_prompt, no_speech_threshold=req.no_speech_threshold,
-        compression_ratio_threshold=req.compression_ratio_threshold,
-        logprob_threshold=req.logprob_threshold, temperatures=req.temperatures,
-        best_of=req.best_of, seed=req.seed, hotwords=req.hotwords,
-        vad_filter=req.vad_filter, vad_parameters=req.vad,
-        word_timestamps=req.word_timestamps, prepend_punctuations=req.prepend_punctuations,
-        append_punctuations=req.append_punctuations)
+    options = transcribe_options(req)
     models_dir = str(Path(req.models_dir).resolve()) if req.models_dir else None
     return WorkerSpec(model=req.model, precision=req.precision, drafter=req.drafter,
                       decoder=str(req.decoder), budget=req.budget, threads=req.threads,

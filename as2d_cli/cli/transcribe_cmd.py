@@ -190,6 +190,22 @@ def _subtitle_options(req: TranscribeRequest) -> writers.SubtitleOptions:
                                    req.highlight_words, req.max_words_per_line)
 
 
+def transcribe_options(req: TranscribeRequest):
+    """The engine's options for a request (``as2d batch`` builds them the same way)."""
+    from as2d.runtime.transcribe.transcriber import TranscribeOptions
+
+    return TranscribeOptions(
+        language=req.language, task=req.task, timestamps=req.timestamps,
+        condition_on_previous_text=req.condition_on_previous_text,
+        initial_prompt=req.initial_prompt, no_speech_threshold=req.no_speech_threshold,
+        compression_ratio_threshold=req.compression_ratio_threshold,
+        logprob_threshold=req.logprob_threshold, temperatures=req.temperatures,
+        best_of=req.best_of, seed=req.seed, hotwords=req.hotwords,
+        vad_filter=req.vad_filter, vad_parameters=req.vad,
+        word_timestamps=req.word_timestamps, prepend_punctuations=req.prepend_punctuations,
+        append_punctuations=req.append_punctuations)
+
+
 def run_transcribe(req: TranscribeRequest) -> int:
     """Transcribe ``req.files`` in turn; the exit code (1 if a file failed, 130 if stopped)."""
     from as2d.cli.progress import make_reporter
@@ -199,7 +215,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.ahead import AudioReader
     from as2d.runtime.transcribe.stats import StatsCollector
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.transcriber import Transcriber
 
     formats = validate(req)
     to_stdout = req.output_dir is None or str(req.output_dir) == "-"
@@ -231,16 +247,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
                               req.models_dir, listener, note, load_drafter=load_drafter,
                               encoder=req.encoder)
     transcriber = Transcriber(target, strategy, listener)
-    options = TranscribeOptions(
-        language=req.language, task=req.task, timestamps=req.timestamps,
-        condition_on_previous_text=req.condition_on_previous_text,
-        initial_prompt=req.initial_prompt, no_speech_threshold=req.no_speech_threshold,
-        compression_ratio_threshold=req.compression_ratio_threshold,
-        logprob_threshold=req.logprob_threshold, temperatures=req.temperatures,
-        best_of=req.best_of, seed=req.seed, hotwords=req.hotwords,
-        vad_filter=req.vad_filter, vad_parameters=req.vad,
-        word_timestamps=req.word_timestamps, prepend_punctuations=req.prepend_punctuations,
-        append_punctuations=req.append_punctuations)
+    options = transcribe_options(req)
     if req.word_timestamps:
         # Before any decoding: the alignment graph is made (first use) and loaded now.
         from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
