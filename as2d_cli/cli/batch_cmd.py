@@ -21,7 +21,7 @@ from as2d.cli.command import add_command
 from as2d.cli.errors import UserError, interrupt_code
 from as2d.cli.transcribe_cmd import (
     TranscribeRequest,
-    _subtitle_options,
+    subtitle_options,
     transcribe_options,
     validate,
 )
@@ -75,7 +75,7 @@ def _spec(req: BatchRequest, formats: list[str]):
                       drafter_threads=req.drafter_threads, encoder=req.encoder,
                       models_dir=models_dir, options=options,
                       output_dir=str(Path(req.output_dir).resolve()), formats=formats,
-                      subtitle=_subtitle_options(req))
+                      subtitle=subtitle_options(req))
 
 
 def run_batch_command(req: BatchRequest) -> int:

@@ -185,7 +185,7 @@ def _check_word_options(req: TranscribeRequest) -> None:
         err("as2d: warning: --max-words-per-line has no effect with --max-line-width")
 
 
-def _subtitle_options(req: TranscribeRequest) -> writers.SubtitleOptions:
+def subtitle_options(req: TranscribeRequest) -> writers.SubtitleOptions:
     return writers.SubtitleOptions(req.max_line_width, req.max_line_count,
                                    req.highlight_words, req.max_words_per_line)
 
@@ -222,7 +222,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
     if to_stdout and len(formats) > 1:
         raise UserError("several formats need files: add -o DIR", 2)
     files_out = None if to_stdout else writers.FileOutputs(req.output_dir, formats,
-                                                           _subtitle_options(req))
+                                                           subtitle_options(req))
     if files_out is not None:
         # Before any decoding: a bad output folder should not cost a whole transcription.
         try:
@@ -323,7 +323,7 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
             doc_info["interrupted"] = True
         if to_stdout and not stream_txt:
             try:
-                text = writers.render(formats[0], segments, doc_info, _subtitle_options(req))
+                text = writers.render(formats[0], segments, doc_info, subtitle_options(req))
             except ValueError as exc:  # NaN in the JSON: refused, never written
                 raise UserError(f"{path}: {exc}") from None
             sys.stdout.write(text)
