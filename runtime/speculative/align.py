@@ -3,67 +3,160 @@
 The drafter transcribes on its own, so its text drifts from the target's: a word substituted,
 one missing, one extra, a different split at a window edge. The aligner keeps a pointer into
 the stream that moves one step per committed token while the two agree, and re-synchronises
-after a disagreement by finding the last few committed tokens (a suffix n-gram) in the stream
+after a disagreement by finding the last few committed words (a suffix n-gram) in the stream
 near the pointer. It never waits and never needs to be right: a wrong guess only costs a
 rejected candidate, never a wrong output.
+
+Most disagreements between two Whisper models are not words but style: the drafter writes one
+long punctuated sentence where the target closes a segment, drops the full stop and starts the
+next segment with a capital ("times, it was" against "times" | "It was"). Given the target's
+:class:`TokenKeys`, the aligner follows the text through such differences (punctuation the
+target left out is stepped over, "it" and "It" are the same word when re-synchronising), offers
+the drafter's punctuation only while the target has been keeping it, and capitalises the first
+word of a segment the target has just opened.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from as2d.runtime.speculative.stream import CandidateStream
+
+
+class TokenKeys:
+    """What two spellings of a token share, in one vocabulary: its letters and digits, lower
+    case. Tokens of punctuation and spaces alone have no key: the aligner may step over them."""
+
+    def __init__(self, token_bytes: Sequence[bytes],
+                 encode_piece: Callable[[str], Sequence[int]]) -> None:
+        self._bytes = token_bytes
+        self._encode = encode_piece
+        self._keys: dict[int, str] = {}
+
+    def key(self, token: int) -> str:
+        k = self._keys.get(token)
+        if k is None:
+            raw = self._bytes[token] if 0 <= token < len(self._bytes) else b""
+            if not raw:
+                k = f"<{token}>"  # special tokens match only themselves
+            elif all(b < 128 and not chr(b).isalnum() for b in raw):
+                k = ""
+            else:
+                text = raw.decode("utf-8", errors="ignore")
+                k = "".join(c for c in text.lower() if c.isalnum()) or raw.hex()
+            self._keys[token] = k
+        return k
+
+    def is_punct(self, token: int) -> bool:
+        return self.key(token) == ""
+
+    def capitalised(self, word: Sequence[int]) -> list[int]:
+        """``word`` (the ids of one word with its leading space) with a capital initial."""
+        raw = b"".join(self._bytes[t] for t in word if 0 <= t < len(self._bytes))
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return list(word)
+        if len(text) < 2 or text[0] != " " or not text[1].islower():
+            return list(word)
+        return list(self._encode(" " + text[1].upper() + text[2:]))
 
 
 class Aligner:
     def __init__(self, stream: CandidateStream, back: int = 12, ahead: int = 40,
-                 max_ngram: int = 4) -> None:
+                 max_ngram: int = 4, keys: TokenKeys | None = None) -> None:
         self.stream = stream
         self.back, self.ahead, self.max_ngram = back, ahead, max_ngram
+        self.keys = keys
         self.pos = 0  # stream index of the token expected next
         self.floor = 0  # just after the last stream token the target confirmed: never go back
         self.synced = True
         self.history: list[int] = []  # committed text tokens, in order
         self.pos_after: list[int] = []  # pointer after each history token
+        self.end = 0  # stream index just after the last candidate handed out
         self._window_mark = 0  # history length at the start of the current window
         self._window_pos = 0
+        # Does the target keep the drafter's punctuation? (decayed counts, kept vs dropped)
+        self._punct_kept = 1.0
+        self._punct_dropped = 0.0
+        # Does it start a sentence, or a segment within a sentence, with a capital? (decayed
+        # counts of yes and no, by kind of start)
+        self._capitals = {"sentence": [1.0, 0.0], "segment": [1.0, 0.0]}
+        self._at_start: str | None = None  # the kind of start the next word observed is at
 
     # -- target side --------------------------------------------------------------------------
     def sync(self) -> bool:
         """Try to re-synchronise now (the stream may have grown since the last attempt)."""
         return self.synced or self._resync()
 
-    def candidates(self, k: int) -> list[int]:
+    def candidates(self, k: int, start: str | None = None) -> list[int]:
         """Up to ``k`` ready stream tokens expected next (empty: nothing usable yet).
 
         They stop at the drafter's next segment boundary, where the target is likely to insert
-        timestamps that no text candidate can match.
+        timestamps that no text candidate can match. ``start``: the target has just ended a
+        ``"sentence"`` or opened a ``"segment"`` within one: the drafter's punctuation before
+        the next word is skipped and, if the target has been doing so at such starts, its first
+        word capitalised. :attr:`end` is left on the stream index after the last token used.
         """
-        if k <= 0:
-            return []
         s = self.stream.tokens
-        pos = self.pos
-        if pos >= len(s):
+        self.end = self.pos
+        if k <= 0 or self.pos >= len(s):
             return []
-        end = min(len(s), pos + k)
-        if self.stream.boundaries:
-            for b in range(pos + 1, end):
-                if b in self.stream.boundaries:
-                    end = b
-                    break
-        return s[pos:end]
+        skip = self.keys is not None and (start is not None or self._punct_dropped
+                                          > self._punct_kept)
+        bounds = self.stream.boundaries
+        out: list[int] = []
+        i = self.pos
+        while i < len(s) and len(out) < k:
+            if out and i in bounds:
+                break
+            t = s[i]
+            i += 1
+            if skip and self.keys.is_punct(t):
+                continue
+            out.append(t)
+        self.end = i
+        self._at_start = start
+        yes_no = self._capitals.get(start) if start else None
+        if yes_no and out and self.keys is not None and yes_no[0] >= yes_no[1]:
+            w = 1
+            while w < len(out) and not self._starts_word(out[w]):
+                w += 1
+            out = (self.keys.capitalised(out[:w]) + out[w:])[:k]
+        return out
 
     def observe(self, token: int) -> None:
         """The target committed ``token`` (text tokens only)."""
         s = self.stream.tokens
         self.history.append(token)
-        if self.pos < len(s) and s[self.pos] == token:
-            self.pos += 1
-            self.floor = self.pos
-            self.synced = True
+        at = s[self.pos] if self.pos < len(s) else None
+        if at is not None and self._punct(at):
+            kept = at == token
+            self._punct_kept = self._punct_kept * 0.9 + kept
+            self._punct_dropped = self._punct_dropped * 0.9 + (not kept)
+        if self._punct(token):
+            if at is not None and (at == token or self._punct(at)):
+                self.pos = self.floor = self.pos + 1  # the same mark, or another in its place
+            # else: punctuation the drafter did not write: the pointer stays
         else:
-            # Assume a substitution until the n-gram search says otherwise.
-            self.pos += 1
-            self.synced = False
-            self._resync()
+            if self._at_start in self._capitals and self.keys is not None:
+                raw = self.keys._bytes[token] if token < len(self.keys._bytes) else b""
+                upper = raw[1:2].isupper() if raw[:1] == b" " else raw[:1].isupper()
+                yes_no = self._capitals[self._at_start]
+                yes_no[0] = yes_no[0] * 0.9 + upper
+                yes_no[1] = yes_no[1] * 0.9 + (not upper)
+            self._at_start = None
+            p, skipped = self.pos, 0
+            while p < len(s) and skipped < 2 and s[p] != token and self._punct(s[p]):
+                p, skipped = p + 1, skipped + 1  # punctuation the target left out
+            if p < len(s) and self._same(s[p], token):
+                self.pos = self.floor = p + 1
+                self.synced = True
+            else:
+                # Assume a substitution until the n-gram search says otherwise.
+                self.pos += 1
+                self.synced = False
+                self._resync()
         self.pos_after.append(self.pos)
 
     def window_start(self, audio_time: float | None = None) -> None:
@@ -93,26 +186,44 @@ class Aligner:
         self.synced = True
 
     # -- internals ----------------------------------------------------------------------------
+    def _punct(self, token: int) -> bool:
+        return self.keys is not None and self.keys.is_punct(token)
+
+    def _key(self, token: int):
+        return token if self.keys is None else self.keys.key(token)
+
+    def _same(self, a: int, b: int) -> bool:
+        return a == b or (self.keys is not None and self.keys.key(a) == self.keys.key(b)
+                          and not self.keys.is_punct(a))
+
+    def _starts_word(self, token: int) -> bool:
+        raw = self.keys._bytes[token] if 0 <= token < len(self.keys._bytes) else b""
+        return raw[:1] in (b" ", b"") or self.keys.is_punct(token)
+
     def _resync(self) -> bool:
+        """Find the last few committed words in the stream, the earliest match that ends after
+        the last confirmed token (drafter and target move through the audio in step, so a later
+        copy of a repeated phrase is likely wrong). The search starts at that confirmed token,
+        not behind the pointer: the pointer moves on one step per unmatched token, so after a
+        wrong jump ahead it would otherwise stay ahead of the text for good."""
         s = self.stream.tokens
         n = len(s)
-        h = self.history
-        in_window = len(h) - self._window_mark
+        words = [self._key(t) for t in self.history if not self._punct(t)]
+        in_window = len(self.history) - self._window_mark
         smallest = 1 if in_window <= 1 else 2
-        for m in range(min(self.max_ngram, len(h)), smallest - 1, -1):
-            suffix = h[-m:]
-            # Monotonic: the match ends after the last confirmed token; take the earliest
-            # such match, as drafter and target move through the audio in step (repeated
-            # phrases make any later one likely wrong).
-            lo = max(m, self.floor, self.pos - self.back)
+        for m in range(min(self.max_ngram, len(words)), smallest - 1, -1):
+            suffix = words[-m:]
             hi = min(n, self.pos + (self.ahead if m > 1 else 4))
-            best = None
-            for j in range(lo, hi + 1):
-                if s[j - m : j] == suffix:
-                    best = j
-                    break
-            if best is not None:
-                self.pos = best
-                self.synced = True
-                return True
+            # Word tokens of the stream from a little before the floor (the n-gram may start
+            # before it) up to the search's end.
+            seen: list[tuple[int, object]] = []
+            for i in range(max(0, self.floor - 4 * m), hi):
+                if self._punct(s[i]):
+                    continue
+                seen.append((i, self._key(s[i])))
+                if len(seen) >= m and seen[-1][0] + 1 >= max(m, self.floor) \
+                        and [k for _, k in seen[-m:]] == suffix:
+                    self.pos = seen[-1][0] + 1
+                    self.synced = True
+                    return True
         return False
