@@ -160,6 +160,34 @@ def test_budget_learns_the_cost_of_an_extra_row():
     assert b.slope() == pytest.approx(0.001 / 0.006, rel=0.05)
 
 
+def test_a_budget_at_zero_comes_back_when_the_drafter_recovers():
+    b = Budget()
+    for _ in range(30):  # a hard stretch: every offer rejected
+        b.record(offered=4, accepted=0, rows=5, seconds=0.010)
+    assert b.choose(16) == 0
+    for _ in range(20):  # the drafter's next tokens would have been right (not offered)
+        b.shadow(True)
+    assert b.choose(16) >= 2
+
+
+def test_a_budget_at_zero_still_tries_one_candidate_now_and_then():
+    b = Budget(probe_every=8)
+    for _ in range(30):
+        b.record(offered=4, accepted=0, rows=5, seconds=0.010)
+    choices = [b.choose(16) for _ in range(16)]
+    assert choices.count(1) == 2 and set(choices) == {0, 1}
+
+
+def test_a_noisy_pass_time_cannot_price_rows_out():
+    b = Budget()
+    # Passes with candidates ran while the drafter's encoder shared the cores: slow.
+    for rows in (1, 4, 1, 4, 1, 4, 1, 4) * 4:
+        b.record(offered=rows - 1, accepted=rows - 1, rows=rows,
+                 seconds=0.008 if rows == 1 else 0.030)
+    assert b.slope() <= b.max_slope
+    assert b.choose(16) >= 2
+
+
 def test_fixed_budget_is_a_fixed_k():
     assert Budget(fixed=4).choose(16) == 4
     assert Budget(fixed=4).choose(2) == 2

@@ -20,7 +20,9 @@ class Budget:
     prior_acceptance: float = 0.8
     prior_weight: float = 6.0
     prior_slope: float = 0.08  # extra cost of one row, relative to a one-row pass
+    max_slope: float = 0.25
     decay: float = 0.97
+    probe_every: int = 8  # plain passes in a row before one candidate is tried anyway
     # run-level (decayed) counts
     _acc: float = 0.0
     _fail: float = 0.0
@@ -34,6 +36,7 @@ class Budget:
     _sxx: float = 0.0
     _sxy: float = 0.0
     _slope: float | None = None
+    _idle: int = 0  # passes in a row for which k = 0 was chosen with candidates ready
 
     def window_start(self) -> None:
         self._wacc = self._wfail = 0.0
@@ -46,7 +49,14 @@ class Budget:
         return (self._wacc + run_a * w) / (self._wacc + self._wfail + w)
 
     def slope(self) -> float:
-        return self.prior_slope if self._slope is None else max(0.005, self._slope)
+        # Pass times are wall-clock times on cores the drafter shares: a verify pass that runs
+        # while the drafter encodes looks slow for reasons that have nothing to do with its
+        # rows, and the fitted slope reached 1.0-1.3 on real audio (an extra row costing as
+        # much as a whole pass; 0.06 measured alone), which switched speculation off. The fit
+        # may move the slope, within what a row can plausibly cost.
+        if self._slope is None:
+            return self.prior_slope
+        return min(max(0.005, self._slope), self.max_slope)
 
     def choose(self, available: int) -> int:
         """k for the next pass, given ``available`` ready candidates."""
@@ -65,7 +75,22 @@ class Budget:
             value = gain / (1.0 + s * k)
             if value > best + 1e-9:
                 best, best_k = value, k
-        return best_k
+        if best_k:
+            self._idle = 0
+            return best_k
+        self._idle += 1
+        if self._idle >= self.probe_every:
+            self._idle = 0
+            return 1
+        return 0
+
+    def shadow(self, hit: bool) -> None:
+        """A candidate that was ready but not offered would have been right (``hit``) or
+        wrong: counted like an offer of one, at no cost."""
+        self._acc = self._acc * self.decay + (1.0 if hit else 0.0)
+        self._fail = self._fail * self.decay + (0.0 if hit else 1.0)
+        self._wacc += 1.0 if hit else 0.0
+        self._wfail += 0.0 if hit else 1.0
 
     def record(self, offered: int, accepted: int, rows: int, seconds: float) -> None:
         """Feed back one pass: ``rows`` = 1 + offered tokens run through the target."""

@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from as2d.runtime.events import Listener, Note
-from as2d.runtime.speculative.align import Aligner
+from as2d.runtime.speculative.align import Aligner, TokenKeys
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.decoders import Window
 from as2d.runtime.transcribe.drafter import DrafterWorker
 from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingDecoder
+from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.model import WhisperModel
 from as2d.runtime.whisper.seeking import kept_text_tokens
@@ -43,6 +44,9 @@ class AS2D(DraftingDecoder):
         # Target threads while the drafter is still working (None: the target's own count).
         # On a small machine the drafter needs a core of its own to stay ahead.
         self.busy_threads = busy_threads
+        tk = target.tokenizer
+        self.keys = TokenKeys(tk.token_bytes, tk.encode_piece)  # spellings the aligner equates
+        self.turns = EncoderTurns()
         self.worker: DrafterWorker | None = None
         self.stream: CandidateStream | None = None
         self.aligner: Aligner | None = None
@@ -77,7 +81,8 @@ class AS2D(DraftingDecoder):
             held = _HeldEvents(self.emit)
             stream = CandidateStream()
             worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, stream,
-                                   language or "en", held, after=after).start()
+                                   language or "en", held, after=after,
+                                   turns=self.turns).start()
             self._ahead.append(_Ahead(mel, language, stream, worker, held))
 
     def _adopt(self, mel: LogMel, language: str | None) -> bool:
@@ -90,7 +95,7 @@ class AS2D(DraftingDecoder):
             return False
         self._drafting = True
         self.stream, self.worker = ahead.stream, ahead.worker
-        self.aligner = Aligner(self.stream)
+        self.aligner = Aligner(self.stream, keys=self.keys)
         ahead.held.release()  # what it drafted so far is this run's, from now on
         return True
 
@@ -114,6 +119,9 @@ class AS2D(DraftingDecoder):
         elif not self.drafter_understands(language):
             self._stop_drafting()  # it drafted English for audio the target calls otherwise
             self._start_drafting(mel, language, options)  # an empty, finished stream
+
+    def target_encoding(self, mel: LogMel, window: Window):
+        return self.turns.target_encoding(mel, window.end)
 
     def source(self, window: Window) -> AlignedSource:
         return AlignedSource(self, window)
@@ -150,7 +158,7 @@ class AS2D(DraftingDecoder):
     def _start_drafting(self, mel: LogMel, language: str | None, options) -> None:
         self._drafting = True
         self.stream = CandidateStream()
-        self.aligner = Aligner(self.stream)
+        self.aligner = Aligner(self.stream, keys=self.keys)
         if not self.drafter_understands(language):
             self.stream.finish()
             self.emit(Note(f"drafter {self.drafter.name} is English-only and the audio is "
@@ -160,7 +168,7 @@ class AS2D(DraftingDecoder):
             self.emit(Note("translation: the drafter transcribes, so its candidates rarely "
                            "match; the budget adapts"))
         self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,
-                                    language or "en", self.emit).start()
+                                    language or "en", self.emit, turns=self.turns).start()
 
     def _stop_drafting(self) -> None:
         if self.worker is not None:
@@ -186,6 +194,7 @@ class AlignedSource(BudgetedSource):
         self.tb = run.target.tokenizer.timestamp_begin
         self.eot = run.target.tokenizer.eot
         self.aligner.window_start(self.offset)
+        self._shadow: int | None = None  # the candidate that was ready but not offered
         super().__init__(run.budget)
 
     def propose(self, context: Sequence[int], room: int) -> list[int]:
@@ -199,17 +208,23 @@ class AlignedSource(BudgetedSource):
         if ready <= 0:
             return []
         k = self.budget.choose(min(ready, room))
+        # Not offered, the stream's next token still tells the budget how the drafter is doing
+        # (compared with what the target commits), so a budget at zero can come back.
+        self._shadow = None
+        opening = self.start_kind(gen)
+        if k == 0 and aligner.synced and not lead:
+            nxt = aligner.candidates(1, opening)
+            self._shadow = nxt[0] if nxt else None
         if not aligner.synced:
             # A guess while re-synchronising: keep it cheap, and stop guessing after two misses
             # (the drafter may simply not have these words; the n-gram search costs nothing).
             k = min(k, 2) if self.run.blind_misses < 2 else len(lead)
         if k <= len(lead):
             return lead[:k]
-        cands = lead + aligner.candidates(k - len(lead))
+        cands = lead + aligner.candidates(k - len(lead), opening)
         # Where the drafter closed a segment, guess the target's closing timestamp from the
         # drafter's time: when it is right, the segment boundary costs no extra pass.
-        end = aligner.pos + len(cands) - len(lead)
-        at = self.stream.boundaries.get(end)
+        at = self.stream.boundaries.get(aligner.end)
         last = cands[-1] if cands else (gen[-1] if gen else tb)
         if at is not None and last < tb and len(cands) < room and aligner.synced:
             step = round((at - self.offset) / TIME_PRECISION)
@@ -217,10 +232,26 @@ class AlignedSource(BudgetedSource):
                 cands.append(tb + step)
         return cands
 
+    def start_kind(self, gen: Sequence[int]) -> str | None:
+        """Has the target just ended a sentence, or opened a segment within one?"""
+        if not gen:
+            return None
+        if gen[-1] < self.tb:
+            return "sentence" if self.ends_sentence(gen[-1]) else None
+        text = [t for t in gen[-8:] if t < self.eot]
+        return "sentence" if not text or self.ends_sentence(text[-1]) else "segment"
+
+    def ends_sentence(self, token: int) -> bool:
+        raw = self.run.keys._bytes[token] if token < self.eot else b""
+        return raw.rstrip()[-1:] in (b".", b"?", b"!")
+
     def pass_threads(self, offered: Sequence[int]) -> int | None:
         return self.run.threads_for(offered)
 
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
+        if self._shadow is not None and not offered and verdict.committed:
+            self.budget.shadow(verdict.committed[0] == self._shadow)
+        self._shadow = None
         if self.aligner.synced or verdict.accepted:
             self.run.blind_misses = 0
         elif verdict.offered:
