@@ -11,6 +11,7 @@ output, only how many target passes it takes.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from as2d.runtime.events import Listener, ignore
@@ -65,6 +66,11 @@ class Decoder:
     def prefetch(self, mel: LogMel, language: str | None, options) -> None:
         """``mel`` will be transcribed after the current run: work on it may start now (called
         from another thread, while a run goes on)."""
+
+    def target_encoding(self, mel: LogMel, window: Window) -> AbstractContextManager:
+        """Held while the target encodes ``window`` of ``mel`` (a drafter that is ahead may
+        leave it the cores)."""
+        return nullcontext()
 
     def source(self, window: Window) -> CandidateSource:
         """The candidates of ``window`` (its :meth:`~CandidateSource.finish` ends their use)."""

@@ -13,6 +13,7 @@ import time
 
 from as2d.runtime.events import Drafted, Encoded, Listener, Note, WindowStarted, ignore
 from as2d.runtime.speculative.stream import CandidateStream, Retokenizer
+from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.transcribe.window import WindowDecoder
 from as2d.runtime.whisper.features import FRAMES_PER_SECOND, N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
@@ -48,8 +49,10 @@ class DrafterWorker:
     def __init__(self, model: WhisperModel, target_tokenizer: WhisperTokenizer, mel: LogMel,
                  stream: CandidateStream, language: str | None = "en",
                  listener: Listener | None = None,
-                 after: DrafterWorker | None = None) -> None:
+                 after: DrafterWorker | None = None,
+                 turns: EncoderTurns | None = None) -> None:
         self.model = model
+        self.turns = turns  # yields the cores to the target's encoder when ahead of it
         # Drafting the next file: begin as soon as ``after`` (this file's predecessor) is done,
         # without waiting for the target to reach this file.
         self.after = after
@@ -108,6 +111,7 @@ class DrafterWorker:
             offset = seek / FRAMES_PER_SECOND
             self.emit(WindowStarted(window, offset, (seek + size) / FRAMES_PER_SECOND,
                                     worker="drafter"))
+            self._yield(offset)
             t0 = time.perf_counter()
             ctx = model.encode(self.mel.window(seek, size, pad_to=draft_frames(size)),
                                self._run_options)
@@ -121,6 +125,7 @@ class DrafterWorker:
                 self._take(step.committed, offset, step.seconds)
                 content_end = size / FRAMES_PER_SECOND
                 while not dec.done and not self._stop.is_set():
+                    self._yield(offset)
                     step = dec.step()
                     self._take(step.committed, offset, step.seconds)
                     if self._runaway(dec.generated, content_end):
@@ -140,6 +145,10 @@ class DrafterWorker:
                 self._close_segment(offset + content_end)
             seek += advance if advance > 0 else size
             window += 1
+
+    def _yield(self, drafted_until: float) -> None:
+        if self.turns is not None:
+            self.turns.wait_if_ahead(self.mel, drafted_until, self._stop)
 
     def _runaway(self, generated: list[int], content_end: float) -> bool:
         """A drafter that hears no end to the audio (it was not padded with silence) may run

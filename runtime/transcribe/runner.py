@@ -16,6 +16,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 
@@ -42,8 +43,12 @@ class WindowRunner:
     """Encodes and decodes the windows of one run with one target model."""
 
     def __init__(self, model: WhisperModel, listener: Listener | None = None,
-                 run_options=None, audio_source: str = "") -> None:
+                 run_options=None, audio_source: str = "",
+                 encoding_turn: Callable[[LogMel, Window], AbstractContextManager] | None = None
+                 ) -> None:
         self.model = model
+        # Held around every target encoder run (AS²D: a drafter that is ahead waits).
+        self.encoding_turn = encoding_turn or (lambda mel, window: nullcontext())
         self.audio_source = audio_source  # named in every window's record
         self.emit = listener or ignore
         self.run_options = run_options  # its terminate flag abandons an encoder run
@@ -86,7 +91,8 @@ class WindowRunner:
         else:
             self._encoding = None  # the previous window's encoding is no longer needed
             t0 = time.perf_counter()
-            ctx = self.model.encode(mel.window(window.seek, window.size), self.run_options)
+            with self.encoding_turn(mel, window):
+                ctx = self.model.encode(mel.window(window.seek, window.size), self.run_options)
             seconds = time.perf_counter() - t0
             self.emit(Encoded(window.index, seconds, ctx.n_frames))
         self._encoding = (key, ctx, 0.0)

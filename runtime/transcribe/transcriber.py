@@ -274,7 +274,8 @@ class Transcriber:
         self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
                              decoder.drafter_name, decoder.threads(),
                              getattr(model, "encoder_name", "onnxruntime")))
-        runner = WindowRunner(model, self.emit, self.run_options, audio.source)
+        runner = WindowRunner(model, self.emit, self.run_options, audio.source,
+                              decoder.target_encoding)
         language = resolve_language(model, options.language)
         decoder.start_early(mel, language, options)
         self.ahead.run_begun()  # the drafter may go on to the next files when done with this
