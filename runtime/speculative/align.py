@@ -3,7 +3,7 @@
 The drafter transcribes on its own, so its text drifts from the target's: a word substituted,
 one missing, one extra, a different split at a window edge. The aligner keeps a pointer into
 the stream that moves one step per committed token while the two agree, and re-synchronises
-after a disagreement by finding the last few committed words (a suffix n-gram) in the stream
+after a disagreement by finding the last few committed tokens (a suffix n-gram) in the stream
 near the pointer. It never waits and never needs to be right: a wrong guess only costs a
 rejected candidate, never a wrong output.
 
@@ -11,9 +11,10 @@ Most disagreements between two Whisper models are not words but style: the draft
 long punctuated sentence where the target closes a segment, drops the full stop and starts the
 next segment with a capital ("times, it was" against "times" | "It was"). Given the target's
 :class:`TokenKeys`, the aligner follows the text through such differences (punctuation the
-target left out is stepped over, "it" and "It" are the same word when re-synchronising), offers
-the drafter's punctuation only while the target has been keeping it, and capitalises the first
-word of a segment the target has just opened.
+target left out or swapped is stepped over, "it" and "It" are the same token when
+re-synchronising), offers the drafter's punctuation only while the target has been keeping it,
+and capitalises the first word after a sentence end or segment break as the target has been
+doing at that kind of start.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from collections.abc import Callable, Sequence
 
 from as2d.runtime.speculative.stream import CandidateStream
 
+SENTENCE, SEGMENT = "sentence", "segment"  # kinds of start (see Aligner.candidates)
+
 
 class TokenKeys:
     """What two spellings of a token share, in one vocabulary: its letters and digits, lower
-    case. Tokens of punctuation and spaces alone have no key: the aligner may step over them."""
+    case. Tokens of punctuation and spaces alone (in any script) have no key: the aligner may
+    step over them."""
 
     def __init__(self, token_bytes: Sequence[bytes],
                  encode_piece: Callable[[str], Sequence[int]]) -> None:
@@ -33,28 +37,49 @@ class TokenKeys:
         self._encode = encode_piece
         self._keys: dict[int, str] = {}
 
+    def raw(self, token: int) -> bytes:
+        """The token's bytes (empty for special and timestamp tokens)."""
+        return self._bytes[token] if 0 <= token < len(self._bytes) else b""
+
+    def text(self, token: int) -> str | None:
+        """The token as text, or None if it is only part of a UTF-8 character."""
+        try:
+            return self.raw(token).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
     def key(self, token: int) -> str:
         k = self._keys.get(token)
         if k is None:
-            raw = self._bytes[token] if 0 <= token < len(self._bytes) else b""
+            raw, text = self.raw(token), self.text(token)
             if not raw:
                 k = f"<{token}>"  # special tokens match only themselves
-            elif all(b < 128 and not chr(b).isalnum() for b in raw):
-                k = ""
+            elif text is None:
+                k = raw.hex()  # a piece of a character: only the same piece matches
             else:
-                text = raw.decode("utf-8", errors="ignore")
-                k = "".join(c for c in text.lower() if c.isalnum()) or raw.hex()
+                k = "".join(c for c in text.lower() if c.isalnum())
             self._keys[token] = k
         return k
 
     def is_punct(self, token: int) -> bool:
         return self.key(token) == ""
 
+    def starts_word(self, token: int) -> bool:
+        """Does ``token`` begin a new word (a leading space), or is it punctuation?"""
+        return self.raw(token)[:1] == b" " or self.is_punct(token)
+
+    def has_capital(self, token: int) -> bool:
+        """Does the word in ``token`` begin with an upper-case letter?"""
+        text = (self.text(token) or "").lstrip()
+        return bool(text) and text[0].isupper()
+
+    def ends_sentence(self, token: int) -> bool:
+        return (self.text(token) or "").rstrip()[-1:] in (".", "?", "!", "。", "？", "！")
+
     def capitalised(self, word: Sequence[int]) -> list[int]:
         """``word`` (the ids of one word with its leading space) with a capital initial."""
-        raw = b"".join(self._bytes[t] for t in word if 0 <= t < len(self._bytes))
         try:
-            text = raw.decode("utf-8")
+            text = b"".join(self.raw(t) for t in word).decode("utf-8")
         except UnicodeDecodeError:
             return list(word)
         if len(text) < 2 or text[0] != " " or not text[1].islower():
@@ -63,13 +88,14 @@ class TokenKeys:
 
 
 class Aligner:
-    def __init__(self, stream: CandidateStream, back: int = 12, ahead: int = 40,
-                 max_ngram: int = 4, keys: TokenKeys | None = None) -> None:
+    def __init__(self, stream: CandidateStream, ahead: int = 40, max_ngram: int = 4,
+                 keys: TokenKeys | None = None, reach: int = 160) -> None:
         self.stream = stream
-        self.back, self.ahead, self.max_ngram = back, ahead, max_ngram
+        self.ahead, self.max_ngram = ahead, max_ngram
+        self.reach = reach  # how far behind the pointer a re-synchronisation may land
         self.keys = keys
         self.pos = 0  # stream index of the token expected next
-        self.floor = 0  # just after the last stream token the target confirmed: never go back
+        self.floor = 0  # just after the last stream word the target confirmed: never go back
         self.synced = True
         self.history: list[int] = []  # committed text tokens, in order
         self.pos_after: list[int] = []  # pointer after each history token
@@ -81,8 +107,7 @@ class Aligner:
         self._punct_dropped = 0.0
         # Does it start a sentence, or a segment within a sentence, with a capital? (decayed
         # counts of yes and no, by kind of start)
-        self._capitals = {"sentence": [1.0, 0.0], "segment": [1.0, 0.0]}
-        self._at_start: str | None = None  # the kind of start the next word observed is at
+        self._capitals = {SENTENCE: [1.0, 0.0], SEGMENT: [1.0, 0.0]}
 
     # -- target side --------------------------------------------------------------------------
     def sync(self) -> bool:
@@ -94,39 +119,51 @@ class Aligner:
 
         They stop at the drafter's next segment boundary, where the target is likely to insert
         timestamps that no text candidate can match. ``start``: the target has just ended a
-        ``"sentence"`` or opened a ``"segment"`` within one: the drafter's punctuation before
-        the next word is skipped and, if the target has been doing so at such starts, its first
-        word capitalised. :attr:`end` is left on the stream index after the last token used.
+        sentence (:data:`SENTENCE`) or opened a segment within one (:data:`SEGMENT`): the
+        drafter's punctuation before the next word is skipped and, if the target has been
+        doing so at that kind of start, the word is capitalised. Punctuation further on is
+        offered while the target has been keeping the drafter's. :attr:`end` is left on the
+        stream index after the last stream token the candidates use.
         """
         s = self.stream.tokens
         self.end = self.pos
         if k <= 0 or self.pos >= len(s):
             return []
-        skip = self.keys is not None and (start is not None or self._punct_dropped
-                                          > self._punct_kept)
+        keys = self.keys
+        skip = keys is not None and self._punct_dropped > self._punct_kept
         bounds = self.stream.boundaries
         out: list[int] = []
+        used: list[int] = []  # stream index of each candidate
         i = self.pos
         while i < len(s) and len(out) < k:
             if out and i in bounds:
                 break
             t = s[i]
             i += 1
-            if skip and self.keys.is_punct(t):
+            if keys is not None and keys.is_punct(t) and (skip or (start and not out)):
                 continue
             out.append(t)
+            used.append(i - 1)
         self.end = i
-        self._at_start = start
         yes_no = self._capitals.get(start) if start else None
-        if yes_no and out and self.keys is not None and yes_no[0] >= yes_no[1]:
+        if yes_no and out and keys is not None and yes_no[0] >= yes_no[1]:
             w = 1
-            while w < len(out) and not self._starts_word(out[w]):
+            while w < len(out) and not keys.starts_word(out[w]):
                 w += 1
-            out = (self.keys.capitalised(out[:w]) + out[w:])[:k]
+            word = keys.capitalised(out[:w])
+            if len(word) == w:
+                out[:w] = word
+            else:  # a different split: the rest of the word, and what follows, shift
+                out = word + out[w:]
+                used = [used[w - 1]] * len(word) + used[w:]
+                if len(out) > k:
+                    out, used = out[:k], used[:k]
+                    self.end = used[-1] + 1 if len(out) > len(word) else self.pos
         return out
 
-    def observe(self, token: int) -> None:
-        """The target committed ``token`` (text tokens only)."""
+    def observe(self, token: int, start: str | None = None) -> None:
+        """The target committed ``token`` (text tokens only); ``start``: the kind of start it
+        was committed at (see :meth:`candidates`), to learn the target's capitals."""
         s = self.stream.tokens
         self.history.append(token)
         at = s[self.pos] if self.pos < len(s) else None
@@ -136,16 +173,16 @@ class Aligner:
             self._punct_dropped = self._punct_dropped * 0.9 + (not kept)
         if self._punct(token):
             if at is not None and (at == token or self._punct(at)):
-                self.pos = self.floor = self.pos + 1  # the same mark, or another in its place
+                # The same mark, or another in its place. Only a word confirms the pointer
+                # (moves the floor): a comma proves nothing after a guessed jump.
+                self.pos += 1
             # else: punctuation the drafter did not write: the pointer stays
         else:
-            if self._at_start in self._capitals and self.keys is not None:
-                raw = self.keys._bytes[token] if token < len(self.keys._bytes) else b""
-                upper = raw[1:2].isupper() if raw[:1] == b" " else raw[:1].isupper()
-                yes_no = self._capitals[self._at_start]
+            if start in self._capitals and self.keys is not None:
+                upper = self.keys.has_capital(token)
+                yes_no = self._capitals[start]
                 yes_no[0] = yes_no[0] * 0.9 + upper
                 yes_no[1] = yes_no[1] * 0.9 + (not upper)
-            self._at_start = None
             p, skipped = self.pos, 0
             while p < len(s) and skipped < 2 and s[p] != token and self._punct(s[p]):
                 p, skipped = p + 1, skipped + 1  # punctuation the target left out
@@ -196,32 +233,43 @@ class Aligner:
         return a == b or (self.keys is not None and self.keys.key(a) == self.keys.key(b)
                           and not self.keys.is_punct(a))
 
-    def _starts_word(self, token: int) -> bool:
-        raw = self.keys._bytes[token] if 0 <= token < len(self.keys._bytes) else b""
-        return raw[:1] in (b" ", b"") or self.keys.is_punct(token)
+    def _last_keys(self, m: int) -> list:
+        """Keys of the last ``m`` committed tokens that are not punctuation, in order."""
+        out: list = []
+        for t in reversed(self.history):
+            if not self._punct(t):
+                out.append(self._key(t))
+                if len(out) == m:
+                    break
+        out.reverse()
+        return out
 
     def _resync(self) -> bool:
-        """Find the last few committed words in the stream, the earliest match that ends after
-        the last confirmed token (drafter and target move through the audio in step, so a later
-        copy of a repeated phrase is likely wrong). The search starts at that confirmed token,
-        not behind the pointer: the pointer moves on one step per unmatched token, so after a
-        wrong jump ahead it would otherwise stay ahead of the text for good."""
+        """Find the last few committed tokens (punctuation aside; by key, so "It" finds "it")
+        in the stream: the earliest match that ends at or after the last confirmed word, as
+        drafter and target move through the audio in step (a later copy of a repeated phrase
+        is likely wrong). The search starts at that confirmed word, not just behind the
+        pointer: the pointer moves on one step per unmatched token, so after a wrong jump ahead
+        it would otherwise stay ahead of the text for good. ``reach`` bounds how far back that
+        is, so a drafter that never matches (translation, a hallucinating drafter) costs a
+        bounded search per token, not one that grows with the file."""
         s = self.stream.tokens
         n = len(s)
-        words = [self._key(t) for t in self.history if not self._punct(t)]
         in_window = len(self.history) - self._window_mark
         smallest = 1 if in_window <= 1 else 2
-        for m in range(min(self.max_ngram, len(words)), smallest - 1, -1):
-            suffix = words[-m:]
+        suffix_all = self._last_keys(self.max_ngram)
+        for m in range(len(suffix_all), smallest - 1, -1):
+            suffix = suffix_all[-m:]
             hi = min(n, self.pos + (self.ahead if m > 1 else 4))
+            lo = max(0, self.floor - 4 * m, self.pos - self.reach)
             # Word tokens of the stream from a little before the floor (the n-gram may start
             # before it) up to the search's end.
             seen: list[tuple[int, object]] = []
-            for i in range(max(0, self.floor - 4 * m), hi):
+            for i in range(lo, hi):
                 if self._punct(s[i]):
                     continue
                 seen.append((i, self._key(s[i])))
-                if len(seen) >= m and seen[-1][0] + 1 >= max(m, self.floor) \
+                if len(seen) >= m and seen[-1][0] + 1 >= self.floor \
                         and [k for _, k in seen[-m:]] == suffix:
                     self.pos = seen[-1][0] + 1
                     self.synced = True

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from as2d.runtime.events import Listener, Note
-from as2d.runtime.speculative.align import Aligner, TokenKeys
+from as2d.runtime.speculative.align import SEGMENT, SENTENCE, Aligner, TokenKeys
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
@@ -195,10 +195,12 @@ class AlignedSource(BudgetedSource):
         self.eot = run.target.tokenizer.eot
         self.aligner.window_start(self.offset)
         self._shadow: int | None = None  # the candidate that was ready but not offered
+        self._start: str | None = None  # the kind of start the last proposal was made at
         super().__init__(run.budget)
 
     def propose(self, context: Sequence[int], room: int) -> list[int]:
         aligner, tb, gen = self.aligner, self.tb, context
+        opening = self._start = self.start_kind(gen)
         if not aligner.synced:
             aligner.sync()
         # After a segment's closing timestamp Whisper almost always opens the next segment
@@ -211,7 +213,6 @@ class AlignedSource(BudgetedSource):
         # Not offered, the stream's next token still tells the budget how the drafter is doing
         # (compared with what the target commits), so a budget at zero can come back.
         self._shadow = None
-        opening = self.start_kind(gen)
         if k == 0 and aligner.synced and not lead:
             nxt = aligner.candidates(1, opening)
             self._shadow = nxt[0] if nxt else None
@@ -234,16 +235,13 @@ class AlignedSource(BudgetedSource):
 
     def start_kind(self, gen: Sequence[int]) -> str | None:
         """Has the target just ended a sentence, or opened a segment within one?"""
+        keys = self.run.keys
         if not gen:
             return None
         if gen[-1] < self.tb:
-            return "sentence" if self.ends_sentence(gen[-1]) else None
+            return SENTENCE if keys.ends_sentence(gen[-1]) else None
         text = [t for t in gen[-8:] if t < self.eot]
-        return "sentence" if not text or self.ends_sentence(text[-1]) else "segment"
-
-    def ends_sentence(self, token: int) -> bool:
-        raw = self.run.keys._bytes[token] if token < self.eot else b""
-        return raw.rstrip()[-1:] in (b".", b"?", b"!")
+        return SENTENCE if not text or keys.ends_sentence(text[-1]) else SEGMENT
 
     def pass_threads(self, offered: Sequence[int]) -> int | None:
         return self.run.threads_for(offered)
@@ -256,9 +254,11 @@ class AlignedSource(BudgetedSource):
             self.run.blind_misses = 0
         elif verdict.offered:
             self.run.blind_misses += 1
+        start = self._start  # the kind of start the pass began at: for its first word
         for t in verdict.committed:
             if t < self.eot:
-                self.aligner.observe(t)
+                self.aligner.observe(t, start)
+                start = None
         super().observe(offered, verdict)
 
     def finish(self, context: Sequence[int]) -> None:
