@@ -31,15 +31,24 @@ class TokenKeys:
     case. Tokens of punctuation and spaces alone (in any script) have no key: the aligner may
     step over them."""
 
-    def __init__(self, token_bytes: Sequence[bytes],
+    def __init__(self, token_bytes: Sequence[bytes] | Callable[[], Sequence[bytes]],
                  encode_piece: Callable[[str], Sequence[int]]) -> None:
-        self._bytes = token_bytes
+        # A callable is asked on first use: a tokenizer's byte table takes ~70 ms of Python
+        # to build, which should not sit before the first window's encoder.
+        self._table = token_bytes
         self._encode = encode_piece
         self._keys: dict[int, str] = {}
 
+    @property
+    def _bytes(self) -> Sequence[bytes]:
+        if callable(self._table):
+            self._table = self._table()
+        return self._table
+
     def raw(self, token: int) -> bytes:
         """The token's bytes (empty for special and timestamp tokens)."""
-        return self._bytes[token] if 0 <= token < len(self._bytes) else b""
+        table = self._bytes
+        return table[token] if 0 <= token < len(table) else b""
 
     def text(self, token: int) -> str | None:
         """The token as text, or None if it is only part of a UTF-8 character."""

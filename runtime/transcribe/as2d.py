@@ -45,7 +45,9 @@ class AS2D(DraftingDecoder):
         # On a small machine the drafter needs a core of its own to stay ahead.
         self.busy_threads = busy_threads
         tk = target.tokenizer
-        self.keys = TokenKeys(tk.token_bytes, tk.encode_piece)  # spellings the aligner equates
+        # Spellings the aligner equates; the byte table is built on first use (the drafter
+        # thread warms it while the target encodes its first window).
+        self.keys = TokenKeys(lambda: tk.token_bytes, tk.encode_piece)
         self.turns = EncoderTurns()
         self.worker: DrafterWorker | None = None
         self.stream: CandidateStream | None = None

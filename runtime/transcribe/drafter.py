@@ -60,7 +60,7 @@ class DrafterWorker:
         self.stream = stream
         self.language = language
         self.emit = listener or ignore
-        self.retok = make_retokenizer(model.tokenizer, target_tokenizer)
+        self.retok: Retokenizer | None = None  # made on the thread: see _run
         self._target_tk = target_tokenizer
         self._stop = threading.Event()
         import onnxruntime as ort
@@ -87,6 +87,10 @@ class DrafterWorker:
 
     def _run(self) -> None:
         try:
+            # Byte tables of both vocabularies (~0.1 s of Python): built here, while the target
+            # encodes (onnxruntime leaves the GIL free), not on the target's thread before it.
+            self.retok = make_retokenizer(self.model.tokenizer, self._target_tk)
+            self._target_tk.token_bytes  # noqa: B018 - warms the table the aligner reads too
             if self.after is not None:
                 self.after.join()  # one drafter session: one file after another
                 self.after = None

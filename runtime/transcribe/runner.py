@@ -29,6 +29,7 @@ from as2d.runtime.events import (
     WindowStats,
     ignore,
 )
+from as2d.runtime.sessions import Background
 from as2d.runtime.speculative import candidates
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
@@ -54,6 +55,8 @@ class WindowRunner:
         self.run_options = run_options  # its terminate flag abandons an encoder run
         # (seek, size) → the encoding and the encoder seconds not yet charged to a window.
         self._encoding: tuple[tuple[int, int], AudioContext, float] | None = None
+        # A window being encoded on a thread of its own (see encode_ahead): key, worker.
+        self._pending: tuple[tuple[int, int], Background] | None = None
         self._decoder: WindowDecoder | None = None
 
     def detect_language(self, mel: LogMel) -> tuple[str, float]:
@@ -63,9 +66,13 @@ class WindowRunner:
         decoder step, not an encoder run.
         """
         tk = self.model.tokenizer
-        t0 = time.perf_counter()
-        ctx = self.model.encode(mel.window(0))
-        self._encoding = ((0, min(N_FRAMES, mel.n_frames)), ctx, time.perf_counter() - t0)
+        first = Window(0, 0, min(N_FRAMES, mel.n_frames))
+        ctx, seconds = self._take_pending(first)
+        if ctx is None:
+            t0 = time.perf_counter()
+            ctx = self.model.encode(mel.window(0))
+            seconds = time.perf_counter() - t0
+        self._encoding = ((first.seek, first.size), ctx, seconds)
         state = self.model.decoder_state(ctx)
         try:
             logits = state.forward([tk.sot])[0]
@@ -80,10 +87,33 @@ class WindowRunner:
         self.emit(LanguageDetected(codes[best], float(p[best])))
         return codes[best], float(p[best])
 
+    def encode_ahead(self, window: Window, mel: LogMel) -> None:
+        """Start encoding ``window`` now, on a thread of its own: the first window of a run,
+        so that the encoder (most of a short clip's time) starts as soon as the log-mel is
+        ready and the run's Python set-up (rules, the drafter's start) overlaps it, instead of
+        coming first. :meth:`encode` and language detection take it when they reach it."""
+        def run() -> tuple[AudioContext, float]:
+            t0 = time.perf_counter()
+            with self.encoding_turn(mel, window):
+                ctx = self.model.encode(mel.window(window.seek, window.size), self.run_options)
+            return ctx, time.perf_counter() - t0
+
+        self._pending = ((window.seek, window.size), Background(run))
+
+    def _take_pending(self, window: Window) -> tuple[AudioContext | None, float]:
+        """The encoding started by :meth:`encode_ahead`, if it is ``window``'s (waited for)."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending[0] != (window.seek, window.size):
+            return None, 0.0
+        return pending[1].result()
+
     def encode(self, window: Window, mel: LogMel) -> tuple[AudioContext, float]:
         """The target's encoding of ``window`` and the encoder seconds to charge to it: a kept
         encoding is charged to the first decode that uses it, and to no later one."""
         key = (window.seek, window.size)
+        ctx, seconds = self._take_pending(window)
+        if ctx is not None:
+            self._encoding = (key, ctx, seconds)
         if self._encoding is not None and self._encoding[0] == key:
             _, ctx, seconds = self._encoding
             if seconds:

@@ -276,6 +276,9 @@ class Transcriber:
                              getattr(model, "encoder_name", "onnxruntime")))
         runner = WindowRunner(model, self.emit, self.run_options, audio.source,
                               decoder.target_encoding)
+        first = Window(0, 0, min(N_FRAMES, mel.n_frames))
+        if mel.n_frames and not _silent(audio, first, options.silence_peak):
+            runner.encode_ahead(first, mel)  # the encoder first; the set-up below overlaps it
         language = resolve_language(model, options.language)
         decoder.start_early(mel, language, options)
         self.ahead.run_begun()  # the drafter may go on to the next files when done with this
