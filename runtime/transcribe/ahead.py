@@ -2,9 +2,10 @@
 
 Told the next recording (``Transcriber.prefetch``), the transcriber computes its log-mel at once
 (in the caller's thread, while the current file is being decoded) and hands it to the decoder,
-whose drafter can then start on it as soon as it is done with the current file. A prefetch made
-between runs is held until the next run has begun, so that the decoder always learns what comes
-*after* the file it is working on.
+whose drafter can then start on it as soon as it is done with the current file; once the current
+run reaches its last window, the next recording's first window is encoded beside its decoding.
+A prefetch made between runs is held until the next run has begun, so that the decoder always
+learns what comes *after* the file it is working on.
 
 :class:`AudioReader` is the other half, for a list of files: it decodes each file on a
 background thread while the one before it is transcribed, and prefetches it.
@@ -29,6 +30,8 @@ class _Upcoming:
     language: str | None
     options: object
     handed: bool = False  # given to the decoder
+    encoding: Background | None = None  # its first window's encoder run, started ahead
+    asked: bool = False  # encode_next was asked for it (once)
 
 
 class Lookahead:
@@ -49,17 +52,28 @@ class Lookahead:
             if self._running:
                 self._hand(item)
 
-    def run_started(self, audio: Audio) -> LogMel | None:
-        """A run of ``audio`` begins: its prefetched log-mel, if any (earlier prefetches that
-        were not transcribed are forgotten)."""
+    def run_started(self, audio: Audio) -> tuple[LogMel | None, Background | None]:
+        """A run of ``audio`` begins: its prefetched log-mel and first-window encoding, if
+        any (earlier prefetches that were not transcribed are forgotten)."""
         with self._lock:
-            mel = None
             for i, item in enumerate(self._upcoming):
                 if item.audio is audio:
-                    mel = item.mel
                     del self._upcoming[: i + 1]
-                    break
-            return mel
+                    return item.mel, item.encoding
+            return None, None
+
+    def encode_next(self, start: Callable[[Audio, LogMel, object], Background | None]) -> None:
+        """The current run is in its last window: start the next recording's first encoder
+        run (``start(audio, mel, options)``), so that it overlaps this one's decoding instead
+        of following it."""
+        with self._lock:
+            item = self._upcoming[0] if self._upcoming else None
+            if item is None or item.asked:
+                return
+            item.asked = True
+        encoding = start(item.audio, item.mel, item.options)
+        with self._lock:
+            item.encoding = encoding
 
     def run_begun(self) -> None:
         """The decoder knows the current run: tell it what comes after."""

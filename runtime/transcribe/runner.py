@@ -40,6 +40,20 @@ from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel
 
 
+def encode_in_background(model: WhisperModel, mel: LogMel, window: Window,
+                         turn: Callable[[LogMel, Window], AbstractContextManager],
+                         run_options=None) -> Background:
+    """The target's encoder run of ``window``, started now on a thread: its result is
+    ``(AudioContext, encoder seconds)``."""
+    def run() -> tuple[AudioContext, float]:
+        t0 = time.perf_counter()
+        with turn(mel, window):
+            ctx = model.encode(mel.window(window.seek, window.size), run_options)
+        return ctx, time.perf_counter() - t0
+
+    return Background(run)
+
+
 class WindowRunner:
     """Encodes and decodes the windows of one run with one target model."""
 
@@ -57,6 +71,9 @@ class WindowRunner:
         self._encoding: tuple[tuple[int, int], AudioContext, float] | None = None
         # A window being encoded on a thread of its own (see encode_ahead): key, worker.
         self._pending: tuple[tuple[int, int], Background] | None = None
+        # Called once, after the next window's encoder run (work that should not compete with
+        # the encoder but may overlap the decoding).
+        self.after_encode: Callable[[], None] | None = None
         self._decoder: WindowDecoder | None = None
 
     def detect_language(self, mel: LogMel) -> tuple[str, float]:
@@ -92,20 +109,23 @@ class WindowRunner:
         so that the encoder (most of a short clip's time) starts as soon as the log-mel is
         ready and the run's Python set-up (rules, the drafter's start) overlaps it, instead of
         coming first. :meth:`encode` and language detection take it when they reach it."""
-        def run() -> tuple[AudioContext, float]:
-            t0 = time.perf_counter()
-            with self.encoding_turn(mel, window):
-                ctx = self.model.encode(mel.window(window.seek, window.size), self.run_options)
-            return ctx, time.perf_counter() - t0
+        self.adopt(window, encode_in_background(self.model, mel, window, self.encoding_turn,
+                                                self.run_options))
 
-        self._pending = ((window.seek, window.size), Background(run))
+    def adopt(self, window: Window, encoding: Background) -> None:
+        """``encoding`` (from :func:`encode_in_background`) is ``window``'s: use it."""
+        self._pending = ((window.seek, window.size), encoding)
 
     def _take_pending(self, window: Window) -> tuple[AudioContext | None, float]:
-        """The encoding started by :meth:`encode_ahead`, if it is ``window``'s (waited for)."""
+        """The encoding started ahead, if it is ``window``'s (waited for). One that failed
+        (a stop abandoned it) is done again by the caller, which then reports any error."""
         pending, self._pending = self._pending, None
         if pending is None or pending[0] != (window.seek, window.size):
             return None, 0.0
-        return pending[1].result()
+        try:
+            return pending[1].result()
+        except Exception:  # noqa: BLE001 - encoded again in this thread
+            return None, 0.0
 
     def encode(self, window: Window, mel: LogMel) -> tuple[AudioContext, float]:
         """The target's encoding of ``window`` and the encoder seconds to charge to it: a kept
@@ -151,6 +171,9 @@ class WindowRunner:
             if stop.is_set():  # the encoder run was terminated by a stop
                 return None
             raise
+        hook, self.after_encode = self.after_encode, None
+        if hook is not None:
+            hook()
         state = self.model.decoder_state(ctx)
         tk = self.model.tokenizer
         dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)

@@ -33,12 +33,13 @@ from as2d.runtime.events import (
     fanout,
     ignore,
 )
+from as2d.runtime.sessions import Background
 from as2d.runtime.speculative.candidates import NO_CANDIDATES
 from as2d.runtime.transcribe import fallback
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
 from as2d.runtime.transcribe.decoders import Decoder, TargetOnly, Window
-from as2d.runtime.transcribe.runner import WindowRunner
+from as2d.runtime.transcribe.runner import WindowRunner, encode_in_background
 from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.whisper.alignment import (
     APPEND_PUNCTUATIONS,
@@ -261,6 +262,16 @@ class Transcriber:
             self._stop.clear()
             self.run_options = _run_options()
 
+    def _encode_first(self, audio: Audio, mel: LogMel, options) -> Background | None:
+        """Start encoding the first window of a recording transcribed next (None: it is
+        silent, or empty). Its own stop flag: a stop of this run must not spoil it."""
+        first = Window(0, 0, min(N_FRAMES, mel.n_frames))
+        peak = getattr(options, "silence_peak", None)
+        if not mel.n_frames or _silent(audio, first, peak):
+            return None
+        return encode_in_background(self.model, mel, first, self.decoder.target_encoding,
+                                    _run_options())
+
     # -- the window loop ----------------------------------------------------------------------
     def _run(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo,
              timeline: vad.Timeline | None = None) -> Iterator[Segment]:
@@ -268,7 +279,8 @@ class Transcriber:
         joined speech and every time is put back on the original recording."""
         model, tk, decoder = self.model, self.model.tokenizer, self.decoder
         t_run = time.perf_counter()
-        mel = self.ahead.run_started(audio)  # computed ahead, while the last file decoded
+        # Computed ahead, while the last file decoded: the log-mel, maybe the first encoding.
+        mel, encoding = self.ahead.run_started(audio)
         if mel is None:
             mel = LogMel(audio, model.dims.n_mels)
         self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
@@ -277,7 +289,9 @@ class Transcriber:
         runner = WindowRunner(model, self.emit, self.run_options, audio.source,
                               decoder.target_encoding)
         first = Window(0, 0, min(N_FRAMES, mel.n_frames))
-        if mel.n_frames and not _silent(audio, first, options.silence_peak):
+        if encoding is not None:
+            runner.adopt(first, encoding)
+        elif mel.n_frames and not _silent(audio, first, options.silence_peak):
             runner.encode_ahead(first, mel)  # the encoder first; the set-up below overlaps it
         language = resolve_language(model, options.language)
         decoder.start_early(mel, language, options)
@@ -328,6 +342,9 @@ class Transcriber:
                     info.windows = index
                     prompt_reset = len(all_tokens)  # text before the silence is no prompt
                     continue
+                if seek + window.size >= content:  # the last window (most likely): once
+                    # encoded, the next recording's first window is encoded beside its decoding
+                    runner.after_encode = lambda: self.ahead.encode_next(self._encode_first)
                 prev = all_tokens[prompt_reset:]
                 head = [tk.sot_prev] + hot if (prev or hot) else []
                 prompt = head + prev[-(n_ctx // 2 - 1):] + sot_seq
