@@ -4,15 +4,19 @@ without speculative candidates, side by side.
 Usage::
 
     python scripts/ask_bench.py [--styles qa,qa-plain,...] [--no-speed] [--repeats 2]
-                                [--json out.json] [--models-dir DIR] [--questions FILE]
+                                [--split dev|test] [--json out.json] [--models-dir DIR]
+                                [--questions FILE] [--transcripts CACHE.json]
 
 Every clip of ``bench/ask_questions.json`` is transcribed once with AS²D (base ← tiny.en, as
 ``as2d ask`` does), then every question is answered by the answering model (Gemma 3 270M
 int8 by default) in each prompt style: once target-only (one token per pass) and once with
 candidates from the transcript, the drafter's stream and the question. The two answers must be
 token-identical (the script fails loudly if not). Reported: the share answered correctly per
-style and per kind, and per style the pooled generation throughput (tokens after the prefill /
-their time) with and without candidates, in interleaved order, with acceptance by source.
+style, per split (``dev``: where prompts and methods are chosen; ``test``: only scored), for
+the real recordings alone, and per kind; and per style the pooled generation throughput
+(tokens after the prefill / their time) with and without candidates, in interleaved order,
+with acceptance by source. Recording-time questions answered by location (no generation)
+count in the quality figures, not in the throughput.
 """
 
 from __future__ import annotations
@@ -63,6 +67,30 @@ def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
     return out
 
 
+def transcripts_doc(clips: dict) -> dict:
+    return {name: dict(spans=[s.to_dict() for s in c["spans"]], drafter=c["drafter"],
+                       seconds=round(c["seconds"], 3), duration=c["duration"])
+            for name, c in clips.items()}
+
+
+def save_transcripts(path: Path, clips: dict) -> None:
+    path.write_text(json.dumps(transcripts_doc(clips), indent=1) + "\n")
+
+
+def cached_transcripts(path: Path | None, qset) -> dict | None:
+    """The transcripts kept in ``path`` when it holds every clip of the set, else None."""
+    if path is None or not path.exists():
+        return None
+    from as2d.runtime.ask.spans import Span
+
+    doc = json.loads(path.read_text())
+    if not all(c in doc for c in qset.clips):
+        return None
+    return {name: dict(spans=[Span(s["start"], s["end"], s["text"]) for s in c["spans"]],
+                       drafter=c["drafter"], seconds=c["seconds"], duration=c["duration"])
+            for name, c in doc.items() if name in qset.clips}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=Path, default=QUESTIONS)
@@ -74,9 +102,17 @@ def main() -> int:
     ap.add_argument("--no-speed", action="store_true",
                     help="quality only: answer once, target-only")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs of each answer per mode")
+    ap.add_argument("--no-locate", action="store_true",
+                    help="recording-time questions answered by the model, not located")
+    ap.add_argument("--no-check", action="store_true",
+                    help="keep answers whose words are not in the transcript")
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--min-ngram", type=int, default=1)
     ap.add_argument("--only", default=None, help="comma-separated question ids")
+    ap.add_argument("--split", default=None, choices=("dev", "test"),
+                    help="only the questions of one split (default: both, reported apart)")
+    ap.add_argument("--transcripts", type=Path, default=None,
+                    help="reuse the transcripts kept in this file (written on first use)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--models-dir", type=Path, default=None,
                     help="model cache folder (default: $AS2D_MODELS_DIR, else the user cache)")
@@ -88,12 +124,17 @@ def main() -> int:
 
     threads = args.threads or cpu_count()
     qset = load_questions(args.questions)
-    if args.only:
-        keep = set(args.only.split(","))
-        qset.questions = [q for q in qset.questions if q.id in keep]
+    if args.only or args.split:
+        keep = set(args.only.split(",")) if args.only else None
+        qset.questions = [q for q in qset.questions if (keep is None or q.id in keep)
+                          and (args.split is None or q.split == args.split)]
         qset.clips = {c: p for c, p in qset.clips.items()
                       if any(q.clip == c for q in qset.questions)}
-    clips = transcribe_clips(qset, args.models_dir, threads, args.quiet)
+    clips = cached_transcripts(args.transcripts, qset)
+    if clips is None:
+        clips = transcribe_clips(qset, args.models_dir, threads, args.quiet)
+        if args.transcripts:
+            save_transcripts(args.transcripts, clips)
     lm = load_llm(args.llm, args.precision, args.models_dir, threads)
     sources = tuple(s for s in args.sources.split(",") if s)
 
@@ -103,13 +144,16 @@ def main() -> int:
         answerers = {
             mode: Answerer(lm, None, AskOptions(max_tokens=args.max_tokens, candidates=cand,
                                                 style=style, sources=sources,
-                                                min_ngram=args.min_ngram))
+                                                min_ngram=args.min_ngram,
+                                                locate=not args.no_locate,
+                                                check=not args.no_check))
             for mode, cand in (("target", False), ("spec", True))}
         modes = ["target"] if args.no_speed else ["target", "spec"]
         pooled = {m: [0, 0.0] for m in modes}
         by_source: dict[str, list[int]] = {}
         correct = 0
         by_kind: dict[str, list[int]] = {}
+        by_split: dict[str, list[int]] = {}
         for i, q in enumerate(qset.questions):
             clip = clips[q.clip]
             results = {m: [] for m in modes}
@@ -130,8 +174,17 @@ def main() -> int:
             by_kind.setdefault(q.kind, [0, 0])
             by_kind[q.kind][0] += ok
             by_kind[q.kind][1] += 1
-            row = dict(style=style, id=q.id, kind=q.kind, question=q.question,
-                       answer=ref.text, correct=ok, answer_tokens=len(ref.tokens),
+            groups = [q.split, "real" if q.clip not in qset.synthetic else "synthetic"]
+            if q.clip not in qset.synthetic:
+                groups.append(f"{q.split}-real")
+            for g in groups:
+                by_split.setdefault(g, [0, 0])
+                by_split[g][0] += ok
+                by_split[g][1] += 1
+            row = dict(style=style, id=q.id, split=q.split, kind=q.kind, question=q.question,
+                       synthetic=q.clip in qset.synthetic, answer=ref.text, method=ref.method,
+                       generated=ref.generated, correct=ok,
+                       answer_tokens=len(ref.tokens),
                        prompt_tokens=ref.stats.prompt_tokens)
             for m in modes:
                 st = [a.stats for a in results[m]]
@@ -153,12 +206,15 @@ def main() -> int:
             if not args.quiet:
                 mark = "ok " if ok else "BAD"
                 speed = "  ".join(f"{m} {row[f'{m}_tok_s']} tok/s" for m in modes)
-                print(f"{style:12s} {q.id:10s} {mark} {ref.text[:60]!r:62s} {speed}",
+                how = {"generated": " ", "located": "L", "transcript": "T"}[ref.method]
+                print(f"{style:12s} {q.id:11s} {q.split:4s} {mark}{how} {ref.text[:60]!r:62s} "
+                      f"{speed}",
                       file=sys.stderr)
         n = len(qset.questions)
         summary[style] = dict(
             correct=correct, questions=n, accuracy=round(correct / n, 3) if n else 0.0,
             by_kind={k: f"{v[0]}/{v[1]}" for k, v in by_kind.items()},
+            by_split={k: f"{v[0]}/{v[1]}" for k, v in sorted(by_split.items())},
             pooled_tok_s={m: round(t / s, 1) if s else None for m, (t, s) in pooled.items()},
             generation_tokens={m: t for m, (t, s) in pooled.items()},
             generation_seconds={m: round(s, 3) for m, (t, s) in pooled.items()},
@@ -168,13 +224,16 @@ def main() -> int:
 
     print(f"\nanswering model: {lm.name}, threads {threads}; {len(qset.questions)} questions "
           f"on {len(qset.clips)} clips")
-    print(f"{'style':12s} {'correct':>9s} {'who':>6s} {'what':>6s} {'when':>6s}"
+    kinds = sorted({q.kind for q in qset.questions})
+    groups = ("dev", "test", "dev-real", "test-real", "synthetic")
+    print(f"{'style':12s} {'correct':>9s} " + " ".join(f"{g:>9s}" for g in groups) + " "
+          + " ".join(f"{k:>6s}" for k in kinds)
           + ("" if args.no_speed else f" {'target tok/s':>13s} {'spec tok/s':>11s} "
                                        f"{'speed-up':>9s}  acceptance by source"))
     for style, s in summary.items():
         line = (f"{style:12s} {s['correct']:>3d}/{s['questions']:<3d} "
-                f"{s['by_kind'].get('who', '-'):>6s} {s['by_kind'].get('what', '-'):>6s} "
-                f"{s['by_kind'].get('when', '-'):>6s}")
+                + " ".join(f"{s['by_split'].get(g, '-'):>9s}" for g in groups) + " "
+                + " ".join(f"{s['by_kind'].get(k, '-'):>6s}" for k in kinds))
         if not args.no_speed:
             t, sp = s["pooled_tok_s"]["target"], s["pooled_tok_s"]["spec"]
             srcs = ", ".join(f"{k} {v['accepted']}/{v['offered']} ({v['passes']} passes)"
@@ -182,9 +241,7 @@ def main() -> int:
             line += f" {t:>13.1f} {sp:>11.1f} {sp / t:>8.2f}x  {srcs}"
         print(line)
     if args.json:
-        transcripts = {name: dict(spans=[s.to_dict() for s in c["spans"]], drafter=c["drafter"],
-                                  seconds=round(c["seconds"], 3), duration=c["duration"])
-                       for name, c in clips.items()}
+        transcripts = transcripts_doc(clips)
         args.json.write_text(json.dumps({"summary": summary, "answers": rows,
                                          "transcripts": transcripts}, indent=2) + "\n")
     return 0

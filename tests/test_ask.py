@@ -21,7 +21,8 @@ from as2d.cli.ask_cmd import register
 from as2d.runtime.ask.answer import Answerer, AskOptions
 from as2d.runtime.ask.events import AnswerStep
 from as2d.runtime.ask.generate import SpeculativeGenerator
-from as2d.runtime.ask.passages import select_spans
+from as2d.runtime.ask.passages import focus, grounded, rank_spans, select_spans
+from as2d.runtime.ask.prompt import asks_about_time
 from as2d.runtime.ask.sources import PRIOR_ACCEPTANCE
 from as2d.runtime.ask.spans import Span, spans_from_segments
 from as2d.runtime.bench.questions import is_correct, load_questions
@@ -109,8 +110,9 @@ LOSSLESS_IDS = ("beckett-1", "beckett-2", "beckett-3", "beckett-4", "cities-2", 
 
 
 def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcripts, qset):
-    spec = Answerer(lm, None, AskOptions(candidates=True))
-    plain = Answerer(lm, None, AskOptions(candidates=False))
+    # locate=False: recording-time questions are generated too (under the timed prompt)
+    spec = Answerer(lm, None, AskOptions(candidates=True, locate=False))
+    plain = Answerer(lm, None, AskOptions(candidates=False, locate=False))
     by_id = {q.id: q for q in qset.questions}
     accepted = offered = 0
     for qid in LOSSLESS_IDS:
@@ -159,7 +161,7 @@ def test_copy_heavy_questions_accept_transcript_candidates(lm, transcripts):
 ])
 def test_each_candidate_source_can_carry_the_answer(lm, transcripts, source, clip, question):
     spans, draft = transcripts[clip]
-    only = Answerer(lm, None, AskOptions(sources=(source,)))
+    only = Answerer(lm, None, AskOptions(sources=(source,), locate=False))
     a = only.ask(spans, question, draft)
     assert set(a.stats.sources) == {source}
     assert a.stats.sources[source].accepted > 0, a.stats.to_dict()
@@ -201,20 +203,79 @@ def test_times_appear_only_for_when_questions(lm, transcripts):
     ans = Answerer(lm)
     when = ans.prompt(spans, "When does the speaker say 'fail better'?")
     what = ans.prompt(spans, "How should you fail again?")
+    content = ans.prompt(spans, "When should you try again?")
     assert when.timed and "[0:06]" in when.text
     assert not what.timed and "[0:06]" not in what.text
+    assert not content.timed and "[0:06]" not in content.text
+
+
+@pytest.mark.parametrize("question, clock", [
+    ("When does the speaker say 'fail better'?", True),
+    ("When does the reader first mention Mr. John Dashwood?", True),
+    ("At what point of the recording is the eight of spades called?", True),
+    ("At what second does she mention Paris?", True),
+    ("Give me the timestamp of the joke.", True),
+    ("When will the bridge close?", False),
+    ("When does the market open?", False),
+    ("When did she come home?", False),
+    ("When was the grandmother born?", False),
+    ("At what point did they give up?", False),
+    ("How long will the work take?", False),
+])
+def test_when_is_about_the_content_unless_it_asks_for_the_recording_clock(question, clock):
+    assert asks_about_time(question) is clock
+
+
+def test_recording_time_is_located_from_the_words_with_the_span_as_evidence(lm, transcripts):
+    spans, draft = transcripts["beckett"]
+    for cand in (True, False):
+        a = Answerer(lm, None, AskOptions(candidates=cand)).ask(
+            spans, "When does the speaker say 'fail better'?", draft)
+        assert a.method == "located" and a.text.startswith("At 0:06")
+        assert [s.text for s in a.evidence] == ["Fail again, fail better."]
+        doc = a.to_dict()
+        assert doc["method"] == "located" and doc["spans"][0]["start"] == 6.0
+    # a quoted phrase wins over shared words; the earliest span on a tie
+    two = [Span(0.0, 2.0, "Do you hear me?"), Span(2.0, 3.0, "Yes."),
+           Span(3.0, 5.0, "Do you hear me?"), Span(5.0, 6.0, "What are you talking about?")]
+    assert rank_spans(two, "When does someone ask 'What are you talking about?'")[0][1] == 3
+    assert rank_spans(two, "When is 'do you hear me' first asked?")[0][1] == 0
+    # no shared word: the model answers (the timed prompt)
+    assert rank_spans(two, "When is the weather mentioned?")[0][0] == 0
+
+
+def test_an_answer_not_held_to_the_transcript_is_replaced_by_its_line():
+    spans = [Span(0.0, 2.0, "We laugh less heartily."),
+             Span(2.0, 4.0, "We still have that resource.")]
+    assert grounded("Less heartily.", spans)
+    assert grounded("No.", spans)
+    assert not grounded("They still have the apple tree.", spans)
+    assert not grounded("10 times.", spans, "How many times do they laugh?")
+    assert focus(spans, "What do they still have?") == [1]
+    assert focus(spans, "Who is the captain?") == []
+
+
+def test_the_check_and_its_evidence_in_the_answer(lm, transcripts):
+    spans, draft = transcripts["two_cities"]
+    q = "What was it the winter of?"
+    for cand in (True, False):
+        a = Answerer(lm, None, AskOptions(candidates=cand)).ask(spans, q, draft)
+        assert grounded(a.text, spans, q)
+        assert a.evidence and all(s in spans for s in a.evidence)
+        if a.method == "transcript":
+            assert a.generated and a.to_dict()["generated"] == a.generated
 
 
 def test_long_transcript_is_cut_to_relevant_passages_and_says_so(lm, transcripts):
     spans, draft = transcripts["two_cities"]
     notes = []
     small = Answerer(lm, lambda e: notes.append(e) if isinstance(e, Note) else None,
-                     AskOptions(context_tokens=420))
+                     AskOptions(context_tokens=480))
     full = Answerer(lm).prompt(spans, "What was it the winter of?")
     a = small.ask(spans, "What was it the winter of?", draft)
     plan = a.prompt
     assert not full.selected and plan.selected
-    assert len(plan.ids) <= 420 - small.options.max_tokens
+    assert len(plan.ids) <= 480 - small.options.max_tokens
     assert a.selected and a.note and "does not fit" in a.note
     assert any("does not fit" in n.message for n in notes), "the user is told"
     assert len(a.context) < len(spans)
@@ -404,7 +465,7 @@ def test_cli_json_layout(models, qset):
 
 
 def test_cli_long_transcript_note_and_json_context(models, qset):
-    r = cli("ask", qset.clips["two_cities"], "What was it the winter of?", "--context", "420",
+    r = cli("ask", qset.clips["two_cities"], "What was it the winter of?", "--context", "480",
             "--json", "--no-live", "--language", "en", models_dir=models)
     assert r.exit_code == 0, r.stderr
     assert "does not fit" in r.stderr  # said on stderr ...

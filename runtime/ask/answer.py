@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.events import AnswerDone, AnswerStats, AnswerStatsCollector, AskStarted
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
-from as2d.runtime.ask.passages import evidence
-from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan
+from as2d.runtime.ask.passages import evidence, grounded, rank_spans
+from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, asks_about_time
 from as2d.runtime.ask.sources import SOURCES, lookup_source, source_texts
-from as2d.runtime.ask.spans import Span
+from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.events import Listener, Note, fanout, ignore
 from as2d.runtime.speculative.lookup import LookupSource
 
@@ -45,6 +45,12 @@ class AskOptions:
     min_ngram: int = 1
     k_max: int = 16
     sources: tuple[str, ...] = SOURCES
+    # A question about the recording's clock ("when does the speaker say ...") is answered
+    # with the time of the span that says it (found by shared and quoted words), not generated.
+    locate: bool = True
+    # A generated answer whose content words are not in the transcript (or the question) is
+    # replaced by the transcript line most related to the question.
+    check: bool = True
 
 
 @dataclass
@@ -59,9 +65,14 @@ class Answer:
     stopped: str
     stats: AnswerStats
     prompt: PromptPlan = field(repr=False, default=None)
+    # "generated"; "located" (a recording time, from the span that says the words); or
+    # "transcript" (the generated answer was not held to the transcript: the line instead)
+    method: str = "generated"
+    generated: str | None = None  # the model's own answer when it was replaced
 
     def to_dict(self) -> dict:
-        return {"question": self.question, "answer": self.text,
+        return {"question": self.question, "answer": self.text, "method": self.method,
+                **({"generated": self.generated} if self.generated is not None else {}),
                 "spans": [s.to_dict() for s in self.evidence],
                 "context": {"selected": self.selected, "note": self.note,
                             "spans": [s.to_dict() for s in self.context]},
@@ -113,6 +124,10 @@ class Answerer:
         o = self.options
         collector = AnswerStatsCollector()
         emit = fanout(collector, self.emit)
+        if o.locate and self.builder.style != "instruct" and asks_about_time(question):
+            located = self.locate(spans, question, collector, emit)
+            if located is not None:
+                return located
         plan = self.prompt(spans, question)
         if plan.note:
             emit(Note(plan.note, "warning"))
@@ -128,10 +143,33 @@ class Answerer:
         gen = SpeculativeGenerator(self.model, emit)
         result = gen.generate(plan.ids, o.max_tokens, plan.stop_ids, sources)
         text = self.answer_text(result.tokens, plan)
+        method, generated, used = "generated", None, evidence(text, plan.spans)
+        if o.check and plan.focus and not grounded(text, spans, question):
+            # Words the speaker never said (a number, a name): the line itself is the answer.
+            method, generated, used = "transcript", text, plan.focus[:1]
+            text = plan.focus[0].text.strip()
+        elif not used and plan.focus:
+            used = plan.focus[:1]
         emit(AnswerDone(text, len(result.tokens), result.stopped,
                         result.prefill_seconds + result.seconds))
-        return Answer(question, text, result.tokens, evidence(text, plan.spans), plan.spans,
-                      plan.selected, plan.note, result.stopped, collector.current, plan)
+        return Answer(question, text, result.tokens, used, plan.spans,
+                      plan.selected, plan.note, result.stopped, collector.current, plan,
+                      method, generated)
+
+    def locate(self, spans: Sequence[Span], question: str, collector: AnswerStatsCollector,
+               emit: Listener) -> Answer | None:
+        """The answer to a question about the recording's clock: the start of the span that
+        says the words (quoted words first, then shared ones; the earliest on a tie), or None
+        when no span shares a word with the question (the model answers then)."""
+        ranked = rank_spans(spans, question)
+        if not ranked or ranked[0][0] <= 0:
+            return None
+        best = spans[ranked[0][1]]
+        text = f"At {format_time(best.start)}: \u201c{best.text.strip()}\u201d"
+        emit(AskStarted(question, self.model.name, 0, 0, len(spans), len(spans), False, False))
+        emit(AnswerDone(text, 0, "located", 0.0))
+        return Answer(question, text, [], [best], list(spans), False, None, "located",
+                      collector.current, None, "located")
 
     def answer_text(self, tokens: Sequence[int], plan: PromptPlan) -> str:
         ids = [t for t in tokens if t not in self.builder.eos_ids]

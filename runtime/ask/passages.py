@@ -166,3 +166,52 @@ def evidence(answer: str, spans: Sequence[Span]) -> list[Span]:
     scored = [(len(words & set(content_words(s.text))), s) for s in spans]
     best = max((n for n, _ in scored), default=0)
     return [s for n, s in scored if n == best] if best else []
+
+
+_QUOTED = re.compile(r"[\"“‘']([^\"”’']{2,}?)[\"”’'](?=[\s?.!,;:]|$)")
+
+
+def quoted(question: str) -> list[str]:
+    """The phrases a question quotes (``'fail better'``, “…”): words the speaker said."""
+    return [m.strip() for m in _QUOTED.findall(" " + question) if m.strip()]
+
+
+def rank_spans(spans: Sequence[Span], question: str) -> list[tuple[float, int]]:
+    """``(score, index)`` of every span for a question, best first (the earliest on a tie).
+
+    BM25 of the question's content words over single spans; a phrase the question quotes adds
+    the score of its words again when the span holds the phrase (so the span that *says* the
+    quoted words wins over one that only shares some of them)."""
+    docs = [Counter(content_words(s.text)) for s in spans]
+    scores = bm25(docs, set(content_words(question)))
+    for phrase in quoted(question):
+        want = _WORD.findall(phrase.lower())
+        if not want:
+            continue
+        bonus = max(1.0, sum(bm25(docs, set(content_words(phrase))) or [0.0]) / max(1, len(docs)))
+        for i, s in enumerate(spans):
+            have = _WORD.findall(s.text.lower())
+            if any(have[j:j + len(want)] == want for j in range(len(have) - len(want) + 1)):
+                scores[i] += 2.0 * bonus
+    return sorted(((sc, i) for i, sc in enumerate(scores)), key=lambda x: (-x[0], x[1]))
+
+
+def focus(spans: Sequence[Span], question: str, after: int = 1) -> list[int]:
+    """Indices (in time order) of the span most related to the question and the ``after``
+    spans that follow it (a reply, the rest of a sentence); [] when no span shares a word."""
+    ranked = rank_spans(spans, question)
+    if not ranked or ranked[0][0] <= 0:
+        return []
+    best = ranked[0][1]
+    return list(range(best, min(len(spans), best + 1 + after)))
+
+
+def grounded(answer: str, spans: Sequence[Span], question: str = "") -> bool:
+    """Whether an answer is held to the transcript: each of its content words (and numbers)
+    occurs in the transcript or the question. An answer with no content word (``No.``) is."""
+    have = set()
+    for s in spans:
+        have.update(content_words(s.text))
+    have.update(content_words(question))
+    words = content_words(answer)
+    return all(w in have for w in words)

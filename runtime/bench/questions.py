@@ -1,17 +1,29 @@
 """The ``as2d ask`` question set: loading, locating its clips, and scoring answers.
 
-The set (``bench/ask_questions.json``) asks who/what/when questions about real clips, each with
-a short checkable answer. Scoring is deliberately simple and strict enough to be honest: the
-answer must contain one accepted phrase as whole words (so "no" does not match "not"), must not
-contain a rejected one, and a "when" answer must name a time inside the segment that holds the
-words (a one-second tolerance either side, since the transcript shows whole seconds).
+The set (``bench/ask_questions.json``) asks who/what/number/quote/when/time questions about real
+clips, each with a short checkable answer, split into ``dev`` (where prompts and methods are
+chosen) and ``test`` (only scored). A clip is a file reference (:func:`resolve_clip`), a
+headerless 16-kHz recording (``.raw``, converted), several real recordings joined with a pause
+(``{"join": [...], "gap": s}``), or a text spoken by espeak-ng (``{"espeak": text, "voice": v}``,
+marked synthetic; made on first use, skipped with a note where espeak-ng is missing).
+
+Scoring is deliberately simple and strict enough to be honest: the answer must contain one
+accepted phrase as whole words (so "no" does not match "not"), must not contain a rejected one,
+and a ``time`` answer (a question about the recording's clock) must name a time inside the
+segment that holds the words (a one-second tolerance either side, since the transcript shows
+whole seconds). A content "when" question (kind ``when``) is scored on its words like any other.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import re
+import shutil
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,12 +43,14 @@ class Question:
     accept: tuple[str, ...] = ()
     reject: tuple[str, ...] = ()
     time: tuple[float, float] | None = None
+    split: str = "test"  # "dev": prompts and methods are chosen on it; "test": only scored
 
 
 @dataclass
 class QuestionSet:
     clips: dict[str, Path]
     questions: list[Question] = field(default_factory=list)
+    synthetic: frozenset[str] = frozenset()  # clips spoken by espeak-ng
 
 
 def resolve_clip(ref: str) -> Path:
@@ -56,19 +70,111 @@ def resolve_clip(ref: str) -> Path:
     return Path(ref)
 
 
+def _cache_dir() -> Path:
+    d = Path(tempfile.gettempdir()) / "as2d-ask-clips"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _cached(kind: str, key: object) -> Path:
+    digest = hashlib.sha256(json.dumps([kind, key], sort_keys=True).encode()).hexdigest()[:16]
+    return _cache_dir() / f"{kind}-{digest}.wav"
+
+
+def _read_16k(path: Path):
+    """A real recording as 16-kHz mono float32 (``.raw``: headerless 16-kHz 16-bit)."""
+    import numpy as np
+
+    if path.suffix == ".raw":
+        return np.fromfile(path, dtype="<i2").astype(np.float32) / 32768.0
+    from as2d.runtime.audio import load_audio
+
+    audio = load_audio(path)
+    try:
+        return np.asarray(audio.samples, dtype=np.float32).copy()
+    finally:
+        audio.close()
+
+
+def _write_wav(path: Path, samples) -> Path:
+    import soundfile as sf
+
+    tmp = path.with_suffix(".tmp.wav")
+    sf.write(tmp, samples, 16000, subtype="PCM_16")
+    tmp.replace(path)
+    return path
+
+
+def materialize_clip(ref: str | dict) -> Path:
+    """A clip entry of the question set → a file ``load_audio`` reads (made once, cached in
+    the temporary folder)."""
+    if isinstance(ref, str):
+        path = resolve_clip(ref)
+        if path.suffix != ".raw":
+            return path
+        out = _cached("raw", ref)
+        return out if out.exists() else _write_wav(out, _read_16k(path))
+    if "join" in ref:
+        import numpy as np
+
+        out = _cached("join", ref)
+        if out.exists():
+            return out
+        gap = np.zeros(int(16000 * float(ref.get("gap", 0.6))), dtype=np.float32)
+        parts = []
+        for i, r in enumerate(ref["join"]):
+            parts += ([gap] if i else []) + [_read_16k(resolve_clip(r))]
+        return _write_wav(out, np.concatenate(parts))
+    if "espeak" in ref:
+        out = _cached("espeak", ref)
+        if out.exists():
+            return out
+        exe = shutil.which("espeak-ng")
+        if exe is None:
+            raise FileNotFoundError("the synthetic clip needs espeak-ng")
+        tmp = out.with_suffix(".tmp.wav")
+        subprocess.run([exe, "-v", ref.get("voice", "en-us"), "-s", str(ref.get("speed", 150)),
+                        "-w", str(tmp), ref["espeak"]], check=True, capture_output=True)
+        import numpy as np
+        import soundfile as sf
+
+        data, rate = sf.read(tmp, dtype="float32", always_2d=True)
+        tmp.unlink()
+        samples = data.mean(axis=1)
+        if rate != 16000:
+            idx = np.arange(0, len(samples) - 1, rate / 16000)
+            samples = np.interp(idx, np.arange(len(samples)), samples).astype(np.float32)
+        return _write_wav(out, samples)
+    raise ValueError(f"unknown clip reference {ref!r}")
+
+
 def load_questions(path: str | Path = QUESTIONS) -> QuestionSet:
     doc = json.loads(Path(path).read_text())
-    clips = {name: resolve_clip(ref) for name, ref in doc["clips"].items()}
+    clips: dict[str, Path] = {}
+    synthetic = set()
+    for name, ref in doc["clips"].items():
+        try:
+            clips[name] = materialize_clip(ref)
+        except (FileNotFoundError, subprocess.CalledProcessError) as exc:
+            print(f"# clip {name} skipped: {exc}", file=sys.stderr)
+            continue
+        if isinstance(ref, dict) and "espeak" in ref:
+            synthetic.add(name)
     qs = []
     for item in doc["questions"]:
-        if item["clip"] not in clips:
+        if item["clip"] not in doc["clips"]:
             raise ValueError(f"{item['id']}: unknown clip {item['clip']!r}")
         if not item.get("accept") and not item.get("time"):
             raise ValueError(f"{item['id']}: needs accept or time")
+        if item.get("split", "test") not in ("dev", "test"):
+            raise ValueError(f"{item['id']}: split must be dev or test")
+        if item["clip"] not in clips:
+            continue
         qs.append(Question(item["id"], item["clip"], item.get("kind", "what"), item["question"],
                            tuple(item.get("accept", ())), tuple(item.get("reject", ())),
-                           tuple(item["time"]) if item.get("time") else None))
-    return QuestionSet(clips, qs)
+                           tuple(item["time"]) if item.get("time") else None,
+                           item.get("split", "test")))
+    return QuestionSet(clips, qs, frozenset(synthetic))
 
 
 def normalize_words(text: str) -> list[str]:
