@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from as2d.decoding import Decoder, build_decoder, plan_threads
+from as2d.decoding import Decoder, build_decoder, drafter_loader, plan_threads
 from as2d.loading import load_llm, load_whisper
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener, ignore
@@ -81,11 +81,14 @@ class Transcriber:
         self.decoder = Decoder.parse(decoder)
         note = progress or (lambda message: None)
         plan = plan_threads(threads or cpu_count(), self.decoder, drafter_threads)
+        # The drafter loads on a thread while the target loads here (as the command does).
+        load_drafter = drafter_loader(self.decoder, drafter, plan, models_dir, note, encoder)
         self.model = load_whisper(model, precision, models_dir, plan.target, progress=note,
                                   encoder=encoder)
         self.listener = listener or ignore
         self.strategy = build_decoder(self.decoder, self.model, drafter, budget, plan,
-                                      models_dir, self.listener, note, encoder=encoder)
+                                      models_dir, self.listener, note,
+                                      load_drafter=load_drafter, encoder=encoder)
         self._engine = Engine(self.model, self.strategy, self.listener)
 
     def transcribe(self, audio: AudioInput, *, sample_rate: int = 16000,
