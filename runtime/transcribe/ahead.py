@@ -75,6 +75,16 @@ class Lookahead:
         with self._lock:
             item.encoding = encoding
 
+    def join_encodings(self) -> None:
+        """Wait for the encoder runs started ahead (after a stop, which abandons them)."""
+        with self._lock:
+            encodings = [item.encoding for item in self._upcoming if item.encoding is not None]
+        for encoding in encodings:
+            try:
+                encoding.result()
+            except Exception:  # noqa: BLE001 - abandoned: its run encodes again
+                pass
+
     def run_begun(self) -> None:
         """The decoder knows the current run: tell it what comes after."""
         with self._lock:

@@ -116,6 +116,16 @@ class WindowRunner:
         """``encoding`` (from :func:`encode_in_background`) is ``window``'s: use it."""
         self._pending = ((window.seek, window.size), encoding)
 
+    def close(self) -> None:
+        """The run is over: an encoding started ahead and never taken (the run failed or
+        was stopped first) is waited for, so that no encoder thread outlives the run."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending[1].result()
+            except Exception:  # noqa: BLE001 - its run is over; so is its error
+                pass
+
     def _take_pending(self, window: Window) -> tuple[AudioContext | None, float]:
         """The encoding started ahead, if it is ``window``'s (waited for). One that failed
         (a stop abandoned it) is done again by the caller, which then reports any error."""

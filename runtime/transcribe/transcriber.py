@@ -258,19 +258,23 @@ class Transcriber:
                 except queue.Empty:
                     pass
             worker.join()
+            if self._stop.is_set() and self.run_options.terminate:
+                self.ahead.join_encodings()  # abandoned by the stop: let them end first
             # Ready for the next call (a stop requested before a call still applies to it).
             self._stop.clear()
             self.run_options = _run_options()
 
     def _encode_first(self, audio: Audio, mel: LogMel, options) -> Background | None:
         """Start encoding the first window of a recording transcribed next (None: it is
-        silent, or empty). Its own stop flag: a stop of this run must not spoil it."""
+        silent, or empty)."""
         first = Window(0, 0, min(N_FRAMES, mel.n_frames))
         peak = getattr(options, "silence_peak", None)
         if not mel.n_frames or _silent(audio, first, peak):
             return None
+        # This run's stop flag: a stop (Ctrl-C) abandons it too, and the run's end waits for
+        # it then (an encoder thread inside onnxruntime at exit aborts the process).
         return encode_in_background(self.model, mel, first, self.decoder.target_encoding,
-                                    _run_options())
+                                    self.run_options)
 
     # -- the window loop ----------------------------------------------------------------------
     def _run(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo,
@@ -330,6 +334,7 @@ class Transcriber:
             decoder.begin(mel, language, options)
         except BaseException:
             decoder.end()
+            runner.close()
             raise
         try:
             while seek < content:
@@ -391,6 +396,7 @@ class Transcriber:
             return
         finally:
             decoder.end()
+            runner.close()
         self.emit(RunDone(time.perf_counter() - t_run))
 
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
