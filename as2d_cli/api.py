@@ -82,13 +82,18 @@ class Transcriber:
         note = progress or (lambda message: None)
         plan = plan_threads(threads or cpu_count(), self.decoder, drafter_threads)
         # The drafter loads on a thread while the target loads here (as the command does).
+        # ``progress`` may then be called from that thread too.
         load_drafter = drafter_loader(self.decoder, drafter, plan, models_dir, note, encoder)
-        self.model = load_whisper(model, precision, models_dir, plan.target, progress=note,
-                                  encoder=encoder)
         self.listener = listener or ignore
-        self.strategy = build_decoder(self.decoder, self.model, drafter, budget, plan,
-                                      models_dir, self.listener, note,
-                                      load_drafter=load_drafter, encoder=encoder)
+        try:
+            self.model = load_whisper(model, precision, models_dir, plan.target,
+                                      progress=note, encoder=encoder)
+            self.strategy = build_decoder(self.decoder, self.model, drafter, budget, plan,
+                                          models_dir, self.listener, note,
+                                          load_drafter=load_drafter, encoder=encoder)
+        finally:
+            if load_drafter is not None:
+                load_drafter.settle()  # loaded and taken, or not needed: ended either way
         self._engine = Engine(self.model, self.strategy, self.listener)
 
     def transcribe(self, audio: AudioInput, *, sample_rate: int = 16000,
@@ -163,6 +168,7 @@ class Transcriber:
 
     def close(self) -> None:
         """End the drafter's worker thread. The models are freed with the object."""
+        self._engine.close()
         self.strategy.close()
 
     def __enter__(self) -> Transcriber:

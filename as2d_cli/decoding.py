@@ -89,6 +89,17 @@ def drafter_loader(decoder: Decoder | str, drafter: str, plan: ThreadPlan,
             return pending.result()
         return load_whisper(spec, None, models_dir, threads, progress=note, role="drafter",
                             encoder=encoder)
+
+    def settle() -> None:
+        """Wait for the load, whatever its outcome, when the drafter will not be used (the
+        target failed to load, or decodes alone): no loading thread may be inside
+        onnxruntime when the process exits."""
+        try:
+            pending.result()
+        except BaseException:  # noqa: BLE001 - not needed: neither is its error
+            pass
+
+    load.settle = settle
     return load
 
 

@@ -40,10 +40,10 @@ class Background:
     Start-up work that releases the GIL (onnxruntime builds sessions without it) overlaps this
     way; a result nobody asks for is dropped with the thread."""
 
-    def __init__(self, fn: Callable, *args) -> None:
+    def __init__(self, fn: Callable, *args, name: str = "as2d-load") -> None:
         self._value = self._error = None
         self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True,
-                                        name="as2d-load")
+                                        name=name)
         self._thread.start()
 
     def _run(self, fn: Callable, args: tuple) -> None:

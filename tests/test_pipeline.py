@@ -240,3 +240,51 @@ def test_ctrl_c_in_a_batch_keeps_what_was_done_while_the_drafter_runs_ahead(
         flat, ref = sum(kept, []), sum(reference[4], [])
         assert flat == ref[: len(flat)]
     assert not (out / (order[2].stem + ".json")).exists()
+
+
+# -- encoder runs started ahead ----------------------------------------------------------------
+def encoder_threads() -> list[threading.Thread]:
+    return [th for th in threading.enumerate() if th.name == "as2d-encode" and th.is_alive()]
+
+
+def test_the_next_files_first_window_is_encoded_during_this_ones_last(whisper, files,
+                                                                       reference):
+    target = whisper("base")
+    t = Transcriber(target, TargetOnly(target))
+    a, b = load_audio(files[0]), load_audio(files[1])
+    t.prefetch(b, OPTS)  # known to come next before a's only window is decoded
+    got_a = [s.tokens for s in t.transcribe(a, OPTS)]
+    item = t.ahead._upcoming[0]
+    assert item.audio is b and item.encoding is not None  # started in a's last window
+    got_b = [s.tokens for s in t.transcribe(b, OPTS)]
+    t.close()
+    assert [got_a, got_b] == reference[:2]
+    assert not encoder_threads()
+
+
+def test_a_stop_abandons_the_next_files_encoding_and_the_next_run_encodes_again(
+        whisper, files, reference):
+    target = whisper("base")
+    t = Transcriber(target, TargetOnly(target))
+    long, b = load_audio(files[4]), load_audio(files[1])
+    run = t.transcribe(long, OPTS)
+    next(run)
+    t.prefetch(b, OPTS)
+    t.stop()
+    list(run)  # the rest of the stopped run
+    assert not encoder_threads()  # nothing left encoding after a stop
+    got = [s.tokens for s in t.transcribe(b, OPTS)]
+    t.close()
+    assert got == reference[1]
+
+
+def test_a_run_that_fails_before_its_first_window_leaves_no_encoder_running(whisper, files):
+    target = whisper("base")
+    t = Transcriber(target, TargetOnly(target))
+    with pytest.raises(ValueError):
+        list(t.transcribe(load_audio(files[0]), TranscribeOptions(language="klingon")))
+    assert not encoder_threads()
+    # An encoder run abandoned ahead and then adopted is done again: the result is the same.
+    t.prefetch(load_audio(files[0]), OPTS)
+    t.close()
+    assert not encoder_threads()

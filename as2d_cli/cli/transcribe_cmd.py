@@ -238,14 +238,18 @@ def run_transcribe(req: TranscribeRequest) -> int:
         path, on_wait=lambda note: err(f"as2d: {note}")))
     load_drafter = drafter_loader(req.decoder, req.drafter, plan, req.models_dir, note,
                                   req.encoder)
-    target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
-                          progress=note, encoder=req.encoder)
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
     listener = fanout(stats, reporter)
-    strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
-                              req.models_dir, listener, note, load_drafter=load_drafter,
-                              encoder=req.encoder)
+    try:
+        target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
+                              progress=note, encoder=req.encoder)
+        strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
+                                  req.models_dir, listener, note, load_drafter=load_drafter,
+                                  encoder=req.encoder)
+    finally:
+        if load_drafter is not None:
+            load_drafter.settle()  # loaded and taken, or not needed: ended either way
     transcriber = Transcriber(target, strategy, listener)
     options = transcribe_options(req)
     if req.word_timestamps:
@@ -276,6 +280,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
                           transcriber, options, reader)
     finally:
         reader.close()
+        transcriber.close()  # the next file's encoder run, if one was started ahead
         strategy.close()  # also on errors: a strategy's worker threads must not linger
 
 

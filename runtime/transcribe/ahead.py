@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from as2d.runtime.audio import Audio
 from as2d.runtime.sessions import Background
 from as2d.runtime.transcribe.decoders import Decoder
+from as2d.runtime.transcribe.runner import AheadEncoding
 from as2d.runtime.whisper.features import LogMel
 
 
@@ -30,7 +31,7 @@ class _Upcoming:
     language: str | None
     options: object
     handed: bool = False  # given to the decoder
-    encoding: Background | None = None  # its first window's encoder run, started ahead
+    encoding: AheadEncoding | None = None  # its first window's encoder run, started ahead
     asked: bool = False  # encode_next was asked for it (once)
 
 
@@ -52,17 +53,24 @@ class Lookahead:
             if self._running:
                 self._hand(item)
 
-    def run_started(self, audio: Audio) -> tuple[LogMel | None, Background | None]:
+    def run_started(self, audio: Audio) -> tuple[LogMel | None, AheadEncoding | None]:
         """A run of ``audio`` begins: its prefetched log-mel and first-window encoding, if
         any (earlier prefetches that were not transcribed are forgotten)."""
         with self._lock:
             for i, item in enumerate(self._upcoming):
                 if item.audio is audio:
+                    skipped = self._upcoming[:i]
                     del self._upcoming[: i + 1]
-                    return item.mel, item.encoding
-            return None, None
+                    break
+            else:
+                return None, None
+        for other in skipped:  # never to be transcribed: their encoder runs end here
+            if other.encoding is not None:
+                other.encoding.abandon()
+        return item.mel, item.encoding
 
-    def encode_next(self, start: Callable[[Audio, LogMel, object], Background | None]) -> None:
+    def encode_next(self, start: Callable[[Audio, LogMel, object], AheadEncoding | None]
+                    ) -> None:
         """The current run is in its last window: start the next recording's first encoder
         run (``start(audio, mel, options)``), so that it overlaps this one's decoding instead
         of following it."""
@@ -75,15 +83,18 @@ class Lookahead:
         with self._lock:
             item.encoding = encoding
 
-    def join_encodings(self) -> None:
-        """Wait for the encoder runs started ahead (after a stop, which abandons them)."""
+    def abandon(self) -> None:
+        """Stop the encoder runs started ahead and wait for them (the transcriber is closing,
+        or a run ended early: an encoder thread inside onnxruntime at exit aborts the
+        process). Their recordings, if transcribed after all, are encoded in their run."""
         with self._lock:
-            encodings = [item.encoding for item in self._upcoming if item.encoding is not None]
-        for encoding in encodings:
-            try:
-                encoding.result()
-            except Exception:  # noqa: BLE001 - abandoned: its run encodes again
-                pass
+            items = [item for item in self._upcoming if item.encoding is not None]
+        for item in items:
+            item.encoding.stop()
+        for item in items:
+            item.encoding.wait()
+            with self._lock:
+                item.encoding, item.asked = None, False
 
     def run_begun(self) -> None:
         """The decoder knows the current run: tell it what comes after."""

@@ -89,6 +89,8 @@ class DrafterWorker:
         try:
             # Byte tables of both vocabularies (~0.1 s of Python): built here, while the target
             # encodes (onnxruntime leaves the GIL free), not on the target's thread before it.
+            if self._stop.is_set():
+                return  # stopped before it began (a skipped file): nothing to build
             self.retok = make_retokenizer(self.model.tokenizer, self._target_tk)
             self._target_tk.token_bytes  # noqa: B018 - warms the table the aligner reads too
             if self.after is not None:

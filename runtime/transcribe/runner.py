@@ -40,18 +40,45 @@ from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel
 
 
-def encode_in_background(model: WhisperModel, mel: LogMel, window: Window,
-                         turn: Callable[[LogMel, Window], AbstractContextManager],
-                         run_options=None) -> Background:
-    """The target's encoder run of ``window``, started now on a thread: its result is
-    ``(AudioContext, encoder seconds)``."""
-    def run() -> tuple[AudioContext, float]:
-        t0 = time.perf_counter()
-        with turn(mel, window):
-            ctx = model.encode(mel.window(window.seek, window.size), run_options)
-        return ctx, time.perf_counter() - t0
+class AheadEncoding:
+    """A target encoder run started ahead of its use, on a thread of its own, with its own stop
+    flag (the run that started it may end before the run that uses it begins)."""
 
-    return Background(run)
+    def __init__(self, model: WhisperModel, mel: LogMel, window: Window,
+                 turn: Callable[[LogMel, Window], AbstractContextManager] | None = None) -> None:
+        import onnxruntime as ort
+
+        self.key = (window.seek, window.size)
+        self.run_options = ort.RunOptions()
+        turn = turn or (lambda mel, window: nullcontext())
+
+        def run() -> tuple[AudioContext, float]:
+            t0 = time.perf_counter()
+            with turn(mel, window):
+                ctx = model.encode(mel.window(window.seek, window.size), self.run_options)
+            return ctx, time.perf_counter() - t0
+
+        self._work = Background(run, name="as2d-encode")
+
+    def result(self) -> tuple[AudioContext, float]:
+        """``(AudioContext, encoder seconds)``, waited for; raises what the run raised."""
+        return self._work.result()
+
+    def stop(self) -> None:
+        """Abandon the run (onnxruntime's terminate flag): it ends within one operator."""
+        self.run_options.terminate = True
+
+    def wait(self) -> None:
+        """Wait for the thread to end, whatever the outcome: no encoder thread may be inside
+        onnxruntime when the process exits (that aborts it)."""
+        try:
+            self._work.result()
+        except Exception:  # noqa: BLE001 - abandoned or failed: nobody needs it any more
+            pass
+
+    def abandon(self) -> None:
+        self.stop()
+        self.wait()
 
 
 class WindowRunner:
@@ -69,8 +96,8 @@ class WindowRunner:
         self.run_options = run_options  # its terminate flag abandons an encoder run
         # (seek, size) → the encoding and the encoder seconds not yet charged to a window.
         self._encoding: tuple[tuple[int, int], AudioContext, float] | None = None
-        # A window being encoded on a thread of its own (see encode_ahead): key, worker.
-        self._pending: tuple[tuple[int, int], Background] | None = None
+        # A window being encoded on a thread of its own (see encode_ahead).
+        self._pending: AheadEncoding | None = None
         # Called once, after the next window's encoder run (work that should not compete with
         # the encoder but may overlap the decoding).
         self.after_encode: Callable[[], None] | None = None
@@ -87,7 +114,8 @@ class WindowRunner:
         ctx, seconds = self._take_pending(first)
         if ctx is None:
             t0 = time.perf_counter()
-            ctx = self.model.encode(mel.window(0))
+            with self.encoding_turn(mel, first):
+                ctx = self.model.encode(mel.window(0), self.run_options)
             seconds = time.perf_counter() - t0
         self._encoding = ((first.seek, first.size), ctx, seconds)
         state = self.model.decoder_state(ctx)
@@ -109,31 +137,40 @@ class WindowRunner:
         so that the encoder (most of a short clip's time) starts as soon as the log-mel is
         ready and the run's Python set-up (rules, the drafter's start) overlaps it, instead of
         coming first. :meth:`encode` and language detection take it when they reach it."""
-        self.adopt(window, encode_in_background(self.model, mel, window, self.encoding_turn,
-                                                self.run_options))
+        self.adopt(AheadEncoding(self.model, mel, window, self.encoding_turn))
 
-    def adopt(self, window: Window, encoding: Background) -> None:
-        """``encoding`` (from :func:`encode_in_background`) is ``window``'s: use it."""
-        self._pending = ((window.seek, window.size), encoding)
+    def adopt(self, encoding: AheadEncoding) -> None:
+        """Use ``encoding`` (started ahead) for the window it encodes."""
+        self._pending = encoding
+        if self.run_options is not None and self.run_options.terminate:
+            encoding.stop()  # the run was stopped already
+
+    def stop(self) -> None:
+        """A stop: an encoding started ahead is abandoned too (the run's own encoder runs stop
+        through ``run_options``)."""
+        pending = self._pending
+        if pending is not None:
+            pending.stop()
 
     def close(self) -> None:
         """The run is over: an encoding started ahead and never taken (the run failed or
         was stopped first) is waited for, so that no encoder thread outlives the run."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            try:
-                pending[1].result()
-            except Exception:  # noqa: BLE001 - its run is over; so is its error
-                pass
+            pending.abandon()
 
     def _take_pending(self, window: Window) -> tuple[AudioContext | None, float]:
         """The encoding started ahead, if it is ``window``'s (waited for). One that failed
-        (a stop abandoned it) is done again by the caller, which then reports any error."""
+        (a stop abandoned it) is done again by the caller, which then reports any error; one
+        for another window (its first window was skipped) is abandoned."""
         pending, self._pending = self._pending, None
-        if pending is None or pending[0] != (window.seek, window.size):
+        if pending is None:
+            return None, 0.0
+        if pending.key != (window.seek, window.size):
+            pending.abandon()
             return None, 0.0
         try:
-            return pending[1].result()
+            return pending.result()
         except Exception:  # noqa: BLE001 - encoded again in this thread
             return None, 0.0
 
@@ -183,7 +220,10 @@ class WindowRunner:
             raise
         hook, self.after_encode = self.after_encode, None
         if hook is not None:
-            hook()
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - only a head start for the next file is lost
+                pass
         state = self.model.decoder_state(ctx)
         tk = self.model.tokenizer
         dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)

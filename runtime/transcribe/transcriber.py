@@ -33,13 +33,12 @@ from as2d.runtime.events import (
     fanout,
     ignore,
 )
-from as2d.runtime.sessions import Background
 from as2d.runtime.speculative.candidates import NO_CANDIDATES
 from as2d.runtime.transcribe import fallback
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
 from as2d.runtime.transcribe.decoders import Decoder, TargetOnly, Window
-from as2d.runtime.transcribe.runner import WindowRunner, encode_in_background
+from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
 from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.whisper.alignment import (
     APPEND_PUNCTUATIONS,
@@ -177,6 +176,7 @@ class Transcriber:
         self._stop = threading.Event()
         self.run_options = _run_options()
         self.ahead = Lookahead(self.decoder, model.dims.n_mels)
+        self._runner: WindowRunner | None = None  # the current run's
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -187,6 +187,14 @@ class Transcriber:
         """
         self._stop.set()
         self.run_options.terminate = True
+        runner = self._runner
+        if runner is not None:
+            runner.stop()  # its first window may be encoding on a thread of its own
+
+    def close(self) -> None:
+        """Stop the encoder runs started ahead for files not transcribed yet, and wait for
+        them (the decoder's threads are its own: see ``Decoder.close``)."""
+        self.ahead.abandon()
 
     def add_listener(self, listener: Listener) -> None:
         """Also send every event to ``listener``."""
@@ -220,6 +228,7 @@ class Transcriber:
         info.duration, info.source = audio.duration, audio.source
         out: queue.Queue = queue.Queue(maxsize=64)
         done = object()
+        finished: list[bool] = []  # [True]: the run went to its end, uninterrupted
 
         def work() -> None:
             try:
@@ -230,6 +239,7 @@ class Transcriber:
                         return  # no speech at all: nothing to decode
                 for seg in self._run(speech, options, info, timeline):
                     out.put(seg)
+                finished.append(not info.interrupted)
             except BaseException as exc:  # handed to the consumer, re-raised there
                 out.put(exc)
             finally:
@@ -258,23 +268,23 @@ class Transcriber:
                 except queue.Empty:
                     pass
             worker.join()
-            if self._stop.is_set() and self.run_options.terminate:
-                self.ahead.join_encodings()  # abandoned by the stop: let them end first
+            if not (finished and finished[0]):
+                # Stopped, failed or closed early: the next file's encoding (started in the
+                # last window) may never be used; it must not outlive the process either.
+                self.ahead.abandon()
             # Ready for the next call (a stop requested before a call still applies to it).
             self._stop.clear()
             self.run_options = _run_options()
 
-    def _encode_first(self, audio: Audio, mel: LogMel, options) -> Background | None:
+    def _encode_first(self, audio: Audio, mel: LogMel, options) -> AheadEncoding | None:
         """Start encoding the first window of a recording transcribed next (None: it is
-        silent, or empty)."""
+        silent, or empty). Outside the encoder turns: the current file's drafter, still
+        drafting for the window being decoded, must not wait for the next file's encoder."""
         first = Window(0, 0, min(N_FRAMES, mel.n_frames))
         peak = getattr(options, "silence_peak", None)
         if not mel.n_frames or _silent(audio, first, peak):
             return None
-        # This run's stop flag: a stop (Ctrl-C) abandons it too, and the run's end waits for
-        # it then (an encoder thread inside onnxruntime at exit aborts the process).
-        return encode_in_background(self.model, mel, first, self.decoder.target_encoding,
-                                    self.run_options)
+        return AheadEncoding(self.model, mel, first)
 
     # -- the window loop ----------------------------------------------------------------------
     def _run(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo,
@@ -285,24 +295,30 @@ class Transcriber:
         t_run = time.perf_counter()
         # Computed ahead, while the last file decoded: the log-mel, maybe the first encoding.
         mel, encoding = self.ahead.run_started(audio)
+        try:
+            language = resolve_language(model, options.language)
+        except BaseException:
+            if encoding is not None:
+                encoding.abandon()
+            raise
         if mel is None:
             mel = LogMel(audio, model.dims.n_mels)
-        self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
-                             decoder.drafter_name, decoder.threads(),
-                             getattr(model, "encoder_name", "onnxruntime")))
         runner = WindowRunner(model, self.emit, self.run_options, audio.source,
                               decoder.target_encoding)
+        self._runner = runner
         first = Window(0, 0, min(N_FRAMES, mel.n_frames))
         if encoding is not None:
-            runner.adopt(first, encoding)
+            runner.adopt(encoding)
         elif mel.n_frames and not _silent(audio, first, options.silence_peak):
             runner.encode_ahead(first, mel)  # the encoder first; the set-up below overlaps it
-        language = resolve_language(model, options.language)
-        decoder.start_early(mel, language, options)
-        self.ahead.run_begun()  # the drafter may go on to the next files when done with this
-        # From here the drafter may be running: whatever fails before the window loop (its own
-        # try ends the decoder) must end it too.
+        # From here an encoder thread, and soon the drafter, may be running: whatever fails
+        # before the window loop (its own try ends them) must end them too.
         try:
+            self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
+                                 decoder.drafter_name, decoder.threads(),
+                                 getattr(model, "encoder_name", "onnxruntime")))
+            decoder.start_early(mel, language, options)
+            self.ahead.run_begun()  # the drafter may go on to the next files when done here
             if language is None:
                 language, prob = runner.detect_language(mel)
                 info.language_detected = True
@@ -333,8 +349,10 @@ class Transcriber:
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
         except BaseException:
-            decoder.end()
-            runner.close()
+            try:
+                decoder.end()
+            finally:
+                runner.close()
             raise
         try:
             while seek < content:
@@ -395,8 +413,10 @@ class Transcriber:
             self.emit(RunDone(time.perf_counter() - t_run, interrupted=True))
             return
         finally:
-            decoder.end()
-            runner.close()
+            try:
+                decoder.end()
+            finally:
+                runner.close()
         self.emit(RunDone(time.perf_counter() - t_run))
 
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],

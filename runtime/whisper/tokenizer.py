@@ -38,6 +38,9 @@ _BYTE_DECODER = _byte_decoder()
 # str.translate tables between a byte (as the latin-1 character of the same code) and the
 # character that stands for it in a byte-level vocabulary, both ways.
 _UNICODE_TO_BYTE = {ord(c): chr(b) for c, b in _BYTE_DECODER.items()}
+# A character of U+0000-U+00FF outside the byte alphabet must not pass as its own byte: it is
+# sent to the (slow, exact) fallback instead, which drops it.
+_UNICODE_TO_BYTE.update({c: "\uffff" for c in range(256) if c not in _UNICODE_TO_BYTE})
 _BYTE_TO_UNICODE = {b: c for c, b in _BYTE_DECODER.items()}
 
 
@@ -129,24 +132,16 @@ class WhisperTokenizer:
     def _rank(self, piece: bytes) -> int | None:
         """The rank (= id) of a byte string among the text tokens, None if it is none.
 
-        Asked of the vocabulary one piece at a time until the whole table exists: a run's
-        first window needs a few dozen pieces (the suppressed symbols), and building the table
-        for 51k tokens first cost 70 ms alone, 0.4 s beside the drafter thread's own."""
-        ranks = self.__dict__.get("ranks")
-        if ranks is not None:
-            return ranks.get(piece)
+        Asked of the vocabulary, one piece at a time (and remembered): a run's first window
+        needs only a few dozen pieces (the suppressed symbols), and building a table of all
+        51k tokens first cost 70 ms alone, 0.4 s beside the drafter thread's own."""
         cache = self._rank_cache
         if piece not in cache:
+            if len(cache) > 1 << 18:
+                cache.clear()
             tid = self.tok.token_to_id(piece.decode("latin-1").translate(_BYTE_TO_UNICODE))
             cache[piece] = tid if tid is not None and tid < self.eot else None
         return cache[piece]
-
-    @cached_property
-    def ranks(self) -> dict[bytes, int]:
-        ranks: dict[bytes, int] = {}
-        for tid, raw in enumerate(self.token_bytes):
-            ranks.setdefault(raw, tid)
-        return ranks
 
     def decode(self, ids) -> str:
         """Text of the text tokens in ``ids`` (special and timestamp tokens are skipped)."""
