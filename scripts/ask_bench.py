@@ -15,8 +15,10 @@ token-identical (the script fails loudly if not). Reported: the share answered c
 style, per split (``dev``: where prompts and methods are chosen; ``test``: only scored), for
 the real recordings alone, and per kind; and per style the pooled generation throughput
 (tokens after the prefill / their time) with and without candidates, in interleaved order,
-with acceptance by source. Recording-time questions answered by location (no generation)
-count in the quality figures, not in the throughput.
+with acceptance by source. Recording-time questions answered by location and "how many times"
+questions answered by counting (no generation) count in the quality figures, not in the
+throughput. The answer is the best-scored candidate span (``--no-extract``: the generated text;
+the generated answer is checked token-identical either way).
 """
 
 from __future__ import annotations
@@ -106,6 +108,10 @@ def main() -> int:
                     help="recording-time questions answered by the model, not located")
     ap.add_argument("--no-check", action="store_true",
                     help="keep answers whose words are not in the transcript")
+    ap.add_argument("--no-extract", action="store_true",
+                    help="answer with the generated text, not the best-scored transcript span")
+    ap.add_argument("--no-count", action="store_true",
+                    help="'how many times' questions answered by the model, not counted")
     ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument("--min-ngram", type=int, default=1)
     ap.add_argument("--only", default=None, help="comma-separated question ids")
@@ -146,7 +152,9 @@ def main() -> int:
                                                 style=style, sources=sources,
                                                 min_ngram=args.min_ngram,
                                                 locate=not args.no_locate,
-                                                check=not args.no_check))
+                                                check=not args.no_check,
+                                                extract=not args.no_extract,
+                                                count=not args.no_count))
             for mode, cand in (("target", False), ("spec", True))}
         modes = ["target"] if args.no_speed else ["target", "spec"]
         pooled = {m: [0, 0.0] for m in modes}
@@ -184,6 +192,7 @@ def main() -> int:
             row = dict(style=style, id=q.id, split=q.split, kind=q.kind, question=q.question,
                        synthetic=q.clip in qset.synthetic, answer=ref.text, method=ref.method,
                        generated=ref.generated, correct=ok,
+                       candidates=[c.to_dict() for c in ref.candidates[:8]],
                        answer_tokens=len(ref.tokens),
                        prompt_tokens=ref.stats.prompt_tokens)
             for m in modes:
@@ -206,7 +215,8 @@ def main() -> int:
             if not args.quiet:
                 mark = "ok " if ok else "BAD"
                 speed = "  ".join(f"{m} {row[f'{m}_tok_s']} tok/s" for m in modes)
-                how = {"generated": " ", "located": "L", "transcript": "T"}[ref.method]
+                how = {"generated": " ", "located": "L", "transcript": "T", "extracted": "E",
+                       "counted": "C"}[ref.method]
                 print(f"{style:12s} {q.id:11s} {q.split:4s} {mark}{how} {ref.text[:60]!r:62s} "
                       f"{speed}",
                       file=sys.stderr)

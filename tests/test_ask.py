@@ -20,6 +20,7 @@ from as2d.cli.app import app
 from as2d.cli.ask_cmd import register
 from as2d.runtime.ask.answer import Answerer, AskOptions
 from as2d.runtime.ask.events import AnswerStep
+from as2d.runtime.ask.extract import candidates, count_answer, score
 from as2d.runtime.ask.generate import SpeculativeGenerator
 from as2d.runtime.ask.passages import focus, grounded, rank_spans, select_spans
 from as2d.runtime.ask.prompt import asks_about_time
@@ -253,6 +254,57 @@ def test_an_answer_not_held_to_the_transcript_is_replaced_by_its_line():
     assert not grounded("10 times.", spans, "How many times do they laugh?")
     assert focus(spans, "What do they still have?") == [1]
     assert focus(spans, "Who is the captain?") == []
+
+
+def test_candidates_follow_the_question_words_and_skip_its_own():
+    spans = [Span(0.0, 4.0, "It was the season of light, it was the season of darkness."),
+             Span(4.0, 8.0, "It was the spring of hope, it was the winter of despair.")]
+    texts = [c.text for c in candidates(spans, "What was it the season of, besides light?")]
+    assert "Darkness." in texts and "Light." not in texts  # only repeats the question
+    texts = [c.text for c in candidates(spans, "What was it the winter of?")]
+    assert "Despair." in texts
+    quote = [Span(0.0, 2.0, "Go forward 10 meters."), Span(2.0, 4.0, "Go somewhere.")]
+    found = {c.text: c for c in candidates(quote, "What does he say after 'Go forward'?")}
+    assert "10 meters." in found and "Go somewhere." in found
+    assert found["Go somewhere."].spans == (1,)
+
+
+def test_how_many_times_is_counted_not_generated():
+    spans = [Span(0.0, 1.0, "Do you hear me?"), Span(1.0, 2.0, "Yes."),
+             Span(2.0, 3.0, "Do you hear me?"), Span(3.0, 4.0, "Yes.")]
+    assert count_answer(spans, "How many times is 'Do you hear me?' asked?") == ("Twice.",
+                                                                                 [0, 2])
+    assert count_answer(spans, "How many times does she say 'goodbye'?") is None
+    assert count_answer(spans, "What is the reply?") is None
+
+
+def test_candidate_scores_share_prefixes_and_leave_the_cache(lm):
+    ids = lm.tokenizer.encode("Question: What colour is the sky?\nAnswer:")
+    state = lm.state()
+    try:
+        logits = lm.prefill(state, ids)
+        seqs = [lm.tokenizer.encode(t, bos=False) for t in (" Blue.", " Blue sky.", " Red.")]
+        stops = frozenset(lm.stop_ids)
+        together = score(state, len(ids), logits, seqs, stops)
+        assert state.length == len(ids)
+        alone = [score(state, len(ids), logits, [s], stops)[0] for s in seqs]
+        assert state.length == len(ids)
+        assert np.allclose(together, alone, atol=1e-4)
+        assert all(np.isfinite(together))
+    finally:
+        lm.release(state)
+
+
+def test_the_extracted_answer_keeps_the_generated_one_and_its_candidates(lm, transcripts):
+    spans, draft = transcripts["two_cities"]
+    a = Answerer(lm).ask(spans, "What was it the season of, besides light?", draft)
+    assert a.candidates and a.candidates[0].score >= a.candidates[-1].score
+    if a.method == "extracted":
+        assert a.text == a.candidates[0].text and a.generated is not None
+        assert a.evidence and all(s in a.context for s in a.evidence)
+    d = a.to_dict()
+    assert d["candidates"][0]["text"] == a.candidates[0].text
+    assert d["candidates"][0]["spans"]
 
 
 def test_the_check_and_its_evidence_in_the_answer(lm, transcripts):

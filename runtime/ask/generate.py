@@ -14,7 +14,7 @@ others (the Gemma bundle is built so; a Hugging Face graph is checked at load, s
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -123,16 +123,21 @@ class SpeculativeGenerator:
         self.emit = listener or ignore
 
     def generate(self, prompt_ids: Sequence[int], max_new: int, stop_ids: Iterable[int],
-                 candidates: LookupSource | None = None) -> Generation:
+                 candidates: LookupSource | None = None,
+                 then: Callable[[LMState, int, np.ndarray], None] | None = None) -> Generation:
         """Up to ``max_new`` tokens after ``prompt_ids`` (at least one, from the prefill);
-        ``candidates=None`` is target-only generation through the same passes."""
+        ``candidates=None`` is target-only generation through the same passes. ``then(state,
+        prompt_len, prefill_logits)`` runs after the answer, before the cache is released
+        (to score other answers under the same prompt: :func:`as2d.runtime.ask.extract.score`).
+        """
         model = self.model
         decode = model.tokenizer.decode
         stops = frozenset(int(i) for i in stop_ids)
         state = model.state()
         try:
             t0 = time.perf_counter()
-            first = int(np.argmax(model.prefill(state, list(prompt_ids))))
+            first_logits = model.prefill(state, list(prompt_ids))
+            first = int(np.argmax(first_logits))
             prefill_s = time.perf_counter() - t0
             self.emit(Prefilled(len(prompt_ids), prefill_s, decode([first])))
             decoding = AnswerDecoding(state, prompt_ids, first, max_new, stops)
@@ -152,6 +157,8 @@ class SpeculativeGenerator:
                 run(decoding, source, on_pass)
             finally:
                 source.finish(decoding.context)
+            if then is not None:
+                then(state, len(prompt_ids), first_logits)
             return Generation(decoding.tokens, decoding.stopped, prefill_s,
                               decoding.counts.seconds, decoding.counts.passes)
         finally:

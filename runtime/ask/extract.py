@@ -1,0 +1,296 @@
+"""Candidate answers taken from the transcript, scored by the answering model.
+
+A 270M base model copies well but chooses badly: of several similar lines it often copies the
+wrong one ("the season of *light*" for "the season of what, besides light?"). Here the choice
+is made over a short list of spans of the transcript instead:
+
+* the words that *follow* the question's longest runs of words in the transcript (its quoted
+  phrase first): every prefix and suffix of the rest of that clause, the next clause and the
+  next sentence ("It was the winter of ___", "What does he say after 'Go forward'?");
+* the clauses and sentences of the spans that share the most words with the question (BM25);
+* for a question about the first or last words, the first and last clause and sentence.
+
+Each candidate is written as the prompt's examples write answers (``" Despair."``) and scored by
+the model's log-likelihood of it as the answer, line break included, under the same prompt
+(:func:`score`: one pass per candidate after the prompt's cache, sharing common prefixes as a
+trie). A candidate that only repeats the question's content words is no answer and is dropped.
+
+"How many times ..." about a phrase that occurs in the transcript is counted, not generated
+(:func:`count_answer`): the model cannot count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from as2d.runtime.ask.passages import _stem, content_words, quoted, rank_spans
+from as2d.runtime.ask.spans import Span
+
+_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+            "fourteen fifteen sixteen seventeen eighteen nineteen twenty").split()
+_NUM = {w: str(i) for i, w in enumerate(_NUMBERS)}
+_TOKEN = re.compile(r"\S+")
+_NORM = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_CLAUSE_END = re.compile(r"[,;:.?!]$")
+_SENTENCE_END = re.compile(r"[.?!]$")
+
+
+def _norm(word: str) -> str:
+    """A transcript or question word for matching: lower case, no punctuation, numbers as
+    digits, lightly stemmed (so "failing" meets "failed" and "eight" meets "8")."""
+    w = "".join(_NORM.findall(word.lower())).split("'")[0]
+    w = _NUM.get(w, w)
+    return _stem(w) if w else w
+
+
+@dataclass(frozen=True)
+class Word:
+    text: str  # as the transcript writes it, punctuation included
+    norm: str
+    span: int  # index of its span
+
+
+@dataclass
+class Candidate:
+    text: str  # as an answer: capitalised, with an end mark
+    origin: str  # "after" (follows the question's words), "line", "name", "position"
+    spans: tuple[int, ...]  # transcript spans it comes from
+    score: float = float("nan")  # log-likelihood as the answer, its end included
+    tokens: int = 0
+
+    def to_dict(self, spans: Sequence[Span] | None = None) -> dict:
+        d = {"text": self.text, "origin": self.origin, "score": round(float(self.score), 3),
+             "tokens": self.tokens}
+        if spans is not None:
+            d["spans"] = [spans[i].to_dict() for i in self.spans]
+        return d
+
+
+def words_of(spans: Sequence[Span]) -> list[Word]:
+    out = []
+    for i, s in enumerate(spans):
+        for t in _TOKEN.findall(s.text):
+            n = _norm(t)
+            if n:
+                out.append(Word(t, n, i))
+    return out
+
+
+def as_answer(words: Sequence[Word]) -> str:
+    text = " ".join(w.text for w in words).strip().rstrip(",;:")
+    if not text:
+        return ""
+    text = text[0].upper() + text[1:]
+    return text if text[-1] in ".?!" else text + "."
+
+
+def _runs(words: Sequence[Word], end: re.Pattern) -> list[tuple[int, int]]:
+    """``[a, b)`` word ranges ended by punctuation matching ``end``."""
+    out, a = [], 0
+    for i, w in enumerate(words):
+        if end.search(w.text):
+            out.append((a, i + 1))
+            a = i + 1
+    if a < len(words):
+        out.append((a, len(words)))
+    return out
+
+
+def _containing(runs: list[tuple[int, int]], i: int) -> int:
+    for k, (a, b) in enumerate(runs):
+        if a <= i < b:
+            return k
+    return len(runs)
+
+
+def _matches(words: Sequence[Word], q: Sequence[str], content: set[str]) -> list[tuple[int, int]]:
+    """``(length, end)`` of every maximal run of question words found in the transcript that
+    ends at ``end`` (exclusive): at least two words, or one content word."""
+    out = []
+    n = len(words)
+    for i in range(n):
+        best = 0
+        for j in range(len(q)):
+            m = 0
+            while i + m < n and j + m < len(q) and words[i + m].norm == q[j + m]:
+                m += 1
+            best = max(best, m)
+        if best >= 2 or (best == 1 and words[i].norm in content):
+            out.append((best, i + best))
+    # Keep a run only where it is not inside a longer one starting earlier.
+    keep = []
+    for m, e in out:
+        if not any(m2 > m and e2 == e for m2, e2 in out):
+            keep.append((m, e))
+    return keep
+
+
+def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lines: int = 2,
+               max_words: int = 6, limit: int = 24) -> list[Candidate]:
+    """Candidate answers to ``question`` from the transcript (unique texts, in the order
+    found), before scoring."""
+    words = words_of(spans)
+    if not words:
+        return []
+    clauses = _runs(words, _CLAUSE_END)
+    sentences = _runs(words, _SENTENCE_END)
+    qcontent = set(content_words(question))
+    out: dict[str, Candidate] = {}
+
+    def add(a: int, b: int, origin: str) -> None:
+        if a >= b:
+            return
+        text = as_answer(words[a:b])
+        key = text.lower()
+        if not text or key in out:
+            return
+        new = set(content_words(text)) - qcontent
+        if not new and not any(w.norm in _NUM.values() or w.norm.isdigit()
+                               for w in words[a:b]):
+            return  # only repeats the question
+        out[key] = Candidate(text, origin, tuple(sorted({w.span for w in words[a:b]})))
+
+    # 1. What follows the question's words (a quoted phrase counts twice as long).
+    qwords = [_norm(t) for t in _TOKEN.findall(question)]
+    qwords = [w for w in qwords if w]
+    found = _matches(words, qwords, qcontent)
+    for phrase in quoted(question):
+        pw = [w for w in (_norm(t) for t in _TOKEN.findall(phrase)) if w]
+        for m, e in _matches(words, pw, set(pw)):
+            if m == len(pw):
+                found.append((2 * m + 1, e))
+    found.sort(key=lambda x: (-x[0], x[1]))
+    for _m, e in found[:max_after]:
+        if e >= len(words):
+            continue
+        k = _containing(clauses, e - 1)
+        a, b = e, clauses[k][1] if k < len(clauses) else len(words)
+        b = min(b, a + max_words)
+        for j in range(a + 1, b + 1):  # prefixes of the rest of the clause
+            add(a, j, "after")
+        for j in range(a + 1, b):  # its suffixes
+            add(j, b, "after")
+        if k + 1 < len(clauses):
+            na, nb = clauses[k + 1]
+            add(na, min(nb, na + max_words), "after")
+        s = _containing(sentences, e - 1)
+        if s + 1 < len(sentences):
+            na, nb = sentences[s + 1]
+            add(na, min(nb, na + 2 * max_words), "after")
+    # 2. The clauses and sentences of the spans most related to the question.
+    ranked = [i for sc, i in rank_spans(spans, question) if sc > 0][:top_lines]
+    for i in ranked:
+        for a, b in clauses + sentences:
+            if any(w.span == i for w in words[a:b]):
+                add(a, min(b, a + 2 * max_words), "line")
+    # 3. Names (runs of capitalised words) and amounts (a number and the word after it) in
+    #    the most related spans: the short answers who / how much questions want.
+    for i in ranked:
+        idx = [k for k, w in enumerate(words) if w.span == i]
+        k = 0
+        while k < len(idx):
+            w = words[idx[k]]
+            if w.norm.isdigit():
+                add(idx[k], min(idx[k] + 2, idx[-1] + 1), "name")
+                add(idx[k], idx[k] + 1, "name")
+            j = k
+            while j < len(idx) and words[idx[j]].text[:1].isupper() and (
+                    j > k or idx[j] == 0 or not _SENTENCE_END.search(words[idx[j] - 1].text)):
+                j += 1
+            if j > k:
+                add(idx[k], idx[j - 1] + 1, "name")
+                k = j
+            else:
+                k += 1
+    # 4. The first and last words, when asked for.
+    if _POSITION.search(question):
+        for runs in (clauses, sentences):
+            add(*runs[0], "position")
+            add(*runs[-1], "position")
+    return list(out.values())[:limit]
+
+
+_POSITION = re.compile(r"\b(first|begin\w*|start\w*|opening|last|end\w*|final\w*|close\w*)\b",
+                       re.I)
+_HOW_MANY_TIMES = re.compile(r"\bhow (?:many times|often)\b", re.I)
+_COUNT_WORDS = ("never", "once", "twice", "three times", "four times", "five times",
+                "six times", "seven times", "eight times", "nine times", "ten times")
+
+
+def count_answer(spans: Sequence[Span], question: str) -> tuple[str, list[int]] | None:
+    """The answer to "how many times / how often is X said" when X (the quoted phrase, else the
+    question's longest run of words found in the transcript) occurs: the count and the spans
+    that hold it; None otherwise."""
+    if not _HOW_MANY_TIMES.search(question):
+        return None
+    words = words_of(spans)
+    norms = [w.norm for w in words]
+    phrases = [[w for w in (_norm(t) for t in _TOKEN.findall(p)) if w] for p in quoted(question)]
+    if not phrases:
+        q = [w for w in (_norm(t) for t in _TOKEN.findall(question)) if w]
+        runs = _matches(words, q, set(content_words(question)))
+        if not runs:
+            return None
+        m, e = max(runs, key=lambda x: x[0])
+        phrases = [norms[e - m:e]]
+    pw = max(phrases, key=len)
+    if not pw:
+        return None
+    hits = [i for i in range(len(norms) - len(pw) + 1) if norms[i:i + len(pw)] == pw]
+    if not hits:
+        return None
+    n = len(hits)
+    text = (_COUNT_WORDS[n] if n < len(_COUNT_WORDS) else f"{n} times")
+    return text[0].upper() + text[1:] + ".", sorted({words[i].span for i in hits})
+
+
+def score(state, prompt_len: int, first_logits: np.ndarray, seqs: Sequence[Sequence[int]],
+          stop_ids: frozenset[int]) -> list[float]:
+    """Log-likelihood of each token sequence as the continuation of the prompt in ``state``
+    (cached up to ``prompt_len``; ``first_logits`` are the prefill's last row), with the
+    probability of ending there (any of ``stop_ids``) added. Sequences are run in sorted order
+    so that a common prefix is run once; the cache is left at ``prompt_len``."""
+    stops = np.fromiter(sorted(stop_ids), dtype=np.int64)
+    order = sorted(range(len(seqs)), key=lambda i: list(seqs[i]))
+    rows = [_log_softmax(first_logits)]
+    fed: list[int] = []
+    out = [float("-inf")] * len(seqs)
+    state.truncate(prompt_len)
+    try:
+        for i in order:
+            seq = list(seqs[i])
+            if not seq:
+                continue
+            lcp = 0
+            while lcp < min(len(fed), len(seq)) and fed[lcp] == seq[lcp]:
+                lcp += 1
+            if lcp < len(fed):
+                state.truncate(prompt_len + lcp)
+                fed = fed[:lcp]
+                rows = rows[:lcp + 1]
+            new = seq[lcp:]
+            if new:
+                logits = state.forward(new)
+                rows += [_log_softmax(r) for r in np.asarray(logits)]
+                fed += new
+            lp = sum(float(rows[j][0][t]) - rows[j][1] for j, t in enumerate(seq))
+            end, lse = rows[len(seq)]
+            if len(stops):
+                e = end[stops].astype(np.float64)
+                lp += float(e.max() + np.log(np.exp(e - e.max()).sum())) - lse
+            out[i] = lp
+    finally:
+        state.truncate(prompt_len)
+    return out
+
+
+def _log_softmax(row: np.ndarray) -> tuple[np.ndarray, float]:
+    """A logits row and its log-sum-exp (a log-probability is ``row[t] - lse``)."""
+    row = np.array(row, dtype=np.float32)  # a copy: the session may reuse its buffer
+    m = float(row.max())
+    return row, m + float(np.log(np.exp(row - m, dtype=np.float32).sum(dtype=np.float64)))
+
