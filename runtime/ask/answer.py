@@ -73,8 +73,10 @@ class Answer:
     stopped: str
     stats: AnswerStats
     prompt: PromptPlan = field(repr=False, default=None)
-    # "generated"; "located" (a recording time, from the span that says the words); or
-    # "transcript" (the generated answer was not held to the transcript: the line instead)
+    # How the answer was found: "extracted" (the best-scored transcript span), "counted"
+    # (how many times a phrase occurs), "located" (a recording time, from the span that says
+    # the words), "transcript" (no span qualified and the generated answer was not held to the
+    # transcript: the most related line instead) or "generated" (the model's own answer)
     method: str = "generated"
     generated: str | None = None  # the model's own answer when it was replaced
     candidates: list[Candidate] = field(default_factory=list)  # scored, best first
