@@ -22,7 +22,7 @@ from as2d.runtime.sessions import Background
 from as2d.runtime.transcribe.ahead import AudioReader
 from as2d.runtime.transcribe.as2d import AS2D
 from as2d.runtime.transcribe.decoders import TargetOnly
-from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
 
 OPTS = TranscribeOptions(language="en")
 
@@ -287,4 +287,15 @@ def test_a_run_that_fails_before_its_first_window_leaves_no_encoder_running(whis
     # An encoder run abandoned ahead and then adopted is done again: the result is the same.
     t.prefetch(load_audio(files[0]), OPTS)
     t.close()
+    assert not encoder_threads()
+
+
+def test_a_stop_during_language_detection_interrupts_the_run_without_an_error(whisper, files):
+    # Live dictation stops growing-utterance decodes at any moment, detection included.
+    target = whisper("base")
+    t = Transcriber(target, TargetOnly(target))
+    t.stop()  # asked before the call: it applies to it
+    info = TranscriptionInfo(None, 0.0, 0.0)
+    segments = list(t.transcribe(load_audio(files[0]), TranscribeOptions(), info))
+    assert segments == [] and info.interrupted
     assert not encoder_threads()

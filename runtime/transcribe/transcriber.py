@@ -320,7 +320,12 @@ class Transcriber:
             decoder.start_early(mel, language, options)
             self.ahead.run_begun()  # the drafter may go on to the next files when done here
             if language is None:
-                language, prob = runner.detect_language(mel)
+                try:
+                    language, prob = runner.detect_language(mel)
+                except Exception:
+                    if self._stop.is_set():  # its encoder run was abandoned by the stop
+                        raise Cancelled() from None
+                    raise
                 info.language_detected = True
                 info.language_probability = prob
             info.language = language
