@@ -39,7 +39,12 @@ class EncoderTurns:
     def wait_if_ahead(self, audio: object, drafted_until: float, stop: threading.Event) -> None:
         """A drafter of ``audio`` with everything before ``drafted_until`` drafted: wait while
         the target encodes a window that needs no more of it (or another file's window, which
-        comes first). Returns at once otherwise, or when ``stop`` is set."""
+        comes first). Returns at once otherwise, or when ``stop`` is set.
+
+        Called before every drafter step: with no encoder running it returns without taking
+        the lock (a stale read only moves a wait by one step)."""
+        if self._audio is None:
+            return
         while not stop.is_set():
             with self._cond:
                 busy = self._audio is not None and (
