@@ -116,16 +116,10 @@ def exact_rows(target) -> bool:
     digest = manifest.get("sha256", {}).get(decoder) if isinstance(manifest, dict) else None
     if not digest:
         return check()  # a Hugging Face folder: checked on every load
-    import hashlib
-    import platform
-
-    import onnxruntime
-
     from as2d.models.bundle import remembered_check
-    from as2d.runtime.whisper.encoders import cpu_flags
+    from as2d.runtime.sessions import runtime_identity
 
-    cpu = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
-    key = f"{digest}|onnxruntime {onnxruntime.__version__}|{platform.machine()} {cpu}"
+    key = f"{digest}|{runtime_identity()}"
     return remembered_check(key, check)
 
 

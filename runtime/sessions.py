@@ -15,6 +15,30 @@ from pathlib import Path
 import onnxruntime as ort
 
 
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags the kernel reports (Linux); empty where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def runtime_identity() -> str:
+    """What a computed result's bits depend on besides the graph and its inputs: the
+    onnxruntime version, the machine and the CPU's feature flags (kernels differ by ISA). Keys
+    results remembered on disk (row exactness, a prompt head's KV rows), so a new onnxruntime
+    or another machine computes them again."""
+    import hashlib
+    import platform
+
+    cpu = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
+    return f"onnxruntime {ort.__version__}|{platform.machine()} {cpu}"
+
+
 def cpu_count() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))

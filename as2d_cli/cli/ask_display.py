@@ -242,7 +242,9 @@ def print_answer_stats(stats, stream) -> None:
                   f"{'on' if s['candidates'] else 'off'}")
     console.print(f"  prompt: {s['prompt_tokens']} tokens (transcript {s['transcript_tokens']}"
                   f"{', passages selected' if s['transcript_selected'] else ''}) prefilled in "
-                  f"{s['prefill_seconds']:.3f} s = {s['prefill_tokens_per_second']:.0f} tokens/s")
+                  f"{s['prefill_seconds']:.3f} s = {s['prefill_tokens_per_second']:.0f} tokens/s"
+                  + (f" ({s['prefill_cached_tokens']} head tokens from the cache)"
+                     if s['prefill_cached_tokens'] else ""))
     console.print(f"  generation: {s['answer_tokens']} tokens; after the prefill "
                   f"{s['generation_tokens']} tokens in {s['generation_seconds']:.3f} s = "
                   f"{s['tokens_per_second']:.1f} tokens/s, {s['passes']} passes "

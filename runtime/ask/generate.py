@@ -21,6 +21,7 @@ from typing import Protocol
 import numpy as np
 
 from as2d.runtime.ask.events import AnswerStep, Prefilled
+from as2d.runtime.ask.prefix_cache import PrefixCache
 from as2d.runtime.events import Listener, ignore
 from as2d.runtime.speculative.candidates import NO_CANDIDATES, run
 from as2d.runtime.speculative.lookup import LookupSource
@@ -43,7 +44,7 @@ class LanguageModel(Protocol):
     :class:`as2d.runtime.ask.hf_lm.HFCausalLM`)."""
 
     name: str
-    tokenizer: object  # .tok (tokenizers.Tokenizer), .bos, .decode(ids)
+    tokenizer: object  # .bos, .decode(ids), .encode_piece(text, literal) (lm.TokenizerBase)
     stop_ids: tuple[int, ...]
     capacity: int
 
@@ -118,17 +119,22 @@ class SpeculativeGenerator:
     """Greedy generation with verified candidates, reporting every pass as events
     (:class:`Prefilled`, then one :class:`AnswerStep` per pass)."""
 
-    def __init__(self, model: LanguageModel, listener: Listener | None = None) -> None:
+    def __init__(self, model: LanguageModel, listener: Listener | None = None,
+                 prefix: PrefixCache | None = None) -> None:
         self.model = model
         self.emit = listener or ignore
+        self.prefix = prefix
 
     def generate(self, prompt_ids: Sequence[int], max_new: int, stop_ids: Iterable[int],
                  candidates: LookupSource | None = None,
-                 then: Callable[[LMState, int, np.ndarray], None] | None = None) -> Generation:
+                 then: Callable[[LMState, int, np.ndarray], None] | None = None,
+                 static: int = 0) -> Generation:
         """Up to ``max_new`` tokens after ``prompt_ids`` (at least one, from the prefill);
         ``candidates=None`` is target-only generation through the same passes. ``then(state,
         prompt_len, prefill_logits)`` runs after the answer, before the cache is released
         (to score other answers under the same prompt: :func:`as2d.runtime.ask.extract.score`).
+        The first ``static`` prompt ids are a fixed head whose KV rows the ``prefix`` cache
+        may hold (loaded rows are the prefill's rows, bit for bit).
         """
         model = self.model
         decode = model.tokenizer.decode
@@ -136,10 +142,14 @@ class SpeculativeGenerator:
         state = model.state()
         try:
             t0 = time.perf_counter()
-            first_logits = model.prefill(state, list(prompt_ids))
+            cached = 0
+            if self.prefix is not None and static:
+                first_logits, cached = self.prefix.prefill(model, state, prompt_ids, static)
+            else:
+                first_logits = model.prefill(state, list(prompt_ids))
             first = int(np.argmax(first_logits))
             prefill_s = time.perf_counter() - t0
-            self.emit(Prefilled(len(prompt_ids), prefill_s, decode([first])))
+            self.emit(Prefilled(len(prompt_ids), prefill_s, decode([first]), cached))
             decoding = AnswerDecoding(state, prompt_ids, first, max_new, stops)
 
             def on_pass(offered: Sequence[int], verdict: Verdict) -> None:

@@ -124,6 +124,10 @@ class PromptPlan:
     stop_ids: frozenset[int] = frozenset()
     one_line: bool = True  # the answer ends at the first line break
     focus: list[Span] = field(default_factory=list)  # the spans most related to the question
+    # Leading ids that depend on neither the transcript nor the question (the few-shot head):
+    # the same in every prompt of a style, so their KV rows can be kept between runs
+    # (:mod:`as2d.runtime.ask.prefix_cache`).
+    static: int = 0
 
 
 class PromptBuilder:
@@ -226,7 +230,13 @@ class PromptBuilder:
         on the question set it scores *worse* (qa 11/26 against 14/26, and lower in four of the
         five styles) than leaving the space as its own token, so it is off by default.
         """
+        return self._encode(pieces)[0]
+
+    def _encode(self, pieces: list[tuple[str, bool]]) -> tuple[list[int], list[int]]:
+        """:meth:`encode`, and after each piece the number of ids so far (a piece's ids never
+        change with the pieces after it, so each count ends a prefix of the final ids)."""
         ids = [] if self.codec.bos is None else [self.codec.bos]
+        ends = []
         carry = ""
         for i, (text, literal) in enumerate(pieces):
             text = carry + text
@@ -235,9 +245,16 @@ class PromptBuilder:
                     and not text.endswith("  ")):
                 text, carry = text[:-1], " "
             ids += self.codec.text(text) if literal else self.codec.markup(text)
+            ends.append(len(ids))
         if carry:
             ids += self.codec.markup(carry)
-        return ids
+        return ids, ends
+
+    def _static(self, ends: list[int]) -> int:
+        """How many leading ids :meth:`render`'s fixed pieces hold (the chat style opens its
+        turn before the head; every style's head comes before the transcript)."""
+        fixed = 2 if self.style == "chat" else 1
+        return ends[fixed - 1] if len(ends) > fixed else 0
 
     # -- planning -------------------------------------------------------------------------------
     def plan(self, spans: Sequence[Span], question: str, budget: int,
@@ -252,14 +269,14 @@ class PromptBuilder:
         near = [spans[i] for i in focus(spans, question)]
         focus_text = " ".join(s.text.strip() for s in near) if self.focused else ""
         pieces = self.render(transcript_lines(spans, timed), question, timed, focus_text)
-        ids = self.encode(pieces)
+        ids, ends = self._encode(pieces)
         line_tokens = [len(self.codec.text(("\n" if i else "") + transcript_lines([s], timed)))
                        for i, s in enumerate(spans)]
         transcript_tokens = sum(line_tokens)
         if len(ids) <= budget or not spans:
             return PromptPlan(ids, "".join(p for p, _ in pieces), list(spans), False, None,
                               transcript_tokens, self.style, timed, frozenset(stops), one_line,
-                              near)
+                              near, self._static(ends))
         frame = len(self.encode(self.render("", question, timed, focus_text)))
         room = budget - frame - 8  # a little slack: joins tokenize a bit differently
         if room < 16:
@@ -274,7 +291,7 @@ class PromptBuilder:
             if keep[-1] != len(spans) - 1:
                 text += "\n[...]"
             pieces = self.render(text, question, timed, focus_text)
-            ids = self.encode(pieces)
+            ids, ends = self._encode(pieces)
             if len(ids) <= budget or len(keep) == 1:
                 break
             keep = drop_lowest(keep, spans, question)
@@ -285,7 +302,8 @@ class PromptBuilder:
                 f"answering from {len(keep)} of {len(spans)} segments {how} "
                 f"({time_ranges(chosen)})")
         return PromptPlan(ids, "".join(p for p, _ in pieces), chosen, True, note,
-                          transcript_tokens, self.style, timed, frozenset(stops), one_line, near)
+                          transcript_tokens, self.style, timed, frozenset(stops), one_line, near,
+                          self._static(ends))
 
 
 def _example_spans(lines: Sequence[tuple[float, str]]) -> list[Span]:

@@ -23,7 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
-from as2d.runtime.sessions import make_session
+from as2d.runtime.sessions import cpu_flags, make_session
 
 ENV_ENCODER = "AS2D_ENCODER"
 ENV_OV_PRECISION = "AS2D_OPENVINO_PRECISION"  # bf16, f32 or f16; default: bf16 on AMX
@@ -56,18 +56,6 @@ def requested_backend(encoder: str | None = None) -> str:
         where = "encoder" if encoder else ENV_ENCODER
         raise EncoderError(f"{where} must be one of {', '.join(BACKENDS)}, not {choice!r}")
     return choice
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags the kernel reports (Linux); empty where unknown."""
-    try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
 
 
 def has_amx_bf16(flags: frozenset[str] | None = None) -> bool:

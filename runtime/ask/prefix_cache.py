@@ -1,0 +1,119 @@
+"""The KV rows of a prompt's fixed head, kept on disk so each ``as2d ask`` prefills only the
+transcript and the question.
+
+Every qa prompt starts with the same few hundred tokens (the intro and the few-shot examples:
+370 of a 394-token prompt for a 10-s clip), and prefilling them took 0.3 s of each answer. The
+answering graph computes every token row independently of the other rows of its pass (what
+lossless verification needs too), and a row depends only on the rows before it, so the head's
+rows computed alone are bit for bit the rows a full prefill computes. They are stored once per
+head, graph, onnxruntime version, CPU and thread count (the key), and loaded by later runs:
+the answer, and the logits it comes from, do not change (``tests/test_ask_prefix_cache.py``).
+
+A cache that cannot be read or written (a read-only model folder, a damaged file) is only a
+slower prefill.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+VERSION = 1
+MIN_ROWS = 32  # shorter heads prefill faster than a file loads
+KEEP = 6  # head files per model folder (styles x timed/untimed); the oldest go first
+
+
+class PrefixCache:
+    """Stored KV rows of prompt heads, for one model's states (``k``/``v`` lists of
+    ``[capacity, width]`` arrays and a ``length``: :class:`as2d.runtime.ask.lm.LLMState`)."""
+
+    def __init__(self, folder: Path, identity: str) -> None:
+        self.folder = Path(folder)
+        self.identity = identity
+
+    def path(self, head: Sequence[int]) -> Path:
+        h = hashlib.sha256(f"as2d-prefix v{VERSION}|{self.identity}|".encode())
+        h.update(np.asarray(head, dtype=np.int64).tobytes())
+        return self.folder / f".prefix-{h.hexdigest()[:24]}.npz"
+
+    def prefill(self, model, state, ids: Sequence[int], static: int) -> tuple[np.ndarray, int]:
+        """``model.prefill(state, ids)``, with the first ``static`` rows loaded when stored
+        (and stored when not); returns the last prompt token's logits and the rows loaded."""
+        ids = list(ids)
+        if not MIN_ROWS <= static < len(ids) or state.length != 0:
+            return model.prefill(state, ids), 0
+        path = self.path(ids[:static])
+        rows = self._load(path, state, static)
+        if rows is None:
+            logits = model.prefill(state, ids)
+            self._save(path, state, static)
+            return logits, 0
+        for k, v, rk, rv in zip(state.k, state.v, rows[0], rows[1]):
+            k[:static] = rk
+            v[:static] = rv
+        state.length = static
+        return model.prefill(state, ids[static:]), static
+
+    def _load(self, path: Path, state, static: int) -> np.ndarray | None:
+        """The stored rows, or None when absent, of another shape, or damaged (their digest
+        is checked: a flipped bit would change the answer silently)."""
+        want = (2, len(state.k), static, state.k[0].shape[1])
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                rows, digest = f["rows"], f["digest"]
+        except (OSError, ValueError, KeyError, EOFError):
+            return None
+        if rows.shape != want or rows.dtype != np.float32:
+            return None
+        if _digest(rows) != digest.tobytes():
+            return None  # prefilled, then stored again
+        return rows
+
+    def _save(self, path: Path, state, static: int) -> None:
+        rows = np.stack([np.stack([k[:static] for k in state.k]),
+                         np.stack([v[:static] for v in state.v])])
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, rows=rows, digest=np.frombuffer(_digest(rows), np.uint8))
+            os.replace(tmp, path)
+            self._prune(path)
+        except OSError:  # a read-only or full model folder: prefill every time
+            tmp.unlink(missing_ok=True)
+
+    def _prune(self, keep: Path) -> None:
+        try:
+            found = sorted(self.folder.glob(".prefix-*.npz"), key=lambda p: p.stat().st_mtime)
+        except OSError:
+            return
+        for old in found[:-KEEP]:
+            if old != keep:
+                old.unlink(missing_ok=True)
+
+
+def _digest(rows: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(rows).data, digest_size=32).digest()
+
+
+def for_model(model, threads: int | None = None) -> PrefixCache | None:
+    """The head cache of an as2d LLM bundle (keyed by its graph's sha256), or None for models
+    whose states do not keep plain KV rows (Hugging Face folders) or whose rows are not
+    computed independently."""
+    manifest = getattr(model, "manifest", None)
+    folder = getattr(model, "path", None)
+    if not isinstance(manifest, dict) or folder is None:
+        return None
+    if not getattr(model, "row_invariant", True):
+        return None
+    digest = manifest.get("sha256", {}).get(manifest.get("files", {}).get("decoder", ""))
+    if not digest:
+        return None
+    from as2d.runtime.sessions import runtime_identity
+
+    threads = getattr(model, "threads", None) if threads is None else threads
+    return PrefixCache(Path(folder), f"{digest}|{runtime_identity()}|threads {threads}")

@@ -1,0 +1,166 @@
+"""The prompt head's KV rows kept between runs: loaded rows are the rows a whole prefill
+computes, bit for bit, so answers do not change; a damaged, foreign or unwritable cache only
+costs a whole prefill.
+
+Real Gemma 3 270M, real prompts (``PromptBuilder`` over a transcript line); each test copies
+the bundle's graph-free parts it needs into a temporary folder so the cache files it writes
+stay its own.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from as2d.runtime.ask.answer import Answerer, AskOptions
+from as2d.runtime.ask.codec import Codec
+from as2d.runtime.ask.generate import SpeculativeGenerator
+from as2d.runtime.ask.prefix_cache import MIN_ROWS, PrefixCache
+from as2d.runtime.ask.prompt import STYLES, PromptBuilder
+from as2d.runtime.ask.spans import Span
+
+pytestmark = pytest.mark.slow
+
+SPANS = [Span(0.0, 3.2, " Ever tried. Ever failed. No matter."),
+         Span(3.2, 6.8, " Try again. Fail again. Fail better.")]
+
+
+@pytest.fixture(scope="module")
+def lm(bundle):
+    from as2d.runtime.ask.lm import CausalLM
+
+    return CausalLM(bundle("gemma-3-270m", "int8"), threads=2)
+
+
+def plan(lm, question: str, style: str = "qa"):
+    builder = PromptBuilder(Codec(lm.tokenizer), style, None, lm.stop_ids)
+    return builder, builder.plan(SPANS, question, lm.capacity - 48)
+
+
+def prefill_rows(lm, ids, cache: PrefixCache | None, static: int):
+    """Last-token logits and the cache's rows after prefilling ``ids``."""
+    state = lm.state()
+    try:
+        if cache is None:
+            logits = lm.prefill(state, ids)
+        else:
+            logits, _ = cache.prefill(lm, state, ids, static)
+        n = state.length
+        return (np.array(logits), [k[:n].copy() for k in state.k], [v[:n].copy() for v in state.v])
+    finally:
+        lm.release(state)
+
+
+def same(a, b) -> bool:
+    return (np.array_equal(a[0], b[0]) and all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
+            and all(np.array_equal(x, y) for x, y in zip(a[2], b[2])))
+
+
+@pytest.mark.parametrize("style", [s for s in STYLES if s != "instruct"])
+def test_the_static_head_is_the_same_ids_in_every_prompt_of_a_style(lm, style):
+    builder, a = plan(lm, "What should you do after you fail?", style)
+    _, b = plan(lm, "Who is speaking?", style)
+    assert a.static >= MIN_ROWS
+    assert a.ids[:a.static] == b.ids[:b.static]
+    # ... whatever the transcript, and it ends where the transcript begins.
+    other = builder.plan([Span(0.0, 2.0, " Something else entirely.")], "Who?", lm.capacity - 48)
+    assert other.ids[:other.static] == a.ids[:a.static]
+    assert lm.tokenizer.decode(a.ids[:a.static]).endswith("Transcript:\n")
+    assert "Ever tried" in lm.tokenizer.decode(a.ids[a.static:])
+
+
+def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_path):
+    _, p = plan(lm, "What should you do after you fail?")
+    cache = PrefixCache(tmp_path, "test")
+    whole = prefill_rows(lm, p.ids, None, 0)
+    stored = prefill_rows(lm, p.ids, cache, p.static)  # computes, then stores the head
+    assert list(tmp_path.glob(".prefix-*.npz"))
+    state = lm.state()
+    try:
+        _, loaded = cache.prefill(lm, state, p.ids, p.static)
+    finally:
+        lm.release(state)
+    assert loaded == p.static
+    reused = prefill_rows(lm, p.ids, cache, p.static)
+    assert same(whole, stored) and same(whole, reused)
+    # Another question after the same head: loaded rows, the same logits as computing them.
+    _, q = plan(lm, "Who is speaking?")
+    assert same(prefill_rows(lm, q.ids, None, 0), prefill_rows(lm, q.ids, cache, q.static))
+
+
+def test_answers_are_the_same_with_the_head_from_the_cache(lm, tmp_path):
+    _, p = plan(lm, "What should you do after you fail?")
+    cache = PrefixCache(tmp_path, "test")
+    plain = SpeculativeGenerator(lm).generate(p.ids, 24, p.stop_ids)
+    first = SpeculativeGenerator(lm, prefix=cache).generate(p.ids, 24, p.stop_ids,
+                                                              static=p.static)
+    second = SpeculativeGenerator(lm, prefix=cache).generate(p.ids, 24, p.stop_ids,
+                                                               static=p.static)
+    assert plain.tokens == first.tokens == second.tokens
+
+
+def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path):
+    _, p = plan(lm, "What should you do after you fail?")
+    cache = PrefixCache(tmp_path, "test")
+    whole = prefill_rows(lm, p.ids, None, 0)
+    prefill_rows(lm, p.ids, cache, p.static)
+    (path,) = tmp_path.glob(".prefix-*.npz")
+    with np.load(path) as f:
+        rows, digest = f["rows"].copy(), f["digest"]
+    rows[1, 3, 5, 7] += 1.0  # one value off: the digest no longer matches
+    np.savez(path, rows=rows, digest=digest)
+    state = lm.state()
+    try:
+        logits, loaded = cache.prefill(lm, state, p.ids, p.static)
+    finally:
+        lm.release(state)
+    assert loaded == 0 and np.array_equal(logits, whole[0])
+    path.write_bytes(b"not a numpy file")
+    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
+    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)  # rewritten, and loaded
+
+
+def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from as2d.runtime.ask import prefix_cache
+
+    def refuse(*_args):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(prefix_cache.os, "replace", refuse)  # what a read-only mount says
+    _, p = plan(lm, "What should you do after you fail?")
+    cache = PrefixCache(tmp_path, "test")
+    whole = prefill_rows(lm, p.ids, None, 0)
+    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
+    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
+    assert not list(tmp_path.iterdir())  # no cache, and no temporary file left behind
+
+
+def test_the_key_holds_the_head_and_what_its_bits_depend_on(tmp_path):
+    a, b = PrefixCache(tmp_path, "graph A|threads 2"), PrefixCache(tmp_path, "graph A|threads 1")
+    head = list(range(40))
+    assert a.path(head) != b.path(head)
+    assert a.path(head) != a.path(head[:-1] + [99])
+    assert a.path(head) == PrefixCache(tmp_path, "graph A|threads 2").path(head)
+
+
+def test_the_answerer_keeps_the_head_beside_the_model_and_reports_it(lm, tmp_path):
+    import shutil
+
+    from as2d.runtime.ask.lm import CausalLM
+
+    folder = tmp_path / "bundle"
+    shutil.copytree(lm.path, folder, ignore=shutil.ignore_patterns(".prefix-*"))
+    model = CausalLM(folder, threads=2)
+    question = "What should you do after you fail?"
+    first = Answerer(model, options=AskOptions(extract=False)).ask(SPANS, question)
+    again = Answerer(model, options=AskOptions(extract=False)).ask(SPANS, question)
+    off = Answerer(model, options=AskOptions(extract=False, prefix_cache=False)).ask(SPANS,
+                                                                                     question)
+    assert first.tokens == again.tokens == off.tokens
+    assert first.stats.prefill_cached == 0
+    assert again.stats.prefill_cached == again.prompt.static > 0
+    assert off.stats.prefill_cached == 0
+    assert len(list(folder.glob(".prefix-*.npz"))) == 1
