@@ -228,11 +228,10 @@ class _LLMLoader:
         def work() -> None:
             try:
                 lm = load_llm(spec, req.precision, req.models_dir, threads, progress=note)
-                # The one-line answer's stop set scans the vocabulary (0.15 s for Gemma):
-                # here, beside the transcription, rather than after it.
-                from as2d.runtime.ask.codec import Codec
-
-                Codec(lm.tokenizer).newline_ids()
+                # The one-line answer's stop set: a scan of the vocabulary for a Hugging Face
+                # tokenizer (0.15 s for 262k tokens), here beside the transcription rather than
+                # after it (Gemma's comes with its lean tokenizer store).
+                lm.tokenizer.newline_ids()
                 self._out.append((lm, None))
             except BaseException as exc:  # handed to the main thread
                 self._out.append((None, exc))
