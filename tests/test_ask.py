@@ -269,6 +269,30 @@ def test_candidates_follow_the_question_words_and_skip_its_own():
     assert found["Go somewhere."].spans == (1,)
 
 
+def test_a_who_question_takes_names_from_every_span_and_names_stay_names():
+    spans = [Span(0.0, 3.0, "And Mr. John Dashwood had then leisure to consider it."),
+             Span(3.0, 6.0, "He was not an ill-disposed young man."),
+             Span(6.0, 9.0, "She came home in March. She stayed.")]
+    found = candidates(spans, "Who was not an ill-disposed young man?")
+    texts = [c.text for c in found]
+    names = [c.text for c in found if c.origin == "name"]
+    assert "Mr. John Dashwood." in names  # said in another span than the related one
+    assert not any(t.startswith(("And ", "She")) for t in names)  # sentence openers
+    assert "March. She." not in names and "March." in names  # a name ends with its sentence
+    assert "And Mr." not in texts  # a title's full stop ends no clause
+    # other questions keep to the related spans
+    assert "Mr. John Dashwood." not in [c.text for c in candidates(spans, "When did she come?")]
+
+
+def test_number_words_meet_the_digits_whisper_writes():
+    from as2d.runtime.ask.passages import content_words
+
+    spans = [Span(0.0, 1.0, "7 of hearts."), Span(1.0, 2.0, "8 of spades.")]
+    assert "8" in content_words("Which suit goes with the eight?")
+    assert rank_spans(spans, "Which suit goes with the eight?")[0][1] == 1
+    assert "Spades." in [c.text for c in candidates(spans, "Which suit goes with the eight?")]
+
+
 def test_how_many_times_is_counted_not_generated():
     spans = [Span(0.0, 1.0, "Do you hear me?"), Span(1.0, 2.0, "Yes."),
              Span(2.0, 3.0, "Do you hear me?"), Span(3.0, 4.0, "Yes.")]
@@ -293,6 +317,51 @@ def test_candidate_scores_share_prefixes_and_leave_the_cache(lm):
         assert all(np.isfinite(together))
     finally:
         lm.release(state)
+
+
+def test_the_neutral_prompt_is_the_prompt_up_to_the_question_then_the_neutral_suffix(lm):
+    from as2d.runtime.ask.answer import NEUTRAL_QUESTION
+    from as2d.runtime.ask.codec import Codec
+    from as2d.runtime.ask.prompt import STYLES, PromptBuilder
+
+    spans = [Span(0.0, 3.0, " Ever tried. Ever failed."), Span(3.0, 6.0, " Try again.")]
+    for style in (s for s in STYLES if s not in ("instruct", "qa-focus")):
+        b = PromptBuilder(Codec(lm.tokenizer), style, None, lm.stop_ids)
+        asked = b.plan(spans, "What should you do after you fail?", 2000)
+        neutral = b.plan(spans, NEUTRAL_QUESTION, 2000)
+        assert asked.timed == neutral.timed
+        assert asked.ids[:asked.question_at] + b.suffix(NEUTRAL_QUESTION, asked.timed) \
+            == neutral.ids, style
+
+
+def test_calibrated_candidates_rank_by_what_the_question_adds(lm):
+    """Each calibrated candidate's prior is its likelihood under the neutral question's own
+    prompt (computed here from scratch), its score the likelihood minus 0.75 times that."""
+    from as2d.runtime.ask.answer import NEUTRAL_QUESTION, rank
+
+    spans = [Span(0.0, 3.0, " The city is loud but beautiful."),
+             Span(3.0, 6.0, " Every morning she drank coffee at the same cafe.")]
+    question = "What did she say about the city?"
+    answerer = Answerer(lm, options=AskOptions(calibrate_top=3))
+    a = answerer.ask(spans, question)
+    calibrated = [c for c in a.candidates if c.prior is not None]
+    assert 2 <= len(calibrated) <= 3 and a.candidates[:len(calibrated)] == calibrated
+    assert a.candidates == sorted(a.candidates, key=rank)
+    neutral = answerer.builder.plan(spans, NEUTRAL_QUESTION, 2000)
+    state = lm.state()
+    try:
+        logits = lm.prefill(state, neutral.ids)
+        seqs = [answerer.codec.text(" " + c.text) for c in calibrated]
+        priors = score(state, len(neutral.ids), logits, seqs, neutral.stop_ids)
+    finally:
+        lm.release(state)
+    for c, prior in zip(calibrated, priors):
+        assert c.prior == pytest.approx(prior, abs=1e-4)
+        assert c.score == pytest.approx(c.likelihood - 0.75 * c.prior)
+    assert a.text == a.candidates[0].text
+    off = Answerer(lm, options=AskOptions(calibrate=0.0)).ask(spans, question)
+    assert all(c.prior is None and c.score == c.likelihood for c in off.candidates)
+    assert off.tokens == a.tokens  # the generated answer is the same either way
 
 
 def test_the_extracted_answer_keeps_the_generated_one_and_its_candidates(lm, transcripts):

@@ -36,6 +36,9 @@ from as2d.runtime.events import Listener, Note, fanout, ignore
 from as2d.runtime.speculative.lookup import LookupSource
 
 DEFAULT_MAX_TOKENS = 48
+# The question a candidate's prior likelihood is measured under: says nothing about what is
+# asked, so what it favours (the first line, a short common phrase) is the model's bias.
+NEUTRAL_QUESTION = "What is said?"
 
 
 
@@ -60,6 +63,11 @@ class AskOptions:
     # is given. "How many times ..." about a phrase found in the transcript is counted.
     extract: bool = True
     count: bool = True
+    # Candidates are ranked by their likelihood under the question minus ``calibrate`` times
+    # their likelihood under a neutral question (:data:`NEUTRAL_QUESTION`), for the
+    # ``calibrate_top`` likeliest; see :meth:`Answerer.calibrate`. 0 ranks by likelihood alone.
+    calibrate: float = 0.75
+    calibrate_top: int = 6
     # The few-shot head's KV rows are stored beside the model and loaded by later runs
     # (:mod:`as2d.runtime.ask.prefix_cache`): 0.3 s less prefill, the same answer.
     prefix_cache: bool = True
@@ -179,14 +187,16 @@ class Answerer:
                 return
             for c, ids, lp in zip(found, seqs, score(state, prompt_len, logits, seqs,
                                                       plan.stop_ids)):
-                c.score, c.tokens = lp, len(ids)
+                c.score = c.likelihood = lp
+                c.tokens = len(ids)
                 scored.append(c)
+            self.calibrate(state, plan, scored, seqs={c.text: s for c, s in zip(found, seqs)})
 
         gen = SpeculativeGenerator(self.model, emit, self.prefix)
         result = gen.generate(plan.ids, o.max_tokens, plan.stop_ids, sources,
                               score_candidates if found else None, plan.static)
         text = self.answer_text(result.tokens, plan)
-        scored.sort(key=lambda c: -c.score)
+        scored.sort(key=rank)
         method, generated, used = "generated", None, evidence(text, plan.spans)
         pick = self.choose(text, spans, question, scored)
         if pick is not None:
@@ -203,6 +213,35 @@ class Answerer:
         return Answer(question, text, result.tokens, used, plan.spans,
                       plan.selected, plan.note, result.stopped, collector.current, plan,
                       method, generated, scored)
+
+    def calibrate(self, state, plan: PromptPlan, scored: list[Candidate],
+                  seqs: dict[str, list[int]]) -> None:
+        """Re-rank the likeliest candidates by how much the question raises their likelihood.
+
+        A base model's likelihood of a span as the answer is largely its likelihood as *any*
+        answer: the first sentence, short common phrases ("Beautiful.") win whatever is asked.
+        Subtracting ``calibrate`` times the likelihood under :data:`NEUTRAL_QUESTION` (the
+        same prompt up to the question; scored on the same cache after it) removes that
+        prior. On the dev split of the question set (extracted answers): 15/22 by likelihood
+        alone, 19/22 with 0.75 over the 5 or more likeliest (0.5: 17/22, 1.0: 15/22; the
+        neutral question "What is the answer?" gave the same 19/22, an empty one 17/22).
+        ``score`` becomes the calibrated value for those candidates, which rank first."""
+        a, top = self.options.calibrate, self.options.calibrate_top
+        if not a or top < 2 or len(scored) < 2 or not plan.question_at:
+            return
+        scored.sort(key=lambda c: -c.score)
+        head = scored[:top]
+        suffix = self.builder.suffix(NEUTRAL_QUESTION, plan.timed)
+        start = plan.question_at + len(suffix)
+        ids = [seqs[c.text] for c in head]
+        if not suffix or start + max(map(len, ids)) + 1 > state.capacity:
+            return
+        state.truncate(plan.question_at)
+        logits = state.forward(suffix, logit_rows=1)[-1]
+        for c, prior in zip(head, score(state, start, logits, ids, plan.stop_ids)):
+            c.prior = prior
+            c.score = c.likelihood - a * prior
+        scored.sort(key=rank)
 
     def choose(self, generated: str, spans: Sequence[Span], question: str,
                scored: Sequence[Candidate]) -> Candidate | None:
@@ -235,6 +274,11 @@ class Answerer:
         if plan.one_line:
             text = text.split("\n", 1)[0]
         return text.strip()
+
+
+def rank(c: Candidate) -> tuple[bool, float]:
+    """Best first: calibrated candidates (the likeliest), then the rest by likelihood."""
+    return c.prior is None, -c.score
 
 
 def drafter_text(strategy, whisper) -> str | None:

@@ -27,12 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from as2d.runtime.ask.passages import _stem, content_words, quoted, rank_spans
+from as2d.runtime.ask.passages import NUMBER_WORDS, _stem, content_words, quoted, rank_spans
 from as2d.runtime.ask.spans import Span
 
-_NUMBERS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
-            "fourteen fifteen sixteen seventeen eighteen nineteen twenty").split()
-_NUM = {w: str(i) for i, w in enumerate(_NUMBERS)}
+_NUM = NUMBER_WORDS
 _TOKEN = re.compile(r"\S+")
 _NORM = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 _CLAUSE_END = re.compile(r"[,;:.?!]$")
@@ -59,12 +57,16 @@ class Candidate:
     text: str  # as an answer: capitalised, with an end mark
     origin: str  # "after" (follows the question's words), "line", "name", "position"
     spans: tuple[int, ...]  # transcript spans it comes from
-    score: float = float("nan")  # log-likelihood as the answer, its end included
+    score: float = float("nan")  # what candidates are ranked by (higher is better)
     tokens: int = 0
+    likelihood: float = float("nan")  # log-likelihood as the answer, its end included
+    prior: float | None = None  # the same under a neutral question (when calibrated)
 
     def to_dict(self, spans: Sequence[Span] | None = None) -> dict:
         d = {"text": self.text, "origin": self.origin, "score": round(float(self.score), 3),
-             "tokens": self.tokens}
+             "likelihood": round(float(self.likelihood), 3), "tokens": self.tokens}
+        if self.prior is not None:
+            d["prior"] = round(float(self.prior), 3)
         if spans is not None:
             d["spans"] = [spans[i].to_dict() for i in self.spans]
         return d
@@ -89,10 +91,11 @@ def as_answer(words: Sequence[Word]) -> str:
 
 
 def _runs(words: Sequence[Word], end: re.Pattern) -> list[tuple[int, int]]:
-    """``[a, b)`` word ranges ended by punctuation matching ``end``."""
+    """``[a, b)`` word ranges ended by punctuation matching ``end`` (a title's full stop,
+    "Mr.", ends nothing)."""
     out, a = [], 0
     for i, w in enumerate(words):
-        if end.search(w.text):
+        if end.search(w.text) and not _TITLE.match(w.text):
             out.append((a, i + 1))
             a = i + 1
     if a < len(words):
@@ -181,15 +184,19 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
         if s + 1 < len(sentences):
             na, nb = sentences[s + 1]
             add(na, min(nb, na + 2 * max_words), "after")
-    # 2. The clauses and sentences of the spans most related to the question.
+    # 2. The clauses and sentences of the spans most related to the question. (When none
+    #    shares a word with it, taking every span of a short transcript instead fixed a
+    #    misheard name on the test split but lost a card on dev: 27 -> 26/31; not kept.)
     ranked = [i for sc, i in rank_spans(spans, question) if sc > 0][:top_lines]
     for i in ranked:
         for a, b in clauses + sentences:
             if any(w.span == i for w in words[a:b]):
                 add(a, min(b, a + 2 * max_words), "line")
     # 3. Names (runs of capitalised words) and amounts (a number and the word after it) in
-    #    the most related spans: the short answers who / how much questions want.
-    for i in ranked:
+    #    the most related spans: the short answers who / how much questions want. A "who"
+    #    question takes the names of every span: the related one often says only "he".
+    named = range(len(spans)) if _WHO.match(question) else ranked
+    for i in named:
         idx = [k for k, w in enumerate(words) if w.span == i]
         k = 0
         while k < len(idx):
@@ -198,8 +205,12 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
                 add(idx[k], min(idx[k] + 2, idx[-1] + 1), "name")
                 add(idx[k], idx[k] + 1, "name")
             j = k
-            while j < len(idx) and words[idx[j]].text[:1].isupper() and (
-                    j > k or idx[j] == 0 or not _SENTENCE_END.search(words[idx[j] - 1].text)):
+            while j < len(idx) and words[idx[j]].text[:1].isupper():
+                w = idx[j]
+                opens = w == 0 or (_SENTENCE_END.search(words[w - 1].text)
+                                   and not _TITLE.match(words[w - 1].text))
+                if opens and (j > k or w > 0 or not content_words(words[w].text)):
+                    break  # a sentence's first word is no name ("And", "She"), nor ends one
                 j += 1
             if j > k:
                 add(idx[k], idx[j - 1] + 1, "name")
@@ -214,6 +225,8 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     return list(out.values())[:limit]
 
 
+_TITLE = re.compile(r"(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof)\.$")
+_WHO = re.compile(r"\s*(?:who|whom|whose)\b", re.I)
 _POSITION = re.compile(r"\b(first|begin\w*|start\w*|opening|last|end\w*|final\w*|close\w*)\b",
                        re.I)
 _HOW_MANY_TIMES = re.compile(r"\bhow (?:many times|often)\b", re.I)

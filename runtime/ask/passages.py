@@ -29,15 +29,21 @@ tell told talk talking
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 
+NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
+
+
 def content_words(text: str) -> list[str]:
     """Lower-cased words without stop words, lightly stemmed (plural and -ing/-ed endings), so
-    that "fetched" in a question meets "fetch" in the transcript."""
+    that "fetched" in a question meets "fetch" in the transcript; numbers as digits (Whisper
+    writes "8 of spades" where a question says "the eight")."""
     out = []
     for w in _WORD.findall(text.lower()):
         w = w.split("'")[0]
         if w in _STOPWORDS or not w:
             continue
-        out.append(_stem(w))
+        out.append(NUMBER_WORDS.get(w) or _stem(w))
     return out
 
 

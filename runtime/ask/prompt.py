@@ -128,6 +128,9 @@ class PromptPlan:
     # the same in every prompt of a style, so their KV rows can be kept between runs
     # (:mod:`as2d.runtime.ask.prefix_cache`).
     static: int = 0
+    # Ids before the question's part (head and transcript): a prompt that asks another
+    # question shares them (the neutral prompt of candidate calibration, :meth:`suffix`).
+    question_at: int = 0
 
 
 class PromptBuilder:
@@ -232,10 +235,11 @@ class PromptBuilder:
         """
         return self._encode(pieces)[0]
 
-    def _encode(self, pieces: list[tuple[str, bool]]) -> tuple[list[int], list[int]]:
+    def _encode(self, pieces: list[tuple[str, bool]], bos: bool = True
+                ) -> tuple[list[int], list[int]]:
         """:meth:`encode`, and after each piece the number of ids so far (a piece's ids never
         change with the pieces after it, so each count ends a prefix of the final ids)."""
-        ids = [] if self.codec.bos is None else [self.codec.bos]
+        ids = [] if self.codec.bos is None or not bos else [self.codec.bos]
         ends = []
         carry = ""
         for i, (text, literal) in enumerate(pieces):
@@ -253,8 +257,19 @@ class PromptBuilder:
     def _static(self, ends: list[int]) -> int:
         """How many leading ids :meth:`render`'s fixed pieces hold (the chat style opens its
         turn before the head; every style's head comes before the transcript)."""
-        fixed = 2 if self.style == "chat" else 1
+        fixed = self._transcript_piece()
         return ends[fixed - 1] if len(ends) > fixed else 0
+
+    def _transcript_piece(self) -> int:
+        return 2 if self.style == "chat" else 1
+
+    def suffix(self, question: str, timed: bool) -> list[int]:
+        """The ids that follow the transcript in a prompt asking ``question``: with
+        ``plan.ids[:plan.question_at]`` they are that prompt's ids exactly (each piece is
+        encoded on its own). Not for the instruct style, whose question sits inside the
+        model's template."""
+        pieces = self.render("", question, timed)
+        return self._encode(pieces[self._transcript_piece() + 1:], bos=False)[0]
 
     # -- planning -------------------------------------------------------------------------------
     def plan(self, spans: Sequence[Span], question: str, budget: int,
@@ -276,7 +291,7 @@ class PromptBuilder:
         if len(ids) <= budget or not spans:
             return PromptPlan(ids, "".join(p for p, _ in pieces), list(spans), False, None,
                               transcript_tokens, self.style, timed, frozenset(stops), one_line,
-                              near, self._static(ends))
+                              near, self._static(ends), ends[self._transcript_piece()])
         frame = len(self.encode(self.render("", question, timed, focus_text)))
         room = budget - frame - 8  # a little slack: joins tokenize a bit differently
         if room < 16:
@@ -303,7 +318,7 @@ class PromptBuilder:
                 f"({time_ranges(chosen)})")
         return PromptPlan(ids, "".join(p for p, _ in pieces), chosen, True, note,
                           transcript_tokens, self.style, timed, frozenset(stops), one_line, near,
-                          self._static(ends))
+                          self._static(ends), ends[self._transcript_piece()])
 
 
 def _example_spans(lines: Sequence[tuple[float, str]]) -> list[Span]:
