@@ -111,6 +111,23 @@ def test_a_batch_with_every_next_file_prefetched_is_token_identical_to_target_on
     assert got == reference
 
 
+def test_the_target_session_for_passes_beside_the_drafter_is_made_before_they_come(bundle,
+                                                                                 whisper):
+    """Made on a thread when the decoder is built (it cost a short clip 90 ms when made by
+    the first verification pass), and waited for by close()."""
+    from as2d.runtime.whisper.model import WhisperModel
+
+    target = WhisperModel(bundle("base", "int8"), threads=2)  # its own: no session made yet
+    assert 1 not in target._decoders
+    decoder = AS2D(target, whisper("tiny.en", threads=1, role="drafter"), busy_threads=1)
+    decoder.close()
+    assert 1 in target._decoders
+    alone = AS2D(WhisperModel(bundle("base", "int8"), threads=2),
+                 whisper("tiny.en", threads=1, role="drafter"))
+    assert alone._session is None  # no thread count of its own beside the drafter: none made
+    alone.close()
+
+
 def test_prefetches_between_runs_wait_for_the_next_run(whisper, files, reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     decoder = AS2D(target, drafter)

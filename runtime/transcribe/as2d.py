@@ -58,6 +58,15 @@ class AS2D(DraftingDecoder):
         self._dropped: list[DrafterWorker] = []  # stopped drafts of skipped files, to join
         self._closed = False  # after close(), a late prefetch starts nothing
         self._lock = threading.Lock()  # prefetch() comes from another thread
+        # The target's session for verification passes beside the drafter, made now on a
+        # thread (onnxruntime builds it without the GIL) rather than on the first such pass,
+        # where it cost a short clip 90 ms of its decoding.
+        self._session = None
+        make = getattr(target, "decoder_session", None)  # (a Hugging Face folder: per pass)
+        if make is not None and busy_threads not in (None, getattr(target, "threads", None)):
+            from as2d.runtime.sessions import Background
+
+            self._session = Background(make, busy_threads, name="as2d-session")
 
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
         # An English-only drafter (or a language given by the user) does not need the target's
@@ -145,6 +154,11 @@ class AS2D(DraftingDecoder):
             w.stop()
         for w in workers:
             w.join()
+        if self._session is not None:
+            try:
+                self._session.result()
+            except Exception:  # noqa: BLE001 - the pass that needs it raises it again
+                pass
 
     def threads_for(self, offered: Sequence[int]) -> int | None:
         """Threads for a target pass that runs ``offered``."""
