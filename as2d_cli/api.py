@@ -87,7 +87,7 @@ class Transcriber:
         self.listener = listener or ignore
         try:
             self.model = load_whisper(model, precision, models_dir, plan.target,
-                                      progress=note, encoder=encoder)
+                                      progress=note, encoder=encoder, spin=plan.spin)
             self.strategy = build_decoder(self.decoder, self.model, drafter, budget, plan,
                                           models_dir, self.listener, note,
                                           load_drafter=load_drafter, encoder=encoder)

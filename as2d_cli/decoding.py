@@ -47,6 +47,7 @@ class ThreadPlan:
     target: int  # target encoder and decoder
     drafter: int
     busy: int | None = None  # target decoder threads while the drafter still works
+    spin: bool = False  # the target's sessions have the cores to themselves
 
     def as_dict(self) -> dict:
         return {"total": self.total, "target": self.target, "drafter": self.drafter,
@@ -58,8 +59,8 @@ def plan_threads(total: int, decoder: Decoder | str, drafter_threads: int = 0) -
     (as target-only does, so the comparison is honest); the drafter gets one thread unless
     told otherwise."""
     total = max(1, total)
-    if decoder == "target":
-        return ThreadPlan(total, total, 0)
+    if decoder == "target":  # alone: its pools spin (as2d.runtime.sessions)
+        return ThreadPlan(total, total, 0, spin=True)
     if decoder == "sd":  # serial: each model has every core while it runs
         return ThreadPlan(total, total, drafter_threads or total)
     drafter = max(1, drafter_threads or 1)

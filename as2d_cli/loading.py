@@ -118,13 +118,14 @@ def _first_line(exc: Exception) -> str:
 
 def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike | None = None,
                  threads: int = 1, progress: Progress | None = None, role: str = "target",
-                 encoder: str | None = None):
+                 encoder: str | None = None, spin: bool = False):
     """A loaded Whisper model (``WhisperModel``, or ``HFWhisperModel`` for a Hugging Face ONNX
     export) for ``spec``: a catalog name (``base``, ``tiny.en-fp32``) or a folder.
 
     ``threads`` are onnxruntime's intra-op threads for its sessions; ``role`` ("target" or
     "drafter") names the model in events and statistics; ``encoder`` is the encoder back end
-    (``auto``, ``onnxruntime``, ``openvino``; None: ``$AS2D_ENCODER`` or auto).
+    (``auto``, ``onnxruntime``, ``openvino``; None: ``$AS2D_ENCODER`` or auto); ``spin``:
+    the model will run alone, so its thread pools may spin (:mod:`as2d.runtime.sessions`).
     """
     from as2d.models.install import ensure_encoder_fp32
     from as2d.runtime.whisper.encoders import EncoderError
@@ -147,7 +148,7 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
             raise ModelError(f"{spec}: cannot load this Hugging Face ONNX model "
                              f"({_first_line(exc)})") from None
     try:
-        model = WhisperModel(path, threads=threads, role=role, encoder=encoder,
+        model = WhisperModel(path, threads=threads, role=role, encoder=encoder, spin=spin,
                              progress=progress,
                              fp32_encoder=lambda: ensure_encoder_fp32(path, progress))
         # Word timestamps' graph, added to the bundle the first time they are asked for.

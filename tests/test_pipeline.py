@@ -128,6 +128,24 @@ def test_the_target_session_for_passes_beside_the_drafter_is_made_before_they_co
     alone.close()
 
 
+def test_only_models_that_run_alone_spin_their_thread_pools(bundle, whisper):
+    """Target-only decoding has the cores to itself: its pools spin between operators (and
+    stop after each run); AS²D's target and drafter share the cores and never spin."""
+    from as2d.decoding import plan_threads
+    from as2d.runtime.whisper.model import WhisperModel
+
+    def spins(session) -> str:
+        return session.get_session_options().get_session_config_entry(
+            "session.intra_op.allow_spinning")
+
+    assert plan_threads(2, "target").spin and not plan_threads(2, "as2d").spin
+    alone = WhisperModel(bundle("base", "int8"), threads=2, spin=True)
+    assert spins(alone.decoder) == spins(alone.encoder.session) == "1"
+    assert spins(alone.decoder_session(1)) == "1"
+    shared = whisper("base")
+    assert spins(shared.decoder) == spins(shared.encoder.session) == "0"
+
+
 def test_prefetches_between_runs_wait_for_the_next_run(whisper, files, reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     decoder = AS2D(target, drafter)

@@ -145,7 +145,7 @@ def run_ask(req: AskRequest) -> int:
                              style=req.style, context_tokens=req.context)
         plan = plan_threads(total, req.decoder)
         target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
-                              progress=note, encoder=req.encoder)
+                              progress=note, encoder=req.encoder, spin=plan.spin)
         stats = StatsCollector()
         reporter = make_ask_reporter(req.live, req.quiet, sys.stderr)
         listener = fanout(stats, reporter)

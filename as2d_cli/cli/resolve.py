@@ -35,10 +35,10 @@ def catalog_entry(spec: str):
 
 def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike | None = None,
                  threads: int = 1, progress: Progress | None = None, role: str = "target",
-                 encoder: str | None = None):
+                 encoder: str | None = None, spin: bool = False):
     """:func:`as2d.loading.load_whisper`, failing as a :class:`UserError`."""
     return _as_user_error(loading.load_whisper, spec, precision, models_dir, threads,
-                          progress=progress, role=role, encoder=encoder)
+                          progress=progress, role=role, encoder=encoder, spin=spin)
 
 
 def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | None = None,

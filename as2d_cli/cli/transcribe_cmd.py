@@ -243,7 +243,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
     listener = fanout(stats, reporter)
     try:
         target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
-                              progress=note, encoder=req.encoder)
+                              progress=note, encoder=req.encoder, spin=plan.spin)
         strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
                                   req.models_dir, listener, note, load_drafter=load_drafter,
                                   encoder=req.encoder)

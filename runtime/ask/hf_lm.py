@@ -149,7 +149,7 @@ class HFCausalLM(LMBackend):
         if self.chat_template is not None:
             self._check_template()
         try:
-            self.session = make_session(graph, threads)
+            self.session = make_session(graph, threads, spin=True)  # runs alone
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
             raise HFModelError(f"{graph.name} cannot be loaded "
                                f"({str(exc).splitlines()[0][:200]})") from None

@@ -93,9 +93,9 @@ def default_precision(flags: frozenset[str] | None = None) -> str:
 class OrtEncoder:
     backend = "onnxruntime"
 
-    def __init__(self, path: str | Path, threads: int) -> None:
+    def __init__(self, path: str | Path, threads: int, spin: bool = False) -> None:
         self.path = Path(path)
-        self.session = make_session(self.path, threads)
+        self.session = make_session(self.path, threads, spin)
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.detail = "onnxruntime"
 
@@ -226,8 +226,9 @@ class OpenVINOEncoder:
 
 def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
                  encoder: str | None = None, fp32_path: Callable[[], Path] | None = None,
-                 warn: Callable[[str], None] | None = None) -> Encoder:
-    """The encoder of a bundle on the requested back end.
+                 warn: Callable[[str], None] | None = None, spin: bool = False) -> Encoder:
+    """The encoder of a bundle on the requested back end (``spin``: see
+    :func:`as2d.runtime.sessions.make_session`).
 
     ``fp32_path`` returns the bundle's fp32 encoder graph, making it if need be (int8 bundles
     made before it was part of them); OpenVINO compiles that graph. With ``auto``, any problem
@@ -245,7 +246,7 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
                 raise
             if warn:
                 warn(f"OpenVINO encoder unavailable ({exc}); using onnxruntime")
-    return OrtEncoder(bundle_dir / manifest["files"]["encoder"], threads)
+    return OrtEncoder(bundle_dir / manifest["files"]["encoder"], threads, spin)
 
 
 def _openvino_encoder(bundle_dir: Path, manifest: dict, threads: int,

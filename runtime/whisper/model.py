@@ -53,7 +53,7 @@ class WhisperModel:
                  encoder_threads: int | None = None, name: str | None = None,
                  role: str = "target", encoder: str | None = None,
                  progress: Callable[[str], None] | None = None,
-                 fp32_encoder: Callable[[], Path] | None = None) -> None:
+                 fp32_encoder: Callable[[], Path] | None = None, spin: bool = False) -> None:
         self.path = Path(bundle_dir)
         manifest = json.loads((self.path / "manifest.json").read_text())
         self.manifest = manifest
@@ -67,7 +67,10 @@ class WhisperModel:
         # Start-up: onnxruntime builds the decoder session without the GIL, so it is made on a
         # thread of its own while the tokenizer and the encoder load here (if they fail, the
         # session is simply dropped).
-        decoder = Background(make_session, self.path / self._decoder_file, threads)
+        # ``spin``: the sessions have the cores to themselves (target-only decoding), so their
+        # pools spin between operators (see as2d.runtime.sessions).
+        self.spin = spin
+        decoder = Background(make_session, self.path / self._decoder_file, threads, spin)
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
         self.config = manifest.get("generation", {})
         self.threads = threads
@@ -76,7 +79,7 @@ class WhisperModel:
         # fp32 encoder graph; ``fp32_encoder`` makes it for an int8 bundle that lacks it (the
         # loader passes one that converts it from the model's sources).
         self.encoder = make_encoder(self.path, manifest, encoder_threads or threads, encoder,
-                                    fp32_path=fp32_encoder, warn=progress)
+                                    fp32_path=fp32_encoder, warn=progress, spin=spin)
         self._encoder_outputs = list(self.encoder.output_names)
         session = getattr(self.encoder, "session", None)
         mel_dim = session.get_inputs()[0].shape[1] if session is not None else None
@@ -113,7 +116,7 @@ class WhisperModel:
         with self._lock:
             sess = self._decoders.get(threads)
             if sess is None:
-                sess = make_session(self.path / self._decoder_file, threads)
+                sess = make_session(self.path / self._decoder_file, threads, self.spin)
                 self._decoders[threads] = sess
         return sess
 
