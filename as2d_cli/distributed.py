@@ -196,6 +196,7 @@ class BatchWorker:
         self.spec = spec
         self.name = f"{name}@{socket.gethostname()}:{os.getpid()}"
         plan = plan_threads(spec.threads, spec.decoder, spec.drafter_threads)
+        # Never spinning: several actors may share a node's cores.
         self.model = load_whisper(spec.model, spec.precision, spec.models_dir, plan.target,
                                   encoder=spec.encoder)
         self.strategy = build_decoder(spec.decoder, self.model, spec.drafter, spec.budget,

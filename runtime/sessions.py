@@ -49,6 +49,10 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+# What a session computes with besides its graph (results remembered on disk are keyed by it).
+SESSION_SETTINGS = "ORT_ENABLE_ALL sequential"
+
+
 def make_session(path: str | Path, threads: int, spin: bool = False) -> ort.InferenceSession:
     """A CPU session of ``path`` with ``threads`` intra-op threads; ``spin``: its pool spins
     between operators while a run lasts (never between runs)."""

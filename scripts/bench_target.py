@@ -82,7 +82,8 @@ def bench_config(name: str, precision: str, threads: int, audios, mels, repeats:
     from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
     from as2d.runtime.whisper.model import WhisperModel
 
-    ours = WhisperModel(install(name, precision, root).path, threads=threads)
+    # Alone on the machine, as `as2d transcribe --decoder target` runs it: spinning pools.
+    ours = WhisperModel(install(name, precision, root).path, threads=threads, spin=True)
     fw = FasterWhisper(str(ct2_folder(name, work)), device="cpu",
                        compute_type=CT2_TYPES[precision], cpu_threads=threads, num_workers=1)
     peer = fw.model  # the ctranslate2.models.Whisper inside faster-whisper

@@ -118,6 +118,19 @@ def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path):
     path.write_bytes(b"not a numpy file")
     assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
     assert same(prefill_rows(lm, p.ids, cache, p.static), whole)  # rewritten, and loaded
+    # Bit rot in the file itself (the zip's own check fails first) and a truncated file.
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0x40
+    path.write_bytes(bytes(raw))
+    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
+    path.write_bytes(path.read_bytes()[: len(raw) // 3])
+    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
+    state = lm.state()
+    try:
+        _, loaded = cache.prefill(lm, state, p.ids, p.static)
+    finally:
+        lm.release(state)
+    assert loaded == p.static  # stored again after each
 
 
 def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monkeypatch):
@@ -136,6 +149,31 @@ def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monke
     assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
     assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
     assert not list(tmp_path.iterdir())  # no cache, and no temporary file left behind
+
+
+def test_a_model_whose_weights_change_gets_another_key(lm, tmp_path):
+    """The graph file alone is not the model: its weights file, any file of the bundle and
+    the converter version are in the key (a stale head would silently change answers)."""
+    from types import SimpleNamespace
+
+    from as2d.runtime.ask.prefix_cache import for_model
+
+    manifest = {"files": {"decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data"},
+                "sha256": {"decoder.onnx": "a" * 64, "decoder.onnx.data": "b" * 64},
+                "converter_version": 4}
+
+    def key(**change):
+        m = {**manifest, "sha256": {**manifest["sha256"], **change.pop("sha256", {})},
+             **change}
+        return for_model(SimpleNamespace(manifest=m, path=tmp_path, threads=2)).path([1, 2, 3])
+
+    base = key()
+    assert key(sha256={"decoder.onnx.data": "c" * 64}) != base
+    assert key(converter_version=5) != base
+    assert key() == base
+    assert for_model(SimpleNamespace(manifest=manifest, path=tmp_path, threads=1)).path(
+        [1, 2, 3]) != base
+    assert for_model(SimpleNamespace(manifest={"files": {}}, path=tmp_path)) is None
 
 
 def test_the_key_holds_the_head_and_what_its_bits_depend_on(tmp_path):

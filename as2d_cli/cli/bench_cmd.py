@@ -148,16 +148,17 @@ def catalog(targets: list[str], drafters: list[str], budgets: list[int]):
 
 
 class _Models:
-    """Loaded models, shared across configurations (one session set per thread count)."""
+    """Loaded models, shared across configurations (one session set per thread count, and per
+    spinning: target-only runs with spinning pools, as ``as2d transcribe`` does)."""
 
     def __init__(self, models_dir, note) -> None:
         self.models_dir, self.note, self.cache = models_dir, note, {}
 
-    def get(self, spec: str, threads: int, role: str = "target"):
-        k = (spec, threads, role)
+    def get(self, spec: str, threads: int, role: str = "target", spin: bool = False):
+        k = (spec, threads, role, spin)
         if k not in self.cache:
             self.cache[k] = load_whisper(spec, None, self.models_dir, threads,
-                                         progress=self.note, role=role)
+                                         progress=self.note, role=role, spin=spin)
         return self.cache[k]
 
 
@@ -166,7 +167,7 @@ def _strategy(cfg, models: _Models, cores: int, listener):
     from as2d.decoding import build_decoder, plan_threads
 
     plan = plan_threads(cores, cfg.decoder)
-    target = models.get(cfg.target, plan.target)
+    target = models.get(cfg.target, plan.target, spin=plan.spin)
     budget = "auto" if cfg.budget is None else str(cfg.budget)
     strategy = build_decoder(cfg.decoder, target, cfg.drafter, budget, plan, models.models_dir,
                               listener, models.note,

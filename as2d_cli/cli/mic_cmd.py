@@ -209,6 +209,7 @@ def run_mic(req: MicRequest) -> int:
             from None
 
     plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
+    # Never spinning, even target-only: the VAD and the audio callback share the cores.
     target = load_whisper(req.model, req.precision, req.models_dir, plan.target, progress=note,
                           encoder=req.encoder)
     try:

@@ -207,10 +207,13 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
             j = k
             while j < len(idx) and words[idx[j]].text[:1].isupper():
                 w = idx[j]
-                opens = w == 0 or (_SENTENCE_END.search(words[w - 1].text)
-                                   and not _TITLE.match(words[w - 1].text))
-                if opens and (j > k or w > 0 or not content_words(words[w].text)):
-                    break  # a sentence's first word is no name ("And", "She"), nor ends one
+                after_stop = w > 0 and bool(_SENTENCE_END.search(words[w - 1].text)
+                                            and not _TITLE.match(words[w - 1].text))
+                if after_stop:
+                    break  # a name ends with its sentence, and a sentence's first word is none
+                if j == k and (w == 0 or words[w].span != words[w - 1].span) \
+                        and not content_words(words[w].text):
+                    break  # Whisper capitalises a segment's first word: "And", "But", "She"
                 j += 1
             if j > k:
                 add(idx[k], idx[j - 1] + 1, "name")

@@ -149,7 +149,8 @@ class HFCausalLM(LMBackend):
         if self.chat_template is not None:
             self._check_template()
         try:
-            self.session = make_session(graph, threads, spin=True)  # runs alone
+            # Not spinning: its row check runs at load, beside the transcription.
+            self.session = make_session(graph, threads)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph types
             raise HFModelError(f"{graph.name} cannot be loaded "
                                f"({str(exc).splitlines()[0][:200]})") from None

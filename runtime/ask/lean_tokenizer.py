@@ -198,10 +198,15 @@ def _u32(value) -> int:
 # ---------------------------------------------------------------------------------------------
 
 def lean_store_path(path: Path) -> Path:
-    """``.tokenizer.lean1-<size>-<mtime_ns>.bin`` next to ``tokenizer.json``: a changed source
-    gets a new store, never a stale one."""
+    """``.tokenizer.lean1-<size>-<mtime_ns>-tk<version>.bin`` next to ``tokenizer.json``: a
+    changed source, or another ``tokenizers`` release (whose decoding the lean path mirrors and
+    whose ids the build checked), gets a new store, never a stale one."""
+    import tokenizers
+
     st = path.stat()
-    return path.with_name(f".{path.stem}.lean{STORE_VERSION}-{st.st_size}-{st.st_mtime_ns}.bin")
+    tk = "".join(c if c.isalnum() or c == "." else "_" for c in tokenizers.__version__)
+    return path.with_name(f".{path.stem}.lean{STORE_VERSION}-{st.st_size}-{st.st_mtime_ns}"
+                          f"-tk{tk}.bin")
 
 
 def open_lean(path: Path, load_full: Callable[[Path], Tokenizer]) -> LeanTokenizer | None:

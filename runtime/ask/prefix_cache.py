@@ -2,11 +2,12 @@
 transcript and the question.
 
 Every qa prompt starts with the same few hundred tokens (the intro and the few-shot examples:
-370 of a 394-token prompt for a 10-s clip), and prefilling them took 0.3 s of each answer. The
+359 of a 394-token prompt for a 10-s clip), and prefilling them took 0.3 s of each answer. The
 answering graph computes every token row independently of the other rows of its pass (what
 lossless verification needs too), and a row depends only on the rows before it, so the head's
 rows computed alone are bit for bit the rows a full prefill computes. They are stored once per
-head, graph, onnxruntime version, CPU and thread count (the key), and loaded by later runs:
+head, model (every file's sha256 and the converter), onnxruntime version, CPU, thread count and
+session settings (the key), and loaded by later runs:
 the answer, and the logits it comes from, do not change (``tests/test_ask_prefix_cache.py``).
 
 A cache that cannot be read or written (a read-only model folder, a damaged file) is only a
@@ -24,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 VERSION = 1
-MIN_ROWS = 32  # shorter heads prefill faster than a file loads
-KEEP = 6  # head files per model folder (styles x timed/untimed); the oldest go first
+MIN_ROWS = 32  # a shorter head is one pass of the model: not worth a file
+KEEP = 6  # head files per model folder (styles x timed/untimed); the least recently used go
 
 
 class PrefixCache:
@@ -66,12 +67,16 @@ class PrefixCache:
         try:
             with np.load(path, allow_pickle=False) as f:
                 rows, digest = f["rows"], f["digest"]
-        except (OSError, ValueError, KeyError, EOFError):
+        except Exception:  # noqa: BLE001 - absent, truncated, a bad zip (BadZipFile): redone
             return None
         if rows.shape != want or rows.dtype != np.float32:
             return None
         if _digest(rows) != digest.tobytes():
             return None  # prefilled, then stored again
+        try:
+            os.utime(path)  # recently used: kept by _prune
+        except OSError:
+            pass
         return rows
 
     def _save(self, path: Path, state, static: int) -> None:
@@ -110,10 +115,15 @@ def for_model(model, threads: int | None = None) -> PrefixCache | None:
         return None
     if not getattr(model, "row_invariant", True):
         return None
-    digest = manifest.get("sha256", {}).get(manifest.get("files", {}).get("decoder", ""))
-    if not digest:
+    digests = manifest.get("sha256")
+    if not isinstance(digests, dict) or not digests.get(manifest.get("files", {}).get("decoder")):
         return None
-    from as2d.runtime.sessions import runtime_identity
+    from as2d.runtime.sessions import SESSION_SETTINGS, runtime_identity
 
+    # Every file of the bundle (the graph, its weights wherever they live) and the converter
+    # that wrote them; then what computes the bits: onnxruntime, the CPU, threads, settings.
+    model_key = hashlib.sha256(repr((sorted(digests.items()),
+                                     manifest.get("converter_version"))).encode()).hexdigest()
     threads = getattr(model, "threads", None) if threads is None else threads
-    return PrefixCache(Path(folder), f"{digest}|{runtime_identity()}|threads {threads}")
+    return PrefixCache(Path(folder), f"{model_key}|{runtime_identity()}|threads {threads}|"
+                                     f"{SESSION_SETTINGS}")

@@ -266,8 +266,7 @@ class PromptBuilder:
     def suffix(self, question: str, timed: bool) -> list[int]:
         """The ids that follow the transcript in a prompt asking ``question``: with
         ``plan.ids[:plan.question_at]`` they are that prompt's ids exactly (each piece is
-        encoded on its own). Not for the instruct style, whose question sits inside the
-        model's template."""
+        encoded on its own)."""
         pieces = self.render("", question, timed)
         return self._encode(pieces[self._transcript_piece() + 1:], bos=False)[0]
 

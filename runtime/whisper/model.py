@@ -115,9 +115,10 @@ class WhisperModel:
             return self.decoder
         with self._lock:
             sess = self._decoders.get(threads)
-            if sess is None:
-                sess = make_session(self.path / self._decoder_file, threads, self.spin)
-                self._decoders[threads] = sess
+        if sess is None:  # built outside the lock, which decoder states share
+            made = make_session(self.path / self._decoder_file, threads, self.spin)
+            with self._lock:
+                sess = self._decoders.setdefault(threads, made)
         return sess
 
     exact_rows: bool | None = None  # unknown until checked
