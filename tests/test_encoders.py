@@ -71,7 +71,8 @@ def test_auto_falls_back_to_onnxruntime_when_openvino_cannot_serve(monkeypatch, 
     monkeypatch.setattr(encoders, "auto_backend", lambda flags=None: "openvino")
     monkeypatch.setattr(encoders, "openvino_available", lambda: False)
     made = []
-    monkeypatch.setattr(encoders, "OrtEncoder", lambda path, threads: made.append(path) or "ort")
+    monkeypatch.setattr(encoders, "OrtEncoder",
+                        lambda path, threads, spin=False: made.append(path) or "ort")
     told = []
     manifest = {"precision": "int8", "files": {"encoder": "encoder.onnx"}}
     assert encoders.make_encoder(tmp_path, manifest, 2, "auto", warn=told.append) == "ort"
