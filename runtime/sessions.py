@@ -49,8 +49,10 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+_OPTIMIZATION = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+_EXECUTION = ort.ExecutionMode.ORT_SEQUENTIAL
 # What a session computes with besides its graph (results remembered on disk are keyed by it).
-SESSION_SETTINGS = "ORT_ENABLE_ALL sequential"
+SESSION_SETTINGS = f"{_OPTIMIZATION.name} {_EXECUTION.name}"
 
 
 def make_session(path: str | Path, threads: int, spin: bool = False) -> ort.InferenceSession:
@@ -59,8 +61,8 @@ def make_session(path: str | Path, threads: int, spin: bool = False) -> ort.Infe
     so = ort.SessionOptions()
     so.intra_op_num_threads = max(1, int(threads))
     so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.execution_mode = _EXECUTION
+    so.graph_optimization_level = _OPTIMIZATION
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     if spin:
         so.add_session_config_entry("session.force_spinning_stop", "1")

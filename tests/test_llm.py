@@ -9,7 +9,6 @@ importable, also against llama.cpp itself.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -304,41 +303,6 @@ def test_tokenizer_round_trips_and_matches_sentencepiece_bpe(llm, vocab):
     assert tok.decode(ids, skip_special=False) == "<bos><start_of_turn>user\nhi<end_of_turn>"
 
 
-def test_fast_tokenizer_form_gives_identical_ids(llm, tmp_path):
-    """The cached fast form of tokenizer.json (merges as "a b") encodes and decodes exactly as
-    the source does; it is made on first use, named after the source, and used after."""
-    import shutil
-
-    from tokenizers import Tokenizer
-
-    from as2d.runtime.ask.lm import fast_tokenizer_path, load_tokenizer
-
-    src = llm("int8").tokenizer.path
-    copy = tmp_path / "tokenizer.json"
-    shutil.copyfile(src, copy)
-    fast = fast_tokenizer_path(copy)
-    assert not fast.exists()
-    first = load_tokenizer(copy)  # the source, and the fast form written beside it
-    assert fast.exists()
-    again = load_tokenizer(copy)  # the fast form
-    ref = Tokenizer.from_file(str(src))
-    texts = list(TOKENIZER_TEXTS) + [LONG_TEXT, "<start_of_turn>user\nhi<end_of_turn>",
-                                     "  two  spaces\n\n\ttab", "\U00030000 naïve 東京"]
-    for text in texts:
-        want = ref.encode(text).ids
-        assert first.encode(text).ids == want and again.encode(text).ids == want, text
-        assert again.decode(want, skip_special_tokens=False) == ref.decode(
-            want, skip_special_tokens=False)
-    assert again.get_vocab(True) == ref.get_vocab(True)
-    assert json.loads(fast.read_text())["model"]["merges"][:3] == [
-        " ".join(m) for m in json.loads(src.read_text())["model"]["merges"][:3]]
-    # a damaged fast form is rebuilt, never used
-    fast.write_text("{")
-    assert load_tokenizer(copy).encode(LONG_TEXT).ids == ref.encode(LONG_TEXT).ids
-    assert json.loads(fast.read_text())["model"]["type"] == "BPE"
-
-
-@pytest.mark.slow
 def test_tokenizer_matches_reference_on_long_text(llm, vocab):
     tok = llm("int8").tokenizer
     # Prose of every kind of character class, plus the long text the window test uses.

@@ -355,11 +355,15 @@ def test_store_is_written_once_reused_and_rebuilt_when_damaged(gemma, full, tmp_
         cache.write_bytes(bytes(damage))
         with pytest.raises(Exception):  # noqa: B017 - any refusal will do
             VocabStore.load(cache)
-    # a changed source gets a new store; the old one is removed
+    # a changed source gets a new store; the old one is removed, and so is the "fast" JSON
+    # form of the full tokenizer that earlier releases wrote beside it
+    stale_fast = tmp_path / ".tokenizer.v1-33250687-1796121068345549450.fast.json"
+    stale_fast.write_text("{}")
     st_ = src.stat()
     os.utime(src, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
     assert open_lean(src, load) is not None and load.calls == 3
     assert [p.name for p in tmp_path.glob(".tokenizer.lean*")] == [lean_store_path(src).name]
+    assert not stale_fast.exists()
 
 
 def test_read_only_folder_uses_the_full_tokenizer(gemma, full, tmp_path, monkeypatch):

@@ -243,9 +243,12 @@ def open_lean(path: Path, load_full: Callable[[Path], Tokenizer]) -> LeanTokeniz
             return None
         store.save(tmp)
         tmp.replace(cache)
-        for old in path.parent.glob(f".{path.stem}.lean*"):
-            if old not in (cache, note) and not old.name.endswith(".tmp"):
-                old.unlink(missing_ok=True)
+        # Older stores, and the "fast" JSON form of the full tokenizer that as2d wrote here
+        # before the store existed (13 MB no longer read).
+        for pattern in (f".{path.stem}.lean*", f".{path.stem}.v*.fast.json"):
+            for old in path.parent.glob(pattern):
+                if old not in (cache, note) and not old.name.endswith(".tmp"):
+                    old.unlink(missing_ok=True)
     except OSError:  # not written: built again next time, still used now
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)

@@ -151,71 +151,10 @@ class LLMTokenizer(TokenizerBase):
         return self.lean.newline_ids if self.lean else super().newline_ids()
 
 
-# The fast form of a tokenizer.json: the same tokenizer with its BPE merges written "a b"
-# (tokenizers' other merge syntax) instead of ["a", "b"] pairs, which Gemma's 513k merges load in
-# about two thirds of the time (the load holds the GIL, beside the transcription). Written next
-# to the file on first use, named after the source's size and mtime, checked on writing (same
-# vocabulary, merges and ids on a probe text); tests/test_llm.py checks the ids again.
-FAST_VERSION = 1
-_PROBE = ("Transcript:\n[0:07] Mr. John Dashwood — 22 degrees, naïve café 東京 🙂\n\n\n  tabs\t"
-          "and <eos> <start_of_turn>model\nQuestion: 'What?'\nAnswer: 3,14 ÷ ¼")
-
-
-def fast_tokenizer_path(path: Path) -> Path:
-    st = path.stat()
-    return path.with_name(f".{path.stem}.v{FAST_VERSION}-{st.st_size}-{st.st_mtime_ns}.fast.json")
-
-
-def fast_tokenizer_json(text: str) -> str | None:
-    """``tokenizer.json`` text with its BPE merges as ``"a b"`` strings; None when that form
-    cannot carry them (a part holding a space, or not a BPE model)."""
-    doc = json.loads(text)
-    model = doc.get("model") or {}
-    merges = model.get("merges")
-    if model.get("type") != "BPE" or not isinstance(merges, list):
-        return None
-    out = []
-    for m in merges:
-        if isinstance(m, str):
-            out.append(m)
-        elif len(m) == 2 and not any(" " in part for part in m):
-            out.append(f"{m[0]} {m[1]}")
-        else:
-            return None
-    model["merges"] = out
-    return json.dumps(doc, ensure_ascii=False)
-
-
 def load_tokenizer(path: Path) -> Tokenizer:
-    """``path``'s tokenizer, from its fast form when there is one (made now when there is
-    not and the folder is writable; a form that does not reproduce the source is not kept)."""
-    try:
-        fast = fast_tokenizer_path(path)
-    except OSError:
-        return Tokenizer.from_file(str(path))
-    if fast.exists():
-        try:
-            return Tokenizer.from_file(str(fast))
-        except Exception:  # damaged: rebuilt below
-            fast.unlink(missing_ok=True)
-    text = path.read_text(encoding="utf-8")
-    tok = Tokenizer.from_str(text)
-    try:
-        converted = fast_tokenizer_json(text)
-        if converted is not None:
-            check = Tokenizer.from_str(converted)
-            same = (check.get_vocab_size(True) == tok.get_vocab_size(True)
-                    and check.encode(_PROBE).ids == tok.encode(_PROBE).ids)
-            if same:
-                tmp = fast.with_name(fast.name + f".{threading.get_ident()}.tmp")
-                tmp.write_text(converted, encoding="utf-8")
-                tmp.replace(fast)
-                for old in path.parent.glob(f".{path.stem}.v*.fast.json"):
-                    if old != fast:
-                        old.unlink(missing_ok=True)
-    except (OSError, ValueError):
-        pass  # a read-only folder: the source is loaded every time
-    return tok
+    """The full ``tokenizers`` tokenizer of ``path`` (0.8-1.1 s for Gemma's): what the lean
+    store is built and checked with, and the fallback where it cannot be used."""
+    return Tokenizer.from_file(str(path))
 
 
 class LMBackend:
