@@ -269,6 +269,28 @@ def test_candidates_follow_the_question_words_and_skip_its_own():
     assert found["Go somewhere."].spans == (1,)
 
 
+def test_the_words_between_the_questions_own_are_candidates():
+    spans = [Span(0.0, 3.0, "And Mr. John Dashwood had then leisure to consider how much."),
+             Span(3.0, 6.0, "He was not an ill-disposed young man.")]
+    found = {c.text: c for c in candidates(
+        spans, "When did Mr. John Dashwood have leisure to consider how much?")}
+    assert found["Then."].origin == "gap" and found["Then."].spans == (0,)
+    assert "Had then." in found
+    # a gap is only where the question's words resume within a few words
+    assert not any(c.origin == "gap" for c in candidates(spans, "Who was a young man?"))
+
+
+def test_small_word_answers_stand_alone_or_fill_a_gap():
+    spans = [Span(0.0, 2.0, "Do you remember the ditch?"), Span(2.0, 3.0, "No."),
+             Span(3.0, 5.0, "You thought you were in pain."), Span(5.0, 6.0, "Not now.")]
+    texts = [c.text for c in candidates(spans, "What is the answer to 'Do you remember the "
+                                               "ditch?'")]
+    assert "No." in texts  # a sentence of its own, though "no" is a stop word
+    texts = [c.text for c in candidates(spans, "When were you in pain?")]
+    assert "You." not in texts and "Were." not in texts  # small words inside a sentence
+    assert "You thought you were in pain." in texts
+
+
 def test_a_who_question_takes_names_from_every_span_and_names_stay_names():
     spans = [Span(0.0, 3.0, "And Mr. John Dashwood had then leisure to consider it."),
              Span(3.0, 6.0, "He was not an ill-disposed young man."),

@@ -7,13 +7,17 @@ is made over a short list of spans of the transcript instead:
 * the words that *follow* the question's longest runs of words in the transcript (its quoted
   phrase first): every prefix and suffix of the rest of that clause, the next clause and the
   next sentence ("It was the winter of ___", "What does he say after 'Go forward'?");
+* the words *between* two runs of the question's words, where its wh-word sits in the
+  transcript's sentence ("When did X have leisure …?" over "X had *then* leisure …");
 * the clauses and sentences of the spans that share the most words with the question (BM25);
 * for a question about the first or last words, the first and last clause and sentence.
 
 Each candidate is written as the prompt's examples write answers (``" Despair."``) and scored by
 the model's log-likelihood of it as the answer, line break included, under the same prompt
 (:func:`score`: one pass per candidate after the prompt's cache, sharing common prefixes as a
-trie). A candidate that only repeats the question's content words is no answer and is dropped.
+trie). A candidate that only repeats the question's content words is no answer and is dropped,
+unless its small words stand alone (a whole clause or sentence: "No.", "Not now.") or fill a
+gap between the question's words ("Then.").
 
 "How many times ..." about a phrase that occurs in the transcript is counted, not generated
 (:func:`count_answer`): the model cannot count.
@@ -103,6 +107,31 @@ def _runs(words: Sequence[Word], end: re.Pattern) -> list[tuple[int, int]]:
     return out
 
 
+def _gaps(words: Sequence[Word], q: Sequence[str], content: set[str], max_gap: int = 3,
+          max_skip: int = 2) -> list[tuple[int, int]]:
+    """``[a, b)`` word ranges of the transcript (1 to ``max_gap`` words) between two runs of
+    question words that follow each other in the question (at most ``max_skip`` question words
+    apart); a run is two words or more, or one content word."""
+    n = len(words)
+    runs = []  # (transcript start, question start, length), maximal
+    for i in range(n):
+        for j in range(len(q)):
+            if words[i].norm != q[j] or (i > 0 and j > 0 and words[i - 1].norm == q[j - 1]):
+                continue
+            m = 1
+            while i + m < n and j + m < len(q) and words[i + m].norm == q[j + m]:
+                m += 1
+            if m >= 2 or words[i].norm in content:
+                runs.append((i, j, m))
+    out = set()
+    for i1, j1, m1 in runs:
+        for i2, j2, _m2 in runs:
+            gap, skip = i2 - (i1 + m1), j2 - (j1 + m1)
+            if 1 <= gap <= max_gap and 0 <= skip <= max_skip:
+                out.add((i1 + m1, i2))
+    return sorted(out)
+
+
 def _containing(runs: list[tuple[int, int]], i: int) -> int:
     for k, (a, b) in enumerate(runs):
         if a <= i < b:
@@ -144,6 +173,9 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     qcontent = set(content_words(question))
     out: dict[str, Candidate] = {}
 
+    qnorms = {w for w in (_norm(t) for t in _TOKEN.findall(question)) if w}
+    whole = set(clauses) | set(sentences)
+
     def add(a: int, b: int, origin: str) -> None:
         if a >= b:
             return
@@ -154,7 +186,13 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
         new = set(content_words(text)) - qcontent
         if not new and not any(w.norm in _NUM.values() or w.norm.isdigit()
                                for w in words[a:b]):
-            return  # only repeats the question
+            # Nothing but small words the question may lack: an answer only where they stand
+            # alone (a whole clause or sentence: "No.", "Not now.") or stand between the
+            # question's own words ("had *then* leisure"); never the question's words alone.
+            if all(w.norm in qnorms for w in words[a:b]):
+                return
+            if (a, b) not in whole and origin != "gap":
+                return
         out[key] = Candidate(text, origin, tuple(sorted({w.span for w in words[a:b]})))
 
     # 1. What follows the question's words (a quoted phrase counts twice as long).
@@ -184,6 +222,13 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
         if s + 1 < len(sentences):
             na, nb = sentences[s + 1]
             add(na, min(nb, na + 2 * max_words), "after")
+    # 1b. The words between two runs of the question's words ("When did Mr. John Dashwood
+    #     have leisure ...?" over "Mr. John Dashwood had *then* leisure ..."): where the
+    #     question's wh-word sits in the transcript's sentence.
+    for a, b in _gaps(words, qwords, qcontent):
+        for i in range(a, b):
+            for j in range(i + 1, b + 1):
+                add(i, j, "gap")
     # 2. The clauses and sentences of the spans most related to the question. (When none
     #    shares a word with it, taking every span of a short transcript instead fixed a
     #    misheard name on the test split but lost a card on dev: 27 -> 26/31; not kept.)
