@@ -3,12 +3,17 @@
 ``decoder.onnx`` is shaped like the Whisper decoder so that the same speculative scheduler
 can drive it:
 
-``tokens [T]`` (int64), ``logit_rows [1]`` (int64, how many of the last rows need logits),
-and per layer ``past_k_i``/``past_v_i [n, kv_dim]`` → ``logits [R, V]`` for the last
+``tokens [T]`` (int64), ``positions [T]`` (int64), ``visible [T, T]`` (bool),
+``logit_rows [1]`` (int64, how many of the last rows need logits), and per layer
+``past_k_i``/``past_v_i [n, kv_dim]`` → ``logits [R, V]`` for the last
 ``R = min(logit_rows, T)`` rows, ``new_k_i``/``new_v_i [T, kv_dim]``.
 
-The caller owns the cache (``n`` rows already decoded) and appends the new rows; positions are
-``n .. n+T-1`` and come from the cache length. Keys are cached after their norm and RoPE.
+The caller owns the cache (``n`` rows already decoded) and appends the new rows. A sequence
+passes ``positions = n .. n+T-1`` and the lower triangle for ``visible``. A *tree* of
+continuations (candidate answers sharing prefixes) passes each token's depth as its position
+and its ancestors as what it sees, and is scored in one pass instead of one per branch; its
+rows are not kept (the cache layout is a sequence's). Keys are cached after their norm and
+RoPE.
 Weights arrive by GGUF tensor name (``blk.{i}.attn_q.weight``, …) from a callable, normally
 :meth:`as2d.models.gguf_reader.GGUFModel.tensor`; the architecture from
 :mod:`as2d.models.gemma_config`.
@@ -38,7 +43,9 @@ never falls onto onnxruntime's single-row kernel), masks address absolute cache 
 the sliding window is a mask over the full cache: a cache slice starting at a different
 column per call would regroup the sums of the softmax and of P·V and risk bit-exactness. The
 price is that local layers attend over the whole cache (masked), which grows the step cost
-with the context; see ``DEFAULT_CAPACITY``.
+with the context; see ``DEFAULT_CAPACITY``. A tree pass is not row-exact in that sense (a
+branch's ancestors sit in other columns than in a sequence, which regroups the softmax sums):
+its scores rank candidates; tokens are only ever committed from sequence passes.
 """
 
 from __future__ import annotations
@@ -129,6 +136,11 @@ def build_decoder(weights: WeightSource, cfg: GemmaConfig, quant: str = "int8",
         return g.linear(x, w, None, prefix, quant)
 
     tokens = g.input("tokens", TensorProto.INT64, ["T"])
+    # Where each new token sits and which new tokens it sees: ``n + arange(T)`` and the lower
+    # triangle for a sequence; a depth and its ancestors for a tree of continuations, all
+    # scored in one pass (their rows are then not kept in the cache).
+    positions = g.input("positions", TensorProto.INT64, ["T"])
+    visible = g.input("visible", TensorProto.BOOL, ["T", "T"])
     logit_rows = g.input("logit_rows", TensorProto.INT64, [1])
     past_k = [g.input(f"past_k_{i}", TensorProto.FLOAT, ["n", kv_dim])
               for i in range(cfg.num_layers)]
@@ -137,7 +149,6 @@ def build_decoder(weights: WeightSource, cfg: GemmaConfig, quant: str = "int8",
 
     t_len = g.op("Shape", tokens)  # [1]
     n_past = g.op("Slice", g.op("Shape", past_k[0]), g.const([0]), g.const([1]))  # [1]
-    total = g.op("Add", n_past, t_len)
 
     emb = weights("token_embd.weight")  # [V, d]
     if quant == "int8":
@@ -147,30 +158,42 @@ def build_decoder(weights: WeightSource, cfg: GemmaConfig, quant: str = "int8",
         x = g.op("Gather", table, tokens, axis=0)
     x = g.op("Mul", x, g.const(cfg.embed_scale, np.float32))
 
-    # RoPE rows for positions n .. n+T-1, shaped [T, 1, hd] to broadcast over heads.
+    # RoPE rows for the tokens' positions, shaped [T, 1, hd] to broadcast over heads.
     rope = {}
     for kind in sorted(set(cfg.layer_types)):
         cos, sin = rope_tables(cfg, capacity, kind)
         rope[kind] = tuple(
-            g.op("Unsqueeze", g.op("Slice", g.weight(f"rope.{kind}.{nm}", tab), n_past, total,
-                                   g.const([0])), g.const([1]))
+            g.op("Unsqueeze", g.op("Gather", g.weight(f"rope.{kind}.{nm}", tab), positions,
+                                   axis=0), g.const([1]))
             for nm, tab in (("cos", cos), ("sin", sin)))
 
-    # Masks over absolute cache columns for the grouped score rows (row r is token r // group,
-    # at position n + r // group): it sees columns j <= its position, and in a local layer
-    # only the last `sliding_window` of them.
-    rows = g.op("Mul", t_len, g.const([group]))
-    pos = g.op("Unsqueeze", g.op("Add", g.op("Div", g.op("Range", g.const(0), g.op("Squeeze", rows),
-                                                         g.const(1)), g.const(group)), n_past),
-               g.const([1]))  # [T*group, 1]
-    cols = g.op("Unsqueeze", g.op("Range", g.const(0), g.op("Squeeze", total), g.const(1)),
-                g.const([0]))  # [1, S]
-    future = g.op("Greater", cols, pos)
+    # Masks over absolute cache columns for the grouped score rows (row r is token r // group):
+    # a row sees the cached columns j <= its position and the new tokens ``visible`` grants
+    # it, and in a local layer only those less than `sliding_window` positions back. For a
+    # sequence (positions n.., the lower triangle) every value is what a mask built from the
+    # cache length gives, so a pass computes each row as before.
+    group_shape = g.op("Concat", t_len, g.const([group]), axis=0)  # [T, group]
+    pos = g.op("Reshape", g.op("Expand", g.op("Unsqueeze", positions, g.const([1])), group_shape),
+               g.const([-1, 1]))  # [T*group, 1]
+    past_cols = g.op("Unsqueeze", g.op("Range", g.const(0), g.op("Squeeze", n_past), g.const(1)),
+                     g.const([0]))  # [1, n]
+    new_cols = g.op("Unsqueeze", positions, g.const([0]))  # [1, T]
+    hidden_new = g.op("Not", g.op("Reshape", g.op("Expand", g.op("Unsqueeze", visible,
+                                                                 g.const([1])),
+                                                  g.op("Concat", group_shape, t_len, axis=0)),
+                                  g.op("Concat", g.const([-1]), t_len, axis=0)))  # [T*group, T]
+    future_past = g.op("Greater", past_cols, pos)
     neg_inf, zero = g.const(-np.inf, np.float32), g.const(0.0, np.float32)
-    masks = {"global": g.op("Where", future, neg_inf, zero)}
+    masks = {"global": g.op("Where", g.op("Concat", future_past, hidden_new, axis=1), neg_inf,
+                            zero)}
     if "local" in cfg.layer_types:
-        too_old = g.op("GreaterOrEqual", g.op("Sub", pos, cols), g.const(cfg.sliding_window))
-        masks["local"] = g.op("Where", g.op("Or", future, too_old), neg_inf, zero)
+        window = g.const(cfg.sliding_window)
+        hidden = g.op("Concat",
+                      g.op("Or", future_past,
+                           g.op("GreaterOrEqual", g.op("Sub", pos, past_cols), window)),
+                      g.op("Or", hidden_new,
+                           g.op("GreaterOrEqual", g.op("Sub", pos, new_cols), window)), axis=1)
+        masks["local"] = g.op("Where", hidden, neg_inf, zero)
 
     for i in range(cfg.num_layers):
         p = f"blk.{i}."

@@ -19,8 +19,12 @@ from as2d.models.bundle import Bundle, BundleError, load_bundle, models_dir, wri
 from as2d.models.catalog import ModelEntry, lookup
 from as2d.models.sources import Progress, SourceError, assemble, locate
 
-# Bump when the graphs change: older bundles are converted again on first use.
-CONVERTER_VERSION = 4
+# Written into every bundle; bump when a graph changes.
+CONVERTER_VERSION = 6
+# The oldest bundle of each kind still current: a kind is converted again on first use only
+# when its own graphs changed (6: the Gemma graph takes positions and a visibility matrix, so
+# that candidate answers are scored as one tree).
+OLDEST_CURRENT = {"whisper": 4, "llm": 6}
 
 
 @contextmanager
@@ -59,8 +63,10 @@ def bundle_path(name: str, precision: str, root: Path | None = None) -> Path:
 
 
 def is_current(bundle: Bundle) -> bool:
-    """Made by this converter version (older bundles lack newer graphs or fixes)."""
-    return bundle.manifest.get("converter_version", 0) >= CONVERTER_VERSION
+    """Made by a converter recent enough for its kind (older bundles lack newer graphs or
+    fixes)."""
+    oldest = OLDEST_CURRENT.get(bundle.manifest.get("kind") or "whisper", CONVERTER_VERSION)
+    return bundle.manifest.get("converter_version", 0) >= oldest
 
 
 def find_installed(name: str, precision: str, root: Path | None = None) -> Bundle | None:

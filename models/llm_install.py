@@ -100,10 +100,12 @@ def convert_llm(entry: ModelEntry, precision: str, work: Path, source_dir: Path 
                        start_of_turn_id=info.start_of_turn_id,
                        start_of_image_id=info.start_of_image_id),
         stop_ids=stops,
-        io=dict(inputs=["tokens [T] int64", "logit_rows [1] int64",
+        io=dict(inputs=["tokens [T] int64", "positions [T] int64", "visible [T, T] bool",
+                        "logit_rows [1] int64",
                         "past_k_i / past_v_i [n, kv_dim] float32 (per layer)"],
                 outputs=["logits [min(logit_rows, T), vocab] float32",
                          "new_k_i / new_v_i [T, kv_dim] float32 (per layer)"],
-                cache="keys after k_norm and RoPE; positions n..n+T-1 from the cache length"),
+                cache="keys after k_norm and RoPE; a sequence passes positions n..n+T-1 and "
+                      "the lower triangle, a tree its depths (+n) and ancestors"),
         source=source,
     )

@@ -25,13 +25,15 @@ from dataclasses import dataclass, field
 
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.events import AnswerDone, AnswerStats, AnswerStatsCollector, AskStarted
-from as2d.runtime.ask.extract import Candidate, candidates, count_answer, score
+from as2d.runtime.ask.extract import Candidate, candidates, count_answer
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.passages import evidence, grounded, rank_spans
 from as2d.runtime.ask.prefix_cache import for_model as prefix_cache_for
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, asks_about_time
 from as2d.runtime.ask.sources import SOURCES, lookup_source, source_texts
 from as2d.runtime.ask.spans import Span, format_time
+from as2d.runtime.ask.tree import TreeSource
+from as2d.runtime.ask.tree import score as tree_score
 from as2d.runtime.events import Listener, Note, fanout, ignore
 from as2d.runtime.speculative.lookup import LookupSource
 
@@ -172,29 +174,39 @@ class Answerer:
             emit(Note(f"{self.model.name}: its graph does not compute each token independently "
                       "of the others in a pass, so verified candidates could change the answer; "
                       "generating without candidates", "warning"))
+        extract = o.extract and self.builder.style != "instruct"
+        found = candidates(plan.spans, question) if extract else []
         sources = self.sources(spans, question, drafter_text, plan) if use else None
+        if use and found and "answers" in o.sources:
+            # The scored candidates' tree predicts where the greedy answer goes (verified).
+            sources = TreeSource(len(plan.ids), sources if sources.lookups else None)
         emit(AskStarted(question, self.model.name, len(plan.ids), plan.transcript_tokens,
                         len(spans), len(plan.spans), plan.selected, use,
                         sources.names if sources else ()))
-        extract = o.extract and self.builder.style != "instruct"
-        found = candidates(plan.spans, question) if extract else []
         scored: list[Candidate] = []
+        seqs = {c.text: self.codec.text(" " + c.text) for c in found}
 
         def score_candidates(state, prompt_len: int, logits) -> None:
-            # Under the prompt just answered (its cache kept), each candidate's likelihood.
-            seqs = [self.codec.text(" " + c.text) for c in found]
-            if not seqs or prompt_len + max(map(len, seqs)) + 1 > state.capacity:
+            # Under the prompt just prefilled, each candidate's likelihood as the answer.
+            ids = [seqs[c.text] for c in found]
+            if not ids or prompt_len + max(map(len, ids)) + 1 > state.capacity:
                 return
-            for c, ids, lp in zip(found, seqs, score(state, prompt_len, logits, seqs,
-                                                      plan.stop_ids)):
+            state.truncate(prompt_len)
+            lps, tree = tree_score(state, logits, ids, plan.stop_ids)
+            for c, t, lp in zip(found, ids, lps):
                 c.score = c.likelihood = lp
-                c.tokens = len(ids)
+                c.tokens = len(t)
                 scored.append(c)
-            self.calibrate(state, plan, scored, seqs={c.text: s for c, s in zip(found, seqs)})
+            if isinstance(sources, TreeSource):
+                sources.tree = tree
+
+        def calibrate(state, prompt_len: int, logits) -> None:
+            self.calibrate(state, plan, scored, seqs)
 
         gen = SpeculativeGenerator(self.model, emit, self.prefix)
         result = gen.generate(plan.ids, o.max_tokens, plan.stop_ids, sources,
-                              score_candidates if found else None, plan.static)
+                              calibrate if found else None, plan.static,
+                              score_candidates if found else None)
         text = self.answer_text(result.tokens, plan)
         scored.sort(key=rank)
         method, generated, used = "generated", None, evidence(text, plan.spans)
@@ -237,9 +249,9 @@ class Answerer:
         ids = [seqs[c.text] for c in head]
         if not suffix or start + max(map(len, ids)) + 1 > state.capacity:
             return
-        state.truncate(plan.question_at)
-        logits = state.forward(suffix, logit_rows=1)[-1]
-        for c, prior in zip(head, score(state, start, logits, ids, plan.stop_ids)):
+        state.truncate(plan.question_at)  # the suffix and the candidates run as one tree
+        priors, _ = tree_score(state, None, ids, plan.stop_ids, prefix=suffix)
+        for c, prior in zip(head, priors):
             c.prior = prior
             c.score = c.likelihood - a * prior
         scored.sort(key=rank)

@@ -14,10 +14,10 @@ is made over a short list of spans of the transcript instead:
 
 Each candidate is written as the prompt's examples write answers (``" Despair."``) and scored by
 the model's log-likelihood of it as the answer, line break included, under the same prompt
-(:func:`score`: one pass per candidate after the prompt's cache, sharing common prefixes as a
-trie). A candidate that only repeats the question's content words is no answer and is dropped,
-unless its small words stand alone (a whole clause or sentence: "No.", "Not now.") or fill a
-gap between the question's words ("Then.").
+(:func:`score`: all of them as one tree in one pass after the prompt's cache,
+:mod:`as2d.runtime.ask.tree`). A candidate that only repeats the question's content words is
+no answer and is dropped, unless its small words stand alone (a whole clause or sentence:
+"No.", "Not now.") or fill a gap between the question's words ("Then.").
 
 "How many times ..." about a phrase that occurs in the transcript is counted, not generated
 (:func:`count_answer`): the model cannot count.
@@ -33,6 +33,7 @@ import numpy as np
 
 from as2d.runtime.ask.passages import NUMBER_WORDS, _stem, content_words, quoted, rank_spans
 from as2d.runtime.ask.spans import Span
+from as2d.runtime.ask.tree import score as tree_score
 
 _NUM = NUMBER_WORDS
 _TOKEN = re.compile(r"\S+")
@@ -313,45 +314,10 @@ def score(state, prompt_len: int, first_logits: np.ndarray, seqs: Sequence[Seque
           stop_ids: frozenset[int]) -> list[float]:
     """Log-likelihood of each token sequence as the continuation of the prompt in ``state``
     (cached up to ``prompt_len``; ``first_logits`` are the prefill's last row), with the
-    probability of ending there (any of ``stop_ids``) added. Sequences are run in sorted order
-    so that a common prefix is run once; the cache is left at ``prompt_len``."""
-    stops = np.fromiter(sorted(stop_ids), dtype=np.int64)
-    order = sorted(range(len(seqs)), key=lambda i: list(seqs[i]))
-    rows = [_log_softmax(first_logits)]
-    fed: list[int] = []
-    out = [float("-inf")] * len(seqs)
+    probability of ending there (any of ``stop_ids``) added: one tree pass, or one pass per
+    branch of their trie (:func:`as2d.runtime.ask.tree.score`). The cache is left at
+    ``prompt_len``."""
     state.truncate(prompt_len)
-    try:
-        for i in order:
-            seq = list(seqs[i])
-            if not seq:
-                continue
-            lcp = 0
-            while lcp < min(len(fed), len(seq)) and fed[lcp] == seq[lcp]:
-                lcp += 1
-            if lcp < len(fed):
-                state.truncate(prompt_len + lcp)
-                fed = fed[:lcp]
-                rows = rows[:lcp + 1]
-            new = seq[lcp:]
-            if new:
-                logits = state.forward(new)
-                rows += [_log_softmax(r) for r in np.asarray(logits)]
-                fed += new
-            lp = sum(float(rows[j][0][t]) - rows[j][1] for j, t in enumerate(seq))
-            end, lse = rows[len(seq)]
-            if len(stops):
-                e = end[stops].astype(np.float64)
-                lp += float(e.max() + np.log(np.exp(e - e.max()).sum())) - lse
-            out[i] = lp
-    finally:
-        state.truncate(prompt_len)
-    return out
+    return tree_score(state, first_logits, seqs, stop_ids)[0]
 
-
-def _log_softmax(row: np.ndarray) -> tuple[np.ndarray, float]:
-    """A logits row and its log-sum-exp (a log-probability is ``row[t] - lse``)."""
-    row = np.array(row, dtype=np.float32)  # a copy: the session may reuse its buffer
-    m = float(row.max())
-    return row, m + float(np.log(np.exp(row - m, dtype=np.float32).sum(dtype=np.float64)))
 

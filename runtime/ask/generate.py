@@ -128,11 +128,15 @@ class SpeculativeGenerator:
     def generate(self, prompt_ids: Sequence[int], max_new: int, stop_ids: Iterable[int],
                  candidates: LookupSource | None = None,
                  then: Callable[[LMState, int, np.ndarray], None] | None = None,
-                 static: int = 0) -> Generation:
+                 static: int = 0,
+                 before: Callable[[LMState, int, np.ndarray], None] | None = None
+                 ) -> Generation:
         """Up to ``max_new`` tokens after ``prompt_ids`` (at least one, from the prefill);
-        ``candidates=None`` is target-only generation through the same passes. ``then(state,
-        prompt_len, prefill_logits)`` runs after the answer, before the cache is released
-        (to score other answers under the same prompt: :func:`as2d.runtime.ask.extract.score`).
+        ``candidates=None`` is target-only generation through the same passes.
+        ``before(state, prompt_len, prefill_logits)`` runs after the prefill and must leave the
+        cache as it found it (to score other answers under the same prompt, and hand
+        ``candidates`` what that found: :mod:`as2d.runtime.ask.tree`); ``then(...)`` runs after
+        the answer, before the cache is released, and may change it.
         The first ``static`` prompt ids are a fixed head whose KV rows the ``prefix`` cache
         may hold (loaded rows are the prefill's rows, bit for bit).
         """
@@ -150,6 +154,10 @@ class SpeculativeGenerator:
             first = int(np.argmax(first_logits))
             prefill_s = time.perf_counter() - t0
             self.emit(Prefilled(len(prompt_ids), prefill_s, decode([first]), cached))
+            if before is not None:
+                before(state, len(prompt_ids), first_logits)
+                if state.length != len(prompt_ids):
+                    raise RuntimeError("the scoring step changed the prompt's cache")
             decoding = AnswerDecoding(state, prompt_ids, first, max_new, stops)
 
             def on_pass(offered: Sequence[int], verdict: Verdict) -> None:

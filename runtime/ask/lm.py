@@ -227,6 +227,8 @@ class CausalLM(LMBackend):
         self.session = make_session(self.path / manifest["files"]["decoder"], threads,
                                     spin=True)
         self._outputs = [o.name for o in self.session.get_outputs()]
+        # Bundles before the tree inputs (converter version 5) take positions from the cache.
+        self.trees = "visible" in {i.name for i in self.session.get_inputs()}
 
     @property
     def capacity(self) -> int:
@@ -248,6 +250,11 @@ class LLMState(KVCache):
     def reset(self) -> None:
         self.length = 0
 
+    @property
+    def trees(self) -> bool:
+        """Whether :meth:`forward_tree` scores a tree in one pass."""
+        return self.model.trees
+
     def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns logits ``[R, vocab]`` of the last
         ``R = logit_rows`` tokens (all of them by default, as verification needs)."""
@@ -259,4 +266,47 @@ class LLMState(KVCache):
         feed = self._feed
         feed["tokens"] = np.asarray(tokens, dtype=np.int64)
         feed["logit_rows"] = np.array([t if logit_rows is None else logit_rows], dtype=np.int64)
+        if self.model.trees:
+            feed["positions"] = np.arange(self.length, self.length + t, dtype=np.int64)
+            feed["visible"] = np.tri(t, dtype=bool)
         return self._run(self.model.session, self.model._outputs, feed, t, "LLM")["logits"]
+
+    def forward_tree(self, tokens: Sequence[int], parents: Sequence[int]) -> np.ndarray:
+        """Logits ``[T, vocab]`` of every node of a tree of continuations of the cache, in one
+        pass: node ``i`` is ``tokens[i]``, the child of node ``parents[i]`` (``-1``: of the
+        cached sequence; a parent comes before its children). The cache is left as it was.
+
+        The tree's rows are not bit-identical to a sequence pass (see
+        :mod:`as2d.models.gemma_graph`); they rank continuations and commit nothing."""
+        if not self.model.trees:
+            raise ValueError(f"{self.model.name}: its graph predates tree passes")
+        t = len(tokens)
+        if t == 0 or len(parents) != t:
+            raise ValueError("a tree needs one parent per token")
+        if self.length + t > self.capacity:
+            raise ValueError(f"LLM context is full ({self.length} + {t} > {self.capacity})")
+        depth, visible = tree_layout(parents)
+        n = self.length
+        feed = {"tokens": np.asarray(tokens, dtype=np.int64),
+                "positions": depth + n, "visible": visible,
+                "logit_rows": np.array([t], dtype=np.int64)}
+        for k, v, (pk, pv, _, _) in zip(self.k, self.v, self._names):
+            feed[pk] = k[:n]
+            feed[pv] = v[:n]
+        return self.model.session.run(["logits"], feed)[0]
+
+
+def tree_layout(parents: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Each node's depth (0 for a child of the cached sequence) and the ``[T, T]`` matrix of
+    what it sees (itself and its ancestors), from parent indices that precede their nodes."""
+    t = len(parents)
+    depth = np.zeros(t, dtype=np.int64)
+    visible = np.eye(t, dtype=bool)
+    for i, p in enumerate(parents):
+        p = int(p)
+        if p >= i or p < -1:
+            raise ValueError(f"node {i}: its parent {p} does not come before it")
+        if p >= 0:
+            depth[i] = depth[p] + 1
+            visible[i] |= visible[p]
+    return depth, visible

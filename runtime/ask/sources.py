@@ -12,6 +12,10 @@ question. So candidates are looked up, n-gram style
 * ``question`` — the user's request;
 * ``examples`` — the prompt's own few-shot answers, which predict the answer's form ("At 0:0…",
   the full stop and the line break that end it): prompt look-up in its classic sense.
+
+Before those, ``answers``: where the answer follows one of the candidate spans scored as
+answers, the model's own greedy path through them, read off the scoring pass
+(:class:`as2d.runtime.ask.tree.TreeSource`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from collections.abc import Callable, Sequence
 from as2d.runtime.ask.spans import Span, transcript_lines
 from as2d.runtime.speculative.lookup import Lookup, LookupSource
 
-SOURCES = ("transcript", "drafter", "question", "examples")
+SOURCES = ("answers", "transcript", "drafter", "question", "examples")
+LOOKUP_SOURCES = SOURCES[1:]  # the texts looked up n-gram style
 # Per-candidate acceptance by n-gram match length (1, 2, 3 or more tokens), measured over the
 # benchmark's answers (scripts/ask_bench.py): the budgets' starting point before they learn.
 PRIOR_ACCEPTANCE = {1: 0.35, 2: 0.45, 3: 0.75}
@@ -44,8 +49,8 @@ def source_texts(spans: Sequence[Span], question: str, drafter_text: str | None,
 def lookup_source(texts: dict[str, str], encode: Callable[[str], list[int]],
                   names: Sequence[str] = SOURCES, max_ngram: int = 4, min_ngram: int = 1,
                   k_max: int = 16) -> LookupSource:
-    """The candidate source of one answer: the named, non-blank texts, searched in
-    :data:`SOURCES` order (which breaks ties between equally long matches)."""
+    """The look-up candidates of one answer: the named, non-blank texts, searched in
+    :data:`LOOKUP_SOURCES` order (which breaks ties between equally long matches)."""
     lookups = [Lookup(name, encode(texts[name]), max_ngram)
-               for name in SOURCES if name in names and texts[name].strip()]
+               for name in LOOKUP_SOURCES if name in names and texts[name].strip()]
     return LookupSource(lookups, PRIOR_ACCEPTANCE, min_ngram, k_max)
