@@ -255,11 +255,3 @@ def build_decoder(weights: WeightSource, cfg: GemmaConfig, quant: str = "int8",
         logits = g.op("Gemm", x, "embed.weight", transB=1)
     g.output(logits, "logits", TensorProto.FLOAT, ["R", cfg.vocab_size])
     return g.model()
-
-
-def model_weight_bytes(cfg: GemmaConfig, quant: str) -> int:
-    """Rough size of the graph's initializers (decides whether external data is needed)."""
-    per_layer = (cfg.hidden_size * (cfg.q_dim + 2 * cfg.kv_dim) + cfg.q_dim * cfg.hidden_size
-                 + 3 * cfg.hidden_size * cfg.intermediate_size)
-    params = cfg.num_layers * per_layer + cfg.vocab_size * cfg.hidden_size
-    return params * (1 if quant == "int8" else 4)

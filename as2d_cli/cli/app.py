@@ -118,7 +118,35 @@ def entry() -> None:
                   file=sys.stderr)
             sys.exit(1)
         raise
-    sys.exit(code if isinstance(code, int) else 0)
+    _leave(code if isinstance(code, int) else 0)
+
+
+def _leave(code: int) -> None:
+    """Exit without tearing the process down object by object.
+
+    Everything the command writes is written by now (output files are closed by their
+    writers); what is left is freeing the model sessions and their hundreds of MB of weights,
+    which at interpreter shutdown cost ``as2d ask`` 0.12-0.19 s of its wall time (0.04-0.07 s
+    this way). Standard output is flushed first, with the errors the normal exit would have
+    reported. A process that started Ray or opened an audio device exits normally: their
+    exit handlers let go of a cluster connection and of PortAudio."""
+    import errno
+
+    if {"ray", "sounddevice"} & sys.modules.keys():
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            _quiet_stdout()
+            print(f"as2d: error: cannot write the output ({exc.strerror or exc})",
+                  file=sys.stderr)
+        code = code or 1
+    try:
+        sys.stderr.flush()
+    except OSError:
+        pass
+    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover
