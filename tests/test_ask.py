@@ -459,10 +459,31 @@ def test_lookup_prefers_the_occurrence_that_continues_the_copy():
     assert src.match([8, 1, 2]) == (2, 2)  # first occurrence of (1, 2)
     src.advance(6, 0, 4)  # the answer went on with 4 after the second (1, 2)
     assert src.cursor == 7
-    assert src.match([0, 1, 2, 3]) == (3, 3)
+    assert src.match([0, 1, 2, 3]) == (3, 11)  # goes on from there, skipping a token
+    assert src.match([0, 1, 2, 9]) == (1, 4)  # (2, 9) nowhere, 9 only before the copy
     assert src.match([42]) == (0, -1)
+    src.advance(0, 0, None)  # the copy went back to the start: the longest match wins
+    assert src.match([0, 1, 2, 3]) == (3, 3)
     # A match at the very end has nothing to propose.
     assert Lookup("q", [5, 6], max_ngram=2).match([5, 6]) == (0, -1)
+
+
+def test_lookup_matches_folded_tokens_and_proposes_its_own():
+    # 10 " the" and 20 " The" fold together; what is proposed is the source's own tokens
+    fold = {10: "the", 20: "the"}.get
+    src = Lookup("transcript", [5, 10, 6, 7], max_ngram=2, fold=lambda t: fold(t, t))
+    assert src.match([20]) == (1, 2) and src.ids[2:] == [6, 7]
+    assert Lookup("transcript", [5, 10, 6, 7], max_ngram=2).match([20]) == (0, -1)
+
+
+def test_a_resumed_copy_wins_over_a_longer_match_elsewhere():
+    near = Lookup("transcript", [1, 2, 3, 4, 5, 6], max_ngram=3)
+    far = Lookup("drafter", [9, 8, 3, 7], max_ngram=3)
+    source = LookupSource([near, far], {1: 0.9, 2: 0.9, 3: 0.9})
+    near.advance(4, 0, None)  # the copy stands at 5: a 3 there would go back
+    assert source.best([1, 2, 8, 3])[0] is far  # the longest match: (8, 3), the drafter's
+    near.advance(0, 1, 2)  # copied 1 2, then the answer put in an 8 of its own
+    assert source.best([1, 2, 8, 3])[0] is near  # 3 resumes the transcript's copy
 
 
 def test_select_spans_without_model():

@@ -54,6 +54,8 @@ class AskOptions:
     min_ngram: int = 1
     k_max: int = 16
     sources: tuple[str, ...] = SOURCES
+    # Look-ups match tokens whatever their case (proposing the source's own tokens).
+    fold_case: bool = True
     # A question about the recording's clock ("when does the speaker say ...") is answered
     # with the time of the span that says it (found by shared and quoted words), not generated.
     locate: bool = True
@@ -122,6 +124,7 @@ class Answerer:
         self.lossless = bool(getattr(model, "row_invariant", True))
         # The prompt head's KV rows, kept between runs (None: every prefill is whole).
         self.prefix = prefix_cache_for(model) if self.options.prefix_cache else None
+        self._folded: dict[int, str] = {}
 
     @property
     def capacity(self) -> int:
@@ -145,7 +148,16 @@ class Answerer:
         texts = source_texts(spans, question, drafter_text,
                              self.builder.examples_text(plan.timed), plan.timed)
         return lookup_source(texts, self.codec.text, o.sources, o.max_ngram, o.min_ngram,
-                             o.k_max)
+                             o.k_max, self.fold if o.fold_case else None)
+
+    def fold(self, tid: int) -> str:
+        """A token as look-ups match it: its text in lower case (an answer that copies "the age
+        of wisdom" starts it " The")."""
+        key = self._folded.get(tid)
+        if key is None:
+            piece = self.model.tokenizer.token(tid)
+            key = self._folded[tid] = piece.lower() if piece is not None else f"#{tid}"
+        return key
 
     def ask(self, spans: Sequence[Span], question: str, drafter_text: str | None = None) -> Answer:
         if not question.strip():

@@ -48,9 +48,9 @@ def source_texts(spans: Sequence[Span], question: str, drafter_text: str | None,
 
 def lookup_source(texts: dict[str, str], encode: Callable[[str], list[int]],
                   names: Sequence[str] = SOURCES, max_ngram: int = 4, min_ngram: int = 1,
-                  k_max: int = 16) -> LookupSource:
+                  k_max: int = 16, fold: Callable[[int], object] | None = None) -> LookupSource:
     """The look-up candidates of one answer: the named, non-blank texts, searched in
     :data:`LOOKUP_SOURCES` order (which breaks ties between equally long matches)."""
-    lookups = [Lookup(name, encode(texts[name]), max_ngram)
+    lookups = [Lookup(name, encode(texts[name]), max_ngram, fold)
                for name in LOOKUP_SOURCES if name in names and texts[name].strip()]
     return LookupSource(lookups, PRIOR_ACCEPTANCE, min_ngram, k_max)

@@ -11,7 +11,7 @@ the ids belong to.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from as2d.runtime.speculative.budget import Budget
@@ -27,27 +27,53 @@ class Lookup:
     the previous accepted copy wins (a quote is usually one contiguous run), else the first.
     """
 
-    def __init__(self, name: str, ids: Sequence[int], max_ngram: int = 4) -> None:
+    SKIP = 4  # tokens a copy may skip and still go on from where it was
+
+    def __init__(self, name: str, ids: Sequence[int], max_ngram: int = 4,
+                 fold: Callable[[int], Hashable] | None = None) -> None:
         self.name = name
         self.ids = list(ids)
         self.max_ngram = max_ngram
-        self.index: dict[tuple[int, ...], list[int]] = {}
+        # What a token is matched as: itself, or a key several tokens share (an answer that
+        # copies "the age of wisdom" may start it " The"); what is proposed is the sequence's
+        # own continuation either way.
+        self.fold = fold
+        keys = [fold(t) for t in self.ids] if fold else self.ids
+        self.index: dict[tuple, list[int]] = {}
         for n in range(1, max_ngram + 1):
             for end in range(n, len(self.ids)):  # a match at the very end has no continuation
-                self.index.setdefault(tuple(self.ids[end - n:end]), []).append(end)
+                self.index.setdefault(tuple(keys[end - n:end]), []).append(end)
         self.cursor: int | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def match(self, context: Sequence[int], min_ngram: int = 1) -> tuple[int, int]:
-        """``(n, position)`` of the longest match (``(0, -1)`` without one)."""
-        for n in range(min(self.max_ngram, len(context)), min_ngram - 1, -1):
-            ends = self.index.get(tuple(context[-n:]))
-            if ends:
-                pos = self.cursor if self.cursor in ends else ends[0]
-                return n, pos
-        return 0, -1
+        """``(n, position)`` of the longest match (``(0, -1)`` without one); but a match that
+        resumes the copy a few tokens on (within :attr:`SKIP`) wins over a longer one elsewhere:
+        an answer that copies a list and drops its "it was" ("the age of wisdom, the age of
+        foolishness" from "it was the age of wisdom, it was the age of foolishness") goes on
+        from where it was, not from another ", the" in the text."""
+        tail = context[-self.max_ngram:]
+        if self.fold is not None:
+            tail = [self.fold(t) for t in tail]
+        c = self.cursor
+        best = (0, -1)  # the longest match, where none resumes the copy
+        for n in range(min(self.max_ngram, len(tail)), min_ngram - 1, -1):
+            ends = self.index.get(tuple(tail[-n:]))
+            if not ends:
+                continue
+            near = next((e for e in ends if self.resumes(e)), None)
+            if near is not None:
+                return n, near
+            if best[0] == 0:
+                best = (n, c if c in ends else ends[0])
+        return best
+
+    def resumes(self, pos: int) -> bool:
+        """Whether a continuation at ``pos`` goes on with the copy (at most :attr:`SKIP`
+        tokens after where it stands)."""
+        return self.cursor is not None and self.cursor <= pos <= self.cursor + self.SKIP
 
     def advance(self, pos: int, accepted: int, own: int | None) -> None:
         """Remember where the copy stands after a pass that started at ``pos``."""
@@ -98,12 +124,15 @@ class LookupSource(CandidateSource):
         return tuple(s.name for s in self.lookups)
 
     def best(self, context: Sequence[int]) -> tuple[Lookup | None, int, int]:
-        """``(lookup, n, position)`` of the longest match over all sequences."""
+        """``(lookup, n, position)`` of the longest match over all sequences, a match that
+        resumes its sequence's copy first (:meth:`Lookup.match`)."""
         best: tuple[Lookup | None, int, int] = (None, 0, -1)
+        rank = (False, 0)
         for src in self.lookups:
             n, pos = src.match(context, self.min_ngram)
-            if n > best[1]:
-                best = (src, n, pos)
+            r = (n > 0 and src.resumes(pos), n)
+            if r > rank:
+                best, rank = (src, n, pos), r
         return best
 
     def budget(self, name: str, n: int) -> Budget:
