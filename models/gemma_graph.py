@@ -10,8 +10,8 @@ can drive it:
 
 The caller owns the cache (``n`` rows already decoded) and appends the new rows. A sequence
 passes ``positions = n .. n+T-1`` and the lower triangle for ``visible``. A *tree* of
-continuations (candidate answers sharing prefixes) passes each token's depth as its position
-and its ancestors as what it sees, and is scored in one pass instead of one per branch; its
+continuations (candidate answers sharing prefixes) passes ``n`` + each token's depth as its
+position and its ancestors as what it sees, and is scored in one pass instead of one per branch; its
 rows are not kept (the cache layout is a sequence's). Keys are cached after their norm and
 RoPE.
 Weights arrive by GGUF tensor name (``blk.{i}.attn_q.weight``, …) from a callable, normally

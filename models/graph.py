@@ -177,7 +177,8 @@ class Graph:
 
 
 def save_model(model: onnx.ModelProto, path, external_data: bool = False) -> None:
-    """Write a graph; models over protobuf's 2 GB limit keep their weights beside the file."""
+    """Write a graph; ``external_data``: its weights in ``<name>.data`` beside it (needed past
+    protobuf's 2 GB limit; onnxruntime also builds a session faster from such a file)."""
     if external_data:
         onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=f"{path.name}.data", size_threshold=1024)

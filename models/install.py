@@ -20,11 +20,11 @@ from as2d.models.catalog import ModelEntry, lookup
 from as2d.models.sources import Progress, SourceError, assemble, locate
 
 # Written into every bundle; bump when a graph changes.
-CONVERTER_VERSION = 6
+CONVERTER_VERSION = 7
 # The oldest bundle of each kind still current: a kind is converted again on first use only
-# when its own graphs changed (6: the Gemma graph takes positions and a visibility matrix, so
-# that candidate answers are scored as one tree).
-OLDEST_CURRENT = {"whisper": 4, "llm": 6}
+# when its own graphs changed (LLM 7: the Gemma graph takes positions and a visibility matrix,
+# so that candidate answers are scored as one tree, and its weights are a file beside it).
+OLDEST_CURRENT = {"whisper": 4, "llm": 7}
 
 
 @contextmanager

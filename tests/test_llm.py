@@ -525,3 +525,17 @@ def test_install_writes_a_verifiable_bundle(bundle, precision):
     assert m["tokenizer"]["bos_id"] == 2 and m["stop_ids"] == [1, 106, 255999]
     assert m["source"]["sha256"] == lookup(MODEL).source.sha256
     assert not any(p.suffix == ".gguf" for p in b.path.iterdir()), "source left in the bundle"
+
+
+def test_a_bundle_is_converted_again_only_when_its_own_kind_changed():
+    from types import SimpleNamespace
+
+    from as2d.models.install import CONVERTER_VERSION, OLDEST_CURRENT, is_current
+
+    def bundle(kind, version):
+        return SimpleNamespace(manifest={"kind": kind, "converter_version": version})
+
+    assert is_current(bundle("whisper", OLDEST_CURRENT["whisper"]))
+    assert not is_current(bundle("llm", OLDEST_CURRENT["llm"] - 1))  # before the tree inputs
+    assert is_current(bundle("llm", CONVERTER_VERSION))
+    assert not is_current(SimpleNamespace(manifest={"kind": "llm"}))

@@ -72,7 +72,7 @@ def _quiet_stdout() -> None:
 
 
 def entry() -> None:
-    """Console-script entry point.
+    """Console-script entry point (it ends the process: call :data:`app` to embed the CLI).
 
     Parsing errors (unknown option, a value of the wrong type) are printed as one
     ``as2d: error:`` line like every other user mistake, not as click's usage panel.
@@ -143,7 +143,8 @@ def _leave(code: int) -> None:
                   file=sys.stderr)
         code = code or 1
     try:
-        sys.stderr.flush()
+        if sys.stderr is not None:
+            sys.stderr.flush()
     except OSError:
         pass
     os._exit(code)

@@ -13,11 +13,11 @@ is made over a short list of spans of the transcript instead:
 * for a question about the first or last words, the first and last clause and sentence.
 
 Each candidate is written as the prompt's examples write answers (``" Despair."``) and scored by
-the model's log-likelihood of it as the answer, line break included, under the same prompt
-(:func:`score`: all of them as one tree in one pass after the prompt's cache,
-:mod:`as2d.runtime.ask.tree`). A candidate that only repeats the question's content words is
-no answer and is dropped, unless its small words stand alone (a whole clause or sentence:
-"No.", "Not now.") or fill a gap between the question's words ("Then.").
+the model's log-likelihood of it as the answer, line break included, under the same prompt (all
+of them as one tree, in one pass after the prompt's cache: :mod:`as2d.runtime.ask.tree`). A
+candidate that only repeats the question's content words is no answer and is dropped, unless
+its small words stand alone (a whole clause or sentence: "No.", "Not now.") or fill a gap
+between the question's words ("Then.").
 
 "How many times ..." about a phrase that occurs in the transcript is counted, not generated
 (:func:`count_answer`): the model cannot count.
@@ -29,11 +29,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from as2d.runtime.ask.passages import NUMBER_WORDS, _stem, content_words, quoted, rank_spans
 from as2d.runtime.ask.spans import Span
-from as2d.runtime.ask.tree import score as tree_score
 
 _NUM = NUMBER_WORDS
 _TOKEN = re.compile(r"\S+")
@@ -108,29 +105,43 @@ def _runs(words: Sequence[Word], end: re.Pattern) -> list[tuple[int, int]]:
     return out
 
 
-def _gaps(words: Sequence[Word], q: Sequence[str], content: set[str], max_gap: int = 3,
-          max_skip: int = 2) -> list[tuple[int, int]]:
+def _gaps(words: Sequence[Word], q: Sequence[str], content: set[str],
+          sentences: list[tuple[int, int]], max_gap: int = 3, max_skip: int = 2,
+          keep: int = 2) -> list[tuple[int, int]]:
     """``[a, b)`` word ranges of the transcript (1 to ``max_gap`` words) between two runs of
     question words that follow each other in the question (at most ``max_skip`` question words
-    apart); a run is two words or more, or one content word."""
+    apart) within one sentence; a run is two words or more, or one content word. The ``keep``
+    gaps between the longest runs."""
     n = len(words)
-    runs = []  # (transcript start, question start, length), maximal
+    sentence = [0] * n
+    for k, (a, b) in enumerate(sentences):
+        for i in range(a, b):
+            sentence[i] = k
+    starts: dict[int, list[tuple[int, int]]] = {}  # transcript start → (question start, length)
+    positions: dict[str, list[int]] = {}
+    for j, w in enumerate(q):
+        positions.setdefault(w, []).append(j)
     for i in range(n):
-        for j in range(len(q)):
-            if words[i].norm != q[j] or (i > 0 and j > 0 and words[i - 1].norm == q[j - 1]):
-                continue
+        for j in positions.get(words[i].norm, ()):
+            if i > 0 and j > 0 and words[i - 1].norm == q[j - 1]:
+                continue  # inside a longer run
             m = 1
             while i + m < n and j + m < len(q) and words[i + m].norm == q[j + m]:
                 m += 1
             if m >= 2 or words[i].norm in content:
-                runs.append((i, j, m))
-    out = set()
-    for i1, j1, m1 in runs:
-        for i2, j2, _m2 in runs:
-            gap, skip = i2 - (i1 + m1), j2 - (j1 + m1)
-            if 1 <= gap <= max_gap and 0 <= skip <= max_skip:
-                out.add((i1 + m1, i2))
-    return sorted(out)
+                starts.setdefault(i, []).append((j, m))
+    found: dict[tuple[int, int], int] = {}
+    for i1, runs in starts.items():
+        for j1, m1 in runs:
+            a = i1 + m1
+            for i2 in range(a + 1, min(a + max_gap, n - 1) + 1):
+                if sentence[i2] != sentence[a - 1]:
+                    break
+                for j2, m2 in starts.get(i2, ()):
+                    if 0 <= j2 - (j1 + m1) <= max_skip:
+                        found[(a, i2)] = max(found.get((a, i2), 0), m1 + m2)
+    best = sorted(found, key=lambda g: (-found[g], g))[:keep]
+    return sorted(best)
 
 
 def _containing(runs: list[tuple[int, int]], i: int) -> int:
@@ -226,7 +237,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     # 1b. The words between two runs of the question's words ("When did Mr. John Dashwood
     #     have leisure ...?" over "Mr. John Dashwood had *then* leisure ..."): where the
     #     question's wh-word sits in the transcript's sentence.
-    for a, b in _gaps(words, qwords, qcontent):
+    for a, b in _gaps(words, qwords, qcontent, sentences):
         for i in range(a, b):
             for j in range(i + 1, b + 1):
                 add(i, j, "gap")
@@ -308,16 +319,3 @@ def count_answer(spans: Sequence[Span], question: str) -> tuple[str, list[int]] 
     n = len(hits)
     text = (_COUNT_WORDS[n] if n < len(_COUNT_WORDS) else f"{n} times")
     return text[0].upper() + text[1:] + ".", sorted({words[i].span for i in hits})
-
-
-def score(state, prompt_len: int, first_logits: np.ndarray, seqs: Sequence[Sequence[int]],
-          stop_ids: frozenset[int]) -> list[float]:
-    """Log-likelihood of each token sequence as the continuation of the prompt in ``state``
-    (cached up to ``prompt_len``; ``first_logits`` are the prefill's last row), with the
-    probability of ending there (any of ``stop_ids``) added: one tree pass, or one pass per
-    branch of their trie (:func:`as2d.runtime.ask.tree.score`). The cache is left at
-    ``prompt_len``."""
-    state.truncate(prompt_len)
-    return tree_score(state, first_logits, seqs, stop_ids)[0]
-
-

@@ -227,7 +227,8 @@ class CausalLM(LMBackend):
         self.session = make_session(self.path / manifest["files"]["decoder"], threads,
                                     spin=True)
         self._outputs = [o.name for o in self.session.get_outputs()]
-        # Bundles before the tree inputs (converter version 5) take positions from the cache.
+        # Bundles before the tree inputs (LLM converter version 7) take positions from the
+        # cache length.
         self.trees = "visible" in {i.name for i in self.session.get_inputs()}
 
     @property

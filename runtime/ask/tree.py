@@ -15,7 +15,7 @@ themselves: the answer stays token-identical to plain greedy generation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,17 +79,35 @@ def _groups(seqs: Sequence[Sequence[int]], budget: int) -> list[list[int]]:
     return groups
 
 
+@dataclass(frozen=True)
+class Row:
+    """What is kept of one row of logits (a full row is 1 MB): the greedy token, the
+    log-probabilities of the tokens the tree goes on with, and of ending there (any stop id)."""
+
+    best: int
+    next_lp: dict[int, float]
+    stop_lp: float
+
+
+def summarize(logits: np.ndarray, nexts: Iterable[int], stops: np.ndarray) -> Row:
+    row = np.asarray(logits, dtype=np.float32)
+    m = float(row.max())
+    lse = m + float(np.log(np.exp(row - m, dtype=np.float32).sum(dtype=np.float64)))
+    stop_lp = float("-inf")
+    if len(stops):
+        e = row[stops].astype(np.float64)
+        stop_lp = float(e.max() + np.log(np.exp(e - e.max()).sum())) - lse
+    return Row(int(np.argmax(row)), {int(t): float(row[t]) - lse for t in nexts}, stop_lp)
+
+
 @dataclass
 class ScoredTree:
-    """The model's rows over a trie of continuations: for each node, its log-softmax row
-    (as ``(logits, log-sum-exp)``); ``first`` is the row before the first token."""
+    """The model's rows over a trie of continuations, summarized (:class:`Row`); ``first`` is
+    the row before the first token."""
 
     trie: Trie
-    first: tuple[np.ndarray, float]
-    rows: dict[int, tuple[np.ndarray, float]]
-
-    def row(self, node: int) -> tuple[np.ndarray, float]:
-        return self.first if node < 0 else self.rows[node]
+    first: Row
+    rows: dict[int, Row]
 
     def greedy_path(self, after: Sequence[int]) -> list[int]:
         """The model's greedy continuation of ``after`` (tokens from the root) while it stays
@@ -98,12 +116,11 @@ class ScoredTree:
         for t in after:
             kids = self.trie.root if node < 0 else self.trie.children[node]
             node = kids.get(int(t), -2)
-            if node == -2 or (node >= 0 and node not in self.rows):
+            if node == -2 or node not in self.rows:
                 return []
         out = []
         while True:
-            logits, _ = self.row(node)
-            best = int(np.argmax(logits))
+            best = (self.first if node < 0 else self.rows[node]).best
             out.append(best)
             kids = self.trie.root if node < 0 else self.trie.children[node]
             node = kids.get(best, -2)
@@ -115,66 +132,72 @@ def score(state, first_logits: np.ndarray | None, seqs: Sequence[Sequence[int]],
           stop_ids: frozenset[int], prefix: Sequence[int] = ()) -> tuple[list[float],
                                                                          ScoredTree | None]:
     """Log-likelihood of each sequence as the continuation of the cache (after ``prefix``,
-    run in the same pass; ``first_logits`` are the row before the first token; None with a
-    ``prefix``), with the probability of ending there (any of ``stop_ids``) added.
+    run in the same pass; ``first_logits`` are the row before the first token, None with a
+    ``prefix``), with the probability of ending there (any of ``stop_ids``) added; an empty
+    sequence scores -inf.
 
-    One tree pass per :data:`MAX_ROWS` nodes where the state offers tree passes (the cache is
-    left as it was), else one sequence pass per trie branch (the cache is left at its length
-    then too). The :class:`ScoredTree` (None without a tree pass, or with a ``prefix``) holds
-    the rows for :class:`TreeSource`."""
+    One tree pass per :data:`MAX_ROWS` nodes where the state offers tree passes and the
+    longest sequence fits (the cache is left as it was), else one sequence pass per trie
+    branch (the cache is left at its length then too). The :class:`ScoredTree` (None without a
+    tree pass, or with a ``prefix``) is what :class:`TreeSource` proposes from."""
+    if first_logits is None and not prefix:
+        raise ValueError("the row before the first token is needed without a prefix")
     stops = np.fromiter(sorted(stop_ids), dtype=np.int64)
     trie = Trie.of(seqs)
-    rows: dict[int, tuple[np.ndarray, float]] = {}
-    first = _log_softmax(first_logits) if first_logits is not None else None
+
+    def nexts(node: int) -> Iterable[int]:
+        return (trie.root if node < 0 else trie.children[node]).keys()
+
+    rows: dict[int, Row] = {}
+    firsts: dict[int, Row] = {}  # sequence → the row before its first token
+    first = summarize(first_logits, nexts(-1), stops) if first_logits is not None else None
     budget = min(MAX_ROWS, state.capacity - state.length) - len(prefix)
     trees = getattr(state, "trees", False) and budget >= max(map(len, seqs), default=0)
     if trees:
         for group in _groups(seqs, budget):
             sub = Trie()
-            if prefix:
-                head = sub.add(prefix)
-            lead = head[-1] if prefix else -1
+            head = sub.add(prefix)
+            lead = head[-1] if head else -1
             paths = {i: sub.add(seqs[i], lead) for i in group}
+            if not sub.tokens:
+                continue
             logits = state.forward_tree(sub.tokens, sub.parents)
-            if prefix:
-                first = _log_softmax(logits[head[-1]])
+            if head:  # each group's own pass gives its sequences their first row
+                first = summarize(logits[lead], nexts(-1), stops)
             for i, path in paths.items():
+                firsts[i] = first
                 for node, sub_node in zip(trie.paths[i], path):
                     if node not in rows:
-                        rows[node] = _log_softmax(logits[sub_node])
+                        rows[node] = summarize(logits[sub_node], nexts(node), stops)
     else:
-        _sequence_rows(state, trie, seqs, rows, prefix)
-        if prefix:
-            first = rows.pop(-1)
+        lead = _sequence_rows(state, trie, seqs, rows, prefix, stops)
+        first = lead or first
     out = []
     for i, seq in enumerate(seqs):
         path = trie.paths[i]
         if not path:
             out.append(float("-inf"))
             continue
+        before = firsts.get(i, first)
         lp = 0.0
-        before = first
         for node, t in zip(path, seq):
-            logits, lse = before
-            lp += float(logits[t]) - lse
+            lp += before.next_lp[int(t)]
             before = rows[node]
-        end, lse = before
-        if len(stops):
-            e = end[stops].astype(np.float64)
-            lp += float(e.max() + np.log(np.exp(e - e.max()).sum())) - lse
-        out.append(lp)
+        out.append(lp + before.stop_lp)
     tree = ScoredTree(trie, first, rows) if trees and not prefix else None
     return out, tree
 
 
-def _sequence_rows(state, trie: Trie, seqs: Sequence[Sequence[int]],
-                   rows: dict[int, tuple[np.ndarray, float]], prefix: Sequence[int]) -> None:
-    """The trie's rows by sequence passes, one per branch (a common prefix runs once); the
-    ``prefix`` is run first and its last row stored under -1. The cache ends where it began."""
+def _sequence_rows(state, trie: Trie, seqs: Sequence[Sequence[int]], rows: dict[int, Row],
+                   prefix: Sequence[int], stops: np.ndarray) -> Row | None:
+    """The trie's rows by sequence passes, one per branch (a common prefix runs once), after
+    ``prefix`` (whose last row is returned). The cache ends where it began."""
     start = state.length
+    lead = None
     try:
         if prefix:
-            rows[-1] = _log_softmax(state.forward(list(prefix), logit_rows=1)[-1])
+            lead = summarize(state.forward(list(prefix), logit_rows=1)[-1], trie.root.keys(),
+                             stops)
         base = state.length
         fed: list[int] = []
         for i in sorted(range(len(seqs)), key=lambda i: list(seqs[i])):
@@ -191,17 +214,12 @@ def _sequence_rows(state, trie: Trie, seqs: Sequence[Sequence[int]],
             if new:
                 logits = state.forward(new)
                 for node, row in zip(trie.paths[i][lcp:], np.asarray(logits)):
-                    rows.setdefault(node, _log_softmax(row))
+                    if node not in rows:
+                        rows[node] = summarize(row, trie.children[node].keys(), stops)
                 fed += new
     finally:
         state.truncate(start)
-
-
-def _log_softmax(row: np.ndarray) -> tuple[np.ndarray, float]:
-    """A logits row and its log-sum-exp (a log-probability is ``row[t] - lse``)."""
-    row = np.array(row, dtype=np.float32)  # a copy: the session may reuse its buffer
-    m = float(row.max())
-    return row, m + float(np.log(np.exp(row - m, dtype=np.float32).sum(dtype=np.float64)))
+    return lead
 
 
 class _Answers:
@@ -244,7 +262,7 @@ class TreeSource(CandidateSource):
             path = self.tree.greedy_path(context[self.prompt_len:])[:room]
             if path:
                 self._from_tree = True
-                self.last = Proposal(ANSWERS, len(path))
+                self.last = Proposal(ANSWERS)  # (no n-gram match: match length 0)
                 return path
         if self.fallback is None:
             return []
@@ -253,7 +271,13 @@ class TreeSource(CandidateSource):
         return cands
 
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
-        if not self._from_tree and self.fallback is not None:
+        if self.fallback is None:
+            return
+        if self._from_tree:
+            # The answer moved on without the look-ups: where their copies stood is stale.
+            for lookup in self.fallback.lookups:
+                lookup.cursor = None
+        else:
             self.fallback.observe(offered, verdict)
 
     def finish(self, context: Sequence[int]) -> None:

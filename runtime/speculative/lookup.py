@@ -57,7 +57,6 @@ class Lookup:
         tail = context[-self.max_ngram:]
         if self.fold is not None:
             tail = [self.fold(t) for t in tail]
-        c = self.cursor
         best = (0, -1)  # the longest match, where none resumes the copy
         for n in range(min(self.max_ngram, len(tail)), min_ngram - 1, -1):
             ends = self.index.get(tuple(tail[-n:]))
@@ -66,8 +65,8 @@ class Lookup:
             near = next((e for e in ends if self.resumes(e)), None)
             if near is not None:
                 return n, near
-            if best[0] == 0:
-                best = (n, c if c in ends else ends[0])
+            if best[0] == 0:  # (a match at the cursor itself resumes: returned above)
+                best = (n, ends[0])
         return best
 
     def resumes(self, pos: int) -> bool:
