@@ -69,3 +69,36 @@ def test_decode_inverts_encode(name, text, whisper):
     assert all(0 <= t < tk.eot for t in ids)
     assert tk.decode(ids) == text
     assert tk.decode_bytes(ids) == text.encode("utf-8")
+
+
+@pytest.mark.parametrize("name", ["base", "tiny.en"])
+def test_the_vocabulary_reader_answers_as_the_tokenizers_library_does(name, bundle):
+    """Start-up reads only the vocabulary, special tokens and pre-tokenizer of tokenizer.json;
+    every answer the tokenizer uses must be what a full ``tokenizers`` tokenizer gives."""
+    import random
+
+    from tokenizers import Tokenizer
+
+    from as2d.runtime.whisper.tokenizer import WhisperTokenizer, _piece_bytes, _Vocabulary
+
+    path = bundle(name, "int8") / "tokenizer.json"
+    full = Tokenizer.from_file(str(path))
+    ours = WhisperTokenizer(path, 51865 if name == "base" else 51864).tok
+    assert isinstance(ours, _Vocabulary)
+    eot = full.token_to_id("<|endoftext|>")
+    rng = random.Random(0)
+    single = [i for i in range(eot) if len(_piece_bytes(full.id_to_token(i))) == 1]
+    for _ in range(3000):  # any ids, and single bytes that split UTF-8 characters
+        ids = [rng.randrange(eot) for _ in range(rng.randint(1, 10))]
+        assert ours.decode(ids) == full.decode(ids, skip_special_tokens=False)
+        ids = [rng.choice(single) for _ in range(rng.randint(1, 6))]
+        assert ours.decode(ids) == full.decode(ids, skip_special_tokens=False)
+    for text in (" Hello world, it's 2024! Ça va? 日本語  end  ", "Don't you'll  ♪♪ (music)\n\n",
+                 "émoji 🎉 -- <<>> 「」\t tabs"):
+        assert ours.pre_tokenizer.pre_tokenize_str(text) == full.pre_tokenizer.pre_tokenize_str(
+            text)
+    for tid in [0, 1, 500, *range(eot - 3, full.get_vocab_size())]:
+        assert ours.id_to_token(tid) == full.id_to_token(tid)
+        assert ours.token_to_id(full.id_to_token(tid)) == tid
+    assert ours.get_vocab() == full.get_vocab(with_added_tokens=False)
+    assert ours.get_vocab_size() == full.get_vocab_size()

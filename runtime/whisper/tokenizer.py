@@ -1,8 +1,14 @@
-"""Whisper's tokenizer on top of the ``tokenizers`` library.
+"""Whisper's tokenizer, read from the model's own ``tokenizer.json``.
 
 Special token ids differ between Whisper's multilingual and English-only vocabularies, so every
 id is looked up by name in the model's own ``tokenizer.json``; nothing is hard-coded. Timestamp
 tokens are not in the file: they follow ``<|notimestamps|>`` (``<|0.00|>`` … ``<|30.00|>``).
+
+Byte-pair merging is done here by rank (a token's rank is its id, as in Whisper's tiktoken
+tokenizer), so all that is needed of the file is its vocabulary, its special tokens and its
+byte-level pre-tokenizer: :class:`_Vocabulary` reads just those (a ``tokenizers`` tokenizer
+built from the whole file, merges included, cost 0.1 s of start-up per model, GIL held). A file
+of another shape is read by ``tokenizers`` as before.
 """
 
 from __future__ import annotations
@@ -10,8 +16,6 @@ from __future__ import annotations
 import re
 from functools import cached_property
 from pathlib import Path
-
-from tokenizers import Tokenizer
 
 from as2d.runtime.whisper.languages import LANGUAGE_NAMES, TO_LANGUAGE_CODE
 
@@ -44,10 +48,88 @@ _UNICODE_TO_BYTE.update({c: "\uffff" for c in range(256) if c not in _UNICODE_TO
 _BYTE_TO_UNICODE = {b: c for c, b in _BYTE_DECODER.items()}
 
 
+class _Vocabulary:
+    """The parts of a byte-level BPE ``tokenizer.json`` that :class:`WhisperTokenizer` uses,
+    with the calls it makes of a ``tokenizers.Tokenizer``."""
+
+    def __init__(self, doc: dict) -> None:
+        from tokenizers import pre_tokenizers
+
+        self.vocab: dict[str, int] = doc["model"]["vocab"]
+        self.added = {a["content"]: int(a["id"]) for a in doc.get("added_tokens", ())}
+        cfg = doc["pre_tokenizer"]
+        self.pre_tokenizer = pre_tokenizers.ByteLevel(
+            add_prefix_space=bool(cfg.get("add_prefix_space", False)),
+            use_regex=bool(cfg.get("use_regex", True)))
+        self._pieces: list[str | None] | None = None
+        self._bytes: list[bytes] | None = None
+
+    @staticmethod
+    def fits(doc: dict) -> bool:
+        """A plain byte-level BPE file (what Whisper's are)."""
+        model, pre, dec = doc.get("model") or {}, doc.get("pre_tokenizer") or {}, \
+            doc.get("decoder") or {}
+        return (model.get("type") == "BPE" and isinstance(model.get("vocab"), dict)
+                and not doc.get("normalizer") and pre.get("type") == "ByteLevel"
+                and dec.get("type") == "ByteLevel" and not model.get("byte_fallback"))
+
+    def token_to_id(self, token: str) -> int | None:
+        tid = self.added.get(token)
+        return tid if tid is not None else self.vocab.get(token)
+
+    def id_to_token(self, tid: int) -> str | None:
+        if self._pieces is None:
+            pieces: list[str | None] = [None] * (max([*self.vocab.values(),
+                                                      *self.added.values()]) + 1)
+            for piece, i in self.vocab.items():
+                pieces[i] = piece
+            for piece, i in self.added.items():
+                pieces[i] = piece
+            self._pieces = pieces
+        return self._pieces[tid] if 0 <= tid < len(self._pieces) else None
+
+    def get_vocab(self, with_added_tokens: bool = False) -> dict[str, int]:
+        return {**self.vocab, **self.added} if with_added_tokens else self.vocab
+
+    def get_vocab_size(self, with_added_tokens: bool = True) -> int:
+        return len(self.get_vocab(with_added_tokens))
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """Text of vocabulary ids (the byte-level decoder: each character stands for a byte;
+        invalid UTF-8 becomes U+FFFD, as ``tokenizers`` does)."""
+        if self._bytes is None:
+            table = [b""] * (max(self.vocab.values()) + 1)
+            for piece, i in self.vocab.items():
+                table[i] = _piece_bytes(piece)
+            self._bytes = table
+        table = self._bytes
+        return b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def _piece_bytes(piece: str) -> bytes:
+    try:  # each character of a piece stands for one byte: mapped in C
+        return piece.translate(_UNICODE_TO_BYTE).encode("latin-1")
+    except UnicodeEncodeError:  # a character outside the byte alphabet: dropped
+        return bytes(_BYTE_DECODER[c] for c in piece if c in _BYTE_DECODER)
+
+
+def _load(path: Path):
+    """The vocabulary of ``path`` (:class:`_Vocabulary`), or a ``tokenizers`` tokenizer for a
+    file of another shape."""
+    import json
+
+    doc = json.loads(path.read_bytes())
+    if _Vocabulary.fits(doc):
+        return _Vocabulary(doc)
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
+
+
 class WhisperTokenizer:
     def __init__(self, path: str | Path, n_vocab: int) -> None:
         self.path = Path(path)
-        self.tok = Tokenizer.from_file(str(self.path))
+        self.tok = _load(self.path)
         self.n_vocab = n_vocab
 
         def special(name: str, required: bool = True) -> int | None:
@@ -157,10 +239,7 @@ class WhisperTokenizer:
         out = [b""] * self.eot
         for piece, tid in self.tok.get_vocab(with_added_tokens=False).items():
             if 0 <= tid < self.eot:
-                try:  # each character of a piece stands for one byte: mapped in C
-                    out[tid] = piece.translate(_UNICODE_TO_BYTE).encode("latin-1")
-                except UnicodeEncodeError:  # a character outside the byte alphabet: dropped
-                    out[tid] = bytes(_BYTE_DECODER[c] for c in piece if c in _BYTE_DECODER)
+                out[tid] = _piece_bytes(piece)
         return out
 
     @cached_property
