@@ -202,3 +202,34 @@ def test_the_answerer_keeps_the_head_beside_the_model_and_reports_it(lm, tmp_pat
     assert again.stats.prefill_cached == again.prompt.static > 0
     assert off.stats.prefill_cached == 0
     assert len(list(folder.glob(".prefix-*.npz"))) == 1
+
+
+def test_the_head_can_be_read_ahead_of_the_question_and_answers_the_same(lm, tmp_path,
+                                                                         monkeypatch):
+    """``as2d ask`` reads the stored head beside the transcription (:meth:`Answerer.warm`):
+    its prefill then reads nothing, and the answer is the one a whole prefill gives."""
+    import shutil
+
+    from as2d.runtime.ask.lm import CausalLM
+
+    folder = tmp_path / "bundle"
+    shutil.copytree(lm.path, folder, ignore=shutil.ignore_patterns(".prefix-*"))
+    model = CausalLM(folder, threads=2)
+    question = "What should you do after you fail?"
+    cold = Answerer(model)
+    assert not cold.warm(question)  # nothing stored yet
+    first = cold.ask(SPANS, question)
+    assert cold.builder.head(question) == first.prompt.ids[:first.prompt.static]
+    warm = Answerer(model)
+    assert warm.warm(question)
+    reads = []
+    monkeypatch.setattr(PrefixCache, "_load", lambda self, *a: reads.append(a))
+    again = warm.ask(SPANS, question)
+    assert reads == [] and again.stats.prefill_cached == again.prompt.static
+    assert again.tokens == first.tokens and again.text == first.text
+    # read ahead for one question, asked another whose head differs: read then, as before
+    timed = Answerer(model)
+    timed.warm("When does the speaker say 'fail better'?")
+    monkeypatch.undo()
+    other = timed.ask(SPANS, question)
+    assert other.tokens == first.tokens and other.stats.prefill_cached == other.prompt.static

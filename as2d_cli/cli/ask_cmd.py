@@ -115,7 +115,7 @@ def run_ask(req: AskRequest) -> int:
     from as2d.cli.ask_display import make_ask_reporter, print_answer_stats
     from as2d.cli.resolve import load_whisper
     from as2d.decoding import build_decoder, plan_threads
-    from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text
+    from as2d.runtime.ask.answer import AskOptions, drafter_text
     from as2d.runtime.ask.spans import spans_from_segments
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
@@ -137,18 +137,18 @@ def run_ask(req: AskRequest) -> int:
             err(f"as2d: warning: {req.file}: the file is truncated; using the "
                  f"{audio.duration:.1f} s that are there")
         total = req.threads or cpu_count()
-        # The answering model loads on a thread while the speech models load and the audio is
-        # transcribed (its session builds without the GIL); it is found (or installed) first,
-        # here, so a missing package still costs nothing.
-        llm_loader = _LLMLoader(req, total, note)
-        options = AskOptions(max_tokens=req.max_tokens, candidates=not req.no_candidates,
-                             style=req.style, context_tokens=req.context)
-        plan = plan_threads(total, req.decoder)
-        target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
-                              progress=note, encoder=req.encoder, spin=plan.spin)
         stats = StatsCollector()
         reporter = make_ask_reporter(req.live, req.quiet, sys.stderr)
         listener = fanout(stats, reporter)
+        # The answering model loads on a thread while the speech models load and the audio is
+        # transcribed (its session builds without the GIL); it is found (or installed) first,
+        # here, so a missing package still costs nothing.
+        options = AskOptions(max_tokens=req.max_tokens, candidates=not req.no_candidates,
+                             style=req.style, context_tokens=req.context)
+        llm_loader = _LLMLoader(req, total, note, listener, options)
+        plan = plan_threads(total, req.decoder)
+        target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
+                              progress=note, encoder=req.encoder, spin=plan.spin)
         strategy = build_decoder(req.decoder, target, req.drafter, "auto", plan,
                                   req.models_dir, listener, note, encoder=req.encoder)
         info = TranscriptionInfo(None, 0.0, audio.duration)
@@ -165,11 +165,8 @@ def run_ask(req: AskRequest) -> int:
             if interrupted:
                 reporter.note("transcription interrupted: answering from the "
                               f"{spans[-1].end:.0f} s transcribed so far")
-            lm = llm_loader.result()
-            try:
-                answerer = Answerer(lm, listener, options)
-            except ValueError as exc:
-                raise UserError(str(exc), 2) from None
+            answerer = llm_loader.result()
+            lm = answerer.model
             try:
                 answer = answerer.ask(spans, req.question, draft)
             except ValueError as exc:
@@ -208,13 +205,14 @@ def run_ask(req: AskRequest) -> int:
 
 
 class _LLMLoader:
-    """The answering model, loaded on a daemon thread; :meth:`result` waits for it (and
+    """The answerer and its model, made on a daemon thread; :meth:`result` waits for it (and
     raises what loading raised, as the one-line error it already is)."""
 
-    def __init__(self, req: AskRequest, threads: int, note) -> None:
+    def __init__(self, req: AskRequest, threads: int, note, listener, options) -> None:
         import threading
 
         from as2d.cli.resolve import load_llm
+        from as2d.runtime.ask.answer import Answerer
 
         spec = req.llm
         if not Path(spec).expanduser().is_dir():  # a catalog name: find or install it now
@@ -232,7 +230,13 @@ class _LLMLoader:
                 # tokenizer (0.15 s for 262k tokens), here beside the transcription rather than
                 # after it (Gemma's comes with its lean tokenizer store).
                 lm.tokenizer.newline_ids()
-                self._out.append((lm, None))
+                try:
+                    answerer = Answerer(lm, listener, options)
+                except ValueError as exc:
+                    raise UserError(str(exc), 2) from None
+                # The prompt head's stored KV rows, read here rather than after the transcript.
+                answerer.warm(req.question)
+                self._out.append((answerer, None))
             except BaseException as exc:  # handed to the main thread
                 self._out.append((None, exc))
 
@@ -241,10 +245,10 @@ class _LLMLoader:
 
     def result(self):
         self._thread.join()
-        lm, exc = self._out[0]
+        answerer, exc = self._out[0]
         if exc is not None:
             raise exc
-        return lm
+        return answerer
 
 
 def _candidates_word(answerer, req: AskRequest) -> str:

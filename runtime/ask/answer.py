@@ -126,6 +126,16 @@ class Answerer:
         self.prefix = prefix_cache_for(model) if self.options.prefix_cache else None
         self._folded: dict[int, str] = {}
 
+    def warm(self, question: str) -> bool:
+        """Read the stored KV rows of the prompt head ``question`` will be asked under, ahead
+        of :meth:`ask` (``as2d ask`` does it beside the transcription); False when there are
+        none to read."""
+        config = getattr(self.model, "config", None)
+        if self.prefix is None or config is None:
+            return False
+        return self.prefix.preload(self.builder.head(question), config.num_layers,
+                                   config.kv_dim)
+
     @property
     def capacity(self) -> int:
         cap = self.model.capacity

@@ -36,6 +36,7 @@ class PrefixCache:
     def __init__(self, folder: Path, identity: str) -> None:
         self.folder = Path(folder)
         self.identity = identity
+        self._ready: tuple[Path, np.ndarray] | None = None  # rows read ahead (:meth:`preload`)
 
     def path(self, head: Sequence[int]) -> Path:
         h = hashlib.sha256(f"as2d-prefix v{VERSION}|{self.identity}|".encode())
@@ -49,7 +50,9 @@ class PrefixCache:
         if not MIN_ROWS <= static < len(ids) or state.length != 0:
             return model.prefill(state, ids), 0
         path = self.path(ids[:static])
-        rows = self._load(path, state, static)
+        ready, self._ready = self._ready, None
+        rows = ready[1] if ready is not None and ready[0] == path else self._load(
+            path, (2, len(state.k), static, state.k[0].shape[1]))
         if rows is None:
             logits = model.prefill(state, ids)
             self._save(path, state, static)
@@ -60,10 +63,19 @@ class PrefixCache:
         state.length = static
         return model.prefill(state, ids[static:]), static
 
-    def _load(self, path: Path, state, static: int) -> np.ndarray | None:
-        """The stored rows, or None when absent, of another shape, or damaged (their digest
-        is checked: a flipped bit would change the answer silently)."""
-        want = (2, len(state.k), static, state.k[0].shape[1])
+    def preload(self, head: Sequence[int], layers: int, width: int) -> bool:
+        """Read the stored rows of ``head`` now (beside other start-up work) for the next
+        :meth:`prefill` of a prompt that starts with it; False when none are stored."""
+        if len(head) < MIN_ROWS:
+            return False
+        path = self.path(list(head))
+        rows = self._load(path, (2, layers, len(head), width))
+        self._ready = (path, rows) if rows is not None else None
+        return rows is not None
+
+    def _load(self, path: Path, want: tuple[int, ...]) -> np.ndarray | None:
+        """The stored rows, or None when absent, of another shape than ``want``, or damaged
+        (their digest is checked: a flipped bit would change the answer silently)."""
         try:
             with np.load(path, allow_pickle=False) as f:
                 rows, digest = f["rows"], f["digest"]

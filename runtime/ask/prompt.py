@@ -263,6 +263,12 @@ class PromptBuilder:
     def _transcript_piece(self) -> int:
         return 2 if self.style == "chat" else 1
 
+    def head(self, question: str) -> list[int]:
+        """The fixed ids a prompt asking ``question`` starts with (``plan.ids[:plan.static]``
+        of any transcript)."""
+        pieces = self.render("", question, self.timed(question))
+        return self._encode(pieces[:self._transcript_piece()])[0]
+
     def suffix(self, question: str, timed: bool) -> list[int]:
         """The ids that follow the transcript in a prompt asking ``question``: with
         ``plan.ids[:plan.question_at]`` they are that prompt's ids exactly (each piece is
