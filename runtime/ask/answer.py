@@ -133,8 +133,11 @@ class Answerer:
         config = getattr(self.model, "config", None)
         if self.prefix is None or config is None:
             return False
-        return self.prefix.preload(self.builder.head(question), config.num_layers,
-                                   config.kv_dim)
+        try:
+            head = self.builder.head(question)
+        except ValueError:  # a prompt that cannot be built: ask() says so, in its place
+            return False
+        return self.prefix.preload(head, config.num_layers, config.kv_dim)
 
     @property
     def capacity(self) -> int:
