@@ -542,6 +542,7 @@ def test_hf_layout_loads_checks_rows_and_answers_losslessly(tiny_hf):
     b = ans.ask(spans, q)
     assert b.tokens == ref
     assert a.stats.offered > 0
+    assert "answers" not in a.stats.sources  # no tree passes: no tree of candidates to read
 
 
 def test_hf_graph_that_is_not_row_exact_answers_without_candidates(tiny_hf):

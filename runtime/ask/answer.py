@@ -202,8 +202,9 @@ class Answerer:
         extract = o.extract and self.builder.style != "instruct"
         found = candidates(plan.spans, question) if extract else []
         sources = self.sources(spans, question, drafter_text, plan) if use else None
-        if use and found and "answers" in o.sources:
-            # The scored candidates' tree predicts where the greedy answer goes (verified).
+        if use and found and "answers" in o.sources and getattr(self.model, "trees", False):
+            # The scored candidates' tree predicts where the greedy answer goes (verified;
+            # a graph without tree passes has no tree to read it from).
             sources = TreeSource(len(plan.ids), sources if sources.lookups else None)
         emit(AskStarted(question, self.model.name, len(plan.ids), plan.transcript_tokens,
                         len(spans), len(plan.spans), plan.selected, use,
