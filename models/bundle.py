@@ -92,13 +92,24 @@ class VerifiedCache:
         if not self.dirty or self.path is None:
             return
         live = {k: v for k, v in self.entries.items() if Path(k.split("|")[0]).exists()}
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(live, indent=0, sort_keys=True))
-            os.replace(tmp, self.path)
+        if _write_json(self.path, live):
             self.dirty = False
-        except OSError:
+
+
+def _write_json(path: Path, data) -> bool:
+    """A file of remembered verdicts, written whole or not at all (another process may be
+    reading it); False when the folder refused it, which only means checking again later."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=0, sort_keys=True))
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        try:
             tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return False
 
 
 def verified_cache(root: Path | None = None) -> VerifiedCache:
@@ -133,12 +144,7 @@ def remembered_check(key: str, compute, root: Path | None = None) -> bool:
     result = bool(compute())
     if path is not None:
         known[key] = result
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(known, indent=0, sort_keys=True))
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        _write_json(path, known)
     return result
 
 

@@ -25,18 +25,23 @@ class KVCache:
     def _run(self, session, outputs: list[str], feed: dict, t: int, what: str) -> dict:
         """One pass of ``t`` new tokens: past rows in, new rows written after them."""
         n = self.length
-        if n + t > self.capacity:
-            raise ValueError(f"{what} context is full ({n} + {t} > {self.capacity})")
-        layers = list(zip(self.k, self.v, self._names))
-        for k, v, (pk, pv, _, _) in layers:
-            feed[pk] = k[:n]
-            feed[pv] = v[:n]
+        self.feed_past(feed, t, what)
         out = dict(zip(outputs, session.run(outputs, feed)))
-        for k, v, (_, _, nk, nv) in layers:
+        for k, v, (_, _, nk, nv) in zip(self.k, self.v, self._names):
             k[n : n + t] = out[nk]
             v[n : n + t] = out[nv]
         self.length = n + t
         return out
+
+    def feed_past(self, feed: dict, t: int, what: str) -> None:
+        """Put the cached rows into ``feed`` for a pass of ``t`` new tokens (zero-copy views),
+        or raise if they would not fit."""
+        n = self.length
+        if n + t > self.capacity:
+            raise ValueError(f"{what} context is full ({n} + {t} > {self.capacity})")
+        for k, v, (pk, pv, _, _) in zip(self.k, self.v, self._names):
+            feed[pk] = k[:n]
+            feed[pv] = v[:n]
 
     def truncate(self, length: int) -> None:
         """Forget every cached position from ``length`` on (rejected candidates)."""

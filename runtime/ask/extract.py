@@ -105,6 +105,23 @@ def _runs(words: Sequence[Word], end: re.Pattern) -> list[tuple[int, int]]:
     return out
 
 
+def _question_runs(words: Sequence[Word], q: Sequence[str]) -> list[tuple[int, int, int]]:
+    """``(transcript start, question start, length)`` of every run of question words in the
+    transcript, extended as far as both go (a run may sit inside a longer one that starts a
+    word earlier in both)."""
+    positions: dict[str, list[int]] = {}
+    for j, w in enumerate(q):
+        positions.setdefault(w, []).append(j)
+    n, out = len(words), []
+    for i in range(n):
+        for j in positions.get(words[i].norm, ()):
+            m = 1
+            while i + m < n and j + m < len(q) and words[i + m].norm == q[j + m]:
+                m += 1
+            out.append((i, j, m))
+    return out
+
+
 def _gaps(words: Sequence[Word], q: Sequence[str], content: set[str],
           sentences: list[tuple[int, int]], max_gap: int = 3, max_skip: int = 2,
           keep: int = 2) -> list[tuple[int, int]]:
@@ -118,18 +135,11 @@ def _gaps(words: Sequence[Word], q: Sequence[str], content: set[str],
         for i in range(a, b):
             sentence[i] = k
     starts: dict[int, list[tuple[int, int]]] = {}  # transcript start → (question start, length)
-    positions: dict[str, list[int]] = {}
-    for j, w in enumerate(q):
-        positions.setdefault(w, []).append(j)
-    for i in range(n):
-        for j in positions.get(words[i].norm, ()):
-            if i > 0 and j > 0 and words[i - 1].norm == q[j - 1]:
-                continue  # inside a longer run
-            m = 1
-            while i + m < n and j + m < len(q) and words[i + m].norm == q[j + m]:
-                m += 1
-            if m >= 2 or words[i].norm in content:
-                starts.setdefault(i, []).append((j, m))
+    for i, j, m in _question_runs(words, q):
+        if i > 0 and j > 0 and words[i - 1].norm == q[j - 1]:
+            continue  # inside a longer run
+        if m >= 2 or words[i].norm in content:
+            starts.setdefault(i, []).append((j, m))
     found: dict[tuple[int, int], int] = {}
     for i1, runs in starts.items():
         for j1, m1 in runs:
@@ -154,17 +164,11 @@ def _containing(runs: list[tuple[int, int]], i: int) -> int:
 def _matches(words: Sequence[Word], q: Sequence[str], content: set[str]) -> list[tuple[int, int]]:
     """``(length, end)`` of every maximal run of question words found in the transcript that
     ends at ``end`` (exclusive): at least two words, or one content word."""
-    out = []
-    n = len(words)
-    for i in range(n):
-        best = 0
-        for j in range(len(q)):
-            m = 0
-            while i + m < n and j + m < len(q) and words[i + m].norm == q[j + m]:
-                m += 1
-            best = max(best, m)
-        if best >= 2 or (best == 1 and words[i].norm in content):
-            out.append((best, i + best))
+    best: dict[int, int] = {}  # transcript start → its longest run
+    for i, _j, m in _question_runs(words, q):
+        best[i] = max(best.get(i, 0), m)
+    out = [(m, i + m) for i, m in sorted(best.items())
+           if m >= 2 or words[i].norm in content]
     # Keep a run only where it is not inside a longer one starting earlier.
     keep = []
     for m, e in out:

@@ -40,6 +40,7 @@ from as2d.runtime.ask.vocab_store import (
     distinct,
     unsupported,
 )
+from as2d.runtime.files import write_replacing
 
 _PROBES = (
     "Transcript:\n[0:07] Mr. John Dashwood — 22 degrees, naïve café 東京 🙂\n\n\n  tabs\t\t"
@@ -235,24 +236,19 @@ def open_lean(path: Path, load_full: Callable[[Path], Tokenizer]) -> LeanTokeniz
         store, reason = build_store(path, load_full)
     except Exception:  # unreadable, or not a tokenizer: the full load says why
         return None
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        if store is None:
-            tmp.write_text(reason + "\n", encoding="utf-8")
-            tmp.replace(note)
-            return None
-        store.save(tmp)
-        tmp.replace(cache)
+    if store is None:
+        write_replacing(note, lambda tmp: tmp.write_text(reason + "\n", encoding="utf-8"))
+        return None
+    # Not written (a full folder): built again next time, still used now.
+    if write_replacing(cache, store.save):
         # Older stores, and the "fast" JSON form of the full tokenizer that as2d wrote here
         # before the store existed (13 MB no longer read).
-        for pattern in (f".{path.stem}.lean*", f".{path.stem}.v*.fast.json"):
-            for old in path.parent.glob(pattern):
-                if old not in (cache, note) and not old.name.endswith(".tmp"):
-                    old.unlink(missing_ok=True)
-    except OSError:  # not written: built again next time, still used now
         with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-    return None if store is None else LeanTokenizer(store)
+            for pattern in (f".{path.stem}.lean*", f".{path.stem}.v*.fast.json"):
+                for old in path.parent.glob(pattern):
+                    if old not in (cache, note) and not old.name.endswith(".tmp"):
+                        old.unlink(missing_ok=True)
+    return LeanTokenizer(store)
 
 
 def build_store(path: Path, load_full: Callable[[Path], Tokenizer]

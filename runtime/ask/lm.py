@@ -284,16 +284,11 @@ class LLMState(KVCache):
         t = len(tokens)
         if t == 0 or len(parents) != t:
             raise ValueError("a tree needs one parent per token")
-        if self.length + t > self.capacity:
-            raise ValueError(f"LLM context is full ({self.length} + {t} > {self.capacity})")
         depth, visible = tree_layout(parents)
-        n = self.length
         feed = {"tokens": np.asarray(tokens, dtype=np.int64),
-                "positions": depth + n, "visible": visible,
+                "positions": depth + self.length, "visible": visible,
                 "logit_rows": np.array([t], dtype=np.int64)}
-        for k, v, (pk, pv, _, _) in zip(self.k, self.v, self._names):
-            feed[pk] = k[:n]
-            feed[pv] = v[:n]
+        self.feed_past(feed, t, "LLM")
         return self.model.session.run(["logits"], feed)[0]
 
 

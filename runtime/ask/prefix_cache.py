@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+
+from as2d.runtime.files import write_replacing
 
 VERSION = 1
 MIN_ROWS = 32  # a shorter head is one pass of the model: not worth a file
@@ -94,14 +95,13 @@ class PrefixCache:
     def _save(self, path: Path, state, static: int) -> None:
         rows = np.stack([np.stack([k[:static] for k in state.k]),
                          np.stack([v[:static] for v in state.v])])
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
+
+        def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
                 np.savez(f, rows=rows, digest=np.frombuffer(_digest(rows), np.uint8))
-            os.replace(tmp, path)
+
+        if write_replacing(path, write):  # (a read-only or full folder: prefill every time)
             self._prune(path)
-        except OSError:  # a read-only or full model folder: prefill every time
-            tmp.unlink(missing_ok=True)
 
     def _prune(self, keep: Path) -> None:
         try:

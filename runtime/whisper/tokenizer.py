@@ -62,7 +62,6 @@ class _Vocabulary:
             add_prefix_space=bool(cfg.get("add_prefix_space", False)),
             use_regex=bool(cfg.get("use_regex", True)))
         self._pieces: list[str | None] | None = None
-        self._bytes: list[bytes] | None = None
 
     @staticmethod
     def fits(doc: dict) -> bool:
@@ -94,15 +93,18 @@ class _Vocabulary:
     def get_vocab_size(self, with_added_tokens: bool = True) -> int:
         return len(self.get_vocab(with_added_tokens))
 
+    @cached_property
+    def token_bytes(self) -> list[bytes]:
+        """Raw bytes of every vocabulary id (byte-level pieces may split a UTF-8 character)."""
+        table = [b""] * (max(self.vocab.values()) + 1)
+        for piece, i in self.vocab.items():
+            table[i] = _piece_bytes(piece)
+        return table
+
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         """Text of vocabulary ids (the byte-level decoder: each character stands for a byte;
         invalid UTF-8 becomes U+FFFD, as ``tokenizers`` does)."""
-        if self._bytes is None:
-            table = [b""] * (max(self.vocab.values()) + 1)
-            for piece, i in self.vocab.items():
-                table[i] = _piece_bytes(piece)
-            self._bytes = table
-        table = self._bytes
+        table = self.token_bytes
         return b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
 
 
@@ -236,6 +238,8 @@ class WhisperTokenizer:
     @cached_property
     def token_bytes(self) -> list[bytes]:
         """Raw bytes of every text token (byte-level BPE pieces may split a UTF-8 character)."""
+        if isinstance(self.tok, _Vocabulary):  # the table its decode uses, not a second one
+            return (self.tok.token_bytes + [b""] * self.eot)[:self.eot]
         out = [b""] * self.eot
         for piece, tid in self.tok.get_vocab(with_added_tokens=False).items():
             if 0 <= tid < self.eot:
