@@ -43,8 +43,8 @@ from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener, ignore
 from as2d.runtime.sessions import cpu_count
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
-from as2d.runtime.transcribe.transcriber import Segment, TranscribeOptions, TranscriptionInfo
-from as2d.runtime.transcribe.transcriber import Transcriber as Engine
+from as2d.runtime.transcribe.longform import LongFormTranscriber as Engine
+from as2d.runtime.transcribe.longform import Segment, TranscribeOptions, TranscriptionInfo
 from as2d.runtime.transcribe.vad_filter import VadParameters
 
 AudioInput = str | Path | np.ndarray
@@ -131,7 +131,7 @@ class Transcriber:
         if seed < 0:
             raise ValueError(f"seed must be 0 or more, not {seed}")
         if vad_filter and self._engine.voice_detector is None:
-            from as2d.runtime.live.vad import SileroVAD, VADUnavailable
+            from as2d.runtime.vad.silero import SileroVAD, VADUnavailable
 
             try:
                 self._engine.voice_detector = SileroVAD()

@@ -16,9 +16,8 @@ from as2d.loading import load_whisper
 from as2d.runtime.events import Listener
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.transcribe.as2d import AS2D
-from as2d.runtime.transcribe.decoders import Decoder as RunDecoder
-from as2d.runtime.transcribe.decoders import TargetOnly
 from as2d.runtime.transcribe.sd import SerialSD
+from as2d.runtime.transcribe.strategy import DecodeStrategy, TargetOnly
 
 
 class Decoder(StrEnum):
@@ -128,7 +127,7 @@ def build_decoder(decoder: Decoder | str, target, drafter: str, budget: int | st
                   plan: ThreadPlan, models_dir: str | Path | None, listener: Listener | None,
                   note: Callable[[str], None],
                   load_drafter: Callable[[str, int], object] | None = None,
-                  encoder: str | None = None) -> RunDecoder:
+                  encoder: str | None = None) -> DecodeStrategy:
     """The per-run decoder for ``decoder``. ``load_drafter(spec, threads)`` loads the drafter
     (default: from the model cache, with the ``encoder`` back end); ``budget`` is a number, or
     ``auto``/None (adaptive)."""

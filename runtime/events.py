@@ -65,7 +65,7 @@ class Verified:
 
 @dataclass(frozen=True)
 class SegmentDone:
-    segment: object  # as2d.runtime.transcribe.transcriber.Segment
+    segment: object  # as2d.runtime.transcribe.longform.Segment
 
 
 @dataclass(frozen=True)

@@ -34,17 +34,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text  # noqa: E402
+from as2d.runtime.ask.answer_sources import SOURCES  # noqa: E402
 from as2d.runtime.ask.prompt import STYLES  # noqa: E402
-from as2d.runtime.ask.sources import SOURCES  # noqa: E402
 from as2d.runtime.ask.spans import spans_from_segments  # noqa: E402
-from as2d.runtime.bench.questions import QUESTIONS, is_correct, load_questions  # noqa: E402
+from bench.questions import QUESTIONS, is_correct, load_questions  # noqa: E402
 
 
 def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
     from as2d.cli.resolve import load_whisper
     from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
 
     plan = plan_threads(threads, "as2d")
     target = load_whisper("base", None, models_dir, plan.target)
@@ -52,7 +52,7 @@ def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
                               lambda m: None)
     out = {}
     try:
-        tr = Transcriber(target, strategy)
+        tr = LongFormTranscriber(target, strategy)
         for name, path in qset.clips.items():
             audio = load_audio(path)
             t0 = time.perf_counter()

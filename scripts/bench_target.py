@@ -8,7 +8,7 @@ clip so that a change of machine load hits both alike. Three figures per configu
 * encoder: seconds per 30-s window (the same log-mel input to both);
 * decoder: greedy tokens per second, timestamps on, encoder excluded (first window of each clip);
 * end to end: real-time factor (audio seconds per wall second) of a whole transcription, audio
-  already in memory; ours through ``as2d.runtime.transcribe.transcriber.Transcriber``
+  already in memory; ours through ``as2d.runtime.transcribe.longform.LongFormTranscriber``
   (target-only), the peer through ``faster_whisper.WhisperModel.transcribe`` (greedy, no
   temperature fallback).
 
@@ -79,7 +79,7 @@ def bench_config(name: str, precision: str, threads: int, audios, mels, repeats:
     from helpers import ct2_folder, greedy_tokens, prompt_for
 
     from as2d.models.install import install
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
     from as2d.runtime.whisper.model import WhisperModel
 
     # Alone on the machine, as `as2d transcribe --decoder target` runs it: spinning pools.
@@ -89,7 +89,7 @@ def bench_config(name: str, precision: str, threads: int, audios, mels, repeats:
     peer = fw.model  # the ctranslate2.models.Whisper inside faster-whisper
     suppress = ours.tokenizer.suppress_tokens()
     prompt = prompt_for(ours, timestamps=True)
-    transcriber = Transcriber(ours)
+    transcriber = LongFormTranscriber(ours)
     options = TranscribeOptions(language="en")
     t = Timings()
     tokens = {"ours": 0, "ct2": 0}

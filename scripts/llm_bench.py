@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from as2d.models.install import bundle_path, install  # noqa: E402
 from as2d.runtime.ask.generate import greedy_generate  # noqa: E402
-from as2d.runtime.ask.lm import CausalLM  # noqa: E402
+from as2d.runtime.llm.lm import CausalLM  # noqa: E402
 
 PROMPTS = ["The Eiffel Tower is located in", "Once upon a time, there was a little",
            "Question: What is the boiling point of water?\nAnswer:"]

@@ -53,11 +53,11 @@ def main() -> int:
     from as2d.cli.resolve import load_whisper
     from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.audio import Audio, load_audio
+    from as2d.runtime.live.audio_input import FileSource
     from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.live.sources import FileSource
-    from as2d.runtime.live.vad import make_vad
     from as2d.runtime.sessions import cpu_count
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.vad.silero import make_vad
 
     clips = [load_audio(c).samples.astype(np.float32) for c in default_clips()]
     pause = np.zeros(16000, np.float32)
@@ -74,7 +74,7 @@ def main() -> int:
                              lambda m: None)
     stats = MicStats()
     session = LiveSession(FileSource(Audio(audio, source="joined"), args.speed),
-                          make_vad("silero"), Transcriber(target, strategy, stats),
+                          make_vad("silero"), LongFormTranscriber(target, strategy, stats),
                           LiveOptions(language="en"), stats, args.decoder)
     t0 = time.perf_counter()
     session.start()
@@ -108,7 +108,7 @@ def main() -> int:
         except ImportError:
             print("WER needs jiwer and whisper-normalizer (pip install -e '.[bench]')")
         else:
-            ref = " ".join(s.text for s in Transcriber(target).transcribe(
+            ref = " ".join(s.text for s in LongFormTranscriber(target).transcribe(
                 Audio(audio, source="joined"), TranscribeOptions(language="en")))
             norm = EnglishTextNormalizer()
             out["wer_vs_transcribe"] = jiwer.wer(norm(ref), norm(session.text))

@@ -93,12 +93,12 @@ def main() -> int:
     from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
+    from as2d.runtime.live.audio_input import FileSource
     from as2d.runtime.live.endpoint import EndpointConfig
     from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.live.sources import FileSource
-    from as2d.runtime.live.vad import make_vad
     from as2d.runtime.sessions import cpu_count
-    from as2d.runtime.transcribe.transcriber import Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.vad.silero import make_vad
 
     if args.clips:
         clips = args.clips
@@ -135,7 +135,7 @@ def main() -> int:
         audio = load_audio(clip)
         for d in decoders:
             stats = MicStats()
-            transcriber = Transcriber(target, strategies[d], fanout(stats, pooled[d]))
+            transcriber = LongFormTranscriber(target, strategies[d], fanout(stats, pooled[d]))
             session = LiveSession(FileSource(audio, args.speed), make_vad(args.vad),
                                   transcriber, live_options(d),
                                   fanout(stats, pooled[d]), d)

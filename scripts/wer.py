@@ -69,9 +69,9 @@ def reference_clips(work: Path) -> list[RefClip]:
 
 def transcribe_all(model, clips: list[RefClip]) -> tuple[list[str], float, float]:
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
 
-    transcriber = Transcriber(model)
+    transcriber = LongFormTranscriber(model)
     options = TranscribeOptions(language="en")
     texts, audio_s, wall = [], 0.0, 0.0
     for c in clips:

@@ -28,11 +28,11 @@ def norm(word: str) -> str:
 
 def ours(model, path: str, word_timestamps: bool, decoder=None):
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
 
     audio = load_audio(path)
     t0 = time.perf_counter()
-    segs = list(Transcriber(model, decoder).transcribe(
+    segs = list(LongFormTranscriber(model, decoder).transcribe(
         audio, TranscribeOptions(language="en", word_timestamps=word_timestamps)))
     return segs, time.perf_counter() - t0
 

@@ -15,7 +15,7 @@ _CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 def ct2_folder(name: str, work: Path) -> Path:
     """A CTranslate2 model folder for ``name`` ("base" or "tiny.en"), from the source packages."""
     from as2d.models.catalog import lookup
-    from as2d.models.sources import assemble, locate
+    from as2d.models.source_packages import assemble, locate
 
     entry = lookup(name)
     src = entry.source
@@ -40,7 +40,7 @@ def prompt_for(model, timestamps: bool) -> list[int]:
 
 def greedy_tokens(model, ctx, timestamps: bool, sample_len: int = 224) -> list[int]:
     """Our target-only greedy tokens for one encoded window (end-of-text excluded)."""
-    from as2d.runtime.transcribe.window import WindowDecoder
+    from as2d.runtime.transcribe.window import WindowState
     from as2d.runtime.whisper.logits import LogitRules
 
     tk = model.tokenizer
@@ -49,7 +49,7 @@ def greedy_tokens(model, ctx, timestamps: bool, sample_len: int = 224) -> list[i
                        suppress=tuple(tk.suppress_tokens()))
     state = model.decoder_state(ctx)
     try:
-        dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
+        dec = WindowState(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
         dec.start()
         while not dec.done:
             dec.step([])

@@ -24,17 +24,21 @@ from as2d.runtime.speculative.align import Aligner
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.transcribe.as2d import AS2D, AlignedSource
-from as2d.runtime.transcribe.decoders import TargetOnly
 from as2d.runtime.transcribe.drafter import make_retokenizer
+from as2d.runtime.transcribe.longform import (
+    LongFormTranscriber,
+    TranscribeOptions,
+    TranscriptionInfo,
+)
 from as2d.runtime.transcribe.sd import SerialSD
-from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
+from as2d.runtime.transcribe.strategy import TargetOnly
 
 OPTS = TranscribeOptions(language="en")
 
 
 def decode(model, decoder, audio, listener=None) -> list[list[int]]:
     """The tokens of every segment ``decoder`` commits for ``audio`` (English, greedy)."""
-    return [s.tokens for s in Transcriber(model, decoder, listener).transcribe(audio, OPTS)]
+    return [s.tokens for s in LongFormTranscriber(model, decoder, listener).transcribe(audio, OPTS)]
 
 
 # -- re-tokenisation ---------------------------------------------------------------------------
@@ -335,9 +339,9 @@ def test_an_english_only_drafter_drafts_while_the_target_detects_the_language(wh
             drafting_during_detection.append(decoder.worker is not None)
 
     decoder = AS2D(target, drafter, listen)
-    got = [s.tokens for s in Transcriber(target, decoder, listen).transcribe(audio, AUTO)]
+    got = [s.tokens for s in LongFormTranscriber(target, decoder, listen).transcribe(audio, AUTO)]
     assert drafting_during_detection == [True]
-    assert got == [s.tokens for s in Transcriber(target).transcribe(audio, AUTO)]
+    assert got == [s.tokens for s in LongFormTranscriber(target).transcribe(audio, AUTO)]
 
 
 @pytest.fixture(scope="module")
@@ -357,10 +361,10 @@ def test_an_english_only_drafter_stands_down_when_the_audio_is_not_english(whisp
     events = []
     decoder = AS2D(target, drafter, events.append)
     info = TranscriptionInfo(None, 0.0, german.duration)
-    got = [s.tokens for s in Transcriber(target, decoder, events.append).transcribe(
+    got = [s.tokens for s in LongFormTranscriber(target, decoder, events.append).transcribe(
         german, AUTO, info)]
     assert info.language == "de"
-    assert got == [s.tokens for s in Transcriber(target).transcribe(german, AUTO)]
+    assert got == [s.tokens for s in LongFormTranscriber(target).transcribe(german, AUTO)]
     assert any(isinstance(e, Note) and "English-only" in e.message for e in events)
     assert len(decoder.stream) == 0 and decoder.stream.finished
     assert not any(e.offered for e in events if isinstance(e, Verified))
@@ -404,7 +408,7 @@ def test_a_dying_drafter_leaves_the_target_to_finish_alone_losslessly(whisper, l
     reference = decode(target, TargetOnly(target), audio)
     events = []
     decoder = AS2D(target, _FailingDrafter(drafter, after=25), events.append)
-    assert [s.tokens for s in Transcriber(target, decoder, events.append).transcribe(
+    assert [s.tokens for s in LongFormTranscriber(target, decoder, events.append).transcribe(
         audio, OPTS)] == reference
     assert any(isinstance(e, Note) and "drafter stopped" in e.message for e in events)
 
@@ -422,7 +426,8 @@ def test_stopping_mid_run_keeps_what_was_committed_and_ends_both_threads(whisper
             if len(passes) == 12:
                 transcriber.stop()
 
-    transcriber = Transcriber(target, AS2D(target, drafter, stop_after_some), stop_after_some)
+    transcriber = LongFormTranscriber(target, AS2D(target, drafter, stop_after_some),
+                                      stop_after_some)
     segments = list(transcriber.transcribe(audio, OPTS))
     committed = [t for e in passes for t in e.committed if t < target.tokenizer.eot]
     kept = [t for s in segments for t in s.tokens if t < target.tokenizer.eot]

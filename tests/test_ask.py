@@ -19,17 +19,17 @@ from helpers import cli, error_line
 from as2d.cli.app import app
 from as2d.cli.ask_cmd import register
 from as2d.runtime.ask.answer import Answerer, AskOptions
-from as2d.runtime.ask.events import AnswerStep
+from as2d.runtime.ask.answer_events import AnswerStep
+from as2d.runtime.ask.answer_sources import PRIOR_ACCEPTANCE
 from as2d.runtime.ask.extract import candidates, count_answer
 from as2d.runtime.ask.generate import SpeculativeGenerator
 from as2d.runtime.ask.passages import focus, grounded, rank_spans, select_spans
 from as2d.runtime.ask.prompt import asks_about_time
-from as2d.runtime.ask.sources import PRIOR_ACCEPTANCE
 from as2d.runtime.ask.spans import Span, spans_from_segments
 from as2d.runtime.ask.tree import score
-from as2d.runtime.bench.questions import is_correct, load_questions
 from as2d.runtime.events import Note
 from as2d.runtime.speculative.lookup import Lookup, LookupSource
+from bench.questions import is_correct, load_questions
 
 pytestmark = pytest.mark.slow
 register(app)
@@ -66,7 +66,7 @@ def qset():
 
 @pytest.fixture(scope="module")
 def lm(bundle):
-    from as2d.runtime.ask.lm import CausalLM
+    from as2d.runtime.llm.lm import CausalLM
 
     return CausalLM(bundle(LLM, "int8"), threads=2)
 
@@ -78,14 +78,14 @@ def transcripts(whisper, qset):
     from as2d.runtime.audio import load_audio
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
 
     target = whisper("base", "int8", 2)
     drafter = whisper("tiny.en", "int8", 1, role="drafter")
     out = {}
     strategy = AS2D(target, drafter, None, Budget(), busy_threads=1)
     try:
-        tr = Transcriber(target, strategy)
+        tr = LongFormTranscriber(target, strategy)
         for name in ("beckett", "two_cities", "sense"):
             segs = list(tr.transcribe(load_audio(qset.clips[name]),
                                       TranscribeOptions(language="en")))
@@ -523,7 +523,7 @@ def tiny_hf(tmp_path_factory):
 
 
 def test_hf_layout_loads_checks_rows_and_answers_losslessly(tiny_hf):
-    from as2d.runtime.ask.hf_lm import HFCausalLM
+    from as2d.runtime.llm.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["exact"], threads=1)
     assert lm.row_invariant is True and lm.row_check["max_abs_diff"] == 0.0
@@ -546,7 +546,7 @@ def test_hf_layout_loads_checks_rows_and_answers_losslessly(tiny_hf):
 
 
 def test_hf_graph_that_is_not_row_exact_answers_without_candidates(tiny_hf):
-    from as2d.runtime.ask.hf_lm import HFCausalLM
+    from as2d.runtime.llm.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["inexact"], threads=1)
     assert lm.row_invariant is False and lm.row_check["max_abs_diff"] > 0
@@ -562,7 +562,7 @@ def test_hf_graph_that_is_not_row_exact_answers_without_candidates(tiny_hf):
 
 
 def test_hf_chat_template_gives_the_instruct_prompt(tiny_hf):
-    from as2d.runtime.ask.hf_lm import HFCausalLM
+    from as2d.runtime.llm.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["chat"], threads=1)
     ans = Answerer(lm, None, AskOptions(max_tokens=12))
@@ -577,7 +577,7 @@ def test_hf_chat_template_gives_the_instruct_prompt(tiny_hf):
 def test_speculative_generator_stops_at_an_accepted_stop_token(tiny_hf):
     """A candidate run that contains the stop token ends the answer there, as plain
     generation does, even when more candidates follow it."""
-    from as2d.runtime.ask.hf_lm import HFCausalLM
+    from as2d.runtime.llm.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["exact"], threads=1)
     prompt = lm.tokenizer.encode("It was the best of times")
@@ -654,7 +654,7 @@ def test_cli_hf_llm_folder(models, qset, tiny_hf):
 
 
 def test_missing_llm_packages_is_one_line_saying_what_to_install(tmp_path, qset, monkeypatch):
-    import as2d.models.sources as install_mod
+    import as2d.models.source_packages as install_mod
 
     real = install_mod._module_dir
     monkeypatch.setattr(install_mod, "_module_dir",

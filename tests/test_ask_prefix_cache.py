@@ -15,9 +15,9 @@ import pytest
 from as2d.runtime.ask.answer import Answerer, AskOptions
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.generate import SpeculativeGenerator
-from as2d.runtime.ask.prefix_cache import MIN_ROWS, PrefixCache
 from as2d.runtime.ask.prompt import STYLES, PromptBuilder
 from as2d.runtime.ask.spans import Span
+from as2d.runtime.llm.prefix_cache import MIN_ROWS, PrefixCache
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ SPANS = [Span(0.0, 3.2, " Ever tried. Ever failed. No matter."),
 
 @pytest.fixture(scope="module")
 def lm(bundle):
-    from as2d.runtime.ask.lm import CausalLM
+    from as2d.runtime.llm.lm import CausalLM
 
     return CausalLM(bundle("gemma-3-270m", "int8"), threads=2)
 
@@ -137,7 +137,7 @@ def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monke
     import errno
     import os
 
-    from as2d.runtime.ask import prefix_cache
+    from as2d.runtime.llm import prefix_cache
 
     def refuse(*_args):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
@@ -156,7 +156,7 @@ def test_a_model_whose_weights_change_gets_another_key(lm, tmp_path):
     the converter version are in the key (a stale head would silently change answers)."""
     from types import SimpleNamespace
 
-    from as2d.runtime.ask.prefix_cache import for_model
+    from as2d.runtime.llm.prefix_cache import for_model
 
     manifest = {"files": {"decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data"},
                 "sha256": {"decoder.onnx": "a" * 64, "decoder.onnx.data": "b" * 64},
@@ -187,7 +187,7 @@ def test_the_key_holds_the_head_and_what_its_bits_depend_on(tmp_path):
 def test_the_answerer_keeps_the_head_beside_the_model_and_reports_it(lm, tmp_path):
     import shutil
 
-    from as2d.runtime.ask.lm import CausalLM
+    from as2d.runtime.llm.lm import CausalLM
 
     folder = tmp_path / "bundle"
     shutil.copytree(lm.path, folder, ignore=shutil.ignore_patterns(".prefix-*"))
@@ -210,7 +210,7 @@ def test_the_head_can_be_read_ahead_of_the_question_and_answers_the_same(lm, tmp
     its prefill then reads nothing, and the answer is the one a whole prefill gives."""
     import shutil
 
-    from as2d.runtime.ask.lm import CausalLM
+    from as2d.runtime.llm.lm import CausalLM
 
     folder = tmp_path / "bundle"
     shutil.copytree(lm.path, folder, ignore=shutil.ignore_patterns(".prefix-*"))

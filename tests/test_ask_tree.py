@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from as2d.runtime.ask import tree as tree_mod
-from as2d.runtime.ask.lm import tree_layout
 from as2d.runtime.ask.tree import Row, ScoredTree, TreeSource, Trie, _groups, score, summarize
+from as2d.runtime.llm.lm import tree_layout
 from as2d.runtime.speculative.lookup import Lookup, LookupSource
 
 LLM = "gemma-3-270m"
@@ -106,7 +106,7 @@ def test_the_tree_source_falls_back_to_look_ups_off_the_tree():
 
 @pytest.fixture(scope="module")
 def lm(bundle):
-    from as2d.runtime.ask.lm import CausalLM
+    from as2d.runtime.llm.lm import CausalLM
 
     return CausalLM(bundle(LLM, "int8"), threads=2)
 
@@ -244,7 +244,7 @@ def _tiny_gemma(quant: str):
 
 
 class _TinyRunner:
-    """A KV cache over the tiny graph, as :class:`as2d.runtime.ask.lm.LLMState` keeps one."""
+    """A KV cache over the tiny graph, as :class:`as2d.runtime.llm.lm.LLMState` keeps one."""
 
     def __init__(self, cfg, session) -> None:
         self.cfg, self.session = cfg, session

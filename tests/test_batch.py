@@ -23,7 +23,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from as2d.cli.app import app  # noqa: E402
 from as2d.distributed import WorkerSpec, discover, run_batch  # noqa: E402
-from as2d.runtime.transcribe.transcriber import TranscribeOptions  # noqa: E402
+from as2d.runtime.transcribe.longform import TranscribeOptions  # noqa: E402
 from as2d.writers import SubtitleOptions  # noqa: E402
 
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")

@@ -329,7 +329,7 @@ def test_missing_model_is_converted_on_first_use(tmp_path, speech, normalize):
 
 def test_absent_source_package_is_one_line_saying_what_to_pip_install(tmp_path, speech,
                                                                       monkeypatch):
-    import as2d.models.sources as install_mod
+    import as2d.models.source_packages as install_mod
 
     monkeypatch.setattr(install_mod, "_module_dir", lambda module: None)
     r = cli("transcribe", speech.path, *TINY, "--models-dir", tmp_path / "models")

@@ -195,8 +195,8 @@ def _words(text: str) -> list[str]:
 
 def test_the_openvino_encoder_gives_the_same_words_on_clean_clips(ov_models, librivox):
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.decoders import TargetOnly
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.strategy import TargetOnly
     from as2d.runtime.whisper.model import WhisperModel
 
     ov, _ = ov_models
@@ -204,7 +204,8 @@ def test_the_openvino_encoder_gives_the_same_words_on_clean_clips(ov_models, lib
     opts = TranscribeOptions(language="en")
     for clip in librivox[:3]:
         audio = load_audio(clip.path)
-        texts = [" ".join(s.text for s in Transcriber(m, TargetOnly(m)).transcribe(audio, opts))
+        texts = [" ".join(s.text for s in
+                          LongFormTranscriber(m, TargetOnly(m)).transcribe(audio, opts))
                  for m in (ref, ov)]
         assert _words(texts[0]) == _words(texts[1]), clip.name
 
@@ -213,8 +214,8 @@ def test_target_only_and_as2d_stay_identical_with_the_openvino_encoder(ov_models
     from as2d.runtime.audio import load_audio
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.decoders import TargetOnly
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.strategy import TargetOnly
 
     target, drafter = ov_models
     opts = TranscribeOptions(language="en")
@@ -223,8 +224,8 @@ def test_target_only_and_as2d_stay_identical_with_the_openvino_encoder(ov_models
     assert chosen
     for clip in chosen:
         audio = load_audio(clip.path)
-        reference = [s.tokens for s in Transcriber(target, TargetOnly(target)).transcribe(audio,
-                                                                                         opts)]
-        got = [s.tokens for s in Transcriber(target, AS2D(target, drafter, budget=Budget())
+        reference = [s.tokens for s in
+                     LongFormTranscriber(target, TargetOnly(target)).transcribe(audio, opts)]
+        got = [s.tokens for s in LongFormTranscriber(target, AS2D(target, drafter, budget=Budget())
                                              ).transcribe(audio, opts)]
         assert got == reference, clip.name

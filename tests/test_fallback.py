@@ -16,7 +16,6 @@ import pytest
 from as2d.runtime.audio import load_audio
 from as2d.runtime.events import Note
 from as2d.runtime.transcribe.as2d import AS2D
-from as2d.runtime.transcribe.decoders import TargetOnly
 from as2d.runtime.transcribe.fallback import (
     DEFAULT_TEMPERATURES,
     judge,
@@ -26,8 +25,9 @@ from as2d.runtime.transcribe.fallback import (
     temperature_schedule,
     window_rng,
 )
+from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
 from as2d.runtime.transcribe.sd import SerialSD
-from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+from as2d.runtime.transcribe.strategy import TargetOnly
 from tests.helpers import cli, error_line, write_wav
 
 NEG_INF = np.float32(-np.inf)
@@ -139,7 +139,7 @@ def models(whisper):
 
 def run(model, decoder, audio, options, events=None):
     listener = events.append if events is not None else None
-    return list(Transcriber(model, decoder, listener).transcribe(audio, options))
+    return list(LongFormTranscriber(model, decoder, listener).transcribe(audio, options))
 
 
 FALLBACK = TranscribeOptions(language="en", temperatures=DEFAULT_TEMPERATURES)
@@ -199,13 +199,13 @@ def test_a_hot_window_does_not_prompt_the_next(models, long_clip):
     prompts: list = []
     opts = TranscribeOptions(language="en", temperatures=(0.0, 1.0), logprob_threshold=0.0,
                              best_of=1)
-    original = Transcriber._attempt
+    original = LongFormTranscriber._attempt
 
     def spy(self, runner, window, mel, prompt, *rest):
         prompts.append((window.index, list(prompt)))
         return original(self, runner, window, mel, prompt, *rest)
 
-    Transcriber._attempt = spy
+    LongFormTranscriber._attempt = spy
     try:
         run(target, TargetOnly(target), x, opts)
         hot = [p for i, p in prompts if i == 1]
@@ -215,7 +215,7 @@ def test_a_hot_window_does_not_prompt_the_next(models, long_clip):
                                                          "prompt_reset_on_temperature": 1.0}))
         assert all(target.tokenizer.sot_prev in p for i, p in prompts if i == 1)
     finally:
-        Transcriber._attempt = original
+        LongFormTranscriber._attempt = original
 
 
 @pytest.mark.slow
@@ -224,18 +224,18 @@ def test_hotwords_lead_every_prompt_as_in_faster_whisper(models, long_clip):
     tk = target.tokenizer
     x = long_clip
     prompts: list = []
-    original = Transcriber._attempt
+    original = LongFormTranscriber._attempt
 
     def spy(self, runner, window, mel, prompt, *rest):
         prompts.append(list(prompt))
         return original(self, runner, window, mel, prompt, *rest)
 
-    Transcriber._attempt = spy
+    LongFormTranscriber._attempt = spy
     try:
         segs = run(target, TargetOnly(target), x,
                    TranscribeOptions(language="en", hotwords="Dashwood, Norland"))
     finally:
-        Transcriber._attempt = original
+        LongFormTranscriber._attempt = original
     hot = tk.encode(" Dashwood, Norland")
     sot_seq = tk.sot_sequence("en" if target.multilingual else None)
     assert len(prompts) >= 2

@@ -12,7 +12,7 @@ import shutil
 import pytest
 
 from as2d.runtime.audio import load_audio
-from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
 from as2d.runtime.whisper.hf_layout import HFLayoutError, HFWhisperModel
 
 
@@ -29,7 +29,7 @@ def clip(librivox):
 
 
 def tokens(model, audio):
-    return [s.tokens for s in Transcriber(model).transcribe(audio, TranscribeOptions())]
+    return [s.tokens for s in LongFormTranscriber(model).transcribe(audio, TranscribeOptions())]
 
 
 @pytest.mark.slow
@@ -48,7 +48,7 @@ def test_hf_layout_transcribes_like_our_own_bundle(hf_folder, clip, whisper, tmp
 @pytest.mark.slow
 def test_a_graph_that_is_not_row_exact_is_not_used_for_speculation(hf_folder, clip):
     from as2d.decoding import build_decoder, plan_threads
-    from as2d.runtime.transcribe.decoders import TargetOnly
+    from as2d.runtime.transcribe.strategy import TargetOnly
 
     hf = HFWhisperModel(hf_folder, threads=2)
     assert hf.check_exact_rows() is False  # a plain export rounds one row differently

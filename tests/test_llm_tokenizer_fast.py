@@ -22,21 +22,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
-from as2d.runtime.ask import lean_tokenizer
+from as2d.runtime.ask.answer_sources import source_texts
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.extract import candidates
-from as2d.runtime.ask.lean_tokenizer import (
+from as2d.runtime.ask.prompt import STYLES, PromptBuilder
+from as2d.runtime.ask.spans import Span, transcript_lines
+from as2d.runtime.llm import lean_tokenizer
+from as2d.runtime.llm.lean_tokenizer import (
     LeanTokenizer,
     build_store,
     lean_store_path,
     open_lean,
 )
-from as2d.runtime.ask.lm import LLMTokenizer, TokenizerBase
-from as2d.runtime.ask.prompt import STYLES, PromptBuilder
-from as2d.runtime.ask.sources import source_texts
-from as2d.runtime.ask.spans import Span, transcript_lines
-from as2d.runtime.ask.vocab_store import VocabStore, unsupported
-from as2d.runtime.bench.questions import QUESTIONS, load_questions
+from as2d.runtime.llm.lm import LLMTokenizer, TokenizerBase
+from as2d.runtime.llm.vocab_store import VocabStore, unsupported
+from bench.questions import QUESTIONS, load_questions
 
 MODEL = "gemma-3-270m"
 

@@ -184,7 +184,7 @@ def test_agreement_never_withdraws_and_aligns_a_changed_mind():
 @pytest.mark.parametrize("kind", ["silero", "energy"])
 def test_vad_on_silence_and_on_speech(kind, librivox):
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.live.vad import make_vad
+    from as2d.runtime.vad.silero import make_vad
 
     vad = make_vad(kind)
     silence = np.zeros(16000 * 2, np.float32)
@@ -202,7 +202,7 @@ def test_vad_on_silence_and_on_speech(kind, librivox):
 
 
 def test_silero_ignores_steady_noise():
-    from as2d.runtime.live.vad import SileroVAD
+    from as2d.runtime.vad.silero import SileroVAD
 
     rng = np.random.default_rng(0)
     noise = (rng.standard_normal(16000 * 3) * 0.01).astype(np.float32)
@@ -211,7 +211,7 @@ def test_silero_ignores_steady_noise():
 
 def test_file_source_plays_every_sample_no_earlier_than_real_time(librivox):
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.live.sources import FileSource
+    from as2d.runtime.live.audio_input import FileSource
 
     audio = load_audio(librivox[1].path)  # 3 s
     src = FileSource(audio, speed=4.0)
@@ -234,7 +234,7 @@ def test_file_source_plays_every_sample_no_earlier_than_real_time(librivox):
 
 def test_output_file_is_appended_on_a_line_of_its_own(tmp_path):
     from as2d.cli.mic_display import CommitWriter
-    from as2d.runtime.live.events import Committed, UtteranceDone
+    from as2d.runtime.live.live_events import Committed, UtteranceDone
 
     out = tmp_path / "notes.txt"
     out.write_text("yesterday's dictation, no newline")
@@ -280,13 +280,13 @@ def test_paced_dictation_commits_incrementally_and_reports_latency(bundle, tmp_p
     from as2d.cli.mic_display import CommitWriter, MicStats
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
-    from as2d.runtime.live.events import Committed, Hypothesis
+    from as2d.runtime.live.audio_input import FileSource
+    from as2d.runtime.live.live_events import Committed, Hypothesis
     from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.live.sources import FileSource
-    from as2d.runtime.live.vad import make_vad
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.vad.silero import make_vad
     from as2d.runtime.whisper.model import WhisperModel
 
     clip = librivox[0].path  # one 7-s sentence
@@ -308,7 +308,8 @@ def test_paced_dictation_commits_incrementally_and_reports_latency(bundle, tmp_p
     strategy = AS2D(target, drafter, None, Budget())
     try:
         session = LiveSession(FileSource(load_audio(clip), 1.0), make_vad("silero"),
-                              Transcriber(target, strategy, stats), LiveOptions(language="en"),
+                              LongFormTranscriber(target, strategy, stats),
+                              LiveOptions(language="en"),
                               listener, "as2d", drafter.name)
         session.start()
         assert session.wait(120)
@@ -324,7 +325,7 @@ def test_paced_dictation_commits_incrementally_and_reports_latency(bundle, tmp_p
     lines = out.read_text().splitlines()
     assert lines == [u.text for u in stats.utterances if u.text]
 
-    reference = " ".join(s.text for s in Transcriber(target).transcribe(
+    reference = " ".join(s.text for s in LongFormTranscriber(target).transcribe(
         load_audio(clip), TranscribeOptions(language="en")))
     wer, _, _ = _wer(reference, session.text)
     assert wer <= 0.15, (reference, session.text)
@@ -339,8 +340,8 @@ def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, bundl
     from as2d.runtime.live.hints import HintedDecoder
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.decoders import TargetOnly
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.strategy import TargetOnly
     from as2d.runtime.whisper.model import WhisperModel
 
     target = WhisperModel(bundle("base", "int8"), threads=2)
@@ -355,7 +356,7 @@ def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, bundl
 
     def decode(decoder, audio):
         passes = []
-        t = Transcriber(target, decoder, lambda e: isinstance(e, WindowDone)
+        t = LongFormTranscriber(target, decoder, lambda e: isinstance(e, WindowDone)
                         and passes.append(e.stats.passes))
         tokens = [tok for seg in t.transcribe(audio, opts) for tok in seg.tokens]
         return tokens, sum(passes)
@@ -403,10 +404,10 @@ def test_endurance_replay_keeps_up_without_drift(bundle, librivox):
     from as2d.cli.mic_display import MicStats
     from as2d.runtime.audio import Audio
     from as2d.runtime.events import fanout
+    from as2d.runtime.live.audio_input import FileSource
     from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.live.sources import FileSource
-    from as2d.runtime.live.vad import make_vad
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.vad.silero import make_vad
     from as2d.runtime.whisper.model import WhisperModel
 
     samples = _joined_speech(librivox, 90.0)
@@ -415,7 +416,7 @@ def test_endurance_replay_keeps_up_without_drift(bundle, librivox):
     # 1.5× real time: the property is "no drift" (a queue, latency or memory that keeps growing),
     # not speed, so the pace leaves a loaded 2-core machine room to keep up.
     session = LiveSession(FileSource(Audio(samples, source="joined"), 1.5), make_vad("silero"),
-                          Transcriber(target, None, stats), LiveOptions(language="en"),
+                          LongFormTranscriber(target, None, stats), LiveOptions(language="en"),
                           fanout(stats), "target")
 
     def rss_mb() -> float:
@@ -441,7 +442,7 @@ def test_endurance_replay_keeps_up_without_drift(bundle, librivox):
     assert len(lat) >= 10
     half = len(lat) // 2
     assert statistics.median(lat[half:]) <= statistics.median(lat[:half]) * 2.0 + 1.5, lat
-    reference = " ".join(s.text for s in Transcriber(target).transcribe(
+    reference = " ".join(s.text for s in LongFormTranscriber(target).transcribe(
         Audio(samples, source="joined"), TranscribeOptions(language="en")))
     wer, _, _ = _wer(reference, session.text)
     assert wer <= 0.05, (wer, reference, session.text)

@@ -21,8 +21,12 @@ from as2d.runtime.events import Drafted, RunStarted
 from as2d.runtime.sessions import Background
 from as2d.runtime.transcribe.ahead import AudioReader
 from as2d.runtime.transcribe.as2d import AS2D
-from as2d.runtime.transcribe.decoders import TargetOnly
-from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
+from as2d.runtime.transcribe.longform import (
+    LongFormTranscriber,
+    TranscribeOptions,
+    TranscriptionInfo,
+)
+from as2d.runtime.transcribe.strategy import TargetOnly
 
 OPTS = TranscribeOptions(language="en")
 
@@ -42,7 +46,7 @@ def reference(whisper, files):
     out = []
     for path in files:
         audio = load_audio(path)
-        out.append([s.tokens for s in Transcriber(target, TargetOnly(target))
+        out.append([s.tokens for s in LongFormTranscriber(target, TargetOnly(target))
                     .transcribe(audio, OPTS)])
     return out
 
@@ -68,7 +72,7 @@ def test_the_drafter_drafts_the_next_file_before_the_target_reaches_it(whisper, 
             runs[-1].append(event)
 
     decoder = AS2D(target, drafter, listener)
-    t = Transcriber(target, decoder, listener)
+    t = LongFormTranscriber(target, decoder, listener)
     try:
         first, second = load_audio(files[0]), load_audio(files[1])
         t.prefetch(second, OPTS)  # between runs: held until the first run has begun
@@ -98,7 +102,7 @@ def test_a_batch_with_every_next_file_prefetched_is_token_identical_to_target_on
         whisper, files, reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     decoder = AS2D(target, drafter, busy_threads=1)
-    t = Transcriber(target, decoder)
+    t = LongFormTranscriber(target, decoder)
     got = []
     reader = AudioReader(files, load_audio, ready=lambda audio: t.prefetch(audio, OPTS))
     try:
@@ -149,7 +153,7 @@ def test_only_models_that_run_alone_spin_their_thread_pools(bundle, whisper):
 def test_prefetches_between_runs_wait_for_the_next_run(whisper, files, reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     decoder = AS2D(target, drafter)
-    t = Transcriber(target, decoder)
+    t = LongFormTranscriber(target, decoder)
     try:
         a, b = load_audio(files[0]), load_audio(files[1])
         list(t.transcribe(a, OPTS))
@@ -165,7 +169,7 @@ def test_prefetches_between_runs_wait_for_the_next_run(whisper, files, reference
 def test_the_draft_of_a_prefetched_file_that_is_skipped_is_dropped(whisper, files, reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     decoder = AS2D(target, drafter)
-    t = Transcriber(target, decoder)
+    t = LongFormTranscriber(target, decoder)
     try:
         long, skipped, c = load_audio(files[4]), load_audio(files[0]), load_audio(files[2])
         run = t.transcribe(long, OPTS)
@@ -187,7 +191,7 @@ def test_the_draft_of_a_prefetched_file_that_is_skipped_is_dropped(whisper, file
 def test_close_ends_the_drafts_of_files_never_transcribed(whisper, files):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     decoder = AS2D(target, drafter)
-    t = Transcriber(target, decoder)
+    t = LongFormTranscriber(target, decoder)
     run = t.transcribe(load_audio(files[4]), OPTS)
     next(run)
     t.prefetch(load_audio(files[4]), OPTS)  # 44 s again: still drafting when closed
@@ -285,7 +289,7 @@ def encoder_threads() -> list[threading.Thread]:
 def test_the_next_files_first_window_is_encoded_during_this_ones_last(whisper, files,
                                                                        reference):
     target = whisper("base")
-    t = Transcriber(target, TargetOnly(target))
+    t = LongFormTranscriber(target, TargetOnly(target))
     a, b = load_audio(files[0]), load_audio(files[1])
     t.prefetch(b, OPTS)  # known to come next before a's only window is decoded
     got_a = [s.tokens for s in t.transcribe(a, OPTS)]
@@ -300,7 +304,7 @@ def test_the_next_files_first_window_is_encoded_during_this_ones_last(whisper, f
 def test_a_stop_abandons_the_next_files_encoding_and_the_next_run_encodes_again(
         whisper, files, reference):
     target = whisper("base")
-    t = Transcriber(target, TargetOnly(target))
+    t = LongFormTranscriber(target, TargetOnly(target))
     long, b = load_audio(files[4]), load_audio(files[1])
     run = t.transcribe(long, OPTS)
     next(run)
@@ -315,7 +319,7 @@ def test_a_stop_abandons_the_next_files_encoding_and_the_next_run_encodes_again(
 
 def test_a_run_that_fails_before_its_first_window_leaves_no_encoder_running(whisper, files):
     target = whisper("base")
-    t = Transcriber(target, TargetOnly(target))
+    t = LongFormTranscriber(target, TargetOnly(target))
     with pytest.raises(ValueError):
         list(t.transcribe(load_audio(files[0]), TranscribeOptions(language="klingon")))
     assert not encoder_threads()
@@ -328,7 +332,7 @@ def test_a_run_that_fails_before_its_first_window_leaves_no_encoder_running(whis
 def test_a_stop_during_language_detection_interrupts_the_run_without_an_error(whisper, files):
     # Live dictation stops growing-utterance decodes at any moment, detection included.
     target = whisper("base")
-    t = Transcriber(target, TargetOnly(target))
+    t = LongFormTranscriber(target, TargetOnly(target))
     t.stop()  # asked before the call: it applies to it
     info = TranscriptionInfo(None, 0.0, 0.0)
     segments = list(t.transcribe(load_audio(files[0]), TranscribeOptions(), info))

@@ -133,10 +133,10 @@ def test_truncate_refuses_to_grow_or_go_negative(whisper, windows):
 @pytest.mark.parametrize("timestamps", [True, False], ids=["timestamps", "no-timestamps"])
 def test_verifying_candidates_commits_exactly_the_target_only_tokens(name, timestamps, whisper,
                                                                       windows):
-    """WindowDecoder.step (the verification kernel with Whisper's logit rules) given a mix of
+    """WindowState.step (the verification kernel with Whisper's logit rules) given a mix of
     right and wrong candidates commits what plain greedy decoding commits (the rules apply per
     position, timestamps included)."""
-    from as2d.runtime.transcribe.window import WindowDecoder
+    from as2d.runtime.transcribe.window import WindowState
     from as2d.runtime.whisper.logits import LogitRules
 
     model = whisper(name, "int8", 2)
@@ -149,7 +149,7 @@ def test_verifying_candidates_commits_exactly_the_target_only_tokens(name, times
     rng = np.random.default_rng(7)
     state = model.decoder_state(ctx)
     try:
-        dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), 224, tk.eot)
+        dec = WindowState(state, rules, prompt, prompt.index(tk.sot), 224, tk.eot)
         dec.start()
         accepted = offered = 0
         while not dec.done:

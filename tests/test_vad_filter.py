@@ -16,11 +16,14 @@ import numpy as np
 import pytest
 
 from as2d.runtime.audio import load_audio
-from as2d.runtime.live.vad import SileroVAD
 from as2d.runtime.transcribe.as2d import AS2D
-from as2d.runtime.transcribe.decoders import TargetOnly
+from as2d.runtime.transcribe.longform import (
+    LongFormTranscriber,
+    TranscribeOptions,
+    TranscriptionInfo,
+)
 from as2d.runtime.transcribe.sd import SerialSD
-from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
+from as2d.runtime.transcribe.strategy import TargetOnly
 from as2d.runtime.transcribe.vad_filter import (
     SAMPLE_RATE,
     Timeline,
@@ -29,6 +32,7 @@ from as2d.runtime.transcribe.vad_filter import (
     speech_chunks,
     speech_probabilities,
 )
+from as2d.runtime.vad.silero import SileroVAD
 from tests.helpers import cli, error_line, write_wav
 
 SR = SAMPLE_RATE
@@ -165,7 +169,7 @@ def models(whisper):
 
 
 def run(model, decoder, audio, options, info=None):
-    t = Transcriber(model, decoder, voice_detector=SileroVAD())
+    t = LongFormTranscriber(model, decoder, voice_detector=SileroVAD())
     return list(t.transcribe(audio, options, info))
 
 
@@ -207,7 +211,7 @@ def test_filter_and_fallback_together_stay_lossless(models, pauses):
 def test_the_engine_asks_for_a_detector(models):
     target, _ = models
     with pytest.raises(ValueError, match="voice detector"):
-        list(Transcriber(target).transcribe(np.zeros(SR, np.float32), VAD))
+        list(LongFormTranscriber(target).transcribe(np.zeros(SR, np.float32), VAD))
 
 
 @pytest.mark.slow

@@ -116,10 +116,10 @@ def aligned_model(whisper, bundle, name="base"):
 
 
 def transcribe(model, path, decoder=None, **options):
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
 
     opts = TranscribeOptions(language="en", **options)
-    return list(Transcriber(model, decoder).transcribe(load_audio(path), opts))
+    return list(LongFormTranscriber(model, decoder).transcribe(load_audio(path), opts))
 
 
 @pytest.fixture(scope="module")
@@ -149,8 +149,8 @@ def test_words_spell_each_segment_and_run_forward_in_time(whisper, bundle, two_c
 def test_the_transcript_is_the_same_with_words_and_for_every_decoder(whisper, bundle, clips):
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.decoders import TargetOnly
     from as2d.runtime.transcribe.sd import SerialSD
+    from as2d.runtime.transcribe.strategy import TargetOnly
 
     target = aligned_model(whisper, bundle)
     drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
@@ -203,7 +203,7 @@ def test_word_times_agree_with_faster_whisper_on_the_same_weights(whisper, bundl
 
 
 def test_a_model_without_alignment_heads_is_refused_before_decoding(whisper):
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions
+    from as2d.runtime.transcribe.longform import TranscribeOptions
     from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
 
     class NoHeads:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from as2d import writers
-from as2d.runtime.transcribe.transcriber import Segment
+from as2d.runtime.transcribe.longform import Segment
 from as2d.runtime.whisper.alignment import Word
 from as2d.writers import SubtitleOptions
 

@@ -120,12 +120,12 @@ def run_ask(req: AskRequest) -> int:
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.sessions import cpu_count
-    from as2d.runtime.transcribe.stats import StatsCollector
-    from as2d.runtime.transcribe.transcriber import (
+    from as2d.runtime.transcribe.longform import (
         TranscribeOptions,
         Transcriber,
         TranscriptionInfo,
     )
+    from as2d.runtime.transcribe.stats import StatsCollector
 
     validate(req)
     note = make_note(req.quiet)

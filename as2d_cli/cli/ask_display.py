@@ -17,7 +17,7 @@ from collections import deque
 
 from as2d.cli.display import LiveView, tail
 from as2d.cli.progress import PlainView, want_live
-from as2d.runtime.ask.events import AnswerStep, AskStarted, Prefilled
+from as2d.runtime.ask.answer_events import AnswerStep, AskStarted, Prefilled
 from as2d.runtime.events import (
     Drafted,
     LanguageDetected,

@@ -179,8 +179,8 @@ def run_config(cfg, items: list[Item], models: _Models, cores: int):
     """One pass of one configuration over every item: window timings, wall time, texts."""
     from dataclasses import replace
 
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
     from as2d.runtime.transcribe.stats import StatsCollector
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber
 
     stats = StatsCollector()
     target, strategy = _strategy(cfg, models, cores, stats)
@@ -190,7 +190,8 @@ def run_config(cfg, items: list[Item], models: _Models, cores: int):
     try:
         for item in items:
             t0 = time.perf_counter()
-            segs = list(Transcriber(target, strategy, stats).transcribe(item.audio, options))
+            run = LongFormTranscriber(target, strategy, stats)
+            segs = list(run.transcribe(item.audio, options))
             wall += time.perf_counter() - t0
             texts[item.name] = "".join(s.text for s in segs)
             for w in stats.current.windows:

@@ -151,7 +151,7 @@ def validate(req: MicRequest):
 
 
 def list_devices() -> int:
-    from as2d.runtime.live.sources import AudioInputError, list_input_devices
+    from as2d.runtime.live.audio_input import AudioInputError, list_input_devices
 
     try:
         devices = list_input_devices()
@@ -174,11 +174,11 @@ def run_mic(req: MicRequest) -> int:
     from as2d.decoding import build_decoder, plan_threads
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
+    from as2d.runtime.live.audio_input import AudioInputError, FileSource, MicSource
     from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.live.sources import AudioInputError, FileSource, MicSource
-    from as2d.runtime.live.vad import VADUnavailable, make_vad
     from as2d.runtime.sessions import cpu_count
-    from as2d.runtime.transcribe.transcriber import Transcriber, resolve_language
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, resolve_language
+    from as2d.runtime.vad.silero import VADUnavailable, make_vad
 
     if req.list_devices:
         return list_devices()
@@ -224,7 +224,7 @@ def run_mic(req: MicRequest) -> int:
                               req.models_dir, reporter, note, encoder=req.encoder)
     options = LiveOptions(endpoint=endpoint, interval=req.interval, agreement=req.agreement,
                           language=language, prompt=req.prompt, hints=req.hints)
-    transcriber = Transcriber(target, strategy, fanout(stats, reporter))
+    transcriber = LongFormTranscriber(target, strategy, fanout(stats, reporter))
     session = LiveSession(source, vad, transcriber, options, listener, req.decoder,
                           strategy.drafter_name)
     code = 0

@@ -26,7 +26,7 @@ from rich.text import Text
 from as2d.cli.display import LiveView, tail
 from as2d.cli.progress import PlainView, want_live
 from as2d.runtime.events import Drafted, Note, Verified, WindowDone
-from as2d.runtime.live.events import (
+from as2d.runtime.live.live_events import (
     Committed,
     DecodeStarted,
     Hypothesis,

@@ -192,7 +192,7 @@ def subtitle_options(req: TranscribeRequest) -> writers.SubtitleOptions:
 
 def transcribe_options(req: TranscribeRequest):
     """The engine's options for a request (``as2d batch`` builds them the same way)."""
-    from as2d.runtime.transcribe.transcriber import TranscribeOptions
+    from as2d.runtime.transcribe.longform import TranscribeOptions
 
     return TranscribeOptions(
         language=req.language, task=req.task, timestamps=req.timestamps,
@@ -214,8 +214,8 @@ def run_transcribe(req: TranscribeRequest) -> int:
     from as2d.runtime.events import fanout
     from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.ahead import AudioReader
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.stats import StatsCollector
-    from as2d.runtime.transcribe.transcriber import Transcriber
 
     formats = validate(req)
     to_stdout = req.output_dir is None or str(req.output_dir) == "-"
@@ -250,7 +250,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
     finally:
         if load_drafter is not None:
             load_drafter.settle()  # loaded and taken, or not needed: ended either way
-    transcriber = Transcriber(target, strategy, listener)
+    transcriber = LongFormTranscriber(target, strategy, listener)
     options = transcribe_options(req)
     if req.word_timestamps:
         # Before any decoding: the alignment graph is made (first use) and loaded now.
@@ -265,7 +265,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
             strategy.close()
             raise
     if req.vad_filter:
-        from as2d.runtime.live.vad import SileroVAD, VADUnavailable
+        from as2d.runtime.vad.silero import SileroVAD, VADUnavailable
 
         try:
             transcriber.voice_detector = SileroVAD()
@@ -287,7 +287,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
 def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, transcriber,
                options, reader) -> int:
     from as2d.runtime.audio import AudioError, display_name
-    from as2d.runtime.transcribe.transcriber import TranscriptionInfo
+    from as2d.runtime.transcribe.longform import TranscriptionInfo
 
     failures = 0
     interrupted = False

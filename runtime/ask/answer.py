@@ -7,7 +7,7 @@ with the transcript and the question. The pieces, one module each:
 * :mod:`~as2d.runtime.ask.prompt` — the prompt's styles and few-shot examples, fitted into the
   model's context (:mod:`~as2d.runtime.ask.passages` selects passages of a long transcript;
   :mod:`~as2d.runtime.ask.codec` keeps user text literal);
-* :mod:`~as2d.runtime.ask.sources` — the texts candidates are looked up in (transcript,
+* :mod:`~as2d.runtime.ask.answer_sources` — the texts candidates are looked up in (transcript,
   drafter, question, examples);
 * :mod:`~as2d.runtime.ask.generate` — generation by verified passes, token-identical to plain
   greedy generation.
@@ -23,18 +23,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from as2d.runtime.ask.answer_events import AnswerDone, AnswerStats, AnswerStatsCollector, AskStarted
+from as2d.runtime.ask.answer_sources import SOURCES, lookup_source, source_texts
 from as2d.runtime.ask.codec import Codec
-from as2d.runtime.ask.events import AnswerDone, AnswerStats, AnswerStatsCollector, AskStarted
 from as2d.runtime.ask.extract import Candidate, candidates, count_answer
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.passages import evidence, grounded, rank_spans
-from as2d.runtime.ask.prefix_cache import for_model as prefix_cache_for
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, asks_about_time
-from as2d.runtime.ask.sources import SOURCES, lookup_source, source_texts
 from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.ask.tree import TreeSource
 from as2d.runtime.ask.tree import score as tree_score
 from as2d.runtime.events import Listener, Note, fanout, ignore
+from as2d.runtime.llm.prefix_cache import for_model as prefix_cache_for
 from as2d.runtime.speculative.lookup import LookupSource
 
 DEFAULT_MAX_TOKENS = 48
@@ -73,7 +73,7 @@ class AskOptions:
     calibrate: float = 0.75
     calibrate_top: int = 6
     # The few-shot head's KV rows are stored beside the model and loaded by later runs
-    # (:mod:`as2d.runtime.ask.prefix_cache`): 0.3 s less prefill, the same answer.
+    # (:mod:`as2d.runtime.llm.prefix_cache`): 0.3 s less prefill, the same answer.
     prefix_cache: bool = True
 
 

@@ -17,7 +17,7 @@ class Codec:
     prompt early or fake a turn. User text is therefore encoded with the tokenizer's
     special-token parsing switched off (``encode_special_tokens``), only our own chat markup
     with it on: the tokenizer's ``encode_piece(text, literal)`` does either, safely across
-    threads (:class:`as2d.runtime.ask.lm.TokenizerBase`).
+    threads (:class:`as2d.runtime.llm.lm.TokenizerBase`).
     """
 
     def __init__(self, tokenizer) -> None:

@@ -8,7 +8,7 @@ token, and drops the rest of the cache. With no candidates a pass is a plain gre
 target-only generation (:func:`greedy_generate`) is this same code and speculative answers are
 token-identical to it, provided the model computes every row of a pass independently of the
 others (the Gemma bundle is built so; a Hugging Face graph is checked at load, see
-:mod:`as2d.runtime.ask.hf_lm`).
+:mod:`as2d.runtime.llm.hf_lm`).
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import Protocol
 
 import numpy as np
 
-from as2d.runtime.ask.events import AnswerStep, Prefilled
-from as2d.runtime.ask.prefix_cache import PrefixCache
+from as2d.runtime.ask.answer_events import AnswerStep, Prefilled
 from as2d.runtime.events import Listener, ignore
+from as2d.runtime.llm.prefix_cache import PrefixCache
 from as2d.runtime.speculative.candidates import NO_CANDIDATES, run
 from as2d.runtime.speculative.lookup import LookupSource
 from as2d.runtime.speculative.verify import PassCounts, Verdict, argmax, verify
 
 
 class LMState(Protocol):
-    """One sequence's KV cache (:class:`as2d.runtime.ask.lm.LLMState` and the HF twin)."""
+    """One sequence's KV cache (:class:`as2d.runtime.llm.lm.LLMState` and the HF twin)."""
 
     length: int
     capacity: int
@@ -40,8 +40,8 @@ class LMState(Protocol):
 
 
 class LanguageModel(Protocol):
-    """What answering needs of a model (:class:`as2d.runtime.ask.lm.CausalLM`,
-    :class:`as2d.runtime.ask.hf_lm.HFCausalLM`)."""
+    """What answering needs of a model (:class:`as2d.runtime.llm.lm.CausalLM`,
+    :class:`as2d.runtime.llm.hf_lm.HFCausalLM`)."""
 
     name: str
     tokenizer: object  # .bos, .decode(ids), .encode_piece(text, literal) (lm.TokenizerBase)

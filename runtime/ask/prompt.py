@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.passages import drop_lowest, focus, select_spans
 from as2d.runtime.ask.spans import Span, format_time, time_ranges, transcript_lines
-from as2d.runtime.ask.template import TemplateError, render_chat_template
+from as2d.runtime.llm.template import TemplateError, render_chat_template
 
 # Invented examples (nothing from the benchmark clips). Each transcript is followed by several
 # questions, as a user would ask them: who/what/where/how, numbers, quotes and "when" about the
@@ -126,7 +126,7 @@ class PromptPlan:
     focus: list[Span] = field(default_factory=list)  # the spans most related to the question
     # Leading ids that depend on neither the transcript nor the question (the few-shot head):
     # the same in every prompt of a style, so their KV rows can be kept between runs
-    # (:mod:`as2d.runtime.ask.prefix_cache`).
+    # (:mod:`as2d.runtime.llm.prefix_cache`).
     static: int = 0
     # Ids before the question's part (head and transcript): a prompt that asks another
     # question shares them (the neutral prompt of candidate calibration, :meth:`suffix`).
@@ -213,7 +213,7 @@ class PromptBuilder:
                    "about the recording briefly, using only the transcript.\nQuestion: "
                    + marker_q)
         # The template comes from the model's folder: untrusted code, rendered in a bounded
-        # sandbox (as2d.runtime.ask.template); it does not depend on the texts, so once.
+        # sandbox (as2d.runtime.llm.template); it does not depend on the texts, so once.
         if self._frame is None:
             self._frame = render_chat_template(
                 self.chat_template, messages=[{"role": "user", "content": content}],

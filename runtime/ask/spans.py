@@ -26,7 +26,7 @@ class Span:
 
 
 def spans_from_segments(segments: Iterable) -> list[Span]:
-    """Spans from :class:`as2d.runtime.transcribe.transcriber.Segment` objects (or anything
+    """Spans from :class:`as2d.runtime.transcribe.longform.Segment` objects (or anything
     with start, end, text), blank ones dropped."""
     out = []
     for s in segments:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.lookup import Lookup
 from as2d.runtime.speculative.verify import Verdict
-from as2d.runtime.transcribe.decoders import Decoder, Window
+from as2d.runtime.transcribe.strategy import DecodeStrategy, Window
 
 
 class PreviousDecodeSource(CandidateSource):
@@ -91,14 +91,14 @@ class PreviousDecodeSource(CandidateSource):
             self.on_finish(list(context), self.offered, self.accepted)
 
 
-class HintedDecoder(Decoder):
+class HintedDecoder(DecodeStrategy):
     """``inner`` with the previous decode of the same utterance offered first.
 
     The live session sets :attr:`previous` before each decode (None: no hint, e.g. a new
     utterance or several utterances decoded together) and reads :attr:`last` after it.
     """
 
-    def __init__(self, inner: Decoder) -> None:
+    def __init__(self, inner: DecodeStrategy) -> None:
         super().__init__(inner.target, inner.emit)
         self.inner = inner
         self.name = inner.name

@@ -8,7 +8,7 @@ Three threads, so that no stage waits for a slower one:
   growing utterance every ``interval`` seconds of new audio, the utterance's complete audio as
   soon as its end is likely (a speculative final), and its final audio when it has ended;
 * the **decoder** thread (:meth:`LiveSession._decode_loop`) decodes one job at a time with a
-  :class:`~as2d.runtime.transcribe.transcriber.Transcriber` (target-only, SD or AS²D, whose
+  :class:`~as2d.runtime.transcribe.longform.LongFormTranscriber` (target-only, SD or AS²D, whose
   drafter runs on a thread of its own) and applies the
   :class:`~as2d.runtime.live.agreement.LocalAgreement` policy.
 
@@ -18,8 +18,8 @@ a final or speculative-final job cancels a running growing-utterance decode afte
 pass. The utterance's previous committed text prompts the next utterance, as
 ``condition_on_previous_text`` does for files.
 
-Everything observable is an event (:mod:`as2d.runtime.live.events` plus the engine's own); committed
-words are never withdrawn, so a writer can append them to a file as they come.
+Everything observable is an event (:mod:`as2d.runtime.live.live_events` plus the engine's own);
+committed words are never withdrawn, so a writer can append them to a file as they come.
 """
 
 from __future__ import annotations
@@ -42,8 +42,11 @@ from as2d.runtime.events import (
     ignore,
 )
 from as2d.runtime.live.agreement import LocalAgreement
+from as2d.runtime.live.audio_input import AudioInputError, AudioSource
 from as2d.runtime.live.endpoint import Boundary, EndpointConfig, Endpointer
-from as2d.runtime.live.events import (
+from as2d.runtime.live.hints import HintedDecoder
+from as2d.runtime.live.jobs import Job, Jobs
+from as2d.runtime.live.live_events import (
     Committed,
     DecodeStarted,
     Hypothesis,
@@ -54,12 +57,13 @@ from as2d.runtime.live.events import (
     UtteranceStarted,
     VoiceLevel,
 )
-from as2d.runtime.live.hints import HintedDecoder
-from as2d.runtime.live.jobs import Job, Jobs
-from as2d.runtime.live.sources import AudioInputError, AudioSource
 from as2d.runtime.live.timeline import Buffer, Clock
-from as2d.runtime.live.vad import VoiceDetector
-from as2d.runtime.transcribe.transcriber import TranscribeOptions, Transcriber, TranscriptionInfo
+from as2d.runtime.transcribe.longform import (
+    LongFormTranscriber,
+    TranscribeOptions,
+    TranscriptionInfo,
+)
+from as2d.runtime.vad.silero import VoiceDetector
 
 
 @dataclass
@@ -102,7 +106,7 @@ class LiveSession:
     """One dictation session: :meth:`start`, then :meth:`wait`; :meth:`stop` finishes the
     utterance in progress, :meth:`abort` keeps only what is already committed."""
 
-    def __init__(self, source: AudioSource, vad: VoiceDetector, transcriber: Transcriber,
+    def __init__(self, source: AudioSource, vad: VoiceDetector, transcriber: LongFormTranscriber,
                  options: LiveOptions | None = None, listener: Listener | None = None,
                  decoder: str = "target", drafter: str | None = None) -> None:
         self.source = source

@@ -1,7 +1,7 @@
-"""The files a :class:`~as2d.runtime.transcribe.transcriber.Transcriber` will transcribe next.
+"""The files a :class:`~as2d.runtime.transcribe.longform.LongFormTranscriber` will transcribe next.
 
-Told the next recording (``Transcriber.prefetch``), the transcriber computes its log-mel at once
-(in the caller's thread, while the current file is being decoded) and hands it to the decoder,
+Told the next recording (``LongFormTranscriber.prefetch``), the transcriber computes its log-mel at
+once (in the caller's thread, while the current file is being decoded) and hands it to the decoder,
 whose drafter can then start on it as soon as it is done with the current file; once the current
 run reaches its last window, the next recording's first window is encoded beside its decoding.
 A prefetch made between runs is held until the next run has begun, so that the decoder always
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from as2d.runtime.audio import Audio
 from as2d.runtime.sessions import Background
-from as2d.runtime.transcribe.decoders import Decoder
 from as2d.runtime.transcribe.runner import AheadEncoding
+from as2d.runtime.transcribe.strategy import DecodeStrategy
 from as2d.runtime.whisper.features import LogMel
 
 
@@ -38,7 +38,7 @@ class _Upcoming:
 class Lookahead:
     """Prefetched recordings in the order they will be transcribed, with their log-mels."""
 
-    def __init__(self, decoder: Decoder, n_mels: int) -> None:
+    def __init__(self, decoder: DecodeStrategy, n_mels: int) -> None:
         self.decoder = decoder
         self.n_mels = n_mels
         self._upcoming: list[_Upcoming] = []
@@ -118,8 +118,8 @@ class AudioReader:
 
     :meth:`take` ``(i)`` returns file ``i`` (or raises its :class:`AudioError`) and starts
     decoding file ``i + 1``, which then overlaps the transcription of file ``i``; ``ready`` is
-    called with each file decoded ahead (``Transcriber.prefetch``, which adds its log-mel and
-    the drafter's head start). File 0 starts at once: it overlaps the loading of the models.
+    called with each file decoded ahead (``LongFormTranscriber.prefetch``, which adds its log-mel
+    and the drafter's head start). File 0 starts at once: it overlaps the loading of the models.
     """
 
     def __init__(self, paths: list, load: Callable[[object], Audio],

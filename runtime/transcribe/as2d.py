@@ -22,9 +22,9 @@ from as2d.runtime.speculative.align import SEGMENT, SENTENCE, Aligner, TokenKeys
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
-from as2d.runtime.transcribe.decoders import Window
 from as2d.runtime.transcribe.drafter import DrafterWorker
 from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingDecoder
+from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.model import WhisperModel

@@ -14,7 +14,7 @@ import time
 from as2d.runtime.events import Drafted, Encoded, Listener, Note, WindowStarted, ignore
 from as2d.runtime.speculative.stream import CandidateStream, Retokenizer
 from as2d.runtime.transcribe.turns import EncoderTurns
-from as2d.runtime.transcribe.window import WindowDecoder
+from as2d.runtime.transcribe.window import WindowState
 from as2d.runtime.whisper.features import FRAMES_PER_SECOND, N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel
@@ -126,7 +126,7 @@ class DrafterWorker:
             state = model.decoder_state(ctx)
             self._open, self._seg_time = [], offset
             try:
-                dec = WindowDecoder(state, rules, prompt, 0, sample_len, tk.eot)
+                dec = WindowState(state, rules, prompt, 0, sample_len, tk.eot)
                 step = dec.start()
                 self._take(step.committed, offset, step.seconds)
                 content_end = size / FRAMES_PER_SECOND

@@ -10,11 +10,11 @@ from as2d.runtime.events import Listener
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
-from as2d.runtime.transcribe.decoders import Decoder
+from as2d.runtime.transcribe.strategy import DecodeStrategy
 from as2d.runtime.whisper.model import WhisperModel
 
 
-class DraftingDecoder(Decoder):
+class DraftingDecoder(DecodeStrategy):
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None) -> None:
         super().__init__(target, listener)

@@ -1,7 +1,7 @@
 """One run's window loop body: encode a window once, decode it, report every pass.
 
 :class:`WindowRunner` is shared by every decoder: the target's encoder, the
-:class:`~as2d.runtime.transcribe.window.WindowDecoder`, the one candidate loop
+:class:`~as2d.runtime.transcribe.window.WindowState`, the one candidate loop
 (:func:`~as2d.runtime.speculative.candidates.run`) and the events. A decoder contributes only the
 window's :class:`~as2d.runtime.speculative.candidates.CandidateSource`.
 
@@ -33,8 +33,8 @@ from as2d.runtime.sessions import Background
 from as2d.runtime.speculative import candidates
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
-from as2d.runtime.transcribe.decoders import Window
-from as2d.runtime.transcribe.window import DecodingResult, WindowDecoder
+from as2d.runtime.transcribe.strategy import Window
+from as2d.runtime.transcribe.window import DecodingResult, WindowState
 from as2d.runtime.whisper.features import N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel
@@ -101,7 +101,7 @@ class WindowRunner:
         # Called once, after the next window's encoder run (work that should not compete with
         # the encoder but may overlap the decoding).
         self.after_encode: Callable[[], None] | None = None
-        self._decoder: WindowDecoder | None = None
+        self._decoder: WindowState | None = None
 
     def detect_language(self, mel: LogMel) -> tuple[str, float]:
         """Most probable language of the first window (multilingual models).
@@ -226,7 +226,7 @@ class WindowRunner:
                 pass
         state = self.model.decoder_state(ctx)
         tk = self.model.tokenizer
-        dec = WindowDecoder(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
+        dec = WindowState(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
         self._decoder = dec
         source: CandidateSource | None = None
         # Decode time is the wall time of everything after the target's encoder: serial

@@ -12,7 +12,7 @@ the original audio (a segment's end that falls exactly on the end of a chunk sta
 chunk).
 
 The engine does not own a detector: whoever builds the
-:class:`~as2d.runtime.transcribe.transcriber.Transcriber` passes one (anything with
+:class:`~as2d.runtime.transcribe.longform.LongFormTranscriber` passes one (anything with
 ``probabilities(samples) -> one probability per 512 samples``), so this room does not depend on
 the dictation room where Silero lives.
 """

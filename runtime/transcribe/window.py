@@ -1,6 +1,6 @@
 """Greedy decoding of one Whisper window, one verified pass at a time.
 
-:class:`WindowDecoder` is the target's side of a window: the prompt pass, then passes of the
+:class:`WindowState` is the target's side of a window: the prompt pass, then passes of the
 verification kernel (:func:`~as2d.runtime.speculative.verify.verify`) with Whisper's logit rules
 as the greedy choice and end-of-text as the stop. With no candidates a pass *is* a plain greedy
 step, so whatever proposes candidates, the window commits what target-only decoding commits. It
@@ -37,7 +37,7 @@ class DecodingResult:
 
 
 @dataclass
-class WindowDecoder:
+class WindowState:
     """Target-side decoding state of one window."""
 
     state: DecoderState

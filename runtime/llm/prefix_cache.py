@@ -32,7 +32,7 @@ KEEP = 6  # head files per model folder (styles x timed/untimed); the least rece
 
 class PrefixCache:
     """Stored KV rows of prompt heads, for one model's states (``k``/``v`` lists of
-    ``[capacity, width]`` arrays and a ``length``: :class:`as2d.runtime.ask.lm.LLMState`)."""
+    ``[capacity, width]`` arrays and a ``length``: :class:`as2d.runtime.llm.lm.LLMState`)."""
 
     def __init__(self, folder: Path, identity: str) -> None:
         self.folder = Path(folder)

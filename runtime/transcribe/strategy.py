@@ -1,9 +1,9 @@
 """What differs between target-only, classic speculative decoding and AS²D: a per-run decoder.
 
 The window loop (:class:`~as2d.runtime.transcribe.runner.WindowRunner`) is the same for all of
-them: encode the window once, decode it with :class:`~as2d.runtime.transcribe.window.WindowDecoder`
-through the one candidate loop, report. A :class:`Decoder` only says what runs beside the target
-during a run (a drafter thread, or nothing) and which
+them: encode the window once, decode it with :class:`~as2d.runtime.transcribe.window.WindowState`
+through the one candidate loop, report. A :class:`DecodeStrategy` only says what runs beside the
+target during a run (a drafter thread, or nothing) and which
 :class:`~as2d.runtime.speculative.candidates.CandidateSource` proposes each window's candidates.
 Since the verification kernel alone decides what is committed, no decoder can change the
 output, only how many target passes it takes.
@@ -37,7 +37,7 @@ class Window:
         return (self.seek + self.size) / FRAMES_PER_SECOND
 
 
-class Decoder:
+class DecodeStrategy:
     """A run's decoder; this base is target-only (no candidates, nothing beside the target).
 
     The long-form loop calls, per run: :meth:`start_early` (before language detection), then
@@ -84,5 +84,5 @@ class Decoder:
         self.end()
 
 
-class TargetOnly(Decoder):
+class TargetOnly(DecodeStrategy):
     """Plain greedy decoding with the target model alone: the reference output."""

@@ -8,7 +8,7 @@ tokens, chat template). The graph takes ``input_ids``, ``attention_mask``, optio
 ``position_ids``, and ``past_key_values.N.key/value [1, kv_heads, past, head_dim]``, and returns
 ``logits`` and ``present.N.key/value``.
 
-:class:`HFCausalLM` offers the interface of :class:`as2d.runtime.ask.lm.CausalLM` (``state()``,
+:class:`HFCausalLM` offers the interface of :class:`as2d.runtime.llm.lm.CausalLM` (``state()``,
 ``release``, ``prefill``; states with ``forward(tokens, logit_rows)``,
 ``truncate``, ``length``, ``capacity``), so the answer generator serves both.
 
@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from as2d.runtime.ask.lm import LMBackend, TokenizerBase
+from as2d.runtime.llm.lm import LMBackend, TokenizerBase
 from as2d.runtime.sessions import make_session
 
 GRAPHS = ("model.onnx", "decoder_model_merged.onnx")
@@ -72,7 +72,7 @@ def _ids(value) -> list[int]:
 
 class HFTokenizer(TokenizerBase):
     """``tokenizer.json`` with the special ids from the config files (the interface of
-    :class:`as2d.runtime.ask.lm.LLMTokenizer`)."""
+    :class:`as2d.runtime.llm.lm.LLMTokenizer`)."""
 
     def __init__(self, path: Path, config: dict, generation: dict, tok_config: dict) -> None:
         self.path = path
@@ -180,7 +180,7 @@ class HFCausalLM(LMBackend):
     def _check_template(self) -> None:
         """Render the chat template once at load (in the bounded sandbox: the folder is
         untrusted) so a broken or hostile one is refused before anything is transcribed."""
-        from as2d.runtime.ask.template import TemplateError, render_chat_template
+        from as2d.runtime.llm.template import TemplateError, render_chat_template
 
         try:
             out = render_chat_template(self.chat_template,

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from as2d.runtime.ask.lean_tokenizer import LeanTokenizer, open_lean, scan_newline_ids
 from as2d.runtime.kvcache import KVCache
+from as2d.runtime.llm.lean_tokenizer import LeanTokenizer, open_lean, scan_newline_ids
 from as2d.runtime.sessions import make_session
 
 PREFILL_CHUNK = 256  # prompt tokens per pass: bounds the [rows, S] attention scores in memory

@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 from tokenizers import AddedToken, Tokenizer, models
 
-from as2d.runtime.ask.vocab_store import (
+from as2d.runtime.files import write_replacing
+from as2d.runtime.llm.vocab_store import (
     LSTRIP,
     RSTRIP,
     SINGLE_WORD,
@@ -40,7 +41,6 @@ from as2d.runtime.ask.vocab_store import (
     distinct,
     unsupported,
 )
-from as2d.runtime.files import write_replacing
 
 _PROBES = (
     "Transcript:\n[0:07] Mr. John Dashwood — 22 degrees, naïve café 東京 🙂\n\n\n  tabs\t\t"

@@ -2,7 +2,7 @@
 
 Loading Gemma's tokenizer with ``tokenizers`` (262,144 pieces, 513,511 merges) costs 0.86 s of
 CPU, holding the GIL beside the transcription, while ``as2d ask`` only ever encodes a few
-kilobytes. :mod:`as2d.runtime.ask.lean_tokenizer` therefore builds, per text, a small tokenizer
+kilobytes. :mod:`as2d.runtime.llm.lean_tokenizer` therefore builds, per text, a small tokenizer
 holding only the pieces and merges that text can use; this module keeps what that needs:
 
 * the pieces (UTF-8 blob + offsets), and a hash table over them, so that the pieces occurring

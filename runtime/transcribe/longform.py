@@ -4,12 +4,12 @@ Audio of any length is decoded in 30-s windows. After each window the next one s
 last complete segment's end timestamp (as openai-whisper does), so words are not cut at window
 edges. Each window is encoded and decoded by a
 :class:`~as2d.runtime.transcribe.runner.WindowRunner` with the candidates of the run's
-:class:`~as2d.runtime.transcribe.decoders.Decoder` (target-only, serial speculative decoding or
+:class:`~as2d.runtime.transcribe.strategy.Decoder` (target-only, serial speculative decoding or
 AS²D); they all commit the same tokens, so this loop and its outputs do not depend on which one
 runs.
 
-Segments are produced lazily: :meth:`Transcriber.transcribe` is a generator that a live display
-or a writer can consume while decoding goes on in a worker thread.
+Segments are produced lazily: :meth:`LongFormTranscriber.transcribe` is a generator that a live
+display or a writer can consume while decoding goes on in a worker thread.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from as2d.runtime.speculative.candidates import NO_CANDIDATES
 from as2d.runtime.transcribe import fallback
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
-from as2d.runtime.transcribe.decoders import Decoder, TargetOnly, Window
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
+from as2d.runtime.transcribe.strategy import DecodeStrategy, TargetOnly, Window
 from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.whisper.alignment import (
     APPEND_PUNCTUATIONS,
@@ -162,16 +162,16 @@ def _silent(audio: Audio, window: Window, peak: float | None) -> bool:
     return bool(len(chunk)) and float(np.max(np.abs(chunk))) <= peak
 
 
-class Transcriber:
+class LongFormTranscriber:
     """Transcribes audio with one target model and one decoder (target-only, SD or AS²D)."""
 
-    def __init__(self, model: WhisperModel, decoder: Decoder | None = None,
+    def __init__(self, model: WhisperModel, decoder: DecodeStrategy | None = None,
                  listener: Listener | None = None, voice_detector=None):
         self.model = model
         self.decoder = decoder or TargetOnly(model)
         self.emit = listener or ignore
         # Scores 512-sample frames for the VAD filter (``probabilities(samples)``, e.g.
-        # as2d.runtime.live.vad.SileroVAD); only needed with ``vad_filter``.
+        # as2d.runtime.vad.silero.SileroVAD); only needed with ``vad_filter``.
         self.voice_detector = voice_detector
         self._stop = threading.Event()
         self.run_options = _run_options()
@@ -193,7 +193,7 @@ class Transcriber:
 
     def close(self) -> None:
         """Stop the encoder runs started ahead for files not transcribed yet, and wait for
-        them (the decoder's threads are its own: see ``Decoder.close``)."""
+        them (the decoder's threads are its own: see ``DecodeStrategy.close``)."""
         self.ahead.abandon()
 
     def add_listener(self, listener: Listener) -> None:
@@ -516,8 +516,8 @@ class Transcriber:
         """The VAD filter: ``audio``'s speech chunks joined, and the map back to ``audio``'s
         times (None: no speech at all)."""
         if self.voice_detector is None:
-            raise ValueError("the VAD filter needs a voice detector (Transcriber("
-                             "voice_detector=as2d.runtime.live.vad.SileroVAD()))")
+            raise ValueError("the VAD filter needs a voice detector (LongFormTranscriber("
+                             "voice_detector=as2d.runtime.vad.silero.SileroVAD()))")
         params = vad.VadParameters.parse(options.vad_parameters)
         t0 = time.perf_counter()
         probs = vad.speech_probabilities(audio.samples, self.voice_detector)
