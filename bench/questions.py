@@ -29,7 +29,7 @@ from pathlib import Path
 
 from as2d.runtime.ask.spans import parse_times
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # bench/questions.py → the repository
 QUESTIONS = ROOT / "bench" / "ask_questions.json"
 _LIBRIVOX = Path("/usr/share/pocketsphinx/test/data")
 
