@@ -1,0 +1,134 @@
+"""``as2d serve``: an OpenAI-compatible speech server, a realtime socket and a browser page.
+
+The models load once, while the server already answers (``/health`` says ``loading``), and
+every request then reuses them: an 11-s clip costs its decode, not the ~1 s of start-up a
+whole ``as2d transcribe`` process pays. The server itself is :mod:`as2d.server`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Annotated
+
+import typer
+
+from as2d.cli import options as opt
+from as2d.cli.command import add_command
+from as2d.cli.errors import UserError
+
+HELP = """Serve OpenAI's audio API, live transcription and a browser page on this machine.
+
+POST /v1/audio/transcriptions and /v1/audio/translations take the requests OpenAI's clients
+send; /v1/realtime?intent=transcription streams live audio; http://HOST:PORT/ is a page that
+transcribes a dropped file or the microphone. Loopback only unless --api-key is given.
+"""
+
+ServeDecoder = opt.reworded(opt.DecoderName, "as2d, sd or target (all give the same text).")
+
+
+@dataclass
+class ServeRequest:
+    """Everything ``as2d serve`` was asked; each field is also its command-line option."""
+
+    host: Annotated[str, typer.Option(
+        "--host", help="Address to listen on (another than loopback needs --api-key).")
+    ] = "127.0.0.1"
+    port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")] = 8000
+    model: opt.Model = "base"
+    precision: opt.Precision = None
+    drafter: opt.Drafter = "tiny.en"
+    decoder: ServeDecoder = "as2d"
+    threads: opt.Threads = 0
+    encoder: opt.Encoder = None
+    llm: Annotated[str | None, typer.Option(
+        "--llm", help="Also load an answering model (e.g. gemma-3-270m) for "
+                      "POST /v1/audio/ask.")] = None
+    api_key: Annotated[str | None, typer.Option(
+        "--api-key", envvar="AS2D_API_KEY", show_envvar=False,
+        help="Require 'Authorization: Bearer KEY' (also $AS2D_API_KEY).")] = None
+    max_upload_mb: Annotated[float, typer.Option(
+        "--max-upload-mb", help="Largest upload accepted, in MB.")] = 25.0
+    max_queue: Annotated[int, typer.Option(
+        "--max-queue", help="Requests that may wait for the decoder before 429.")] = 8
+    cors_origin: Annotated[list[str] | None, typer.Option(
+        "--cors-origin", help="Allow browser pages from this origin (repeat for several; "
+                              "default: none).")] = None
+    models_dir: opt.ModelsDir = None
+    quiet: opt.Quiet = False
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``as2d serve`` to ``app``."""
+    add_command(app, "serve", ServeRequest, run_serve, HELP)
+
+
+def validate(req: ServeRequest) -> None:
+    from as2d.server.app import is_loopback
+
+    if req.decoder not in ("as2d", "sd", "target"):
+        raise UserError(f"--decoder must be as2d, sd or target, not {req.decoder!r}", 2)
+    if not 1 <= req.port <= 65535:
+        raise UserError(f"--port must be between 1 and 65535, not {req.port}", 2)
+    if req.api_key is not None and not req.api_key.strip():
+        raise UserError("--api-key is empty", 2)
+    if not is_loopback(req.host) and not req.api_key:
+        raise UserError(f"--host {req.host} is reachable from other machines: give an "
+                        "--api-key (or set AS2D_API_KEY), or serve on 127.0.0.1", 2)
+    if not 0 < req.max_upload_mb <= 4096:
+        raise UserError("--max-upload-mb must be more than 0 and at most 4096", 2)
+    if not 0 <= req.max_queue <= 1000:
+        raise UserError("--max-queue must be between 0 and 1000", 2)
+    if req.threads < 0:
+        raise UserError("--threads cannot be negative", 2)
+    for origin in req.cors_origin or []:
+        if origin != "*" and not origin.startswith(("http://", "https://")):
+            raise UserError(f"--cors-origin takes an origin such as http://localhost:3000, "
+                            f"not {origin!r}", 2)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so that a port in use is one clear line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UserError(f"--host {host}: cannot resolve it ({exc.strerror or exc})", 2) \
+            from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run_serve(req: ServeRequest) -> int:
+    from as2d.server.app import run
+    from as2d.server.backend import Backend, ServeSettings
+
+    validate(req)
+    sock = listen(req.host, req.port)
+    settings = ServeSettings(
+        model=req.model, drafter=req.drafter, decoder=req.decoder, precision=req.precision,
+        threads=req.threads, encoder=req.encoder,
+        models_dir=str(req.models_dir) if req.models_dir else None, llm=req.llm,
+        max_upload_mb=req.max_upload_mb, max_queue=req.max_queue, api_key=req.api_key,
+        cors_origins=tuple(req.cors_origin or ()))
+
+    def note(message: str) -> None:
+        if not req.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    backend = Backend(settings, log=note)
+    shown = f"[{req.host}]" if ":" in req.host else req.host
+    note(f"as2d: serving on http://{shown}:{req.port} (pid {os.getpid()}); loading "
+         f"{req.model}" + (f" + {req.drafter}" if req.decoder != "target" else "")
+         + (f" and {req.llm}" if req.llm else "") + "...")
+    return run(backend, sock, log_level="warning" if req.quiet else "info")

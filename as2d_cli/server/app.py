@@ -1,0 +1,219 @@
+"""The FastAPI application: routes, the key check, CORS, the page, and how it runs.
+
+Security by default: the server binds to loopback; another host needs an API key (checked in
+constant time, ``Authorization: Bearer KEY``); CORS headers are sent only for the origins
+given with ``--cors-origin``; the page and the API load nothing from anywhere else.
+
+SIGTERM (or Ctrl-C) stops taking new connections, lets the requests in flight finish, and the
+process exits 0 (uvicorn's graceful shutdown; its habit of re-raising the signal afterwards
+is turned off, since that would end the process with 143 after a clean stop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import ipaddress
+import logging
+import sys
+from pathlib import Path
+
+from fastapi import FastAPI, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from as2d.server.backend import Backend
+from as2d.server.errors import APIError, error_body
+
+STATIC = Path(__file__).resolve().parent / "static"
+log = logging.getLogger("as2d.serve")
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def key_ok(expected: str | None, header: str | None) -> bool:
+    """``Authorization: Bearer KEY`` matches, compared in constant time."""
+    if not expected:
+        return True
+    if not header:
+        return False
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(token.strip().encode(), expected.encode())
+
+
+def _ws_key(ws: WebSocket) -> str | None:
+    """The key a WebSocket client gave: the header, or OpenAI's browser subprotocol."""
+    header = ws.headers.get("authorization")
+    if header:
+        return header
+    for proto in ws.headers.get("sec-websocket-protocol", "").split(","):
+        proto = proto.strip()
+        if proto.startswith("openai-insecure-api-key."):
+            return "Bearer " + proto[len("openai-insecure-api-key."):]
+    return None
+
+
+def create_app(backend: Backend) -> FastAPI:
+    from as2d.server.audio_api import make_router
+    from as2d.server.realtime import serve_realtime
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        backend.bind()  # the decode slot lives on this event loop
+        if backend.state == "loading" and not backend.load_started:
+            backend.start_loading()
+        yield
+
+    app = FastAPI(title="as2d", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
+    settings = backend.settings
+
+    @app.exception_handler(APIError)
+    async def api_error(request: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = {404: f"no such endpoint: {request.method} {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(
+            exc.status_code, str(exc.detail))
+        return JSONResponse(error_body(exc.status_code, message), status_code=exc.status_code,
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(error_body(422, "the request does not have the expected shape"),
+                            status_code=422)
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+        log.error("as2d: error: %s %s failed (%s: %s)", request.method, request.url.path,
+                  type(exc).__name__, exc)
+        return JSONResponse(error_body(500, f"internal error ({type(exc).__name__})"),
+                            status_code=500)
+
+    @app.middleware("http")
+    async def check_key(request: Request, call_next):
+        if request.url.path.startswith("/v1/") and request.method != "OPTIONS" and \
+                not key_ok(settings.api_key, request.headers.get("authorization")):
+            return JSONResponse(error_body(401, "a valid API key is required (Authorization: "
+                                                "Bearer KEY)", code="invalid_api_key"),
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        return await call_next(request)
+
+    if settings.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
+                           allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        doc = {"status": {"ready": "ok"}.get(backend.state, backend.state),
+               "model": backend.model_name if backend.state == "ready" else settings.model,
+               "drafter": getattr(backend.engine, "drafter_name", None),
+               "decoder": str(settings.decoder), "llm": settings.llm,
+               "busy": bool(backend.slot and backend.slot.busy),
+               "queued": backend.slot.waiting if backend.slot else 0}
+        if backend.state == "failed":
+            doc["error"] = backend.error
+        if backend.stopping:
+            doc["status"] = "stopping"
+        return JSONResponse(doc, status_code=200 if doc["status"] == "ok" else 503)
+
+    app.include_router(make_router(backend))
+
+    @app.websocket("/v1/realtime")
+    async def realtime(ws: WebSocket) -> None:
+        if not key_ok(settings.api_key, _ws_key(ws)):
+            await ws.close(1008, "a valid API key is required")
+            return
+        await serve_realtime(ws, backend)
+
+    pages = {"/": ("index.html", "text/html; charset=utf-8"),
+             "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+             "/pcm-worklet.js": ("pcm-worklet.js", "text/javascript; charset=utf-8"),
+             "/style.css": ("style.css", "text/css; charset=utf-8")}
+
+    def page_route(path: str, name: str, media: str) -> None:
+        async def serve_file() -> Response:
+            return FileResponse(STATIC / name, media_type=media,
+                                headers={"Cache-Control": "no-cache",
+                                         "Content-Security-Policy": _CSP})
+
+        app.add_api_route(path, serve_file, methods=["GET"], include_in_schema=False)
+
+    for path, (name, media) in pages.items():
+        page_route(path, name, media)
+    return app
+
+
+# The page may talk to this server only: no other origin for scripts, styles or connections.
+_CSP = ("default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data: blob:; "
+        "media-src 'self' blob:; style-src 'self'; script-src 'self'; worker-src 'self' blob:")
+
+
+def run(backend: Backend, sock, log_level: str = "info") -> int:
+    """Serve on the listening socket ``sock`` until SIGTERM/SIGINT; the exit code (1 when
+    the models failed to load)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            backend.stopping = True
+            super().handle_exit(sig, frame)
+            self._captured_signals.clear()  # a clean stop: exit 0, not 128 + signal
+
+    app = create_app(backend)
+    config = uvicorn.Config(app, log_level=log_level, access_log=True,
+                            lifespan="on", timeout_graceful_shutdown=300,
+                            ws_max_size=24 * 1024 * 1024, server_header=False,
+                            log_config=_log_config())
+    server = Server(config)
+    failed: list[str] = []
+
+    def on_failed(message: str) -> None:
+        failed.append(message)
+        server.should_exit = True
+
+    backend.on_failed = on_failed
+
+    try:
+        server.run(sockets=[sock])
+    finally:
+        backend.close()
+    if failed:
+        print(f"as2d: error: {failed[0]}", file=sys.stderr)
+        return 1
+    return 0 if server.started else 1
+
+
+def _log_config() -> dict:
+    """uvicorn's access log on stdout, everything else on stderr, plain lines."""
+    return {
+        "version": 1, "disable_existing_loggers": False,
+        "formatters": {
+            "plain": {"format": "%(message)s"},
+            "access": {"()": "uvicorn.logging.AccessFormatter", "use_colors": False,
+                       "fmt": '%(client_addr)s - "%(request_line)s" %(status_code)s'}},
+        "handlers": {
+            "stderr": {"class": "logging.StreamHandler", "formatter": "plain",
+                       "stream": "ext://sys.stderr"},
+            "access": {"class": "logging.StreamHandler", "formatter": "access",
+                       "stream": "ext://sys.stdout"}},
+        "loggers": {
+            "uvicorn": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
+            "uvicorn.error": {"level": "INFO"},
+            "uvicorn.access": {"handlers": ["access"], "level": "INFO", "propagate": False},
+            "as2d.serve": {"handlers": ["stderr"], "level": "INFO", "propagate": False}}}

@@ -1,0 +1,303 @@
+"""OpenAI's audio API on the engine: transcriptions, translations, models; and as2d's ask.
+
+Response bodies and content types are OpenAI's: ``json`` is ``{"text", "usage"}``,
+``verbose_json`` adds ``task``, ``language`` (a name, "english"), ``duration``, whisper's
+``segments`` and, when asked, top-level ``words``; ``text``, ``srt`` and ``vtt`` are the
+documents :mod:`as2d.writers` writes, so they are byte for byte what ``as2d transcribe``
+prints for the same file and options. ``stream=true`` answers Server-Sent Events: one
+``transcript.text.delta`` per segment as it is committed, then ``transcript.text.done``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from as2d import writers
+from as2d.server.backend import Backend, ClientGone
+from as2d.server.errors import APIError
+from as2d.server.forms import AudioRequest, parse_ask_request, parse_audio_request
+from as2d.server.uploads import Upload, read_multipart
+
+TEXT_TYPES = {"text": "text/plain; charset=utf-8", "srt": "application/x-subrip; charset=utf-8",
+              "vtt": "text/vtt; charset=utf-8"}
+
+
+def language_name(code: str | None) -> str:
+    from as2d.runtime.whisper.languages import LANGUAGE_NAMES
+
+    if not code:
+        return "unknown"
+    return LANGUAGE_NAMES.get(code, code)
+
+
+def engine_options(req: AudioRequest):
+    """The engine's options for a request, built as ``as2d transcribe`` builds them from the
+    same settings (``--temperature T`` grows into whisper's fallback schedule)."""
+    from as2d.runtime.transcribe.fallback import parse_temperatures
+    from as2d.runtime.transcribe.longform import TranscribeOptions
+
+    return TranscribeOptions(language=req.language, task=req.task,
+                             initial_prompt=req.prompt,
+                             temperatures=parse_temperatures(str(req.temperature), 0.2),
+                             hotwords=req.hotwords, vad_filter=req.vad_filter,
+                             word_timestamps=req.words)
+
+
+def _segment(seg) -> dict:
+    d = writers.segment_dict(seg)
+    d.pop("words", None)
+    d.pop("partial", None)
+    return d
+
+
+def _usage(duration: float) -> dict:
+    return {"type": "duration", "seconds": math.ceil(duration)}
+
+
+def render(req: AudioRequest, segments: list, info) -> Response:
+    """The response body for ``req.response_format``."""
+    text = "".join(s.text for s in segments).strip()
+    fmt = req.response_format
+    if fmt in TEXT_TYPES:
+        body = {"text": writers.to_txt, "srt": writers.to_srt, "vtt": writers.to_vtt}[fmt](
+            segments)
+        return Response(body, media_type=TEXT_TYPES[fmt])
+    if fmt == "json":
+        return JSONResponse({"text": text, "usage": _usage(info.duration)})
+    doc = {"task": req.task,
+           "language": "english" if req.task == "translate" else language_name(info.language),
+           "duration": round(info.duration, 3), "text": text}
+    if "segment" in req.granularities:
+        doc["segments"] = [_segment(s) for s in segments]
+    if req.words:
+        doc["words"] = [{"word": w.word.strip(), "start": w.start, "end": w.end}
+                        for s in segments for w in (s.words or [])]
+    doc["usage"] = _usage(info.duration)
+    try:
+        body = writers.dumps_json(doc)
+    except ValueError as exc:
+        raise APIError(500, str(exc), code="not_finite") from None
+    return Response(body, media_type="application/json")
+
+
+def make_router(backend: Backend) -> APIRouter:
+    router = APIRouter()
+    limit = int(backend.settings.max_upload_mb * 1024 * 1024)
+
+    async def read_upload(request: Request) -> Upload:
+        return await read_multipart(request.headers.get("content-type"),
+                                    request.headers.get("content-length"), request.stream(),
+                                    limit)
+
+    async def load(req: AudioRequest):
+        from as2d.runtime.audio import AudioError, display_name, load_audio
+
+        loop = asyncio.get_running_loop()
+        try:
+            audio = await loop.run_in_executor(None, load_audio, req.file)
+        except AudioError as exc:
+            message = str(exc).replace(display_name(req.file), req.filename or "file")
+            raise APIError(400, f"the file cannot be read as audio ({message})",
+                           param="file", code="invalid_file_format") from None
+        return audio
+
+    def check_language(req: AudioRequest) -> None:
+        from as2d.runtime.transcribe.longform import resolve_language
+
+        target = backend.engine.target
+        try:
+            resolve_language(target, req.language)
+        except ValueError as exc:
+            raise APIError(400, str(exc), param="language", code="invalid_value") from None
+        if req.task == "translate" and not target.multilingual:
+            raise APIError(400, f"{target.name} is English-only; it cannot translate (start "
+                                "the server with a multilingual model such as base)",
+                           param="model", code="invalid_value")
+
+    async def audio_endpoint(request: Request, task: str) -> Response:
+        upload = await read_upload(request)
+        try:
+            req = parse_audio_request(upload, task, backend.settings.decoder)
+            backend.require_ready()
+            check_language(req)
+            audio = await load(req)
+            try:
+                if req.stream:
+                    return await stream(request, req, audio, upload)
+                segments, info = await backend.run_decode(
+                    lambda: decode(req, audio), request.is_disconnected)
+            finally:
+                if not req.stream:
+                    audio.close()
+            return render(req, segments, info)
+        except ClientGone:
+            return Response(status_code=499)
+        finally:
+            if not getattr(upload, "_streaming", False):
+                upload.close()
+
+    def decode(req: AudioRequest, audio):
+        from as2d.runtime.transcribe.longform import TranscriptionInfo
+
+        info = TranscriptionInfo(None, 0.0, audio.duration)
+        try:
+            segments = list(backend.engine.transcribe(audio, engine_options(req), info))
+        except ValueError as exc:  # options the model cannot honour
+            raise APIError(400, str(exc), code="invalid_value") from None
+        return segments, info
+
+    async def stream(request: Request, req: AudioRequest, audio, upload: Upload) -> Response:
+        """Server-Sent Events, one delta per committed segment. The decode slot is taken
+        before the answer starts, so a full queue is still a 429."""
+        from as2d.runtime.transcribe.longform import TranscriptionInfo
+
+        slot = backend.slot
+        await slot.acquire()
+        upload._streaming = True
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue = asyncio.Queue()
+        info = TranscriptionInfo(None, 0.0, audio.duration)
+        done = object()
+
+        def work() -> None:
+            try:
+                for seg in backend.engine.transcribe(audio, engine_options(req), info):
+                    loop.call_soon_threadsafe(events.put_nowait, seg)
+            except BaseException as exc:  # noqa: BLE001 - handed to the event stream
+                loop.call_soon_threadsafe(events.put_nowait, exc)
+            finally:
+                loop.call_soon_threadsafe(events.put_nowait, done)
+
+        async def body():
+            future = None
+            text = ""
+            try:
+                backend.require_ready()
+                future = asyncio.wrap_future(backend.submit(work))
+                while True:
+                    item = await events.get()
+                    if item is done:
+                        break
+                    if isinstance(item, BaseException):
+                        message = str(item) if isinstance(item, ValueError) else \
+                            f"decoding failed ({type(item).__name__})"
+                        yield _sse({"type": "error", "error": {
+                            "message": message, "type": "server_error", "param": None,
+                            "code": "decode_failed"}})
+                        return
+                    delta = item.text if text else item.text.lstrip()
+                    text += delta
+                    if delta:
+                        yield _sse({"type": "transcript.text.delta", "delta": delta})
+                yield _sse({"type": "transcript.text.done", "text": text.strip(),
+                            "usage": _usage(info.duration)})
+            finally:
+                if future is not None and not future.done():
+                    backend.cancel()  # the client went away mid-stream
+                    with contextlib.suppress(BaseException):
+                        await asyncio.shield(future)
+                slot.release()
+                audio.close()
+                upload.close()
+
+        return StreamingResponse(body(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+    @router.post("/v1/audio/transcriptions")
+    async def transcriptions(request: Request) -> Response:
+        return await audio_endpoint(request, "transcribe")
+
+    @router.post("/v1/audio/translations")
+    async def translations(request: Request) -> Response:
+        return await audio_endpoint(request, "translate")
+
+    @router.post("/v1/audio/ask")
+    async def ask(request: Request) -> Response:
+        if not backend.settings.llm:
+            raise APIError(404, "this server has no answering model (start it with --llm "
+                                "gemma-3-270m)", code="llm_not_loaded")
+        upload = await read_upload(request)
+        try:
+            req = parse_ask_request(upload, backend.settings.decoder)
+            backend.require_ready()
+            check_language(req)
+            audio = await load(req)
+            try:
+                doc = await backend.run_decode(lambda: answer(req, audio),
+                                               request.is_disconnected)
+            finally:
+                audio.close()
+            return Response(json.dumps(doc, ensure_ascii=False, allow_nan=False),
+                            media_type="application/json")
+        except ClientGone:
+            return Response(status_code=499)
+        except ValueError as exc:  # NaN in the answer's numbers
+            raise APIError(500, str(exc), code="not_finite") from None
+        finally:
+            upload.close()
+
+    def answer(req: AudioRequest, audio) -> dict:
+        """What ``as2d ask --json`` prints for the same file and question."""
+        from as2d.runtime.ask.answer import AskOptions
+        from as2d.runtime.ask.spans import spans_from_segments
+
+        engine = backend.engine
+        pending = engine.prepare_answerer(AskOptions(), None, req.question)
+        segments, info = decode(req, audio)
+        spans = spans_from_segments(segments)
+        if not spans:
+            with contextlib.suppress(BaseException):
+                pending.result()
+            raise APIError(422, "no speech found: there is nothing to answer from",
+                           param="file", code="no_speech")
+        answerer = pending.result()
+        try:
+            result = answerer.ask(spans, req.question, engine.drafted_text())
+        except ValueError as exc:
+            raise APIError(422, str(exc), param="question", code="invalid_value") from None
+        doc = result.to_dict()
+        doc.update(source=req.filename, duration=round(audio.duration, 3),
+                   language=info.language, interrupted=info.interrupted,
+                   models={"target": engine.target.name, "drafter": engine.drafter_name,
+                           "decoder": str(backend.settings.decoder),
+                           "llm": answerer.model.name},
+                   candidates="verified" if answerer.lossless else
+                   "unavailable: the model's passes are not row-exact",
+                   stats={"transcription": None, "answer": result.stats.to_dict()})
+        return doc
+
+    def model_card(name: str) -> dict:
+        created = int(time.time() - (time.monotonic() - backend.started_monotonic))
+        return {"id": name, "object": "model", "created": created, "owned_by": "as2d"}
+
+    @router.get("/v1/models")
+    async def models() -> JSONResponse:
+        backend.require_ready()
+        data = [model_card(backend.model_name)]
+        if backend.settings.llm:
+            data.append(model_card(os.path.basename(str(backend.settings.llm))))
+        return JSONResponse({"object": "list", "data": data})
+
+    @router.get("/v1/models/{name}")
+    async def model(name: str) -> JSONResponse:
+        backend.require_ready()
+        names = {backend.model_name, "whisper-1"}
+        if name not in names:
+            raise APIError(404, f"the model {name!r} does not exist here (this server serves "
+                                f"{backend.model_name})", param="model",
+                           code="model_not_found")
+        return JSONResponse(model_card(name))
+
+    return router
+
+
+def _sse(event: dict) -> str:
+    return f"data: {json.dumps(event, ensure_ascii=False)}\n\n"

@@ -1,0 +1,178 @@
+"""The fields of OpenAI's audio requests, checked one by one into engine options.
+
+Field for field as OpenAI's ``/v1/audio/transcriptions`` and ``/v1/audio/translations`` take
+them (``file``, ``model``, ``language``, ``prompt``, ``response_format``, ``temperature``,
+``timestamp_granularities[]``, ``stream``), plus as2d's own optional ``decoder``,
+``hotwords`` and ``vad_filter``. Each bad value is a 400 that names its field, so a client
+sees which one to fix. Fields OpenAI added for other models (``include[]``,
+``chunking_strategy``, ...) are accepted and ignored, as a Whisper model has no use for them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from as2d.server.errors import APIError
+from as2d.server.uploads import Upload
+
+RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+GRANULARITIES = ("segment", "word")
+DECODERS = ("as2d", "sd", "target")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+@dataclass
+class AudioRequest:
+    task: str  # transcribe | translate
+    file: str  # the upload's temporary path
+    filename: str
+    model: str
+    response_format: str = "json"
+    language: str | None = None
+    prompt: str | None = None
+    temperature: float = 0.0
+    granularities: tuple[str, ...] = ("segment",)
+    stream: bool = False
+    decoder: str | None = None
+    hotwords: str | None = None
+    vad_filter: bool = False
+    question: str | None = None  # /v1/audio/ask
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def words(self) -> bool:
+        return "word" in self.granularities
+
+
+def is_path_like(name: str) -> bool:
+    """A model name that names a file or folder: clients never choose files on the server."""
+    return (any(c in name for c in "/\\\x00") or name.startswith((".", "~"))
+            or (len(name) > 1 and name[1] == ":"))
+
+
+def _flag(upload: Upload, name: str) -> bool:
+    value = upload.get(name)
+    if value is None or value == "":
+        return False
+    low = value.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise APIError(400, f"{name} must be true or false, not {value!r}", param=name,
+                   code="invalid_value")
+
+
+def _text(upload: Upload, name: str, limit: int = 4000) -> str | None:
+    value = upload.get(name)
+    if value is None or not value.strip():
+        return None
+    if len(value) > limit:
+        raise APIError(400, f"{name} is too long (at most {limit} characters)", param=name,
+                       code="invalid_value")
+    return value
+
+
+def parse_audio_request(upload: Upload, task: str, loaded_decoder: str) -> AudioRequest:
+    """The request's options, or an :class:`APIError` naming the first bad field."""
+    if "file" not in upload.files:
+        if upload.get("file") is not None:
+            raise APIError(400, "file must be an uploaded file (a multipart file part with a "
+                                "filename), not a text field", param="file",
+                           code="invalid_value")
+        raise APIError(400, "you must provide a file (the audio to transcribe)", param="file",
+                       code="missing_required_parameter")
+    path, filename = upload.files["file"]
+    model = upload.get("model")
+    if model is None or not model.strip():
+        raise APIError(400, "you must provide a model parameter (any name: this server "
+                            "decodes with the model it loaded)", param="model",
+                       code="missing_required_parameter")
+    model = model.strip()
+    if is_path_like(model) or len(model) > 200:
+        raise APIError(400, f"model {model[:80]!r} looks like a path: clients cannot choose "
+                            "model files on the server; use any model name (e.g. whisper-1)",
+                       param="model", code="model_not_found")
+    req = AudioRequest(task=task, file=path, filename=filename, model=model)
+
+    fmt = (upload.get("response_format") or "json").strip()
+    if fmt not in RESPONSE_FORMATS:
+        raise APIError(400, f"response_format must be one of {', '.join(RESPONSE_FORMATS)}, "
+                            f"not {fmt!r}", param="response_format", code="invalid_value")
+    req.response_format = fmt
+
+    if task == "transcribe":
+        language = _text(upload, "language", 40)
+        if language is not None:
+            from as2d.runtime.whisper.tokenizer import normalize_language
+
+            try:
+                req.language = normalize_language(language)
+            except ValueError:
+                raise APIError(400, f"language {language!r} is not a language Whisper knows "
+                                    "(give an ISO-639-1 code such as en)", param="language",
+                               code="invalid_value") from None
+    req.prompt = _text(upload, "prompt")
+
+    temperature = upload.get("temperature")
+    if temperature is not None and temperature.strip() != "":
+        try:
+            value = float(temperature)
+        except ValueError:
+            raise APIError(400, f"temperature must be a number, not {temperature!r}",
+                           param="temperature", code="invalid_value") from None
+        if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+            raise APIError(400, f"temperature must be between 0 and 1, not {temperature}",
+                           param="temperature", code="invalid_value")
+        req.temperature = value
+
+    grains = upload.get_all("timestamp_granularities[]") + upload.get_all(
+        "timestamp_granularities")
+    if grains:
+        for g in grains:
+            if g not in GRANULARITIES:
+                raise APIError(400, "timestamp_granularities[] takes segment and/or word, not "
+                                    f"{g!r}", param="timestamp_granularities",
+                               code="invalid_value")
+        if fmt != "verbose_json":
+            raise APIError(400, "timestamp_granularities[] needs response_format "
+                                "verbose_json", param="timestamp_granularities",
+                           code="invalid_value")
+        req.granularities = tuple(dict.fromkeys(grains))
+
+    req.stream = _flag(upload, "stream")
+    if req.stream and fmt not in ("json", "text"):
+        raise APIError(400, f"stream=true sends text events; it cannot be combined with "
+                            f"response_format {fmt}", param="stream", code="invalid_value")
+
+    decoder = _text(upload, "decoder", 20)
+    if decoder is not None:
+        decoder = decoder.strip()
+        if decoder not in DECODERS:
+            raise APIError(400, f"decoder must be as2d, sd or target, not {decoder!r}",
+                           param="decoder", code="invalid_value")
+        if decoder != loaded_decoder:
+            raise APIError(400, f"this server decodes with {loaded_decoder} (as2d serve "
+                                f"--decoder {loaded_decoder}); every decoder gives the same "
+                                "text", param="decoder", code="invalid_value")
+        req.decoder = decoder
+    req.hotwords = _text(upload, "hotwords", 1000)
+    req.vad_filter = _flag(upload, "vad_filter")
+    return req
+
+
+def parse_ask_request(upload: Upload, loaded_decoder: str) -> AudioRequest:
+    """``/v1/audio/ask``: a file and a question (``model`` optional here)."""
+    if upload.get("model") is None:
+        upload.fields["model"] = ["as2d"]
+    req = parse_audio_request(upload, "transcribe", loaded_decoder)
+    question = upload.get("question")
+    if question is None or not question.strip():
+        raise APIError(400, "you must provide a question", param="question",
+                       code="missing_required_parameter")
+    if len(question) > 2000:
+        raise APIError(400, "question is too long (at most 2000 characters)",
+                       param="question", code="invalid_value")
+    req.question = question.strip()
+    return req
