@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from as2d.cli import ask_cmd, batch_cmd, bench_cmd, mic_cmd, models_cmd, transcribe_cmd
+from as2d.cli import ask_cmd, batch_cmd, bench_cmd, mic_cmd, models_cmd, serve_cmd, transcribe_cmd
 
 app = typer.Typer(
     name="as2d",
@@ -51,7 +51,7 @@ def main(version: Annotated[bool, typer.Option(
 
 # The commands live in their modules; this is the one place that puts them together (in the
 # order `as2d --help` lists them). No command module imports this one.
-for _module in (transcribe_cmd, batch_cmd, bench_cmd, mic_cmd, ask_cmd, models_cmd):
+for _module in (transcribe_cmd, batch_cmd, bench_cmd, mic_cmd, ask_cmd, serve_cmd, models_cmd):
     _module.register(app)
 
 

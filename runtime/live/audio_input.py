@@ -316,3 +316,91 @@ def _parse_device(device: str | int | None) -> str | int | None:
     if not text:
         return None
     return int(text) if text.isdigit() else text
+
+
+class PushSource(AudioSource):
+    """Audio pushed in by someone else (a server's socket): 16-bit or float samples at
+    ``rate`` Hz, mono, in blocks of any size, as they arrive.
+
+    :meth:`push` never waits: a block that finds the queue full is dropped and counted (the
+    session then says it fell behind), as a microphone's callback would. :meth:`end` says no
+    more audio will come; the session finishes the utterance in progress and ends. Resampling
+    to 16 kHz happens on the reading side, as for the microphone.
+    """
+
+    def __init__(self, rate: int = SAMPLE_RATE, name: str = "stream",
+                 queue_seconds: float = 30.0, block_seconds: float = 0.02) -> None:
+        if rate <= 0:
+            raise ValueError(f"sample rate must be positive, not {rate}")
+        self.name = name
+        self.rate = int(rate)
+        self._block_seconds = block_seconds  # a typical block (for queued_seconds)
+        self._q: queue.Queue = queue.Queue(maxsize=max(8, int(queue_seconds / block_seconds)))
+        self._dropped = 0  # samples lost to a full queue
+        self._ended = threading.Event()
+        self._resampler = None
+        if self.rate != SAMPLE_RATE:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(self.rate, SAMPLE_RATE, 1, dtype="float32",
+                                                  quality="HQ")
+
+    def start(self) -> None:
+        pass
+
+    def push(self, samples: np.ndarray) -> bool:
+        """Queue a block (int16 PCM or float in [-1, 1]); False if it was dropped or the
+        source has ended."""
+        if self._ended.is_set():
+            return False
+        x = np.asarray(samples)
+        if x.dtype == np.int16:
+            x = x.astype(np.float32) / 32768.0
+        x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+        if not len(x):
+            return True
+        try:
+            self._q.put_nowait(Chunk(x, time.perf_counter()))
+            return True
+        except queue.Full:
+            self._dropped += len(x)
+            return False
+
+    def end(self) -> None:
+        """No more audio: what was pushed is read, then EOFError."""
+        if self._ended.is_set():
+            return
+        self._ended.set()
+        while True:
+            try:
+                self._q.put(_END, timeout=0.1)
+                return
+            except queue.Full:  # the reader has gone: make room for the end mark
+                try:
+                    self._q.get_nowait()
+                except queue.Empty:
+                    pass
+
+    def read(self, timeout: float) -> Chunk | None:
+        try:
+            item = self._q.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if item is _END:
+            self._q.put(_END)  # stay ended for later reads
+            raise EOFError
+        if self._resampler is not None:
+            x = self._resampler.resample_chunk(item.samples)
+            item = Chunk(np.asarray(x, dtype=np.float32), item.wall)
+        return item
+
+    def stop(self) -> None:
+        self.end()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended.is_set()
+
+    @property
+    def dropped_seconds(self) -> float:
+        return self._dropped / self.rate
