@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from as2d.runtime.quiet import quiet_dependencies
+
+# Before anything imports onnxruntime: its telemetry opt-out is read once, at import.
+quiet_dependencies()
+
 __version__ = "0.1.0"
 
 __all__ = ["Transcriber", "transcribe", "ask", "Segment", "TranscriptionInfo", "__version__"]

@@ -17,6 +17,10 @@ from pathlib import Path
 
 import onnxruntime as ort
 
+from as2d.runtime.quiet import quiet_onnxruntime
+
+quiet_onnxruntime(ort)  # events off even where onnxruntime was imported before as2d
+
 
 def cpu_flags() -> frozenset[str]:
     """The CPU feature flags the kernel reports (Linux); empty where unknown."""

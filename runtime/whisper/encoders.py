@@ -23,6 +23,7 @@ from typing import Protocol
 
 import numpy as np
 
+from as2d.runtime.quiet import no_openvino_telemetry
 from as2d.runtime.sessions import cpu_flags, make_session
 
 ENV_ENCODER = "AS2D_ENCODER"
@@ -64,7 +65,8 @@ def has_amx_bf16(flags: frozenset[str] | None = None) -> bool:
 
 def openvino_available() -> bool:
     try:
-        import openvino  # noqa: F401
+        with no_openvino_telemetry():  # no client id under ~/intel, no event
+            import openvino  # noqa: F401
     except Exception:  # ImportError, or a wheel that fails to load its libraries
         return False
     return True
@@ -116,7 +118,8 @@ def _ov_core():
     global _core
     with _core_lock:
         if _core is None:
-            import openvino as ov
+            with no_openvino_telemetry():
+                import openvino as ov
 
             _core = ov.Core()
         return _core
