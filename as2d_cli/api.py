@@ -37,13 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from as2d.decoding import Decoder, build_decoder, drafter_loader, plan_threads
-from as2d.loading import load_llm, load_whisper
+from as2d.engine import Engine, EngineSpec
 from as2d.runtime.audio import Audio, load_audio
-from as2d.runtime.events import Listener, ignore
-from as2d.runtime.sessions import cpu_count
+from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
-from as2d.runtime.transcribe.longform import LongFormTranscriber as Engine
 from as2d.runtime.transcribe.longform import Segment, TranscribeOptions, TranscriptionInfo
 from as2d.runtime.transcribe.vad_filter import VadParameters
 
@@ -78,23 +75,13 @@ class Transcriber:
                  encoder: str | None = None, models_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None,
                  listener: Listener | None = None) -> None:
-        self.decoder = Decoder.parse(decoder)
-        note = progress or (lambda message: None)
-        plan = plan_threads(threads or cpu_count(), self.decoder, drafter_threads)
-        # The drafter loads on a thread while the target loads here (as the command does).
-        # ``progress`` may then be called from that thread too.
-        load_drafter = drafter_loader(self.decoder, drafter, plan, models_dir, note, encoder)
-        self.listener = listener or ignore
-        try:
-            self.model = load_whisper(model, precision, models_dir, plan.target,
-                                      progress=note, encoder=encoder, spin=plan.spin)
-            self.strategy = build_decoder(self.decoder, self.model, drafter, budget, plan,
-                                          models_dir, self.listener, note,
-                                          load_drafter=load_drafter, encoder=encoder)
-        finally:
-            if load_drafter is not None:
-                load_drafter.settle()  # loaded and taken, or not needed: ended either way
-        self._engine = Engine(self.model, self.strategy, self.listener)
+        self.engine = Engine(EngineSpec(model=model, precision=precision, drafter=drafter,
+                                        decoder=decoder, budget=budget, threads=threads,
+                                        drafter_threads=drafter_threads, encoder=encoder,
+                                        models_dir=models_dir),
+                             progress=progress, listener=listener)
+        self.decoder = self.engine.spec.decoder
+        self.model = self.engine.target
 
     def transcribe(self, audio: AudioInput, *, sample_rate: int = 16000,
                    language: str | None = None,
@@ -130,13 +117,8 @@ class Transcriber:
             raise ValueError(f"best_of must be 1 or more, not {best_of}")
         if seed < 0:
             raise ValueError(f"seed must be 0 or more, not {seed}")
-        if vad_filter and self._engine.voice_detector is None:
-            from as2d.runtime.vad.silero import SileroVAD, VADUnavailable
-
-            try:
-                self._engine.voice_detector = SileroVAD()
-            except VADUnavailable as exc:
-                raise ValueError(str(exc)) from None
+        if vad_filter:
+            self.engine.voice_detector()  # a ModelError now rather than at the first segment
         options = TranscribeOptions(language=language, task=task, timestamps=timestamps,
                                     initial_prompt=initial_prompt,
                                     condition_on_previous_text=condition_on_previous_text,
@@ -153,7 +135,7 @@ class Transcriber:
         info = TranscriptionInfo(None, 0.0, clip.duration, source=clip.source)
 
         def segments() -> Iterator[Segment]:
-            yield from self._engine.transcribe(clip, options, info)
+            yield from self.engine.transcribe(clip, options, info)
 
         gen = segments()
         if clip is not audio:
@@ -164,12 +146,11 @@ class Transcriber:
 
     def stop(self) -> None:
         """Stop the transcription in progress after the current pass (thread-safe)."""
-        self._engine.stop()
+        self.engine.stop()
 
     def close(self) -> None:
         """End the drafter's worker thread. The models are freed with the object."""
-        self._engine.close()
-        self.strategy.close()
+        self.engine.close()
 
     def __enter__(self) -> Transcriber:
         return self
@@ -217,18 +198,25 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     lossless candidates from the transcript itself unless ``candidates=False``. Raises
     ``ValueError`` when there is no speech to answer from.
     """
-    from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text
+    from as2d.runtime.ask.answer import AskOptions
     from as2d.runtime.ask.spans import spans_from_segments
 
-    with Transcriber(model, drafter=drafter, decoder=decoder, threads=threads,
-                     models_dir=models_dir) as transcriber:
-        segments, _ = transcriber.transcribe(audio, language=language)
-        spans = spans_from_segments(list(segments))
-        draft = drafter_text(transcriber.strategy, transcriber.model)
-    if not spans:
-        raise ValueError("no speech found: there is nothing to answer from")
-    lm = load_llm(llm, None, models_dir, max(1, threads or cpu_count()))
     opts = AskOptions(candidates=candidates)
     if max_tokens is not None:
         opts.max_tokens = max_tokens
-    return Answerer(lm, options=opts).ask(spans, question, draft)
+    # The answering model loads beside the speech models and the transcription, and the
+    # answerer reads its stored prompt head meanwhile (as ``as2d ask`` does).
+    spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
+                      models_dir=models_dir, llm=llm)
+    with Engine(spec) as engine:
+        pending = engine.prepare_answerer(opts, question=question)
+        clip = _audio(audio, 16000)
+        try:
+            segments = list(engine.transcribe(clip, TranscribeOptions(language=language)))
+        finally:
+            if clip is not audio:
+                clip.close()
+        spans = spans_from_segments(segments)
+        if not spans:
+            raise ValueError("no speech found: there is nothing to answer from")
+        return pending.result().ask(spans, question, engine.drafted_text())

@@ -11,7 +11,7 @@ The pieces:
   error, attempts). A file whose last row is ``done`` and whose outputs exist is skipped by
   the next run; ``failed`` ones are tried again.
 - :class:`BatchWorker` is the Ray actor: it loads the target and drafter once (through
-  :mod:`as2d.loading` and :func:`as2d.decoding.build_decoder`, like :mod:`as2d.api`), runs the
+  :mod:`as2d.engine`, like every face), runs the
   same engine as ``as2d transcribe`` and writes the outputs itself, atomically
   (:class:`as2d.writers.FileOutputs`: temp file + rename), to the shared output folder.
 - :func:`run_batch` keeps one file in flight per actor; a file that raises is retried
@@ -168,15 +168,7 @@ class Manifest:
 class WorkerSpec:
     """What every actor loads and how it decodes: picklable, sent once per actor."""
 
-    model: str
-    precision: str | None
-    drafter: str
-    decoder: str
-    budget: str
-    threads: int
-    drafter_threads: int
-    encoder: str | None
-    models_dir: str | None
+    engine: object  # as2d.engine.EngineSpec (shares_cores: actors may share a node's cores)
     options: object  # as2d.runtime.transcribe.longform.TranscribeOptions
     output_dir: str
     formats: list[str]
@@ -188,29 +180,11 @@ class BatchWorker:
 
     def __init__(self, spec: WorkerSpec, name: str) -> None:
         from as2d import writers
-        from as2d.decoding import build_decoder, plan_threads
-        from as2d.loading import load_whisper
-        from as2d.runtime.events import ignore
-        from as2d.runtime.transcribe.longform import LongFormTranscriber
+        from as2d.engine import Engine
 
         self.spec = spec
         self.name = f"{name}@{socket.gethostname()}:{os.getpid()}"
-        plan = plan_threads(spec.threads, spec.decoder, spec.drafter_threads)
-        # Never spinning: several actors may share a node's cores.
-        self.model = load_whisper(spec.model, spec.precision, spec.models_dir, plan.target,
-                                  encoder=spec.encoder)
-        self.strategy = build_decoder(spec.decoder, self.model, spec.drafter, spec.budget,
-                                      plan, spec.models_dir, ignore, lambda message: None,
-                                      encoder=spec.encoder)
-        self.engine = LongFormTranscriber(self.model, self.strategy, ignore)
-        if getattr(spec.options, "vad_filter", False):
-            from as2d.runtime.vad.silero import SileroVAD
-
-            self.engine.voice_detector = SileroVAD()
-        if getattr(spec.options, "word_timestamps", False):
-            from as2d.runtime.whisper.alignment import WordAligner
-
-            WordAligner.for_run(self.model, None, spec.options)
+        self.engine = Engine(spec.engine)
         self.outputs = writers.FileOutputs(Path(spec.output_dir), spec.formats, spec.subtitle)
 
     def ident(self) -> str:
@@ -233,8 +207,8 @@ class BatchWorker:
             info = TranscriptionInfo(None, 0.0, audio.duration)
             segments = list(self.engine.transcribe(audio, self.spec.options, info))
             doc = {"language": info.language, "duration": round(info.duration, 3),
-                   "source": display_name(source), "model": self.model.name,
-                   "decoder": self.spec.decoder}
+                   "source": display_name(source), "model": self.engine.target.name,
+                   "decoder": str(self.spec.engine.decoder)}
             # FileOutputs names files by the stem of what it is given: the archive's stem.
             written = self.outputs.write(f"{stem}.audio", segments, doc)
         except Exception as exc:
@@ -321,7 +295,7 @@ def run_batch(jobs: list[Job], spec: WorkerSpec, *, actors: int, retries: int = 
             queue.append(job)
     if not queue:
         return result
-    remote = ray.remote(num_cpus=max(1, spec.threads))(BatchWorker)
+    remote = ray.remote(num_cpus=max(1, spec.engine.threads))(BatchWorker)
     live = handles if handles is not None else {}
     serial = 0
 

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from as2d.runtime.ask.answer import Answerer, AskOptions, drafter_text  # noqa: E402
+from as2d.runtime.ask.answer import Answerer, AskOptions  # noqa: E402
 from as2d.runtime.ask.answer_sources import SOURCES  # noqa: E402
 from as2d.runtime.ask.prompt import STYLES  # noqa: E402
 from as2d.runtime.ask.spans import spans_from_segments  # noqa: E402
@@ -41,31 +41,23 @@ from bench.questions import QUESTIONS, is_correct, load_questions  # noqa: E402
 
 
 def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
-    from as2d.cli.resolve import load_whisper
-    from as2d.decoding import build_decoder, plan_threads
+    from as2d.engine import Engine, EngineSpec
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import TranscribeOptions
 
-    plan = plan_threads(threads, "as2d")
-    target = load_whisper("base", None, models_dir, plan.target)
-    strategy = build_decoder("as2d", target, "tiny.en", "auto", plan, models_dir, None,
-                              lambda m: None)
     out = {}
-    try:
-        tr = LongFormTranscriber(target, strategy)
+    with Engine(EngineSpec(model="base", drafter="tiny.en", threads=threads,
+                           models_dir=models_dir)) as engine:
         for name, path in qset.clips.items():
             audio = load_audio(path)
             t0 = time.perf_counter()
-            segs = list(tr.transcribe(audio, TranscribeOptions(language="en")))
+            segs = list(engine.transcribe(audio, TranscribeOptions(language="en")))
             wall = time.perf_counter() - t0
-            out[name] = dict(spans=spans_from_segments(segs),
-                             drafter=drafter_text(strategy, target), seconds=wall,
-                             duration=audio.duration)
+            out[name] = dict(spans=spans_from_segments(segs), drafter=engine.drafted_text(),
+                             seconds=wall, duration=audio.duration)
             if not quiet:
                 print(f"# transcribed {name} ({audio.duration:.1f} s audio) in {wall:.1f} s",
                       file=sys.stderr)
-    finally:
-        strategy.close()
     return out
 
 
@@ -125,7 +117,7 @@ def main() -> int:
     ap.add_argument("-q", "--quiet", action="store_true")
     args = ap.parse_args()
 
-    from as2d.cli.resolve import load_llm
+    from as2d.loading import load_llm
     from as2d.runtime.sessions import cpu_count
 
     threads = args.threads or cpu_count()
@@ -149,6 +141,7 @@ def main() -> int:
     for style in [s for s in args.styles.split(",") if s]:
         answerers = {
             mode: Answerer(lm, None, AskOptions(max_tokens=args.max_tokens, candidates=cand,
+                                                compare=True,
                                                 style=style, sources=sources,
                                                 min_ngram=args.min_ngram,
                                                 locate=not args.no_locate,

@@ -50,13 +50,11 @@ def main() -> int:
     from mic_latency import default_clips
 
     from as2d.cli.mic_display import MicStats
-    from as2d.cli.resolve import load_whisper
-    from as2d.decoding import build_decoder, plan_threads
+    from as2d.engine import Engine, EngineSpec
     from as2d.runtime.audio import Audio, load_audio
     from as2d.runtime.live.audio_input import FileSource
-    from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.sessions import cpu_count
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.live.session import LiveOptions
+    from as2d.runtime.transcribe.longform import TranscribeOptions
     from as2d.runtime.vad.silero import make_vad
 
     clips = [load_audio(c).samples.astype(np.float32) for c in default_clips()]
@@ -67,15 +65,11 @@ def main() -> int:
         n += len(clips[i % len(clips)]) + len(pause)
         i += 1
     audio = np.concatenate(parts)
-    total = cpu_count()
-    target = load_whisper("base", None, args.models_dir, total)
-    strategy = build_decoder(args.decoder, target, "tiny.en", "auto",
-                             plan_threads(total, args.decoder), args.models_dir, None,
-                             lambda m: None)
+    engine = Engine(EngineSpec(model="base", drafter="tiny.en", decoder=args.decoder,
+                               models_dir=args.models_dir, shares_cores=True))
     stats = MicStats()
-    session = LiveSession(FileSource(Audio(audio, source="joined"), args.speed),
-                          make_vad("silero"), LongFormTranscriber(target, strategy, stats),
-                          LiveOptions(language="en"), stats, args.decoder)
+    session = engine.live_session(FileSource(Audio(audio, source="joined"), args.speed),
+                                  LiveOptions(language="en"), stats, make_vad("silero"))
     t0 = time.perf_counter()
     session.start()
     samples = []
@@ -85,7 +79,6 @@ def main() -> int:
         print(f"{samples[-1][0]:7.0f} s  input queue {queued:5.2f} s  decoder queue {finals}"
               f"  RSS {samples[-1][3]:7.1f} MB  utterances {len(stats.utterances)}",
               file=sys.stderr, flush=True)
-    strategy.close()
     lat = [(u.start, x) for u in stats.utterances for x in (u.latencies or (u.latency,))
            if x is not None]
     dur = len(audio) / 16000
@@ -108,10 +101,11 @@ def main() -> int:
         except ImportError:
             print("WER needs jiwer and whisper-normalizer (pip install -e '.[bench]')")
         else:
-            ref = " ".join(s.text for s in LongFormTranscriber(target).transcribe(
+            ref = " ".join(s.text for s in engine.transcribe(
                 Audio(audio, source="joined"), TranscribeOptions(language="en")))
             norm = EnglishTextNormalizer()
             out["wer_vs_transcribe"] = jiwer.wer(norm(ref), norm(session.text))
+    engine.close()
     print(json.dumps(out, indent=2))
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")

@@ -89,15 +89,12 @@ def main() -> int:
     args = ap.parse_args()
 
     from as2d.cli.mic_display import MicStats
-    from as2d.cli.resolve import load_whisper
-    from as2d.decoding import build_decoder, plan_threads
+    from as2d.engine import Engine, EngineSpec, SharedModels
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.live.audio_input import FileSource
     from as2d.runtime.live.endpoint import EndpointConfig
-    from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.sessions import cpu_count
-    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.live.session import LiveOptions
     from as2d.runtime.vad.silero import make_vad
 
     if args.clips:
@@ -110,14 +107,11 @@ def main() -> int:
         clips = default_clips()
     decoders = [d.strip() for d in args.decoders.split(",") if d.strip()]
     print(f"{len(clips)} clips: {', '.join(c.name for c in clips)}", flush=True)
-    total = cpu_count()
-    target = load_whisper(args.model, None, args.models_dir, total)
-    strategies = {}
-    for d in decoders:
-        name = d.split(":")[0]
-        plan = plan_threads(total, name)
-        strategies[d] = build_decoder(name, target, args.drafter, "auto", plan,
-                                       args.models_dir, None, lambda m: None)
+    load = SharedModels(args.models_dir)  # one target for every configuration
+    engines = {d: Engine(EngineSpec(model=args.model, drafter=args.drafter,
+                                    decoder=d.split(":")[0], models_dir=args.models_dir,
+                                    shares_cores=True), load_whisper=load)
+               for d in decoders}
 
     def live_options(d: str) -> LiveOptions:
         if d.endswith(":old"):
@@ -135,10 +129,8 @@ def main() -> int:
         audio = load_audio(clip)
         for d in decoders:
             stats = MicStats()
-            transcriber = LongFormTranscriber(target, strategies[d], fanout(stats, pooled[d]))
-            session = LiveSession(FileSource(audio, args.speed), make_vad(args.vad),
-                                  transcriber, live_options(d),
-                                  fanout(stats, pooled[d]), d)
+            session = engines[d].live_session(FileSource(audio, args.speed), live_options(d),
+                                              fanout(stats, pooled[d]), make_vad(args.vad))
             session.start()
             session.wait()
             if session.hinted is not None:
@@ -158,13 +150,13 @@ def main() -> int:
                                        "early_commits": u.early_commits})
             lat = [f"{x:.2f}" for x in stats.latencies]
             print(f"{clip.name:48s} {d:6s} latencies {' '.join(lat)}", flush=True)
-    for s in strategies.values():
-        s.close()
+    for engine in engines.values():
+        engine.close()
     wall = time.perf_counter() - t_start
     load1 = os.getloadavg()[0]
 
     print()
-    print(f"speed {args.speed:g}x, {len(clips)} clips, {total} cores, load average "
+    print(f"speed {args.speed:g}x, {len(clips)} clips, {os.cpu_count()} cores, load average "
           f"{load0:.1f} → {load1:.1f}, {wall:.0f} s")
     print(f"{'decoder':8s} {'utts':>5s} {'median s':>9s} {'p90 s':>7s} {'max s':>7s} "
           f"{'decodes':>8s} {'utt decode s':>13s} {'tok/s':>7s} {'accept':>7s} "

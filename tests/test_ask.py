@@ -114,8 +114,9 @@ LOSSLESS_IDS = ("beckett-1", "beckett-2", "beckett-3", "beckett-4", "cities-2", 
 
 def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcripts, qset):
     # locate=False: recording-time questions are generated too (under the timed prompt)
-    spec = Answerer(lm, None, AskOptions(candidates=True, locate=False))
-    plain = Answerer(lm, None, AskOptions(candidates=False, locate=False))
+    # compare=True: the model's own answer is generated even where a span answers
+    spec = Answerer(lm, None, AskOptions(candidates=True, locate=False, compare=True))
+    plain = Answerer(lm, None, AskOptions(candidates=False, locate=False, compare=True))
     by_id = {q.id: q for q in qset.questions}
     accepted = offered = 0
     for qid in LOSSLESS_IDS:
@@ -165,7 +166,7 @@ def test_copy_heavy_questions_accept_transcript_candidates(lm, transcripts):
 ])
 def test_each_candidate_source_can_carry_the_answer(lm, transcripts, source, clip, question):
     spans, draft = transcripts[clip]
-    only = Answerer(lm, None, AskOptions(sources=(source,), locate=False))
+    only = Answerer(lm, None, AskOptions(sources=(source,), locate=False, compare=True))
     a = only.ask(spans, question, draft)
     assert set(a.stats.sources) == {source}
     assert a.stats.sources[source].accepted > 0, a.stats.to_dict()
@@ -413,6 +414,21 @@ def test_the_extracted_answer_keeps_the_generated_one_and_its_candidates(lm, tra
     d = a.to_dict()
     assert d["candidates"][0]["text"] == a.candidates[0].text
     assert d["candidates"][0]["spans"]
+
+
+def test_an_extracted_answer_costs_no_generation_unless_compared(lm, transcripts):
+    """A scored span answers: the model's own answer would be thrown away, so it is not
+    generated (no pass after the prefill) unless a comparison is asked for; the answer is the
+    same either way."""
+    spans, draft = transcripts["sense"]
+    q = "Who was not an ill-disposed young man?"
+    lean = Answerer(lm, None, AskOptions()).ask(spans, q, draft)
+    full = Answerer(lm, None, AskOptions(compare=True)).ask(spans, q, draft)
+    assert lean.method == full.method == "extracted"
+    assert lean.text == full.text and lean.evidence == full.evidence
+    assert lean.generated is None and "generated" not in lean.to_dict()
+    assert lean.tokens == [] and lean.stats.passes == 0
+    assert full.generated and full.tokens and full.stats.passes > 0
 
 
 def test_the_check_and_its_evidence_in_the_answer(lm, transcripts):

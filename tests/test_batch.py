@@ -23,6 +23,7 @@ from typer.testing import CliRunner  # noqa: E402
 
 from as2d.cli.app import app  # noqa: E402
 from as2d.distributed import WorkerSpec, discover, run_batch  # noqa: E402
+from as2d.engine import EngineSpec  # noqa: E402
 from as2d.runtime.transcribe.longform import TranscribeOptions  # noqa: E402
 from as2d.writers import SubtitleOptions  # noqa: E402
 
@@ -54,9 +55,9 @@ def archive(tmp_path, bundle):
 
 
 def _spec(out: Path, models_root: Path, formats=("txt", "json")) -> WorkerSpec:
-    return WorkerSpec(model="base", precision=None, drafter="tiny.en", decoder="as2d",
-                      budget="auto", threads=1, drafter_threads=0, encoder=None,
-                      models_dir=str(models_root), options=TranscribeOptions(),
+    engine = EngineSpec(model="base", drafter="tiny.en", decoder="as2d", threads=1,
+                        models_dir=str(models_root), shares_cores=True)
+    return WorkerSpec(engine=engine, options=TranscribeOptions(),
                       output_dir=str(out), formats=list(formats), subtitle=SubtitleOptions())
 
 

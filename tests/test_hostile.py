@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import shutil
 import signal
@@ -204,20 +205,23 @@ def test_a_damaged_manifest_is_one_line(edit, fragment, models_root, tmp_path, e
 
 # -- losslessness at load ----------------------------------------------------------------------
 
-def test_row_exactness_is_checked_for_every_target_and_remembered(whisper, tmp_path,
-                                                                  monkeypatch):
-    from as2d.decoding import exact_rows
+def test_row_exactness_is_checked_for_every_target_and_remembered(models_root, tmp_path):
+    from as2d.runtime.rows import MEMO_FILE, probe, rows_exact
+    from as2d.runtime.whisper.model import WhisperModel
 
-    target = whisper("tiny.en")
-    assert target.check_exact_rows() is True
     # The check can fail: the drafter's faster graph does not compute rows independently.
-    assert whisper("tiny.en", role="drafter").check_exact_rows() is False
-    monkeypatch.setenv("AS2D_MODELS_DIR", str(tmp_path))
-    calls = []
-    target.check_exact_rows = lambda: calls.append(1) or True
-    assert exact_rows(target) and exact_rows(target)
-    assert calls == [1]  # once per graph, onnxruntime version and CPU
-    assert "onnxruntime" in (tmp_path / ".row-checks.json").read_text()
+    drafter = WhisperModel(models_root / "tiny.en-int8", threads=1, role="drafter")
+    assert probe(drafter)["exact"] is False
+    bundle = _copy_bundle(models_root, "tiny.en-int8", tmp_path / "tiny.en-int8")
+    target = WhisperModel(bundle, threads=1)
+    assert rows_exact(target) is True and target.row_check["max_abs_diff"] == 0.0
+    memo = tmp_path / MEMO_FILE  # the models folder: once per graph, onnxruntime and CPU
+    assert "onnxruntime" in memo.read_text()
+    again = WhisperModel(bundle, threads=1)  # a new process would find the verdict there
+    assert rows_exact(again) is True and again.row_check == {"exact": True, "remembered": True}
+    # A remembered "no" is believed too: speculation is refused without running the probe.
+    memo.write_text(memo.read_text().replace("true", "false"))
+    assert rows_exact(WhisperModel(bundle, threads=1)) is False
 
 
 # -- numbers JSON cannot carry -----------------------------------------------------------------
@@ -275,19 +279,36 @@ def _ours(tmpdir: Path) -> list[Path]:
     return [p for p in tmpdir.iterdir() if p.name != ".ses"]
 
 
-def _start_then_signal(argv, sig, env, wait_for: str, tmpdir: Path, times: int = 1):
+# A progress line (``as2d: long.wav: 108/297 s (37%)``), printed after a decoded window: the
+# transcription is under way, well past start-up.
+PROGRESS = r": \d+/\d+ s \(\d+%\)"
+
+
+def _start_then_signal(argv, sig, env, wait_for: str, tmpdir: Path, times: int = 1,
+                       hup: signal.Handlers = signal.SIG_DFL):
+    """Start ``as2d argv``, wait until stderr has shown ``wait_for`` (a regular expression)
+    ``times`` times, send ``sig``, and return (exit code, stdout, stderr).
+
+    The child starts with SIGTERM at its default and SIGHUP at ``hup``, whatever this process
+    has: a test run started under ``nohup`` (or by a runner that ignores SIGHUP) would pass its
+    ignored SIGHUP down, and as2d rightly keeps a SIGHUP ignored at start ignored."""
+    def dispositions() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, hup)
+
     e = dict(env, TMPDIR=str(tmpdir))
     p = subprocess.Popen([sys.executable, "-m", "as2d", *map(str, argv)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=e,
+                         preexec_fn=dispositions)
     seen = ""
     try:
         deadline = time.monotonic() + 240
-        while seen.count(wait_for) < times and time.monotonic() < deadline:
+        while len(re.findall(wait_for, seen)) < times and time.monotonic() < deadline:
             line = p.stderr.readline()
             if not line:
                 break
             seen += line
-        assert wait_for in seen, seen
+        assert len(re.findall(wait_for, seen)) >= times, seen
         p.send_signal(sig)
         out, rest = p.communicate(timeout=120)
     finally:  # a failed wait must not leave a transcription running under later tests
@@ -303,14 +324,28 @@ def test_transcribe_stopped_by_a_signal_keeps_what_it_did(sig, long_speech, tmp_
     tmpdir.mkdir()
     code, out, err = _start_then_signal(
         ["transcribe", long_speech, *TINY, "-o", out_dir, "-f", "all", "--no-live"], sig, env,
-        "s (", tmpdir, times=2)
+        PROGRESS, tmpdir, times=2)
     assert code == 128 + sig, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err and f"as2d: stopped by {signal.Signals(sig).name}" in err
     assert sorted(p.suffix for p in out_dir.iterdir()) == [".json", ".srt", ".tsv", ".txt",
                                                           ".vtt"]
     doc = json.loads((out_dir / "long.json").read_text())
     assert doc["interrupted"] is True and doc["segments"]
     assert _ours(tmpdir) == []  # the decoded-audio file is gone
+
+
+def test_transcribe_started_with_sighup_ignored_keeps_it_ignored(long_speech, tmp_path, env):
+    """``nohup as2d transcribe …``: the SIGHUP of a closed terminal does not stop the run (the
+    ignored disposition it started with is kept), and the whole file is transcribed."""
+    out_dir, tmpdir = tmp_path / "out", tmp_path / "tmp"
+    tmpdir.mkdir()
+    code, out, err = _start_then_signal(
+        ["transcribe", long_speech, *TINY, "-o", out_dir, "-f", "json", "--no-live"],
+        signal.SIGHUP, env, PROGRESS, tmpdir, hup=signal.SIG_IGN)
+    assert code == 0 and "stopped by" not in err and "Traceback" not in err, err
+    doc = json.loads((out_dir / "long.json").read_text())
+    assert "interrupted" not in doc and doc["segments"][-1]["end"] > doc["duration"] - 30
+    assert _ours(tmpdir) == []
 
 
 def test_bench_stopped_by_sigterm_is_one_line(tmp_path, env):

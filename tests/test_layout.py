@@ -53,3 +53,54 @@ def test_the_public_api_names_resolve():
 
     for name in as2d.__all__:
         assert getattr(as2d, name) is not None
+
+
+# The parts an engine is assembled from. Outside the engine's front door (as2d/engine.py) no
+# face may put them together itself: every command, the API, batch and the server build one
+# through as2d.engine.Engine, so they cannot drift apart by omission.
+ASSEMBLY = {"AS2D", "SerialSD", "TargetOnly", "LongFormTranscriber", "LiveSession", "Answerer",
+            "WordAligner", "SileroVAD", "load_whisper", "load_llm", "rows_exact"}
+FRONT_DOOR = {"as2d_cli/engine.py", "as2d_cli/loading.py"}
+
+
+def _calls(path: Path) -> set[str]:
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            names.add(f.id if isinstance(f, ast.Name) else getattr(f, "attr", ""))
+    return names
+
+
+def test_the_engine_is_assembled_in_one_place():
+    offenders = {}
+    for path in sorted((ROOT / "as2d_cli").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in FRONT_DOOR:
+            continue
+        found = _calls(path) & ASSEMBLY
+        if found:
+            offenders[rel] = sorted(found)
+    assert offenders == {}
+    # ... and the front door does assemble them (the check above is not vacuous).
+    assert {"AS2D", "SerialSD", "TargetOnly", "LongFormTranscriber", "LiveSession",
+            "Answerer", "rows_exact"} <= _calls(ROOT / "as2d_cli/engine.py")
+
+
+def test_no_two_modules_or_public_classes_share_a_name():
+    import ast
+
+    modules: dict[str, list[str]] = {}
+    classes: dict[str, list[str]] = {}
+    for folder in ("as2d_cli", "runtime", "models"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if path.name != "__init__.py":
+                modules.setdefault(path.stem, []).append(rel)
+            for node in ast.parse(path.read_text(), rel).body:
+                if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                    classes.setdefault(node.name, []).append(rel)
+    assert {k: v for k, v in modules.items() if len(v) > 1} == {}
+    assert {k: v for k, v in classes.items() if len(v) > 1} == {}

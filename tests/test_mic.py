@@ -337,7 +337,7 @@ def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, bundl
     drafter's stream): the same tokens as without, in fewer target passes."""
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import WindowDone
-    from as2d.runtime.live.hints import HintedDecoder
+    from as2d.runtime.live.hints import HintedStrategy
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
     from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
@@ -363,7 +363,7 @@ def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, bundl
 
     try:
         reference, plain_passes = decode(plain, grown)
-        hinted = HintedDecoder(plain)
+        hinted = HintedStrategy(plain)
         decode(hinted, earlier)  # the decode of the utterance 0.7 of the way through
         assert hinted.last, "the hint is what the earlier decode committed"
         hinted.previous, hinted.offered, hinted.accepted = hinted.last, 0, 0

@@ -135,7 +135,7 @@ def test_the_target_session_for_passes_beside_the_drafter_is_made_before_they_co
 def test_only_models_that_run_alone_spin_their_thread_pools(bundle, whisper):
     """Target-only decoding has the cores to itself: its pools spin between operators (and
     stop after each run); AS²D's target and drafter share the cores and never spin."""
-    from as2d.decoding import plan_threads
+    from as2d.engine import plan_threads
     from as2d.runtime.whisper.model import WhisperModel
 
     def spins(session) -> str:
@@ -143,6 +143,7 @@ def test_only_models_that_run_alone_spin_their_thread_pools(bundle, whisper):
             "session.intra_op.allow_spinning")
 
     assert plan_threads(2, "target").spin and not plan_threads(2, "as2d").spin
+    assert not plan_threads(2, "target", shares_cores=True).spin  # mic, batch, serve
     alone = WhisperModel(bundle("base", "int8"), threads=2, spin=True)
     assert spins(alone.decoder) == spins(alone.encoder.session) == "1"
     assert spins(alone.decoder_session(1)) == "1"

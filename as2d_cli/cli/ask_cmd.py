@@ -20,10 +20,10 @@ import typer
 
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
-from as2d.cli.engine import parse_decoder
+from as2d.cli.decoding import parse_decoder
 from as2d.cli.errors import UserError, err, interrupt_code
 from as2d.cli.resolve import make_note
-from as2d.decoding import Decoder
+from as2d.engine import Decoder
 
 HELP = """Answer a question about a recording: transcribe it, then ask the answering model.
 
@@ -96,7 +96,7 @@ def validate(req: AskRequest) -> None:
 
     if not req.question.strip():
         raise UserError("the question is empty", 2)
-    from as2d.cli.engine import check_decoder_options
+    from as2d.cli.decoding import check_decoder_options
 
     check_decoder_options(req.decoder, threads=req.threads, language=req.language)
     if req.precision not in (None, "int8", "fp32"):
@@ -113,67 +113,65 @@ def validate(req: AskRequest) -> None:
 def run_ask(req: AskRequest) -> int:
     """Transcribe, then answer; the exit code (130 if the transcription was stopped)."""
     from as2d.cli.ask_display import make_ask_reporter, print_answer_stats
-    from as2d.cli.resolve import load_whisper
-    from as2d.decoding import build_decoder, plan_threads
-    from as2d.runtime.ask.answer import AskOptions, drafter_text
+    from as2d.cli.resolve import build_engine
+    from as2d.engine import EngineSpec
+    from as2d.loading import ModelError
+    from as2d.runtime.ask.answer import AskOptions
     from as2d.runtime.ask.spans import spans_from_segments
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
-    from as2d.runtime.sessions import cpu_count
-    from as2d.runtime.transcribe.longform import (
-        TranscribeOptions,
-        Transcriber,
-        TranscriptionInfo,
-    )
+    from as2d.runtime.transcribe.longform import TranscribeOptions, TranscriptionInfo
     from as2d.runtime.transcribe.stats import StatsCollector
 
     validate(req)
-    note = make_note(req.quiet)
-    # Read the audio first, then the answering model: a bad file or a missing model package
-    # should cost nothing, and must not surface only after a whole transcription.
+    # Read the audio first, then the models: a bad file should cost nothing.
     audio = load_audio(req.file)
     try:
         if audio.truncated:
             err(f"as2d: warning: {req.file}: the file is truncated; using the "
                  f"{audio.duration:.1f} s that are there")
-        total = req.threads or cpu_count()
         stats = StatsCollector()
         reporter = make_ask_reporter(req.live, req.quiet, sys.stderr)
         listener = fanout(stats, reporter)
-        # The answering model loads on a thread while the speech models load and the audio is
-        # transcribed (its session builds without the GIL); it is found (or installed) first,
-        # here, so a missing package still costs nothing.
+        # --json shows the model's own answer beside an extracted one (``generated``); a
+        # plain answer does not generate what it would throw away.
         options = AskOptions(max_tokens=req.max_tokens, candidates=not req.no_candidates,
-                             style=req.style, context_tokens=req.context)
-        llm_loader = _LLMLoader(req, total, note, listener, options)
-        plan = plan_threads(total, req.decoder)
-        target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
-                              progress=note, encoder=req.encoder, spin=plan.spin)
-        strategy = build_decoder(req.decoder, target, req.drafter, "auto", plan,
-                                  req.models_dir, listener, note, encoder=req.encoder)
+                             style=req.style, context_tokens=req.context, compare=req.json)
+        # The answering model loads on a thread beside the speech models and the
+        # transcription (the engine finds or installs it first, so a missing package still
+        # costs nothing); the answerer then reads its stored prompt head there too.
+        spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
+                          decoder=req.decoder, threads=req.threads, encoder=req.encoder,
+                          models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision)
+        engine = build_engine(spec, make_note(req.quiet), listener)
         info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start(str(req.file), audio.duration, req.question)
-        try:
-            segments, interrupted = _transcribe(Transcriber(target, strategy, listener), audio,
-                                                TranscribeOptions(language=req.language), info,
-                                                reporter)
-            draft = drafter_text(strategy, target)
-            spans = spans_from_segments(segments)
-            if not spans:
-                reporter.stop()
-                raise UserError(f"{req.file}: no speech found: there is nothing to answer from")
-            if interrupted:
-                reporter.note("transcription interrupted: answering from the "
-                              f"{spans[-1].end:.0f} s transcribed so far")
-            answerer = llm_loader.result()
-            lm = answerer.model
+        with engine:
             try:
-                answer = answerer.ask(spans, req.question, draft)
-            except ValueError as exc:
-                raise UserError(str(exc)) from None
-        finally:
-            reporter.stop()
-            strategy.close()
+                pending = engine.prepare_answerer(options, listener, req.question)
+                segments, interrupted = _transcribe(engine, audio,
+                                                    TranscribeOptions(language=req.language),
+                                                    info, reporter)
+                spans = spans_from_segments(segments)
+                if not spans:
+                    raise UserError(f"{req.file}: no speech found: there is nothing to "
+                                    "answer from")
+                if interrupted:
+                    reporter.note("transcription interrupted: answering from the "
+                                  f"{spans[-1].end:.0f} s transcribed so far")
+                try:
+                    answerer = pending.result()
+                except ModelError as exc:
+                    raise UserError(str(exc)) from None
+                except ValueError as exc:  # options this model cannot honour
+                    raise UserError(str(exc), 2) from None
+                lm = answerer.model
+                try:
+                    answer = answerer.ask(spans, req.question, engine.drafted_text())
+                except ValueError as exc:
+                    raise UserError(str(exc)) from None
+            finally:
+                reporter.stop()
     finally:
         audio.close()
 
@@ -183,7 +181,7 @@ def run_ask(req: AskRequest) -> int:
         doc.update(
             source=str(req.file), duration=round(audio.duration, 3), language=info.language,
             interrupted=interrupted,  # collect_segments folds info.interrupted in
-            models={"target": target.name, "drafter": strategy.drafter_name,
+            models={"target": engine.target.name, "drafter": engine.drafter_name,
                     "decoder": req.decoder, "llm": lm.name},
             candidates=_candidates_word(answerer, req),
             stats={"transcription": run.summary() if run else None,
@@ -204,53 +202,6 @@ def run_ask(req: AskRequest) -> int:
     return interrupt_code(130) if interrupted else 0
 
 
-class _LLMLoader:
-    """The answerer and its model, made on a daemon thread; :meth:`result` waits for it (and
-    raises what loading raised, as the one-line error it already is)."""
-
-    def __init__(self, req: AskRequest, threads: int, note, listener, options) -> None:
-        import threading
-
-        from as2d.cli.resolve import load_llm
-        from as2d.runtime.ask.answer import Answerer
-
-        spec = req.llm
-        if not Path(spec).expanduser().is_dir():  # a catalog name: find or install it now
-            from as2d import loading
-            from as2d.cli.resolve import _as_user_error
-
-            spec = str(_as_user_error(loading.resolve_bundle_dir, spec, req.precision,
-                                      req.models_dir, progress=note, kind="llm"))
-        self._out: list = []
-
-        def work() -> None:
-            try:
-                lm = load_llm(spec, req.precision, req.models_dir, threads, progress=note)
-                # The one-line answer's stop set: a scan of the vocabulary for a Hugging Face
-                # tokenizer (0.15 s for 262k tokens), here beside the transcription rather than
-                # after it (Gemma's comes with its lean tokenizer store).
-                lm.tokenizer.newline_ids()
-                try:
-                    answerer = Answerer(lm, listener, options)
-                except ValueError as exc:
-                    raise UserError(str(exc), 2) from None
-                # The prompt head's stored KV rows, read here rather than after the transcript.
-                answerer.warm(req.question)
-                self._out.append((answerer, None))
-            except BaseException as exc:  # handed to the main thread
-                self._out.append((None, exc))
-
-        self._thread = threading.Thread(target=work, name="as2d-llm-load", daemon=True)
-        self._thread.start()
-
-    def result(self):
-        self._thread.join()
-        answerer, exc = self._out[0]
-        if exc is not None:
-            raise exc
-        return answerer
-
-
 def _candidates_word(answerer, req: AskRequest) -> str:
     if req.no_candidates:
         return "off"
@@ -261,7 +212,7 @@ def _candidates_word(answerer, req: AskRequest) -> str:
 
 def _transcribe(transcriber, audio, options, info, reporter) -> tuple[list, bool]:
     """All segments; a first Ctrl-C stops transcribing and keeps what was decoded."""
-    from as2d.cli.engine import collect_segments
+    from as2d.cli.decoding import collect_segments
 
     return collect_segments(transcriber, audio, options, info, reporter,
                             interrupt_note="interrupted: finishing the current pass, then "

@@ -21,6 +21,7 @@ from as2d.cli.command import add_command
 from as2d.cli.errors import UserError, interrupt_code
 from as2d.cli.transcribe_cmd import (
     TranscribeRequest,
+    engine_spec,
     subtitle_options,
     transcribe_options,
     validate,
@@ -66,14 +67,15 @@ def register(app: typer.Typer) -> None:
 
 
 def _spec(req: BatchRequest, formats: list[str]):
+    from dataclasses import replace
+
     from as2d.distributed import WorkerSpec
 
-    options = transcribe_options(req)
-    models_dir = str(Path(req.models_dir).resolve()) if req.models_dir else None
-    return WorkerSpec(model=req.model, precision=req.precision, drafter=req.drafter,
-                      decoder=str(req.decoder), budget=req.budget, threads=req.threads,
-                      drafter_threads=req.drafter_threads, encoder=req.encoder,
-                      models_dir=models_dir, options=options,
+    # Never spinning: several actors may share a node's cores.
+    engine = engine_spec(req, shares_cores=True)
+    if req.models_dir:  # the actors may start elsewhere: an absolute folder
+        engine = replace(engine, models_dir=str(Path(req.models_dir).resolve()))
+    return WorkerSpec(engine=engine, options=transcribe_options(req),
                       output_dir=str(Path(req.output_dir).resolve()), formats=formats,
                       subtitle=subtitle_options(req))
 

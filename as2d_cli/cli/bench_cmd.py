@@ -20,7 +20,8 @@ from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.errors import UserError
 from as2d.cli.paths import check_writable, write_json
-from as2d.cli.resolve import load_whisper, make_note
+from as2d.cli.resolve import make_note
+from as2d.engine import SharedModels
 
 AUDIO_EXT = {".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif", ".au", ".caf"}
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
@@ -147,57 +148,36 @@ def catalog(targets: list[str], drafters: list[str], budgets: list[int]):
     return out
 
 
-class _Models:
-    """Loaded models, shared across configurations (one session set per thread count, and per
-    spinning: target-only runs with spinning pools, as ``as2d transcribe`` does)."""
+def _engine(cfg, models, cores: int, listener):
+    """What ``as2d transcribe --decoder …`` would run, on the benchmark's shared models
+    (an :class:`as2d.engine.SharedModels`)."""
+    from as2d.engine import Engine, EngineSpec
 
-    def __init__(self, models_dir, note) -> None:
-        self.models_dir, self.note, self.cache = models_dir, note, {}
-
-    def get(self, spec: str, threads: int, role: str = "target", spin: bool = False):
-        k = (spec, threads, role, spin)
-        if k not in self.cache:
-            self.cache[k] = load_whisper(spec, None, self.models_dir, threads,
-                                         progress=self.note, role=role, spin=spin)
-        return self.cache[k]
+    spec = EngineSpec(model=cfg.target, drafter=cfg.drafter, decoder=cfg.decoder,
+                      budget="auto" if cfg.budget is None else cfg.budget, threads=cores,
+                      models_dir=models.models_dir)
+    return Engine(spec, progress=models.progress, listener=listener, load_whisper=models)
 
 
-def _strategy(cfg, models: _Models, cores: int, listener):
-    """What ``as2d transcribe --decoder …`` would run, on the benchmark's shared models."""
-    from as2d.decoding import build_decoder, plan_threads
-
-    plan = plan_threads(cores, cfg.decoder)
-    target = models.get(cfg.target, plan.target, spin=plan.spin)
-    budget = "auto" if cfg.budget is None else str(cfg.budget)
-    strategy = build_decoder(cfg.decoder, target, cfg.drafter, budget, plan, models.models_dir,
-                              listener, models.note,
-                              load_drafter=lambda spec, n: models.get(spec, n, role="drafter"))
-    return target, strategy
-
-
-def run_config(cfg, items: list[Item], models: _Models, cores: int):
+def run_config(cfg, items: list[Item], models, cores: int):
     """One pass of one configuration over every item: window timings, wall time, texts."""
     from dataclasses import replace
 
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import TranscribeOptions
     from as2d.runtime.transcribe.stats import StatsCollector
 
     stats = StatsCollector()
-    target, strategy = _strategy(cfg, models, cores, stats)
     options = TranscribeOptions(language="en")
     windows, texts = [], {}
     wall = 0.0
-    try:
+    with _engine(cfg, models, cores, stats) as engine:
         for item in items:
             t0 = time.perf_counter()
-            run = LongFormTranscriber(target, strategy, stats)
-            segs = list(run.transcribe(item.audio, options))
+            segs = list(engine.transcribe(item.audio, options))
             wall += time.perf_counter() - t0
             texts[item.name] = "".join(s.text for s in segs)
             for w in stats.current.windows:
                 windows.append(replace(w, source=item.name))
-    finally:
-        strategy.close()
     return windows, wall, texts
 
 
@@ -265,7 +245,7 @@ class BenchRequest:
         return _csv(self.drafters)
 
     def budget_list(self) -> list[int]:
-        from as2d.cli.engine import MAX_BUDGET
+        from as2d.cli.decoding import MAX_BUDGET
 
         try:
             budgets = [int(b) for b in _csv(self.budgets)]
@@ -289,7 +269,7 @@ def register(app: typer.Typer) -> None:
 
 def run_bench(req: BenchRequest) -> int:
     """Run every configuration over the audio, print the comparison; the exit code."""
-    from as2d.decoding import plan_threads
+    from as2d.engine import plan_threads
     from as2d.runtime.bench.metrics import ConfigResult, median_of_repeats, results_to_dict, summary
     from as2d.runtime.sessions import cpu_count
 
@@ -298,7 +278,7 @@ def run_bench(req: BenchRequest) -> int:
     targets, drafters = req.target_list(), req.drafter_list()
     if req.repeats < 1:
         raise UserError("--repeats must be at least 1", 2)
-    from as2d.cli.engine import check_decoder_options
+    from as2d.cli.decoding import check_decoder_options
 
     check_decoder_options("as2d", threads=req.threads)  # -t within what the machine can use
     # A bad output path or a missing plotting library must not surface after a long run.
@@ -313,7 +293,7 @@ def run_bench(req: BenchRequest) -> int:
     cores = req.threads or cpu_count()
     items = collect(list(req.audio or []), list(req.sets or []), req.long_minutes)
     configs = catalog(targets, drafters, budgets)
-    models = _Models(req.models_dir, note)
+    models = SharedModels(req.models_dir, progress=note)
     audio_s = sum(i.audio.duration for i in items)
     note(f"{len(items)} recordings, {audio_s:.1f} s of audio; {len(configs)} configurations "
          f"× {req.repeats} repeats (+{req.warmup} warm-up), {cores} cores")

@@ -22,11 +22,11 @@ import typer
 
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
-from as2d.cli.engine import parse_decoder
+from as2d.cli.decoding import parse_decoder
 from as2d.cli.errors import UserError, interrupt_code
 from as2d.cli.paths import write_json
-from as2d.cli.resolve import load_whisper, make_note
-from as2d.decoding import Decoder
+from as2d.cli.resolve import make_note
+from as2d.engine import Decoder
 
 HELP = """Live dictation: speak, and committed text appears within about a second.
 
@@ -119,7 +119,7 @@ def register(app: typer.Typer) -> None:
 
 def validate(req: MicRequest):
     """Check the options before anything slow happens; returns the endpointing config."""
-    from as2d.cli.engine import check_decoder_options
+    from as2d.cli.decoding import check_decoder_options
     from as2d.runtime.live.endpoint import EndpointConfig
 
     check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
@@ -171,13 +171,13 @@ def run_mic(req: MicRequest) -> int:
     """Listen (or play ``--input``) until stopped; the exit code (130 after a second Ctrl-C)."""
     from as2d.cli.mic_display import CommitWriter, MicStats, make_mic_reporter, print_mic_stats
     from as2d.cli.progress import want_live
-    from as2d.decoding import build_decoder, plan_threads
+    from as2d.cli.resolve import build_engine
+    from as2d.engine import EngineSpec
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.live.audio_input import AudioInputError, FileSource, MicSource
-    from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.sessions import cpu_count
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, resolve_language
+    from as2d.runtime.live.session import LiveOptions
+    from as2d.runtime.transcribe.longform import resolve_language
     from as2d.runtime.vad.silero import VADUnavailable, make_vad
 
     if req.list_devices:
@@ -208,34 +208,24 @@ def run_mic(req: MicRequest) -> int:
         raise UserError(f"{req.output}: cannot write there ({exc.strerror or exc})", 2) \
             from None
 
-    plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
-    # Never spinning, even target-only: the VAD and the audio callback share the cores.
-    target = load_whisper(req.model, req.precision, req.models_dir, plan.target, progress=note,
-                          encoder=req.encoder)
-    try:
-        language = resolve_language(target, req.language)
-    except ValueError as exc:
-        raise UserError(str(exc), 2) from None
-
     stats = MicStats()
     reporter = make_mic_reporter(req.live, req.quiet, sys.stderr)
-    listener = fanout(writer, stats, reporter)
-    strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
-                              req.models_dir, reporter, note, encoder=req.encoder)
-    options = LiveOptions(endpoint=endpoint, interval=req.interval, agreement=req.agreement,
-                          language=language, prompt=req.prompt, hints=req.hints)
-    transcriber = LongFormTranscriber(target, strategy, fanout(stats, reporter))
-    session = LiveSession(source, vad, transcriber, options, listener, req.decoder,
-                          strategy.drafter_name)
-    code = 0
-    reporter.start()
-    try:
-        session.start()
-        code = _wait(session, reporter)
-    finally:
-        reporter.stop()
-        writer.close()
-        strategy.close()
+    # The VAD and the audio callback share the cores: pools never spin, even target-only.
+    spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
+                      decoder=req.decoder, budget=req.budget, threads=req.threads,
+                      drafter_threads=req.drafter_threads, encoder=req.encoder,
+                      models_dir=req.models_dir, shares_cores=True)
+    engine = build_engine(spec, note, reporter)  # the draft → verify → commit view
+    with engine:
+        try:
+            language = resolve_language(engine.target, req.language)
+        except ValueError as exc:
+            raise UserError(str(exc), 2) from None
+        options = LiveOptions(endpoint=endpoint, interval=req.interval,
+                              agreement=req.agreement, language=language, prompt=req.prompt,
+                              hints=req.hints)
+        session = engine.live_session(source, options, fanout(writer, stats, reporter), vad)
+        code = _listen(session, reporter, writer)
     if req.stats:
         print_mic_stats(stats, sys.stderr)
     if req.stats_json:
@@ -248,6 +238,17 @@ def run_mic(req: MicRequest) -> int:
     if writer.error:
         raise UserError(writer.error)
     return code
+
+
+def _listen(session, reporter, writer) -> int:
+    """Run the session to its end; the exit code."""
+    reporter.start()
+    try:
+        session.start()
+        return _wait(session, reporter)
+    finally:
+        reporter.stop()
+        writer.close()
 
 
 def _wait(session, reporter) -> int:

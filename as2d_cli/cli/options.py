@@ -21,7 +21,7 @@ from typing import Annotated
 
 import typer
 
-from as2d.decoding import Decoder
+from as2d.engine import Decoder
 
 MODELS_DIR_ENV = "AS2D_MODELS_DIR"
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from as2d import loading
 from as2d.cli.errors import UserError, err
-from as2d.loading import ModelError, PathLike, Progress
+from as2d.loading import ModelError, Progress
 
 
 def make_note(quiet: bool) -> Progress:
@@ -33,16 +33,9 @@ def catalog_entry(spec: str):
     return _as_user_error(loading.catalog_entry, spec)
 
 
-def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike | None = None,
-                 threads: int = 1, progress: Progress | None = None, role: str = "target",
-                 encoder: str | None = None, spin: bool = False):
-    """:func:`as2d.loading.load_whisper`, failing as a :class:`UserError`."""
-    return _as_user_error(loading.load_whisper, spec, precision, models_dir, threads,
-                          progress=progress, role=role, encoder=encoder, spin=spin)
+def build_engine(spec, note: Progress, listener=None):
+    """:class:`as2d.engine.Engine` for ``spec``, failing as a :class:`UserError`: a model that
+    cannot be found or loaded is one line (exit 1)."""
+    from as2d.engine import Engine
 
-
-def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | None = None,
-             threads: int = 1, progress: Progress | None = None):
-    """:func:`as2d.loading.load_llm`, failing as a :class:`UserError`."""
-    return _as_user_error(loading.load_llm, spec, precision, models_dir, threads,
-                          progress=progress)
+    return _as_user_error(Engine, spec, progress=note, listener=listener)

@@ -12,11 +12,11 @@ import typer
 from as2d import writers
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
-from as2d.cli.engine import check_decoder_options, collect_segments, parse_decoder
+from as2d.cli.decoding import check_decoder_options, collect_segments, parse_decoder
 from as2d.cli.errors import UserError, err, interrupt_code
 from as2d.cli.paths import write_json
-from as2d.cli.resolve import load_whisper, make_note
-from as2d.decoding import Decoder
+from as2d.cli.resolve import make_note
+from as2d.engine import Decoder
 from as2d.runtime.whisper.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
 HELP = """Transcribe audio files of any length (30-s windows, timestamp seeking).
@@ -190,6 +190,17 @@ def subtitle_options(req: TranscribeRequest) -> writers.SubtitleOptions:
                                    req.highlight_words, req.max_words_per_line)
 
 
+def engine_spec(req: TranscribeRequest, shares_cores: bool = False):
+    """The engine a request needs (``as2d batch`` builds its workers' the same way)."""
+    from as2d.engine import EngineSpec
+
+    return EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
+                      decoder=req.decoder, budget=req.budget, threads=req.threads,
+                      drafter_threads=req.drafter_threads, encoder=req.encoder,
+                      models_dir=req.models_dir, vad=req.vad_filter,
+                      word_timestamps=req.word_timestamps, shares_cores=shares_cores)
+
+
 def transcribe_options(req: TranscribeRequest):
     """The engine's options for a request (``as2d batch`` builds them the same way)."""
     from as2d.runtime.transcribe.longform import TranscribeOptions
@@ -209,12 +220,10 @@ def transcribe_options(req: TranscribeRequest):
 def run_transcribe(req: TranscribeRequest) -> int:
     """Transcribe ``req.files`` in turn; the exit code (1 if a file failed, 130 if stopped)."""
     from as2d.cli.progress import make_reporter
-    from as2d.decoding import build_decoder, drafter_loader, plan_threads
+    from as2d.cli.resolve import build_engine
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
-    from as2d.runtime.sessions import cpu_count
     from as2d.runtime.transcribe.ahead import AudioReader
-    from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.stats import StatsCollector
 
     formats = validate(req)
@@ -231,61 +240,30 @@ def run_transcribe(req: TranscribeRequest) -> int:
             raise UserError(f"{req.output_dir}: cannot write output files there "
                             f"({exc.strerror or exc})", 2) from None
 
-    plan = plan_threads(req.threads or cpu_count(), req.decoder, req.drafter_threads)
-    note = make_note(req.quiet)
-    # Start-up overlaps: the first file decodes and the drafter loads while the target loads.
+    # Start-up overlaps: the first file decodes while the engine loads its models.
     reader = AudioReader(req.files, lambda path: load_audio(
         path, on_wait=lambda note: err(f"as2d: {note}")))
-    load_drafter = drafter_loader(req.decoder, req.drafter, plan, req.models_dir, note,
-                                  req.encoder)
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
-    listener = fanout(stats, reporter)
     try:
-        target = load_whisper(req.model, req.precision, req.models_dir, plan.target,
-                              progress=note, encoder=req.encoder, spin=plan.spin)
-        strategy = build_decoder(req.decoder, target, req.drafter, req.budget, plan,
-                                  req.models_dir, listener, note, load_drafter=load_drafter,
-                                  encoder=req.encoder)
-    finally:
-        if load_drafter is not None:
-            load_drafter.settle()  # loaded and taken, or not needed: ended either way
-    transcriber = LongFormTranscriber(target, strategy, listener)
-    options = transcribe_options(req)
-    if req.word_timestamps:
-        # Before any decoding: the alignment graph is made (first use) and loaded now.
-        from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
-
-        try:
-            WordAligner.for_run(target, None, options)
-        except AlignmentError as exc:
-            strategy.close()
-            raise UserError(str(exc)) from None
-        except BaseException:
-            strategy.close()
-            raise
-    if req.vad_filter:
-        from as2d.runtime.vad.silero import SileroVAD, VADUnavailable
-
-        try:
-            transcriber.voice_detector = SileroVAD()
-        except VADUnavailable as exc:
-            strategy.close()
-            raise UserError(f"--vad-filter: {exc}", 2) from None
-
-    # Each next file decodes (and its log-mel and draft start) while this one is transcribed.
-    reader.ready = lambda audio: transcriber.prefetch(audio, options)
-    try:
-        return _run_files(req, formats, to_stdout, files_out, target, stats, reporter,
-                          transcriber, options, reader)
-    finally:
+        engine = build_engine(engine_spec(req), make_note(req.quiet),
+                              fanout(stats, reporter))
+    except BaseException:
         reader.close()
-        transcriber.close()  # the next file's encoder run, if one was started ahead
-        strategy.close()  # also on errors: a strategy's worker threads must not linger
+        raise
+    options = transcribe_options(req)
+    # Each next file decodes (and its log-mel and draft start) while this one is transcribed.
+    reader.ready = lambda audio: engine.prefetch(audio, options)
+    with engine:  # closed on errors too: the strategy's worker threads must not linger
+        try:
+            return _run_files(req, formats, to_stdout, files_out, engine, stats, reporter,
+                              options, reader)
+        finally:
+            reader.close()
 
 
-def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, transcriber,
-               options, reader) -> int:
+def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, options,
+               reader) -> int:
     from as2d.runtime.audio import AudioError, display_name
     from as2d.runtime.transcribe.longform import TranscriptionInfo
 
@@ -315,7 +293,7 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
         reporter.start_file(str(path), audio.duration)
         try:
             segments, stopped = collect_segments(
-                transcriber, audio, options, info, reporter,
+                engine, audio, options, info, reporter,
                 on_segment=(lambda seg: reporter.print_text(seg.text.strip()))
                 if stream_txt else None)
         finally:
@@ -323,7 +301,7 @@ def _run_files(req, formats, to_stdout, files_out, target, stats, reporter, tran
             audio.close()
         interrupted = interrupted or stopped  # stopped already counts info.interrupted
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
-                    "source": source, "model": target.name, "decoder": req.decoder}
+                    "source": source, "model": engine.target.name, "decoder": req.decoder}
         if interrupted:
             doc_info["interrupted"] = True
         if to_stdout and not stream_txt:

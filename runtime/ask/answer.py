@@ -67,6 +67,11 @@ class AskOptions:
     # is given. "How many times ..." about a phrase found in the transcript is counted.
     extract: bool = True
     count: bool = True
+    # When a scored transcript span answers, the model's own generated answer is not the
+    # answer: it is generated only to compare (``as2d ask --json`` shows it as ``generated``;
+    # the question-set bench measures generation on it). Otherwise the prefill, the scoring
+    # and the calibration run, and nothing is generated.
+    compare: bool = False
     # Candidates are ranked by their likelihood under the question minus ``calibrate`` times
     # their likelihood under a neutral question (:data:`NEUTRAL_QUESTION`), for the
     # ``calibrate_top`` likeliest; see :meth:`Answerer.calibrate`. 0 ranks by likelihood alone.
@@ -121,7 +126,7 @@ class Answerer:
         style = self.options.style or ("instruct" if template else DEFAULT_STYLE)
         self.builder = PromptBuilder(self.codec, style, template, model.stop_ids)
         # A graph whose rows are not computed independently cannot verify losslessly.
-        self.lossless = bool(getattr(model, "row_invariant", True))
+        self.lossless = model.lossless
         # The prompt head's KV rows, kept between runs (None: every prefill is whole).
         self.prefix = prefix_cache_for(model) if self.options.prefix_cache else None
         self._folded: dict[int, str] = {}
@@ -230,15 +235,24 @@ class Answerer:
             self.calibrate(state, plan, scored, seqs)
 
         gen = SpeculativeGenerator(self.model, emit, self.prefix)
-        result = gen.generate(plan.ids, o.max_tokens, plan.stop_ids, sources,
-                              calibrate if found else None, plan.static,
-                              score_candidates if found else None)
+
+        def run(max_new: int):
+            return gen.generate(plan.ids, max_new, plan.stop_ids, sources,
+                                calibrate if found else None, plan.static,
+                                score_candidates if found else None)
+
+        # Spans to score: the answer will be one of them unless none fits the context, so
+        # generate only the token the prefill gives (no pass) unless a comparison is asked.
+        result = run(1 if found and not o.compare else o.max_tokens)
+        skipped = bool(scored) and len(result.tokens) < o.max_tokens and not o.compare
+        if found and not scored and not o.compare:
+            result = run(o.max_tokens)  # no span could be scored: generation is the answer
         text = self.answer_text(result.tokens, plan)
         scored.sort(key=rank)
         method, generated, used = "generated", None, evidence(text, plan.spans)
         pick = self.choose(text, spans, question, scored)
         if pick is not None:
-            method, generated, text = "extracted", text, pick.text
+            method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
         elif o.check and plan.focus and not grounded(text, spans, question):
             # Words the speaker never said (a number, a name): the line itself is the answer.
@@ -246,11 +260,10 @@ class Answerer:
             text = plan.focus[0].text.strip()
         elif not used and plan.focus:
             used = plan.focus[:1]
-        emit(AnswerDone(text, len(result.tokens), result.stopped,
-                        result.prefill_seconds + result.seconds))
-        return Answer(question, text, result.tokens, used, plan.spans,
-                      plan.selected, plan.note, result.stopped, collector.current, plan,
-                      method, generated, scored)
+        tokens, stopped = ([], "extracted") if skipped else (result.tokens, result.stopped)
+        emit(AnswerDone(text, len(tokens), stopped, result.prefill_seconds + result.seconds))
+        return Answer(question, text, tokens, used, plan.spans, plan.selected, plan.note,
+                      stopped, collector.current, plan, method, generated, scored)
 
     def calibrate(self, state, plan: PromptPlan, scored: list[Candidate],
                   seqs: dict[str, list[int]]) -> None:
@@ -323,8 +336,7 @@ def rank(c: Candidate) -> tuple[bool, float]:
 def drafter_text(strategy, whisper) -> str | None:
     """The AS²D drafter's transcript of the last decode (its candidate stream, in the target
     Whisper's token ids), as text; None when the strategy had no drafter."""
-    stream = getattr(strategy, "stream", None)
-    tokens = list(getattr(stream, "tokens", None) or ())
+    tokens = strategy.drafted_tokens()
     if not tokens:
         return None
     text = whisper.tokenizer.decode(tokens)

@@ -47,6 +47,7 @@ class LanguageModel(Protocol):
     tokenizer: object  # .bos, .decode(ids), .encode_piece(text, literal) (lm.TokenizerBase)
     stop_ids: tuple[int, ...]
     capacity: int
+    lossless: bool  # its passes are row-exact (as2d.runtime.rows): candidates may be verified
 
     def state(self) -> LMState: ...
 

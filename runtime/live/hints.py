@@ -7,7 +7,7 @@ each re-decode costs one target pass per token; with the previous decode offered
 (found by an n-gram look-up of what the target has committed, like ``ask``'s prompt look-up)
 the repeated prefix costs a pass or two, and only the new words cost a pass each.
 
-:class:`HintedDecoder` wraps the run's decoder (target-only, SD or AS²D) and gives every window
+:class:`HintedStrategy` wraps the run's decoder (target-only, SD or AS²D) and gives every window
 a :class:`PreviousDecodeSource` that proposes from the previous decode first and falls back to
 the decoder's own source (the AS²D drafter's stream) where the previous decode has nothing to
 say. Candidates only change how many passes a decode takes: the verification kernel alone
@@ -91,7 +91,7 @@ class PreviousDecodeSource(CandidateSource):
             self.on_finish(list(context), self.offered, self.accepted)
 
 
-class HintedDecoder(DecodeStrategy):
+class HintedStrategy(DecodeStrategy):
     """``inner`` with the previous decode of the same utterance offered first.
 
     The live session sets :attr:`previous` before each decode (None: no hint, e.g. a new

@@ -44,7 +44,7 @@ from as2d.runtime.events import (
 from as2d.runtime.live.agreement import LocalAgreement
 from as2d.runtime.live.audio_input import AudioInputError, AudioSource
 from as2d.runtime.live.endpoint import Boundary, EndpointConfig, Endpointer
-from as2d.runtime.live.hints import HintedDecoder
+from as2d.runtime.live.hints import HintedStrategy
 from as2d.runtime.live.jobs import Job, Jobs
 from as2d.runtime.live.live_events import (
     Committed,
@@ -117,11 +117,11 @@ class LiveSession:
         # The transcriber reports to us too (tokens of each decode, and the start of each
         # run, where a cancellation that came too early is repeated).
         transcriber.emit = fanout(self._tap, _without_language_notes(transcriber.emit))
-        self.hinted: HintedDecoder | None = None
+        self.hinted: HintedStrategy | None = None
         if self.options.hints:
-            if not isinstance(transcriber.decoder, HintedDecoder):
-                transcriber.decoder = HintedDecoder(transcriber.decoder)
-            self.hinted = transcriber.decoder
+            if not isinstance(transcriber.strategy, HintedStrategy):
+                transcriber.strategy = HintedStrategy(transcriber.strategy)
+            self.hinted = transcriber.strategy
         self.decoder_name, self.drafter_name = decoder, drafter
         self.endpointer = Endpointer(self.options.endpoint, vad.frame_samples, SAMPLE_RATE)
         self.language = self.options.language

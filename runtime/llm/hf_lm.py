@@ -15,8 +15,8 @@ tokens, chat template). The graph takes ``input_ids``, ``attention_mask``, optio
 Such graphs were not written for verification: a pass over several tokens may round
 differently from single-token passes (a different matrix kernel, a quantisation scale shared
 by the whole pass). Speculative verification is only lossless when it does not, so
-:meth:`HFCausalLM.check_exact_rows` runs a short sequence both ways at load and compares the
-logits bit for bit; ``row_invariant`` says whether candidates may be used.
+:func:`as2d.runtime.rows.rows_exact` runs a short sequence both ways at load and compares the
+logits bit for bit; ``lossless`` says whether candidates may be used.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from as2d.runtime.sessions import make_session
 
 GRAPHS = ("model.onnx", "decoder_model_merged.onnx")
 DEFAULT_CAPACITY = 4096  # cap on the context we use, whatever the model's own limit
-_ROW_CHECK_TEXT = "The quick brown fox jumps over the lazy dog. It was the best of times."
 
 
 class HFModelError(ValueError):
@@ -166,13 +165,10 @@ class HFCausalLM(LMBackend):
             raise HFModelError(f"config.json: the context length must be an integer of at "
                                f"least 64, not {str(limit)[:40]}")
         self.capacity = min(limit, int(capacity or DEFAULT_CAPACITY))
-        self.row_invariant: bool | None = None
-        self.row_check: dict = {}
         if check_rows:
             t0 = time.perf_counter()
-            self.check_exact_rows()
             if progress:
-                verdict = ("exact: speculative answers are lossless" if self.row_invariant else
+                verdict = ("exact: speculative answers are lossless" if self.lossless else
                            "NOT exact: answers are generated without candidates")
                 progress(f"{self.name}: multi-token passes vs single-token passes "
                          f"{verdict} (checked in {time.perf_counter() - t0:.1f} s)")
@@ -227,35 +223,6 @@ class HFCausalLM(LMBackend):
     # -- the CausalLM interface -----------------------------------------------------------------
     def _new_state(self) -> HFState:
         return HFState(self)
-
-    def check_exact_rows(self) -> bool:
-        """Is a multi-token pass bit-identical, row by row, to single-token passes?
-
-        Checked the way verification uses the model: a prefix of single steps, then blocks of
-        several tokens after it, against single steps all along; and after a truncation.
-        """
-        if self.row_invariant is not None:
-            return self.row_invariant
-        ids = self.tokenizer.encode(_ROW_CHECK_TEXT)[:16]
-        if len(ids) < 8:
-            ids = (ids * 8)[:8]
-        a = self.state()
-        b = self.state()
-        try:
-            single = np.concatenate([a.forward([t]) for t in ids])
-            together = b.forward(ids)
-            same_block = np.array_equal(single, together)
-            b.truncate(3)
-            tail = np.concatenate([b.forward(ids[3:7]), b.forward(ids[7:])])
-            same_after = np.array_equal(single[3:], tail)
-            diff = float(np.max(np.abs(single - together)))
-        finally:
-            self.release(a)
-            self.release(b)
-        self.row_invariant = bool(same_block and same_after)
-        self.row_check = {"tokens": len(ids), "exact": self.row_invariant,
-                          "max_abs_diff": diff}
-        return self.row_invariant
 
 
 class HFState:

@@ -157,6 +157,9 @@ def load_tokenizer(path: Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
 
 
+ROW_CHECK_TEXT = "The quick brown fox jumps over the lazy dog. It was the best of times."
+
+
 class LMBackend:
     """What every answering-model back end shares: recyclable cache states and chunked prefill
     (generation itself, greedy or speculative, is :mod:`as2d.runtime.ask.generate`'s, written
@@ -187,6 +190,22 @@ class LMBackend:
     def release(self, state) -> None:
         with self._lock:
             self._free.append(state)
+
+    row_check: dict | None = None  # as2d.runtime.rows' verdict, once checked
+    row_memo = None  # where the verdict is remembered (a bundle: its models folder)
+
+    def row_probe(self):
+        """The passes of the row check (:mod:`as2d.runtime.rows`): a sentence's tokens one by
+        one, at once, and in blocks after a truncation, as verification uses the cache."""
+        ids = self.tokenizer.encode(ROW_CHECK_TEXT)[:16]
+        return self.state, ids, self.release
+
+    @property
+    def lossless(self) -> bool:
+        """May candidates be verified on this model (its passes are row-exact)?"""
+        from as2d.runtime.rows import rows_exact
+
+        return rows_exact(self)
 
     def prefill(self, state, prompt_ids: Sequence[int]) -> np.ndarray:
         """Run the prompt in chunks; returns the logits ``[V]`` of its last token only."""
@@ -234,6 +253,12 @@ class CausalLM(LMBackend):
     @property
     def capacity(self) -> int:
         return self.config.capacity
+
+    @property
+    def row_memo(self):
+        """Remembered in the models folder under the graph's sha256."""
+        digest = self.manifest.get("sha256", {}).get(self.manifest["files"]["decoder"])
+        return (self.path.parent, digest) if isinstance(digest, str) and digest else None
 
     def _new_state(self) -> LLMState:
         return LLMState(self)

@@ -125,7 +125,7 @@ def for_model(model, threads: int | None = None) -> PrefixCache | None:
     folder = getattr(model, "path", None)
     if not isinstance(manifest, dict) or folder is None:
         return None
-    if not getattr(model, "row_invariant", True):
+    if not model.lossless:
         return None
     digests = manifest.get("sha256")
     if not isinstance(digests, dict) or not digests.get(manifest.get("files", {}).get("decoder")):

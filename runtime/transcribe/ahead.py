@@ -38,8 +38,8 @@ class _Upcoming:
 class Lookahead:
     """Prefetched recordings in the order they will be transcribed, with their log-mels."""
 
-    def __init__(self, decoder: DecodeStrategy, n_mels: int) -> None:
-        self.decoder = decoder
+    def __init__(self, strategy: DecodeStrategy, n_mels: int) -> None:
+        self.strategy = strategy
         self.n_mels = n_mels
         self._upcoming: list[_Upcoming] = []
         self._running = False
@@ -110,7 +110,7 @@ class Lookahead:
     def _hand(self, item: _Upcoming) -> None:
         if not item.handed:
             item.handed = True
-            self.decoder.prefetch(item.mel, item.language, item.options)
+            self.strategy.prefetch(item.mel, item.language, item.options)
 
 
 class AudioReader:

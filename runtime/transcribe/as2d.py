@@ -23,7 +23,7 @@ from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.drafter import DrafterWorker
-from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingDecoder
+from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
 from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel
@@ -32,7 +32,7 @@ from as2d.runtime.whisper.seeking import kept_text_tokens
 from as2d.runtime.whisper.tokenizer import TIME_PRECISION
 
 
-class AS2D(DraftingDecoder):
+class AS2D(DraftingStrategy):
     """A run's drafter thread and candidate stream; one :class:`AlignedSource` per window."""
 
     name = "as2d"
@@ -133,6 +133,9 @@ class AS2D(DraftingDecoder):
 
     def target_encoding(self, mel: LogMel, window: Window):
         return self.turns.target_encoding(mel, window.end)
+
+    def drafted_tokens(self) -> list[int]:
+        return list(self.stream.tokens) if self.stream is not None else []
 
     def source(self, window: Window) -> AlignedSource:
         return AlignedSource(self, window)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from as2d.runtime.events import Listener
+from as2d.runtime.rows import rows_exact
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
@@ -14,9 +15,23 @@ from as2d.runtime.transcribe.strategy import DecodeStrategy
 from as2d.runtime.whisper.model import WhisperModel
 
 
-class DraftingDecoder(DecodeStrategy):
+class NotRowExact(ValueError):
+    """A target whose passes are not row-exact cannot be decoded speculatively: verifying k
+    candidates in one pass would not give what k single passes give, so the text could
+    change. Decode it with :class:`~as2d.runtime.transcribe.strategy.TargetOnly`."""
+
+
+class DraftingStrategy(DecodeStrategy):
+    """A drafter beside the target. Refuses a target that fails the row check
+    (:func:`as2d.runtime.rows.rows_exact`, remembered per graph): losslessness rests on it,
+    so no way of building a speculative decoder skips it."""
+
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None) -> None:
+        if not rows_exact(target):
+            raise NotRowExact(f"{target.name}: this model's graph does not compute rows "
+                              "independently, so speculative decoding could change its "
+                              "output; decode it with the target alone")
         super().__init__(target, listener)
         self.drafter = drafter
         self.drafter_name = drafter.name

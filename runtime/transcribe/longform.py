@@ -163,19 +163,20 @@ def _silent(audio: Audio, window: Window, peak: float | None) -> bool:
 
 
 class LongFormTranscriber:
-    """Transcribes audio with one target model and one decoder (target-only, SD or AS²D)."""
+    """Transcribes audio of any length with one target model and one strategy (target-only,
+    SD or AS²D): whisper's seeking loop over 30-s windows."""
 
-    def __init__(self, model: WhisperModel, decoder: DecodeStrategy | None = None,
+    def __init__(self, model: WhisperModel, strategy: DecodeStrategy | None = None,
                  listener: Listener | None = None, voice_detector=None):
         self.model = model
-        self.decoder = decoder or TargetOnly(model)
+        self.strategy = strategy or TargetOnly(model)
         self.emit = listener or ignore
         # Scores 512-sample frames for the VAD filter (``probabilities(samples)``, e.g.
         # as2d.runtime.vad.silero.SileroVAD); only needed with ``vad_filter``.
         self.voice_detector = voice_detector
         self._stop = threading.Event()
         self.run_options = _run_options()
-        self.ahead = Lookahead(self.decoder, model.dims.n_mels)
+        self.ahead = Lookahead(self.strategy, model.dims.n_mels)
         self._runner: WindowRunner | None = None  # the current run's
 
     # -- public API ---------------------------------------------------------------------------
@@ -291,7 +292,7 @@ class LongFormTranscriber:
              timeline: vad.Timeline | None = None) -> Iterator[Segment]:
         """The segments of ``audio``; with a ``timeline`` (VAD filter), ``audio`` is the
         joined speech and every time is put back on the original recording."""
-        model, tk, decoder = self.model, self.model.tokenizer, self.decoder
+        model, tk, decoder = self.model, self.model.tokenizer, self.strategy
         t_run = time.perf_counter()
         # Computed ahead, while the last file decoded: the log-mel, maybe the first encoding.
         mel, encoding = self.ahead.run_started(audio)
@@ -489,7 +490,7 @@ class LongFormTranscriber:
         """One decode of ``window`` at ``temperature``: greedy through the run's decoder, or
         the best of ``best_of`` seeded samples by the target alone (no candidates)."""
         if temperature <= 0:
-            return runner.decode(window, mel, prompt, rules, sample_len, self.decoder.source,
+            return runner.decode(window, mel, prompt, rules, sample_len, self.strategy.source,
                                  self._stop, retried=retried)
         best = None
         spent = [0.0, 0.0]

@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from as2d.runtime.events import Encoded, Listener
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.transcribe.drafter import draft_frames, make_retokenizer, same_vocabulary
-from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingDecoder
+from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
 from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel
 
 
-class SerialSD(DraftingDecoder):
+class SerialSD(DraftingStrategy):
     """A run's drafter, used window by window: one :class:`RedraftingSource` per window."""
 
     name = "sd"
@@ -157,6 +157,11 @@ class SerialDrafter:
         """Catch up with ``committed`` (the target's tokens after its prompt), then draft up
         to ``k`` target tokens greedily."""
         want = self._to_drafter(committed)
+        if len(self.prompt) + len(want) + 1 >= self.state.capacity:
+            # The target's text, re-tokenised into another vocabulary, can outgrow the
+            # drafter's 448 positions (bytes of a script the drafter's vocabulary lacks):
+            # nothing left to draft in this window, the target goes on alone.
+            return []
         common = 0
         for a, b in zip(self.fed, want):
             if a != b:

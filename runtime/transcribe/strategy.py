@@ -14,7 +14,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
-from as2d.runtime.events import Listener, ignore
+from as2d.runtime.events import Listener, fanout, ignore
 from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.whisper.features import FRAMES_PER_SECOND, LogMel
 from as2d.runtime.whisper.model import WhisperModel
@@ -55,6 +55,16 @@ class DecodeStrategy:
 
     def threads(self) -> dict:
         return {"target": self.target.threads}
+
+    def add_listener(self, listener: Listener) -> None:
+        """Also send this strategy's events to ``listener`` (workers read ``emit`` per
+        event, so a run already going on reports to it too)."""
+        self.emit = fanout(self.emit, listener)
+
+    def drafted_tokens(self) -> list[int]:
+        """The drafter's token stream of the last run, in the target's ids (a second
+        hypothesis of the same audio); empty when nothing drafts beside the target."""
+        return []
 
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
         """Called before the target detects the language (``language`` is None until then):

@@ -8,7 +8,7 @@ Users with internet access often have this layout: ``encoder_model.onnx``, and e
 The adapter offers the same interface as :class:`as2d.runtime.whisper.model.WhisperModel`. Such
 graphs were not written for verification, so a multi-token pass may round differently from
 single-token
-passes: :meth:`HFWhisperModel.check_exact_rows` measures it, and the CLI only lets a model that
+passes: :func:`as2d.runtime.rows.rows_exact` measures it, and the CLI only lets a model that
 passes serve as a speculative target.
 """
 
@@ -100,7 +100,7 @@ class HFWhisperModel:
         # The merged graph's past inputs on a first pass (zero cached positions); never written.
         self._empty_past = np.zeros((1, d.n_text_head, 0, d.n_text_state // d.n_text_head),
                                     np.float32)
-        self.exact_rows: bool | None = None  # unknown until checked
+        self.row_check: dict | None = None  # as2d.runtime.rows' verdict, once checked
 
     @property
     def multilingual(self) -> bool:
@@ -125,19 +125,15 @@ class HFWhisperModel:
     def release(self, state: HFDecoderState) -> None:
         state.past = None
 
-    def check_exact_rows(self) -> bool:
-        """Is a multi-token pass bit-identical, row by row, to single-token passes?"""
-        if self.exact_rows is None:
-            mel = np.zeros((1, self.dims.n_mels, 3000), np.float32)
-            ctx = self.encode(mel)
-            tokens = self.tokenizer.sot_sequence("en" if self.multilingual else None)
-            tokens = tokens + self.tokenizer.encode(" a test of rows")
-            a = self.decoder_state(ctx)
-            together = a.forward(tokens)
-            b = self.decoder_state(ctx)
-            alone = np.concatenate([b.forward([t]) for t in tokens])
-            self.exact_rows = bool(np.array_equal(together, alone))
-        return self.exact_rows
+    def row_probe(self):
+        """The passes of the row check (:mod:`as2d.runtime.rows`): a plain export is not built
+        for row-exactness, so it is checked on every load (``row_memo`` is None)."""
+        ctx = self.encode(np.zeros((1, self.dims.n_mels, 3000), np.float32))
+        tokens = self.tokenizer.sot_sequence("en" if self.multilingual else None)
+        tokens = list(tokens) + self.tokenizer.encode(" a test of rows, one by one")
+        return (lambda: self.decoder_state(ctx)), tokens, self.release
+
+    row_memo = None  # a folder as2d did not make: checked on every load
 
 
 class HFDecoderState:

@@ -121,32 +121,22 @@ class WhisperModel:
                 sess = self._decoders.setdefault(threads, made)
         return sess
 
-    exact_rows: bool | None = None  # unknown until checked
+    row_check: dict | None = None  # as2d.runtime.rows' verdict, once checked
 
-    def check_exact_rows(self) -> bool:
-        """Is a multi-token decoder pass bit-identical, row by row, to single-token passes?
+    def row_probe(self):
+        """The passes of the row check (:mod:`as2d.runtime.rows`): one second of silence, the
+        start-of-transcript tokens and a few words. as2d's graphs are built to be row-exact,
+        but onnxruntime computes them: a new version or CPU could round differently."""
+        ctx = self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
+        tokens = list(self.tokenizer.sot_sequence("en" if self.multilingual else None))
+        tokens += self.tokenizer.encode(" a test of rows, one by one")
+        return (lambda: self.decoder_state(ctx)), tokens, self.release
 
-        Losslessness rests on it (verifying k candidates in one pass must give what k single
-        passes give). as2d's graphs are built for it, but it is onnxruntime that computes them:
-        a new version or CPU could round differently. A short check: one second of silence,
-        the start-of-transcript tokens and a few words, both ways, also after a truncation.
-        """
-        if self.exact_rows is None:
-            ctx = self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
-            tokens = list(self.tokenizer.sot_sequence("en" if self.multilingual else None))
-            tokens += self.tokenizer.encode(" a test of rows, one by one")
-            a, b = self.decoder_state(ctx), self.decoder_state(ctx)
-            try:
-                alone = np.concatenate([a.forward([t]) for t in tokens])
-                together = b.forward(tokens)
-                b.truncate(2)
-                after = np.concatenate([b.forward(tokens[2:5]), b.forward(tokens[5:])])
-                self.exact_rows = bool(np.array_equal(alone, together)
-                                       and np.array_equal(alone[2:], after))
-            finally:
-                self.release(a)
-                self.release(b)
-        return self.exact_rows
+    @property
+    def row_memo(self):
+        """Remembered in the models folder under the decoder graph's sha256."""
+        digest = self.manifest.get("sha256", {}).get(self._decoder_file)
+        return (self.path.parent, digest) if isinstance(digest, str) and digest else None
 
     def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
         """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even).

@@ -1,11 +1,11 @@
 """The CLI side of a decode: option checks before anything slow, and Ctrl-C-safe collection
-of segments. The wiring itself (thread plan, decoder) is :mod:`as2d.decoding`, shared with the
-Python API."""
+of segments. The engine itself is built by :mod:`as2d.engine`, the one front door every face
+uses."""
 
 from __future__ import annotations
 
 from as2d.cli.errors import UserError
-from as2d.decoding import Decoder
+from as2d.engine import Decoder, parse_budget
 
 
 def parse_decoder(value: Decoder | str) -> Decoder:
@@ -17,9 +17,6 @@ def parse_decoder(value: Decoder | str) -> Decoder:
         return Decoder.parse(value)
     except ValueError as exc:
         raise UserError(str(exc), 2) from None
-
-
-MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candidates
 
 
 def max_threads() -> int:
@@ -34,13 +31,10 @@ def check_decoder_options(decoder: Decoder | str, budget: str = "auto", threads:
                           drafter_threads: int = 0, language: str | None = None) -> None:
     """The options every decoding command shares, checked before anything slow happens."""
     parse_decoder(decoder)
-    if budget != "auto":
-        try:
-            if not 1 <= int(budget) <= MAX_BUDGET:
-                raise ValueError
-        except ValueError:
-            raise UserError(f"--budget must be a number from 1 to {MAX_BUDGET} or auto, not "
-                            f"{budget!r}", 2) from None
+    try:
+        parse_budget(budget)
+    except ValueError as exc:
+        raise UserError(str(exc), 2) from None
     if threads < 0 or drafter_threads < 0:
         raise UserError("--threads and --drafter-threads cannot be negative", 2)
     most = max_threads()

