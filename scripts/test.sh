@@ -13,7 +13,7 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
     pocketsphinx-testdata libsndfile1 libportaudio2 sox espeak-ng strace >/dev/null
 
-python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray]'
+python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray,serve]'
 # Lint and import order first (seconds), then the package's layering, then the tests.
 python3 -m ruff check --quiet .
 python3 scripts/import_graph.py --check

@@ -109,11 +109,23 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _check_installed() -> None:
+    import importlib.util
+
+    missing = [name for name, module in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"),
+                                         ("python-multipart", "python_multipart"),
+                                         ("websockets", "websockets"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise UserError(f"as2d serve needs {', '.join(missing)}: pip install 'as2d[serve]'")
+
+
 def run_serve(req: ServeRequest) -> int:
+    _check_installed()
+    validate(req)
     from as2d.server.app import run
     from as2d.server.backend import Backend, ServeSettings
 
-    validate(req)
     sock = listen(req.host, req.port)
     settings = ServeSettings(
         model=req.model, drafter=req.drafter, decoder=req.decoder, precision=req.precision,

@@ -173,7 +173,8 @@ def run(backend: Backend, sock, log_level: str = "info") -> int:
         def handle_exit(self, sig, frame) -> None:
             backend.stopping = True
             super().handle_exit(sig, frame)
-            self._captured_signals.clear()  # a clean stop: exit 0, not 128 + signal
+            # A clean stop exits 0: uvicorn would raise the signal again once stopped.
+            getattr(self, "_captured_signals", []).clear()
 
     app = create_app(backend)
     config = uvicorn.Config(app, log_level=log_level, access_log=True,

@@ -28,6 +28,7 @@ import base64
 import binascii
 import contextlib
 import json
+import logging
 import secrets
 
 import numpy as np
@@ -375,8 +376,16 @@ async def serve_realtime(ws: WebSocket, backend: Backend) -> None:
             if data is None:
                 data = message.get("bytes") or b""
             await conn.handle(data)
-    except (WebSocketDisconnect, RuntimeError):
+    except WebSocketDisconnect:
         return
+    except Exception as exc:  # noqa: BLE001 - one line in the log and to the client
+        logging.getLogger("as2d.serve").error("as2d: error: realtime session %s failed "
+                                              "(%s: %s)", conn.id, type(exc).__name__, exc)
+        with contextlib.suppress(Exception):
+            await conn.send({"type": "error", "error": {
+                "type": "server_error", "code": "session_failed", "param": None,
+                "message": f"the live session failed ({type(exc).__name__})"}})
+            await ws.close(1011)
     finally:
         if not sender.done():
             sender.cancel()
