@@ -26,7 +26,7 @@ PathLike = str | Path
 Kind = Literal["whisper", "llm"]
 
 __all__ = ["ModelError", "Progress", "catalog_entry", "resolve_bundle_dir", "load_whisper",
-           "load_llm"]
+           "load_llm", "convert_folder", "choose_drafter"]
 
 
 class ModelError(Exception):
@@ -46,15 +46,23 @@ def catalog_entry(spec: str) -> tuple[ModelEntry, str | None]:
 
 
 def _is_path(spec: str) -> bool:
-    """A spec is a folder when it exists or is spelled like a path, else a catalog name."""
+    """A spec is a folder when it exists or is spelled like a path, else a catalog name (or a
+    Hugging Face repo id, see :func:`resolve_bundle_dir`)."""
     return Path(spec).expanduser().exists() or "/" in spec or spec.startswith(".")
 
 
 def resolve_bundle_dir(spec: str, precision: str | None = None,
                        models_dir: PathLike | None = None, progress: Progress | None = None,
                        kind: Kind | None = None) -> Path:
-    """The folder of the model ``spec`` names: a folder given as such, or a catalog name
-    (installed on demand into ``models_dir``, default: the user's model cache).
+    """The folder of the model ``spec`` names, one of:
+
+    - a catalog name (``base``, ``tiny.en-fp32``): installed on demand into ``models_dir``
+      (default: the user's model cache);
+    - a folder: an as2d bundle, a Hugging Face ONNX export (returned as it is), or a
+      CTranslate2 Whisper folder as faster-whisper's models ship (converted once into the model
+      cache, keyed by its files' content; see :mod:`as2d.models.whisper_source`);
+    - a Hugging Face repo id (``Systran/faster-whisper-small``) that is not a folder here:
+      its snapshot in the local Hugging Face cache, found offline, then as a folder.
 
     ``kind``, when given, is the kind of model the caller can run; any other is refused before
     anything is converted or loaded (converting a 300 MB LLM to then refuse it would be rude).
@@ -62,7 +70,25 @@ def resolve_bundle_dir(spec: str, precision: str | None = None,
     what = {"whisper": "a Whisper (speech) model", "llm": "a language model"}.get(kind or "")
     p = Path(spec).expanduser()
     if _is_path(spec):
-        return _check_folder(spec, p, kind, what)
+        if not p.exists() and kind != "llm":
+            from as2d.models.whisper_source import hub_snapshot, looks_like_repo_id
+
+            if looks_like_repo_id(spec):
+                from as2d.models.source_packages import SourceError
+
+                try:
+                    p = hub_snapshot(spec)
+                except SourceError as exc:
+                    raise ModelError(str(exc)) from None
+        return _check_folder(spec, p, kind, what, precision, models_dir, progress)
+    own = _models_root(models_dir) / spec
+    if kind != "llm" and spec and not spec.startswith(".") and (own / "manifest.json").is_file():
+        try:  # a bundle converted from the user's folder, named as `as2d models list` shows it
+            bundle = load_bundle(own)
+        except BundleError:
+            bundle = None
+        if bundle is not None and bundle.manifest.get("user"):
+            return _check_folder(spec, own, kind, what)
     entry, prec = catalog_entry(spec)
     if kind and entry.kind != kind:
         same_kind = ", ".join(e.name for e in CATALOG.values() if e.kind == kind)
@@ -89,8 +115,11 @@ def resolve_bundle_dir(spec: str, precision: str | None = None,
     return bundle.path
 
 
-def _check_folder(spec: str, p: Path, kind: Kind | None, what: str | None) -> Path:
-    """A model folder the user named: an as2d bundle, or a Hugging Face ONNX Whisper export."""
+def _check_folder(spec: str, p: Path, kind: Kind | None, what: str | None,
+                  precision: str | None = None, models_dir: PathLike | None = None,
+                  progress: Progress | None = None) -> Path:
+    """A model folder the user named: an as2d bundle, a Hugging Face ONNX Whisper export, or a
+    CTranslate2 Whisper folder (converted into the model cache on first use)."""
     if not p.is_dir():
         raise ModelError(f"{spec}: no such model folder")
     if (p / "manifest.json").is_file():
@@ -104,10 +133,31 @@ def _check_folder(spec: str, p: Path, kind: Kind | None, what: str | None) -> Pa
         return p
     if (p / "encoder_model.onnx").is_file() or (p / "decoder_model_merged.onnx").is_file():
         return p  # Hugging Face ONNX layout, loaded by as2d.runtime.whisper.hf_layout
+    if (p / "onnx" / "encoder_model.onnx").is_file() and not (p / "model.bin").is_file():
+        return _check_folder(spec, p / "onnx", kind, what)  # a hub repo keeps them in onnx/
     if (p / "model.bin").is_file():
-        raise ModelError(f"{spec} is a CTranslate2 model: convert it once with "
-                         f"`as2d models install NAME --from {spec}`")
-    raise ModelError(f"{spec}: not a model folder (no manifest.json, no encoder_model.onnx)")
+        if kind == "llm":
+            raise ModelError(f"{spec} is a CTranslate2 model, not {what}")
+        return convert_folder(spec, p, precision, models_dir, progress).path
+    raise ModelError(f"{spec}: not a model folder (no manifest.json, encoder_model.onnx or "
+                     "model.bin)")
+
+
+def convert_folder(spec: str, folder: Path, precision: str | None = None,
+                   models_dir: PathLike | None = None, progress: Progress | None = None,
+                   force: bool = False):
+    """The bundle of a CTranslate2 Whisper folder (converted on first use, then found by the
+    content of its files), verified; ``spec`` is how the user named it (a path or repo id)."""
+    from as2d.models.install import install_user_folder
+    from as2d.models.source_packages import SourceError
+
+    try:
+        bundle = install_user_folder(folder, precision or "int8", _models_root(models_dir),
+                                progress=progress, origin=spec, force=force)
+        bundle.verify_at_load()
+    except (BundleError, SourceError) as exc:
+        raise ModelError(str(exc)) from None
+    return bundle
 
 
 def _first_line(exc: Exception) -> str:
@@ -210,3 +260,41 @@ def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | Non
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
         raise ModelError(f"language model at {path} cannot be loaded ({_first_line(exc)}); "
                          "reinstall it with `as2d models install NAME --force`") from None
+
+
+# Published multilingual architectures that cost at least twice what base costs per decoded
+# token (decoder layers × width², plus the vocabulary projection): base drafts for them on
+# non-English audio. tiny.en drafts for any target on English.
+_BASE_DRAFTS_FOR = frozenset({"small", "medium", "large-v2", "large-v3", "large-v3-turbo",
+                              "distil-large-v3", "distil-large-v2"})
+_BASE_COST = 6 * 512 * 512 * 12 + 51865 * 512
+
+
+def choose_drafter(target, language: str | None) -> tuple[str | None, str]:
+    """The catalog drafter for ``target`` (a loaded Whisper model: ``dims``, ``multilingual``)
+    on audio in ``language`` (None: not known yet), and why, for ``--stats``.
+
+    English target or English audio: tiny.en (the cheapest drafter; its text is re-tokenised
+    into the target's vocabulary, whatever that is). A multilingual target on another language:
+    base, when the target costs at least twice what base costs per token; else the target
+    decodes alone (None), since a drafter as dear as the target saves nothing. Until the
+    language is known (before detection), tiny.en: most audio is English, and a wrong drafter
+    only costs rejected candidates, never a different output.
+    """
+    from as2d.models.whisper_source import architecture
+
+    dims = target.dims
+    dims = dims if isinstance(dims, dict) else vars(dims)
+    arch = architecture(dims)
+    if not target.multilingual:
+        return "tiny.en", f"tiny.en drafts for the English-only {arch}"
+    if language is None:
+        return "tiny.en", "tiny.en drafts until the language is known (English assumed)"
+    if language.strip().lower() in ("en", "english"):
+        return "tiny.en", "tiny.en drafts on English audio"
+    cost = dims["n_text_layer"] * dims["n_text_state"] ** 2 * 12 + \
+        dims["n_vocab"] * dims["n_text_state"]
+    if arch in _BASE_DRAFTS_FOR or (arch == "custom" and cost >= 2 * _BASE_COST):
+        return "base", f"base drafts for the multilingual {arch} on {language} audio"
+    return None, (f"no drafter: the target ({arch}) is multilingual, the audio is {language}, "
+                  "and no smaller multilingual model would save time: it decodes alone")

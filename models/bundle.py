@@ -210,6 +210,9 @@ class Bundle:
         model = self.manifest.get('model', self.name)
         repair = f"reinstall it with: as2d models install {model} " \
                  f"--precision {self.manifest.get('precision', 'int8')} --force"
+        if self.manifest.get("user"):  # converted from a folder the user named
+            repair = (f"remove it (as2d models remove {self.name}) and name its source again: "
+                      f"{self.manifest.get('source', {}).get('origin') or model}")
         for fname, digest in self.manifest["sha256"].items():
             p = self.path / fname
             if not p.is_file():

@@ -35,6 +35,8 @@ class ModelEntry:
     precisions: tuple[str, ...] = ("int8", "fp32")
     default_precision: str = "int8"
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    # A Whisper model's shapes: a folder installed under this name (`--from DIR`) must have them.
+    dims: dict = field(default_factory=dict)
 
 
 _BASE = Source(
@@ -68,9 +70,15 @@ _GEMMA = Source(
 CATALOG: dict[str, ModelEntry] = {
     e.name: e
     for e in (
-        ModelEntry("base", "whisper", "Whisper base, multilingual, 74M parameters", _BASE),
+        ModelEntry("base", "whisper", "Whisper base, multilingual, 74M parameters", _BASE,
+                   dims=dict(n_mels=80, n_vocab=51865, n_audio_layer=6, n_text_layer=6,
+                             n_audio_state=512, n_text_state=512, n_audio_head=8,
+                             n_text_head=8)),
         ModelEntry("tiny.en", "whisper", "Whisper tiny, English-only, 39M parameters", _TINY_EN,
-                   aliases=("tiny-en",)),
+                   aliases=("tiny-en",),
+                   dims=dict(n_mels=80, n_vocab=51864, n_audio_layer=4, n_text_layer=4,
+                             n_audio_state=384, n_text_state=384, n_audio_head=6,
+                             n_text_head=6)),
         ModelEntry("gemma-3-270m", "llm", "Gemma 3 270M (base), answers questions in `as2d ask`",
                    _GEMMA, aliases=("gemma3-270m", "gemma")),
     )

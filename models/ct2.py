@@ -6,12 +6,20 @@ Layout (little-endian): u32 binary version, string spec name, u32 spec revision,
 count, then per tensor: string name, u8 rank, u32 dims, u8 dtype, u32 byte count, raw bytes;
 then u32 alias count and (alias, target) string pairs. Strings carry a u16 length that counts a
 trailing NUL.
+
+Tensors are read lazily: the file stays mapped and a tensor is decoded when asked for, so a
+converter that builds its graphs one tensor at a time holds one tensor of the model at a time
+(a large-v3 ``model.bin`` is 3 GB in float16), not a copy of the whole model. Quantized models
+(int8, int8_float16, int8_float32, int16) store a ``<name>_scale`` beside each quantized weight:
+:meth:`CT2Model.f32` returns the dequantized float32 weight (``q / scale``, one scale per output
+row for int8, one for the tensor for int16), which is what the graphs are built from.
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,16 +56,59 @@ class CT2Model:
             raise CT2FormatError(f"tensor {name!r} is missing from the model") from None
 
     def f32(self, name: str) -> np.ndarray:
-        return np.asarray(self.get(name), dtype=np.float32)
+        """The tensor as float32, dequantized if the model stores it quantized."""
+        target = self.aliases.get(name, name)
+        value = self.get(name)
+        scale_name = self.aliases.get(f"{target}_scale", f"{target}_scale")
+        if value.dtype in (np.int8, np.int16) and scale_name in self.tensors:
+            scale = np.asarray(self.tensors[scale_name], dtype=np.float32)
+            if scale.size not in (1, value.shape[0]) or not np.all(np.isfinite(scale)) \
+                    or np.any(scale == 0):
+                raise CT2FormatError(f"{scale_name} does not fit {target} "
+                                     f"(shape {list(value.shape)}, scale {list(scale.shape)})")
+            scale = scale.reshape((-1,) + (1,) * (value.ndim - 1)) if scale.size > 1 \
+                else scale.reshape(())
+            return value.astype(np.float32) / scale
+        return np.asarray(value, dtype=np.float32)
 
     def scalar(self, name: str) -> int:
         return int(np.asarray(self.get(name)).reshape(-1)[0])
 
     def layer_count(self, prefix: str) -> int:
+        names = {k.split("/", 2)[1] for k in self.tensors if k.startswith(f"{prefix}/layer_")}
+        names |= {k.split("/", 2)[1] for k in self.aliases if k.startswith(f"{prefix}/layer_")}
         n = 0
-        while any(k.startswith(f"{prefix}/layer_{n}/") for k in self.tensors):
+        while f"layer_{n}" in names:
             n += 1
         return n
+
+
+class _LazyTensors(Mapping):
+    """Name → tensor, each decoded from the mapped file when it is looked up (see the module
+    docstring); :meth:`nbytes` is the size of one tensor without decoding it."""
+
+    def __init__(self, buf: memoryview) -> None:
+        self._buf = buf
+        self._where: dict[str, tuple[int, int, list[int], int]] = {}
+
+    def add(self, name: str, offset: int, nbytes: int, dims: list[int], dtype_id: int) -> None:
+        self._where[name] = (offset, nbytes, dims, dtype_id)
+
+    def nbytes(self, name: str) -> int:
+        return self._where[name][1]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        offset, nbytes, dims, dtype_id = self._where[name]
+        return _read_tensor(self._buf[offset : offset + nbytes], dims, dtype_id)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._where
 
 
 class _Cursor:
@@ -106,39 +157,46 @@ def _read_tensor(raw: memoryview, dims: list[int], dtype_id: int) -> np.ndarray:
 
 
 def load_ct2(path: str | Path) -> CT2Model:
-    """Read every tensor of a CTranslate2 ``model.bin`` into numpy arrays."""
+    """Open a CTranslate2 ``model.bin``: its header and tensor index are read and checked now
+    (names, shapes against byte counts, dtypes), each tensor's bytes when it is used."""
     path = Path(path)
     if path.stat().st_size < 12:
         raise CT2FormatError(f"{path}: too short to be a CTranslate2 model")
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        cur = _Cursor(memoryview(mm))
-        try:
-            version = cur.take("<I")
-            if version > 6 or version < 5:
-                raise CT2FormatError(f"unsupported CTranslate2 binary version {version}")
-            spec = cur.string()
-            revision = cur.take("<I")
-            count = cur.take("<I")
-            model = CT2Model(spec=spec, revision=revision, binary_version=version)
-            for _ in range(count):
-                name = cur.string()
-                rank = cur.take("<B")
-                dims = [cur.take("<I") for _ in range(rank)]
-                dtype_id = cur.take("<B")
-                nbytes = cur.take("<I")
-                model.tensors[name] = _read_tensor(cur.raw(nbytes), dims, dtype_id)
-            for _ in range(cur.take("<I")):
-                alias = cur.string()
-                model.aliases[alias] = cur.string()
-        except UnicodeDecodeError:
-            raise CT2FormatError(f"{path}: not a CTranslate2 model (garbled names)") from None
-        except BaseException as exc:
-            # Ctrl-C, SIGTERM: the finished frames in the traceback hold views of the map,
-            # which could then not be closed (a second, confusing error).
-            import traceback
-
-            traceback.clear_frames(exc.__traceback__)
-            raise
-        finally:
-            cur.buf.release()
+    with open(path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    cur = _Cursor(memoryview(mm))
+    try:
+        version = cur.take("<I")
+        if version > 6 or version < 5:
+            raise CT2FormatError(f"unsupported CTranslate2 binary version {version}")
+        spec = cur.string()
+        revision = cur.take("<I")
+        count = cur.take("<I")
+        if count > 1 << 20:
+            raise CT2FormatError(f"{path}: {count} tensors is not a Whisper model")
+        tensors = _LazyTensors(cur.buf)
+        model = CT2Model(spec=spec, revision=revision, binary_version=version)
+        for _ in range(count):
+            name = cur.string()
+            rank = cur.take("<B")
+            if rank > 4:
+                raise CT2FormatError(f"tensor {name!r} has rank {rank}")
+            dims = [cur.take("<I") for _ in range(rank)]
+            dtype_id = cur.take("<B")
+            nbytes = cur.take("<I")
+            if dtype_id != _BF16 and dtype_id not in _DTYPES:
+                raise CT2FormatError(f"unknown tensor dtype id {dtype_id}")
+            item = 2 if dtype_id == _BF16 else _DTYPES[dtype_id].itemsize
+            if int(np.prod(dims, dtype=np.int64)) * item != nbytes:
+                raise CT2FormatError(f"tensor {name!r} of shape {dims} does not match its "
+                                     f"{nbytes} bytes (not a CTranslate2 model, or damaged)")
+            start = cur.pos
+            cur.raw(nbytes)  # bounds-checked skip
+            tensors.add(name, start, nbytes, dims, dtype_id)
+        for _ in range(cur.take("<I")):
+            alias = cur.string()
+            model.aliases[alias] = cur.string()
+        model.tensors = tensors  # type: ignore[assignment]
+    except UnicodeDecodeError:
+        raise CT2FormatError(f"{path}: not a CTranslate2 model (garbled names)") from None
     return model

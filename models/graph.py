@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import count
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -31,6 +32,12 @@ class Graph:
     _ids: count = field(default_factory=count)
     _consts: dict = field(default_factory=dict)
     _quantized: set = field(default_factory=set)
+    # Weights streamed to this file as they are made (ONNX external data): the graph then holds
+    # names and offsets only, so building a large-v3 graph never holds its weights twice, and a
+    # graph past protobuf's 2 GB limit can be written at all. None: weights inside the graph.
+    data_path: Path | None = None
+    _data: object = None
+    _data_size: int = 0
 
     # -- naming -------------------------------------------------------------------------------
     def fresh(self, hint: str) -> str:
@@ -48,7 +55,22 @@ class Graph:
         return name
 
     def weight(self, name: str, array: np.ndarray) -> str:
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        array = np.ascontiguousarray(array)
+        if self.data_path is None or array.nbytes < 1024:
+            self.initializers.append(numpy_helper.from_array(array, name))
+            return name
+        if self._data is None:
+            self._data = open(self.data_path, "wb")
+        pad = -self._data_size % 64  # aligned, so that onnxruntime can map the file
+        self._data.write(b"\0" * pad + array.tobytes())
+        offset, self._data_size = self._data_size + pad, self._data_size + pad + array.nbytes
+        t = TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(array.dtype),
+                        dims=array.shape, data_location=TensorProto.EXTERNAL)
+        for key, value in (("location", self.data_path.name), ("offset", str(offset)),
+                           ("length", str(array.nbytes))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        self.initializers.append(t)
         return name
 
     def const(self, value, dtype=np.int64) -> str:
@@ -167,6 +189,9 @@ class Graph:
     # -- finish -------------------------------------------------------------------------------
     def model(self, opsets: tuple = ((("", OPSET)), (MS_DOMAIN, 1)), producer: str = "as2d"
               ) -> onnx.ModelProto:
+        if self._data is not None:  # every weight is written: the data file is complete
+            self._data.close()
+            self._data = None
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs,
                                   self.initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)

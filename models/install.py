@@ -135,7 +135,7 @@ def install(name: str, precision: str | None = None, root: Path | None = None,
     return load_bundle(final)
 
 
-def _source_files(entry: ModelEntry, source_dir: Path | None, work: Path,
+def _source_files(entry: ModelEntry | None, source_dir: Path | None, work: Path,
                   progress: Progress | None) -> tuple[Path, dict[str, Path]]:
     """The assembled model.bin and its side files, from the packages or a local folder."""
     if source_dir is not None:
@@ -157,31 +157,22 @@ def _source_files(entry: ModelEntry, source_dir: Path | None, work: Path,
 
 def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: Path | None,
                      progress: Progress | None) -> dict:
-    from as2d.models.ct2 import CT2FormatError, load_ct2
-    from as2d.models.graph import save_model
-    from as2d.models.whisper_onnx import build_decoder, build_encoder, whisper_dims
-
     model_bin, extras = _source_files(entry, source_dir, work, progress)
+    if source_dir is not None and entry.dims:
+        # A folder filed under a catalog name must be that model (any folder was once
+        # accepted as `base`, and then ran as base's drafter choice, name and statistics).
+        from as2d.models.whisper_source import architecture, inspect_ct2, matches_catalog
+
+        src = inspect_ct2(Path(source_dir))
+        wrong = matches_catalog(src.dims, entry.dims)
+        if wrong:
+            raise SourceError(f"{source_dir} is not Whisper {entry.name} ({architecture(src.dims)}"
+                              f": {', '.join(wrong)}); give it no name to convert it as a model "
+                              f"of its own: as2d models install --from {source_dir}")
     if progress:
         progress(f"converting {entry.name} to ONNX ({precision})")
-    try:
-        weights = load_ct2(model_bin)
-        dims = whisper_dims(weights)
-        encoder, _ = build_encoder(weights, precision)
-        save_model(encoder, work / "encoder.onnx")
-        del encoder
-        decoder, _ = build_decoder(weights, precision)
-        save_model(decoder, work / "decoder.onnx")
-        del decoder
-        if precision == "int8":
-            # A faster decoder for drafting only: its rows are not bit-exact across passes.
-            draft, _ = build_decoder(weights, "int8-tensor", exact_rows=False)
-            save_model(draft, work / "decoder_draft.onnx")
-            del draft
-        del weights
-    except CT2FormatError as exc:
-        raise SourceError(f"{model_bin if source_dir else entry.name}: cannot convert "
-                          f"({exc})") from None
+    manifest = convert_ct2_whisper(model_bin, precision, work, progress,
+                                   where=str(model_bin) if source_dir else entry.name)
     shutil.copyfile(extras["tokenizer.json"], work / "tokenizer.json")
     generation = {}
     if "config.json" in extras:
@@ -190,23 +181,145 @@ def _convert_whisper(entry: ModelEntry, precision: str, work: Path, source_dir: 
                                           "alignment_heads") if k in cfg}
     if model_bin.parent == work:
         model_bin.unlink()
-    return dict(dims=dims, generation=generation,
-                files={"encoder": "encoder.onnx", "decoder": "decoder.onnx",
-                       **({"decoder_draft": "decoder_draft.onnx"} if precision == "int8" else {}),
-                       "tokenizer": "tokenizer.json"},
+    manifest["files"]["tokenizer"] = "tokenizer.json"
+    return dict(manifest, generation=generation,
                 source={"format": "ctranslate2", "sha256": None if source_dir else
                         entry.source.sha256, "packages": list(entry.source.packages)
                         if source_dir is None else [], "path": str(source_dir or "")})
 
 
+def convert_ct2_whisper(model_bin: Path, precision: str, work: Path,
+                        progress: Progress | None = None, external: bool = False,
+                        where: str | None = None) -> dict:
+    """The graphs of a CTranslate2 Whisper ``model.bin`` written into ``work``; returns the
+    manifest's ``dims`` and ``files``. ``external``: every graph keeps its weights in a
+    ``.data`` file beside it, streamed while the graph is built (bounded memory, and past
+    protobuf's 2 GB limit: large-v3 in fp32)."""
+    from as2d.models.ct2 import CT2FormatError, load_ct2
+    from as2d.models.graph import save_model
+    from as2d.models.whisper_onnx import build_decoder, build_encoder, whisper_dims
+
+    files: dict[str, str] = {}
+
+    def write(key: str, filename: str, build) -> None:
+        data = work / f"{filename}.data" if external else None
+        graph, _ = build(data)
+        save_model(graph, work / filename)
+        files[key] = filename
+        if data is not None and data.is_file():
+            files[f"{key}_data"] = data.name
+
+    try:
+        weights = load_ct2(model_bin)
+        dims = whisper_dims(weights)
+        write("encoder", "encoder.onnx", lambda d: build_encoder(weights, precision, d))
+        write("decoder", "decoder.onnx", lambda d: build_decoder(weights, precision,
+                                                                 data_path=d))
+        if precision == "int8":
+            # A faster decoder for drafting only: its rows are not bit-exact across passes.
+            write("decoder_draft", "decoder_draft.onnx", lambda d: build_decoder(
+                weights, "int8-tensor", exact_rows=False, data_path=d))
+    except CT2FormatError as exc:
+        raise SourceError(f"{where or model_bin}: cannot convert ({exc})") from None
+    return dict(dims=dims, files=files)
+
+
+def install_user_folder(folder: Path, precision: str = "int8", root: Path | None = None,
+                   progress: Progress | None = None, origin: str | None = None,
+                   force: bool = False) -> Bundle:
+    """The bundle of the CTranslate2 folder ``folder`` at ``precision``, converted now unless
+    its files were converted before (same content digest)."""
+    from as2d.models.whisper_source import (
+        architecture,
+        content_digest,
+        generation_config,
+        inspect_ct2,
+        slug,
+        user_bundles,
+    )
+
+    if precision not in ("int8", "fp32"):
+        raise BundleError(f"a Whisper model converts to int8 or fp32, not {precision!r}")
+    folder = Path(folder).expanduser().resolve()
+    root = models_dir(root)
+    src = inspect_ct2(folder)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BundleError(f"cannot write to the model folder {root} "
+                          f"({exc.strerror or exc})") from None
+    digest = content_digest(src, root)
+    model = f"{slug(origin or str(folder))}-{digest[:10]}"
+    name = f"{model}-{precision}"
+    final = root / name
+    with _install_lock(root, name):
+        _remove_stale(root, f".{name}.")
+        if not force and (final / "manifest.json").is_file():
+            try:
+                existing = load_bundle(final)
+                if is_current(existing):
+                    return existing
+            except BundleError:
+                pass  # damaged: converted again below
+        t0 = time.perf_counter()
+        if progress:
+            progress(f"converting {origin or folder} ({architecture(src.dims)}, "
+                     f"{src.dims['n_text_layer']} decoder layers) to {name} (once)")
+        try:
+            work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+        except OSError as exc:
+            raise BundleError(f"cannot write to the model folder {root} "
+                              f"({exc.strerror or exc})") from None
+        try:
+            tok = work / "tokenizer.json"
+            if "tokenizer.json" in src.files:
+                shutil.copyfile(src.files["tokenizer.json"], tok)
+            else:
+                tok.write_text(json.dumps(src.tokenizer))
+            manifest = convert_ct2_whisper(src.files["model.bin"], precision, work, progress,
+                                           external=True)
+            manifest.update(
+                name=name, model=model, kind="whisper", precision=precision, user=True,
+                architecture=architecture(src.dims), generation=generation_config(src),
+                converter_version=CONVERTER_VERSION,
+                installed=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                source={"format": "ctranslate2", "path": str(folder), "origin": origin or "",
+                        "content_sha256": digest, "sha256": None, "packages": []})
+            manifest["files"]["tokenizer"] = "tokenizer.json"
+            write_manifest(work, manifest)
+            if final.exists():
+                shutil.rmtree(final)
+            work.rename(final)
+        except OSError as exc:
+            raise BundleError(f"converting {folder} into {root} failed "
+                              f"({exc.strerror or exc})") from None
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+    _drop_older(user_bundles(root), final, str(folder), precision)
+    if progress:
+        progress(f"converted {final.name} in {time.perf_counter() - t0:.1f} s → {final}")
+    return load_bundle(final)
+
+
+def _drop_older(bundles: list[Bundle], keep: Path, source_path: str, precision: str) -> None:
+    """Earlier conversions of the same folder at the same precision (its files have changed
+    since): they would only take disk space."""
+    for b in bundles:
+        src = b.manifest.get("source", {})
+        if (b.path != keep and src.get("path") == source_path
+                and b.manifest.get("precision") == precision):
+            shutil.rmtree(b.path, ignore_errors=True)
+
+
 ENCODER_FP32 = "encoder_fp32.onnx"
 
 
-def _write_encoder_fp32(weights, dest: Path) -> None:
+def _write_encoder_fp32(weights, dest: Path, data_path: Path | None = None) -> None:
     from as2d.models.graph import save_model
     from as2d.models.whisper_onnx import build_encoder
 
-    encoder, _ = build_encoder(weights, "fp32")
+    encoder, _ = build_encoder(weights, "fp32", data_path)
     save_model(encoder, dest)
 
 
@@ -242,11 +355,12 @@ def ensure_alignment(bundle_dir: Path, progress: Progress | None = None) -> Path
                           "NAME --force`)")
     precision = bundle.manifest.get("precision", "fp32")
 
-    def write(weights, dest: Path) -> None:
+    def write(weights, dest: Path, data_path: Path | None = None) -> None:
         from as2d.models.graph import save_model
         from as2d.models.whisper_onnx import build_decoder
 
-        graph, _ = build_decoder(weights, precision, exact_rows=False, alignment_heads=heads)
+        graph, _ = build_decoder(weights, precision, exact_rows=False, alignment_heads=heads,
+                                 data_path=data_path)
         save_model(graph, dest)
 
     return _add_graph(Path(bundle_dir), "alignment", ALIGNMENT, write,
@@ -273,8 +387,14 @@ def _add_graph(bundle_dir: Path, key: str, filename: str, write, what: str,
         manifest = dict(bundle.manifest)
         if manifest["files"].get(key) and (bundle_dir / filename).is_file():
             return bundle_dir / manifest["files"][key]
-        entry = lookup(manifest.get("model", bundle.name))
-        src = manifest.get("source", {}).get("path") or None
+        if manifest.get("user"):
+            from as2d.models.whisper_source import source_of
+
+            entry, src = None, str(source_of(bundle))
+        else:
+            entry = lookup(manifest.get("model", bundle.name))
+            src = manifest.get("source", {}).get("path") or None
+        external = bool(manifest.get("user"))
         if progress:
             progress(f"adding {what} to {bundle_dir.name}")
         try:
@@ -285,16 +405,22 @@ def _add_graph(bundle_dir: Path, key: str, filename: str, write, what: str,
             from as2d.models.ct2 import CT2FormatError, load_ct2
 
             model_bin, _ = _source_files(entry, Path(src) if src else None, work, progress)
+            data = work / f"{filename}.data"
             try:
-                write(load_ct2(model_bin), work / filename)
+                write(load_ct2(model_bin), work / filename,
+                      **({"data_path": data} if external else {}))
             except CT2FormatError as exc:
-                raise SourceError(f"{entry.name}: cannot convert ({exc})") from None
-            digest = sha256_file(work / filename)
-            size = (work / filename).stat().st_size
-            (work / filename).rename(bundle_dir / filename)
-            manifest["files"] = dict(manifest["files"], **{key: filename})
-            manifest["sha256"] = dict(manifest["sha256"], **{filename: digest})
-            manifest["sizes"] = dict(manifest.get("sizes", {}), **{filename: size})
+                raise SourceError(f"{bundle.name}: cannot convert ({exc})") from None
+            added = {key: filename}
+            if data.is_file():  # moved first: the graph names it
+                added[f"{key}_data"] = data.name
+            for k, fname in sorted(added.items(), key=lambda kv: kv[1] == filename):
+                digest = sha256_file(work / fname)
+                size = (work / fname).stat().st_size
+                (work / fname).rename(bundle_dir / fname)
+                manifest["files"] = dict(manifest["files"], **{k: fname})
+                manifest["sha256"] = dict(manifest["sha256"], **{fname: digest})
+                manifest["sizes"] = dict(manifest.get("sizes", {}), **{fname: size})
             tmp = work / "manifest.json"
             tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
             tmp.replace(bundle_dir / "manifest.json")

