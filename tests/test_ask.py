@@ -4,7 +4,7 @@ Real models on real audio: the clips are transcribed with AS²D (base ← tiny.e
 come from Gemma 3 270M. The reference for losslessness is plain greedy generation, one token
 per pass, written here (:func:`greedy_reference`) independently of the production generator
 (whose target-only mode is the verification kernel with no candidates). The Hugging Face ONNX
-path runs on a small random-weight decoder exported here (``as2d.models.hf_llm_export``), once
+path runs on a small random-weight decoder exported here (``tests/tiny_llm.py``), once
 row-exact and once deliberately not.
 """
 
@@ -543,7 +543,7 @@ _CHAT = ("{% for m in messages %}<|user|>\n{{ m['content'] }}</s>\n{% endfor %}"
 
 @pytest.fixture(scope="module")
 def tiny_hf(tmp_path_factory):
-    from as2d.models.hf_llm_export import export_tiny_decoder
+    from tiny_llm import export_tiny_decoder
 
     root = tmp_path_factory.mktemp("hf")
     return {"exact": export_tiny_decoder(root / "exact", _TINY_TEXT, seed=1),

@@ -111,7 +111,7 @@ _TEXT = ["It was the best of times, it was the worst of times. " * 20,
 
 
 def test_llm_folder_with_a_hostile_template_is_refused_before_anything_runs(tmp_path, env):
-    from as2d.models.hf_llm_export import export_tiny_decoder
+    from tiny_llm import export_tiny_decoder
 
     mark = tmp_path / "MARK"
     template = "{{ cycler.__init__.__globals__.os.popen('touch " + str(mark) + "').read() }}"
@@ -125,8 +125,9 @@ def test_llm_folder_with_a_hostile_template_is_refused_before_anything_runs(tmp_
 @pytest.mark.parametrize("damage", ["config list", "config bad utf-8", "tokenizer garbage",
                                     "eos id a string", "context a string"])
 def test_garbage_in_an_llm_folder_is_one_line(damage, tmp_path):
+    from tiny_llm import export_tiny_decoder
+
     from as2d.loading import ModelError, load_llm
-    from as2d.models.hf_llm_export import export_tiny_decoder
 
     folder = export_tiny_decoder(tmp_path / "llm", _TEXT)
     config = json.loads((folder / "config.json").read_text())
@@ -326,7 +327,7 @@ def test_transcribe_stopped_by_a_signal_keeps_what_it_did(sig, long_speech, tmp_
         ["transcribe", long_speech, *TINY, "-o", out_dir, "-f", "all", "--no-live"], sig, env,
         PROGRESS, tmpdir, times=2)
     assert code == 128 + sig, err
-    assert "Traceback" not in err and f"as2d: stopped by {signal.Signals(sig).name}" in err
+    assert "Traceback" not in err and "interrupted" in err, err
     assert sorted(p.suffix for p in out_dir.iterdir()) == [".json", ".srt", ".tsv", ".txt",
                                                           ".vtt"]
     doc = json.loads((out_dir / "long.json").read_text())

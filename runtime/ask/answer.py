@@ -122,7 +122,7 @@ class Answerer:
         self.options = options or AskOptions()
         self.emit = listener or ignore
         self.codec = Codec(model.tokenizer)
-        template = getattr(model, "chat_template", None)
+        template = model.chat_template
         style = self.options.style or ("instruct" if template else DEFAULT_STYLE)
         self.builder = PromptBuilder(self.codec, style, template, model.stop_ids)
         # A graph whose rows are not computed independently cannot verify losslessly.
@@ -135,9 +135,9 @@ class Answerer:
         """Read the stored KV rows of the prompt head ``question`` will be asked under, ahead
         of :meth:`ask` (``as2d ask`` does it beside the transcription); False when there are
         none to read."""
-        config = getattr(self.model, "config", None)
-        if self.prefix is None or config is None:
+        if self.prefix is None:  # (only bundles keep a head, and they know their shape)
             return False
+        config = self.model.config
         try:
             head = self.builder.head(question)
         except ValueError:  # a prompt that cannot be built: ask() says so, in its place
@@ -207,7 +207,7 @@ class Answerer:
         extract = o.extract and self.builder.style != "instruct"
         found = candidates(plan.spans, question) if extract else []
         sources = self.sources(spans, question, drafter_text, plan) if use else None
-        if use and found and "answers" in o.sources and getattr(self.model, "trees", False):
+        if use and found and "answers" in o.sources and self.model.trees:
             # The scored candidates' tree predicts where the greedy answer goes (verified;
             # a graph without tree passes has no tree to read it from).
             sources = TreeSource(len(plan.ids), sources if sources.lookups else None)

@@ -48,6 +48,8 @@ class LanguageModel(Protocol):
     stop_ids: tuple[int, ...]
     capacity: int
     lossless: bool  # its passes are row-exact (as2d.runtime.rows): candidates may be verified
+    chat_template: str | None  # rendered for the "instruct" prompt style
+    trees: bool  # takes tree passes (candidates scored as one tree)
 
     def state(self) -> LMState: ...
 

@@ -152,7 +152,7 @@ def score(state, first_logits: np.ndarray | None, seqs: Sequence[Sequence[int]],
     firsts: dict[int, Row] = {}  # sequence → the row before its first token
     first = summarize(first_logits, nexts(-1), stops) if first_logits is not None else None
     budget = min(MAX_ROWS, state.capacity - state.length) - len(prefix)
-    trees = getattr(state, "trees", False) and budget >= max(map(len, seqs), default=0)
+    trees = state.trees and budget >= max(map(len, seqs), default=0)
     if trees:
         for group in _groups(seqs, budget):
             sub = Trie()

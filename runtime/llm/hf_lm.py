@@ -228,6 +228,8 @@ class HFCausalLM(LMBackend):
 class HFState:
     """One sequence's KV cache: the last ``present`` arrays and how much of them is valid."""
 
+    trees = False  # an optimum export takes sequences only
+
     def __init__(self, model: HFCausalLM) -> None:
         self.model = model
         self.capacity = model.capacity

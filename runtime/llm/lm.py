@@ -191,6 +191,8 @@ class LMBackend:
         with self._lock:
             self._free.append(state)
 
+    chat_template: str | None = None  # a Hugging Face folder's (Jinja), rendered sandboxed
+    trees: bool = False  # its graph takes tree passes (positions and a visibility matrix)
     row_check: dict | None = None  # as2d.runtime.rows' verdict, once checked
     row_memo = None  # where the verdict is remembered (a bundle: its models folder)
 

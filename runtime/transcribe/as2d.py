@@ -183,7 +183,7 @@ class AS2D(DraftingStrategy):
             self.emit(Note(f"drafter {self.drafter.name} is English-only and the audio is "
                            f"{language!r}: the target decodes alone"))
             return
-        if options is not None and getattr(options, "task", "transcribe") == "translate":
+        if options is not None and options.task == "translate":
             self.emit(Note("translation: the drafter transcribes, so its candidates rarely "
                            "match; the budget adapts"))
         self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,

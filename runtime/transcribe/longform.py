@@ -207,7 +207,7 @@ class LongFormTranscriber:
         drafter starts on it as soon as it has finished the current file. Pass the same
         ``Audio`` object to :meth:`transcribe` later; the output does not change."""
         options = options or TranscribeOptions()
-        if getattr(options, "vad_filter", False):
+        if options.vad_filter:
             return  # the run decodes the speech cut out of it, not this audio
         try:
             language = resolve_language(self.model, options.language)
@@ -282,7 +282,7 @@ class LongFormTranscriber:
         silent, or empty). Outside the encoder turns: the current file's drafter, still
         drafting for the window being decoded, must not wait for the next file's encoder."""
         first = Window(0, 0, min(N_FRAMES, mel.n_frames))
-        peak = getattr(options, "silence_peak", None)
+        peak = options.silence_peak
         if not mel.n_frames or _silent(audio, first, peak):
             return None
         return AheadEncoding(self.model, mel, first)
@@ -317,7 +317,7 @@ class LongFormTranscriber:
         try:
             self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
                                  decoder.drafter_name, decoder.threads(),
-                                 getattr(model, "encoder_name", "onnxruntime")))
+                                 model.encoder_name))
             decoder.start_early(mel, language, options)
             self.ahead.run_begun()  # the drafter may go on to the next files when done here
             if language is None:

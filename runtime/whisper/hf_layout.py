@@ -65,6 +65,8 @@ class _Graph:
 class HFWhisperModel:
     """Encoder and decoder sessions of a Hugging Face ONNX Whisper export."""
 
+    encoder_name = "onnxruntime"  # its encoder graph runs nowhere else
+
     def __init__(self, folder: str | Path, threads: int = 1,
                  encoder_threads: int | None = None, name: str | None = None,
                  role: str = "target") -> None:

@@ -1,4 +1,5 @@
-"""Write a small decoder-only LLM in the Hugging Face ONNX layout (as optimum exports it).
+"""Write a small decoder-only LLM in the Hugging Face ONNX layout (as optimum exports it), for
+tests: kept out of the wheel.
 
 ``as2d ask --llm PATH`` loads such folders (:mod:`as2d.runtime.llm.hf_lm`). No model hub is
 reachable here, so this module produces the layout itself, for tests and for trying the path
