@@ -187,6 +187,7 @@ class Backend:
         with self._active_lock:
             if self._active and self.engine is not None:
                 self.engine.stop()
+                self.log("as2d: a client went away; its decode was stopped")
 
     async def run_decode(self, work: Callable[[], Any],
                          disconnected: Callable[[], Any] | None = None) -> Any:

@@ -1,0 +1,623 @@
+"""``as2d serve`` end to end: a live server on loopback, the official OpenAI client, a
+WebSocket client replaying real recordings, and hostile requests.
+
+One server per module (models load once, ~5 s). It is started with an API key, a 2-MB upload
+limit and a queue of one, so the refusals (401, 413, 429) are cheap and deterministic. The
+last test stops it with SIGTERM while a request is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import LIBRIVOX, ROOT
+from tests.helpers import cli, error_line
+
+openai = pytest.importorskip("openai")
+websockets = pytest.importorskip("websockets")
+pytest.importorskip("fastapi")
+
+KEY = "test-key-" + "x" * 24
+LIMIT_MB = 2
+LONG = ROOT / "samples" / "sense_and_sensibility.wav"  # 24.7 s
+SHORT = LIBRIVOX / "sense_and_sensibility_01_austen_64kb-0870.wav"  # one 7-s sentence
+
+pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc, self.port, self.log = proc, port, log
+        self.url = f"http://127.0.0.1:{port}"
+
+    def client(self, key: str = KEY, **kw):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0,
+                             timeout=kw.pop("timeout", 180), **kw)
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict | None = None, timeout: float = 120):
+        """(status, headers, body) of one raw request."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            hdrs = {"Authorization": f"Bearer {KEY}"}
+            hdrs.update(headers or {})
+            conn.request(method, path, body=body, headers={k: v for k, v in hdrs.items()
+                                                           if v is not None})
+            r = conn.getresponse()
+            return r.status, dict(r.getheaders()), r.read()
+        finally:
+            conn.close()
+
+    def health(self) -> dict:
+        status, _, body = self.request("GET", "/health")
+        return json.loads(body)
+
+    def stderr(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _start(models_root: Path, tmp: Path, *args: str) -> Server:
+    port = _free_port()
+    log = tmp / f"serve-{port}.log"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.pop("AS2D_API_KEY", None)
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "as2d", "serve", "--port", str(port),
+                                 "--models-dir", str(models_root), *args],
+                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+    server = Server(proc, port, log)
+    deadline = time.monotonic() + 600  # a first run converts the models
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, server.stderr()
+        try:
+            if server.health()["status"] == "ok":
+                return server
+        except OSError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise AssertionError("the server did not get ready:\n" + server.stderr())
+
+
+@pytest.fixture(scope="module")
+def server(models_root, tmp_path_factory):
+    srv = _start(models_root, tmp_path_factory.mktemp("serve"), "--api-key", KEY,
+                 "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1")
+    yield srv
+    if srv.proc.poll() is None:
+        srv.proc.send_signal(signal.SIGTERM)
+        try:
+            srv.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            srv.proc.kill()
+    assert "Traceback" not in srv.stderr(), srv.stderr()
+
+
+@pytest.fixture(scope="module")
+def reference(models_root, tmp_path_factory):
+    """``as2d transcribe`` of the test clips in every format (same machine, same options)."""
+    out = tmp_path_factory.mktemp("reference")
+    docs = {}
+    for clip, extra in ((LONG, ()), (SHORT, ("--word-timestamps",)),
+                        (SHORT, ("--task", "translate"))):
+        folder = out / f"{clip.stem}{'-'.join(extra)}"
+        r = cli("transcribe", clip, "-f", "all", "-o", folder, "--no-live", "-q", *extra,
+                models_dir=models_root)
+        assert r.exit_code == 0, r.output
+        docs[(clip, extra)] = {f: (folder / f"{clip.stem}.{f}").read_text()
+                               for f in ("txt", "srt", "vtt", "json")}
+    return docs
+
+
+# -- OpenAI's client -----------------------------------------------------------------------------
+def test_health_models_and_the_page(server):
+    h = server.health()
+    assert h["status"] == "ok" and h["drafter"] and h["decoder"] == "as2d"
+    client = server.client()
+    ids = [m.id for m in client.models.list().data]
+    assert ids == [h["model"]]
+    assert client.models.retrieve("whisper-1").id == "whisper-1"
+    status, headers, body = server.request("GET", "/")
+    assert status == 200 and b"<title>as2d</title>" in body
+    assert "default-src 'self'" in headers["content-security-policy"]
+    for name in ("app.js", "pcm-worklet.js", "style.css", "index.html"):
+        text = (ROOT / "as2d_cli" / "server" / "static" / name).read_text()
+        # Offline: nothing is loaded from another host.
+        assert "http://" not in text and "https://" not in text and "//cdn" not in text, name
+    for path in ("/app.js", "/pcm-worklet.js", "/style.css"):
+        assert server.request("GET", path)[0] == 200
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "srt", "vtt", "verbose_json"])
+def test_every_format_is_what_transcribe_writes(server, reference, fmt):
+    ref = reference[(LONG, ())]
+    ref_json = json.loads(ref["json"])
+    with open(LONG, "rb") as f:
+        got = server.client().audio.transcriptions.create(file=f, model="whisper-1",
+                                                          response_format=fmt)
+    if fmt == "text":
+        assert got == ref["txt"]
+    elif fmt in ("srt", "vtt"):
+        assert got == ref[fmt]
+    elif fmt == "json":
+        assert got.text == ref_json["text"].strip()
+        assert got.usage.seconds == 25
+    else:
+        assert got.language == "english" and got.duration == pytest.approx(24.73, abs=0.01)
+        assert got.text == ref_json["text"].strip()
+        # Token for token, segment for segment.
+        assert [s.tokens for s in got.segments] == [s["tokens"] for s in ref_json["segments"]]
+        assert [(s.start, s.end, s.text) for s in got.segments] == \
+            [(s["start"], s["end"], s["text"]) for s in ref_json["segments"]]
+        assert got.words is None
+
+
+def test_words_and_translation(server, reference):
+    ref = json.loads(reference[(SHORT, ("--word-timestamps",))]["json"])
+    client = server.client()
+    with open(SHORT, "rb") as f:
+        got = client.audio.transcriptions.create(
+            file=f, model="whisper-1", response_format="verbose_json",
+            timestamp_granularities=["word", "segment"])
+    want = [(w["word"].strip(), w["start"], w["end"]) for s in ref["segments"]
+            for w in s["words"]]
+    assert [(w.word, w.start, w.end) for w in got.words] == want
+    assert got.segments and all(s.start <= s.end for s in got.segments)
+    with open(SHORT, "rb") as f:
+        only_words = client.audio.transcriptions.create(
+            file=f, model="whisper-1", response_format="verbose_json",
+            timestamp_granularities=["word"])
+    assert only_words.segments is None and len(only_words.words) == len(want)
+
+    tr = reference[(SHORT, ("--task", "translate"))]
+    with open(SHORT, "rb") as f:
+        text = client.audio.translations.create(file=f, model="whisper-1",
+                                                response_format="text")
+    assert text == tr["txt"]
+    with open(SHORT, "rb") as f:
+        verbose = client.audio.translations.create(file=f, model="whisper-1",
+                                                   response_format="verbose_json")
+    assert verbose.language == "english" and verbose.text == json.loads(tr["json"])[
+        "text"].strip()
+
+
+def test_streaming_deltas_add_up_to_the_text(server, reference):
+    ref_json = json.loads(reference[(LONG, ())]["json"])
+    with open(LONG, "rb") as f:
+        events = list(server.client().audio.transcriptions.create(
+            file=f, model="whisper-1", stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[-1] == "transcript.text.done" and set(kinds[:-1]) == {"transcript.text.delta"}
+    assert len(kinds) - 1 == len(ref_json["segments"])  # one delta per committed segment
+    text = "".join(e.delta for e in events[:-1])
+    assert text == events[-1].text == ref_json["text"].strip()
+
+
+def test_extras_hotwords_vad_and_decoder(server):
+    client = server.client()
+    with open(SHORT, "rb") as f:
+        plain = client.audio.transcriptions.create(file=f, model="whisper-1")
+    with open(SHORT, "rb") as f:
+        got = client.audio.transcriptions.create(
+            file=f, model="whisper-1", language="en",
+            extra_body={"decoder": "as2d", "vad_filter": "true", "hotwords": "Dashwood"})
+    assert "Dashwood" in got.text
+    assert got.text.split()[:3] == plain.text.split()[:3]
+
+
+# -- hostile requests ---------------------------------------------------------------------------
+def _multipart(fields: list[tuple[str, str | bytes, str | None]], boundary: str = "b0und4ry",
+               close: bool = True) -> tuple[bytes, str]:
+    """A multipart/form-data body: (name, value, filename or None) parts."""
+    out = b""
+    for name, value, filename in fields:
+        disp = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        data = value.encode() if isinstance(value, str) else value
+        out += f"--{boundary}\r\nContent-Disposition: {disp}\r\n\r\n".encode() + data + b"\r\n"
+    if close:
+        out += f"--{boundary}--\r\n".encode()
+    return out, f"multipart/form-data; boundary={boundary}"
+
+
+def _wav_bytes() -> bytes:
+    return SHORT.read_bytes()
+
+
+def _form(**over) -> list:
+    """A valid request's parts, with some replaced (None drops one)."""
+    parts = {"file": (_wav_bytes(), "clip.wav"), "model": ("whisper-1", None)}
+    for k, v in over.items():
+        if v is None:
+            parts.pop(k, None)
+        else:
+            parts[k] = v if isinstance(v, tuple) else (v, None)
+    return [(k, v, fn) for k, (v, fn) in parts.items()]
+
+
+MALFORMED = {
+    # name: (headers, body or parts, status, param)
+    "no key": ({"Authorization": None}, _form(), 401, None),
+    "wrong key": ({"Authorization": "Bearer nope"}, _form(), 401, None),
+    "key as basic auth": ({"Authorization": f"Basic {KEY}"}, _form(), 401, None),
+    "key with no scheme": ({"Authorization": KEY}, _form(), 401, None),
+    "json body": ({"Content-Type": "application/json"}, b'{"model": "whisper-1"}', 415, None),
+    "form-urlencoded body": ({"Content-Type": "application/x-www-form-urlencoded"},
+                             b"model=whisper-1", 415, None),
+    "no content type": ({"Content-Type": None}, b"garbage", 415, None),
+    "multipart without boundary": ({"Content-Type": "multipart/form-data"}, b"x", 400, None),
+    "garbage multipart": ({"Content-Type": "multipart/form-data; boundary=b0und4ry"},
+                          b"\x00\xff" * 500, 400, None),
+    "body cut before its end": ("cut", _form(), 400, None),
+    "no file": ({}, _form(file=None), 400, "file"),
+    "file as a text field": ({}, _form(file="not a file"), 400, "file"),
+    "no model": ({}, _form(model=None), 400, "model"),
+    "empty model": ({}, _form(model=""), 400, "model"),
+    "model is a path": ({}, _form(model="../models/base"), 400, "model"),
+    "model is an absolute path": ({}, _form(model="/etc/passwd"), 400, "model"),
+    "model in the home folder": ({}, _form(model="~/m"), 400, "model"),
+    "unknown response_format": ({}, _form(response_format="xml"), 400, "response_format"),
+    "temperature not a number": ({}, _form(temperature="hot"), 400, "temperature"),
+    "temperature too high": ({}, _form(temperature="5"), 400, "temperature"),
+    "temperature nan": ({}, _form(temperature="nan"), 400, "temperature"),
+    "unknown language": ({}, _form(language="klingon"), 400, "language"),
+    "unknown granularity": ({}, _form(**{"timestamp_granularities[]": "sentence"}), 400,
+                            "timestamp_granularities"),
+    "words without verbose_json": ({}, _form(**{"timestamp_granularities[]": "word"}), 400,
+                                   "timestamp_granularities"),
+    "stream not a boolean": ({}, _form(stream="maybe"), 400, "stream"),
+    "stream with srt": ({}, _form(stream="true", response_format="srt"), 400, "stream"),
+    "unknown decoder": ({}, _form(decoder="fast"), 400, "decoder"),
+    "decoder not loaded": ({}, _form(decoder="target"), 400, "decoder"),
+    "vad_filter not a boolean": ({}, _form(vad_filter="perhaps"), 400, "vad_filter"),
+    "prompt too long": ({}, _form(prompt="word " * 1000), 400, "prompt"),
+    "field not utf-8": ({}, _form(prompt=b"\xff\xfe\xfa"), 400, "prompt"),
+    "garbage audio": ({}, _form(file=(os.urandom(4096), "noise.wav")), 400, "file"),
+    "empty file": ({}, _form(file=(b"", "empty.wav")), 400, "file"),
+    "text named .mp3": ({}, _form(file=(b"hello, I am not audio\n" * 50, "a.mp3")), 400,
+                        "file"),
+    "two files": ({}, _form() + [("file", b"RIFF", "b.wav")], 400, "file"),
+    "upload over the limit": ({}, _form(file=(b"\0" * (LIMIT_MB * 1024 * 1024 + 200_000),
+                                              "big.wav")), 413, "file"),
+    "chunked upload over the limit": ("chunked", _form(
+        file=(b"\0" * (LIMIT_MB * 1024 * 1024 + 200_000), "big.wav")), 413, "file"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_malformed_request_is_one_json_error(server, case):
+    headers, body, status, param = MALFORMED[case]
+    mode = headers if isinstance(headers, str) else None
+    headers = {} if mode else dict(headers)
+    if isinstance(body, list):
+        body, ctype = _multipart(body, close=mode != "cut")
+        headers.setdefault("Content-Type", ctype)
+    if mode == "chunked":
+        got = _chunked_post(server, "/v1/audio/transcriptions", body, headers["Content-Type"])
+    else:
+        got = server.request("POST", "/v1/audio/transcriptions", body, headers)
+    code, hdrs, raw = got
+    assert code == status, (case, raw[:300])
+    doc = json.loads(raw)
+    err = doc["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"], doc
+    assert b"Traceback" not in raw
+    if param is not None:
+        assert err["param"] == param, doc
+    if status == 401:
+        assert hdrs.get("www-authenticate") == "Bearer"
+    assert server.health()["status"] == "ok"
+
+
+def _chunked_post(server: Server, path: str, body: bytes, ctype: str):
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        conn.putrequest("POST", path)
+        conn.putheader("Authorization", f"Bearer {KEY}")
+        conn.putheader("Content-Type", ctype)
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.endheaders()
+        try:
+            for i in range(0, len(body), 65536):
+                piece = body[i:i + 65536]
+                conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+            conn.send(b"0\r\n\r\n")
+        except OSError:  # refused before the whole body was sent
+            pass
+        r = conn.getresponse()
+        return r.status, dict(r.getheaders()), r.read()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("method,path,status", [
+    ("GET", "/v1/audio/transcriptions", 405), ("GET", "/v1/nowhere", 404),
+    ("POST", "/v1/audio/ask", 404), ("GET", "/v1/models/gpt-9", 404)])
+def test_wrong_endpoints_are_json_errors(server, method, path, status):
+    code, _, raw = server.request(method, path)
+    assert code == status and json.loads(raw)["error"]["message"], raw
+
+
+def test_slow_loris_body_is_served_when_it_completes(server):
+    """A body trickling in does not stop the server from answering others meanwhile."""
+    body, ctype = _multipart(_form())
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn.putrequest("POST", "/v1/audio/transcriptions")
+    conn.putheader("Authorization", f"Bearer {KEY}")
+    conn.putheader("Content-Type", ctype)
+    conn.putheader("Content-Length", str(len(body)))
+    conn.endheaders()
+    conn.send(body[:100])
+    assert server.health()["status"] == "ok"  # answered while the body is incomplete
+    conn.send(body[100:])
+    r = conn.getresponse()
+    assert r.status == 200 and json.loads(r.read())["text"]
+    conn.close()
+
+
+# -- the realtime socket -----------------------------------------------------------------------
+def _pcm16(path: Path, rate: int) -> bytes:
+    import soundfile as sf
+    import soxr
+
+    x, sr = sf.read(str(path), dtype="float32")
+    if x.ndim > 1:
+        x = x.mean(axis=1)
+    y = soxr.resample(x, sr, rate) if sr != rate else x
+    return (np.clip(y, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def _ws_url(server: Server, query: str = "intent=transcription") -> str:
+    return f"ws://127.0.0.1:{server.port}/v1/realtime?{query}"
+
+
+async def _replay(server: Server, path: Path, rate: int = 24000, pace: float = 1.0) -> list:
+    """Every event the server sends for ``path`` appended at ``pace`` × real time."""
+    pcm = _pcm16(path, rate)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with websockets.connect(_ws_url(server), additional_headers=headers,
+                                  max_size=None) as ws:
+        events = [json.loads(await ws.recv())]
+        await ws.send(json.dumps({"type": "session.update", "session": {
+            "type": "transcription",
+            "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}}}}}))
+        events.append(json.loads(await ws.recv()))
+        step = rate // 10 * 2  # 100 ms
+        t0 = time.perf_counter()
+
+        async def read():
+            async for message in ws:
+                events.append(json.loads(message))
+
+        reader = asyncio.ensure_future(read())
+        for n, i in enumerate(range(0, len(pcm), step)):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                      "audio": base64.b64encode(pcm[i:i + step]).decode()}))
+            if pace:
+                await asyncio.sleep(max(0.0, t0 + (n + 1) * 0.1 / pace - time.perf_counter()))
+        await ws.send(json.dumps({"type": "input_audio_buffer.end"}))
+        await asyncio.wait_for(reader, 300)
+        assert ws.close_code == 1000
+    return events
+
+
+def test_realtime_replay_commits_what_mic_commits(server, models_root):
+    events = asyncio.run(_replay(server, SHORT))
+    kinds = [e["type"] for e in events]
+    assert kinds[:2] == ["session.created", "session.updated"]
+    assert "input_audio_buffer.speech_started" in kinds
+    assert "input_audio_buffer.speech_stopped" in kinds
+    assert "input_audio_buffer.committed" in kinds
+    deltas: dict[str, str] = {}
+    completed: dict[str, str] = {}
+    for e in events:
+        if e["type"] == "conversation.item.input_audio_transcription.delta":
+            assert e["item_id"] not in completed  # nothing after an item's transcript
+            deltas[e["item_id"]] = deltas.get(e["item_id"], "") + e["delta"]
+        elif e["type"] == "conversation.item.input_audio_transcription.completed":
+            completed[e["item_id"]] = e["transcript"]
+    assert completed and all(completed[i] == deltas.get(i, "") for i in completed)
+    assert "error" not in kinds, events
+
+    mic = cli("mic", "--input", SHORT, "--no-live", "-q", models_dir=models_root)
+    assert mic.exit_code == 0, mic.output
+    ws_text = " ".join(t for t in completed.values() if t)
+    assert ws_text.split() == mic.stdout.split()
+
+
+def test_realtime_16khz_and_hostile_events(server):
+    async def run():
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with websockets.connect(_ws_url(server), additional_headers=headers) as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+            bad = [
+                ("not json", "invalid_json"),
+                (json.dumps([1, 2]), "invalid_event"),
+                (json.dumps({"type": "response.create"}), "unknown_event"),
+                (json.dumps({"type": "input_audio_buffer.append"}), "missing_audio"),
+                (json.dumps({"type": "input_audio_buffer.append", "audio": "@@not base64@@"}),
+                 "invalid_base64"),
+                (json.dumps({"type": "input_audio_buffer.append", "audio": "AAA="}),
+                 "invalid_audio"),
+                (json.dumps({"type": "session.update", "session": "x"}), "invalid_session"),
+                (json.dumps({"type": "session.update", "session": {
+                    "audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}}}),
+                 "invalid_rate"),
+                (json.dumps({"type": "session.update", "session": {
+                    "input_audio_format": "g711_ulaw"}}), "unsupported_format"),
+                (json.dumps({"type": "session.update", "session": {
+                    "input_audio_transcription": {"language": "klingon"}}}),
+                 "invalid_language"),
+            ]
+            for message, code in bad:
+                await ws.send(message)
+                event = json.loads(await ws.recv())
+                assert event["type"] == "error" and event["error"]["code"] == code, event
+            # Still usable: a 16-kHz session transcribes.
+            await ws.send(json.dumps({"type": "session.update", "session": {
+                "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
+                                    "transcription": {"language": "en"}}}}}))
+            assert json.loads(await ws.recv())["type"] == "session.updated"
+            pcm = _pcm16(SHORT, 16000)
+            for i in range(0, len(pcm), 32000):
+                await ws.send(pcm[i:i + 32000])  # raw PCM16 binary frames
+            await ws.send(json.dumps({"type": "input_audio_buffer.end"}))
+            texts = []
+            async for message in ws:
+                e = json.loads(message)
+                if e["type"].endswith("transcription.completed"):
+                    texts.append(e["transcript"])
+            assert "Dashwood" in " ".join(texts)
+
+    asyncio.run(run())
+
+
+def test_realtime_refuses_a_wrong_key_and_intent(server):
+    async def run():
+        async with websockets.connect(_ws_url(server), additional_headers={
+                "Authorization": "Bearer wrong"}) as ws:
+            with pytest.raises(websockets.ConnectionClosed):
+                await ws.recv()
+            assert ws.close_code == 1008
+        # The browser's way: the key as a subprotocol.
+        async with websockets.connect(_ws_url(server), subprotocols=[
+                "realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
+            assert json.loads(await ws.recv())["type"] == "session.created"
+        async with websockets.connect(_ws_url(server, "intent=conversation"),
+                                      additional_headers={"Authorization": f"Bearer {KEY}"}
+                                      ) as ws:
+            assert json.loads(await ws.recv())["error"]["code"] == "unsupported_intent"
+
+    asyncio.run(run())
+
+
+# -- many clients --------------------------------------------------------------------------------
+def test_full_queue_is_429_and_a_second_live_session_is_refused(server):
+    """A live session holds the decoder: one request may wait (--max-queue 1), the next is
+    refused with 429 and Retry-After; a second live session is refused; once the live session
+    ends, the waiting request is served."""
+    async def run():
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with websockets.connect(_ws_url(server), additional_headers=headers) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                      "audio": base64.b64encode(b"\0\0" * 2400).decode()}))
+            loop = asyncio.get_running_loop()
+            deadline = time.monotonic() + 60
+            while not server.health()["busy"]:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            body, ctype = _multipart(_form())
+            waiting = loop.run_in_executor(None, lambda: server.request(
+                "POST", "/v1/audio/transcriptions", body, {"Content-Type": ctype}))
+            while server.health()["queued"] < 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            code, hdrs, raw = server.request("POST", "/v1/audio/transcriptions", body,
+                                             {"Content-Type": ctype})
+            assert code == 429 and int(hdrs["retry-after"]) >= 1, raw
+            assert json.loads(raw)["error"]["type"] == "rate_limit_error"
+            async with websockets.connect(_ws_url(server), additional_headers=headers) as ws2:
+                await ws2.recv()
+                await ws2.send(json.dumps({"type": "input_audio_buffer.append",
+                                           "audio": base64.b64encode(b"\0\0" * 2400).decode()}))
+                assert json.loads(await ws2.recv())["error"]["code"] == "session_busy"
+            await ws.send(json.dumps({"type": "input_audio_buffer.end"}))
+            async for _ in ws:
+                pass
+            code, _, raw = await waiting
+            assert code == 200 and "Dashwood" in json.loads(raw)["text"]
+
+    asyncio.run(run())
+
+
+def test_concurrent_clients_all_get_their_text(server, reference):
+    want = json.loads(reference[(LONG, ())]["json"])["text"].strip()
+    results: list = []
+
+    def one():
+        with open(LONG, "rb") as f:
+            results.append(server.client().audio.transcriptions.create(
+                file=f, model="whisper-1").text)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]  # one decodes, one waits
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert results == [want, want]
+
+
+def test_client_dropping_mid_stream_stops_its_decode(server, reference):
+    body, ctype = _multipart(_form(file=(LONG.read_bytes(), "long.wav"), stream="true"))
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn.request("POST", "/v1/audio/transcriptions", body=body,
+                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": ctype})
+    r = conn.getresponse()
+    assert r.status == 200 and r.getheader("content-type").startswith("text/event-stream")
+    first = r.fp.readline()
+    assert first.startswith(b"data: ") and b"transcript.text.delta" in first
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    deadline = time.monotonic() + 60
+    while "client went away" not in server.stderr():
+        assert time.monotonic() < deadline, server.stderr()
+        time.sleep(0.05)
+    # The server is free again and gives the whole text to the next client.
+    want = json.loads(reference[(LONG, ())]["json"])["text"].strip()
+    with open(LONG, "rb") as f:
+        assert server.client().audio.transcriptions.create(file=f, model="x").text == want
+
+
+# -- the command line --------------------------------------------------------------------------
+def test_serve_refuses_bad_settings_in_one_line(tmp_path):
+    r = cli("serve", "--host", "0.0.0.0")
+    error_line(r, 2, "--api-key")
+    error_line(cli("serve", "--port", "70000"), 2, "--port")
+    error_line(cli("serve", "--max-upload-mb", "0"), 2, "--max-upload-mb")
+    error_line(cli("serve", "--decoder", "fast"), 2, "--decoder")
+    error_line(cli("serve", "--cors-origin", "evil"), 2, "--cors-origin")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(1)
+        error_line(cli("serve", "--port", str(s.getsockname()[1])), 1, "cannot listen")
+
+
+# -- last: SIGTERM with a request in flight -----------------------------------------------------
+def test_sigterm_finishes_the_request_in_flight_and_exits_0(server, reference):
+    want = json.loads(reference[(LONG, ())]["json"])["text"].strip()
+    body, ctype = _multipart(_form(file=(LONG.read_bytes(), "long.wav"), stream="true"))
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    conn.request("POST", "/v1/audio/transcriptions", body=body,
+                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": ctype})
+    r = conn.getresponse()
+    first = r.fp.readline()
+    assert b"transcript.text.delta" in first
+    server.proc.send_signal(signal.SIGTERM)
+    rest = r.read().decode()
+    conn.close()
+    events = [json.loads(line[6:]) for line in (first.decode() + rest).splitlines()
+              if line.startswith("data: ")]
+    assert events[-1]["type"] == "transcript.text.done" and events[-1]["text"] == want
+    assert server.proc.wait(60) == 0, server.stderr()
+    with pytest.raises(OSError):
+        server.request("GET", "/health", timeout=5)
