@@ -119,7 +119,8 @@ class DrafterWorker:
                                     worker="drafter"))
             self._yield(offset)
             t0 = time.perf_counter()
-            ctx = model.encode(self.mel.window(seek, size, pad_to=draft_frames(size)),
+            mel = self.mel.for_mels(model.dims.n_mels)  # tiny.en's 80 bands for a 128 target
+            ctx = model.encode(mel.window(seek, size, pad_to=draft_frames(size)),
                                self._run_options)
             enc = time.perf_counter() - t0
             self.emit(Encoded(window, enc, ctx.n_frames, worker="drafter"))

@@ -43,8 +43,9 @@ class SerialSD(DraftingStrategy):
         if not self._usable:
             return BudgetedSource(self.budget)
         t0 = time.perf_counter()
-        ctx = self.drafter.encode(self.mel.window(window.seek, window.size,
-                                                  pad_to=draft_frames(window.size)))
+        mel = self.mel.for_mels(self.drafter.dims.n_mels)  # its own bands (80 for 128)
+        ctx = self.drafter.encode(mel.window(window.seek, window.size,
+                                             pad_to=draft_frames(window.size)))
         self.emit(Encoded(window.index, time.perf_counter() - t0, ctx.n_frames,
                           worker="drafter"))
         dtk = self.drafter.tokenizer

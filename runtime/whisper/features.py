@@ -113,6 +113,18 @@ class LogMel:
         else:
             self._floor = max(float(c.max()) for c in chunks) - 8.0
 
+    def for_mels(self, n_mels: int) -> LogMel:
+        """The same audio with ``n_mels`` bands: itself, or another LogMel made once and kept.
+
+        A drafter may take other mel bands than its target (tiny.en's 80 drafting for
+        large-v3's 128); the target's object stays the one windows and turns are keyed by."""
+        if n_mels == self.n_mels:
+            return self
+        others = self.__dict__.setdefault("_others", {})
+        if n_mels not in others:
+            others[n_mels] = LogMel(self.samples, n_mels)
+        return others[n_mels]
+
     def _normalise(self, logspec: np.ndarray) -> np.ndarray:
         return ((np.maximum(logspec, self._floor) + 4.0) / 4.0).astype(np.float32)
 
