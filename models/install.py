@@ -367,6 +367,29 @@ def ensure_alignment(bundle_dir: Path, progress: Progress | None = None) -> Path
                       "the word-alignment graph", progress)
 
 
+BEAM_DECODER = "decoder_beam.onnx"
+
+
+def ensure_beam_decoder(bundle_dir: Path, progress: Progress | None = None) -> Path:
+    """The beam-search decoder of a Whisper bundle (``--beam-size``), made on first use.
+
+    The decoder at the bundle's precision with a hypothesis dimension and a pooled cache
+    (:func:`as2d.models.whisper_onnx.build_beam_decoder`); bundles that never decode with a
+    beam never pay for it, and the graphs that decode greedily are not touched.
+    """
+    precision = load_bundle(Path(bundle_dir)).manifest.get("precision", "fp32")
+
+    def write(weights, dest: Path, data_path: Path | None = None) -> None:
+        from as2d.models.graph import save_model
+        from as2d.models.whisper_onnx import build_beam_decoder
+
+        graph, _ = build_beam_decoder(weights, precision, data_path=data_path)
+        save_model(graph, dest)
+
+    return _add_graph(Path(bundle_dir), "decoder_beam", BEAM_DECODER, write,
+                      "the beam-search decoder", progress)
+
+
 def _add_graph(bundle_dir: Path, key: str, filename: str, write, what: str,
                progress: Progress | None = None) -> Path:
     """``bundle_dir/filename``, converted on first use from the model's source weights by

@@ -267,3 +267,108 @@ def _attend_padded(g: Graph, q: str, k_t: str, v: str, mask: str | None, t_len: 
     pad = g.const(np.zeros((heads, 1, hd), np.float32), np.float32)
     out = _attend(g, g.op("Concat", q, pad, axis=1), k_t, v, mask)
     return g.op("Slice", out, g.const([0]), t_len, g.const([1]))
+
+
+def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None) -> tuple:
+    """The decoder graph for beam search: ``B`` hypotheses in one pass, over a shared row pool.
+
+    ``tokens [B, T]`` run after each hypothesis's own past, read from a pool of cached rows:
+    ``past_k_i``/``past_v_i [N, d]`` hold every row any hypothesis may need, and
+    ``past_index [B, n]`` names, for each hypothesis, the pool row of each of its ``n`` past
+    positions. Reordering beams is then a reordering of small index rows: no cache is copied
+    when a hypothesis is dropped or forked. Outputs ``logits [B, T, V]`` and ``new_k_i``/
+    ``new_v_i [B, T, d]`` (the caller writes them into the pool).
+
+    Every operator works row by row exactly as :func:`build_decoder`'s exact-rows graph does
+    (per-row int8 activations, a zero query row beside each attention product), so a
+    hypothesis's row is the row a batch-1 pass over its sequence computes: the load-time check
+    (:func:`as2d.runtime.rows.probe_beams`) makes sure of it on the machine at hand.
+    """
+    dims = whisper_dims(m)
+    d, heads = dims["n_text_state"], dims["n_text_head"]
+    hd = d // heads
+    g = Graph("whisper_beam_decoder", data_path=data_path)
+    tokens = g.input("tokens", TensorProto.INT64, ["B", "T"])
+    index = g.input("past_index", TensorProto.INT64, ["B", "n"])
+    layers = range(dims["n_text_layer"])
+    past_k = [g.input(f"past_k_{i}", TensorProto.FLOAT, ["N", d]) for i in layers]
+    past_v = [g.input(f"past_v_{i}", TensorProto.FLOAT, ["N", d]) for i in layers]
+    cross_k = [g.input(f"cross_k_{i}", TensorProto.FLOAT, [heads, hd, "audio_ctx"])
+               for i in layers]
+    cross_v = [g.input(f"cross_v_{i}", TensorProto.FLOAT, [heads, "audio_ctx", hd])
+               for i in layers]
+
+    shape = g.op("Shape", tokens)  # [B, T]
+    t_len = g.op("Slice", shape, g.const([1]), g.const([2]))
+    n_past = g.op("Slice", g.op("Shape", index), g.const([1]), g.const([2]))
+    total = g.op("Add", n_past, t_len)
+    btd = g.op("Concat", shape, g.const([d]), axis=0)  # [B, T, d]
+    bthd = g.op("Concat", shape, g.const([heads, hd]), axis=0)  # [B, T, H, dh]
+    flat = g.op("Reshape", tokens, g.const([-1]))
+    emb = m.f32("decoder/embeddings/weight")
+    if quant != "fp32":
+        x = g.embed_int8(emb, flat, "decoder.projection")
+    else:
+        x = g.op("Gather", g.weight("decoder.embedding", emb), flat, axis=0)
+    pos = g.op("Slice", g.weight("decoder.positions",
+                                  m.f32("decoder/position_encodings/encodings")),
+               n_past, total)
+    x = g.op("Reshape", g.op("Add", g.op("Reshape", x, btd), pos), g.const([-1, d]))
+    rows = g.op("Unsqueeze", g.op("Add", g.op("Range", g.const(0),
+                                               g.op("Add", g.op("Squeeze", t_len), g.const(1)),
+                                               g.const(1)), n_past), g.const([1]))
+    cols = g.op("Unsqueeze", g.op("Range", g.const(0), g.op("Squeeze", total), g.const(1)),
+                g.const([0]))
+    mask = g.op("Where", g.op("Greater", cols, rows), g.const(-np.inf, np.float32),
+                g.const(0.0, np.float32))
+    # One zero query row after each hypothesis's rows (see _attend_padded).
+    pad = g.const([0, 0, 0, 0, 0, 0, 1, 0])
+
+    def heads_of(x2d: str, perm: list[int]) -> str:  # [B*T, d] -> [B, T, H, dh] -> perm
+        return g.op("Transpose", g.op("Reshape", x2d, bthd), perm=perm)
+
+    def attend(q: str, k_t: str, v: str, mask_: str | None) -> str:
+        out = _attend(g, g.op("Pad", q, pad), k_t, v, mask_)  # [B, H, T + 1, dh]
+        out = g.op("Slice", out, g.const([0]), t_len, g.const([2]))
+        return g.op("Reshape", g.op("Transpose", out, perm=[0, 2, 1, 3]), g.const([-1, d]))
+
+    for i in layers:
+        p = f"decoder/layer_{i}"
+        h = g.layer_norm(x, m.f32(f"{p}/self_attention/layer_norm/gamma"),
+                         m.f32(f"{p}/self_attention/layer_norm/beta"), f"dec{i}.attn_ln")
+        w, b = _self_attention_weights(m, f"{p}/self_attention", d, hd)
+        qkv = g.linear(h, w, b, f"dec{i}.qkv", quant)
+        q, k_new, v_new = g.op("Split", qkv, g.const([d, d, d]), axis=-1, n_out=3)
+        k_new, v_new = g.op("Reshape", k_new, btd), g.op("Reshape", v_new, btd)
+        g.output(k_new, f"new_k_{i}", TensorProto.FLOAT, ["B", "T", d])
+        g.output(v_new, f"new_v_{i}", TensorProto.FLOAT, ["B", "T", d])
+        k_all = g.op("Concat", g.op("Gather", past_k[i], index, axis=0), k_new, axis=1)
+        v_all = g.op("Concat", g.op("Gather", past_v[i], index, axis=0), v_new, axis=1)
+        split = g.op("Concat", g.op("Slice", shape, g.const([0]), g.const([1])), total,
+                     g.const([heads, hd]), axis=0)  # [B, n + T, H, dh]
+        a = attend(heads_of(q, [0, 2, 1, 3]),
+                   g.op("Transpose", g.op("Reshape", k_all, split), perm=[0, 2, 3, 1]),
+                   g.op("Transpose", g.op("Reshape", v_all, split), perm=[0, 2, 1, 3]), mask)
+        x = g.op("Add", x, g.linear(a, m.f32(f"{p}/self_attention/linear_1/weight"),
+                                    m.f32(f"{p}/self_attention/linear_1/bias"), f"dec{i}.out",
+                                    quant))
+        h = g.layer_norm(x, m.f32(f"{p}/attention/layer_norm/gamma"),
+                         m.f32(f"{p}/attention/layer_norm/beta"), f"dec{i}.cross_ln")
+        wq, bq = _scaled_q(m.f32(f"{p}/attention/linear_0/weight"),
+                           m.f32(f"{p}/attention/linear_0/bias"), hd)
+        q = g.linear(h, wq, bq, f"dec{i}.cross_q", quant)
+        a = attend(heads_of(q, [0, 2, 1, 3]), cross_k[i], cross_v[i], None)
+        x = g.op("Add", x, g.linear(a, m.f32(f"{p}/attention/linear_2/weight"),
+                                    m.f32(f"{p}/attention/linear_2/bias"), f"dec{i}.cross_out",
+                                    quant))
+        x = _ffn(g, m, x, p, f"dec{i}", quant)
+
+    x = g.layer_norm(x, m.f32("decoder/layer_norm/gamma"), m.f32("decoder/layer_norm/beta"),
+                     "dec.ln")
+    if quant != "fp32":
+        logits = g.linear(x, emb, None, "decoder.projection", quant)
+    else:
+        logits = g.op("Gemm", x, "decoder.embedding", transB=1)
+    logits = g.op("Reshape", logits, g.op("Concat", shape, g.const([dims["n_vocab"]]), axis=0))
+    g.output(logits, "logits", TensorProto.FLOAT, ["B", "T", dims["n_vocab"]])
+    return g.model(), dims
