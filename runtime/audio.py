@@ -33,6 +33,7 @@ import shutil
 import stat
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,12 @@ MAX_CHANNELS = 1024
 MAX_HOURS = float(os.environ.get("AS2D_MAX_AUDIO_HOURS") or 48)
 # How long to wait for a program to open a named pipe for writing (AS2D_FIFO_TIMEOUT).
 FIFO_TIMEOUT = float(os.environ.get("AS2D_FIFO_TIMEOUT") or 30)
+# A stream (a pipe, a device) still not ended after this long is said to be one, once: a live
+# pipe is legitimate input, but is transcribed only when it ends.
+STREAM_NOTE_SECONDS = 60.0
+# ISO base media (MP4, M4A, MOV, 3GP) boxes that open a file: the one family of formats whose
+# index may sit at the end, so that a piped copy must be read whole and decoded from a file.
+_ISO_BOXES = (b"ftyp", b"moov", b"mdat", b"free", b"skip", b"wide", b"pnot")
 # libsndfile's parse log says so when a header promises more data than the file holds.
 _SHORT_CHUNK = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.M)
 
@@ -349,19 +356,22 @@ def load_audio(source: AudioSource, *, fifo_timeout: float | None = None,
     """Decode a file (a path; ``-`` for standard input; or a binary file object) to 16 kHz
     mono float32, mixing channels down and resampling in blocks.
 
-    ``on_wait`` receives a one-line note when a named pipe has no writer yet; after
-    ``fifo_timeout`` seconds (default ``FIFO_TIMEOUT``) that is an :class:`AudioError`.
+    ``on_wait`` receives one-line notes: a named pipe has no writer yet (after
+    ``fifo_timeout`` seconds, default ``FIFO_TIMEOUT``, that is an :class:`AudioError`); a
+    stream has been read for :data:`STREAM_NOTE_SECONDS` without ending (a live pipe, or
+    ``/dev/zero`` behind a WAV header: it is read on, in bounded memory, until it ends or
+    reaches ``MAX_HOURS``).
     """
     timeout = FIFO_TIMEOUT if fifo_timeout is None else fifo_timeout
     if hasattr(source, "read"):
         name = getattr(source, "name", None)
         name = display_name(name) if isinstance(name, str | bytes) else "<stream>"
         seekable = bool(getattr(source, "seekable", lambda: False)())
-        return _load_stream(source, name, seekable)
+        return _load_stream(source, name, seekable, on_wait)
     if os.fsdecode(source) == "-":  # str, bytes or Path("-") as typer hands it over
         f, seekable = _stdin(on_wait)
         with f:
-            return _load_stream(f, "-", seekable)
+            return _load_stream(f, "-", seekable, on_wait)
     path = Path(os.fsdecode(source))
     name = display_name(path)
     try:
@@ -385,7 +395,7 @@ def load_audio(source: AudioSource, *, fifo_timeout: float | None = None,
         except OSError as exc:
             raise AudioError(f"{name}: cannot open ({exc.strerror or exc})") from None
     with f:
-        return _load_stream(f, name, False)
+        return _load_stream(f, name, False, on_wait)
 
 
 def _is_open_pipe(path: Path) -> bool:
@@ -421,7 +431,8 @@ def _load_file(path: Path, name: str, size: int) -> Audio:
             src.close()
 
 
-def _load_stream(f: BinaryIO, name: str, seekable: bool) -> Audio:
+def _load_stream(f: BinaryIO, name: str, seekable: bool,
+                 on_note: Callable[[str], None] | None = None) -> Audio:
     """A file object: libsndfile first when it can seek back, else FFmpeg only (a non-seekable
     stream can be read once, and its header's frame count is not trusted)."""
     import soundfile as sf
@@ -438,14 +449,17 @@ def _load_stream(f: BinaryIO, name: str, seekable: bool) -> Audio:
         return _read_av(f, name, seekable=True, size=0, sndfile_says=sndfile_says)
     # Streamed as it arrives. Until the first audio frame decodes, the bytes read are kept in
     # an unnamed temporary file: a format that must seek (an MP4 whose index is at its end)
-    # fails before any audio, and is then decoded again from that copy plus the rest.
+    # fails before any audio, and is then decoded again from that copy plus the rest. Only
+    # an MP4-like stream is copied whole: a stream FFmpeg does not recognise at all
+    # (/dev/zero, /dev/urandom) would otherwise be copied into TMPDIR without end.
     spool = _Unseekable(f, name)
     try:
         try:
             return _read_av(spool, name, seekable=False, size=0, sndfile_says=None,
-                            on_audio=spool.stop_copying)
+                            on_audio=spool.stop_copying, on_note=on_note)
         except AudioError as exc:
-            if not getattr(exc, "seek_might_help", False) or spool.copy is None:
+            if (not getattr(exc, "seek_might_help", False) or spool.copy is None
+                    or spool.head[4:8] not in _ISO_BOXES):
                 raise
             copy = spool.copy_rest()
             try:
@@ -464,6 +478,7 @@ class _Unseekable(io.RawIOBase):
         self.f = f
         self.name = name
         self.copy = None
+        self.head = b""  # the stream's first bytes (what kind of container it is)
         try:
             self.copy = tempfile.TemporaryFile(prefix="as2d-input-")
         except OSError:
@@ -477,6 +492,8 @@ class _Unseekable(io.RawIOBase):
 
     def readinto(self, buf) -> int:
         data = self.f.read(len(buf))
+        if len(self.head) < 16 and data:
+            self.head += data[: 16 - len(self.head)]
         if self.copy is not None and data:
             self._keep(data)
         buf[: len(data)] = data
@@ -594,6 +611,14 @@ def _read_sndfile(f, name: str, size: int) -> Audio:
 _INT_SCALE = {"u8": 128.0, "s16": 32768.0, "s32": 2.0**31, "s64": 2.0**63}
 
 
+def _endless_note(name: str, samples: int) -> str:
+    minutes = samples / SAMPLE_RATE / 60
+    return (f"{name}: reading an endless stream? {STREAM_NOTE_SECONDS:g} s and "
+            f"{minutes:.1f} min of audio so far, and it has not ended; it is transcribed when "
+            f"it ends, or refused at {MAX_HOURS:g} h of audio (AS2D_MAX_AUDIO_HOURS). "
+            "Ctrl-C stops")
+
+
 def _frame_samples(frame) -> np.ndarray:
     """A decoded PyAV frame as (frames × channels) floats, whatever its sample format."""
     a = frame.to_ndarray()
@@ -623,7 +648,8 @@ def _seek_might_help(message: str) -> AudioError:
 
 
 def _read_av(src, name: str, seekable: bool, size: int, sndfile_says: str | None,
-             on_audio: Callable[[], None] | None = None) -> Audio:
+             on_audio: Callable[[], None] | None = None,
+             on_note: Callable[[str], None] | None = None) -> Audio:
     try:
         import av
     except ImportError:  # pragma: no cover - av is a dependency
@@ -669,9 +695,13 @@ def _read_av(src, name: str, seekable: bool, size: int, sndfile_says: str | None
 
         cur_rate = rate
         cur_channels = 0
+        note_at = None if seekable or on_note is None else time.monotonic() + STREAM_NOTE_SECONDS
         try:
             try:
                 for packet in container.demux(stream):
+                    if note_at is not None and time.monotonic() > note_at:
+                        note_at = None
+                        on_note(_endless_note(name, sink.n))
                     try:
                         frames = packet.decode()
                     except (av.FFmpegError, ValueError):
