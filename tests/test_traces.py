@@ -23,6 +23,12 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sense_and_sensibility.wav"
 
 
+# The opt-outs themselves (as2d must set them), the XDG folders (HOME decides), and the CI
+# markers that OpenVINO's telemetry reads as an opt-out (CI=true is set where this suite runs).
+_NOT_INHERITED = ("ORT_DISABLE_TELEMETRY", "RAY_USAGE_STATS_ENABLED", "XDG_CACHE_HOME",
+                  "XDG_DATA_HOME", "XDG_CONFIG_HOME", "CI", "TF_BUILD", "JENKINS_URL")
+
+
 def _tree(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
@@ -41,9 +47,7 @@ def test_a_plain_transcribe_leaves_no_trace_and_opens_no_network_socket(tmp_path
     home, tmp = tmp_path / "home", tmp_path / "tmp"
     home.mkdir()
     tmp.mkdir()
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("ORT_DISABLE_TELEMETRY", "RAY_USAGE_STATS_ENABLED", "XDG_CACHE_HOME",
-                        "XDG_DATA_HOME", "XDG_CONFIG_HOME")}
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
     env.update(HOME=str(home), TMPDIR=str(tmp), AS2D_MODELS_DIR=str(models_root))
     if _openvino_installed():
         env["AS2D_ENCODER"] = "openvino"
@@ -84,7 +88,8 @@ def test_openvino_imported_by_as2d_binds_its_no_op_telemetry(tmp_path):
             "print(t.tm.__name__)\n"
             "import sys\n"
             "assert 'openvino_telemetry' not in sys.modules\n")
-    env = dict(os.environ, HOME=str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if k not in _NOT_INHERITED}
+    env["HOME"] = str(tmp_path)
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=120)
     assert p.returncode == 0, p.stderr
