@@ -140,6 +140,12 @@ class _Bounds:
         """An upper bound on ``len(str(value))`` (``repr`` with ``as_repr``)."""
         if isinstance(value, str) and not as_repr:
             return len(value)
+        if isinstance(value, bool) or value is None:
+            return 5
+        if isinstance(value, int):
+            return value.bit_length() * 3 // 10 + 2  # its digits and a sign
+        if isinstance(value, float):
+            return 24
         return _REPR_FACTOR * self.weight(value, MAX_CHARS) + 8
 
     def printable(self, value: Any, what: str = "a value to print") -> None:
