@@ -203,6 +203,8 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
                              fp32_encoder=lambda: ensure_encoder_fp32(path, progress))
         # Word timestamps' graph, added to the bundle the first time they are asked for.
         model.alignment_graph = lambda: _alignment_graph(path, progress)
+        # Beam search's decoder graph, likewise (--beam-size).
+        model.beam_graph = lambda: _beam_graph(path, progress)
         return model
     except (EncoderError, ValueError) as exc:  # a back end that cannot run here
         raise ModelError(str(exc)) from None
@@ -219,6 +221,16 @@ def _alignment_graph(path: Path, progress: Progress | None) -> Path:
         return ensure_alignment(path, progress)
     except (BundleError, SourceError) as exc:
         raise ModelError(f"word timestamps: {exc}") from None
+
+
+def _beam_graph(path: Path, progress: Progress | None) -> Path:
+    from as2d.models.install import ensure_beam_decoder
+    from as2d.models.source_packages import SourceError
+
+    try:
+        return ensure_beam_decoder(path, progress)
+    except (BundleError, SourceError) as exc:
+        raise ModelError(f"beam search: {exc}") from None
 
 
 _HF_LLM_GRAPHS = ("model.onnx", "decoder_model_merged.onnx", "decoder_with_past_model.onnx",

@@ -19,6 +19,7 @@ class RunStarted:
     drafter: str | None
     threads: dict = field(default_factory=dict)
     encoder: str = ""  # the target's encoder back end and precision, e.g. "onnxruntime int8"
+    search: str = "greedy"  # how windows at temperature 0 are decoded ("beam 5", ...)
 
 
 @dataclass(frozen=True)

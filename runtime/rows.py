@@ -112,3 +112,105 @@ def _read(path: Path) -> dict:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+class BeamProbe(RowProbe, Protocol):
+    """A model that also decodes several hypotheses in one pass (beam search)."""
+
+    beam_check: dict | None
+
+    def beam_probe(self) -> tuple[Callable[[int], object], Callable[[object], None]]:
+        """A factory of fresh batched states (``slots`` hypotheses, one empty to start: a
+        ``forward(rows)``, ``reorder(sources)``, ``truncate(length)`` state) and its release;
+        their audio context is the row probe's."""
+        ...
+
+    @property
+    def beam_memo(self) -> tuple[Path, str] | None: ...
+
+
+def probe_beams(model: BeamProbe) -> dict:
+    """Beam search's shapes against single-hypothesis passes: the prompt run as one hypothesis,
+    forked into three, a step of one token each, a reorder that drops one and forks another,
+    a block of two tokens each, a truncation and a step again. Every row must equal, bit for
+    bit, the row a one-hypothesis state computes for the same sequence one token at a time."""
+    new, tokens, release = model.row_probe()
+    new_beams, release_beams = model.beam_probe()
+    tokens = list(tokens)
+    if len(tokens) < 8:
+        tokens = (tokens * 8)[:8]
+    p = len(tokens) - 4
+    prompt, rest = tokens[:p], tokens[p:]
+    memo: dict[tuple, np.ndarray] = {}
+
+    def ref(seq: list[int]) -> np.ndarray:  # rows of seq, one token per pass
+        key = tuple(seq)
+        if key not in memo:
+            s = new()
+            try:
+                memo[key] = np.concatenate([s.forward([t]) for t in seq])
+            finally:
+                release(s)
+        return memo[key]
+
+    conts = [rest, rest[::-1], rest[1:] + rest[:1]]
+    seqs: list[list[int]] = []
+    worst = 0.0
+    exact = True
+
+    def compare(rows: np.ndarray, seq: list[int], count: int) -> None:
+        nonlocal exact, worst
+        want = ref(seq)[len(seq) - count:]
+        exact = exact and bool(np.array_equal(rows, want))
+        worst = max(worst, float(np.max(np.abs(rows.astype(np.float64) - want))))
+
+    b = new_beams(3)
+    try:
+        compare(b.forward([prompt])[0], prompt, len(prompt))
+        b.reorder([0, 0, 0])
+        seqs = [prompt + [c[0]] for c in conts]
+        step = b.forward([[c[0]] for c in conts])
+        for j, seq in enumerate(seqs):
+            compare(step[j], seq, 1)
+        src = [2, 0, 0]  # the second hypothesis dropped, the first forked
+        b.reorder(src)
+        seqs = [seqs[s] + conts[s][1:3] if j < 2 else seqs[s] + conts[1][1:3]
+                for j, s in enumerate(src)]
+        block = b.forward([seq[-2:] for seq in seqs])
+        for j, seq in enumerate(seqs):
+            compare(block[j], seq, 2)
+        b.truncate(b.length - 1)
+        seqs = [seq[:-1] + [rest[-1]] for seq in seqs]
+        again = b.forward([[seq[-1]] for seq in seqs])
+        for j, seq in enumerate(seqs):
+            compare(again[j], seq, 1)
+    finally:
+        release_beams(b)
+    return {"exact": exact, "max_abs_diff": worst}
+
+
+def beams_exact(model: BeamProbe) -> bool:
+    """Does the batched (beam) decoder compute each hypothesis's rows as single passes do?
+    Checked once per model object, remembered in the models folder like :func:`rows_exact`."""
+    known = model.beam_check
+    if known is not None:
+        return bool(known["exact"])
+    memo = model.beam_memo
+    key = path = None
+    if memo is not None:
+        from as2d.runtime.sessions import runtime_identity
+
+        folder, graph = memo
+        path, key = Path(folder) / MEMO_FILE, f"beams|{graph}|{runtime_identity()}"
+        remembered = _read(path).get(key)
+        if isinstance(remembered, bool):
+            model.beam_check = {"exact": remembered, "remembered": True}
+            return remembered
+    result = probe_beams(model)
+    model.beam_check = result
+    if path is not None:
+        data = _read(path)
+        data[key] = result["exact"]
+        write_replacing(path, lambda tmp: tmp.write_text(json.dumps(data, indent=0,
+                                                                    sort_keys=True)))
+    return result["exact"]

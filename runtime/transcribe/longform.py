@@ -33,10 +33,12 @@ from as2d.runtime.events import (
     fanout,
     ignore,
 )
+from as2d.runtime.rows import beams_exact
 from as2d.runtime.speculative.candidates import NO_CANDIDATES
-from as2d.runtime.transcribe import fallback
+from as2d.runtime.transcribe import beam, fallback
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
+from as2d.runtime.transcribe.beam import BeamOptions
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
 from as2d.runtime.transcribe.strategy import DecodeStrategy, TargetOnly, Window
 from as2d.runtime.transcribe.window import DecodingResult
@@ -105,6 +107,12 @@ class TranscribeOptions:
     # whisper's schedule (fallback.DEFAULT_TEMPERATURES).
     temperatures: tuple[float, ...] = (0.0,)
     best_of: int = 5  # samples drawn at a temperature above 0; the most probable is kept
+    # Beam search at temperature 0 (beam.py, whisper's --beam_size/--patience/--length_penalty):
+    # None or 1 decodes greedily (a beam of one commits greedy's tokens), with the run's
+    # speculative decoder; sampled windows stay best_of samples, as in whisper.
+    beam_size: int | None = None
+    patience: float | None = None
+    length_penalty: float | None = None
     seed: int = 0  # seeds the sampled windows: same seed, same output
     # A window decoded above this temperature does not prompt the next one (whisper's 0.5).
     prompt_reset_on_temperature: float = 0.5
@@ -117,6 +125,28 @@ class TranscribeOptions:
     word_timestamps: bool = False
     prepend_punctuations: str = PREPEND_PUNCTUATIONS
     append_punctuations: str = APPEND_PUNCTUATIONS
+
+
+def beam_options(options: TranscribeOptions) -> BeamOptions | None:
+    """The run's beam search (None: greedy). Raises ValueError for options whisper refuses."""
+    if options.beam_size is None and options.patience is not None:
+        raise ValueError("--patience needs --beam-size")
+    beam.check(options.beam_size, options.patience, options.length_penalty)
+    if options.beam_size is None or options.beam_size <= 1:
+        return None
+    return BeamOptions(int(options.beam_size), options.patience, options.length_penalty)
+
+
+def describe_search(beam_: BeamOptions | None) -> str:
+    """How windows at temperature 0 are decoded, for --stats and bench."""
+    if beam_ is None:
+        return "greedy"
+    extra = []
+    if beam_.patience is not None:
+        extra.append(f"patience {beam_.patience:g}")
+    if beam_.length_penalty is not None:
+        extra.append(f"length penalty {beam_.length_penalty:g}")
+    return f"beam {beam_.beam_size}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 @dataclass
@@ -298,6 +328,7 @@ class LongFormTranscriber:
         mel, encoding = self.ahead.run_started(audio)
         try:
             language = resolve_language(model, options.language)
+            search = beam_options(options)
         except BaseException:
             if encoding is not None:
                 encoding.abandon()
@@ -317,7 +348,13 @@ class LongFormTranscriber:
         try:
             self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
                                  decoder.drafter_name, decoder.threads(),
-                                 model.encoder_name))
+                                 model.encoder_name, describe_search(search)))
+            if search is not None:
+                model.beam_session()  # made (and its graph added) before the first window
+                if not beams_exact(model):
+                    self.emit(Note("beam search: this machine computes the batched decoder's "
+                                   "rows differently from single passes; beams decode as the "
+                                   "batched graph computes them"))
             decoder.start_early(mel, language, options)
             self.ahead.run_begun()  # the drafter may go on to the next files when done here
             if language is None:
@@ -354,6 +391,10 @@ class LongFormTranscriber:
             aligner = WordAligner.for_run(model, language, options) \
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
+            if search is not None:
+                # Beam windows are decoded by the target alone (no speculative beam step yet),
+                # and sampled ones take no candidates: a drafter would only take the cores.
+                decoder.end()
         except BaseException:
             try:
                 decoder.end()
@@ -380,7 +421,7 @@ class LongFormTranscriber:
                 # The repetition guard's prompt: the same without the previous text.
                 bare = head + sot_seq if prev else None
                 decoded = self._decode(runner, window, mel, prompt, rules, sample_len, options,
-                                       bare)
+                                       bare, search)
                 if decoded is None:  # cancelled inside the window
                     raise Cancelled()
                 result, retried, temperature = decoded
@@ -427,7 +468,7 @@ class LongFormTranscriber:
 
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                 rules: LogitRules, sample_len: int, options: TranscribeOptions,
-                bare: list[int] | None = None
+                bare: list[int] | None = None, search: BeamOptions | None = None
                 ) -> tuple[DecodingResult, bool, float] | None:
         """Decode one window: ``(result, retried without the previous text, temperature)``;
         None: cancelled.
@@ -446,7 +487,7 @@ class LongFormTranscriber:
 
         def attempt(t: float, prompt_: list[int], retried: bool = False):
             decoded = self._attempt(runner, window, mel, prompt_, rules, sample_len, options,
-                                    t, retried)
+                                    t, retried, search)
             if decoded is not None:
                 spent[0] += decoded[1].encode_seconds
                 spent[1] += decoded[1].decode_seconds
@@ -486,9 +527,13 @@ class LongFormTranscriber:
 
     def _attempt(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                  rules: LogitRules, sample_len: int, options: TranscribeOptions,
-                 temperature: float, retried: bool):
-        """One decode of ``window`` at ``temperature``: greedy through the run's decoder, or
-        the best of ``best_of`` seeded samples by the target alone (no candidates)."""
+                 temperature: float, retried: bool, search: BeamOptions | None = None):
+        """One decode of ``window`` at ``temperature``: beam search (``search``) or greedy
+        through the run's decoder, or the best of ``best_of`` seeded samples by the target
+        alone (no candidates)."""
+        if temperature <= 0 and search is not None:
+            return runner.decode_beam(window, mel, prompt, rules, sample_len, search,
+                                      self._stop, retried=retried)
         if temperature <= 0:
             return runner.decode(window, mel, prompt, rules, sample_len, self.strategy.source,
                                  self._stop, retried=retried)

@@ -33,6 +33,7 @@ from as2d.runtime.sessions import Background
 from as2d.runtime.speculative import candidates
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
+from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow
 from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.transcribe.window import DecodingResult, WindowState
 from as2d.runtime.whisper.features import N_FRAMES, LogMel
@@ -101,7 +102,7 @@ class WindowRunner:
         # Called once, after the next window's encoder run (work that should not compete with
         # the encoder but may overlap the decoding).
         self.after_encode: Callable[[], None] | None = None
-        self._decoder: WindowState | None = None
+        self._decoder: WindowState | BeamWindow | None = None
 
     def detect_language(self, mel: LogMel) -> tuple[str, float]:
         """Most probable language of the first window (multilingual models).
@@ -246,6 +247,49 @@ class WindowRunner:
                 source.finish(dec.generated)
             self.model.release(state)
         self._decoder = None  # complete: nothing partial to recover from this window
+        result = dec.result()
+        c = result.counts
+        stats = WindowStats(window.index, window.start, window.end,
+                            len(result.tokens) + int(result.completed), c.passes, c.offered,
+                            c.accepted, c.alone, encode_seconds, seconds, retried,
+                            self.audio_source)
+        return result, stats
+
+    def decode_beam(self, window: Window, mel: LogMel, prompt: list[int], rules: LogitRules,
+                    sample_len: int, beam: BeamOptions, stop: threading.Event,
+                    retried: bool = False) -> tuple[DecodingResult, WindowStats] | None:
+        """Decode ``window`` with beam search (:mod:`.beam`), the target alone: one batched
+        pass per beam step. None when ``stop`` was set first (:meth:`partial` then has the
+        best hypothesis so far)."""
+        self.emit(WindowStarted(window.index, window.start, window.end))
+        self._decoder = None
+        try:
+            ctx, encode_seconds = self.encode(window, mel)
+        except Exception:
+            if stop.is_set():
+                return None
+            raise
+        hook, self.after_encode = self.after_encode, None
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - only a head start for the next file is lost
+                pass
+        state = self.model.beam_state(ctx, beam.beam_size)
+        tk = self.model.tokenizer
+        dec = BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, beam)
+        self._decoder = dec
+        t0 = time.perf_counter()
+        try:
+            dec.start()
+            while not dec.done:
+                if stop.is_set():
+                    return None
+                dec.step()
+            seconds = time.perf_counter() - t0
+        finally:
+            self.model.release_beams(state)
+        self._decoder = None
         result = dec.result()
         c = result.counts
         stats = WindowStats(window.index, window.start, window.end,

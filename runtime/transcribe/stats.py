@@ -36,6 +36,7 @@ class RunStats:
     draft_seconds: float = 0.0
     draft_encode_seconds: float = 0.0
     drafted_tokens: int = 0
+    search: str = "greedy"  # how windows at temperature 0 were decoded ("beam 5", ...)
 
     def total(self, attr: str):
         return sum(getattr(w, attr) for w in self.windows)
@@ -48,6 +49,7 @@ class RunStats:
         return {
             "source": self.source,
             "decoder": self.decoder,
+            "search": self.search,
             "target": self.target,
             "drafter": self.drafter,
             "threads": self.threads,
@@ -62,6 +64,9 @@ class RunStats:
             "tokens_per_second": round(tokens / decode, 2) if decode else 0.0,
             "target_passes": passes,
             "tokens_per_pass": round(tokens / passes, 3) if passes else 0.0,
+            # Beam search: every pass of a beam window is one beam step of every hypothesis
+            # (target-only; a speculative beam step would take more than one).
+            "beam_steps_per_pass": 1.0 if self.search != "greedy" and passes else 0.0,
             "candidates_offered": offered,
             "candidates_accepted": accepted,
             "acceptance": round(accepted / offered, 4) if offered else 0.0,
@@ -92,7 +97,7 @@ class StatsCollector:
             if isinstance(event, RunStarted):
                 self.runs.append(RunStats(event.source, event.decoder, event.target,
                                           event.drafter, dict(event.threads), event.duration,
-                                          encoder=event.encoder))
+                                          encoder=event.encoder, search=event.search))
             elif not self.runs:
                 return
             elif isinstance(event, WindowDone):

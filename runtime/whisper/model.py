@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d.runtime.kvcache import KVCache
+from as2d.runtime.kvcache import KVCache, PooledCache
 from as2d.runtime.sessions import Background, make_session
 from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
@@ -161,6 +161,59 @@ class WhisperModel:
 
 class DecoderState(KVCache):
     """The decoder of one window: self-attention cache plus the window's cross keys/values."""
+    # Beam search's decoder graph (a path, made on first use): the loader attaches a callable
+    # that adds it to the bundle (as2d.models.install.ensure_beam_decoder); None: no beams.
+    beam_graph: Callable[[], Path] | None = None
+    beam_check: dict | None = None  # as2d.runtime.rows.probe_beams' verdict, once checked
+
+    def beam_session(self):
+        """The beam-search decoder session, made on first use (ValueError if this model has
+        no beam graph)."""
+        sess = getattr(self, "_beam_session", None)
+        if sess is not None:
+            return sess
+        if self.beam_graph is None:
+            raise ValueError(f"{self.name}: beam search needs an as2d Whisper bundle "
+                             "(a Hugging Face ONNX export decodes greedily only)")
+        sess = make_session(self.beam_graph(), self.threads, self.spin)
+        self._beam_outputs = [o.name for o in sess.get_outputs()]
+        self._beam_session = sess
+        return sess
+
+    def beam_probe(self):
+        """The batched side of the beam row check (:func:`as2d.runtime.rows.probe_beams`):
+        states over the row probe's audio context."""
+        ctx = self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
+        return (lambda slots: self.beam_state(ctx, slots)), self.release_beams
+
+    @property
+    def beam_memo(self):
+        """Remembered in the models folder under the beam graph's sha256."""
+        try:
+            manifest = json.loads((self.path / "manifest.json").read_text())
+        except (OSError, ValueError):
+            return None
+        digest = manifest.get("sha256", {}).get(manifest.get("files", {}).get("decoder_beam"))
+        return (self.path.parent, digest) if isinstance(digest, str) and digest else None
+
+    def beam_state(self, ctx: AudioContext, slots: int) -> BeamDecoderState:
+        """A decoder of up to ``slots`` hypotheses bound to ``ctx`` (one empty hypothesis)."""
+        self.beam_session()
+        with self._lock:
+            free = getattr(self, "_free_beams", {}).get(slots)
+            state = free.pop() if free else None
+        if state is None:
+            state = BeamDecoderState(self, slots)
+        state.bind(ctx)
+        return state
+
+    def release_beams(self, state: BeamDecoderState) -> None:
+        state.feed = {}
+        with self._lock:
+            if not hasattr(self, "_free_beams"):
+                self._free_beams = {}
+            self._free_beams.setdefault(state.slots, []).append(state)
+
 
     def __init__(self, model: WhisperModel) -> None:
         d = model.dims
@@ -179,4 +232,28 @@ class DecoderState(KVCache):
         self.feed["tokens"] = np.asarray(tokens, dtype=np.int64)
         out = self._run(self.model.decoder_session(threads), self.model._outputs, self.feed,
                         len(tokens), "decoder")
+        return out["logits"]
+
+
+class BeamDecoderState(PooledCache):
+    """The hypotheses of one window's beam search: a pooled cache (see
+    :class:`~as2d.runtime.kvcache.PooledCache`) plus the window's cross keys/values."""
+
+    def __init__(self, model: WhisperModel, slots: int) -> None:
+        d = model.dims
+        super().__init__(d.n_text_layer, d.n_text_ctx, d.n_text_state, slots)
+        self.model = model
+        self.feed: dict[str, np.ndarray] = {}
+
+    def bind(self, ctx: AudioContext) -> None:
+        self.feed = dict(ctx.cross)
+        self.reset()
+
+    def forward(self, tokens: Sequence[Sequence[int]]) -> np.ndarray:
+        """Run ``tokens[h]`` after hypothesis ``h``'s past, for every hypothesis (rows of equal
+        length); their logits ``[hypotheses, T, n_vocab]``."""
+        arr = np.asarray(tokens, dtype=np.int64).reshape(self.hypotheses, -1)
+        if not arr.shape[1]:
+            return np.zeros((self.hypotheses, 0, self.model.dims.n_vocab), np.float32)
+        out = self._run(self.model.beam_session(), self.model._beam_outputs, self.feed, arr)
         return out["logits"]

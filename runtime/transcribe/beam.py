@@ -1,0 +1,203 @@
+"""Beam search over one Whisper window, as openai-whisper's ``BeamSearchDecoder`` does it.
+
+Whisper's users decode with a beam of 5 (its command line, faster-whisper, whisper.cpp), so a
+user who switches expects that text. The algorithm, step by step:
+
+1. every live hypothesis's next-token row gets the window's logit rules with *its own* prefix
+   (suppression, the timestamp rules: :class:`~as2d.runtime.whisper.logits.LogitRules`, the
+   rules greedy decoding applies), then a log-softmax;
+2. each hypothesis proposes its ``beam_size + 1`` most probable tokens, scored by its
+   cumulative log-probability plus the token's;
+3. the proposals are ranked; those ending in end-of-text are *finished*, the best
+   ``beam_size`` others live on (whisper's order, ties included: a stable sort, descending);
+4. finished hypotheses are collected (best first) until ``round(beam_size * patience)`` are
+   done, or the window's length limits end the search;
+5. too few finished: the best live ones are added as if they had ended; the winner is the
+   finished hypothesis with the best log-probability divided by its length (or, with a
+   ``length_penalty`` alpha, by ``((5 + length) / 6) ** alpha``, the Google NMT rule).
+
+Log-probabilities and their sums are float32, as in whisper (its ranking compares them).
+
+The hypotheses run as one batched pass over a pooled cache
+(:class:`~as2d.runtime.whisper.model.BeamDecoderState`): step ``i`` runs each live
+hypothesis's last token, and step 3's choice only reorders small index rows.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from as2d.runtime.speculative.verify import PassCounts
+from as2d.runtime.transcribe.window import DecodingResult
+from as2d.runtime.whisper.logits import LogitRules
+from as2d.runtime.whisper.model import BeamDecoderState
+
+
+@dataclass(frozen=True)
+class BeamOptions:
+    """openai-whisper's ``beam_size``, ``patience`` and ``length_penalty``."""
+
+    beam_size: int = 5
+    patience: float | None = None  # None: 1.0 (stop once beam_size hypotheses are finished)
+    length_penalty: float | None = None  # None: divide by the length (whisper's default)
+
+    def __post_init__(self) -> None:
+        check(self.beam_size, self.patience, self.length_penalty)
+
+    @property
+    def max_finished(self) -> int:
+        """How many finished hypotheses end the search."""
+        return round(self.beam_size * (self.patience if self.patience is not None else 1.0))
+
+
+def check(beam_size: int | None, patience: float | None, length_penalty: float | None) -> None:
+    """Raise ValueError for options whisper refuses (the message names the option)."""
+    if beam_size is not None and (int(beam_size) != beam_size or beam_size < 1):
+        raise ValueError(f"--beam-size must be a whole number of 1 or more, not {beam_size}")
+    if patience is not None and not (np.isfinite(patience) and patience > 0):
+        raise ValueError(f"--patience must be more than 0, not {patience}")
+    if patience is not None and (beam_size or 1) * patience < 1 - 1e-9:
+        raise ValueError(f"--patience {patience:g} with a beam of {beam_size or 1} would end the "
+                         "search before any hypothesis is finished")
+    if length_penalty is not None and not 0 <= length_penalty <= 1:
+        raise ValueError(f"--length-penalty must be between 0 and 1, not {length_penalty}")
+
+
+def log_softmax(row: np.ndarray) -> np.ndarray:
+    """float32 log-softmax of one (masked) row."""
+    row = row.astype(np.float32, copy=False)
+    m = row.max()
+    return row - (m + np.log(np.exp(row - m).sum(dtype=np.float32)))
+
+
+def top(logprobs: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest values, largest first."""
+    k = min(k, logprobs.shape[-1])
+    part = np.argpartition(-logprobs, k - 1)[:k]
+    return part[np.argsort(-logprobs[part], kind="stable")]
+
+
+def length_score(sum_logprob: float, length: int, length_penalty: float | None) -> float:
+    """whisper's ``MaximumLikelihoodRanker`` score of one finished hypothesis."""
+    if length_penalty is None:
+        penalty = max(1, length)  # whisper divides by the length (an empty text: by 1)
+    else:
+        penalty = ((5 + length) / 6) ** length_penalty
+    return sum_logprob / penalty
+
+
+def select(beams: list[tuple[int, ...]], sums: np.ndarray, logprobs: list[np.ndarray],
+           beam_size: int, eot: int
+           ) -> tuple[list[tuple[int, ...]], list[int], np.ndarray, dict[tuple[int, ...], float]]:
+    """Step 3 for one step: ``(live hypotheses, their sources, their sums, newly finished)``.
+
+    ``logprobs[j]``: hypothesis ``j``'s log-softmax row (rules applied)."""
+    scores: dict[tuple[int, ...], np.float32] = {}
+    sources: dict[tuple[int, ...], int] = {}
+    for j, (seq, lp) in enumerate(zip(beams, logprobs)):
+        for token in top(lp, beam_size + 1):
+            new = seq + (int(token),)
+            scores[new] = np.float32(sums[j] + lp[token])
+            sources[new] = j
+    live: list[tuple[int, ...]] = []
+    srcs: list[int] = []
+    kept: list[np.float32] = []
+    finished: dict[tuple[int, ...], float] = {}
+    for seq in sorted(scores, key=scores.get, reverse=True):
+        if seq[-1] == eot:
+            finished[seq] = float(scores[seq])
+        else:
+            live.append(seq)
+            srcs.append(sources[seq])
+            kept.append(scores[seq])
+            if len(live) == beam_size:
+                break
+    return live, srcs, np.array(kept, np.float32), finished
+
+
+@dataclass
+class BeamWindow:
+    """One window's beam search over a :class:`BeamDecoderState` (target-side state)."""
+
+    state: BeamDecoderState
+    rules: LogitRules
+    prompt: list[int]
+    sot_index: int
+    sample_len: int
+    eot: int
+    options: BeamOptions
+    beams: list[tuple[int, ...]] = field(default_factory=lambda: [()])
+    sums: np.ndarray = field(default_factory=lambda: np.zeros(1, np.float32))
+    finished: dict[tuple[int, ...], float] = field(default_factory=dict)
+    no_speech_prob: float = 0.0
+    done: bool = False
+    steps: int = 0  # beam steps taken (one per pass, target-only)
+    counts: PassCounts = field(default_factory=PassCounts)
+
+    def start(self) -> None:
+        """Run the prompt (one hypothesis) and take the first beam step."""
+        t0 = time.perf_counter()
+        logits = self.state.forward([self.prompt])[0]
+        tk = self.rules.tokenizer
+        if tk.no_speech is not None:
+            from as2d.runtime.whisper.logits import no_speech_probability
+
+            self.no_speech_prob = no_speech_probability(logits[self.sot_index], tk.no_speech)
+        self._update(logits[-1:])
+        self._count(t0)
+
+    def step(self) -> None:
+        """One beam step: every live hypothesis's last token in one pass."""
+        if self.done:
+            raise RuntimeError("window already decoded")
+        t0 = time.perf_counter()
+        logits = self.state.forward([[seq[-1]] for seq in self.beams])
+        self._update(logits[:, -1])
+        self._count(t0)
+
+    def _count(self, t0: float) -> None:
+        self.counts.passes += 1
+        self.counts.alone += 1
+        self.counts.seconds += time.perf_counter() - t0
+
+    def _update(self, rows: np.ndarray) -> None:
+        size = self.options.beam_size
+        logprobs = [log_softmax(self.rules.apply(row, list(seq)))
+                    for seq, row in zip(self.beams, rows)]
+        live, sources, sums, finished = select(self.beams, self.sums, logprobs, size, self.eot)
+        self.state.reorder(sources)
+        self.beams, self.sums = live, sums
+        self.steps += 1
+        cap = self.options.max_finished
+        for seq in sorted(finished, key=finished.get, reverse=True):
+            if len(self.finished) >= cap:
+                break
+            self.finished[seq] = finished[seq]
+        n = len(live[0])
+        if (len(self.finished) >= cap or n >= self.sample_len
+                or len(self.prompt) + n > self.state.capacity):
+            self.done = True
+
+    def result(self) -> DecodingResult:
+        """The winning hypothesis (whisper's ``finalize`` and ranking); callable at any time
+        (a stopped window gives its best so far)."""
+        size = self.options.beam_size
+        finished = dict(self.finished)
+        forced: set[tuple[int, ...]] = set()
+        if len(finished) < size:
+            for j in list(np.argsort(self.sums))[::-1]:
+                seq = self.beams[j] + (self.eot,)
+                finished[seq] = float(self.sums[j])
+                forced.add(seq)
+                if len(finished) >= size:
+                    break
+        seqs = list(finished)
+        tokens = [list(s[:s.index(self.eot)]) for s in seqs]
+        scores = [length_score(finished[s], len(t), self.options.length_penalty)
+                  for s, t in zip(seqs, tokens)]
+        best = int(np.argmax(scores))
+        return DecodingResult(tokens[best], finished[seqs[best]], self.no_speech_prob,
+                              seqs[best] not in forced, PassCounts(**vars(self.counts)))
