@@ -605,7 +605,8 @@ def test_the_readme_quick_start_shows_what_the_command_prints(models_root, bundl
     bundle("base", "int8")
     bundle("tiny.en", "int8")
     root = Path(__file__).resolve().parent.parent
-    section = (root / "README.md").read_text().split("## Quick start", 1)[1].split("\n## ")[0]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Quick start", 1)[1].split("\n## ")[0]
     shown = next(body for lang, body in re.findall(r"```(\w*)\n(.*?)```", section, re.S)
                  if not lang)  # the block after the ```sh one
     assert "punctuation" in re.sub(r"```.*?```", "", section, flags=re.S)  # it says so
