@@ -1,6 +1,7 @@
 """Encoder back ends: onnxruntime and OpenVINO run the same Whisper encoder.
 
-The choice of back end (``auto``, ``$AS2D_ENCODER``) is specified without models; then, on real
+The requested back end (``auto``, ``$AS2D_ENCODER``) is specified without models (how ``auto``
+measures: tests/test_encoder_choice.py); then, on real
 bundles and clips: an int8 bundle installed before the fp32 encoder was part of it gets one on
 first use; OpenVINO's cross keys/values are close to onnxruntime's (exact at f32, bf16-close at
 bf16) for full and short windows; a terminated run is abandoned; the words of clean clips do
@@ -23,13 +24,9 @@ from as2d.runtime.whisper.encoders import (
     EncoderError,
     OpenVINOEncoder,
     OrtEncoder,
-    auto_backend,
     default_precision,
     requested_backend,
 )
-
-AMX = frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "amx_tile"})
-AVX512_BF16 = frozenset({"avx512f", "avx512_bf16"})
 
 needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
                                     reason="openvino is not installed")
@@ -49,34 +46,27 @@ def test_the_parameter_wins_over_the_environment_which_wins_over_auto(monkeypatc
         requested_backend("cuda")
 
 
-def test_auto_takes_openvino_only_where_it_imports_and_the_cpu_has_amx(monkeypatch):
-    monkeypatch.setattr(encoders, "openvino_available", lambda: True)
-    assert auto_backend(AMX) == "openvino"
-    # AVX-512 bf16 without AMX: OpenVINO bf16 measured slower than onnxruntime int8 there.
-    assert auto_backend(AVX512_BF16) == "onnxruntime"
-    assert auto_backend(frozenset()) == "onnxruntime"
-    monkeypatch.setattr(encoders, "openvino_available", lambda: False)
-    assert auto_backend(AMX) == "onnxruntime"
-
-
-def test_bf16_on_amx_else_f32_unless_told(monkeypatch):
+def test_the_openvino_precision_is_checked_and_f32_unless_told(monkeypatch):
     monkeypatch.delenv(encoders.ENV_OV_PRECISION, raising=False)
-    assert default_precision(AMX) == "bf16"
-    assert default_precision(AVX512_BF16) == "f32"
-    monkeypatch.setenv(encoders.ENV_OV_PRECISION, "bf16")
-    assert default_precision(frozenset()) == "bf16"
+    assert encoders.requested_precision() is None and default_precision() == "f32"
+    monkeypatch.setenv(encoders.ENV_OV_PRECISION, "BF16")
+    assert default_precision() == "bf16"
+    monkeypatch.setenv(encoders.ENV_OV_PRECISION, "int4")
+    with pytest.raises(EncoderError, match="AS2D_OPENVINO_PRECISION"):
+        encoders.requested_precision()
 
 
-def test_auto_falls_back_to_onnxruntime_when_openvino_cannot_serve(monkeypatch, tmp_path):
-    monkeypatch.setattr(encoders, "auto_backend", lambda flags=None: "openvino")
+def test_auto_without_openvino_takes_onnxruntime_without_measuring(monkeypatch, tmp_path):
     monkeypatch.setattr(encoders, "openvino_available", lambda: False)
     made = []
     monkeypatch.setattr(encoders, "OrtEncoder",
-                        lambda path, threads, spin=False: made.append(path) or "ort")
-    told = []
+                        lambda path, threads, spin=False, precision="": made.append(path)
+                        or OrtEncoder.__new__(OrtEncoder))
     manifest = {"precision": "int8", "files": {"encoder": "encoder.onnx"}}
-    assert encoders.make_encoder(tmp_path, manifest, 2, "auto", warn=told.append) == "ort"
-    assert made == [tmp_path / "encoder.onnx"] and "openvino" in told[0]
+    enc = encoders.make_encoder(tmp_path, manifest, 2, "auto")
+    assert made == [tmp_path / "encoder.onnx"]
+    assert enc.choice.how == "asked" and enc.choice.name == "onnxruntime int8"
+    assert not list(tmp_path.iterdir())  # one candidate: nothing measured, nothing remembered
     with pytest.raises(EncoderError, match="not installed"):
         encoders.make_encoder(tmp_path, manifest, 2, "openvino")
 
@@ -173,8 +163,8 @@ def test_a_terminated_openvino_run_is_abandoned(bundle, librivox):
 
 @pytest.fixture(scope="module")
 def ov_models(bundle):
-    """base (target) and tiny.en (drafter) with OpenVINO encoders, in bf16 as on AMX CPUs
-    (where the CPU lacks AMX, bf16 is only slower, not different)."""
+    """base (target) and tiny.en (drafter) with OpenVINO encoders in bf16, as auto picks on
+    CPUs where bf16 is fastest (elsewhere bf16 is only slower, not different)."""
     if not encoders.openvino_available():
         pytest.skip("openvino is not installed")
     from as2d.runtime.whisper.model import WhisperModel

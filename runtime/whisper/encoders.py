@@ -1,13 +1,15 @@
 """Encoder back ends: the same Whisper encoder graph run by onnxruntime or by OpenVINO.
 
-The encoder runs once per 30-s window and, on two cores, dominates end-to-end time. On CPUs with
-AMX, OpenVINO runs our fp32 encoder graph in bf16 about 1.8× faster than onnxruntime runs the int8
-one. Only the encoder moves: decoders stay in onnxruntime, whose row-exact kernels keep
-speculative verification lossless. Target-only decoding and AS²D consume the same encoder
-output, so they still give identical transcripts with either back end.
+The encoder runs once per 30-s window and, on two cores, dominates end-to-end time. Which back
+end runs it fastest depends on the CPU, the libraries and the thread count, and no CPU flag
+predicts it (see :mod:`.encoder_choice`): ``auto`` (the default) times the candidates once per
+machine and model and remembers the fastest. Only the encoder moves: decoders stay in
+onnxruntime, whose row-exact kernels keep speculative verification lossless. Target-only
+decoding and AS²D consume the same encoder output (the remembered choice is fixed), so they
+still give identical transcripts with any back end.
 
-``auto`` (the default) picks OpenVINO when its wheel imports and the CPU reports ``amx_bf16``,
-else onnxruntime. ``$AS2D_ENCODER`` overrides the default. Every back end takes
+``$AS2D_ENCODER`` (or ``encoder=``) overrides ``auto``; ``$AS2D_OPENVINO_PRECISION`` fixes what
+OpenVINO computes in (else that is measured too). Every back end takes
 ``mel [1, n_mels, frames]`` (any even ``frames`` ≤ 3000: drafters encode only the audio that is
 there) and returns the graph's outputs by name, ``cross_k_i``/``cross_v_i`` as float32.
 """
@@ -24,11 +26,13 @@ from typing import Protocol
 import numpy as np
 
 from as2d.runtime.quiet import no_openvino_telemetry
-from as2d.runtime.sessions import cpu_flags, make_session
+from as2d.runtime.sessions import make_session
+from as2d.runtime.whisper.encoder_choice import Candidate, Choice, choose
 
 ENV_ENCODER = "AS2D_ENCODER"
-ENV_OV_PRECISION = "AS2D_OPENVINO_PRECISION"  # bf16, f32 or f16; default: bf16 on AMX
+ENV_OV_PRECISION = "AS2D_OPENVINO_PRECISION"  # bf16, f32 or f16; default: measured
 BACKENDS = ("auto", "onnxruntime", "openvino")
+OV_PRECISIONS = ("f32", "bf16")  # what auto times (f16 only when asked: few CPUs compute it)
 OV_CACHE_FOLDER = ".openvino_cache"  # inside the bundle folder
 
 
@@ -42,7 +46,7 @@ class EncoderCancelled(RuntimeError):
 
 class Encoder(Protocol):
     backend: str  # "onnxruntime" or "openvino"
-    detail: str  # precision and the like, for logs and benchmarks
+    detail: str  # back end and precision ("onnxruntime int8", "openvino bf16")
     output_names: list[str]
 
     def run(self, mel: np.ndarray, run_options=None) -> dict[str, np.ndarray]: ...
@@ -59,8 +63,12 @@ def requested_backend(encoder: str | None = None) -> str:
     return choice
 
 
-def has_amx_bf16(flags: frozenset[str] | None = None) -> bool:
-    return "amx_bf16" in (cpu_flags() if flags is None else flags)
+def requested_precision() -> str | None:
+    """``$AS2D_OPENVINO_PRECISION`` (bf16, f32 or f16), checked; None: measured."""
+    env = os.environ.get(ENV_OV_PRECISION, "").strip().lower()
+    if env and env not in ("bf16", "f32", "f16"):
+        raise EncoderError(f"{ENV_OV_PRECISION} must be bf16, f32 or f16, not {env!r}")
+    return env or None
 
 
 def openvino_available() -> bool:
@@ -72,22 +80,10 @@ def openvino_available() -> bool:
     return True
 
 
-def auto_backend(flags: frozenset[str] | None = None) -> str:
-    """OpenVINO where it is installed and the CPU has AMX bf16, else onnxruntime.
-
-    Measured on a Sapphire Rapids guest that exposes ``avx512_bf16`` but not AMX: OpenVINO bf16
-    was slower than onnxruntime int8 there (and OpenVINO f32 no faster), so AVX-512 bf16 alone
-    does not select OpenVINO."""
-    return "openvino" if has_amx_bf16(flags) and openvino_available() else "onnxruntime"
-
-
-def default_precision(flags: frozenset[str] | None = None) -> str:
-    """OpenVINO inference precision: ``$AS2D_OPENVINO_PRECISION`` if set, else bf16 on AMX,
-    else f32 (bf16 without AMX is slower)."""
-    env = os.environ.get(ENV_OV_PRECISION, "").strip().lower()
-    if env:
-        return env
-    return "bf16" if has_amx_bf16(flags) else "f32"
+def default_precision() -> str:
+    """OpenVINO inference precision when none is given: ``$AS2D_OPENVINO_PRECISION``, else f32
+    (exact; :func:`make_encoder` measures whether bf16 is faster here)."""
+    return requested_precision() or "f32"
 
 
 # -- onnxruntime ------------------------------------------------------------------------------
@@ -95,11 +91,13 @@ def default_precision(flags: frozenset[str] | None = None) -> str:
 class OrtEncoder:
     backend = "onnxruntime"
 
-    def __init__(self, path: str | Path, threads: int, spin: bool = False) -> None:
+    def __init__(self, path: str | Path, threads: int, spin: bool = False,
+                 precision: str = "") -> None:
         self.path = Path(path)
         self.session = make_session(self.path, threads, spin)
         self.output_names = [o.name for o in self.session.get_outputs()]
-        self.detail = "onnxruntime"
+        self.precision = precision
+        self.detail = f"onnxruntime {precision}".strip()
 
     def run(self, mel: np.ndarray, run_options=None) -> dict[str, np.ndarray]:
         outs = self.session.run(self.output_names,
@@ -172,6 +170,15 @@ class OpenVINOEncoder:
             "ENABLE_CPU_PINNING": False,
         }
         if cache_dir is not None:
+            # One folder per precision: OpenVINO 2026.4 keys a blob compiled from a path
+            # without its INFERENCE_PRECISION_HINT, so a bf16 compile loaded the f32 blob (and
+            # crashed running it) and an f32 compile the bf16 one.
+            try:
+                (Path(cache_dir) / self.precision).mkdir(exist_ok=True)
+                cache_dir = Path(cache_dir) / self.precision
+            except OSError:
+                cache_dir = None
+        if cache_dir is not None:
             config["CACHE_DIR"] = str(cache_dir)
         self.cache_dir = cache_dir
         try:
@@ -229,50 +236,126 @@ class OpenVINOEncoder:
 
 def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
                  encoder: str | None = None, fp32_path: Callable[[], Path] | None = None,
-                 warn: Callable[[str], None] | None = None, spin: bool = False) -> Encoder:
+                 warn: Callable[[str], None] | None = None, spin: bool = False,
+                 name: str | None = None) -> Encoder:
     """The encoder of a bundle on the requested back end (``spin``: see
-    :func:`as2d.runtime.sessions.make_session`).
+    :func:`as2d.runtime.sessions.make_session`); its ``choice`` says how it was chosen.
 
-    ``fp32_path`` returns the bundle's fp32 encoder graph, making it if need be (int8 bundles
-    made before it was part of them); OpenVINO compiles that graph. With ``auto``, any problem
-    with OpenVINO falls back to onnxruntime (``warn`` is told why); an explicit ``openvino``
-    raises :class:`EncoderError` instead.
+    ``onnxruntime`` runs the bundle's own graph. ``openvino`` compiles the fp32 graph in
+    ``$AS2D_OPENVINO_PRECISION``, else in whichever of f32 and bf16 is faster here (measured
+    once). ``auto`` measures the bundle's onnxruntime graph against OpenVINO (where it imports)
+    once per machine, model and thread count, and keeps the fastest (:mod:`.encoder_choice`;
+    ``warn`` says once that it is measuring, and why a candidate was left out). ``fp32_path``
+    returns the bundle's fp32 encoder graph, making it if need be (int8 bundles made before it
+    was part of them). An explicit ``openvino`` that cannot run raises :class:`EncoderError`.
     """
     bundle_dir = Path(bundle_dir)
-    choice = requested_backend(encoder)
-    backend = auto_backend() if choice == "auto" else choice
-    if backend == "openvino":
-        try:
-            return _openvino_encoder(bundle_dir, manifest, threads, fp32_path)
-        except EncoderError as exc:
-            if choice != "auto":
-                raise
-            if warn:
-                warn(f"OpenVINO encoder unavailable ({exc}); using onnxruntime")
-    return OrtEncoder(bundle_dir / manifest["files"]["encoder"], threads, spin)
-
-
-def _openvino_encoder(bundle_dir: Path, manifest: dict, threads: int,
-                      fp32_path: Callable[[], Path] | None) -> OpenVINOEncoder:
-    if not openvino_available():
+    asked = requested_backend(encoder)
+    precision = requested_precision()
+    ort_candidate = Candidate("onnxruntime", manifest.get("precision", "fp32"))
+    if asked == "onnxruntime":
+        return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
+    has_ov = openvino_available()
+    if asked == "openvino" and not has_ov:
         raise EncoderError("the openvino package is not installed (pip install openvino)")
-    files = manifest["files"]
-    if manifest.get("precision") == "fp32" or files.get("encoder_fp32"):
-        path = bundle_dir / files.get("encoder_fp32", files["encoder"])
-    elif fp32_path is not None:
-        try:
-            path = Path(fp32_path())
-        except Exception as exc:  # BundleError/SourceError: message says how to fix it
-            raise EncoderError(f"no fp32 encoder for OpenVINO: {exc}") from None
-    else:
-        raise EncoderError(f"{bundle_dir.name} has no fp32 encoder for OpenVINO")
-    if not path.is_file():
-        raise EncoderError(f"{path} is missing; reinstall the model with --force")
-    sha = manifest.get("sha256", {}).get(path.name, "")
-    if not sha:  # just made: the manifest on disk has its digest
-        try:
-            sha = json.loads((bundle_dir / "manifest.json").read_text())["sha256"][path.name]
-        except (OSError, ValueError, KeyError, TypeError):
-            sha = ""
-    cache = ov_cache_dir(bundle_dir, f"{bundle_dir.name}-{sha[:16] or 'unknown'}")
-    return OpenVINOEncoder(path, threads, cache_dir=cache)
+    candidates = [ort_candidate] if asked == "auto" else []
+    if has_ov:
+        candidates += [Candidate("openvino", p) for p in ([precision] if precision
+                                                          else OV_PRECISIONS)]
+    fp32 = _Fp32Graph(bundle_dir, manifest, fp32_path)
+    if len(candidates) == 1:  # nothing to measure
+        return _with_choice(_build(candidates[0], bundle_dir, manifest, threads, spin, fp32),
+                            candidates[0].name)
+    # The bundle's encoder graph names the weights (the fp32 graph OpenVINO compiles is made
+    # from the same ones, perhaps later: its arrival must not measure again).
+    enc_file = manifest["files"]["encoder"]
+    graphs = {enc_file: manifest.get("sha256", {}).get(enc_file, "")}
+
+    def build(c: Candidate):  # as measured: never spinning (the key holds no spin)
+        return _build(c, bundle_dir, manifest, threads, False, fp32)
+
+    try:
+        choice, built = choose(bundle_dir, candidates, threads, graphs, build,
+                               int(manifest["dims"]["n_mels"]), note=warn,
+                               model_name=name or manifest.get("model", bundle_dir.name))
+    except RuntimeError as exc:
+        if asked != "auto":
+            raise EncoderError(str(exc)) from None
+        if warn:
+            warn(f"{exc}; using onnxruntime")
+        return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
+    if choice.how == "measured" and choice.skipped and warn:
+        warn("encoder back ends left out: " + "; ".join(f"{n} ({why})" for n, why in
+                                                        choice.skipped.items()))
+    c = choice.candidate
+    if built is not None and not (spin and c.backend == "onnxruntime"):
+        return _with_choice(built, choice)
+    try:
+        return _with_choice(_build(c, bundle_dir, manifest, threads, spin, fp32), choice)
+    except EncoderError as exc:  # remembered, but cannot be built now (a graph removed)
+        if asked != "auto":
+            raise
+        if warn:
+            warn(f"encoder {c.name} unavailable ({exc}); using onnxruntime")
+        return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
+
+
+def _with_choice(enc, choice: Choice | str):
+    enc.choice = choice if isinstance(choice, Choice) else Choice(choice, "asked")
+    return enc
+
+
+def _ort(bundle_dir: Path, manifest: dict, threads: int, spin: bool) -> OrtEncoder:
+    return OrtEncoder(bundle_dir / manifest["files"]["encoder"], threads, spin,
+                      manifest.get("precision", "fp32"))
+
+
+def _build(c: Candidate, bundle_dir: Path, manifest: dict, threads: int, spin: bool,
+           fp32: _Fp32Graph):
+    if c.backend == "onnxruntime":
+        return _ort(bundle_dir, manifest, threads, spin)
+    path, cache = fp32.get()
+    return OpenVINOEncoder(path, threads, c.precision, cache_dir=cache)
+
+
+class _Fp32Graph:
+    """The fp32 encoder graph OpenVINO compiles and its blob cache, found (or made) once."""
+
+    def __init__(self, bundle_dir: Path, manifest: dict,
+                 fp32_path: Callable[[], Path] | None) -> None:
+        self.bundle_dir, self.manifest, self.fp32_path = bundle_dir, manifest, fp32_path
+        self._found: tuple[Path, Path | None] | None = None
+        self._error: EncoderError | None = None
+
+    def get(self) -> tuple[Path, Path | None]:
+        if self._error is not None:
+            raise self._error
+        if self._found is None:
+            try:
+                self._found = self._find()
+            except EncoderError as exc:
+                self._error = exc
+                raise
+        return self._found
+
+    def _find(self) -> tuple[Path, Path | None]:
+        bundle_dir, manifest = self.bundle_dir, self.manifest
+        files = manifest["files"]
+        if manifest.get("precision") == "fp32" or files.get("encoder_fp32"):
+            path = bundle_dir / files.get("encoder_fp32", files["encoder"])
+        elif self.fp32_path is not None:
+            try:
+                path = Path(self.fp32_path())
+            except Exception as exc:  # BundleError/SourceError: message says how to fix it
+                raise EncoderError(f"no fp32 encoder for OpenVINO: {exc}") from None
+        else:
+            raise EncoderError(f"{bundle_dir.name} has no fp32 encoder for OpenVINO")
+        if not path.is_file():
+            raise EncoderError(f"{path} is missing; reinstall the model with --force")
+        sha = manifest.get("sha256", {}).get(path.name, "")
+        if not sha:  # just made: the manifest on disk has its digest
+            try:
+                sha = json.loads((bundle_dir / "manifest.json").read_text())["sha256"][path.name]
+            except (OSError, ValueError, KeyError, TypeError):
+                sha = ""
+        return path, ov_cache_dir(bundle_dir, f"{bundle_dir.name}-{sha[:16] or 'unknown'}")

@@ -75,11 +75,13 @@ class WhisperModel:
         self.config = manifest.get("generation", {})
         self.threads = threads
         # The encoder back end: ``encoder`` ("auto", "onnxruntime", "openvino"), else
-        # $AS2D_ENCODER, else auto (see as2d.runtime.whisper.encoders). OpenVINO compiles the
-        # fp32 encoder graph; ``fp32_encoder`` makes it for an int8 bundle that lacks it (the
-        # loader passes one that converts it from the model's sources).
+        # $AS2D_ENCODER, else auto: the fastest here, measured once and remembered (see
+        # as2d.runtime.whisper.encoders). OpenVINO compiles the fp32 encoder graph;
+        # ``fp32_encoder`` makes it for an int8 bundle that lacks it (the loader passes one
+        # that converts it from the model's sources).
         self.encoder = make_encoder(self.path, manifest, encoder_threads or threads, encoder,
-                                    fp32_path=fp32_encoder, warn=progress, spin=spin)
+                                    fp32_path=fp32_encoder, warn=progress, spin=spin,
+                                    name=manifest.get("model", self.name))
         self._encoder_outputs = list(self.encoder.output_names)
         session = getattr(self.encoder, "session", None)
         mel_dim = session.get_inputs()[0].shape[1] if session is not None else None
@@ -91,9 +93,10 @@ class WhisperModel:
                 pass
             raise ValueError(f"{self.name}: the manifest says n_mels {self.dims.n_mels} but the "
                              f"encoder takes {mel_dim} mel bands; reinstall the model")
-        # What --stats and bench report: the back end, and the precision it computes in.
-        self.encoder_name = (self.encoder.detail if self.encoder.backend != "onnxruntime"
-                             else f"onnxruntime {manifest.get('precision', 'fp32')}")
+        # What --stats and bench report: the back end, the precision it computes in, and
+        # (when auto measured it) its time per window against the others'.
+        self.encoder_choice = self.encoder.choice
+        self.encoder_name = self.encoder_choice.describe()
         self.decoder = decoder.result()
         self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
@@ -158,9 +161,6 @@ class WhisperModel:
         with self._lock:
             self._free.append(state)
 
-
-class DecoderState(KVCache):
-    """The decoder of one window: self-attention cache plus the window's cross keys/values."""
     # Beam search's decoder graph (a path, made on first use): the loader attaches a callable
     # that adds it to the bundle (as2d.models.install.ensure_beam_decoder); None: no beams.
     beam_graph: Callable[[], Path] | None = None
@@ -214,6 +214,9 @@ class DecoderState(KVCache):
                 self._free_beams = {}
             self._free_beams.setdefault(state.slots, []).append(state)
 
+
+class DecoderState(KVCache):
+    """The decoder of one window: self-attention cache plus the window's cross keys/values."""
 
     def __init__(self, model: WhisperModel) -> None:
         d = model.dims
