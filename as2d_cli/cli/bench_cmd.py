@@ -245,7 +245,7 @@ class BenchRequest:
         return _csv(self.drafters)
 
     def budget_list(self) -> list[int]:
-        from as2d.cli.decoding import MAX_BUDGET
+        from as2d.engine import MAX_BUDGET
 
         try:
             budgets = [int(b) for b in _csv(self.budgets)]
@@ -327,7 +327,8 @@ def run_bench(req: BenchRequest) -> int:
                            "sd_drafter": plan_threads(cores, "sd").drafter,
                            "as2d": plan_threads(cores, "as2d").as_dict()},
                   audio_seconds=round(audio_s, 3), items=[i.name for i in items],
-                  repeats=req.repeats, warmup=req.warmup, identical_text=same_text)
+                  repeats=req.repeats, warmup=req.warmup, identical_text=same_text,
+                  encoders=models.encoders())
     from as2d.cli.bench_report import plot, print_report
 
     print_report(report, results, req.show_windows)

@@ -24,6 +24,8 @@ def print_report(report: dict, results, show_windows: bool = False, stream=sys.s
     console.print(f"[bold]as2d bench[/]  {len(report['items'])} recordings, "
                   f"{report['audio_seconds']:.1f} s of audio, median of {report['repeats']} "
                   f"repeats after {report['warmup']} warm-up; threads {report['threads']}")
+    for model, encoder in (report.get("encoders") or {}).items():
+        console.print(f"  encoder of {model}: {encoder}")
     for target, block in report["targets"].items():
         t = Table(title=f"target {target}: {block['windows']} windows", title_justify="left")
         for col in ("configuration", "decode tok/s", "× target", "RTF", "× target",

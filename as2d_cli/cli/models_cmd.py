@@ -35,13 +35,16 @@ def list_models(root: Path | None) -> None:
     base = models_dir(root)
     installed = {b.name: b for b in installed_bundles(base)}
     table = Table(title=f"models ({base})", title_justify="left")
-    for col in ("name", "kind", "precisions installed", "size", "description"):
+    for col in ("name", "kind", "precisions installed", "size", "encoder here", "description"):
         table.add_column(col)
     for entry in CATALOG.values():
         got = [p for p in entry.precisions if f"{entry.name}-{p}" in installed]
         size = sum(installed[f"{entry.name}-{p}"].size() for p in got)
+        encoders = [f"{p}: {e}" for p in got if entry.kind == "whisper"
+                    for e in [_encoder_here(installed[f"{entry.name}-{p}"].path)] if e]
         table.add_row(entry.name, entry.kind, ", ".join(got) or "-",
-                      f"{size / 1e6:.0f} MB" if size else "-", entry.description)
+                      f"{size / 1e6:.0f} MB" if size else "-", "; ".join(encoders) or "-",
+                      entry.description)
     console = Console(soft_wrap=True)
     console.print(table)
     own = user_bundles(base)
@@ -52,6 +55,18 @@ def list_models(root: Path | None) -> None:
             console.print(f"  {b.name}  {b.manifest.get('architecture', 'whisper')}, "
                           f"{b.size() / 1e6:.0f} MB, from {src.get('origin') or src.get('path')}",
                           markup=False, highlight=False)
+
+
+def _encoder_here(bundle_dir: Path) -> str:
+    """The encoder back ends `auto` chose for this bundle on this machine, per thread count
+    ("openvino bf16 ×1, ×2"), or "" when it has not measured them yet."""
+    from as2d.runtime.whisper.encoder_choice import remembered_here
+
+    by_choice: dict[str, list[int]] = {}
+    for c in remembered_here(bundle_dir):
+        by_choice.setdefault(c.name, []).append(c.threads)
+    return ", ".join(f"{name} ({', '.join(map(str, t))} thread{'s' if t != [1] else ''})"
+                     for name, t in by_choice.items())
 
 
 def install_folder_model(spec: str, precision: str, force: bool, root: Path | None) -> None:

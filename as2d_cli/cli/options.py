@@ -50,8 +50,8 @@ DrafterThreads = Annotated[int, typer.Option(
     "--drafter-threads", help="Threads for the drafter (0: automatic split).")]
 Encoder = Annotated[str | None, typer.Option(
     "--encoder", metavar="[auto|onnxruntime|openvino]", envvar="AS2D_ENCODER",
-    help="Encoder back end: auto (OpenVINO bf16 on CPUs with AMX, else onnxruntime int8), "
-         "onnxruntime or openvino. Decoders always run in onnxruntime.")]
+    help="Encoder back end: auto (the fastest on this CPU, timed once per model and "
+         "remembered), onnxruntime or openvino. Decoders always run in onnxruntime.")]
 
 # -- what the user sees -----------------------------------------------------------------------
 Live = Annotated[bool | None, typer.Option(
