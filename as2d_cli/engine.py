@@ -154,6 +154,12 @@ class SharedModels:
                 encoder=self.encoder, spin=spin)
         return self._loaded[key]
 
+    def encoders(self) -> dict[str, str]:
+        """``"base (target, 2 threads)" → "openvino bf16 (measured: …)"`` for every model
+        loaded so far: which encoder back end each one runs (a benchmark reports them)."""
+        return {f"{name} ({role}, {threads} thread{'s' if threads != 1 else ''})":
+                model.encoder_name for (name, _, threads, role, _), model in self._loaded.items()}
+
 
 @dataclass
 class _Parts:
