@@ -41,7 +41,12 @@ from as2d.engine import Engine, EngineSpec
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
-from as2d.runtime.transcribe.longform import Segment, TranscribeOptions, TranscriptionInfo
+from as2d.runtime.transcribe.longform import (
+    Segment,
+    TranscribeOptions,
+    TranscriptionInfo,
+    beam_options,
+)
 from as2d.runtime.transcribe.vad_filter import VadParameters
 
 AudioInput = str | Path | np.ndarray
@@ -96,6 +101,8 @@ class Transcriber:
                    prompt_reset_on_temperature: float = 0.5,
                    vad_filter: bool = False,
                    vad_parameters: VadParameters | dict | None = None,
+                   beam_size: int | None = None, patience: float | None = None,
+                   length_penalty: float | None = None,
                    ) -> tuple[Iterator[Segment], TranscriptionInfo]:
         """Segments of ``audio`` (lazily) and the run's info.
 
@@ -112,6 +119,9 @@ class Transcriber:
         fallback); sampled windows draw ``best_of`` samples seeded by ``seed``.
         ``vad_filter``: decode only the speech Silero VAD finds (``vad_parameters``: the
         names of faster-whisper's ``VadOptions``); times stay those of the recording.
+        ``beam_size``: beam search at temperature 0 (whisper's; None or 1: greedy, which the
+        speculative decoders speed up), ``patience`` and ``length_penalty`` as in whisper;
+        raises ``ValueError`` for values whisper refuses.
         """
         if best_of < 1:
             raise ValueError(f"best_of must be 1 or more, not {best_of}")
@@ -130,7 +140,10 @@ class Transcriber:
                                     best_of=best_of, seed=seed, hotwords=hotwords,
                                     prompt_reset_on_temperature=prompt_reset_on_temperature,
                                     vad_filter=vad_filter,
-                                    vad_parameters=VadParameters.parse(vad_parameters))
+                                    vad_parameters=VadParameters.parse(vad_parameters),
+                                    beam_size=beam_size, patience=patience,
+                                    length_penalty=length_penalty)
+        beam_options(options)  # a ValueError now rather than at the first segment
         clip = _audio(audio, sample_rate)
         info = TranscriptionInfo(None, 0.0, clip.duration, source=clip.source)
 

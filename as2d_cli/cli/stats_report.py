@@ -10,7 +10,8 @@ def print_stats(runs, stream) -> None:
     console = Console(file=stream, soft_wrap=True, highlight=False)
     for run in runs:
         s = run.summary()
-        console.print(f"[bold]{s['source']}[/]  decoder={s['decoder']}  target={s['target']}"
+        console.print(f"[bold]{s['source']}[/]  decoder={s['decoder']}  "
+                      f"search={s.get('search', 'greedy')}  target={s['target']}"
                       + (f"  drafter={s['drafter']}" if s["drafter"] else "")
                       + f"  threads={s['threads']}"
                       + (f"  encoder={s['encoder']}" if s.get("encoder") else ""))

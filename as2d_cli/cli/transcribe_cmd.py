@@ -77,6 +77,17 @@ class TranscribeRequest:
     best_of: Annotated[int, typer.Option(
         "--best-of", help="Samples drawn at a fallback temperature; the most probable "
                           "is kept.")] = 5
+    beam_size: Annotated[int | None, typer.Option(
+        "--beam-size", help="Beam search with this many hypotheses at temperature 0 "
+                            "(whisper's --beam_size; its CLI uses 5). Default: greedy, "
+                            "which as2d speeds up speculatively.")] = None
+    patience: Annotated[float | None, typer.Option(
+        "--patience", help="With --beam-size: stop once beam size × patience hypotheses "
+                           "have ended (default 1).")] = None
+    length_penalty: Annotated[float | None, typer.Option(
+        "--length-penalty", help="With --beam-size: rank finished hypotheses by "
+                                 "log-probability / ((5 + length) / 6) ** alpha, alpha in "
+                                 "0..1 (default: divide by the length).")] = None
     seed: Annotated[int, typer.Option(
         "--seed", help="Seed of the sampled (fallback) windows: same seed, same text.")] = 0
     hotwords: Annotated[str | None, typer.Option(
@@ -163,6 +174,15 @@ def validate(req: TranscribeRequest) -> list[str]:
         raise UserError(f"--best-of must be 1 or more, not {req.best_of}", 2)
     if req.seed < 0:
         raise UserError(f"--seed must be 0 or more, not {req.seed}", 2)
+    if req.length_penalty is not None and req.beam_size is None:
+        raise UserError("--length-penalty needs --beam-size", 2)
+    from as2d.runtime.transcribe.longform import TranscribeOptions, beam_options
+
+    try:
+        beam_options(TranscribeOptions(beam_size=req.beam_size, patience=req.patience,
+                                       length_penalty=req.length_penalty))
+    except ValueError as exc:
+        raise UserError(str(exc), 2) from None
     _check_word_options(req)
     return formats
 
@@ -212,6 +232,7 @@ def transcribe_options(req: TranscribeRequest):
         compression_ratio_threshold=req.compression_ratio_threshold,
         logprob_threshold=req.logprob_threshold, temperatures=req.temperatures,
         best_of=req.best_of, seed=req.seed, hotwords=req.hotwords,
+        beam_size=req.beam_size, patience=req.patience, length_penalty=req.length_penalty,
         vad_filter=req.vad_filter, vad_parameters=req.vad,
         word_timestamps=req.word_timestamps, prepend_punctuations=req.prepend_punctuations,
         append_punctuations=req.append_punctuations)

@@ -19,8 +19,9 @@ The rules, checked against ``whisper/transcribe.py``'s ``cli()``:
   --temperature_increment_on_fallback I`` becomes the list ``--temperature T,T+I,...≤1``.
 - no effect here: ``--device cpu``, ``--fp16``, ``--verbose`` (as2d always streams text to
   stdout and progress to stderr), ``--threads`` is the same spelling. Beam search options
-  (``--beam_size``, ``--best_of``, ``--patience``, ``--length_penalty``) are accepted with a note
-  on stderr: as2d decodes greedily.
+  (``--beam_size``, ``--patience``, ``--length_penalty``) become as2d's own
+  (``--beam-size``...); a command without them accepts them with a note on stderr (it decodes
+  greedily).
 - an option whisper has and as2d cannot honour (``--clip_timestamps 10,20``,
   ``--suppress_tokens 50,51``) is an error naming it, unless its value is whisper's default.
 """
@@ -55,7 +56,7 @@ _HARMLESS_DEFAULTS = {
 }
 # Accepted, and without effect on a CPU (whisper itself ignores --fp16 on a CPU).
 _IGNORED = {"--fp16", "--verbose"}
-# Beam search: as2d decodes greedily (the output every decoder is lossless against).
+# Beam search, for a command that has no beam options (it decodes greedily).
 _BEAM = {"--beam_size": {"1", "None"}, "--best_of": {"1", "None"},
          "--patience": {"None", "1", "1.0"}, "--length_penalty": {"None"}}
 _RENAMED = {"--model_dir": "--models-dir"}

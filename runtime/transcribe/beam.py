@@ -66,18 +66,25 @@ def check(beam_size: int | None, patience: float | None, length_penalty: float |
         raise ValueError(f"--length-penalty must be between 0 and 1, not {length_penalty}")
 
 
-def log_softmax(row: np.ndarray) -> np.ndarray:
-    """float32 log-softmax of one (masked) row."""
-    row = row.astype(np.float32, copy=False)
-    m = row.max()
-    return row - (m + np.log(np.exp(row - m).sum(dtype=np.float32)))
+def log_softmax(rows: np.ndarray) -> np.ndarray:
+    """float32 log-softmax of (masked) rows, along the last axis."""
+    rows = rows.astype(np.float32, copy=False)
+    m = rows.max(axis=-1, keepdims=True)
+    return rows - (m + np.log(np.exp(rows - m).sum(axis=-1, keepdims=True, dtype=np.float32)))
 
 
 def top(logprobs: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest values, largest first."""
+    """Per row of ``logprobs [rows, V]``, the indices of the ``k`` largest values, largest
+    first; equal values by lower index (a full stable sort would say the same, but costs a
+    sort of the vocabulary: it is only done for a row with ties at the k-th value)."""
     k = min(k, logprobs.shape[-1])
-    part = np.argpartition(-logprobs, k - 1)[:k]
-    return part[np.argsort(-logprobs[part], kind="stable")]
+    part = np.sort(np.argpartition(-logprobs, k - 1, axis=-1)[:, :k], axis=-1)
+    vals = np.take_along_axis(logprobs, part, axis=-1)
+    out = np.take_along_axis(part, np.argsort(-vals, axis=-1, kind="stable"), axis=-1)
+    kth = vals.min(axis=-1, keepdims=True)
+    for r in np.flatnonzero((logprobs >= kth).sum(axis=-1) > k):
+        out[r] = np.argsort(-logprobs[r], kind="stable")[:k]
+    return out
 
 
 def length_score(sum_logprob: float, length: int, length_penalty: float | None) -> float:
@@ -89,18 +96,20 @@ def length_score(sum_logprob: float, length: int, length_penalty: float | None) 
     return sum_logprob / penalty
 
 
-def select(beams: list[tuple[int, ...]], sums: np.ndarray, logprobs: list[np.ndarray],
+def select(beams: list[tuple[int, ...]], sums: np.ndarray, logprobs: np.ndarray,
            beam_size: int, eot: int
            ) -> tuple[list[tuple[int, ...]], list[int], np.ndarray, dict[tuple[int, ...], float]]:
     """Step 3 for one step: ``(live hypotheses, their sources, their sums, newly finished)``.
 
     ``logprobs[j]``: hypothesis ``j``'s log-softmax row (rules applied)."""
+    tops = top(logprobs, beam_size + 1)
+    cand = np.take_along_axis(logprobs, tops, axis=-1) + sums[:, None]  # float32
     scores: dict[tuple[int, ...], np.float32] = {}
     sources: dict[tuple[int, ...], int] = {}
-    for j, (seq, lp) in enumerate(zip(beams, logprobs)):
-        for token in top(lp, beam_size + 1):
-            new = seq + (int(token),)
-            scores[new] = np.float32(sums[j] + lp[token])
+    for j, seq in enumerate(beams):
+        for token, score in zip(tops[j].tolist(), cand[j]):
+            new = seq + (token,)
+            scores[new] = score
             sources[new] = j
     live: list[tuple[int, ...]] = []
     srcs: list[int] = []
@@ -165,8 +174,9 @@ class BeamWindow:
 
     def _update(self, rows: np.ndarray) -> None:
         size = self.options.beam_size
-        logprobs = [log_softmax(self.rules.apply(row, list(seq)))
-                    for seq, row in zip(self.beams, rows)]
+        for seq, row in zip(self.beams, rows):
+            self.rules.apply(row, list(seq))  # in place
+        logprobs = log_softmax(rows)
         live, sources, sums, finished = select(self.beams, self.sums, logprobs, size, self.eot)
         self.state.reorder(sources)
         self.beams, self.sums = live, sums

@@ -346,9 +346,12 @@ class LongFormTranscriber:
         # From here an encoder thread, and soon the drafter, may be running: whatever fails
         # before the window loop (its own try ends them) must end them too.
         try:
-            self.emit(RunStarted(audio.source, audio.duration, decoder.name, model.name,
-                                 decoder.drafter_name, decoder.threads(),
-                                 model.encoder_name, describe_search(search)))
+            # Beam windows are decoded by the target alone (see below): the run says so.
+            self.emit(RunStarted(audio.source, audio.duration,
+                                 decoder.name if search is None else "target", model.name,
+                                 decoder.drafter_name if search is None else None,
+                                 decoder.threads(), model.encoder_name,
+                                 describe_search(search)))
             if search is not None:
                 model.beam_session()  # made (and its graph added) before the first window
                 if not beams_exact(model):
