@@ -79,7 +79,7 @@ class TranscribeRequest:
                           "is kept.")] = 5
     beam_size: Annotated[int | None, typer.Option(
         "--beam-size", help="Beam search with this many hypotheses at temperature 0 "
-                            "(whisper's --beam_size; its CLI uses 5). Default: greedy, "
+                            "(whisper's beam_size; its CLI uses 5). Default: greedy, "
                             "which as2d speeds up speculatively.")] = None
     patience: Annotated[float | None, typer.Option(
         "--patience", help="With --beam-size: stop once beam size × patience hypotheses "
