@@ -183,7 +183,16 @@ def make_router(backend: Backend) -> APIRouter:
                 backend.require_ready()
                 future = asyncio.wrap_future(backend.submit(work))
                 while True:
-                    item = await events.get()
+                    # uvicorn drops what is sent to a client that went away without saying
+                    # so: look for the disconnect, and stop the decode when it comes.
+                    try:
+                        item = await asyncio.wait_for(events.get(), 0.25)
+                    except TimeoutError:
+                        item = None
+                    if await request.is_disconnected():
+                        return
+                    if item is None:
+                        continue
                     if item is done:
                         break
                     if isinstance(item, BaseException):
