@@ -595,6 +595,32 @@ def test_client_dropping_mid_stream_stops_its_decode(server, reference, tmp_path
         assert server.client().audio.transcriptions.create(file=f, model="x").text == want
 
 
+def test_ask_answers_as_as2d_ask_json(models_root, tmp_path):
+    """/v1/audio/ask (only on a server started with --llm) gives the document `as2d ask
+    --json` prints for the same file and question, statistics aside."""
+    question = "Who had leisure to consider?"
+    ref = cli("ask", SHORT, question, "--json", "--no-live", "-q", models_dir=models_root)
+    assert ref.exit_code == 0, ref.output
+    want = json.loads(ref.stdout)
+    srv = _start(models_root, tmp_path, "--llm", "gemma-3-270m")
+    try:
+        body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name),
+                                  ("question", question, None)])
+        code, hdrs, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
+        assert code == 200, raw
+        got = json.loads(raw)
+        for doc in (got, want):
+            doc.pop("stats")
+            doc.pop("source")
+        assert got == want
+        body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name)])
+        code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
+        assert code == 400 and json.loads(raw)["error"]["param"] == "question"
+    finally:
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(60) == 0, srv.stderr()
+
+
 # -- the command line --------------------------------------------------------------------------
 def test_serve_refuses_bad_settings_in_one_line(tmp_path):
     r = cli("serve", "--host", "0.0.0.0")

@@ -259,7 +259,9 @@ def make_router(backend: Backend) -> APIRouter:
         from as2d.runtime.ask.spans import spans_from_segments
 
         engine = backend.engine
-        pending = engine.prepare_answerer(AskOptions(), None, req.question)
+        # as2d ask's defaults; compare: the model's own answer too where it was replaced (--json)
+        pending = engine.prepare_answerer(AskOptions(max_tokens=48, compare=True), None,
+                                          req.question)
         segments, info = decode(req, audio)
         spans = spans_from_segments(segments)
         if not spans:
