@@ -106,18 +106,26 @@ def test_measure_times_each_candidate_after_a_warm_up_and_drops_hopeless_ones(ti
     cands = [Candidate("onnxruntime", "int8"), Candidate("onnxruntime", "fp32")]
     built = {"onnxruntime int8": enc, "onnxruntime fp32": other}
     seconds, skipped, got = measure(cands, lambda cand: built[cand.name],
-                                    encoder_choice.window(80), runs=3)
+                                    encoder_choice.window(80), runs=3,
+                                    budget_s=1e6)
     assert seconds == {"onnxruntime int8": 0.30, "onnxruntime fp32": 0.90} and not skipped
     assert c.calls == ["onnxruntime int8", "onnxruntime fp32"]  # warm-ups only
     assert encoder_choice.fastest(seconds, cands) == "onnxruntime int8"
     c.calls.clear()
     c.seconds["onnxruntime fp32"] = 0.32  # close: both are timed in interleaved rounds
-    measure(cands, lambda cand: built[cand.name], encoder_choice.window(80), runs=2)
+    measure(cands, lambda cand: built[cand.name], encoder_choice.window(80), runs=2,
+            budget_s=1e6)
     assert c.calls == ["onnxruntime int8", "onnxruntime fp32"] * 3
     c.calls.clear()
     c.seconds["onnxruntime fp32"] = 0.50  # kept after its warm-up, dropped after one round
-    measure(cands, lambda cand: built[cand.name], encoder_choice.window(80), runs=3)
+    measure(cands, lambda cand: built[cand.name], encoder_choice.window(80), runs=3,
+            budget_s=1e6)
     assert c.calls == ["onnxruntime int8", "onnxruntime fp32"] * 2
+    c.calls.clear()  # no time left after the warm-ups: they decide alone
+    seconds, _, _ = measure(cands, lambda cand: built[cand.name], encoder_choice.window(80),
+                            runs=3, budget_s=0)
+    assert c.calls == ["onnxruntime int8", "onnxruntime fp32"]
+    assert encoder_choice.fastest(seconds, cands) == "onnxruntime int8"
     assert encoder_choice.fastest({"onnxruntime fp32": 0.3, "onnxruntime int8": 0.3},
                                   cands) == "onnxruntime int8"  # a tie: the earlier one
 

@@ -42,7 +42,7 @@ MEMO_FILE = ".encoder-choice.json"  # in the bundle folder (else the user cache)
 MEMO_VERSION = 1
 MAX_ENTRIES = 32  # per bundle: thread counts × machines × library versions seen
 RUNS = 3  # timed runs per candidate after its warm-up, interleaved across candidates
-BUDGET_S = 6.0  # no new round of timed runs starts after this many seconds of them
+BUDGET_S = 8.0  # a round of timed runs starts only if it should end within this many seconds
 WARMUP_DROP = 2.5  # a warm-up this much slower than the best warm-up is not timed further
 ROUND_DROP = 1.5  # a candidate this much slower than the best so far leaves the rounds
 WINDOW_FRAMES = 3000  # one 30-s window of log-mel frames
@@ -264,7 +264,8 @@ def measure(candidates: Sequence[Candidate], build: Callable[[Candidate], object
             mel: np.ndarray, runs: int | None = None, budget_s: float | None = None
             ) -> tuple[dict[str, float], dict[str, str], dict[str, object]]:
     """Time each candidate on ``mel``: build it, one warm-up run, then up to ``runs`` rounds
-    of one run each, interleaved, while fewer than ``budget_s`` seconds were spent on them.
+    of one run each, interleaved, each only if it should end within ``budget_s`` seconds of
+    the start (builds and warm-ups included; on a busy machine the warm-ups may decide alone).
 
     A candidate whose warm-up took :data:`WARMUP_DROP` times the best warm-up, or whose best
     run is :data:`ROUND_DROP` times the best so far, is not timed again: it cannot win, and the
@@ -273,6 +274,7 @@ def measure(candidates: Sequence[Candidate], build: Callable[[Candidate], object
     """
     runs = RUNS if runs is None else runs
     budget_s = BUDGET_S if budget_s is None else budget_s
+    start = time.perf_counter()
     seconds: dict[str, float] = {}
     skipped: dict[str, str] = {}
     built: dict[str, object] = {}
@@ -289,9 +291,9 @@ def measure(candidates: Sequence[Candidate], build: Callable[[Candidate], object
         return seconds, skipped, built
     best_warm = min(warm.values())
     alive = [n for n in warm if warm[n] <= WARMUP_DROP * best_warm]
-    spent = 0.0
     for _ in range(runs):
-        if len(alive) < 2 or spent >= budget_s:
+        ahead = sum(seconds[n] for n in alive)  # what the round should take
+        if len(alive) < 2 or time.perf_counter() - start + ahead > budget_s:
             break
         for name in list(alive):
             try:
@@ -301,7 +303,6 @@ def measure(candidates: Sequence[Candidate], build: Callable[[Candidate], object
                 seconds.pop(name, None)
                 alive.remove(name)
                 continue
-            spent += t
             seconds[name] = min(seconds[name], t)
         if alive:
             floor = min(seconds[n] for n in alive)
