@@ -86,6 +86,7 @@ class WindowStats:
     decode_seconds: float = 0.0  # everything after the target's encoder
     retried: bool = False  # decoded again without the previous-text prompt
     source: str = ""  # the audio it belongs to (a file name in the benchmark)
+    steps: int = 0  # beam search: beam steps taken (a speculative pass may take several)
 
     @property
     def tokens_per_second(self) -> float:

@@ -22,6 +22,9 @@ def print_stats(runs, stream) -> None:
             f"  decoding: {s['committed_tokens']} tokens in {s['decode_seconds']:.3f} s = "
             f"{s['tokens_per_second']:.1f} tokens/s, {s['target_passes']} target passes "
             f"({s['tokens_per_pass']:.2f} tokens/pass, {s['passes_alone']} alone)")
+        if s.get("beam_steps"):
+            console.print(f"  beam: {s['beam_steps']} beam steps in {s['target_passes']} passes "
+                          f"({s['beam_steps_per_pass']:.2f} steps/pass)")
         if s["candidates_offered"]:
             console.print(
                 f"  candidates: {s['candidates_accepted']}/{s['candidates_offered']} accepted "

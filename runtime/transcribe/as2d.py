@@ -36,6 +36,7 @@ class AS2D(DraftingStrategy):
     """A run's drafter thread and candidate stream; one :class:`AlignedSource` per window."""
 
     name = "as2d"
+    streams = True
 
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None,
@@ -162,6 +163,9 @@ class AS2D(DraftingStrategy):
                 self._session.result()
             except Exception:  # noqa: BLE001 - the pass that needs it raises it again
                 pass
+
+    def candidate_stream(self) -> CandidateStream | None:
+        return self.stream
 
     def threads_for(self, offered: Sequence[int]) -> int | None:
         """Threads for a target pass that runs ``offered``."""

@@ -26,6 +26,7 @@ hypothesis's last token, and step 3's choice only reorders small index rows.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -155,30 +156,74 @@ class BeamWindow:
             from as2d.runtime.whisper.logits import no_speech_probability
 
             self.no_speech_prob = no_speech_probability(logits[self.sot_index], tk.no_speech)
-        self._update(logits[-1:])
-        self._count(t0)
+        self.state.reorder(self._update(logits[-1:]))
+        self._count(t0, 0, 0)
 
-    def step(self) -> None:
-        """One beam step: every live hypothesis's last token in one pass."""
+    @property
+    def room(self) -> int:
+        """How many candidates each hypothesis may have verified in the next pass."""
+        if self.done:
+            return 0
+        by_len = self.sample_len - len(self.beams[0]) - 1
+        by_ctx = self.state.capacity - self.state.length - 1
+        return max(0, min(by_len, by_ctx))
+
+    def step(self, proposals: Sequence[Sequence[int]] | None = None,
+             threads: int | None = None) -> int:
+        """One pass: every live hypothesis's last token, then its candidates
+        (``proposals[i]`` for hypothesis ``i``; none: one plain beam step). Returns the beam
+        steps the pass decided.
+
+        Speculative beam search, lossless: the pass computes, for hypothesis ``i``, the rows
+        after its last token and after each of its candidates. The first beam step uses the
+        first rows, as a plain step does. A hypothesis chosen by that step continues some
+        hypothesis ``i``; if its new token is ``i``'s first candidate, the row after it is
+        computed already. While *every* chosen hypothesis lies on computed rows that way, the
+        next beam step is taken from them, exactly as a plain step would take it (the rows are
+        bit for bit those of plain passes: :func:`as2d.runtime.rows.probe_beams`); the first
+        hypothesis off the computed rows ends the replay, and the cache keeps each chosen
+        hypothesis's computed rows (an index change)."""
         if self.done:
             raise RuntimeError("window already decoded")
         t0 = time.perf_counter()
-        logits = self.state.forward([[seq[-1]] for seq in self.beams])
-        self._update(logits[:, -1])
-        self._count(t0)
+        k = min(max((len(p) for p in proposals), default=0), self.room) if proposals else 0
+        fed = [[seq[-1]] + list(p[:k]) + [self.eot] * (k - len(p[:k]))
+               for seq, p in zip(self.beams, proposals or [()] * len(self.beams))]
+        offered = sum(min(len(p), k) for p in proposals) if proposals else 0
+        n = self.state.length
+        logits = self.state.forward(fed, threads)  # [hypotheses, 1 + k, vocab]
+        bases = list(range(len(self.beams)))  # the hypothesis of the pass each one continues
+        depth = [0] * len(bases)  # its tokens after that hypothesis's last one
+        steps = 0
+        while True:
+            sources = self._update(logits[bases, depth])
+            steps += 1
+            bases = [bases[j] for j in sources]
+            depth = [depth[j] + 1 for j in sources]
+            if self.done or not all(d <= k and fed[b][d] == seq[-1]
+                                    for b, d, seq in zip(bases, depth, self.beams)):
+                break
+        # Each hypothesis keeps its pass rows up to (not including) its new last token.
+        self.state.reorder(bases)
+        self.state.truncate(n + steps)
+        self._count(t0, offered, (steps - 1) * len(bases))
+        return steps
 
-    def _count(self, t0: float) -> None:
+    def _count(self, t0: float, offered: int, accepted: int) -> None:
         self.counts.passes += 1
-        self.counts.alone += 1
+        self.counts.offered += offered
+        self.counts.accepted += accepted
+        self.counts.alone += offered == 0
         self.counts.seconds += time.perf_counter() - t0
 
-    def _update(self, rows: np.ndarray) -> None:
+    def _update(self, rows: np.ndarray) -> list[int]:
+        """One beam step from each live hypothesis's row (masked in place); returns the
+        source of each new hypothesis (the cache is the caller's to reorder)."""
         size = self.options.beam_size
         for seq, row in zip(self.beams, rows):
             self.rules.apply(row, list(seq))  # in place
         logprobs = log_softmax(rows)
         live, sources, sums, finished = select(self.beams, self.sums, logprobs, size, self.eot)
-        self.state.reorder(sources)
         self.beams, self.sums = live, sums
         self.steps += 1
         cap = self.options.max_finished
@@ -190,6 +235,7 @@ class BeamWindow:
         if (len(self.finished) >= cap or n >= self.sample_len
                 or len(self.prompt) + n > self.state.capacity):
             self.done = True
+        return sources
 
     def result(self) -> DecodingResult:
         """The winning hypothesis (whisper's ``finalize`` and ranking); callable at any time
@@ -211,3 +257,75 @@ class BeamWindow:
         best = int(np.argmax(scores))
         return DecodingResult(tokens[best], finished[seqs[best]], self.no_speech_prob,
                               seqs[best] not in forced, PassCounts(**vars(self.counts)))
+
+
+class StreamProposer:
+    """Candidates for every live hypothesis, from the drafter's stream (AS²D's), aligned to
+    *that hypothesis's* text.
+
+    The stream holds the drafter's transcript of the whole file as the target's text tokens,
+    with the audio time of each and where the drafter closed its segments. A hypothesis's text
+    (its tokens before the timestamps, without them) is found in the stream by its longest
+    suffix of up to ``max_ngram`` tokens (the occurrence nearest where that much text of this
+    window should stand), and what follows there is proposed; an empty text starts at the
+    window's first drafted token. After a closing timestamp the same time opens the next
+    segment (as Whisper nearly always writes it), and where the drafter closed a segment its
+    time is guessed as the target's closing timestamp. Wrong guesses cost rows of a pass,
+    never a token: the verification decides.
+    """
+
+    def __init__(self, stream, window_start: float, timestamp_begin: int, eot: int,
+                 time_precision: float = 0.02, max_ngram: int = 4) -> None:
+        self.stream = stream
+        self.offset = window_start
+        self.tb, self.eot, self.precision = timestamp_begin, eot, time_precision
+        self.max_ngram = max_ngram
+        self.lo = stream.index_at_time(max(0.0, window_start - 1.0))
+        self.first = stream.index_at_time(window_start)
+        self.index: dict[tuple[int, ...], list[int]] = {}
+        self.indexed = self.lo  # stream tokens indexed so far (n-grams ending before it)
+
+    def _grow(self) -> None:
+        tokens, end = self.stream.tokens, len(self.stream.tokens)
+        for e in range(self.indexed + 1, end + 1):
+            for n in range(1, self.max_ngram + 1):
+                if e - n < self.lo:
+                    break
+                self.index.setdefault(tuple(tokens[e - n:e]), []).append(e)
+        self.indexed = max(self.indexed, end)
+
+    def propose(self, seq: Sequence[int], k: int) -> list[int]:
+        """Up to ``k`` tokens that may follow the hypothesis ``seq`` (its generated tokens)."""
+        if k <= 0:
+            return []
+        self._grow()
+        tb = self.tb
+        lead = [seq[-1]] if len(seq) >= 2 and seq[-1] >= tb and seq[-2] < tb else []
+        text = [t for t in seq if t < self.eot]
+        pos = None
+        if not text:
+            pos = self.first
+        else:
+            expected = self.first + len(text)
+            for n in range(min(self.max_ngram, len(text)), 0, -1):
+                ends = self.index.get(tuple(text[-n:]))
+                if ends:
+                    pos = min(ends, key=lambda e: (abs(e - expected), e))
+                    break
+        if pos is None:
+            return lead[:k]
+        out = list(lead)
+        tokens, boundaries = self.stream.tokens, self.stream.boundaries
+        end = len(tokens)
+        i = pos
+        while len(out) < k and i < end:
+            at = boundaries.get(i)
+            last = out[-1] if out else (seq[-1] if seq else tb)
+            if at is not None and last < tb:  # the drafter closed a segment here
+                step = round((at - self.offset) / self.precision)
+                if 0 <= step <= 1500:
+                    out.append(tb + step)
+                break
+            out.append(tokens[i])
+            i += 1
+        return out[:k]

@@ -38,7 +38,7 @@ from as2d.runtime.speculative.candidates import NO_CANDIDATES
 from as2d.runtime.transcribe import beam, fallback
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
-from as2d.runtime.transcribe.beam import BeamOptions
+from as2d.runtime.transcribe.beam import BeamOptions, StreamProposer
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
 from as2d.runtime.transcribe.strategy import DecodeStrategy, TargetOnly, Window
 from as2d.runtime.transcribe.window import DecodingResult
@@ -208,6 +208,7 @@ class LongFormTranscriber:
         self.run_options = _run_options()
         self.ahead = Lookahead(self.strategy, model.dims.n_mels)
         self._runner: WindowRunner | None = None  # the current run's
+        self._beam_stream = None  # the drafter's stream, for speculative beam windows
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -346,18 +347,23 @@ class LongFormTranscriber:
         # From here an encoder thread, and soon the drafter, may be running: whatever fails
         # before the window loop (its own try ends them) must end them too.
         try:
-            # Beam windows are decoded by the target alone (see below): the run says so.
-            self.emit(RunStarted(audio.source, audio.duration,
-                                 decoder.name if search is None else "target", model.name,
-                                 decoder.drafter_name if search is None else None,
-                                 decoder.threads(), model.encoder_name,
-                                 describe_search(search)))
+            # Speculative beam search needs a drafter's stream and batched rows that are the
+            # rows of single passes (checked once on this machine); otherwise beam windows are
+            # decoded by the target alone, and the run says so.
+            speculative = search is None
             if search is not None:
                 model.beam_session()  # made (and its graph added) before the first window
-                if not beams_exact(model):
+                exact = beams_exact(model)
+                speculative = exact and decoder.streams
+                if not exact:
                     self.emit(Note("beam search: this machine computes the batched decoder's "
-                                   "rows differently from single passes; beams decode as the "
-                                   "batched graph computes them"))
+                                   "rows differently from single passes; the target decodes "
+                                   "the beams alone"))
+            self.emit(RunStarted(audio.source, audio.duration,
+                                 decoder.name if speculative else "target", model.name,
+                                 decoder.drafter_name if speculative else None,
+                                 decoder.threads(), model.encoder_name,
+                                 describe_search(search)))
             decoder.start_early(mel, language, options)
             self.ahead.run_begun()  # the drafter may go on to the next files when done here
             if language is None:
@@ -394,9 +400,11 @@ class LongFormTranscriber:
             aligner = WordAligner.for_run(model, language, options) \
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
-            if search is not None:
-                # Beam windows are decoded by the target alone (no speculative beam step yet),
-                # and sampled ones take no candidates: a drafter would only take the cores.
+            self._beam_stream = decoder.candidate_stream() if search is not None else None
+            if search is not None and not (speculative and self._beam_stream is not None):
+                # Beam windows by the target alone, and sampled ones take no candidates: a
+                # drafter would only take the cores.
+                self._beam_stream = None
                 decoder.end()
         except BaseException:
             try:
@@ -535,8 +543,13 @@ class LongFormTranscriber:
         through the run's decoder, or the best of ``best_of`` seeded samples by the target
         alone (no candidates)."""
         if temperature <= 0 and search is not None:
+            tk = self.model.tokenizer
+            stream = self._beam_stream
+            proposer = (None if stream is None else
+                        StreamProposer(stream, window.start, tk.timestamp_begin, tk.eot))
             return runner.decode_beam(window, mel, prompt, rules, sample_len, search,
-                                      self._stop, retried=retried)
+                                      self._stop, retried=retried, proposer=proposer,
+                                      threads_for=self.strategy.threads_for)
         if temperature <= 0:
             return runner.decode(window, mel, prompt, rules, sample_len, self.strategy.source,
                                  self._stop, retried=retried)

@@ -33,12 +33,15 @@ from as2d.runtime.sessions import Background
 from as2d.runtime.speculative import candidates
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
-from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow
+from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow, StreamProposer
 from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.transcribe.window import DecodingResult, WindowState
 from as2d.runtime.whisper.features import N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel
+
+# Speculative beam search: candidates per hypothesis in the first pass, and at most.
+BEAM_BUDGET, MAX_BEAM_BUDGET = 3, 8
 
 
 class AheadEncoding:
@@ -257,10 +260,14 @@ class WindowRunner:
 
     def decode_beam(self, window: Window, mel: LogMel, prompt: list[int], rules: LogitRules,
                     sample_len: int, beam: BeamOptions, stop: threading.Event,
-                    retried: bool = False) -> tuple[DecodingResult, WindowStats] | None:
-        """Decode ``window`` with beam search (:mod:`.beam`), the target alone: one batched
-        pass per beam step. None when ``stop`` was set first (:meth:`partial` then has the
-        best hypothesis so far)."""
+                    retried: bool = False, proposer: StreamProposer | None = None,
+                    threads_for: Callable[[Sequence[int]], int | None] | None = None
+                    ) -> tuple[DecodingResult, WindowStats] | None:
+        """Decode ``window`` with beam search (:mod:`.beam`): one batched pass per beam step,
+        or, with a ``proposer`` (the drafter's stream), speculative beam steps that verify
+        every hypothesis's candidates in one pass and take as many beam steps as the computed
+        rows decide. None when ``stop`` was set first (:meth:`partial` then has the best
+        hypothesis so far). ``threads_for(offered)``: the pass's session threads."""
         self.emit(WindowStarted(window.index, window.start, window.end))
         self._decoder = None
         try:
@@ -280,12 +287,24 @@ class WindowRunner:
         dec = BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, beam)
         self._decoder = dec
         t0 = time.perf_counter()
+        budget = BEAM_BUDGET  # candidates per hypothesis, grown while all are used
         try:
             dec.start()
             while not dec.done:
                 if stop.is_set():
                     return None
-                dec.step()
+                props = None
+                if proposer is not None and budget:
+                    k = min(budget, dec.room)
+                    props = [proposer.propose(seq, k) for seq in dec.beams]
+                    if not any(props):
+                        props = None
+                offered = [t for p in props or () for t in p]
+                steps = dec.step(props, threads_for(offered) if threads_for else None)
+                if props:
+                    k = max(len(p) for p in props)
+                    budget = (min(budget + 1, MAX_BEAM_BUDGET) if steps > k
+                              else max(1, min(budget, steps)))
             seconds = time.perf_counter() - t0
         finally:
             self.model.release_beams(state)
@@ -295,7 +314,7 @@ class WindowRunner:
         stats = WindowStats(window.index, window.start, window.end,
                             len(result.tokens) + int(result.completed), c.passes, c.offered,
                             c.accepted, c.alone, encode_seconds, seconds, retried,
-                            self.audio_source)
+                            self.audio_source, dec.steps)
         return result, stats
 
     def partial(self) -> DecodingResult | None:

@@ -46,6 +46,7 @@ class RunStats:
         decode = self.total("decode_seconds")
         offered, accepted = self.total("offered"), self.total("accepted")
         passes = self.total("passes")
+        beam_passes = sum(w.passes for w in self.windows if w.steps)
         return {
             "source": self.source,
             "decoder": self.decoder,
@@ -64,9 +65,11 @@ class RunStats:
             "tokens_per_second": round(tokens / decode, 2) if decode else 0.0,
             "target_passes": passes,
             "tokens_per_pass": round(tokens / passes, 3) if passes else 0.0,
-            # Beam search: every pass of a beam window is one beam step of every hypothesis
-            # (target-only; a speculative beam step would take more than one).
-            "beam_steps_per_pass": 1.0 if self.search != "greedy" and passes else 0.0,
+            # Beam search: beam steps per pass (1 target-only; a speculative pass takes one,
+            # then as many more as its verified rows decide).
+            "beam_steps": self.total("steps"),
+            "beam_steps_per_pass": round(self.total("steps") / beam_passes, 3)
+            if beam_passes else 0.0,
             "candidates_offered": offered,
             "candidates_accepted": accepted,
             "acceptance": round(accepted / offered, 4) if offered else 0.0,

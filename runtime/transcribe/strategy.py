@@ -47,6 +47,7 @@ class DecodeStrategy:
 
     name = "target"
     drafter_name: str | None = None
+    streams = False  # a drafter streams candidates for the whole run (candidate_stream)
 
     def __init__(self, target: WhisperModel, listener: Listener | None = None) -> None:
         self.target = target
@@ -60,6 +61,16 @@ class DecodeStrategy:
         """Also send this strategy's events to ``listener`` (workers read ``emit`` per
         event, so a run already going on reports to it too)."""
         self.emit = fanout(self.emit, listener)
+
+    def candidate_stream(self):
+        """The drafter's :class:`~as2d.runtime.speculative.stream.CandidateStream` of the
+        current run (speculative beam search reads every hypothesis's candidates from it);
+        None when nothing drafts beside the target."""
+        return None
+
+    def threads_for(self, offered) -> int | None:
+        """Threads for a target pass that runs ``offered`` candidates (None: its own)."""
+        return None
 
     def drafted_tokens(self) -> list[int]:
         """The drafter's token stream of the last run, in the target's ids (a second

@@ -166,19 +166,21 @@ class WhisperModel:
     beam_graph: Callable[[], Path] | None = None
     beam_check: dict | None = None  # as2d.runtime.rows.probe_beams' verdict, once checked
 
-    def beam_session(self):
-        """The beam-search decoder session, made on first use (ValueError if this model has
-        no beam graph)."""
-        sess = getattr(self, "_beam_session", None)
+    def beam_session(self, threads: int | None = None):
+        """The beam-search decoder session with ``threads`` intra-op threads (None: the
+        model's own), made on first use (ValueError if this model has no beam graph)."""
+        threads = threads or self.threads
+        sessions = self.__dict__.setdefault("_beam_sessions", {})
+        sess = sessions.get(threads)
         if sess is not None:
             return sess
         if self.beam_graph is None:
             raise ValueError(f"{self.name}: beam search needs an as2d Whisper bundle "
                              "(a Hugging Face ONNX export decodes greedily only)")
-        sess = make_session(self.beam_graph(), self.threads, self.spin)
+        sess = make_session(self.beam_graph(), threads, self.spin)
         self._beam_outputs = [o.name for o in sess.get_outputs()]
-        self._beam_session = sess
-        return sess
+        with self._lock:
+            return sessions.setdefault(threads, sess)
 
     def beam_probe(self):
         """The batched side of the beam row check (:func:`as2d.runtime.rows.probe_beams`):
@@ -252,11 +254,13 @@ class BeamDecoderState(PooledCache):
         self.feed = dict(ctx.cross)
         self.reset()
 
-    def forward(self, tokens: Sequence[Sequence[int]]) -> np.ndarray:
+    def forward(self, tokens: Sequence[Sequence[int]], threads: int | None = None) -> np.ndarray:
         """Run ``tokens[h]`` after hypothesis ``h``'s past, for every hypothesis (rows of equal
-        length); their logits ``[hypotheses, T, n_vocab]``."""
+        length); their logits ``[hypotheses, T, n_vocab]``. ``threads`` picks the session
+        (rows do not depend on it)."""
         arr = np.asarray(tokens, dtype=np.int64).reshape(self.hypotheses, -1)
         if not arr.shape[1]:
             return np.zeros((self.hypotheses, 0, self.model.dims.n_vocab), np.float32)
-        out = self._run(self.model.beam_session(), self.model._beam_outputs, self.feed, arr)
+        out = self._run(self.model.beam_session(threads), self.model._beam_outputs, self.feed,
+                        arr)
         return out["logits"]
