@@ -178,11 +178,24 @@ def read_memo(path: Path | None) -> dict:
     return entries if isinstance(entries, dict) else {}
 
 
-def _write_memo(path: Path, k: dict, choice: Choice) -> bool:
+def _load() -> tuple[float, int] | None:
+    """The 1-minute load average and the cores this process may use (None where unknown): a
+    measurement on a machine busy with other work is worth a warning and a record."""
+    try:
+        from as2d.runtime.sessions import cpu_count
+
+        return os.getloadavg()[0], cpu_count()
+    except (OSError, AttributeError):
+        return None
+
+
+def _write_memo(path: Path, k: dict, choice: Choice,
+                load: tuple[float, int] | None = None) -> bool:
     entries = read_memo(path)
     entries.pop(digest(k), None)
     entries[digest(k)] = {"key": k, **choice.to_dict(),
-                          "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+                          "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                          "load": None if load is None else [round(load[0], 2), load[1]]}
     while len(entries) > MAX_ENTRIES:  # oldest first (dicts keep insertion order)
         entries.pop(next(iter(entries)))
     text = json.dumps({"version": MEMO_VERSION, "entries": entries}, indent=1, sort_keys=True)
@@ -263,50 +276,53 @@ def _why(exc: BaseException) -> str:
 def measure(candidates: Sequence[Candidate], build: Callable[[Candidate], object],
             mel: np.ndarray, runs: int | None = None, budget_s: float | None = None
             ) -> tuple[dict[str, float], dict[str, str], dict[str, object]]:
-    """Time each candidate on ``mel``: build it, one warm-up run, then up to ``runs`` rounds
-    of one run each, interleaved, each only if it should end within ``budget_s`` seconds of
-    the start (builds and warm-ups included; on a busy machine the warm-ups may decide alone).
+    """Time each candidate on ``mel``: build it and run it once (a warm-up: first runs
+    allocate, OpenVINO's more than onnxruntime's), then interleaved rounds of one run each: the
+    first always, up to ``runs`` while a round should end within ``budget_s`` seconds of the
+    start (builds and warm-ups included). A candidate's time is its best timed run.
 
     A candidate whose warm-up took :data:`WARMUP_DROP` times the best warm-up, or whose best
     run is :data:`ROUND_DROP` times the best so far, is not timed again: it cannot win, and the
-    first use of a model should not wait on it. Returns each candidate's best time (seconds per
-    window), the skipped ones with why, and the encoders built (the winner is used as it is).
+    first use of a model should not wait on it (its time is then its warm-up's). Returns each
+    candidate's time (seconds per window), the skipped ones with why, and the encoders built
+    (the winner is used as it is).
     """
     runs = RUNS if runs is None else runs
     budget_s = BUDGET_S if budget_s is None else budget_s
     start = time.perf_counter()
-    seconds: dict[str, float] = {}
     skipped: dict[str, str] = {}
     built: dict[str, object] = {}
     warm: dict[str, float] = {}
     for c in candidates:
         try:
             enc = build(c)
-            warm[c.name] = seconds[c.name] = time_run(enc, mel)
+            warm[c.name] = time_run(enc, mel)
         except Exception as exc:  # noqa: BLE001 - any back end may fail here; the rest serve
             skipped[c.name] = _why(exc)
             continue
         built[c.name] = enc
     if not warm:
-        return seconds, skipped, built
+        return {}, skipped, built
     best_warm = min(warm.values())
     alive = [n for n in warm if warm[n] <= WARMUP_DROP * best_warm]
-    for _ in range(runs):
-        ahead = sum(seconds[n] for n in alive)  # what the round should take
-        if len(alive) < 2 or time.perf_counter() - start + ahead > budget_s:
+    timed: dict[str, float] = {}
+    for i in range(runs):
+        if len(alive) < 2:
+            break
+        if i and time.perf_counter() - start + sum(timed[n] for n in alive) > budget_s:
             break
         for name in list(alive):
             try:
                 t = time_run(built[name], mel)
             except Exception as exc:  # noqa: BLE001 - failed once warm: not to be trusted
                 skipped[name] = _why(exc)
-                seconds.pop(name, None)
                 alive.remove(name)
                 continue
-            seconds[name] = min(seconds[name], t)
+            timed[name] = min(timed.get(name, math.inf), t)
         if alive:
-            floor = min(seconds[n] for n in alive)
-            alive = [n for n in alive if seconds[n] <= ROUND_DROP * floor]
+            floor = min(timed[n] for n in alive)
+            alive = [n for n in alive if timed[n] <= ROUND_DROP * floor]
+    seconds = {n: timed.get(n, warm[n]) for n in warm if n not in skipped}
     return seconds, skipped, built
 
 
@@ -340,10 +356,16 @@ def choose(bundle_dir: Path, candidates: Sequence[Candidate], threads: int,
             if known is not None:
                 _chosen[(where, d)] = known
                 return known, None
+            load = _load()
             if note:
+                busy = ""
+                if load is not None and load[0] > load[1]:
+                    busy = (f"; the CPU is busy (load {load[0]:.1f} on {load[1]} cores), which "
+                            f"may mislead it: remove {MEMO_FILE} in the model folder to measure "
+                            "again")
                 note(f"choosing the encoder back end for {model_name or Path(bundle_dir).name} "
                      f"on this CPU (once): timing {', '.join(c.name for c in candidates)} on a "
-                     f"30-s window, {threads} thread{'s' if threads != 1 else ''}")
+                     f"30-s window, {threads} thread{'s' if threads != 1 else ''}{busy}")
             seconds, skipped, built = measure(candidates, build, window(n_mels))
             best = fastest(seconds, candidates)
             if best is None:
@@ -352,7 +374,7 @@ def choose(bundle_dir: Path, candidates: Sequence[Candidate], threads: int,
             choice = Choice(best, "measured", {n: round(s, 4) for n, s in seconds.items()},
                             skipped, int(threads))
             if path is not None:
-                _write_memo(path, k, choice)
+                _write_memo(path, k, choice, load)
             _chosen[(where, d)] = choice
     winner = built.pop(best, None)
     built.clear()  # the losers' sessions and compiled models go now
