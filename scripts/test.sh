@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine for the test suite, then runs it.
-#   system: test audio (pocketsphinx-testdata), libsndfile, PortAudio, sox, espeak-ng, strace
+#   system: test audio (pocketsphinx-testdata), libsndfile, PortAudio, sox, espeak-ng, strace,
+#           chromium (headless, for the page of `as2d serve`)
 #   python: as2d with the model weights, the answering model, the test peers and ruff
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lossless`).
 set -euo pipefail
@@ -11,7 +12,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-    pocketsphinx-testdata libsndfile1 libportaudio2 sox espeak-ng strace >/dev/null
+    pocketsphinx-testdata libsndfile1 libportaudio2 sox espeak-ng strace chromium >/dev/null
 
 python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray,serve]'
 # Lint and import order first (seconds), then the package's layering, then the tests.

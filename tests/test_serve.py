@@ -621,6 +621,116 @@ def test_ask_answers_as_as2d_ask_json(models_root, tmp_path):
         assert srv.proc.wait(60) == 0, srv.stderr()
 
 
+# -- the page in a real browser ---------------------------------------------------------------
+def _chromium() -> str | None:
+    import shutil
+
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+async def _cdp_page(port: int):
+    """A DevTools connection to the browser's first page."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/json/list")
+    targets = json.loads(conn.getresponse().read())
+    page = next(t for t in targets if t["type"] == "page")
+    return await websockets.connect(page["webSocketDebuggerUrl"], max_size=None)
+
+
+class _CDP:
+    def __init__(self, ws) -> None:
+        self.ws, self.n = ws, 0
+
+    async def call(self, method: str, **params):
+        self.n += 1
+        await self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            msg = json.loads(await self.ws.recv())
+            if msg.get("id") == self.n:
+                assert "error" not in msg, msg
+                return msg["result"]
+
+    async def js(self, expression: str):
+        r = await self.call("Runtime.evaluate", expression=expression, awaitPromise=True,
+                            returnByValue=True)
+        assert "exceptionDetails" not in r, r
+        return r["result"].get("value")
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (apt)")
+def test_the_page_records_the_fake_microphone_in_chromium(server, tmp_path):
+    """Headless Chromium, the microphone faked from a real recording: the page streams it over
+    the socket and shows the committed words; a screenshot goes to docs/."""
+    profile = tmp_path / "profile"
+    browser = subprocess.Popen([
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
+        f"--use-file-for-fake-audio-capture={LONG}", "--autoplay-policy=no-user-gesture-required",
+        f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1100,1000",
+        "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def run() -> str:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not port_file.is_file() or not port_file.read_text().strip():
+            assert time.monotonic() < deadline and browser.poll() is None
+            await asyncio.sleep(0.1)
+        ws = await _cdp_page(int(port_file.read_text().split()[0]))
+        cdp = _CDP(ws)
+        try:
+            await cdp.call("Page.enable")
+            await cdp.call("Page.navigate", url=server.url + "/")
+            while await cdp.js("document.readyState") != "complete":
+                await asyncio.sleep(0.1)
+            while await cdp.js("document.getElementById('status').textContent") != "ready":
+                await asyncio.sleep(0.1)
+            await cdp.js(f"state.key = {json.dumps(KEY)}; document.getElementById('record')"
+                         ".click(); true")
+            deadline = time.monotonic() + 120
+            text = ""
+            while "Dashwood" not in text or "leisure" not in text:
+                assert time.monotonic() < deadline, text
+                await asyncio.sleep(0.25)
+                text = await cdp.js("document.getElementById('transcript').textContent")
+            shot = base64.b64decode((await cdp.call("Page.captureScreenshot",
+                                                    format="png"))["data"])
+            assert shot.startswith(b"\x89PNG")
+            # AS2D_DOCS_SCREENSHOT=1 refreshes the README's picture.
+            out = ROOT / "docs" if os.environ.get("AS2D_DOCS_SCREENSHOT") else tmp_path
+            (out / "serve-page.png").write_bytes(shot)
+            await cdp.js("document.getElementById('record').click(); true")  # stop
+
+            # A file given to the page: its segments, and the srt it offers to download is
+            # the server's own srt for that file.
+            doc = await cdp.call("DOM.getDocument")
+            node = await cdp.call("DOM.querySelector", nodeId=doc["root"]["nodeId"],
+                                  selector="#picker")
+            await cdp.call("DOM.setFileInputFiles", files=[str(SHORT)], nodeId=node["nodeId"])
+            while not await cdp.js("state.segments !== null && state.segments.length > 0"):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            return text, await cdp.js("writers.srt(state.segments)")
+        finally:
+            await ws.close()
+
+    try:
+        text, page_srt = asyncio.run(run())
+    finally:
+        browser.terminate()
+        browser.wait(30)
+    assert "Mr. John Dashwood" in text
+    body, ctype = _multipart(_form(response_format="srt"))
+    code, _, srt = server.request("POST", "/v1/audio/transcriptions", body,
+                                  {"Content-Type": ctype})
+    assert code == 200 and page_srt == srt.decode()
+    # The socket is let go: the decoder is free for the next client.
+    deadline = time.monotonic() + 60
+    while server.health()["busy"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
 # -- the command line --------------------------------------------------------------------------
 def test_serve_refuses_bad_settings_in_one_line(tmp_path):
     r = cli("serve", "--host", "0.0.0.0")
