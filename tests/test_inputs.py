@@ -242,13 +242,16 @@ def test_a_named_pipe_with_a_writer_is_read(tmp_path, containers, clip):
     os.mkfifo(fifo)
     data = containers["opus"].read_bytes()
 
+    waiting = threading.Event()  # set when the reader says it waits for a writer
+
     def writer():
-        time.sleep(0.3)  # the reader is already waiting
-        with open(fifo, "wb") as f:
-            f.write(data)
+        if waiting.wait(30):  # a writer that comes while the reader waits (a state, no delay)
+            with open(fifo, "wb") as f:
+                f.write(data)
 
     threading.Thread(target=writer, daemon=True).start()
-    a = load_audio(fifo, fifo_timeout=20)
+    a = load_audio(fifo, fifo_timeout=20, on_wait=lambda note: waiting.set())
+    assert waiting.is_set()
     assert a.reader == "ffmpeg" and abs(a.duration - len(clip[1]) / SAMPLE_RATE) < 0.1
 
 
