@@ -312,3 +312,109 @@ def test_the_command_line_and_the_api_decode_with_the_beam(beam_model, models_ro
         segs, _ = tr.transcribe(str(SAMPLE), beam_size=5)
         text = " ".join(s.text.strip() for s in segs)
     assert " ".join(result.stdout.split()) == " ".join(text.split())
+
+
+# -- speculative beam search ----------------------------------------------------------------------
+def _segments(model, strategy, path, options, stats=None):
+    t = LongFormTranscriber(model, strategy, listener=stats)
+    try:
+        segs = list(t.transcribe(load_audio(str(path)), options))
+    finally:
+        t.close()
+        strategy.close()
+    return [(s.seek, s.tokens, s.avg_logprob, s.start, s.end) for s in segs]
+
+
+@pytest.mark.slow
+def test_speculative_beam_is_target_only_beam_on_real_clips(beam_model, whisper, librivox):
+    """AS²D's drafter proposes every hypothesis's candidates; the segments (tokens, scores,
+    times) are target-only beam search's on every real clip, and the speculative path ran
+    (more beam steps than passes). base with tiny.en drafting, as as2d runs by default."""
+    from as2d.runtime.transcribe.as2d import AS2D
+    from as2d.runtime.transcribe.stats import StatsCollector
+    from as2d.runtime.transcribe.strategy import TargetOnly
+
+    target = beam_model("base")
+    drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
+    options = TranscribeOptions(language="en", beam_size=5)
+    steps = passes = 0
+    for path in (librivox[0].path, SAMPLE):  # SAMPLE: two windows, the second prompted
+        want = _segments(target, TargetOnly(target), path, options)
+        stats = StatsCollector()
+        got = _segments(target, AS2D(target, drafter), path, options, stats)
+        assert got == want, path.name
+        run = stats.current.summary()
+        assert run["decoder"] == "as2d" and run["search"] == "beam 5"
+        steps += run["beam_steps"]
+        passes += run["target_passes"]
+    assert steps > passes  # candidates were verified and beam steps replayed over them
+
+
+@pytest.mark.slow
+def test_speculative_beam_is_exact_whatever_the_drafter_says(beam_model, librivox):
+    """A property: the drafter's stream damaged at random (words dropped, replaced, inserted,
+    segments closed anywhere, timestamps guessed wrong, a stream cut short) changes how many
+    passes a window takes, never its tokens or score."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from as2d.runtime.speculative.stream import CandidateStream
+    from as2d.runtime.transcribe.beam import StreamProposer
+
+    model = beam_model("tiny.en")
+    tk = model.tokenizer
+    ctx, prompt, rules = _window(model, librivox[0].path)
+    options = BeamOptions(5)
+    plain = _as2d_beam(model, ctx, prompt, rules, options)
+    text = [t for t in plain.tokens if t < tk.eot]
+    assert text
+
+    def decode(stream):
+        state = model.beam_state(ctx, options.beam_size)
+        dec = BeamWindow(state, rules, prompt, prompt.index(tk.sot), model.dims.n_text_ctx // 2,
+                         tk.eot, options)
+        proposer = StreamProposer(stream, 0.0, tk.timestamp_begin, tk.eot)
+        try:
+            dec.start()
+            k = 1
+            while not dec.done:
+                props = [proposer.propose(seq, k) for seq in dec.beams]
+                dec.step(props)
+                k = k % 6 + 1  # every budget, in turn
+        finally:
+            model.release_beams(state)
+        return dec
+
+    edits = st.lists(st.tuples(st.sampled_from(["keep", "drop", "swap", "insert", "close"]),
+                               st.integers(0, 50000)), min_size=len(text), max_size=len(text) + 8)
+
+    @settings(max_examples=12, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(edits=edits, cut=st.integers(0, len(text) + 8))
+    def check(edits, cut):
+        stream = CandidateStream()
+        for i, (what, value) in enumerate(edits):
+            t = text[i % len(text)]
+            if what == "keep":
+                stream.extend([t], 0.1 * i)
+            elif what == "swap":
+                stream.extend([value % tk.eot], 0.1 * i)
+            elif what == "insert":
+                stream.extend([t, value % tk.eot], 0.1 * i)
+            elif what == "close":
+                stream.mark_boundary((value % 1500) * 0.02)
+                stream.extend([t], 0.1 * i)
+            if len(stream) >= cut:
+                break
+        dec = decode(stream)
+        got = dec.result()
+        assert (got.tokens, got.sum_logprob) == (plain.tokens, plain.sum_logprob)
+        assert dec.steps == plain.counts.passes  # one beam step per plain pass, always
+
+    check()
+    # And the stream the target would have liked: fewer passes than beam steps.
+    perfect = CandidateStream()
+    perfect.extend(text, 0.0)
+    dec = decode(perfect)
+    assert dec.result().tokens == plain.tokens
+    assert dec.counts.passes < dec.steps
