@@ -132,8 +132,9 @@ class BeamProbe(RowProbe, Protocol):
 def probe_beams(model: BeamProbe) -> dict:
     """Beam search's shapes against single-hypothesis passes: the prompt run as one hypothesis,
     forked into three, a step of one token each, a reorder that drops one and forks another,
-    a block of two tokens each, a truncation and a step again. Every row must equal, bit for
-    bit, the row a one-hypothesis state computes for the same sequence one token at a time."""
+    a block of two tokens each, a truncation and a step again, a rotation and a block of four
+    (a speculative pass). Every row must equal, bit for bit, the row a one-hypothesis state
+    computes for the same sequence one token at a time."""
     new, tokens, release = model.row_probe()
     new_beams, release_beams = model.beam_probe()
     tokens = list(tokens)
@@ -184,6 +185,11 @@ def probe_beams(model: BeamProbe) -> dict:
         again = b.forward([[seq[-1]] for seq in seqs])
         for j, seq in enumerate(seqs):
             compare(again[j], seq, 1)
+        b.reorder([1, 2, 0])  # a rotation, then a block as wide as a speculative pass
+        seqs = [seqs[s] + tokens[:4] for s in (1, 2, 0)]
+        wide = b.forward([seq[-4:] for seq in seqs])
+        for j, seq in enumerate(seqs):
+            compare(wide[j], seq, 4)
     finally:
         release_beams(b)
     return {"exact": exact, "max_abs_diff": worst}
@@ -201,7 +207,7 @@ def beams_exact(model: BeamProbe) -> bool:
         from as2d.runtime.sessions import runtime_identity
 
         folder, graph = memo
-        path, key = Path(folder) / MEMO_FILE, f"beams|{graph}|{runtime_identity()}"
+        path, key = Path(folder) / MEMO_FILE, f"beams2|{graph}|{runtime_identity()}"
         remembered = _read(path).get(key)
         if isinstance(remembered, bool):
             model.beam_check = {"exact": remembered, "remembered": True}
