@@ -332,6 +332,20 @@ def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None) -> tupl
         out = g.op("Slice", out, g.const([0]), t_len, g.const([2]))
         return g.op("Reshape", g.op("Transpose", out, perm=[0, 2, 1, 3]), g.const([-1, d]))
 
+    def cross_attend(q2d: str, k_t: str, v: str) -> str:
+        # Every hypothesis attends to the same audio: its query rows (with their zero row)
+        # are stacked under one another per head, so each head is one product of B * (T + 1)
+        # rows, not B products against a broadcast copy of the audio's keys.
+        q = g.op("Pad", heads_of(q2d, [0, 2, 1, 3]), pad)  # [B, H, T + 1, dh]
+        q = g.op("Reshape", g.op("Transpose", q, perm=[1, 0, 2, 3]), g.const([heads, -1, hd]))
+        out = g.op("MatMul", g.op("Softmax", g.op("MatMul", q, k_t), axis=-1), v)
+        out = g.op("Reshape", out, g.op("Concat", g.const([heads]), g.op("Slice", shape,
+                                                                            g.const([0]),
+                                                                            g.const([1])),
+                                        g.const([-1, hd]), axis=0))  # [H, B, T + 1, dh]
+        out = g.op("Slice", out, g.const([0]), t_len, g.const([2]))
+        return g.op("Reshape", g.op("Transpose", out, perm=[1, 2, 0, 3]), g.const([-1, d]))
+
     for i in layers:
         p = f"decoder/layer_{i}"
         h = g.layer_norm(x, m.f32(f"{p}/self_attention/layer_norm/gamma"),
@@ -357,7 +371,7 @@ def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None) -> tupl
         wq, bq = _scaled_q(m.f32(f"{p}/attention/linear_0/weight"),
                            m.f32(f"{p}/attention/linear_0/bias"), hd)
         q = g.linear(h, wq, bq, f"dec{i}.cross_q", quant)
-        a = attend(heads_of(q, [0, 2, 1, 3]), cross_k[i], cross_v[i], None)
+        a = cross_attend(q, cross_k[i], cross_v[i])
         x = g.op("Add", x, g.linear(a, m.f32(f"{p}/attention/linear_2/weight"),
                                     m.f32(f"{p}/attention/linear_2/bias"), f"dec{i}.cross_out",
                                     quant))
