@@ -6,8 +6,9 @@ Every side is one process that transcribes every file of the set, timed from sta
 (interpreter, imports, model loading, all windows, output), as a user runs it. Rounds are
 interleaved (each side once per round) so that other load on the machine hits every side
 alike; the table gives medians of wall and CPU seconds (user + system: on a machine shared with
-other work, CPU seconds say more than wall time about the cost of a side). Temperature 0 only (no fallback) on every side, language "en",
-timestamps on, 2 threads, int8 on both: the comparison is of decoding, not of fallback rules.
+other work, CPU seconds say more than wall time about the cost of a side). Temperature 0 only
+(no fallback) on every side, language "en", timestamps on, 2 threads, int8 on both: the
+comparison is of decoding, not of fallback rules.
 
 * ``greedy``      — ``as2d transcribe -l en --temperature 0`` (AS²D, the default decoder)
 * ``beam``        — ``... --decoder target --beam-size 5`` (the target alone)
