@@ -133,8 +133,6 @@ def _check_folder(spec: str, p: Path, kind: Kind | None, what: str | None,
         return p
     if (p / "encoder_model.onnx").is_file() or (p / "decoder_model_merged.onnx").is_file():
         return p  # Hugging Face ONNX layout, loaded by as2d.runtime.whisper.hf_layout
-    if (p / "onnx" / "encoder_model.onnx").is_file() and not (p / "model.bin").is_file():
-        return _check_folder(spec, p / "onnx", kind, what)  # a hub repo keeps them in onnx/
     if (p / "model.bin").is_file():
         if kind == "llm":
             raise ModelError(f"{spec} is a CTranslate2 model, not {what}")

@@ -177,6 +177,11 @@ def verify_models(names: list[str] | None, root: Path | None) -> int:
     if names:
         wanted = set()
         for n in names:
+            own = [b.name for b in bundles if b.manifest.get("user")
+                   and n in (b.name, b.manifest.get("model"))]
+            if own:  # converted from a folder of the user's
+                wanted.update(own)
+                continue
             entry, prec = catalog_entry(n)
             wanted.update([f"{entry.name}-{prec}"] if prec else
                           [f"{entry.name}-{p}" for p in entry.precisions])
@@ -207,6 +212,10 @@ def model_path(name: str | None, root: Path | None) -> None:
     base = models_dir(root)
     if not name:
         print(base)
+        return
+    own = [b.path for b in user_bundles(base) if name in (b.name, b.manifest.get("model"))]
+    if own:
+        print(own[0])
         return
     entry, prec = catalog_entry(name)
     p = bundle_path(entry.name, prec or entry.default_precision, base)
