@@ -258,6 +258,22 @@ def test_every_quantization_decodes_as_faster_whisper_does(arch, quant, folders,
         assert got[:len(want)] == list(want)[:len(got)], (quant, timestamps)
 
 
+def test_word_timestamps_come_from_the_folders_alignment_heads(folders, cache_root, audio):
+    """The alignment graph of a converted folder is made on first use from the folder (which
+    must not have changed), with its weights beside it, and times every word."""
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+
+    folder = folders("tiny.en", "int8")
+    model = load_whisper(str(folder), models_dir=cache_root, encoder=ORT)
+    opts = TranscribeOptions(word_timestamps=True, timestamps=False)
+    segments = list(LongFormTranscriber(model).transcribe(audio, opts))
+    files = json.loads((model.path / "manifest.json").read_text())["files"]
+    assert (model.path / files["alignment_data"]).stat().st_size > 0
+    words = [w for s in segments for w in s.words]
+    assert words and all(s.start <= w.start <= w.end <= s.end + 0.02
+                         for s in segments for w in s.words)
+
+
 def test_a_vocabulary_only_folder_gets_the_same_tokenizer(folders, tmp_path, cache_root):
     """Folders that ship ``vocabulary.json`` or ``vocabulary.txt`` and no ``tokenizer.json``
     (older conversions): the tokenizer made from the vocabulary encodes and decodes as the
