@@ -159,15 +159,16 @@ def _engine(cfg, models, cores: int, listener):
     return Engine(spec, progress=models.progress, listener=listener, load_whisper=models)
 
 
-def run_config(cfg, items: list[Item], models, cores: int):
-    """One pass of one configuration over every item: window timings, wall time, texts."""
+def run_config(cfg, items: list[Item], models, cores: int, beam_size: int | None = None):
+    """One pass of one configuration over every item: window timings, wall time, texts
+    (``beam_size``: beam search, speculative for AS²D, target-only for the others)."""
     from dataclasses import replace
 
     from as2d.runtime.transcribe.longform import TranscribeOptions
     from as2d.runtime.transcribe.stats import StatsCollector
 
     stats = StatsCollector()
-    options = TranscribeOptions(language="en")
+    options = TranscribeOptions(language="en", beam_size=beam_size)
     windows, texts = [], {}
     wall = 0.0
     with _engine(cfg, models, cores, stats) as engine:
@@ -229,6 +230,9 @@ class BenchRequest:
     long_minutes: Annotated[float, typer.Option(
         "--long-minutes", help="Length of the 'long' set, in minutes.")] = 4.0
     threads: BenchThreads = 0
+    beam_size: Annotated[int | None, typer.Option(
+        "--beam-size", help="Decode with beam search (AS²D: speculative beam search); the "
+                            "report adds beam steps per pass.")] = None
     json_path: Annotated[Path | None, typer.Option(
         "--json", help="Write all figures as JSON.")] = None
     plot_path: Annotated[Path | None, typer.Option(
@@ -278,6 +282,8 @@ def run_bench(req: BenchRequest) -> int:
     targets, drafters = req.target_list(), req.drafter_list()
     if req.repeats < 1:
         raise UserError("--repeats must be at least 1", 2)
+    if req.beam_size is not None and req.beam_size < 1:
+        raise UserError(f"--beam-size must be 1 or more, not {req.beam_size}", 2)
     from as2d.cli.decoding import check_decoder_options
 
     check_decoder_options("as2d", threads=req.threads)  # -t within what the machine can use
@@ -303,7 +309,7 @@ def run_bench(req: BenchRequest) -> int:
     t_start = time.perf_counter()
     for rep in range(req.warmup + req.repeats):
         for cfg in configs:
-            windows, wall, txt = run_config(cfg, items, models, cores)
+            windows, wall, txt = run_config(cfg, items, models, cores, req.beam_size)
             texts[cfg.name] = txt
             if rep >= req.warmup:
                 runs[cfg.name].append(windows)
@@ -328,6 +334,7 @@ def run_bench(req: BenchRequest) -> int:
                            "as2d": plan_threads(cores, "as2d").as_dict()},
                   audio_seconds=round(audio_s, 3), items=[i.name for i in items],
                   repeats=req.repeats, warmup=req.warmup, identical_text=same_text,
+                  search=f"beam {req.beam_size}" if (req.beam_size or 1) > 1 else "greedy",
                   encoders=models.encoders())
     from as2d.cli.bench_report import plot, print_report
 

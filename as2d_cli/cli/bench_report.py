@@ -24,6 +24,8 @@ def print_report(report: dict, results, show_windows: bool = False, stream=sys.s
     console.print(f"[bold]as2d bench[/]  {len(report['items'])} recordings, "
                   f"{report['audio_seconds']:.1f} s of audio, median of {report['repeats']} "
                   f"repeats after {report['warmup']} warm-up; threads {report['threads']}")
+    if report.get("search", "greedy") != "greedy":
+        console.print(f"  search: {report['search']}")
     for model, encoder in (report.get("encoders") or {}).items():
         console.print(f"  encoder of {model}: {encoder}")
     for target, block in report["targets"].items():
@@ -48,6 +50,10 @@ def print_report(report: dict, results, show_windows: bool = False, stream=sys.s
             console.print(f"  SD baselines: {100 * share:.1f}% of windows slower than "
                           f"target-only on average; oracle {block['oracle_throughput']} tok/s, "
                           f"wins: {block['oracle_wins']}")
+        for row in block["configs"]:
+            if row.get("beam_steps_per_pass"):
+                console.print(f"  {row['config']}: {row['beam_steps_per_pass']:.2f} beam steps "
+                              "per pass")
         same = report.get("identical_text", {}).get(target)
         console.print(f"  transcripts identical across all configurations: "
                       f"{'yes' if same else 'NO'}")

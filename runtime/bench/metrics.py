@@ -145,6 +145,10 @@ def summary(results: list[ConfigResult], baseline_name: str | None = None) -> di
                 "rtf": round(r.rtf, 3),
                 "rtf_ratio": round(r.rtf / base.rtf, 3) if base and base.rtf else None,
                 "acceptance": round(r.acceptance, 4),
+                # beam search: beam steps per pass (1 target-only, more when speculative)
+                "beam_steps_per_pass": round(sum(w.steps for w in r.windows)
+                                             / max(1, sum(w.passes for w in r.windows)), 3)
+                if any(w.steps for w in r.windows) else None,
                 "slower_share": round(slower_share(r, base), 4) if base else None,
                 "of_oracle": round(r.throughput / orc.throughput, 4) if orc and orc.throughput
                 else None,
