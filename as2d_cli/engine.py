@@ -393,5 +393,7 @@ def _settle(pending: Background) -> None:
     when the process exits, and an error nobody needs is nobody's."""
     try:
         pending.result()
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM or SIGHUP while waiting: the user's, not its
+        raise
     except BaseException:  # noqa: BLE001 - not needed: neither is its error
         pass

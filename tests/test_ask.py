@@ -382,7 +382,7 @@ def test_calibrated_candidates_rank_by_what_the_question_adds(lm):
     spans = [Span(0.0, 3.0, " The city is loud but beautiful."),
              Span(3.0, 6.0, " Every morning she drank coffee at the same cafe.")]
     question = "What did she say about the city?"
-    answerer = Answerer(lm, options=AskOptions(calibrate_top=3))
+    answerer = Answerer(lm, options=AskOptions(calibrate_top=3, compare=True))
     a = answerer.ask(spans, question)
     calibrated = [c for c in a.candidates if c.prior is not None]
     assert 2 <= len(calibrated) <= 3 and a.candidates[:len(calibrated)] == calibrated
@@ -399,14 +399,15 @@ def test_calibrated_candidates_rank_by_what_the_question_adds(lm):
         assert c.prior == pytest.approx(prior, abs=1e-4)
         assert c.score == pytest.approx(c.likelihood - 0.75 * c.prior)
     assert a.text == a.candidates[0].text
-    off = Answerer(lm, options=AskOptions(calibrate=0.0)).ask(spans, question)
+    off = Answerer(lm, options=AskOptions(calibrate=0.0, compare=True)).ask(spans, question)
     assert all(c.prior is None and c.score == c.likelihood for c in off.candidates)
     assert off.tokens == a.tokens  # the generated answer is the same either way
 
 
 def test_the_extracted_answer_keeps_the_generated_one_and_its_candidates(lm, transcripts):
     spans, draft = transcripts["two_cities"]
-    a = Answerer(lm).ask(spans, "What was it the season of, besides light?", draft)
+    a = Answerer(lm, options=AskOptions(compare=True)).ask(
+        spans, "What was it the season of, besides light?", draft)
     assert a.candidates and a.candidates[0].score >= a.candidates[-1].score
     if a.method == "extracted":
         assert a.text == a.candidates[0].text and a.generated is not None
@@ -557,7 +558,7 @@ def test_hf_layout_loads_checks_rows_and_answers_losslessly(tiny_hf):
     from as2d.runtime.llm.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["exact"], threads=1)
-    assert lm.row_invariant is True and lm.row_check["max_abs_diff"] == 0.0
+    assert lm.lossless is True and lm.row_check["max_abs_diff"] == 0.0
     assert lm.stop_ids == (lm.eos,) and lm.tokenizer.add_bos
     spans = [Span(0.0, 3.0, "Ever tried. Ever failed."), Span(3.0, 6.0, "No matter. Try again.")]
     q = "What does the speaker say?"
@@ -580,7 +581,7 @@ def test_hf_graph_that_is_not_row_exact_answers_without_candidates(tiny_hf):
     from as2d.runtime.llm.hf_lm import HFCausalLM
 
     lm = HFCausalLM(tiny_hf["inexact"], threads=1)
-    assert lm.row_invariant is False and lm.row_check["max_abs_diff"] > 0
+    assert lm.lossless is False and lm.row_check["max_abs_diff"] > 0
     notes = []
     ans = Answerer(lm, lambda e: notes.append(e) if isinstance(e, Note) else None,
                    AskOptions(max_tokens=16))

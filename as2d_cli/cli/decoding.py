@@ -62,9 +62,14 @@ def collect_segments(transcriber, audio, options, info, reporter, on_segment=Non
     gen = transcriber.transcribe(audio, options, info)
     try:
         while True:
+            # A signal may arrive while a segment is being kept or printed, not only while
+            # the next one is awaited: both are inside the try, so none escapes unhandled
+            # (and the segments decoded so far are still written).
             try:
-                seg = next(gen)
-            except StopIteration:
+                for seg in gen:
+                    segments.append(seg)
+                    if on_segment is not None:
+                        on_segment(seg)
                 break
             except KeyboardInterrupt:
                 if interrupted:
@@ -72,10 +77,6 @@ def collect_segments(transcriber, audio, options, info, reporter, on_segment=Non
                 interrupted = True
                 transcriber.stop()
                 reporter.note(interrupt_note)
-                continue
-            segments.append(seg)
-            if on_segment is not None:
-                on_segment(seg)
     except ValueError as exc:  # options the model cannot honour (e.g. a language)
         raise UserError(str(exc)) from None
     finally:
