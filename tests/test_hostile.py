@@ -557,3 +557,37 @@ def test_a_float_max_sample_gives_the_clean_words_in_mic_and_ask(tmp_path, env):
 
     doc = json.loads(ask.stdout, parse_constant=not_json)  # NaN/Infinity are not JSON
     assert doc["answer"].strip() and "nan" not in doc["answer"].lower(), doc
+
+
+def test_a_signal_while_a_segment_is_printed_stops_the_run_and_keeps_its_segments(models_root):
+    """A signal lands wherever the main thread is: here while it prints a segment (outside the
+    wait for the next one). The run stops after its current pass and what was decoded is
+    kept, as when the signal comes during the wait."""
+    from as2d.cli.decoding import collect_segments
+    from as2d.engine import Engine, EngineSpec
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.transcribe.longform import TranscribeOptions, TranscriptionInfo
+
+    class Notes:
+        def __init__(self) -> None:
+            self.notes: list[str] = []
+
+        def note(self, message: str) -> None:
+            self.notes.append(message)
+
+    printed: list = []
+
+    def print_then_interrupted(seg) -> None:
+        printed.append(seg)
+        if len(printed) == 1:
+            raise KeyboardInterrupt  # what the SIGTERM/SIGHUP handlers raise too
+
+    audio = load_audio(SPEECH)
+    reporter = Notes()
+    with Engine(EngineSpec(model="tiny.en", decoder="target", threads=1,
+                           models_dir=models_root)) as engine:
+        info = TranscriptionInfo(None, 0.0, audio.duration)
+        segments, interrupted = collect_segments(engine, audio, TranscribeOptions(), info,
+                                                 reporter, on_segment=print_then_interrupted)
+    assert interrupted and reporter.notes and "interrupted" in reporter.notes[0]
+    assert segments and segments[0] is printed[0]
