@@ -87,8 +87,9 @@ class _LazyTensors(Mapping):
     """Name → tensor, each decoded from the mapped file when it is looked up (see the module
     docstring); :meth:`nbytes` is the size of one tensor without decoding it."""
 
-    def __init__(self, buf: memoryview) -> None:
+    def __init__(self, buf: memoryview, mm: mmap.mmap | None = None) -> None:
         self._buf = buf
+        self._mm = mm
         self._where: dict[str, tuple[int, int, list[int], int]] = {}
 
     def add(self, name: str, offset: int, nbytes: int, dims: list[int], dtype_id: int) -> None:
@@ -99,7 +100,16 @@ class _LazyTensors(Mapping):
 
     def __getitem__(self, name: str) -> np.ndarray:
         offset, nbytes, dims, dtype_id = self._where[name]
-        return _read_tensor(self._buf[offset : offset + nbytes], dims, dtype_id)
+        array = _read_tensor(self._buf[offset : offset + nbytes], dims, dtype_id)  # a copy
+        if self._mm is not None and nbytes >= 1 << 20 and hasattr(mmap, "MADV_DONTNEED"):
+            # The file's pages just read are dropped from this process (they stay in the page
+            # cache): converting a 3 GB model.bin then never shows 3 GB more resident.
+            start = offset - offset % mmap.PAGESIZE
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED, start, offset + nbytes - start)
+            except (OSError, ValueError):
+                pass
+        return array
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)
@@ -174,7 +184,7 @@ def load_ct2(path: str | Path) -> CT2Model:
         count = cur.take("<I")
         if count > 1 << 20:
             raise CT2FormatError(f"{path}: {count} tensors is not a Whisper model")
-        tensors = _LazyTensors(cur.buf)
+        tensors = _LazyTensors(cur.buf, mm)
         model = CT2Model(spec=spec, revision=revision, binary_version=version)
         for _ in range(count):
             name = cur.string()
