@@ -37,6 +37,15 @@ class TokenizerInfo:
     start_of_image_id: int | None
 
 
+# Chat markup of the families: Gemma, ChatML (SmolLM, Qwen), Llama 3, Phi-3.
+_END_OF_TURN = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>")
+_START_OF_TURN = ("<start_of_turn>", "<|im_start|>", "<|start_header_id|>")
+
+
+def _first(index: dict[str, int], names: tuple[str, ...]) -> int | None:
+    return next((index[n] for n in names if n in index), None)
+
+
 def tokenizer_info(m: GGUFModel) -> TokenizerInfo:
     """The special ids, by metadata key where the file has one, else by piece text."""
     tokens = m.require("tokenizer.ggml.tokens")
@@ -49,8 +58,8 @@ def tokenizer_info(m: GGUFModel) -> TokenizerInfo:
         pad_id=None if pad is None else int(pad),
         add_bos=bool(m.meta("tokenizer.ggml.add_bos_token", True)),
         add_eos=bool(m.meta("tokenizer.ggml.add_eos_token", False)),
-        end_of_turn_id=index.get("<end_of_turn>"),
-        start_of_turn_id=index.get("<start_of_turn>"),
+        end_of_turn_id=_first(index, _END_OF_TURN),
+        start_of_turn_id=_first(index, _START_OF_TURN),
         start_of_image_id=index.get("<start_of_image>"),
     )
 
@@ -93,11 +102,14 @@ def build_tokenizer(m: GGUFModel) -> Tokenizer:
       decoding with ``skip_special_tokens``;
     * ``<bos>`` is prepended when the file says ``add_bos_token``.
     """
-    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
+    from tokenizers import Tokenizer, decoders, models, normalizers
 
     model_kind = m.require("tokenizer.ggml.model")
+    if model_kind == "gpt2":
+        return build_bpe_tokenizer(m)
     if model_kind != "llama":
-        raise GGUFError(f"tokenizer model {model_kind!r}; only SentencePiece ('llama') is handled")
+        raise GGUFError(f"tokenizer model {model_kind!r}; only SentencePiece ('llama') and "
+                        "byte-level BPE ('gpt2') are handled")
     if bool(m.meta("tokenizer.ggml.add_space_prefix", False)):
         raise GGUFError("add_space_prefix tokenizers are not handled (Gemma does not use it)")
     tokens: list[str] = list(m.require("tokenizer.ggml.tokens"))
@@ -111,6 +123,15 @@ def build_tokenizer(m: GGUFModel) -> Tokenizer:
     tok.normalizer = normalizers.Replace(" ", "▁")
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
                                      decoders.Fuse()])
+    _add_markup(tok, tokens, types)
+    _add_bos(tok, tokens, info)
+    return tok
+
+
+def _add_markup(tok: Tokenizer, tokens: list[str], types: list[int]) -> None:
+    """Control pieces become special tokens, user-defined ones atomic (non-special) tokens."""
+    from tokenizers import AddedToken
+
     added = []
     for t, ty in zip(tokens, types):
         if ty == TOKEN_CONTROL:
@@ -119,8 +140,58 @@ def build_tokenizer(m: GGUFModel) -> Tokenizer:
             added.append(AddedToken(t, special=False, normalized=False))
     tok.add_tokens([a for a in added if not a.special])
     tok.add_special_tokens([a for a in added if a.special])
+
+
+def _add_bos(tok: Tokenizer, tokens: list[str], info: TokenizerInfo) -> None:
+    from tokenizers import processors
+
     if info.add_bos:
         bos = tokens[info.bos_id]
         tok.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, info.bos_id)])
+
+
+# llama.cpp's pre-tokenizer names (``tokenizer.ggml.pre``) → how text is split before BPE.
+# "digits": each digit its own piece, then GPT-2's regex (SmolLM, StarCoder: as their
+# tokenizer.json's Digits(individual) + ByteLevel); "gpt2": GPT-2's regex alone; the others
+# split with their own expression and then map bytes without a regex.
+_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_PRE_TOKENIZERS = {"smollm": "digits", "starcoder": "digits", "refact": "digits",
+                   "gpt2": "gpt2", "default": "gpt2", "llama-bpe": _LLAMA3_SPLIT,
+                   "llama3": _LLAMA3_SPLIT, "qwen2": _QWEN2_SPLIT}
+
+
+def build_bpe_tokenizer(m: GGUFModel) -> Tokenizer:
+    """A byte-level BPE tokenizer (``tokenizer.ggml.model == "gpt2"``: SmolLM, Llama 3, Qwen)
+    from the GGUF's vocabulary and merges, split as llama.cpp splits for the file's
+    ``tokenizer.ggml.pre``; control pieces are special tokens."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+
+    pre = str(m.meta("tokenizer.ggml.pre", "default"))
+    split = _PRE_TOKENIZERS.get(pre)
+    if split is None:
+        raise GGUFError(f"byte-level BPE pre-tokenizer {pre!r} is not handled (known: "
+                        f"{', '.join(sorted(_PRE_TOKENIZERS))})")
+    tokens: list[str] = list(m.require("tokenizer.ggml.tokens"))
+    types: list[int] = [int(t) for t in m.require("tokenizer.ggml.token_type")]
+    merges = [tuple(x.split(" ", 1)) for x in m.require("tokenizer.ggml.merges")]
+    info = tokenizer_info(m)
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    if split == "digits":
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    elif split == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    _add_markup(tok, tokens, types)
+    _add_bos(tok, tokens, info)
     return tok

@@ -1,4 +1,4 @@
-"""The answering LLM of ``as2d ask`` (Gemma 3) in one onnxruntime session, with a KV cache.
+"""The answering LLM of ``as2d ask`` (Gemma 3, Llama family): one onnxruntime session, KV cache.
 
 Shaped like :mod:`as2d.runtime.whisper.model` so that one speculative scheduler serves both: a
 :class:`LLMState` owns a preallocated per-layer cache (``[capacity, kv_dim]`` float32 for keys
@@ -157,6 +157,21 @@ def load_tokenizer(path: Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
 
 
+def check_chat_template(template: str, where: object) -> None:
+    """Render a model's chat template once at load, in the bounded sandbox (a GGUF from
+    anywhere is untrusted), so that a broken or hostile one is refused before anything is
+    transcribed; raises ``ValueError`` with one line."""
+    from as2d.runtime.llm.template import TemplateError, render_chat_template
+
+    try:
+        out = render_chat_template(template, messages=[{"role": "user", "content": "\x00Q\x00"}],
+                                   add_generation_prompt=True, bos_token="", eos_token="")
+    except TemplateError as exc:
+        raise ValueError(f"{where}: its chat template cannot be rendered ({exc})") from None
+    if "\x00Q\x00" not in out:
+        raise ValueError(f"{where}: its chat template does not show the user's message")
+
+
 ROW_CHECK_TEXT = "The quick brown fox jumps over the lazy dog. It was the best of times."
 
 
@@ -242,6 +257,10 @@ class CausalLM(LMBackend):
         self.end_of_turn = self.tokenizer.end_of_turn
         self.stop_ids: tuple[int, ...] = tuple(int(i) for i in manifest.get(
             "stop_ids", [self.eos]))
+        template = manifest.get("chat_template")
+        if isinstance(template, str) and template:
+            self.chat_template = template
+            check_chat_template(template, self.path)
         self.threads = threads
         # It runs alone (after the transcription), so its pool spins between operators: a
         # pass of the 270M model at a 400-token context, 25 -> 20 ms on two threads.
