@@ -352,6 +352,9 @@ class LongFormTranscriber:
             # decoded by the target alone, and the run says so.
             speculative = search is None
             if search is not None:
+                if not isinstance(model, WhisperModel):  # a Hugging Face ONNX export
+                    raise ValueError(f"{model.name}: beam search needs an as2d Whisper model "
+                                     "(a Hugging Face ONNX export decodes greedily only)")
                 model.beam_session()  # made (and its graph added) before the first window
                 exact = beams_exact(model)
                 speculative = exact and decoder.streams
