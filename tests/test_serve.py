@@ -386,6 +386,11 @@ def _pcm16(path: Path, rate: int) -> bytes:
     return (np.clip(y, -1, 1) * 32767).astype("<i2").tobytes()
 
 
+async def _recv(ws, timeout: float = 120):
+    """The next message; a server that never answers fails the test instead of hanging it."""
+    return await asyncio.wait_for(ws.recv(), timeout)
+
+
 def _ws_url(server: Server, query: str = "intent=transcription") -> str:
     return f"ws://127.0.0.1:{server.port}/v1/realtime?{query}"
 
@@ -396,11 +401,11 @@ async def _replay(server: Server, path: Path, rate: int = 24000, pace: float = 1
     headers = {"Authorization": f"Bearer {KEY}"}
     async with websockets.connect(_ws_url(server), additional_headers=headers,
                                   max_size=None) as ws:
-        events = [json.loads(await ws.recv())]
+        events = [json.loads(await _recv(ws))]
         await ws.send(json.dumps({"type": "session.update", "session": {
             "type": "transcription",
             "audio": {"input": {"format": {"type": "audio/pcm", "rate": rate}}}}}))
-        events.append(json.loads(await ws.recv()))
+        events.append(json.loads(await _recv(ws)))
         step = rate // 10 * 2  # 100 ms
         t0 = time.perf_counter()
 
@@ -448,7 +453,7 @@ def test_realtime_16khz_and_hostile_events(server):
     async def run():
         headers = {"Authorization": f"Bearer {KEY}"}
         async with websockets.connect(_ws_url(server), additional_headers=headers) as ws:
-            assert json.loads(await ws.recv())["type"] == "session.created"
+            assert json.loads(await _recv(ws))["type"] == "session.created"
             bad = [
                 ("not json", "invalid_json"),
                 (json.dumps([1, 2]), "invalid_event"),
@@ -456,8 +461,8 @@ def test_realtime_16khz_and_hostile_events(server):
                 (json.dumps({"type": "input_audio_buffer.append"}), "missing_audio"),
                 (json.dumps({"type": "input_audio_buffer.append", "audio": "@@not base64@@"}),
                  "invalid_base64"),
-                (json.dumps({"type": "input_audio_buffer.append", "audio": "AAA="}),
-                 "invalid_audio"),
+                (json.dumps({"type": "input_audio_buffer.append", "audio": "AAAA"}),
+                 "invalid_audio"),  # 3 bytes: not whole PCM16 samples
                 (json.dumps({"type": "session.update", "session": "x"}), "invalid_session"),
                 (json.dumps({"type": "session.update", "session": {
                     "audio": {"input": {"format": {"type": "audio/pcm", "rate": 44100}}}}}),
@@ -470,13 +475,13 @@ def test_realtime_16khz_and_hostile_events(server):
             ]
             for message, code in bad:
                 await ws.send(message)
-                event = json.loads(await ws.recv())
+                event = json.loads(await _recv(ws))
                 assert event["type"] == "error" and event["error"]["code"] == code, event
             # Still usable: a 16-kHz session transcribes.
             await ws.send(json.dumps({"type": "session.update", "session": {
                 "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
                                     "transcription": {"language": "en"}}}}}))
-            assert json.loads(await ws.recv())["type"] == "session.updated"
+            assert json.loads(await _recv(ws))["type"] == "session.updated"
             pcm = _pcm16(SHORT, 16000)
             for i in range(0, len(pcm), 32000):
                 await ws.send(pcm[i:i + 32000])  # raw PCM16 binary frames
@@ -488,26 +493,26 @@ def test_realtime_16khz_and_hostile_events(server):
                     texts.append(e["transcript"])
             assert "Dashwood" in " ".join(texts)
 
-    asyncio.run(run())
+    asyncio.run(asyncio.wait_for(run(), 300))
 
 
 def test_realtime_refuses_a_wrong_key_and_intent(server):
     async def run():
-        async with websockets.connect(_ws_url(server), additional_headers={
-                "Authorization": "Bearer wrong"}) as ws:
-            with pytest.raises(websockets.ConnectionClosed):
-                await ws.recv()
-            assert ws.close_code == 1008
+        with pytest.raises(websockets.InvalidStatus) as refused:
+            await websockets.connect(_ws_url(server), additional_headers={
+                "Authorization": "Bearer wrong"})
+        assert refused.value.response.status_code == 401
+        assert json.loads(refused.value.response.body)["error"]["code"] == "invalid_api_key"
         # The browser's way: the key as a subprotocol.
         async with websockets.connect(_ws_url(server), subprotocols=[
                 "realtime", f"openai-insecure-api-key.{KEY}"]) as ws:
-            assert json.loads(await ws.recv())["type"] == "session.created"
+            assert json.loads(await _recv(ws))["type"] == "session.created"
         async with websockets.connect(_ws_url(server, "intent=conversation"),
                                       additional_headers={"Authorization": f"Bearer {KEY}"}
                                       ) as ws:
-            assert json.loads(await ws.recv())["error"]["code"] == "unsupported_intent"
+            assert json.loads(await _recv(ws))["error"]["code"] == "unsupported_intent"
 
-    asyncio.run(run())
+    asyncio.run(asyncio.wait_for(run(), 300))
 
 
 # -- many clients --------------------------------------------------------------------------------
@@ -518,7 +523,7 @@ def test_full_queue_is_429_and_a_second_live_session_is_refused(server):
     async def run():
         headers = {"Authorization": f"Bearer {KEY}"}
         async with websockets.connect(_ws_url(server), additional_headers=headers) as ws:
-            await ws.recv()
+            await _recv(ws)
             await ws.send(json.dumps({"type": "input_audio_buffer.append",
                                       "audio": base64.b64encode(b"\0\0" * 2400).decode()}))
             loop = asyncio.get_running_loop()
@@ -537,17 +542,17 @@ def test_full_queue_is_429_and_a_second_live_session_is_refused(server):
             assert code == 429 and int(hdrs["retry-after"]) >= 1, raw
             assert json.loads(raw)["error"]["type"] == "rate_limit_error"
             async with websockets.connect(_ws_url(server), additional_headers=headers) as ws2:
-                await ws2.recv()
+                await _recv(ws2)
                 await ws2.send(json.dumps({"type": "input_audio_buffer.append",
                                            "audio": base64.b64encode(b"\0\0" * 2400).decode()}))
-                assert json.loads(await ws2.recv())["error"]["code"] == "session_busy"
+                assert json.loads(await _recv(ws2))["error"]["code"] == "session_busy"
             await ws.send(json.dumps({"type": "input_audio_buffer.end"}))
             async for _ in ws:
                 pass
             code, _, raw = await waiting
             assert code == 200 and "Dashwood" in json.loads(raw)["text"]
 
-    asyncio.run(run())
+    asyncio.run(asyncio.wait_for(run(), 300))
 
 
 def test_concurrent_clients_all_get_their_text(server, reference):
@@ -729,6 +734,28 @@ def test_the_page_records_the_fake_microphone_in_chromium(server, tmp_path):
     while server.health()["busy"]:
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_push_source_resamples_bounds_and_ends():
+    from as2d.runtime.live.audio_input import PushSource
+
+    src = PushSource(24000, queue_seconds=1.0)
+    tone = (np.sin(np.arange(2400) / 5) * 8000).astype(np.int16)  # 0.1 s at 24 kHz
+    assert all(src.push(tone) for _ in range(10))  # 1 s: the bound
+    assert not src.push(tone) and src.dropped_seconds == pytest.approx(0.1)
+    assert src.queued_seconds == pytest.approx(1.0)
+    src.end()
+    assert not src.push(tone)
+    got = []
+    with pytest.raises(EOFError):
+        while True:
+            chunk = src.read(1.0)
+            got.append(chunk.samples)
+    samples = np.concatenate(got)
+    assert samples.dtype == np.float32 and np.abs(samples).max() <= 0.3
+    assert 15000 <= len(samples) <= 16000  # 1 s at 16 kHz, less the resampler's delay
+    with pytest.raises(EOFError):
+        src.read(0.1)
 
 
 # -- the command line --------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from as2d.server.api_errors import APIError, error_body
 from as2d.server.backend import Backend
-from as2d.server.errors import APIError, error_body
 
 STATIC = Path(__file__).resolve().parent / "static"
 log = logging.getLogger("as2d.serve")
@@ -137,7 +137,15 @@ def create_app(backend: Backend) -> FastAPI:
     @app.websocket("/v1/realtime")
     async def realtime(ws: WebSocket) -> None:
         if not key_ok(settings.api_key, _ws_key(ws)):
-            await ws.close(1008, "a valid API key is required")
+            # Refused at the handshake, with the same 401 body as HTTP (or a policy close
+            # where the server cannot send an HTTP answer to a WebSocket request).
+            denial = JSONResponse(error_body(401, "a valid API key is required "
+                                                  "(Authorization: Bearer KEY)",
+                                             code="invalid_api_key"), status_code=401)
+            try:
+                await ws.send_denial_response(denial)
+            except RuntimeError:
+                await ws.close(1008, "a valid API key is required")
             return
         await serve_realtime(ws, backend)
 
@@ -176,6 +184,8 @@ def run(backend: Backend, sock, log_level: str = "info") -> int:
             # A clean stop exits 0: uvicorn would raise the signal again once stopped.
             getattr(self, "_captured_signals", []).clear()
 
+    # python-multipart logs each malformed body it meets; the client gets the 400 already.
+    logging.getLogger("python_multipart").setLevel(logging.CRITICAL)
     app = create_app(backend)
     config = uvicorn.Config(app, log_level=log_level, access_log=True,
                             lifespan="on", timeout_graceful_shutdown=300,

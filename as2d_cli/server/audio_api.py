@@ -21,8 +21,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from as2d import writers
+from as2d.server.api_errors import APIError
 from as2d.server.backend import Backend, ClientGone
-from as2d.server.errors import APIError
 from as2d.server.forms import AudioRequest, parse_ask_request, parse_audio_request
 from as2d.server.uploads import Upload, read_multipart
 
@@ -160,7 +160,11 @@ def make_router(backend: Backend) -> APIRouter:
         from as2d.runtime.transcribe.longform import TranscriptionInfo
 
         slot = backend.slot
-        await slot.acquire()
+        try:
+            await slot.acquire()
+        except BaseException:
+            audio.close()
+            raise
         upload._streaming = True
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()

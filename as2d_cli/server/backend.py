@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from as2d.server.errors import APIError
+from as2d.server.api_errors import APIError
 
 
 @dataclass

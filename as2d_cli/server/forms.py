@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from as2d.server.errors import APIError
+from as2d.server.api_errors import APIError
 from as2d.server.uploads import Upload
 
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")

@@ -34,8 +34,8 @@ import secrets
 import numpy as np
 from fastapi import WebSocket, WebSocketDisconnect
 
+from as2d.server.api_errors import APIError
 from as2d.server.backend import Backend
-from as2d.server.errors import APIError
 
 RATES = (24000, 16000)
 MAX_APPEND_BYTES = 15 * 1024 * 1024  # OpenAI's limit for one append

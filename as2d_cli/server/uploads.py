@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from as2d.server.errors import APIError
+from as2d.server.api_errors import APIError
 
 MAX_FIELD_BYTES = 64 * 1024  # a prompt or a question: a few KB at most
 MAX_FIELDS = 64

@@ -336,6 +336,10 @@ class PushSource(AudioSource):
         self.rate = int(rate)
         self._block_seconds = block_seconds  # a typical block (for queued_seconds)
         self._q: queue.Queue = queue.Queue(maxsize=max(8, int(queue_seconds / block_seconds)))
+        # Audio waiting to be read, in samples at ``rate``: bounded whatever the block sizes.
+        self._most = int(queue_seconds * self.rate)
+        self._queued = 0
+        self._lock = threading.Lock()
         self._dropped = 0  # samples lost to a full queue
         self._ended = threading.Event()
         self._resampler = None
@@ -359,12 +363,17 @@ class PushSource(AudioSource):
         x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
         if not len(x):
             return True
-        try:
-            self._q.put_nowait(Chunk(x, time.perf_counter()))
-            return True
-        except queue.Full:
-            self._dropped += len(x)
-            return False
+        with self._lock:
+            if self._queued + len(x) > self._most:
+                self._dropped += len(x)
+                return False
+            try:
+                self._q.put_nowait(Chunk(x, time.perf_counter()))
+            except queue.Full:
+                self._dropped += len(x)
+                return False
+            self._queued += len(x)
+        return True
 
     def end(self) -> None:
         """No more audio: what was pushed is read, then EOFError."""
@@ -389,6 +398,8 @@ class PushSource(AudioSource):
         if item is _END:
             self._q.put(_END)  # stay ended for later reads
             raise EOFError
+        with self._lock:
+            self._queued -= len(item.samples)
         if self._resampler is not None:
             x = self._resampler.resample_chunk(item.samples)
             item = Chunk(np.asarray(x, dtype=np.float32), item.wall)
@@ -400,6 +411,10 @@ class PushSource(AudioSource):
     @property
     def ended(self) -> bool:
         return self._ended.is_set()
+
+    @property
+    def queued_seconds(self) -> float:
+        return max(0, self._queued) / self.rate
 
     @property
     def dropped_seconds(self) -> float:

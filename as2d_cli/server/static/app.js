@@ -136,7 +136,9 @@ async function startRecording() {
   if (state.key) protocols.push("openai-insecure-api-key." + state.key);
   const ws = new WebSocket(`${proto}//${location.host}/v1/realtime?intent=transcription&hypotheses=1`, protocols);
   state.ws = ws;
+  let opened = false;
   ws.onopen = () => {
+    opened = true;
     ws.send(JSON.stringify({ type: "session.update", session: { type: "transcription",
       audio: { input: { format: { type: "audio/pcm", rate: state.ctx.sampleRate } } } } }));
     tap.port.onmessage = (m) => {
@@ -149,7 +151,7 @@ async function startRecording() {
   };
   ws.onmessage = (m) => onEvent(JSON.parse(m.data));
   ws.onclose = (c) => {
-    if (c.code === 1008) needKey();
+    if (c.code === 1008 || (c.code === 1006 && !opened)) needKey();  // refused: a key is needed
     if (state.ws === ws) stopRecording(false);
     $("live-state").textContent = c.code === 1000 || c.code === 1005 ? "idle" : `closed (${c.code} ${c.reason || ""})`;
   };
