@@ -208,8 +208,8 @@ def main() -> int:
             if not args.quiet:
                 mark = "ok " if ok else "BAD"
                 speed = "  ".join(f"{m} {row[f'{m}_tok_s']} tok/s" for m in modes)
-                how = {"generated": " ", "located": "L", "transcript": "T", "extracted": "E",
-                       "counted": "C"}[ref.method]
+                how = {"generated": " ", "located": "L", "transcript": "T", "not said": "N",
+                       "extracted": "E", "counted": "C"}[ref.method]
                 print(f"{style:12s} {q.id:11s} {q.split:4s} {mark}{how} {ref.text[:60]!r:62s} "
                       f"{speed}",
                       file=sys.stderr)

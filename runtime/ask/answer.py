@@ -28,7 +28,8 @@ from as2d.runtime.ask.answer_sources import SOURCES, lookup_source, source_texts
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.extract import Candidate, candidates, count_answer
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
-from as2d.runtime.ask.passages import evidence, grounded, rank_spans
+from as2d.runtime.ask.kinds import NOT_SAID, names_in, qualifies, question_kind
+from as2d.runtime.ask.passages import evidence, rank_spans
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, asks_about_time
 from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.ask.tree import TreeSource
@@ -59,8 +60,10 @@ class AskOptions:
     # A question about the recording's clock ("when does the speaker say ...") is answered
     # with the time of the span that says it (found by shared and quoted words), not generated.
     locate: bool = True
-    # A generated answer whose content words are not in the transcript (or the question) is
-    # replaced by the transcript line most related to the question.
+    # Answers are held to the question's kind (who → a person, how many → a count, when → a
+    # time, ...), must add to the question's words, and every content word must be said in
+    # the transcript (:mod:`as2d.runtime.ask.kinds`); when none qualifies the answer is "The
+    # recording does not say."
     check: bool = True
     # Candidate answers taken from the transcript are scored by the model under the same
     # prompt (:mod:`as2d.runtime.ask.extract`); see :meth:`Answerer.choose` for which answer
@@ -96,8 +99,8 @@ class Answer:
     prompt: PromptPlan = field(repr=False, default=None)
     # How the answer was found: "extracted" (the best-scored transcript span), "counted"
     # (how many times a phrase occurs), "located" (a recording time, from the span that says
-    # the words), "transcript" (no span qualified and the generated answer was not held to the
-    # transcript: the most related line instead) or "generated" (the model's own answer)
+    # the words), "not said" (no span qualified and the generated answer was not of the kind
+    # asked or not said in the transcript) or "generated" (the model's own answer)
     method: str = "generated"
     generated: str | None = None  # the model's own answer when it was replaced
     candidates: list[Candidate] = field(default_factory=list)  # scored, best first
@@ -250,14 +253,21 @@ class Answerer:
         text = self.answer_text(result.tokens, plan)
         scored.sort(key=rank)
         method, generated, used = "generated", None, evidence(text, plan.spans)
-        pick = self.choose(text, spans, question, scored)
+        if o.check:
+            # Only answers of the kind asked, adding to the question, every word said.
+            kind, names = question_kind(question), names_in(spans)
+            fitting = [c for c in scored if qualifies(c.text, question, spans, names, kind)]
+        else:
+            fitting = scored
+        pick = self.choose(text, spans, question, fitting)
         if pick is not None:
             method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
-        elif o.check and plan.focus and not grounded(text, spans, question):
-            # Words the speaker never said (a number, a name): the line itself is the answer.
-            method, generated, used = "transcript", text, plan.focus[:1]
-            text = plan.focus[0].text.strip()
+        elif o.check and not qualifies(text, question, spans, names, kind):
+            # Not of the kind asked, a restatement, or words the speaker never said: no
+            # answer rather than a guess.
+            method, generated, used = "not said", text, []
+            text = NOT_SAID
         elif not used and plan.focus:
             used = plan.focus[:1]
         tokens, stopped = ([], "extracted") if skipped else (result.tokens, result.stopped)
