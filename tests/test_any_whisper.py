@@ -544,3 +544,50 @@ def test_drafters_of_other_vocabularies_draft_losslessly_for_a_51866_token_targe
         assert _decode(target, AS2D(target, drafter), audio) == alone
         accepted = sum(e.accepted for e in events if isinstance(e, Verified))
         assert accepted >= words, (accepted, words)
+
+
+# -- full size: the 2 GB path and the memory bound -------------------------------------------
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("AS2D_TEST_FULL_SIZE"),
+                    reason="a full-size large-v3 (3 GB folder, 6 GB bundle, ~4 min): set "
+                           "AS2D_TEST_FULL_SIZE=1")
+def test_a_full_size_large_v3_converts_past_2_gb_in_bounded_memory(tmp_path):
+    """large-v3 at its true width (1.55B parameters, model.bin 3.1 GB in float16) converted to
+    fp32 graphs in a process of its own: the encoder's weights (3.0 GB) are past protobuf's
+    2 GB limit and sit beside the graph, and the conversion's peak RSS stays under a third of
+    the folder's size (it reads and writes one tensor at a time)."""
+    import onnx
+
+    script = f"""
+import json, sys, torch, transformers, ctranslate2
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+import test_any_whisper as t
+tok = t._tokenizer_json(51866)
+sp = {{a["content"]: a["id"] for a in tok["added_tokens"]}}
+cfg = transformers.WhisperConfig(vocab_size=51866, num_mel_bins=128, encoder_layers=32,
+    decoder_layers=32, encoder_attention_heads=20, decoder_attention_heads=20, d_model=1280,
+    encoder_ffn_dim=5120, decoder_ffn_dim=5120, pad_token_id=50257, bos_token_id=50257,
+    eos_token_id=50257, decoder_start_token_id=sp["<|startoftranscript|>"])
+torch.set_default_dtype(torch.float16)
+transformers.WhisperForConditionalGeneration(cfg).save_pretrained("{tmp_path}/hf")
+open("{tmp_path}/hf/tokenizer.json", "w").write(json.dumps(tok))
+transformers.WhisperFeatureExtractor(feature_size=128).save_pretrained("{tmp_path}/hf")
+ctranslate2.converters.TransformersConverter("{tmp_path}/hf", copy_files=["tokenizer.json",
+    "preprocessor_config.json"], load_as_float16=True).convert("{tmp_path}/ct2",
+    quantization="float16")
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=1800)
+    shutil.rmtree(tmp_path / "hf")
+    folder = tmp_path / "ct2"
+    convert = ("import resource, sys\n"
+               "from as2d.models.install import install_user_folder\n"
+               "install_user_folder(sys.argv[1], 'fp32', sys.argv[2])\n"
+               "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    done = subprocess.run([sys.executable, "-c", convert, str(folder), str(tmp_path / "models")],
+                          check=True, timeout=1800, capture_output=True, text=True)
+    peak = int(done.stdout.split()[-1]) * 1024  # kB on Linux
+    (bundle,) = (tmp_path / "models").glob("ct2-*-fp32")
+    assert (bundle / "encoder.onnx.data").stat().st_size > 2 << 30
+    graph = onnx.load(str(bundle / "encoder.onnx"), load_external_data=False)
+    assert graph.graph.input[0].type.tensor_type.shape.dim[1].dim_value == 128
+    assert peak < (folder / "model.bin").stat().st_size / 3, peak
