@@ -172,6 +172,7 @@ def test_every_format_is_what_transcribe_writes(server, reference, fmt):
         assert got.words is None
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the SDK marks translations so
 def test_words_and_translation(server, reference):
     ref = json.loads(reference[(SHORT, ("--word-timestamps",))]["json"])
     client = server.client()
