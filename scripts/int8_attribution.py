@@ -1,0 +1,223 @@
+#!/usr/bin/env python
+"""Where does as2d's int8 Whisper lose accuracy against fp32: encoder or decoder, which layers?
+
+Analysis only (issue 27, point 2): nothing here changes a bundle. From the same Whisper base
+weights (the CTranslate2 folder of the ``models`` extra) it builds decoder variants in which
+some int8 linears are left in fp32 (``--variants``), or whose int8 output projection has its
+top-k logits recomputed from an fp16 copy of the embedding (``refine``), and compares them with
+the fp32 decoder on the fp32 encoder's output:
+
+- teacher forcing: every window of every real clip is decoded greedily by fp32 encoder + fp32
+  decoder (no timestamps); each variant is fed those tokens; reported are the positions whose
+  argmax differs, the mean KL divergence from fp32 (nats per token), the mean log-probability
+  of the tokens, and whether the variant's graph is row-exact (:func:`as2d.runtime.rows.probe`,
+  the rule that keeps AS²D lossless);
+- long form (``--long-form``): the CLI's target-only transcription of every clip with each
+  encoder (onnxruntime int8 and fp32, OpenVINO bf16) × decoder (as2d int8, refine, fp32), and
+  the words that differ from fp32 encoder + fp32 decoder.
+
+    python scripts/int8_attribution.py                  # base, the default variants
+    python scripts/int8_attribution.py --long-form      # and the transcripts
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+# name → (linears left in fp32 by name fragment, top-k refined from an fp16 table)
+VARIANTS = {
+    "int8 (as2d)": ((), 0),
+    "fp32 output projection": (("decoder.projection",), 0),
+    "fp32 self-attention": ((".qkv", ".out"), 0),
+    "fp32 cross-attention": ((".cross_q", ".cross_out"), 0),
+    "fp32 feed-forward": ((".fc1", ".fc2"), 0),
+    "int8 + top-8 fp16 refine": ((), 8),
+}
+
+
+def build_variant(weights, fp32: tuple[str, ...], refine: int, dest: Path) -> Path:
+    """as2d's int8 decoder with the linears named by ``fp32`` in fp32, and (``refine`` > 0)
+    the top ``refine`` logits of each row recomputed as ``x · e_v`` from an fp16 copy of the
+    embedding: per row, so the graph stays row-exact."""
+    from onnx import TensorProto
+
+    from as2d.models import graph as graph_mod
+    from as2d.models.graph import save_model
+    from as2d.models.whisper_onnx import build_decoder
+
+    original = graph_mod.Graph.linear
+
+    def linear(self, x, weight, bias, prefix, quant="fp32"):
+        if any(f in prefix for f in fp32):
+            quant = "fp32"
+        y = original(self, x, weight, bias, prefix, quant)
+        if prefix == "decoder.projection" and refine:
+            table = self.weight("decoder.embedding_f16", np.asarray(weight, np.float16))
+            _, idx = self.op("TopK", y, self.const([refine]), axis=-1, n_out=2)
+            rows = self.op("Cast", self.op("Gather", table, idx, axis=0), to=TensorProto.FLOAT)
+            exact = self.op("MatMul", self.op("Unsqueeze", x, self.const([1])),
+                            self.op("Transpose", rows, perm=[0, 2, 1]))  # [T, 1, k]
+            y = self.op("ScatterElements", y, idx,
+                        self.op("Squeeze", exact, self.const([1])), axis=1)
+        return y
+
+    graph_mod.Graph.linear = linear
+    try:
+        graph, _ = build_decoder(weights, "int8", exact_rows=True)
+    finally:
+        graph_mod.Graph.linear = original
+    save_model(graph, dest)
+    return dest
+
+
+def use_decoder(model, session) -> None:
+    model.decoder = session
+    model._decoders = {model.threads: session}
+    model._outputs = [o.name for o in session.get_outputs()]
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64) - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--long-form", action="store_true", help="also compare transcripts")
+    args = ap.parse_args()
+
+    from bench_e2e import ct2_base_folder
+    from conftest import real_clips
+    from wer import reference_clips
+
+    from as2d.models.bundle import models_dir
+    from as2d.models.ct2 import load_ct2
+    from as2d.models.install import ensure_encoder_fp32, install
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.rows import probe
+    from as2d.runtime.sessions import make_session
+    from as2d.runtime.whisper.encoders import OpenVINOEncoder, OrtEncoder, openvino_available
+    from as2d.runtime.whisper.features import LogMel
+    from as2d.runtime.whisper.model import AudioContext, WhisperModel
+
+    t = args.threads
+    b8, b32 = install("base", "int8", models_dir()).path, install("base", "fp32", models_dir()).path
+    work = Path(tempfile.mkdtemp(prefix="as2d-int8-"))
+    weights = load_ct2(ct2_base_folder(work / "ct2") / "model.bin")
+    sessions = {name: make_session(build_variant(weights, fp32, k, work / f"v{i}.onnx"), t)
+                for i, (name, (fp32, k)) in enumerate(VARIANTS.items())}
+    m8 = WhisperModel(b8, threads=t, encoder="onnxruntime")
+    m32 = WhisperModel(b32, threads=t, encoder="onnxruntime")
+    own = m8.decoder
+    enc = {"onnxruntime int8": OrtEncoder(b8 / "encoder.onnx", t, precision="int8"),
+           "onnxruntime fp32": OrtEncoder(ensure_encoder_fp32(b8), t, precision="fp32")}
+    if openvino_available():
+        enc["openvino bf16"] = OpenVINOEncoder(ensure_encoder_fp32(b8), t, "bf16")
+    tok = m8.tokenizer
+    paths = {c.path.name: c.path for c in reference_clips(work)}
+    for c in real_clips():
+        paths.setdefault(c.name, c.path)
+    paths.setdefault("sense_and_sensibility.wav", ROOT / "samples" / "sense_and_sensibility.wav")
+
+    prompt = tok.sot_sequence("en") + [tok.no_timestamps]
+    rows = {name: [0, 0, 0.0, 0.0] for name in [*VARIANTS, "int8 encoder, int8 decoder",
+                                                  "int8 encoder, fp32 decoder"]}
+    for path in paths.values():
+        mel_all = LogMel(load_audio(path))
+        for start in range(0, max(1, mel_all.n_frames), 3000):
+            mel = mel_all.window(start)
+            c32 = AudioContext(enc["onnxruntime fp32"].run(mel), mel.shape[-1])
+            c8 = AudioContext(enc["onnxruntime int8"].run(mel), mel.shape[-1])
+            state = m32.decoder_state(c32)
+            logits, ref = state.forward(prompt), []
+            while len(ref) < 200 and (nxt := int(np.argmax(logits[-1][:tok.eot + 1]))) != tok.eot:
+                ref.append(nxt)
+                logits = state.forward([nxt])
+            m32.release(state)
+            if not ref:
+                continue
+            seq, cut = prompt + ref, slice(len(prompt) - 1, len(prompt) + len(ref) - 1)
+
+            def scores(model, ctx, seq=seq, cut=cut):
+                st = model.decoder_state(ctx)
+                out = log_softmax(st.forward(seq)[cut][:, :tok.eot + 1])
+                model.release(st)
+                return out
+
+            gold = scores(m32, c32)
+            got = {}
+            for name, session in sessions.items():
+                use_decoder(m8, session)
+                got[name] = scores(m8, c32)
+            use_decoder(m8, own)
+            got["int8 encoder, int8 decoder"] = scores(m8, c8)
+            got["int8 encoder, fp32 decoder"] = scores(m32, c8)
+            for name, lp in got.items():
+                r = rows[name]
+                r[0] += len(ref)
+                r[1] += int((lp.argmax(-1) != gold.argmax(-1)).sum())
+                r[2] += float((np.exp(gold) * (gold - lp)).sum())
+                r[3] += float(lp[np.arange(len(ref)), ref].sum())
+    print(f"teacher-forced on {len(paths)} clips (every window; fp32 encoder unless named), "
+          "against fp32 encoder + fp32 decoder:")
+    print(f"  {'decoder':28} {'tokens':>6} {'flips':>6} {'mean KL':>9} {'mean logp':>10} "
+          f"{'row-exact':>10}")
+    for name, (n, flips, kl, lp) in rows.items():
+        exact = ""
+        if name in sessions:
+            use_decoder(m8, sessions[name])
+            exact = str(probe(m8)["exact"])
+            use_decoder(m8, own)
+        print(f"  {name:28} {n:6d} {flips:6d} {kl / n:9.5f} {lp / n:10.4f} {exact:>10}")
+
+    if not args.long_form:
+        return
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.strategy import TargetOnly
+
+    norm, opts = EnglishTextNormalizer(), TranscribeOptions(language="en")
+
+    def transcribe(model) -> dict[str, list[str]]:
+        run = LongFormTranscriber(model, TargetOnly(model))
+        return {n: norm("".join(s.text for s in run.transcribe(load_audio(p), opts))).split()
+                for n, p in paths.items()}
+
+    m32.encoder = enc["onnxruntime fp32"]
+    gold = transcribe(m32)
+    print("\nlong form (target-only greedy, the CLI's options): words differing from fp32 "
+          "encoder + fp32 decoder")
+    for e, encoder in enc.items():
+        for d, (model, session) in {"as2d int8": (m8, own),
+                                    "int8 + refine": (m8, sessions["int8 + top-8 fp16 refine"]),
+                                    "fp32": (m32, None)}.items():
+            model.encoder = encoder
+            if session is not None:
+                use_decoder(model, session)
+            t0 = time.perf_counter()
+            texts = transcribe(model)
+            diffs = {n: [(" ".join(gold[n][a:b]), " ".join(texts[n][c:dd]))
+                         for op, a, b, c, dd in
+                         difflib.SequenceMatcher(None, gold[n], texts[n]).get_opcodes()
+                         if op != "equal"] for n in paths}
+            diffs = {n: x for n, x in diffs.items() if x}
+            print(f"  {e:17} + {d:14} {len(diffs)} clips differ {diffs or ''} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        use_decoder(m8, own)
+
+
+if __name__ == "__main__":
+    main()
