@@ -19,7 +19,7 @@ import shutil
 import pytest
 
 from as2d.runtime.whisper import encoder_choice, encoders
-from as2d.runtime.whisper.encoder_choice import Candidate, Choice, measure
+from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice, measure
 
 needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
                                     reason="openvino is not installed")
@@ -103,7 +103,7 @@ def test_measure_times_each_candidate_after_a_warm_up_and_drops_hopeless_ones(ti
     enc = OrtEncoder(tiny / "encoder.onnx", 1, precision="int8")
     other = OrtEncoder(tiny / "encoder_fp32.onnx", 1, precision="fp32")
     c.seconds["onnxruntime fp32"] = 0.90  # 3× the best warm-up: not timed again
-    cands = [Candidate("onnxruntime", "int8"), Candidate("onnxruntime", "fp32")]
+    cands = [EncoderCandidate("onnxruntime", "int8"), EncoderCandidate("onnxruntime", "fp32")]
     built = {"onnxruntime int8": enc, "onnxruntime fp32": other}
     seconds, skipped, got = measure(cands, lambda cand: built[cand.name],
                                     encoder_choice.window(80), runs=3,
@@ -298,9 +298,9 @@ def test_bench_reports_each_models_encoder(librivox, bundle, monkeypatch):
 
 
 def test_a_choice_describes_what_it_beat():
-    c = Choice("openvino bf16", "measured", {"openvino bf16": 0.1234, "onnxruntime int8": 0.5,
-                                             "openvino f32": 0.4})
+    c = EncoderChoice("openvino bf16", "measured",
+                      {"openvino bf16": 0.1234, "onnxruntime int8": 0.5, "openvino f32": 0.4})
     assert c.describe() == ("openvino bf16 (measured: 0.123 s per 30-s window; openvino f32 "
                             "0.400, onnxruntime int8 0.500)")
-    assert Choice("onnxruntime int8", "asked").describe() == "onnxruntime int8"
-    assert c.candidate == Candidate("openvino", "bf16")
+    assert EncoderChoice("onnxruntime int8", "asked").describe() == "onnxruntime int8"
+    assert c.candidate == EncoderCandidate("openvino", "bf16")

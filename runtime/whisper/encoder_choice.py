@@ -49,7 +49,7 @@ WINDOW_FRAMES = 3000  # one 30-s window of log-mel frames
 
 
 @dataclass(frozen=True)
-class Candidate:
+class EncoderCandidate:
     backend: str  # "onnxruntime" or "openvino"
     precision: str  # onnxruntime: the graph's (int8, fp32); OpenVINO: what it computes in
 
@@ -58,13 +58,13 @@ class Candidate:
         return f"{self.backend} {self.precision}"
 
     @classmethod
-    def parse(cls, name: str) -> Candidate:
+    def parse(cls, name: str) -> EncoderCandidate:
         backend, _, precision = name.partition(" ")
         return cls(backend, precision)
 
 
 @dataclass
-class Choice:
+class EncoderChoice:
     """A back end and how it was chosen: ``measured`` now, ``remembered`` from an earlier
     measurement, or ``asked`` (``--encoder``, ``$AS2D_ENCODER``, a precision override, or the
     only candidate there is)."""
@@ -76,8 +76,8 @@ class Choice:
     threads: int = 0
 
     @property
-    def candidate(self) -> Candidate:
-        return Candidate.parse(self.name)
+    def candidate(self) -> EncoderCandidate:
+        return EncoderCandidate.parse(self.name)
 
     def describe(self) -> str:
         """For ``--stats`` and ``as2d bench``: the back end, and what it beat."""
@@ -134,7 +134,7 @@ def machine() -> dict:
             "onnxruntime": ort.__version__, "openvino": _version("openvino")}
 
 
-def key(threads: int, candidates: Sequence[Candidate], graphs: dict[str, str]) -> dict:
+def key(threads: int, candidates: Sequence[EncoderCandidate], graphs: dict[str, str]) -> dict:
     """The full key of one measurement: this machine, the thread count, the candidates timed
     and the digests of the graphs they run."""
     return {"version": MEMO_VERSION, "machine": machine(), "threads": int(threads),
@@ -189,7 +189,7 @@ def _load() -> tuple[float, int] | None:
         return None
 
 
-def _write_memo(path: Path, k: dict, choice: Choice,
+def _write_memo(path: Path, k: dict, choice: EncoderChoice,
                 load: tuple[float, int] | None = None) -> bool:
     entries = read_memo(path)
     entries.pop(digest(k), None)
@@ -202,7 +202,7 @@ def _write_memo(path: Path, k: dict, choice: Choice,
     return write_replacing(path, lambda tmp: tmp.write_text(text))
 
 
-def remembered_here(bundle_dir: Path) -> list[Choice]:
+def remembered_here(bundle_dir: Path) -> list[EncoderChoice]:
     """The choices remembered for ``bundle_dir`` that hold on this machine with these libraries
     (``as2d models list`` shows them), fewest threads first."""
     path = memo_path(bundle_dir)
@@ -213,13 +213,15 @@ def remembered_here(bundle_dir: Path) -> list[Choice]:
             continue
         if entry["key"].get("machine") != here or not isinstance(entry.get("choice"), str):
             continue
-        out.append(Choice(entry["choice"], "remembered", dict(entry.get("seconds") or {}),
-                          dict(entry.get("skipped") or {}), int(entry.get("threads") or 0)))
+        out.append(EncoderChoice(entry["choice"], "remembered",
+                                 dict(entry.get("seconds") or {}),
+                                 dict(entry.get("skipped") or {}),
+                                 int(entry.get("threads") or 0)))
     return sorted(out, key=lambda c: c.threads)
 
 
 _lock = threading.Lock()  # one measurement at a time in this process
-_chosen: dict[tuple[str, str], Choice] = {}  # (memo location, key digest) → choice
+_chosen: dict[tuple[str, str], EncoderChoice] = {}  # (memo location, key digest) → choice
 
 
 def _lock_path(bundle_dir: Path, memo: Path | None) -> Path | None:
@@ -273,7 +275,7 @@ def _why(exc: BaseException) -> str:
     return (text[-1] if text else type(exc).__name__)[:200]
 
 
-def measure(candidates: Sequence[Candidate], build: Callable[[Candidate], object],
+def measure(candidates: Sequence[EncoderCandidate], build: Callable[[EncoderCandidate], object],
             mel: np.ndarray, runs: int | None = None, budget_s: float | None = None
             ) -> tuple[dict[str, float], dict[str, str], dict[str, object]]:
     """Time each candidate on ``mel``: build it and run it once (a warm-up: first runs
@@ -326,16 +328,16 @@ def measure(candidates: Sequence[Candidate], build: Callable[[Candidate], object
     return seconds, skipped, built
 
 
-def fastest(seconds: dict[str, float], order: Sequence[Candidate]) -> str | None:
+def fastest(seconds: dict[str, float], order: Sequence[EncoderCandidate]) -> str | None:
     """The fastest candidate measured; a tie goes to the earlier one in ``order``."""
     ranked = [c.name for c in order if c.name in seconds and math.isfinite(seconds[c.name])]
     return min(ranked, key=lambda n: seconds[n]) if ranked else None
 
 
-def choose(bundle_dir: Path, candidates: Sequence[Candidate], threads: int,
-           graphs: dict[str, str], build: Callable[[Candidate], object], n_mels: int,
+def choose(bundle_dir: Path, candidates: Sequence[EncoderCandidate], threads: int,
+           graphs: dict[str, str], build: Callable[[EncoderCandidate], object], n_mels: int,
            note: Callable[[str], None] | None = None, model_name: str = ""
-           ) -> tuple[Choice, object | None]:
+           ) -> tuple[EncoderChoice, object | None]:
     """The choice among ``candidates`` for this bundle, machine and thread count, and the
     winner's encoder when it was built while measuring (else None: build it).
 
@@ -371,8 +373,9 @@ def choose(bundle_dir: Path, candidates: Sequence[Candidate], threads: int,
             if best is None:
                 raise RuntimeError("no encoder back end runs here: " + "; ".join(
                     f"{n}: {why}" for n, why in skipped.items()))
-            choice = Choice(best, "measured", {n: round(s, 4) for n, s in seconds.items()},
-                            skipped, int(threads))
+            choice = EncoderChoice(best, "measured",
+                                   {n: round(s, 4) for n, s in seconds.items()}, skipped,
+                                   int(threads))
             if path is not None:
                 _write_memo(path, k, choice, load)
             _chosen[(where, d)] = choice
@@ -381,12 +384,13 @@ def choose(bundle_dir: Path, candidates: Sequence[Candidate], threads: int,
     return choice, winner
 
 
-def _remembered(path: Path | None, d: str, candidates: Sequence[Candidate]) -> Choice | None:
+def _remembered(path: Path | None, d: str,
+                candidates: Sequence[EncoderCandidate]) -> EncoderChoice | None:
     entry = read_memo(path).get(d)
     if not isinstance(entry, dict) or entry.get("choice") not in {c.name for c in candidates}:
         return None
-    return Choice(entry["choice"], "remembered", dict(entry.get("seconds") or {}),
-                  dict(entry.get("skipped") or {}), int(entry.get("threads") or 0))
+    return EncoderChoice(entry["choice"], "remembered", dict(entry.get("seconds") or {}),
+                         dict(entry.get("skipped") or {}), int(entry.get("threads") or 0))
 
 
 def forget_in_process() -> None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from as2d.runtime.quiet import no_openvino_telemetry
 from as2d.runtime.sessions import make_session
-from as2d.runtime.whisper.encoder_choice import Candidate, Choice, choose
+from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice, choose
 
 ENV_ENCODER = "AS2D_ENCODER"
 ENV_OV_PRECISION = "AS2D_OPENVINO_PRECISION"  # bf16, f32 or f16; default: measured
@@ -252,7 +252,7 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     bundle_dir = Path(bundle_dir)
     asked = requested_backend(encoder)
     precision = requested_precision()
-    ort_candidate = Candidate("onnxruntime", manifest.get("precision", "fp32"))
+    ort_candidate = EncoderCandidate("onnxruntime", manifest.get("precision", "fp32"))
     if asked == "onnxruntime":
         return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
     has_ov = openvino_available()
@@ -260,7 +260,7 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
         raise EncoderError("the openvino package is not installed (pip install openvino)")
     candidates = [ort_candidate] if asked == "auto" else []
     if has_ov:
-        candidates += [Candidate("openvino", p) for p in ([precision] if precision
+        candidates += [EncoderCandidate("openvino", p) for p in ([precision] if precision
                                                           else OV_PRECISIONS)]
     fp32 = _Fp32Graph(bundle_dir, manifest, fp32_path)
     if len(candidates) == 1:  # nothing to measure
@@ -271,7 +271,7 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     enc_file = manifest["files"]["encoder"]
     graphs = {enc_file: manifest.get("sha256", {}).get(enc_file, "")}
 
-    def build(c: Candidate):  # as measured: never spinning (the key holds no spin)
+    def build(c: EncoderCandidate):  # as measured: never spinning (the key holds no spin)
         return _build(c, bundle_dir, manifest, threads, False, fp32)
 
     try:
@@ -300,8 +300,8 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
         return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
 
 
-def _with_choice(enc, choice: Choice | str):
-    enc.choice = choice if isinstance(choice, Choice) else Choice(choice, "asked")
+def _with_choice(enc, choice: EncoderChoice | str):
+    enc.choice = choice if isinstance(choice, EncoderChoice) else EncoderChoice(choice, "asked")
     return enc
 
 
@@ -310,7 +310,7 @@ def _ort(bundle_dir: Path, manifest: dict, threads: int, spin: bool) -> OrtEncod
                       manifest.get("precision", "fp32"))
 
 
-def _build(c: Candidate, bundle_dir: Path, manifest: dict, threads: int, spin: bool,
+def _build(c: EncoderCandidate, bundle_dir: Path, manifest: dict, threads: int, spin: bool,
            fp32: _Fp32Graph):
     if c.backend == "onnxruntime":
         return _ort(bundle_dir, manifest, threads, spin)
