@@ -4,7 +4,7 @@
 The pieces:
 
 - :func:`discover` turns inputs (files, folders searched recursively, list files) into
-  :class:`Job` s, sorted longest first (the duration from the file's header where libsndfile
+  :class:`BatchJob` s, sorted longest first (the duration from the file's header where libsndfile
   can read one, else its size).
 - :class:`Manifest` is ``OUT/manifest.jsonl``: one row per file per run, appended and flushed
   as each file ends (identity: absolute path, size, mtime; status, duration, wall, worker,
@@ -48,7 +48,7 @@ class BatchError(Exception):
 
 # -- inputs -----------------------------------------------------------------------------------
 @dataclass
-class Job:
+class BatchJob:
     """One input file: its identity (absolute path, size, mtime), its expected length, and the
     output name (``stem``) it was given for the whole archive."""
 
@@ -102,19 +102,19 @@ def _expand(inputs: Iterable[str | Path]) -> list[Path]:
     return found
 
 
-def discover(inputs: Iterable[str | Path]) -> list[Job]:
+def discover(inputs: Iterable[str | Path]) -> list[BatchJob]:
     """The files to transcribe, once each, longest first, each with its own output stem.
 
     Stems are given in path order (``x``, then ``x-2`` for a second ``x.wav`` elsewhere), so
     the same archive always gets the same names, whichever files are already done.
     """
-    seen: dict[str, Job] = {}
+    seen: dict[str, BatchJob] = {}
     for p in _expand(inputs):
         absolute = os.path.abspath(p)
         if absolute in seen:
             continue
         st = p.stat()
-        seen[absolute] = Job(absolute, st.st_size, st.st_mtime_ns, _header_duration(p),
+        seen[absolute] = BatchJob(absolute, st.st_size, st.st_mtime_ns, _header_duration(p),
                              source=str(p))
     taken: set[str] = set()
     for job in sorted(seen.values(), key=lambda j: j.path):
@@ -149,7 +149,7 @@ class Manifest:
             out[(row.get("path"), row.get("size"), row.get("mtime_ns"))] = row
         return out
 
-    def is_done(self, job: Job) -> bool:
+    def is_done(self, job: BatchJob) -> bool:
         row = self.last().get(job.identity)
         return bool(row and row.get("status") == "done"
                     and all(Path(p).exists() for p in row.get("outputs", [])))
@@ -231,7 +231,7 @@ class Event:
 
     kind: str
     worker: str = ""
-    job: Job | None = None
+    job: BatchJob | None = None
     row: dict | None = None
     text: str = ""
 
@@ -276,7 +276,7 @@ def default_actors(threads: int) -> int:
     return max(1, cpus // max(1, threads))
 
 
-def run_batch(jobs: list[Job], spec: WorkerSpec, *, actors: int, retries: int = 2,
+def run_batch(jobs: list[BatchJob], spec: WorkerSpec, *, actors: int, retries: int = 2,
               on_event: Callable[[Event], None] = lambda e: None,
               handles: dict | None = None) -> BatchResult:
     """Transcribe ``jobs`` (those not done yet) on ``actors`` Ray actors; every outcome goes
@@ -287,7 +287,7 @@ def run_batch(jobs: list[Job], spec: WorkerSpec, *, actors: int, retries: int = 
 
     manifest = Manifest(Path(spec.output_dir))
     result = BatchResult(total=len(jobs))
-    queue: list[Job] = []
+    queue: list[BatchJob] = []
     for job in jobs:
         if manifest.is_done(job):
             result.skipped += 1
@@ -318,7 +318,7 @@ def run_batch(jobs: list[Job], spec: WorkerSpec, *, actors: int, retries: int = 
     stopping = False
     started = time.perf_counter()
 
-    def record(job: Job, row: dict, name: str) -> None:
+    def record(job: BatchJob, row: dict, name: str) -> None:
         full = {"path": job.path, "size": job.size, "mtime_ns": job.mtime_ns,
                 "stem": job.stem, "attempts": job.attempts, **row}
         full.pop("retry", None)
@@ -425,5 +425,5 @@ def _cause(exc: Exception) -> str:
     return (errors[-1] if errors else lines[0] if lines else type(exc).__name__)[:300]
 
 
-def as_dict(job: Job) -> dict:
+def as_dict(job: BatchJob) -> dict:
     return asdict(job)
