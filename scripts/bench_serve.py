@@ -72,6 +72,29 @@ def post(port: int, path: Path) -> tuple[float, str]:
     return seconds, text
 
 
+def ask(port: int, path: Path, question: str) -> float:
+    body, ctype = multipart(path, {"question": question})
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn.request("POST", "/v1/audio/ask", body=body, headers={"Content-Type": ctype})
+    r = conn.getresponse()
+    text = r.read().decode()
+    conn.close()
+    if r.status != 200:
+        raise SystemExit(f"bench_serve: /v1/audio/ask answered {r.status}: {text}")
+    return time.perf_counter() - t0
+
+
+def ask_process(path: Path, question: str, llm: str, extra: list[str]) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "as2d", "ask", str(path), question, "-q",
+                        "--no-live", "--llm", llm, *extra], capture_output=True, text=True,
+                       cwd=ROOT)
+    if p.returncode != 0:
+        raise SystemExit(f"bench_serve: as2d ask failed:\n{p.stderr}")
+    return time.perf_counter() - t0
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -105,6 +128,10 @@ def main() -> int:
                     help="files for the concurrent run (default: the LibriVox clips)")
     ap.add_argument("--models-dir", type=Path, default=None)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--llm", default=None,
+                    help="also load this answering model and time /v1/audio/ask against "
+                         "whole `as2d ask` processes")
+    ap.add_argument("--question", default="Who had leisure to consider?")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     args = ap.parse_args()
 
@@ -122,8 +149,9 @@ def main() -> int:
     port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     t_start = time.perf_counter()
+    llm = ["--llm", args.llm] if args.llm else []
     server = subprocess.Popen([sys.executable, "-m", "as2d", "serve", "--port", str(port),
-                               "-q", *extra], cwd=ROOT, env=env,
+                               "-q", *extra, *llm], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         while True:
@@ -179,6 +207,12 @@ def main() -> int:
             t.join()
         concurrent = time.perf_counter() - t0
         one_process, _ = transcribe_process(files, extra)
+        asked, ask_processes = [], []
+        if args.llm:
+            for i in range(max(1, args.rounds // 2)):
+                asked.append(ask(port, clip, args.question))
+                if i % 2 == 1 and len(ask_processes) < args.processes:
+                    ask_processes.append(ask_process(clip, args.question, args.llm, extra))
     finally:
         server.terminate()
         server.wait(60)
@@ -196,6 +230,9 @@ def main() -> int:
            "served_audio_per_second": round(audio / concurrent, 2),
            "one_process_audio_per_second": round(audio / one_process, 2),
            "rss_mb_before": round(rss0, 1), "rss_mb_after": round(rss1, 1)}
+    if asked:
+        doc.update(ask_p50=round(statistics.median(asked), 3), ask_p90=round(pct(asked, 0.9), 3),
+                   ask_process_p50=round(statistics.median(ask_processes), 3))
     print(f"clip {doc['clip_seconds']} s; server ready in {doc['server_ready_seconds']} s")
     print(f"warm server request   p50 {doc['request_p50']:.3f} s  p90 {doc['request_p90']:.3f}"
           f" s  ({doc['requests']} requests)")
@@ -206,6 +243,9 @@ def main() -> int:
           f"{doc['one_process_audio_per_second']} audio s/s")
     print(f"server memory {doc['rss_mb_before']} -> {doc['rss_mb_after']} MB over "
           f"{len(served)} requests")
+    if asked:
+        print(f"/v1/audio/ask         p50 {doc['ask_p50']:.3f} s  p90 {doc['ask_p90']:.3f} s; "
+              f"as2d ask process p50 {doc['ask_process_p50']:.3f} s")
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
