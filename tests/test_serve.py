@@ -90,8 +90,14 @@ def _start(models_root: Path, tmp: Path, *args: str) -> Server:
     while time.monotonic() < deadline:
         assert proc.poll() is None, server.stderr()
         try:
-            if server.health()["status"] == "ok":
+            status = server.health()["status"]
+            if status == "ok":
                 return server
+            if status == "loading":  # the API says so too, and when to come back
+                code, hdrs, raw = server.request("GET", "/v1/models")
+                if code != 200:
+                    assert code == 503 and hdrs["retry-after"], raw
+                    assert json.loads(raw)["error"]["code"] == "model_loading"
         except OSError:
             pass
         time.sleep(0.2)
