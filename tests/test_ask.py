@@ -604,7 +604,7 @@ def test_hf_chat_template_gives_the_instruct_prompt(tiny_hf):
     assert ans.builder.style == "instruct"
     plan = ans.prompt([Span(0.0, 2.0, "Fail better.")], "How?")
     assert plan.text.startswith("<|user|>\n") and plan.text.endswith("<|assistant|>\n")
-    assert "[0:00] Fail better." in plan.text and not plan.one_line
+    assert "Fail better." in plan.text and "[0:00]" not in plan.text and not plan.one_line
     a = ans.ask([Span(0.0, 2.0, "Fail better.")], "How?")
     assert a.tokens == greedy_reference(lm, plan.ids, 12, plan.stop_ids)
 

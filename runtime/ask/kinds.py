@@ -77,6 +77,36 @@ million millions pair couple both all half some
 """.split())
 
 
+# Words about the recording and the exchange itself ("The speaker says ...", "The answer is
+# ..."): an instruction model frames its answer with them; they are not claims about what was
+# said, so grounding and the restatement check look past them.
+_META = frozenset("""
+answer answers question questions recording recordings transcript transcripts segment
+segments speaker speakers reader narrator say says said saying speak speaks speaking spoke
+mention mentions mentioned mentioning talk talks talked talking tell tells told ask asks asked
+""".split())
+
+# Lead-ins that frame an answer: "The answer (to this question) is:", "Answer:", "Sure!".
+_FRAME = re.compile(r"^\s*(?:(?:sure|okay|ok|yes)[,.!]\s*)?(?:(?:the\s+)?answer(?:\s+to\s+"
+                    r"(?:the|this|your)\s+question)?\s*(?:is|would be)?\s*[:\-]?\s*)", re.I)
+
+
+def unframed(answer: str) -> str:
+    """The answer without a lead-in that only frames it ("The answer to this question is: 3
+    dollars." → "3 dollars."), quotes around the whole answer dropped."""
+    text = _FRAME.sub("", answer, count=1).strip()
+    if len(text) > 2 and text[0] in "\"'“" and text.rstrip(".")[-1:] in "\"'”":
+        text = text[1:].rstrip(".")[:-1].strip()
+    return text or answer.strip()
+
+
+def _claims(text: str) -> list[str]:
+    """The content words of ``text`` that say something about the content (not the framing
+    words of :data:`_META`, compared after the same light stemming)."""
+    meta = set(content_words(" ".join(_META)))
+    return [w for w in content_words(text) if w not in meta]
+
+
 def question_kind(question: str) -> str:
     """``who``, ``count``, ``duration``, ``time``, ``place``, ``what`` or ``other`` (why,
     how, yes/no): the kind of the question's first wh-phrase ("Who had leisure to consider how
@@ -140,9 +170,9 @@ def fits(kind: str, answer: str, names: set[str]) -> bool:
 def adds_to(answer: str, question: str) -> bool:
     """Whether the answer says something the question does not: a content word or a number of
     its own, or, with no content word at all, a short reply ("No.", "Then.")."""
-    mine = content_words(answer)
+    mine = _claims(answer)
     if not mine:
-        return True
+        return not content_words(answer)  # small words only ("No."); framing alone is none
     return bool(set(mine) - set(content_words(question)))
 
 
@@ -152,7 +182,7 @@ def said(answer: str, spans: Sequence[Span]) -> bool:
     have: set[str] = set()
     for s in spans:
         have.update(content_words(s.text))
-    return all(w in have for w in content_words(answer))
+    return all(w in have for w in _claims(answer))
 
 
 def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str] | None = None,

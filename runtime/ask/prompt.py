@@ -75,7 +75,7 @@ STYLES = {
                 "(and the line after it), as every example shows it too",
     "chat": "qa inside Gemma's <start_of_turn> markup",
     "instruct": "one instruction with the transcript and the question, in the model's chat "
-                "template (for instruction-tuned --llm models)",
+                "template (for instruction-tuned --llm models); times as in qa",
 }
 DEFAULT_STYLE = "qa"
 
@@ -151,7 +151,7 @@ class PromptBuilder:
         self.focused = style == "qa-focus"
 
     def timed(self, question: str) -> bool:
-        if self.style in ("qa-timed", "instruct"):
+        if self.style == "qa-timed":
             return True
         if self.style == "qa-plain":
             return False
@@ -208,10 +208,11 @@ class PromptBuilder:
 
     def _render_instruct(self, transcript: str, q: str) -> list[tuple[str, bool]]:
         marker_t, marker_q = "\x00TRANSCRIPT\x00", "\x00QUESTION\x00"
-        content = ("Here is the transcript of a recording, one line per segment, with the time "
-                   "each segment starts at [m:ss]:\n\n" + marker_t + "\n\nAnswer the question "
-                   "about the recording briefly, using only the transcript.\nQuestion: "
-                   + marker_q)
+        # Measured with SmolLM2-135M-Instruct on the dev split of the question set: 3/31
+        # with times on every line and the instruction before the question, 6/31 with this
+        # (times only for questions about the clock, as in qa; the instruction last).
+        content = ("Transcript of a recording:\n\n" + marker_t + "\n\nQuestion: " + marker_q
+                   + "\nAnswer the question in a few words, using only the transcript.")
         # The template comes from the model's folder: untrusted code, rendered in a bounded
         # sandbox (as2d.runtime.llm.template); it does not depend on the texts, so once.
         if self._frame is None:
