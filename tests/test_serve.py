@@ -779,6 +779,16 @@ def test_serve_refuses_bad_settings_in_one_line(tmp_path):
         error_line(cli("serve", "--port", str(s.getsockname()[1])), 1, "cannot listen")
 
 
+def test_a_model_that_cannot_load_ends_the_server_in_one_line(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "as2d", "serve", "--port", str(_free_port()),
+                        "--model", str(tmp_path / "no-such-model")], cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    lines = [line for line in p.stderr.splitlines() if line.startswith("as2d: error:")]
+    assert len(lines) == 1 and "no-such-model" in lines[0], p.stderr
+
+
 # -- last: SIGTERM with a request in flight -----------------------------------------------------
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(server, reference):
     want = json.loads(reference[(LONG, ())]["json"])["text"].strip()
