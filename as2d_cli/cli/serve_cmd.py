@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
 
 
 def validate(req: ServeRequest) -> None:
-    from as2d.server.app import is_loopback
+    from as2d.server.application import is_loopback
 
     if req.decoder not in ("as2d", "sd", "target"):
         raise UserError(f"--decoder must be as2d, sd or target, not {req.decoder!r}", 2)
@@ -123,7 +123,7 @@ def _check_installed() -> None:
 def run_serve(req: ServeRequest) -> int:
     _check_installed()
     validate(req)
-    from as2d.server.app import run
+    from as2d.server.application import run
     from as2d.server.backend import Backend, ServeSettings
 
     sock = listen(req.host, req.port)
