@@ -54,7 +54,11 @@ def convert_llm(entry: ModelEntry, precision: str, work: Path, source_dir: Path 
                 progress: Progress | None = None, capacity: int | None = None) -> dict:
     """Write the bundle files into ``work`` and return the manifest fields."""
     gguf_path, source = _gguf_source(entry, work, source_dir, progress)
-    return convert_gguf(gguf_path, entry.name, precision, work, source, progress, capacity)
+    manifest = convert_gguf(gguf_path, entry.name, precision, work, source, progress, capacity)
+    # The catalog's answering model is a base model answered with the few-shot prompt; a chat
+    # template its file may carry would switch it to the instruct style.
+    manifest["chat_template"] = None
+    return manifest
 
 
 def convert_gguf(gguf_path: Path, name: str, precision: str, work: Path, source: dict,
