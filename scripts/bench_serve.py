@@ -223,8 +223,9 @@ def main() -> int:
            "server_ready_seconds": round(ready, 2),
            "request_p50": round(statistics.median(served), 3),
            "request_p90": round(pct(served, 0.9), 3), "requests": len(served),
-           "process_p50": round(statistics.median(processes), 3),
-           "process_p90": round(pct(processes, 0.9), 3), "processes": len(processes),
+           "process_p50": round(statistics.median(processes), 3) if processes else None,
+           "process_p90": round(pct(processes, 0.9), 3) if processes else None,
+           "processes": len(processes),
            "folder_files": len(files), "folder_audio_seconds": round(audio, 1),
            "clients": args.clients,
            "served_audio_per_second": round(audio / concurrent, 2),
@@ -236,8 +237,9 @@ def main() -> int:
     print(f"clip {doc['clip_seconds']} s; server ready in {doc['server_ready_seconds']} s")
     print(f"warm server request   p50 {doc['request_p50']:.3f} s  p90 {doc['request_p90']:.3f}"
           f" s  ({doc['requests']} requests)")
-    print(f"as2d transcribe proc  p50 {doc['process_p50']:.3f} s  p90 {doc['process_p90']:.3f}"
-          f" s  ({doc['processes']} runs, interleaved)")
+    if processes:
+        print(f"as2d transcribe proc  p50 {doc['process_p50']:.3f} s  p90 "
+              f"{doc['process_p90']:.3f} s  ({doc['processes']} runs, interleaved)")
     print(f"{len(files)} files ({audio:.0f} s): {args.clients} clients "
           f"{doc['served_audio_per_second']} audio s/s, one as2d transcribe process "
           f"{doc['one_process_audio_per_second']} audio s/s")
