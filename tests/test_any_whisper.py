@@ -591,3 +591,41 @@ ctranslate2.converters.TransformersConverter("{tmp_path}/hf", copy_files=["token
     graph = onnx.load(str(bundle / "encoder.onnx"), load_external_data=False)
     assert graph.graph.input[0].type.tensor_type.shape.dim[1].dim_value == 128
     assert peak < (folder / "model.bin").stat().st_size / 3, peak
+
+
+@pytest.mark.slow
+def test_the_engine_drafts_with_a_drafter_for_the_language(folders, models_root, audio):
+    """drafter=auto: tiny.en on English; base for a small target on another language; the
+    target alone where nothing smaller would save time (base on German), with a note saying
+    why. Every run's tokens are the target's own."""
+    from dataclasses import replace
+
+    from as2d.engine import Engine, EngineSpec
+    from as2d.runtime.events import Note
+    from as2d.runtime.transcribe.longform import TranscribeOptions
+
+    def run(engine, language):
+        opts = TranscribeOptions(language=language)
+        return [s.tokens for s in engine.transcribe(audio, opts)], engine.drafter_name
+
+    notes: list[str] = []
+
+    def listen(event):
+        if isinstance(event, Note):
+            notes.append(event.message)
+
+    small = EngineSpec(model=str(folders("small", "int8")), decoder="as2d", threads=2,
+                       models_dir=models_root)
+    with Engine(small, listener=listen) as engine:
+        english, en_drafter = run(engine, "en")
+        german, de_drafter = run(engine, "de")
+    assert en_drafter.startswith("tiny.en") and de_drafter.startswith("base")
+    assert any("base drafts for the multilingual small on de" in n for n in notes)
+    with Engine(replace(small, decoder="target")) as alone:
+        assert run(alone, "en")[0] == english and run(alone, "de")[0] == german
+
+    notes.clear()
+    with Engine(EngineSpec(model="base", threads=2, models_dir=models_root),
+                listener=listen) as engine:
+        german, drafter = run(engine, "de")
+    assert drafter is None and any("decodes alone" in n for n in notes)

@@ -52,7 +52,7 @@ class AskRequest:
     question: Annotated[str, typer.Argument(
         help="The question, in quotes.", show_default=False)]
     model: AskModel = "base"
-    drafter: AskDrafter = "tiny.en"
+    drafter: AskDrafter = "auto"
     decoder: AskDecoder = Decoder.AS2D
     llm: Annotated[str, typer.Option(
         "--llm", help="Answering model: a catalog name or a folder (as2d bundle, or a Hugging "

@@ -49,7 +49,7 @@ class MicRequest:
 
     model: opt.Model = "base"
     precision: opt.Precision = None
-    drafter: opt.Drafter = "tiny.en"
+    drafter: opt.Drafter = "auto"
     decoder: MicDecoder = Decoder.AS2D
     budget: opt.Budget = "auto"
     language: MicLanguage = None

@@ -30,7 +30,9 @@ Model = Annotated[str, typer.Option(
     "--model", "-m", help="Target model: a catalog name (base, tiny.en) or a folder.")]
 Precision = Annotated[str | None, typer.Option(
     "--precision", "-p", help="int8 (default, fastest) or fp32.")]
-Drafter = Annotated[str, typer.Option("--drafter", help="Drafter model for sd and as2d.")]
+Drafter = Annotated[str, typer.Option(
+    "--drafter", help="Drafter model for sd and as2d; auto: tiny.en, or base for a multilingual "
+                      "target from small up on another language.")]
 ModelsDir = Annotated[Path | None, typer.Option(
     "--models-dir", envvar=MODELS_DIR_ENV, help="Model cache folder.")]
 

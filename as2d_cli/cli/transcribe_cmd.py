@@ -46,7 +46,7 @@ class TranscribeRequest:
         "--output-format", "-f",
         help="txt, srt, vtt, tsv, json or all; repeat or comma-separate. Default txt.")] = None
     decoder: opt.DecoderName = Decoder.AS2D
-    drafter: opt.Drafter = "tiny.en"
+    drafter: opt.Drafter = "auto"
     budget: opt.Budget = "auto"
     threads: opt.Threads = 0
     drafter_threads: opt.DrafterThreads = 0
