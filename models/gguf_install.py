@@ -132,7 +132,9 @@ def install_gguf(spec: str, precision: str = "int8", root: Path | None = None,
             source = {"format": "gguf", "path": str(path), "origin": spec,
                       "content_sha256": digest, "sha256": None, "packages": []}
             manifest = convert_gguf(path, name, precision, work, source, progress)
+            arch = manifest["config"].get("architecture", "gemma3")
             manifest.update(name=name, model=model, kind="llm", precision=precision, user=True,
+                            architecture=f"{arch} language model (--llm)",
                             converter_version=CONVERTER_VERSION,
                             installed=time.strftime("%Y-%m-%dT%H:%M:%S"))
             write_manifest(work, manifest)
