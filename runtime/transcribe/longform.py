@@ -208,6 +208,7 @@ class LongFormTranscriber:
         self.run_options = _run_options()
         self.ahead = Lookahead(self.strategy, model.dims.n_mels)
         self._runner: WindowRunner | None = None  # the current run's
+        self._search: BeamOptions | None = None  # the current run's beam search, if any
         self._beam_stream = None  # the drafter's stream, for speculative beam windows
 
     # -- public API ---------------------------------------------------------------------------
@@ -329,7 +330,7 @@ class LongFormTranscriber:
         mel, encoding = self.ahead.run_started(audio)
         try:
             language = resolve_language(model, options.language)
-            search = beam_options(options)
+            search = self._search = beam_options(options)
         except BaseException:
             if encoding is not None:
                 encoding.abandon()
@@ -435,7 +436,7 @@ class LongFormTranscriber:
                 # The repetition guard's prompt: the same without the previous text.
                 bare = head + sot_seq if prev else None
                 decoded = self._decode(runner, window, mel, prompt, rules, sample_len, options,
-                                       bare, search)
+                                       bare)
                 if decoded is None:  # cancelled inside the window
                     raise Cancelled()
                 result, retried, temperature = decoded
@@ -482,7 +483,7 @@ class LongFormTranscriber:
 
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                 rules: LogitRules, sample_len: int, options: TranscribeOptions,
-                bare: list[int] | None = None, search: BeamOptions | None = None
+                bare: list[int] | None = None
                 ) -> tuple[DecodingResult, bool, float] | None:
         """Decode one window: ``(result, retried without the previous text, temperature)``;
         None: cancelled.
@@ -501,7 +502,7 @@ class LongFormTranscriber:
 
         def attempt(t: float, prompt_: list[int], retried: bool = False):
             decoded = self._attempt(runner, window, mel, prompt_, rules, sample_len, options,
-                                    t, retried, search)
+                                    t, retried)
             if decoded is not None:
                 spent[0] += decoded[1].encode_seconds
                 spent[1] += decoded[1].decode_seconds
@@ -541,10 +542,11 @@ class LongFormTranscriber:
 
     def _attempt(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                  rules: LogitRules, sample_len: int, options: TranscribeOptions,
-                 temperature: float, retried: bool, search: BeamOptions | None = None):
-        """One decode of ``window`` at ``temperature``: beam search (``search``) or greedy
-        through the run's decoder, or the best of ``best_of`` seeded samples by the target
-        alone (no candidates)."""
+                 temperature: float, retried: bool):
+        """One decode of ``window`` at ``temperature``: beam search (the run's, if any) or
+        greedy through the run's decoder, or the best of ``best_of`` seeded samples by the
+        target alone (no candidates)."""
+        search = self._search
         if temperature <= 0 and search is not None:
             tk = self.model.tokenizer
             stream = self._beam_stream
