@@ -149,6 +149,7 @@ def remembered_check(key: str, compute, root: Path | None = None) -> bool:
 
 
 _HEX = frozenset("0123456789abcdef")
+MAX_MANIFEST = 16 << 20  # bytes; a real manifest is a few kB
 
 
 def _check_manifest(path: Path, manifest: dict) -> None:
@@ -185,6 +186,16 @@ def _check_manifest(path: Path, manifest: dict) -> None:
             raise bad("dims is not a table of positive integers")
         if "n_mels" in dims and dims["n_mels"] not in (80, 128):
             raise bad(f"n_mels {dims['n_mels']} is neither 80 nor 128")
+    generation = manifest.get("generation", {})
+    if not isinstance(generation, dict):
+        raise bad("generation is not a table")
+    n_vocab = (dims or {}).get("n_vocab", 1 << 20)
+    for key in ("suppress_ids", "suppress_ids_begin", "lang_ids"):
+        ids = generation.get(key, [])
+        if not isinstance(ids, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n_vocab
+                for v in ids):
+            raise bad(f"generation.{key} is not a list of token ids below n_vocab {n_vocab}")
 
 
 @dataclass
@@ -239,7 +250,13 @@ def load_bundle(path: Path) -> Bundle:
     if not mf.is_file():
         raise BundleError(f"{path}: not an as2d model bundle (no manifest.json)")
     try:
-        manifest = json.loads(mf.read_text())
+        size = mf.stat().st_size
+        if size > MAX_MANIFEST:  # untrusted: a few kB, never read whole past the cap
+            raise BundleError(f"{mf}: {size} bytes is too large for a manifest")
+        with open(mf, "rb") as fh:
+            manifest = json.loads(fh.read(MAX_MANIFEST + 1))
+    except RecursionError:
+        raise BundleError(f"{mf}: nested too deeply to be a manifest") from None
     except (OSError, ValueError) as exc:
         raise BundleError(f"{path}: manifest.json is unreadable ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:

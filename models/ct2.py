@@ -17,6 +17,7 @@ row for int8, one for the tensor for int16), which is what the graphs are built 
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
 from collections.abc import Iterator, Mapping
@@ -68,8 +69,8 @@ class CT2Model:
                                      f"(shape {list(value.shape)}, scale {list(scale.shape)})")
             scale = scale.reshape((-1,) + (1,) * (value.ndim - 1)) if scale.size > 1 \
                 else scale.reshape(())
-            return value.astype(np.float32) / scale
-        return np.asarray(value, dtype=np.float32)
+            return _finite(target, value.astype(np.float32) / scale)
+        return _finite(target, np.asarray(value, dtype=np.float32))
 
     def scalar(self, name: str) -> int:
         return int(np.asarray(self.get(name)).reshape(-1)[0])
@@ -81,6 +82,15 @@ class CT2Model:
         while f"layer_{n}" in names:
             n += 1
         return n
+
+
+def _finite(name: str, value: np.ndarray) -> np.ndarray:
+    """``value``, refused if any weight is NaN or infinite: such a model converts and then
+    decodes nothing ("no speech found", exit 0), so it is stopped at conversion, by name."""
+    if value.size and not np.isfinite(value).all():
+        bad = int(value.size - np.count_nonzero(np.isfinite(value)))
+        raise CT2FormatError(f"tensor {name!r} holds {bad} NaN or infinite weights (damaged)")
+    return value
 
 
 class _LazyTensors(Mapping):
@@ -152,7 +162,7 @@ class _Cursor:
 
 def _read_tensor(raw: memoryview, dims: list[int], dtype_id: int) -> np.ndarray:
     itemsize = 2 if dtype_id == _BF16 else getattr(_DTYPES.get(dtype_id), "itemsize", None)
-    if itemsize is not None and int(np.prod(dims, dtype=np.int64)) * itemsize != len(raw):
+    if itemsize is not None and math.prod(dims) * itemsize != len(raw):
         raise CT2FormatError(f"tensor of shape {dims} does not match its {len(raw)} bytes "
                              "(not a CTranslate2 model, or damaged)")
     if dtype_id == _BF16:
@@ -182,24 +192,32 @@ def load_ct2(path: str | Path) -> CT2Model:
         spec = cur.string()
         revision = cur.take("<I")
         count = cur.take("<I")
-        if count > 1 << 20:
-            raise CT2FormatError(f"{path}: {count} tensors is not a Whisper model")
+        # Each tensor takes at least 9 bytes of index (name length, rank, dtype, byte count):
+        # a count the file cannot hold is refused before anything is sized by it.
+        if count > 1 << 20 or count * 9 > len(cur.buf) - cur.pos:
+            raise CT2FormatError(f"tensor count {count} does not fit in a file of "
+                                 f"{len(cur.buf)} bytes (not a Whisper model, or damaged)")
         tensors = _LazyTensors(cur.buf, mm)
         model = CT2Model(spec=spec, revision=revision, binary_version=version)
         for _ in range(count):
             name = cur.string()
             rank = cur.take("<B")
             if rank > 4:
-                raise CT2FormatError(f"tensor {name!r} has rank {rank}")
+                raise CT2FormatError(f"tensor {name!r} has rank {rank} (at most 4)")
             dims = [cur.take("<I") for _ in range(rank)]
             dtype_id = cur.take("<B")
             nbytes = cur.take("<I")
             if dtype_id != _BF16 and dtype_id not in _DTYPES:
-                raise CT2FormatError(f"unknown tensor dtype id {dtype_id}")
+                raise CT2FormatError(f"tensor {name!r} has unknown dtype id {dtype_id}")
             item = 2 if dtype_id == _BF16 else _DTYPES[dtype_id].itemsize
-            if int(np.prod(dims, dtype=np.int64)) * item != nbytes:
-                raise CT2FormatError(f"tensor {name!r} of shape {dims} does not match its "
-                                     f"{nbytes} bytes (not a CTranslate2 model, or damaged)")
+            # Exact integers (numpy's int64 product wraps: 65536**4 is 0 there).
+            need = math.prod(dims) * item
+            if need != nbytes:
+                raise CT2FormatError(f"tensor {name!r} dims {dims} make {need} bytes "
+                                     f"but its byte count is {nbytes} (damaged)")
+            if nbytes > len(cur.buf) - cur.pos:
+                raise CT2FormatError(f"tensor {name!r} byte count {nbytes} runs past "
+                                     f"the end of the file (truncated or damaged)")
             start = cur.pos
             cur.raw(nbytes)  # bounds-checked skip
             tensors.add(name, start, nbytes, dims, dtype_id)

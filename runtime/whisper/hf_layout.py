@@ -14,15 +14,21 @@ passes serve as a speculative target.
 
 from __future__ import annotations
 
-import json
+import re
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from as2d.runtime.json_files import read_json_capped
 from as2d.runtime.sessions import make_session
-from as2d.runtime.whisper.model import AudioContext, WhisperDims
+from as2d.runtime.whisper.model import (
+    WHISPER_TEXT_CTX,
+    AudioContext,
+    WhisperDims,
+    check_tokenizer,
+)
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
 
@@ -46,6 +52,63 @@ def _dims(cfg: dict) -> WhisperDims:
         )
     except KeyError as exc:
         raise HFLayoutError(f"config.json lacks {exc.args[0]!r}") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise HFLayoutError(f"config.json has a field that is not a number ({exc})") from None
+
+
+_LAYER = re.compile(r"^(?:past_key_values|present)\.(\d+)\.decoder\.key$")
+
+
+def _check_graphs(path: Path, dims: WhisperDims, encoder, graphs: list) -> None:
+    """``config.json``'s numbers against what the graphs really take and give (HFLayoutError
+    naming the file and the field): a config that disagrees would otherwise fail deep in
+    onnxruntime (``INVALID_ARGUMENT``) or in a lookup (``KeyError: '4.decoder.key'``)."""
+    cfg = path / "config.json"
+
+    def bad(field: str, said, graph: str, real) -> HFLayoutError:
+        return HFLayoutError(f"{cfg}: {field} is {said} but {graph} has {real}")
+
+    for field, v in (("d_model", dims.n_text_state), ("decoder_layers", dims.n_text_layer),
+                     ("decoder_attention_heads", dims.n_text_head),
+                     ("vocab_size", dims.n_vocab), ("num_mel_bins", dims.n_mels)):
+        if v <= 0 or v >= 1 << 20:
+            raise HFLayoutError(f"{cfg}: {field} {v} is not a size")
+    if dims.n_text_state % dims.n_text_head:
+        raise HFLayoutError(f"{cfg}: d_model {dims.n_text_state} is not a multiple of "
+                            f"decoder_attention_heads {dims.n_text_head}")
+    if dims.n_text_ctx != WHISPER_TEXT_CTX:  # every Whisper's; the graphs do not show it
+        raise HFLayoutError(f"{cfg}: max_target_positions {dims.n_text_ctx} is not a Whisper "
+                            f"decoder's ({WHISPER_TEXT_CTX})")
+    ins = {i.name: i.shape for i in encoder.get_inputs()}
+    outs = {o.name: o.shape for o in encoder.get_outputs()}
+    mel = (ins.get("input_features") or [None, None])[1]
+    if "input_features" not in ins or "last_hidden_state" not in outs:
+        raise HFLayoutError(f"{path / 'encoder_model.onnx'}: not a Whisper encoder (no "
+                            "input_features → last_hidden_state)")
+    if isinstance(mel, int) and mel != dims.n_mels:
+        raise bad("num_mel_bins", dims.n_mels, "encoder_model.onnx", f"{mel} mel bands")
+    frames = (outs["last_hidden_state"] + [None, None])[1]
+    if isinstance(frames, int) and frames != dims.n_audio_ctx:
+        raise bad("max_source_positions", dims.n_audio_ctx, "encoder_model.onnx",
+                  f"{frames} positions")
+    width = outs["last_hidden_state"][-1]
+    if isinstance(width, int) and width != dims.n_audio_state:
+        raise bad("d_model", dims.n_audio_state, "encoder_model.onnx", f"width {width}")
+    for graph, session in graphs:
+        shapes = {i.name: i.shape for i in session.get_inputs()}
+        shapes.update({o.name: o.shape for o in session.get_outputs()})
+        layers = {int(m.group(1)) for n in shapes for m in [_LAYER.match(n)] if m}
+        if layers != set(range(dims.n_text_layer)):
+            raise bad("decoder_layers", dims.n_text_layer, graph, f"{len(layers)} layers")
+        vocab = (shapes.get("logits") or [None])[-1]
+        if isinstance(vocab, int) and vocab != dims.n_vocab:
+            raise bad("vocab_size", dims.n_vocab, graph, f"{vocab} logits")
+        heads = (shapes.get("present.0.decoder.key") or [None, None])[1]
+        if isinstance(heads, int) and heads != dims.n_text_head:
+            raise bad("decoder_attention_heads", dims.n_text_head, graph, f"{heads} heads")
+        hidden = (shapes.get("encoder_hidden_states") or [None])[-1]
+        if isinstance(hidden, int) and hidden != dims.n_text_state:
+            raise bad("d_model", dims.n_text_state, graph, f"width {hidden}")
 
 
 class _Graph:
@@ -81,9 +144,17 @@ class HFWhisperModel:
         if missing:
             raise HFLayoutError(f"{self.path}: not a Hugging Face ONNX Whisper folder "
                                 f"(missing {', '.join(missing)})")
-        cfg = json.loads((self.path / "config.json").read_text())
+        try:
+            cfg = read_json_capped(self.path / "config.json")
+        except ValueError as exc:
+            raise HFLayoutError(str(exc)) from None
+        if not isinstance(cfg, dict):
+            raise HFLayoutError(f"{self.path / 'config.json'}: not a model configuration")
         self.config = cfg
-        self.dims = _dims(cfg)
+        try:
+            self.dims = _dims(cfg)
+        except HFLayoutError as exc:
+            raise HFLayoutError(f"{self.path}/{exc}") from None
         self.name = name or self.path.name
         self.threads = threads
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
@@ -92,6 +163,12 @@ class HFWhisperModel:
         self._files = [merged] if self.merged else list(split)
         self._graphs: dict[int, list[_Graph]] = {threads: [_Graph(make_session(f, threads))
                                                            for f in self._files]}
+        _check_graphs(self.path, self.dims, self.encoder,
+                      [(f.name, g.session) for f, g in zip(self._files, self._graphs[threads])])
+        try:
+            check_tokenizer(self.path / "config.json", self.dims, {}, self.tokenizer)
+        except ValueError as exc:
+            raise HFLayoutError(str(exc).replace("; reinstall the model", "")) from None
         self._lock = threading.Lock()
         # Per decoder layer, in feed order: (input name, key in a state's past, is self-attention)
         d = self.dims

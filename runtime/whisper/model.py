@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from as2d.runtime.json_files import read_json_capped
 from as2d.runtime.kvcache import KVCache, PooledCache
 from as2d.runtime.sessions import Background, make_session
 from as2d.runtime.whisper.encoders import make_encoder
@@ -55,10 +56,14 @@ class WhisperModel:
                  progress: Callable[[str], None] | None = None,
                  fp32_encoder: Callable[[], Path] | None = None, spin: bool = False) -> None:
         self.path = Path(bundle_dir)
-        manifest = json.loads((self.path / "manifest.json").read_text())
+        manifest = read_json_capped(self.path / "manifest.json")
         self.manifest = manifest
         self.name = name or manifest.get("name", self.path.name)
-        self.dims = WhisperDims(**manifest["dims"])
+        try:
+            self.dims = WhisperDims(**manifest["dims"])
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{self.path / 'manifest.json'}: dims is not a Whisper model's "
+                             f"({exc}); reinstall the model") from None
         # A drafter's outputs are only proposals: it may use the faster decoder whose rows are
         # not bit-exact across passes (a target never does).
         files = manifest["files"]
@@ -98,6 +103,8 @@ class WhisperModel:
         self.encoder_choice = self.encoder.choice
         self.encoder_name = self.encoder_choice.describe()
         self.decoder = decoder.result()
+        check_against_graphs(self.path, self.dims, self.config, self.decoder,
+                             self._decoder_file, self.tokenizer)
         self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         self._lock = threading.Lock()
@@ -215,6 +222,86 @@ class WhisperModel:
             if not hasattr(self, "_free_beams"):
                 self._free_beams = {}
             self._free_beams.setdefault(state.slots, []).append(state)
+
+
+WHISPER_TEXT_CTX = 448  # the decoder's positional table in every Whisper model
+WHISPER_AUDIO_CTX = 1500  # the encoder's, for a 30-second window
+N_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>, the last ids of every Whisper vocabulary
+
+
+def check_against_graphs(path: Path, dims: WhisperDims, generation: dict, decoder,
+                         decoder_file: str, tokenizer: WhisperTokenizer) -> None:
+    """The manifest's numbers and the tokenizer against what the decoder graph really takes
+    and gives (ValueError naming the file and the field): a folder whose metadata disagrees
+    with its graphs would otherwise size caches wrongly (a 1,048,575-token context is 1.5 GiB),
+    fail deep in onnxruntime, or decode with another model's tokens into garbage, exit 0."""
+    mf = path / "manifest.json"
+
+    def bad(field: str, said, real, where: str = decoder_file) -> ValueError:
+        return ValueError(f"{mf}: {field} is {said} but {where} has {real}; "
+                          "reinstall the model")
+
+    ins = {i.name: i.shape for i in decoder.get_inputs()}
+    outs = {o.name: o.shape for o in decoder.get_outputs()}
+    layers = sum(1 for n in ins if n.startswith("past_k_"))
+    if layers and layers != dims.n_text_layer:
+        raise bad("dims.n_text_layer", dims.n_text_layer, f"{layers} decoder layers")
+    state = (ins.get("past_k_0") or [None, None])[-1]
+    if isinstance(state, int) and state != dims.n_text_state:
+        raise bad("dims.n_text_state", dims.n_text_state, f"width {state}")
+    heads = (ins.get("cross_k_0") or [None])[0]
+    if isinstance(heads, int) and heads != dims.n_text_head:
+        raise bad("dims.n_text_head", dims.n_text_head, f"{heads} heads")
+    vocab = (outs.get("logits") or [None])[-1]
+    if isinstance(vocab, int) and vocab != dims.n_vocab:
+        raise bad("dims.n_vocab", dims.n_vocab, f"{vocab} logits")
+    # Every Whisper (and every model as2d converts: models.whisper_source.check_dims) has these
+    # contexts; the graphs do not show them, and another number would size caches and bound
+    # decoding wrongly (fewer tokens per window: a shorter transcript, exit 0).
+    if dims.n_text_ctx != WHISPER_TEXT_CTX:
+        raise bad("dims.n_text_ctx", dims.n_text_ctx, f"{WHISPER_TEXT_CTX} positions",
+                  "a Whisper decoder")
+    if dims.n_audio_ctx != WHISPER_AUDIO_CTX:
+        raise bad("dims.n_audio_ctx", dims.n_audio_ctx, f"{WHISPER_AUDIO_CTX} positions",
+                  "a Whisper encoder")
+    heads_list = generation.get("alignment_heads", [])
+    if not isinstance(heads_list, list) or not all(
+            isinstance(h, list) and len(h) == 2 and all(
+                isinstance(v, int) and not isinstance(v, bool) for v in h)
+            and 0 <= h[0] < dims.n_text_layer and 0 <= h[1] < dims.n_text_head
+            for h in heads_list):
+        raise ValueError(f"{mf}: generation.alignment_heads names a head outside the decoder's "
+                         f"{dims.n_text_layer} layers × {dims.n_text_head} heads; "
+                         "reinstall the model")
+    check_tokenizer(mf, dims, generation, tokenizer)
+
+
+def check_tokenizer(mf: Path, dims: WhisperDims, generation: dict,
+                    tokenizer: WhisperTokenizer) -> None:
+    """``tokenizer.json`` belongs to this model: its special tokens sit where Whisper puts
+    them in a vocabulary of ``n_vocab`` rows (the timestamps fill its last 1501 ids), and its
+    language tokens are the manifest's (an English-only model's ``lang_ids`` are the
+    multilingual ids, unused). Another model's tokenizer decodes to garbage."""
+    tok = tokenizer.path
+    text = tokenizer.tok.get_vocab_size(with_added_tokens=True)
+    if tokenizer.timestamp_begin + N_TIMESTAMPS != dims.n_vocab or text > dims.n_vocab:
+        raise ValueError(f"{tok} does not belong to this model: its <|notimestamps|> is id "
+                         f"{tokenizer.no_timestamps} and it has {text} tokens, but "
+                         f"{mf.name}'s dims.n_vocab is {dims.n_vocab}; reinstall the model")
+    specials = {"<|endoftext|>": tokenizer.eot, "<|startoftranscript|>": tokenizer.sot,
+                "<|translate|>": tokenizer.translate, "<|transcribe|>": tokenizer.transcribe}
+    for token, tid in specials.items():
+        if not 0 <= tid < tokenizer.timestamp_begin:
+            raise ValueError(f"{tok}: special token {token} has id {tid}, outside this "
+                             f"model's vocabulary; reinstall the model")
+    if tokenizer.sot != tokenizer.eot + 1:
+        raise ValueError(f"{tok}: <|startoftranscript|> is not next to <|endoftext|> "
+                         "(not a Whisper tokenizer); reinstall the model")
+    langs = generation.get("lang_ids")
+    if isinstance(langs, list) and tokenizer.multilingual \
+            and sorted(tokenizer.languages.values()) != sorted(langs):
+        raise ValueError(f"{tok}: its language tokens are not {mf.name}'s "
+                         "generation.lang_ids; reinstall the model")
 
 
 class DecoderState(KVCache):
