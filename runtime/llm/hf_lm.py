@@ -40,11 +40,23 @@ class HFModelError(ValueError):
     """The folder is not a usable Hugging Face ONNX decoder-only export (one-line message)."""
 
 
+MAX_JSON = 16 << 20  # bytes: config files are a few kB (tokenizer.json is read by tokenizers)
+MAX_TEMPLATE = 1 << 20  # bytes of chat_template.jinja (real ones are a few kB)
+
+
 def _read_json(path: Path) -> dict:
+    """A config file of the (untrusted) folder: size-capped, never read whole into memory
+    past the cap, and too deep a nesting is one line, not a RecursionError."""
     if not path.is_file():
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        size = path.stat().st_size
+        if size > MAX_JSON:
+            raise HFModelError(f"{path.name}: {size} bytes is too large for a config file")
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read(MAX_JSON + 1).decode("utf-8"))
+    except RecursionError:
+        raise HFModelError(f"{path.name} is nested too deeply to be a config file") from None
     except (OSError, ValueError) as exc:  # also bad UTF-8 and numbers too long to parse
         raise HFModelError(f"{path.name} cannot be read ({str(exc)[:200]})") from None
     if not isinstance(data, dict):
@@ -143,7 +155,11 @@ class HFCausalLM(LMBackend):
         template = tok_config.get("chat_template")
         if isinstance(template, list):  # several named templates: take the default one
             template = next((t.get("template") for t in template
-                             if t.get("name") == "default"), None)
+                             if isinstance(t, dict) and t.get("name") == "default"), None)
+        self._template_file = "tokenizer_config.json"
+        jinja = self.path / "chat_template.jinja"
+        if jinja.is_file():  # newer transformers save it beside tokenizer_config.json
+            template, self._template_file = self._read_template(jinja), jinja.name
         self.chat_template: str | None = template if isinstance(template, str) else None
         if self.chat_template is not None:
             self._check_template()
@@ -159,6 +175,7 @@ class HFCausalLM(LMBackend):
             raise HFModelError(f"{graph.name} does not look like a causal LM export (needs "
                                "input_ids → logits)")
         self._layers = self._cache_layout()
+        self._check_config()
         limit = (config.get("max_position_embeddings") or config.get("n_positions")
                  or config.get("max_sequence_length") or DEFAULT_CAPACITY)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 64:
@@ -183,10 +200,70 @@ class HFCausalLM(LMBackend):
                                        messages=[{"role": "user", "content": "\x00Q\x00"}],
                                        add_generation_prompt=True, bos_token="", eos_token="")
         except TemplateError as exc:
-            raise HFModelError(f"tokenizer_config.json: {exc}") from None
+            raise HFModelError(f"{self._template_file}: {exc}") from None
         if "\x00Q\x00" not in out:
-            raise HFModelError("tokenizer_config.json: the chat template does not show the "
+            raise HFModelError(f"{self._template_file}: the chat template does not show the "
                                "user's message")
+
+    @staticmethod
+    def _read_template(path: Path) -> str:
+        """``chat_template.jinja`` (what transformers writes since 4.5x, and prefers to the
+        ``chat_template`` of tokenizer_config.json), size-capped like the config files."""
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read(MAX_TEMPLATE + 1)
+            if len(raw) > MAX_TEMPLATE:
+                raise HFModelError(f"{path.name}: larger than {MAX_TEMPLATE} bytes")
+            return raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HFModelError(f"{path.name} cannot be read ({str(exc)[:200]})") from None
+
+    def _check_config(self) -> None:
+        """config.json's numbers and the tokenizer's ids against what the graph really takes
+        and gives (one line naming the file and the field): a disagreeing folder would
+        otherwise fail deep in onnxruntime (``INVALID_ARGUMENT``) or answer with another
+        model's tokens."""
+        cfg, shapes = self.config, {**{n: i.shape for n, i in self._inputs.items()},
+                                    **{o.name: o.shape for o in self.session.get_outputs()}}
+
+        def number(key: str):
+            v = cfg.get(key)
+            if v is None:
+                return None
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 < v < 1 << 31:
+                raise HFModelError(f"config.json: {key} is not a positive integer "
+                                   f"({str(v)[:40]})")
+            return v
+
+        layers = number("num_hidden_layers") or number("n_layer")
+        if layers is not None and layers != len(self._layers):
+            raise HFModelError(f"config.json: num_hidden_layers is {layers} but the graph has "
+                               f"{len(self._layers)} layers")
+        heads, head_dim = self._kv_shape
+        kv_heads = number("num_key_value_heads")
+        if kv_heads is not None and kv_heads != heads:
+            raise HFModelError(f"config.json: num_key_value_heads is {kv_heads} but the graph "
+                               f"has {heads}")
+        dim = number("head_dim")
+        if dim is not None and dim != head_dim:
+            raise HFModelError(f"config.json: head_dim is {dim} but the graph has {head_dim}")
+        logits = (shapes.get("logits") or [None])[-1]
+        vocab = number("vocab_size")
+        if vocab is not None and isinstance(logits, int) and vocab != logits:
+            raise HFModelError(f"config.json: vocab_size is {vocab} but the graph gives "
+                               f"{logits} logits")
+        rows = logits if isinstance(logits, int) else vocab
+        if rows is not None:
+            size = self.tokenizer.tok.get_vocab_size(with_added_tokens=True)
+            if size > rows:
+                raise HFModelError(f"tokenizer.json has {size} tokens but the model has "
+                                   f"{rows} (another model's tokenizer?)")
+            for what, tid in (("bos", self.bos), ("eos", self.eos),
+                              ("end-of-turn", self.end_of_turn), *(
+                                  ("stop", t) for t in self.stop_ids)):
+                if tid is not None and not 0 <= tid < min(rows, max(size, 1)):
+                    raise HFModelError(f"the {what} token id {tid} is outside the model's "
+                                       f"vocabulary of {min(rows, size)}")
 
     # -- layout ---------------------------------------------------------------------------------
     def _cache_layout(self) -> list[tuple[str, str, str, str]]:
