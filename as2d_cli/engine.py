@@ -292,14 +292,9 @@ class Engine:
             raise ModelError(str(exc)) from None
 
     def voice_detector(self):
-        """Silero VAD (made once per engine)."""
+        """Silero VAD for transcribe's ``vad_filter`` (made once per engine)."""
         if self.transcriber.voice_detector is None:
-            from as2d.runtime.vad.silero import SileroVAD, VADUnavailable
-
-            try:
-                self.transcriber.voice_detector = SileroVAD()
-            except VADUnavailable as exc:
-                raise ModelError(f"voice activity detection: {exc}") from None
+            self.transcriber.voice_detector = _silero()
             for run in self._by_language.values():
                 run.voice_detector = self.transcriber.voice_detector
         return self.transcriber.voice_detector
@@ -409,8 +404,8 @@ class Engine:
 
         # A transcriber of its own: the session taps its events for the whole session.
         transcriber = LongFormTranscriber(self.target, self.strategy, listener)
-        return LiveSession(source, vad or self.voice_detector(), transcriber, options,
-                           listener, self.spec.decoder, self.drafter_name)
+        return LiveSession(source, vad or _silero(), transcriber, options, listener,
+                           self.spec.decoder, self.strategy.drafter_name)
 
     def stop(self) -> None:
         """Stop the transcription in progress after the current pass (thread-safe)."""
@@ -433,6 +428,15 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _silero():
+    from as2d.runtime.vad.silero import SileroVAD, VADUnavailable
+
+    try:
+        return SileroVAD()
+    except VADUnavailable as exc:
+        raise ModelError(f"voice activity detection: {exc}") from None
 
 
 def _settle(pending: Background) -> None:
