@@ -39,7 +39,7 @@ class ServeRequest:
     port: Annotated[int, typer.Option("--port", help="TCP port to listen on.")] = 8000
     model: opt.Model = "base"
     precision: opt.Precision = None
-    drafter: opt.Drafter = "tiny.en"
+    drafter: opt.Drafter = "auto"
     decoder: ServeDecoder = "as2d"
     threads: opt.Threads = 0
     encoder: opt.Encoder = None

@@ -29,7 +29,7 @@ class ServeSettings:
     """What ``as2d serve`` was asked (the models and the limits)."""
 
     model: str = "base"
-    drafter: str = "tiny.en"
+    drafter: str = "auto"
     decoder: str = "as2d"
     precision: str | None = None
     threads: int = 0
