@@ -14,7 +14,6 @@ manifest with the architecture (``config``), the cache capacity and the tokenize
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,10 +22,12 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from as2d.runtime.json_files import read_json_capped
 from as2d.runtime.kvcache import KVCache
 from as2d.runtime.llm.lean_tokenizer import LeanTokenizer, open_lean, scan_newline_ids
 from as2d.runtime.sessions import make_session
 
+MAX_CAPACITY = 1 << 17  # tokens of KV cache a bundle may ask for (the manifest is untrusted)
 PREFILL_CHUNK = 256  # prompt tokens per pass: bounds the [rows, S] attention scores in memory
 
 
@@ -240,7 +241,9 @@ class CausalLM(LMBackend):
     def __init__(self, bundle_dir: str | Path, threads: int = 1, name: str | None = None) -> None:
         super().__init__()
         self.path = Path(bundle_dir)
-        manifest = json.loads((self.path / "manifest.json").read_text())
+        manifest = read_json_capped(self.path / "manifest.json")
+        if not isinstance(manifest, dict):
+            raise ValueError(f"{self.path / 'manifest.json'}: not a manifest")
         if manifest.get("kind") not in (None, "llm"):
             raise ValueError(f"{self.path}: not an LLM bundle (kind {manifest.get('kind')!r})")
         self.manifest = manifest
@@ -270,6 +273,41 @@ class CausalLM(LMBackend):
         # Bundles before the tree inputs (LLM converter version 7) take positions from the
         # cache length.
         self.trees = "visible" in {i.name for i in self.session.get_inputs()}
+        self._check_against_graph()
+
+    def _check_against_graph(self) -> None:
+        """The manifest's numbers against the graph's real inputs and outputs, and the
+        tokenizer's ids against its vocabulary (ValueError naming the file and the field):
+        caches are sized from the manifest, so a wrong layer count, width or capacity would
+        fail deep in onnxruntime or allocate gigabytes."""
+        mf, c = self.path / "manifest.json", self.config
+        ins = {i.name: i.shape for i in self.session.get_inputs()}
+        outs = {o.name: o.shape for o in self.session.get_outputs()}
+        layers = sum(1 for n in ins if n.startswith("past_k_"))
+        if layers != c.num_layers:
+            raise ValueError(f"{mf}: config.num_layers is {c.num_layers} but the graph has "
+                             f"{layers} layers; reinstall the model")
+        width = (ins.get("past_k_0") or [None])[-1]
+        if isinstance(width, int) and width != c.kv_dim:
+            raise ValueError(f"{mf}: config.num_kv_heads × head_dim is {c.kv_dim} but the "
+                             f"graph's cache is {width} wide; reinstall the model")
+        vocab = (outs.get("logits") or [None])[-1]
+        if isinstance(vocab, int) and vocab != c.vocab_size:
+            raise ValueError(f"{mf}: config.vocab_size is {c.vocab_size} but the graph gives "
+                             f"{vocab} logits; reinstall the model")
+        trained = self.manifest["config"].get("trained_context")
+        limit = trained if isinstance(trained, int) and trained > 0 else MAX_CAPACITY
+        if not 0 < c.capacity <= min(limit, MAX_CAPACITY):
+            raise ValueError(f"{mf}: capacity {c.capacity} is not a context this model has "
+                             f"(1 to {min(limit, MAX_CAPACITY)}); reinstall the model")
+        size = self.tokenizer.vocab_size
+        if size > c.vocab_size:
+            raise ValueError(f"{self.tokenizer.path} has {size} tokens but the model has "
+                             f"{c.vocab_size} (another model's tokenizer?); reinstall the model")
+        for tid in (self.bos, self.eos, self.end_of_turn, *self.stop_ids):
+            if tid is not None and not 0 <= tid < min(size, c.vocab_size):
+                raise ValueError(f"{mf}: token id {tid} (tokenizer / stop_ids) is outside the "
+                                 f"vocabulary of {min(size, c.vocab_size)}; reinstall the model")
 
     @property
     def capacity(self) -> int:
