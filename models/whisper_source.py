@@ -149,6 +149,8 @@ def _read_json(path: Path, what: str):
         raise SourceError(f"{path}: {path.stat().st_size} bytes is too large for {what}")
     try:
         return json.loads(path.read_bytes())
+    except RecursionError:
+        raise SourceError(f"{path}: nested too deeply to be {what}") from None
     except (OSError, ValueError) as exc:
         raise SourceError(f"{path}: unreadable {what} ({exc})") from None
 

@@ -1,0 +1,435 @@
+"""Model folders as untrusted input (issue #25): bundles, CTranslate2 files and Hugging Face
+folders whose metadata disagrees with their graphs, or whose tokenizer is another model's.
+
+Every such folder must end in one ``as2d: error:`` line naming the file and the field, exit
+code 1: never a traceback, a hang, a huge allocation, or another model's text with exit 0. The
+cases are real folders (the installed tiny.en bundle, its CTranslate2 source, a Hugging Face
+export of it, a small Hugging Face LLM) copied to a temporary folder and damaged there; the
+property-based tests mutate them at random and accept only one clean error or the unmutated
+model's own tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import ct2_folder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_hostile import as2d, one_error_line
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "samples" / "sense_and_sensibility.wav"
+TIMEOUT = 180  # seconds for one CLI run: a hang fails the test, it does not stall the suite
+
+
+@pytest.fixture(scope="module")
+def tiny(bundle) -> Path:
+    return bundle("tiny.en")
+
+
+@pytest.fixture
+def env(tmp_path):
+    models = tmp_path / "models"
+    models.mkdir()
+    return dict(os.environ, AS2D_MODELS_DIR=str(models), AS2D_ENCODER="onnxruntime")
+
+
+def transcribe(model: Path, env) -> object:
+    return as2d("transcribe", SAMPLE, "--model", model, "--decoder", "target", env=env,
+                timeout=TIMEOUT)
+
+
+def copy_bundle(src: Path, dest: Path) -> Path:
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".*"))
+    return dest
+
+
+def edit_manifest(bundle: Path, edit) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    edit(manifest)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+# -- CTranslate2 model.bin ---------------------------------------------------------------------
+
+def _first_record(data: bytes) -> tuple[int, int]:
+    """(offset of the tensor count, offset of the first tensor's rank byte) in a model.bin."""
+    pos = 4
+    (n,) = struct.unpack_from("<H", data, pos)
+    pos += 2 + n + 4  # spec name, revision
+    count_at = pos
+    pos += 4
+    (n,) = struct.unpack_from("<H", data, pos)
+    return count_at, pos + 2 + n
+
+
+@pytest.fixture(scope="module")
+def ct2_source(tmp_path_factory) -> Path:
+    return ct2_folder("tiny.en", tmp_path_factory.mktemp("ct2"))
+
+
+def copy_ct2(src: Path, dest: Path) -> Path:
+    dest.mkdir()
+    for f in ("model.bin", "tokenizer.json", "config.json"):
+        if (src / f).is_file():
+            shutil.copyfile(src / f, dest / f)
+    return dest
+
+
+def _damage_header(data: bytearray, how: str) -> bytearray:
+    count_at, rank_at = _first_record(bytes(data))
+    assert data[rank_at] == 0, "the first tensor of a CTranslate2 Whisper is a scalar"
+    # scalar record: rank 0, dtype u8, byte count u32, then its bytes
+    dtype, nbytes = data[rank_at + 1], struct.unpack_from("<I", data, rank_at + 2)[0]
+    end = rank_at + 6 + nbytes
+    if how == "absurd dims":  # 65536**4 items: numpy's int64 product wraps to 0 = byte count
+        record = struct.pack("<B4IBI", 4, *[65536] * 4, 1, 0)
+    elif how == "rank 100":
+        record = struct.pack("<B", 100) + bytes(data[rank_at + 1:end])
+    elif how == "byte count":
+        record = struct.pack("<BBI", 0, dtype, nbytes + 1) + bytes(data[rank_at + 6:end]) + b"\0"
+    elif how == "past the end":
+        record = struct.pack("<BIBI", 1, 1 << 31, 1, 1 << 31)
+    else:
+        raise AssertionError(how)
+    data[rank_at:end] = record
+    return data
+
+
+@pytest.mark.parametrize("how,field", [("absurd dims", "dims"), ("rank 100", "rank"),
+                                       ("byte count", "byte count"),
+                                       ("past the end", "byte count"),
+                                       ("tensor count", "tensor count")])
+def test_a_ct2_header_that_lies_is_one_line(how, field, ct2_source, tmp_path, env):
+    folder = copy_ct2(ct2_source, tmp_path / "ct2")
+    data = bytearray((folder / "model.bin").read_bytes())
+    if how == "tensor count":
+        count_at, _ = _first_record(bytes(data))
+        struct.pack_into("<I", data, count_at, 1 << 31)
+    else:
+        data = _damage_header(data, how)
+    (folder / "model.bin").write_bytes(bytes(data))
+    p = transcribe(folder, env)
+    one_error_line(p, "model.bin", field, code=1)
+    assert p.stdout == ""
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_non_finite_ct2_weights_are_refused_at_conversion(value, ct2_source, tmp_path, env):
+    from as2d.models.ct2 import load_ct2
+
+    folder = copy_ct2(ct2_source, tmp_path / "ct2")
+    offset, _, _, dtype_id = load_ct2(folder / "model.bin").tensors._where["encoder/conv1/weight"]
+    dtype = {0: np.float32, 4: np.float16}[dtype_id]
+    with open(folder / "model.bin", "r+b") as fh:
+        fh.seek(offset + 64)
+        fh.write(np.full(3, value, dtype).tobytes())
+    p = transcribe(folder, env)
+    one_error_line(p, "model.bin", "encoder/conv1/weight", "NaN or infinite", code=1)
+    assert p.stdout == ""
+    assert not list(Path(env["AS2D_MODELS_DIR"]).glob("*/manifest.json"))  # nothing installed
+
+
+# -- as2d bundle manifests ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit,fragment", [
+    (lambda m: m["dims"].update(n_text_ctx=1048575), "n_text_ctx"),
+    (lambda m: m["dims"].update(n_text_layer=100), "n_text_layer"),
+    (lambda m: m["dims"].update(n_vocab=51865), "n_vocab"),
+    (lambda m: m["generation"].update(alignment_heads=[[4, 0]]), "alignment_heads"),
+    (lambda m: m["generation"].update(alignment_heads=[[0, 6]]), "alignment_heads"),
+    (lambda m: m["generation"].update(suppress_ids=[1 << 30]), "suppress_ids"),
+])
+def test_a_manifest_that_disagrees_with_its_graphs_is_one_line(edit, fragment, tiny, tmp_path,
+                                                               env):
+    bundle = copy_bundle(tiny, tmp_path / "tiny")
+    edit_manifest(bundle, edit)
+    p = transcribe(bundle, env)
+    one_error_line(p, "manifest.json", fragment, code=1)
+    assert p.stdout == ""
+
+
+def test_deeply_nested_and_huge_json_are_one_line(tiny, tmp_path, env):
+    bundle = copy_bundle(tiny, tmp_path / "tiny")
+    (bundle / "manifest.json").write_text('{"format": "as2d-bundle", "a": '
+                                          + "[" * 200_000 + "]" * 200_000 + "}")
+    one_error_line(transcribe(bundle, env), "manifest.json", "nested", code=1)
+    with open(bundle / "manifest.json", "wb") as fh:  # sparse: 4 GB that take no disk
+        fh.truncate(4 << 30)
+    one_error_line(transcribe(bundle, env), "manifest.json", "too large", code=1)
+
+
+def _swap_tokenizer(bundle: Path, tokenizer: bytes) -> None:
+    (bundle / "tokenizer.json").write_bytes(tokenizer)
+
+    def fix(m):
+        m["sha256"]["tokenizer.json"] = hashlib.sha256(tokenizer).hexdigest()
+        m["sizes"]["tokenizer.json"] = len(tokenizer)
+    edit_manifest(bundle, fix)
+
+
+def _multilingual_tokenizer() -> bytes:
+    """Whisper base's tokenizer.json, from its source package."""
+    from as2d.models.catalog import lookup
+    from as2d.models.source_packages import locate
+
+    src = lookup("base").source
+    path = next((p for p in (locate(e, src) for e in src.extra_files)
+                 if p.name == "tokenizer.json"), None)
+    if path is None:
+        pytest.skip("base's tokenizer.json is not among its source files")
+    return path.read_bytes()
+
+
+def test_another_models_tokenizer_is_refused_not_decoded(tiny, tmp_path, env):
+    bundle = copy_bundle(tiny, tmp_path / "tiny")
+    _swap_tokenizer(bundle, _multilingual_tokenizer())  # base's: ids one off from tiny.en's
+    p = transcribe(bundle, env)
+    one_error_line(p, "tokenizer.json", "n_vocab", code=1)
+    assert p.stdout == ""
+
+
+def test_a_language_models_tokenizer_is_refused(tiny, tmp_path, env):
+    from tiny_llm import train_tokenizer
+
+    bundle = copy_bundle(tiny, tmp_path / "tiny")
+    tok = train_tokenizer(["the age of wisdom, the age of foolishness " * 20], 300)
+    tok.save(str(tmp_path / "t.json"))
+    _swap_tokenizer(bundle, (tmp_path / "t.json").read_bytes())
+    p = transcribe(bundle, env)
+    one_error_line(p, "tokenizer.json", code=1)
+    assert p.stdout == ""
+
+
+# -- Hugging Face folders ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def hf_whisper(tmp_path_factory, tiny) -> Path:
+    from as2d.models.install import export_hf_layout
+
+    return export_hf_layout("tiny.en", tmp_path_factory.mktemp("hf") / "tiny.en")
+
+
+def copy_hf(src: Path, dest: Path, **config) -> Path:
+    shutil.copytree(src, dest)
+    cfg = json.loads((dest / "config.json").read_text())
+    cfg.update(config)
+    (dest / "config.json").write_text(json.dumps(cfg))
+    return dest
+
+
+@pytest.mark.parametrize("field,value", [("decoder_layers", 5), ("decoder_layers", 3),
+                                         ("max_target_positions", 1048575),
+                                         ("num_mel_bins", 128), ("vocab_size", 51865)])
+def test_a_hf_whisper_config_that_disagrees_is_one_line(field, value, hf_whisper, tmp_path,
+                                                        env):
+    folder = copy_hf(hf_whisper, tmp_path / "hf", **{field: value})
+    p = transcribe(folder, env)
+    one_error_line(p, "config.json", field, code=1)
+    assert p.stdout == ""
+
+
+def test_a_huge_hf_config_is_not_read(hf_whisper, tmp_path, env):
+    folder = copy_hf(hf_whisper, tmp_path / "hf")
+    with open(folder / "config.json", "ab") as fh:  # sparse
+        fh.truncate(8 << 30)
+    one_error_line(transcribe(folder, env), "config.json", "too large", code=1)
+
+
+_TEXT = ["Question: What was it? Answer: The age of wisdom, the age of foolishness. " * 20]
+
+
+@pytest.fixture(scope="module")
+def hf_llm(tmp_path_factory) -> Path:
+    from tiny_llm import export_tiny_decoder
+
+    return export_tiny_decoder(tmp_path_factory.mktemp("llm") / "llm", _TEXT)
+
+
+@pytest.mark.parametrize("field,value", [("num_hidden_layers", 5), ("vocab_size", 10),
+                                         ("num_key_value_heads", 3), ("head_dim", 7),
+                                         ("num_hidden_layers", "two")])
+def test_a_hf_llm_config_that_disagrees_is_one_line(field, value, hf_llm, tmp_path):
+    from as2d.loading import ModelError, load_llm
+
+    folder = copy_hf(hf_llm, tmp_path / "llm", **{field: value})
+    with pytest.raises(ModelError) as exc:
+        load_llm(str(folder))
+    assert "\n" not in str(exc.value) and field in str(exc.value)
+    assert "config.json" in str(exc.value)
+
+
+def test_a_hf_llm_with_another_models_tokenizer_is_one_line(hf_llm, tmp_path):
+    from tiny_llm import train_tokenizer
+
+    from as2d.loading import ModelError, load_llm
+
+    folder = copy_hf(hf_llm, tmp_path / "llm")
+    train_tokenizer([_TEXT[0] + " other words entirely, zebra quartz " * 30], 2000).save(
+        str(folder / "tokenizer.json"))
+    with pytest.raises(ModelError) as exc:
+        load_llm(str(folder))
+    assert "tokenizer.json" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_chat_template_jinja_beside_tokenizer_config_is_used(hf_llm, tmp_path):
+    from as2d.loading import ModelError, load_llm
+
+    folder = copy_hf(hf_llm, tmp_path / "llm")
+    template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}<assistant>"
+    (folder / "chat_template.jinja").write_text(template)
+    assert load_llm(str(folder)).chat_template == template
+    (folder / "chat_template.jinja").write_text("{{ cycler.__init__.__globals__.os }}")
+    with pytest.raises(ModelError) as exc:
+        load_llm(str(folder))
+    assert "chat_template.jinja" in str(exc.value) and "unsafe" in str(exc.value)
+
+
+# -- property-based: random damage gives one clean error or the model's own tokens ---------
+
+class _Hang(Exception):
+    pass
+
+
+def _alarm(seconds: int):
+    def on_alarm(signum, frame):
+        raise _Hang(f"no answer in {seconds} s")
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    return old
+
+
+def _tokens_or_error(spec: str, models: Path, audio):
+    """The model's tokens on ``audio``, or the ModelError's one line (anything else fails)."""
+    from as2d.loading import ModelError, load_whisper
+    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+
+    old = _alarm(120)
+    try:
+        model = load_whisper(spec, models_dir=models)
+        opts = TranscribeOptions(language="en")
+        return [s.tokens for s in LongFormTranscriber(model).transcribe(audio, opts)]
+    except ModelError as exc:
+        assert "\n" not in str(exc) and str(exc), repr(exc)
+        return str(exc)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture(scope="module")
+def clip():
+    import dataclasses
+
+    from as2d.runtime.audio import load_audio
+
+    audio = load_audio(SAMPLE)
+    return dataclasses.replace(audio, samples=audio.samples[: 16000 * 6])  # one short window
+
+
+_NUMBERS = st.one_of(st.integers(-2, 600), st.sampled_from([0, 1, 3, 5, 80, 128, 384, 448, 1500,
+                                                             51864, 51865, 1 << 20, 1048575,
+                                                             2 ** 31]),
+                     st.none(), st.text(max_size=3), st.floats(allow_nan=True),
+                     st.lists(st.integers(-1, 10), max_size=3))
+_PROPERTY = settings(max_examples=30, deadline=None, derandomize=True,
+                     suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.slow
+def test_mutated_manifests_give_one_error_or_the_same_tokens(tiny, clip, tmp_path_factory):
+    work = tmp_path_factory.mktemp("mutated-manifest")
+    models = work / "models"
+    models.mkdir()
+    bundle = copy_bundle(tiny, models / "tiny")
+    original = (bundle / "manifest.json").read_text()
+    want = _tokens_or_error(str(bundle), models, clip)
+    assert isinstance(want, list) and want
+    keys = ["dims." + k for k in json.loads(original)["dims"]] + [
+        "generation.alignment_heads", "generation.suppress_ids", "generation.lang_ids",
+        "generation.suppress_ids_begin", "files.decoder", "files.tokenizer", "name"]
+
+    @_PROPERTY
+    @given(st.lists(st.tuples(st.sampled_from(keys), _NUMBERS), min_size=1, max_size=3))
+    def check(edits):
+        manifest = json.loads(original)
+        for key, value in edits:
+            where, _, field = key.rpartition(".")
+            (manifest[where] if where else manifest)[field] = value
+        (bundle / "manifest.json").write_text(json.dumps(manifest))
+        got = _tokens_or_error(str(bundle), models, clip)
+        assert isinstance(got, str) or got == want, (edits, got)
+
+    try:
+        check()
+    finally:
+        (bundle / "manifest.json").write_text(original)
+
+
+@pytest.mark.slow
+def test_mutated_hf_configs_give_one_error_or_the_same_tokens(hf_whisper, clip, tmp_path):
+    folder = copy_hf(hf_whisper, tmp_path / "hf")
+    original = (folder / "config.json").read_text()
+    want = _tokens_or_error(str(folder), tmp_path, clip)
+    assert isinstance(want, list) and want
+    keys = list(json.loads(original))
+
+    @_PROPERTY
+    @given(st.lists(st.tuples(st.sampled_from(keys), _NUMBERS), min_size=1, max_size=3))
+    def check(edits):
+        cfg = json.loads(original)
+        cfg.update(edits)
+        (folder / "config.json").write_text(json.dumps(cfg))
+        got = _tokens_or_error(str(folder), tmp_path, clip)
+        assert isinstance(got, str) or got == want, (edits, got)
+
+    check()
+
+
+def test_mutated_ct2_headers_give_one_error_or_sound_tensors(ct2_source, tmp_path):
+    """Random bytes written into the header and tensor index of tiny.en's model.bin: the
+    reader refuses it in one line, or every tensor it then offers decodes to exactly its
+    byte count inside the file, and the converter's checks hold (no traceback, no allocation
+    beyond the file, no hang)."""
+    from as2d.models.ct2 import CT2FormatError, load_ct2
+    from as2d.models.whisper_source import SourceError, inspect_ct2
+
+    folder = copy_ct2(ct2_source, tmp_path / "ct2")
+    pristine = (folder / "model.bin").read_bytes()
+    ref = load_ct2(folder / "model.bin")
+    index_end = ref.tensors._where["decoder/embeddings/weight"][0]  # the first large tensor
+
+    @_PROPERTY
+    @given(st.lists(st.tuples(st.integers(0, index_end - 1), st.binary(min_size=1, max_size=4)),
+                    min_size=1, max_size=4))
+    def check(edits):
+        data = bytearray(pristine)
+        for at, raw in edits:
+            data[at:at + len(raw)] = raw
+        (folder / "model.bin").write_bytes(bytes(data[:len(pristine)]))
+        old = _alarm(60)
+        try:
+            model = load_ct2(folder / "model.bin")
+            for name in model.tensors:
+                nbytes = model.tensors.nbytes(name)
+                assert nbytes <= len(pristine)
+                value = model.tensors[name]
+                assert value.nbytes == nbytes or value.dtype == np.float32  # bf16 widened
+            inspect_ct2(folder)
+            model.f32("encoder/conv1/weight")
+        except (CT2FormatError, SourceError) as exc:
+            assert "\n" not in str(exc) and str(exc)
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+
+    check()
