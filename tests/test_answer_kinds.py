@@ -51,3 +51,14 @@ def test_a_restatement_adds_nothing_and_unsaid_words_are_not_given():
     assert not qualifies("5 euros.", q, SPANS)      # never said
     assert qualifies("He stays twelve days.", "How long did he stay in Lisbon?", SPANS)
     assert NOT_SAID == "The recording does not say."
+
+
+def test_an_instruction_models_first_qualifying_sentence_is_its_answer():
+    from as2d.runtime.ask.kinds import first_qualifying, unframed
+
+    q = "Who had leisure to consider how much there might be in his power?"
+    assert unframed("The answer to this question is: \"3 dollars.\"") == "3 dollars"
+    assert first_qualifying("Mr. John Dashwood. He was a wizard of Oz.", q, SPANS) == \
+        "Mr. John Dashwood."                       # a title's full stop ends no sentence
+    assert first_qualifying("The answer is: a wizard.", q, SPANS) is None
+    assert first_qualifying("The speaker says it was Mr. John Dashwood.", q, SPANS)

@@ -28,7 +28,13 @@ from as2d.runtime.ask.answer_sources import SOURCES, lookup_source, source_texts
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.extract import Candidate, candidates, count_answer
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
-from as2d.runtime.ask.kinds import NOT_SAID, names_in, qualifies, question_kind, unframed
+from as2d.runtime.ask.kinds import (
+    NOT_SAID,
+    first_qualifying,
+    names_in,
+    qualifies,
+    question_kind,
+)
 from as2d.runtime.ask.passages import evidence, rank_spans
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, asks_about_time
 from as2d.runtime.ask.spans import Span, format_time
@@ -263,8 +269,8 @@ class Answerer:
         if pick is not None:
             method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
-        elif o.check and qualifies(unframed(text), question, spans, names, kind):
-            text = unframed(text)
+        elif o.check and first_qualifying(text, question, spans, names, kind) is not None:
+            text = first_qualifying(text, question, spans, names, kind)
             used = evidence(text, plan.spans) or plan.focus[:1]
         elif o.check:
             # Not of the kind asked, a restatement, or words the speaker never said: no

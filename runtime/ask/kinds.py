@@ -192,3 +192,23 @@ def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str]
         names = names_in(spans)
     kind = kind or question_kind(question)
     return fits(kind, answer, names) and adds_to(answer, question) and said(answer, spans)
+
+
+# Sentence ends (not a title's full stop: "Mr. John Dashwood") and line breaks.
+_SENTENCE = re.compile(r"(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)"
+                       r"(?<=[.!?])\s+|\n+")
+
+
+def first_qualifying(answer: str, question: str, spans: Sequence[Span],
+                     names: set[str] | None = None, kind: str | None = None) -> str | None:
+    """The generated answer, or failing that its first sentence (or line), unframed, that
+    qualifies: an instruction model often answers in its first sentence and then goes on in
+    words the recording never said. None when no part qualifies."""
+    if names is None:
+        names = names_in(spans)
+    whole = unframed(answer)
+    parts = [whole] + [unframed(p) for p in _SENTENCE.split(answer) if p.strip()]
+    for part in parts:
+        if part and qualifies(part, question, spans, names, kind):
+            return part
+    return None
