@@ -57,7 +57,7 @@ def test_an_instruction_models_first_qualifying_sentence_is_its_answer():
     from as2d.runtime.ask.kinds import first_qualifying, unframed
 
     q = "Who had leisure to consider how much there might be in his power?"
-    assert unframed("The answer to this question is: \"3 dollars.\"") == "3 dollars"
+    assert unframed("The answer to this question is: \"3 dollars.\"") == "3 dollars."
     assert first_qualifying("Mr. John Dashwood. He was a wizard of Oz.", q, SPANS) == \
         "Mr. John Dashwood."                       # a title's full stop ends no sentence
     assert first_qualifying("The answer is: a wizard.", q, SPANS) is None
