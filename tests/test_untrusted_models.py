@@ -336,11 +336,15 @@ def clip():
     return dataclasses.replace(audio, samples=audio.samples[: 16000 * 6])  # one short window
 
 
-_NUMBERS = st.one_of(st.integers(-2, 600), st.sampled_from([0, 1, 3, 5, 80, 128, 384, 448, 1500,
-                                                             51864, 51865, 1 << 20, 1048575,
-                                                             2 ** 31]),
-                     st.none(), st.text(max_size=3), st.floats(allow_nan=True),
-                     st.lists(st.integers(-1, 10), max_size=3))
+_SIZES = st.sampled_from([0, 1, 3, 4, 5, 6, 80, 128, 383, 384, 447, 448, 449, 1500, 51863,
+                          51864, 51865, 1 << 20, 1048575, 2 ** 31])
+# Mostly plausible numbers (near the true sizes: the mutations a loader must catch by looking
+# at the graphs), some of the wrong type.
+_NUMBERS = st.one_of(_SIZES, _SIZES, st.integers(-2, 600), st.integers(-2, 600), st.none(),
+                     st.text(max_size=3), st.floats(allow_nan=True),
+                     st.lists(st.integers(-1, 10), max_size=3),
+                     st.lists(st.lists(st.integers(-1, 8), min_size=2, max_size=2),
+                              max_size=3))
 _PROPERTY = settings(max_examples=30, deadline=None, derandomize=True,
                      suppress_health_check=list(HealthCheck))
 
