@@ -295,6 +295,10 @@ def load_llm(spec: str, precision: str | None = None, models_dir: PathLike | Non
     path = resolve_bundle_dir(spec, precision, models_dir, progress=progress, kind="llm")
     try:
         return CausalLM(path, threads=threads)
+    except ValueError as exc:  # the bundle's checks: the message names the file and field
+        raise ModelError(_first_line(exc) if "reinstall" in str(exc) else
+                         f"language model at {path}: {_first_line(exc)}; reinstall it with "
+                         "`as2d models install NAME --force`") from None
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
         raise ModelError(f"language model at {path} cannot be loaded ({_first_line(exc)}); "
                          "reinstall it with `as2d models install NAME --force`") from None

@@ -210,6 +210,34 @@ def test_a_language_models_tokenizer_is_refused(tiny, tmp_path, env):
     assert p.stdout == ""
 
 
+@pytest.mark.parametrize("edit,fragment", [
+    (lambda m: m.update(capacity=1048575), "capacity"),
+    (lambda m: m["config"].update(num_layers=100), "num_layers"),
+])
+def test_an_llm_manifest_that_disagrees_with_its_graph_is_one_line(edit, fragment, bundle,
+                                                                  tmp_path):
+    """The answering model's bundle (its large files linked, its manifest edited)."""
+    from as2d.loading import ModelError, load_llm
+
+    src = bundle("gemma-3-270m")
+    folder = tmp_path / "llm"
+    folder.mkdir()
+    for f in src.iterdir():
+        if f.name != "manifest.json" and not f.name.startswith("."):
+            (folder / f.name).symlink_to(f)
+    edit_manifest_from(src, folder, edit)
+    with pytest.raises(ModelError) as exc:
+        load_llm(str(folder))
+    assert "\n" not in str(exc.value) and "manifest.json" in str(exc.value)
+    assert fragment in str(exc.value)
+
+
+def edit_manifest_from(src: Path, dest: Path, edit) -> None:
+    manifest = json.loads((src / "manifest.json").read_text())
+    edit(manifest)
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+
+
 # -- Hugging Face folders ----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
