@@ -266,11 +266,12 @@ def test_a_hf_whisper_config_that_disagrees_is_one_line(field, value, hf_whisper
     assert p.stdout == ""
 
 
-def test_a_huge_hf_config_is_not_read(hf_whisper, tmp_path, env):
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json"])
+def test_a_huge_hf_json_file_is_not_read(name, hf_whisper, tmp_path, env):
     folder = copy_hf(hf_whisper, tmp_path / "hf")
-    with open(folder / "config.json", "ab") as fh:  # sparse
+    with open(folder / name, "ab") as fh:  # sparse: 8 GB that take no disk
         fh.truncate(8 << 30)
-    one_error_line(transcribe(folder, env), "config.json", "too large", code=1)
+    one_error_line(transcribe(folder, env), name, "too large", code=1)
 
 
 _TEXT = ["Question: What was it? Answer: The age of wisdom, the age of foolishness. " * 20]
@@ -294,6 +295,18 @@ def test_a_hf_llm_config_that_disagrees_is_one_line(field, value, hf_llm, tmp_pa
         load_llm(str(folder))
     assert "\n" not in str(exc.value) and field in str(exc.value)
     assert "config.json" in str(exc.value)
+
+
+def test_a_huge_hf_llm_config_or_tokenizer_is_not_read(hf_llm, tmp_path):
+    from as2d.loading import ModelError, load_llm
+
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        folder = copy_hf(hf_llm, tmp_path / name)
+        with open(folder / name, "ab") as fh:  # sparse
+            fh.truncate(8 << 30)
+        with pytest.raises(ModelError) as exc:
+            load_llm(str(folder))
+        assert name in str(exc.value) and "too large" in str(exc.value)
 
 
 def test_a_hf_llm_with_another_models_tokenizer_is_one_line(hf_llm, tmp_path):

@@ -41,6 +41,7 @@ class HFModelError(ValueError):
 
 
 MAX_JSON = 16 << 20  # bytes: config files are a few kB (tokenizer.json is read by tokenizers)
+MAX_TOKENIZER = 256 << 20  # bytes of tokenizer.json (the largest real ones are ~35 MB)
 MAX_TEMPLATE = 1 << 20  # bytes of chat_template.jinja (real ones are a few kB)
 
 
@@ -87,6 +88,9 @@ class HFTokenizer(TokenizerBase):
 
     def __init__(self, path: Path, config: dict, generation: dict, tok_config: dict) -> None:
         self.path = path
+        size = path.stat().st_size
+        if size > MAX_TOKENIZER:  # read whole by tokenizers: refused before, not after
+            raise HFModelError(f"tokenizer.json: {size} bytes is too large for a tokenizer")
         try:
             self.tok = Tokenizer.from_file(str(path))
         except Exception as exc:  # the tokenizers library raises its own Exception types

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d.runtime.json_files import read_json_capped
+from as2d.runtime.json_files import MAX_JSON, read_json_capped
 from as2d.runtime.sessions import make_session
 from as2d.runtime.whisper.model import (
     WHISPER_TEXT_CTX,
@@ -157,6 +157,10 @@ class HFWhisperModel:
             raise HFLayoutError(f"{self.path}/{exc}") from None
         self.name = name or self.path.name
         self.threads = threads
+        size = (self.path / "tokenizer.json").stat().st_size
+        if size > MAX_JSON:  # read whole: refused before, not after
+            raise HFLayoutError(f"{self.path / 'tokenizer.json'}: {size} bytes is too large "
+                                "for a Whisper tokenizer")
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
         self.encoder = make_session(self.path / "encoder_model.onnx", encoder_threads or threads)
         self.merged = merged.is_file()
