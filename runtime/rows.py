@@ -82,22 +82,28 @@ def rows_exact(model: RowProbe) -> bool:
 
     Checked once per model object (the verdict is kept on it as ``row_check``) and remembered
     across processes in the model's folder when it has one (:attr:`RowProbe.row_memo`)."""
-    known = model.row_check
+    return _checked(model, "row_check", model.row_memo, "", probe)
+
+
+def _checked(model, verdict: str, memo: tuple[Path, str] | None, kind: str, run) -> bool:
+    """``run(model)``'s verdict, kept on the model as the attribute ``verdict`` and remembered
+    in the models folder under ``kind``, the graph and this runtime (a new onnxruntime or CPU
+    checks again, once)."""
+    known = getattr(model, verdict)
     if known is not None:
         return bool(known["exact"])
-    memo = model.row_memo
     key = path = None
     if memo is not None:
         from as2d.runtime.sessions import runtime_identity
 
         folder, graph = memo
-        path, key = Path(folder) / MEMO_FILE, f"{graph}|{runtime_identity()}"
+        path, key = Path(folder) / MEMO_FILE, f"{kind}{graph}|{runtime_identity()}"
         remembered = _read(path).get(key)
         if isinstance(remembered, bool):
-            model.row_check = {"exact": remembered, "remembered": True}
+            setattr(model, verdict, {"exact": remembered, "remembered": True})
             return remembered
-    result = probe(model)
-    model.row_check = result
+    result = run(model)
+    setattr(model, verdict, result)
     if path is not None:
         data = _read(path)
         data[key] = result["exact"]
@@ -198,25 +204,4 @@ def probe_beams(model: BeamProbe) -> dict:
 def beams_exact(model: BeamProbe) -> bool:
     """Does the batched (beam) decoder compute each hypothesis's rows as single passes do?
     Checked once per model object, remembered in the models folder like :func:`rows_exact`."""
-    known = model.beam_check
-    if known is not None:
-        return bool(known["exact"])
-    memo = model.beam_memo
-    key = path = None
-    if memo is not None:
-        from as2d.runtime.sessions import runtime_identity
-
-        folder, graph = memo
-        path, key = Path(folder) / MEMO_FILE, f"beams2|{graph}|{runtime_identity()}"
-        remembered = _read(path).get(key)
-        if isinstance(remembered, bool):
-            model.beam_check = {"exact": remembered, "remembered": True}
-            return remembered
-    result = probe_beams(model)
-    model.beam_check = result
-    if path is not None:
-        data = _read(path)
-        data[key] = result["exact"]
-        write_replacing(path, lambda tmp: tmp.write_text(json.dumps(data, indent=0,
-                                                                    sort_keys=True)))
-    return result["exact"]
+    return _checked(model, "beam_check", model.beam_memo, "beams2|", probe_beams)
