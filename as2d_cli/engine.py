@@ -22,6 +22,7 @@ whatever the user can fix is a :class:`~as2d.loading.ModelError` with a one-line
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
@@ -194,6 +195,13 @@ class Engine:
         self.strategy = self._llm = None
         # auto: other drafters for languages tiny.en cannot draft (made on first use)
         self._by_language: dict[str | None, object] = {}
+        # The run in progress (stop() reaches it and nothing else: a stop with no run going
+        # on must not stop the next one), and what may be made from another thread (a
+        # prefetch comes from the reader's).
+        self._lock = threading.Lock()
+        self._running = None
+        self._answerers: list[Background] = []
+        self._closed = False
         try:
             if spec.llm:  # found (or installed) here: a missing package costs nothing else
                 parts.llm = self._start_llm()
@@ -308,8 +316,11 @@ class Engine:
     def add_listener(self, listener: Listener) -> None:
         """Also send every engine event to ``listener``."""
         self.listener = fanout(self.listener, listener)
-        self.transcriber.add_listener(listener)
-        self.strategy.add_listener(listener)
+        with self._lock:
+            runs = [self.transcriber, *self._by_language.values()]
+        for run in runs:
+            run.add_listener(listener)
+            run.strategy.add_listener(listener)
 
     def transcribe(self, audio, options=None, info=None) -> Iterator:
         """Segments of ``audio`` (an :class:`~as2d.runtime.audio.Audio`) as they are decoded;
@@ -318,8 +329,18 @@ class Engine:
         VAD now."""
         if options is not None and options.vad_filter:
             self.voice_detector()
-        self._active = self._for_language(options)
-        return self._active.transcribe(audio, options, info)
+        run = self._for_language(options)
+
+        def segments() -> Iterator:
+            with self._lock:
+                self._running = self._active = run
+            try:
+                yield from run.transcribe(audio, options, info)
+            finally:
+                with self._lock:
+                    self._running = None
+
+        return segments()
 
     def prefetch(self, audio, options=None) -> None:
         """``audio`` is the next recording: its log-mel and the drafter's head start begin now
@@ -344,21 +365,28 @@ class Engine:
         name, why = loading.choose_drafter(self.target, language)
         if name == FIRST_DRAFTER:
             return self.transcriber
-        if language not in self._by_language:
-            from as2d.runtime.events import Note
-            from as2d.runtime.transcribe.longform import LongFormTranscriber
-            from as2d.runtime.transcribe.strategy import TargetOnly
+        with self._lock:  # one run per language, whichever thread asks first
+            if self._closed:
+                raise RuntimeError("the engine is closed")
+            return self._by_language.get(language) or self._make_run(language, name, why)
 
-            self.listener(Note(f"drafter: {why}"))
-            if name is None:
-                strategy = TargetOnly(self.target, self.listener)
-            else:
-                strategy = self._strategy(self._load(name, None, self.plan.drafter,
-                                                     "drafter", False))
-            run = LongFormTranscriber(self.target, strategy, self.listener)
-            run.voice_detector = self.transcriber.voice_detector
-            self._by_language[language] = run
-        return self._by_language[language]
+    def _make_run(self, language: str, name: str | None, why: str):
+        """A transcriber with the drafter ``name`` (None: the target alone) for ``language``
+        (called under the lock: loading a drafter is seconds, once per language)."""
+        from as2d.runtime.events import Note
+        from as2d.runtime.transcribe.longform import LongFormTranscriber
+        from as2d.runtime.transcribe.strategy import TargetOnly
+
+        self.listener(Note(f"drafter: {why}"))
+        if name is None:
+            strategy = TargetOnly(self.target, self.listener)
+        else:
+            strategy = self._strategy(self._load(name, None, self.plan.drafter,
+                                                 "drafter", False))
+        run = LongFormTranscriber(self.target, strategy, self.listener)
+        run.voice_detector = self.transcriber.voice_detector
+        self._by_language[language] = run
+        return run
 
     def drafted_text(self) -> str | None:
         """The drafter's own transcript of the last decode (its candidate stream, in the target
@@ -366,7 +394,7 @@ class Engine:
         it."""
         from as2d.runtime.ask.answer import drafter_text
 
-        return drafter_text(self.strategy, self.target)
+        return drafter_text(self._active.strategy, self.target)
 
     def prepare_answerer(self, options=None, listener: Listener | None = None,
                          question: str | None = None) -> Background:
@@ -386,7 +414,9 @@ class Engine:
                 answerer.warm(question)
             return answerer
 
-        return Background(make, name="as2d-answerer")
+        pending = Background(make, name="as2d-answerer")
+        self._answerers.append(pending)  # settled by close()
+        return pending
 
     def answerer(self, options=None, listener: Listener | None = None):
         """The answerer, once the answering model has loaded (waits for it)."""
@@ -408,15 +438,22 @@ class Engine:
                            self.spec.decoder, self.strategy.drafter_name)
 
     def stop(self) -> None:
-        """Stop the transcription in progress after the current pass (thread-safe)."""
-        self._active.stop()
+        """Stop the transcription in progress after the current pass (thread-safe); nothing
+        when none is in progress (a stop is not kept for the next run)."""
+        with self._lock:
+            if self._running is not None:
+                self._running.stop()
 
     def close(self) -> None:
         """End the encoder runs started ahead and the drafter's worker thread (the models are
         freed with the object). Waits for an answering model still loading."""
+        with self._lock:
+            self._closed = True
         self.transcriber.close()
         if self.strategy is not None:
             self.strategy.close()
+        for pending in self._answerers:
+            _settle(pending)
         for run in self._by_language.values():
             run.close()
             run.strategy.close()
