@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import re
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,20 +72,6 @@ def looks_like_repo_id(spec: str) -> bool:
     return bool(_REPO_ID.match(spec)) and ".." not in spec
 
 
-@contextmanager
-def _offline():
-    """``HF_HUB_OFFLINE`` set for the duration of a cache look-up (read by huggingface_hub at
-    call time in its recent releases); ``local_files_only`` is passed as well, for older ones."""
-    old = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = old
-
 
 def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
     """The local snapshot folder of ``repo_id`` in the Hugging Face cache; never downloads."""
@@ -96,9 +81,10 @@ def hub_snapshot(repo_id: str, revision: str | None = None) -> Path:
         raise SourceError(f"{repo_id}: looking a model up in the Hugging Face cache needs "
                           "huggingface_hub (pip install huggingface_hub)") from None
     try:
-        with _offline():
-            path = snapshot_download(repo_id, revision=revision, local_files_only=True,
-                                     cache_dir=hub_cache_dir())
+        # local_files_only: the cache is read, the network never tried (HF_HUB_OFFLINE is
+        # not touched: it is read once at import, and setting it would be process-wide).
+        path = snapshot_download(repo_id, revision=revision, local_files_only=True,
+                                 cache_dir=hub_cache_dir())
     except Exception as exc:  # noqa: BLE001 - LocalEntryNotFoundError, a bad id, a bad cache
         where = hub_cache_dir() or _default_hub_cache()
         raise SourceError(f"{repo_id}: not a model folder, and not in the Hugging Face cache "
@@ -239,7 +225,8 @@ def inspect_ct2(folder: Path) -> CT2Folder:
     files.update({n: folder / n for n in _SIDE_FILES if (folder / n).is_file()})
     try:
         dims = whisper_dims(load_ct2(model_bin))
-    except (CT2FormatError, OSError) as exc:
+    except (CT2FormatError, OSError, IndexError, KeyError, TypeError, ValueError) as exc:
+        # (an empty or mis-shaped scalar or weight that the reader's own checks let through)
         raise SourceError(f"{model_bin}: not a CTranslate2 Whisper model ({exc})") from None
     check_dims(dims, str(model_bin))
     if "tokenizer.json" in files:

@@ -61,6 +61,8 @@ def probe(model: RowProbe) -> dict:
     truncation (how verification uses the cache). Returns the verdict and the largest
     difference seen, for the record."""
     new, tokens, release = model.row_probe()
+    if not tokens:  # nothing to compare with: no speculation on a model that cannot be probed
+        return {"exact": False, "tokens": 0, "max_abs_diff": float("nan")}
     if len(tokens) < 6:
         tokens = (list(tokens) * 6)[:max(6, len(tokens))]
     a, b = new(), new()

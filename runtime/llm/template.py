@@ -589,7 +589,7 @@ def render_chat_template(source: str, **variables: Any) -> str:
                             f"{_one_line(exc)}") from None
     deadline = time.monotonic() + MAX_SECONDS
 
-    class _Deadline(Exception):
+    class _Deadline(BaseException):  # not an Exception: no handler inside Jinja swallows it
         pass
 
     def tracer(frame, event, arg):
