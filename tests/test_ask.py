@@ -452,7 +452,7 @@ def test_long_transcript_is_cut_to_relevant_passages_and_says_so(lm, transcripts
     spans, draft = transcripts["two_cities"]
     notes = []
     small = Answerer(lm, lambda e: notes.append(e) if isinstance(e, Note) else None,
-                     AskOptions(context_tokens=480))
+                     AskOptions(context_tokens=480, compare=True))
     full = Answerer(lm).prompt(spans, "What was it the winter of?")
     a = small.ask(spans, "What was it the winter of?", draft)
     plan = a.prompt
