@@ -165,15 +165,17 @@ def test_a_model_whose_weights_change_gets_another_key(lm, tmp_path):
     def key(**change):
         m = {**manifest, "sha256": {**manifest["sha256"], **change.pop("sha256", {})},
              **change}
-        return for_model(SimpleNamespace(manifest=m, path=tmp_path, threads=2)).path([1, 2, 3])
+        model = SimpleNamespace(manifest=m, path=tmp_path, threads=2, lossless=True)
+        return for_model(model).path([1, 2, 3])
 
     base = key()
     assert key(sha256={"decoder.onnx.data": "c" * 64}) != base
     assert key(converter_version=5) != base
     assert key() == base
-    assert for_model(SimpleNamespace(manifest=manifest, path=tmp_path, threads=1)).path(
+    assert for_model(SimpleNamespace(manifest=manifest, path=tmp_path, threads=1,
+                                     lossless=True)).path(
         [1, 2, 3]) != base
-    assert for_model(SimpleNamespace(manifest={"files": {}}, path=tmp_path)) is None
+    assert for_model(SimpleNamespace(manifest={"files": {}}, path=tmp_path, lossless=True)) is None
 
 
 def test_the_key_holds_the_head_and_what_its_bits_depend_on(tmp_path):
