@@ -581,30 +581,47 @@ def test_concurrent_clients_all_get_their_text(server, reference):
 
 def test_client_dropping_mid_stream_stops_its_decode(server, reference, tmp_path):
     """Four 30-s windows: the client leaves after the first window's text, while the
-    others are still to decode."""
+    others are still to decode; a second client leaves while it waits for the decoder. The
+    next request, sent at once, waits for the stopped decode to end (never decodes beside it
+    on the same engine) and gets the whole text; then the decoder is free, nobody queued."""
     import soundfile as sf
 
     x, rate = sf.read(str(LONG), dtype="float32")
     sf.write(str(tmp_path / "four.flac"), np.concatenate([x] * 4), rate)
     body, ctype = _multipart(_form(file=((tmp_path / "four.flac").read_bytes(), "four.flac"),
                                    stream="true"))
+    headers = {"Authorization": f"Bearer {KEY}", "Content-Type": ctype}
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
-    conn.request("POST", "/v1/audio/transcriptions", body=body,
-                 headers={"Authorization": f"Bearer {KEY}", "Content-Type": ctype})
+    conn.request("POST", "/v1/audio/transcriptions", body=body, headers=headers)
     r = conn.getresponse()
     assert r.status == 200 and r.getheader("content-type").startswith("text/event-stream")
     first = r.readline()
     assert first.startswith(b"data: ") and b"transcript.text.delta" in first
-    conn.sock.shutdown(socket.SHUT_RDWR)
-    conn.close()
+    # A second client queues for the decoder, then leaves while it waits.
+    short, short_type = _multipart(_form())
+    waiter = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+    waiter.request("POST", "/v1/audio/transcriptions", body=short,
+                   headers={"Authorization": f"Bearer {KEY}", "Content-Type": short_type})
     deadline = time.monotonic() + 60
-    while "client went away" not in server.stderr():
+    while server.health()["queued"] < 1:
         assert time.monotonic() < deadline, server.stderr()
         time.sleep(0.05)
-    # The server is free again and gives the whole text to the next client.
+    waiter.sock.shutdown(socket.SHUT_RDWR)
+    waiter.close()
+    while server.health()["queued"]:  # its place in the queue is given up, not kept
+        assert time.monotonic() < deadline, server.stderr()
+        time.sleep(0.05)
+    assert server.health()["busy"]
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    # At once: the server is free again (once the stopped decode ends) and gives the whole
+    # text to the next client.
     want = json.loads(reference[(LONG, ())]["json"])["text"].strip()
     with open(LONG, "rb") as f:
         assert server.client().audio.transcriptions.create(file=f, model="x").text == want
+    assert "client went away" in server.stderr()
+    h = server.health()
+    assert not h["busy"] and h["queued"] == 0, h
 
 
 def test_ask_answers_as_as2d_ask_json(models_root, tmp_path):

@@ -15,12 +15,15 @@ import contextlib
 import hmac
 import ipaddress
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from as2d.server.api_errors import APIError, error_body
@@ -63,6 +66,45 @@ def _ws_key(ws: WebSocket) -> str | None:
     return None
 
 
+class Guard:
+    """The API key check, and the last resort for an error no handler took: one log line and
+    OpenAI's JSON 500, not re-raised (Starlette's own last resort logs a whole traceback).
+    Plain ASGI, so a streamed answer runs in the request's own task."""
+
+    def __init__(self, app, api_key: str | None) -> None:
+        self.app, self.api_key = app, api_key
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path, method = scope["path"], scope["method"]
+        if path.startswith("/v1/") and method != "OPTIONS" and not key_ok(
+                self.api_key, Headers(scope=scope).get("authorization")):
+            refused = JSONResponse(error_body(401, "a valid API key is required "
+                                                   "(Authorization: Bearer KEY)",
+                                              code="invalid_api_key"),
+                                   status_code=401, headers={"WWW-Authenticate": "Bearer"})
+            await refused(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception as exc:  # noqa: BLE001 - one line in the log, a JSON 500 to the client
+            log.error("as2d: error: %s %s failed (%s: %s)", method, path, type(exc).__name__,
+                      exc)
+            if not started:
+                await JSONResponse(error_body(500, f"internal error ({type(exc).__name__})"),
+                                   status_code=500)(scope, receive, send)
+
+
 def create_app(backend: Backend) -> FastAPI:
     from as2d.server.audio_api import make_router
     from as2d.server.realtime import serve_realtime
@@ -95,21 +137,9 @@ def create_app(backend: Backend) -> FastAPI:
         return JSONResponse(error_body(422, "the request does not have the expected shape"),
                             status_code=422)
 
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, exc: Exception) -> JSONResponse:
-        log.error("as2d: error: %s %s failed (%s: %s)", request.method, request.url.path,
-                  type(exc).__name__, exc)
-        return JSONResponse(error_body(500, f"internal error ({type(exc).__name__})"),
-                            status_code=500)
-
-    @app.middleware("http")
-    async def check_key(request: Request, call_next):
-        if request.url.path.startswith("/v1/") and request.method != "OPTIONS" and \
-                not key_ok(settings.api_key, request.headers.get("authorization")):
-            return JSONResponse(error_body(401, "a valid API key is required (Authorization: "
-                                                "Bearer KEY)", code="invalid_api_key"),
-                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        return await call_next(request)
+    # The key check and the last-resort 500: plain ASGI (no BaseHTTPMiddleware, whose task
+    # group cancels a streamed body's task mid-answer).
+    app.add_middleware(Guard, api_key=settings.api_key)
 
     if settings.cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
@@ -122,7 +152,7 @@ def create_app(backend: Backend) -> FastAPI:
     async def health() -> JSONResponse:
         doc = {"status": {"ready": "ok"}.get(backend.state, backend.state),
                "model": backend.model_name if backend.state == "ready" else settings.model,
-               "drafter": getattr(backend.engine, "drafter_name", None),
+               "drafter": backend.drafter_name,
                "decoder": str(settings.decoder), "llm": settings.llm,
                "busy": bool(backend.slot and backend.slot.busy),
                "queued": backend.slot.waiting if backend.slot else 0}
@@ -176,13 +206,27 @@ def run(backend: Backend, sock, log_level: str = "info") -> int:
     """Serve on the listening socket ``sock`` until SIGTERM/SIGINT; the exit code (1 when
     the models failed to load)."""
     import uvicorn
+    import uvicorn.server
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:
             backend.stopping = True
             super().handle_exit(sig, frame)
-            # A clean stop exits 0: uvicorn would raise the signal again once stopped.
-            getattr(self, "_captured_signals", []).clear()
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            """uvicorn's, less raising the signal again once stopped (a clean stop exits 0,
+            not 143)."""
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            originals = {sig: signal.signal(sig, self.handle_exit)
+                         for sig in uvicorn.server.HANDLED_SIGNALS}
+            try:
+                yield
+            finally:
+                for sig, handler in originals.items():
+                    signal.signal(sig, handler)
 
     # python-multipart logs each malformed body it meets; the client gets the 400 already.
     logging.getLogger("python_multipart").setLevel(logging.CRITICAL)

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from as2d import writers
 from as2d.server.api_errors import APIError
-from as2d.server.backend import Backend, ClientGone
+from as2d.server.backend import Backend, ClientGone, Job
 from as2d.server.forms import AudioRequest, parse_ask_request, parse_audio_request
 from as2d.server.uploads import Upload, read_multipart
 
@@ -128,44 +128,32 @@ def make_router(backend: Backend) -> APIRouter:
             req = parse_audio_request(upload, task, backend.settings.decoder)
             backend.require_ready()
             check_language(req)
-            audio = await load(req)
-            try:
-                if req.stream:
-                    return await stream(request, req, audio, upload)
-                segments, info = await backend.run_decode(
-                    lambda: decode(req, audio), request.is_disconnected)
-            finally:
-                if not req.stream:
-                    audio.close()
+            audio = await load(req)  # from here the decode's cleanup closes it
+            if req.stream:
+                return await stream(request, req, audio)
+            segments, info = await backend.run_decode(
+                lambda: decode(req, audio), request.is_disconnected, cleanup=audio.close)
             return render(req, segments, info)
         except ClientGone:
             return Response(status_code=499)
         finally:
-            if not getattr(upload, "_streaming", False):
-                upload.close()
+            upload.close()  # the audio is decoded from memory by now
 
     def decode(req: AudioRequest, audio):
         from as2d.runtime.transcribe.longform import TranscriptionInfo
 
         info = TranscriptionInfo(None, 0.0, audio.duration)
         try:
-            segments = list(backend.engine.transcribe(audio, engine_options(req), info))
+            segments = list(backend.transcribe(audio, engine_options(req), info))
         except ValueError as exc:  # options the model cannot honour
             raise APIError(400, str(exc), code="invalid_value") from None
         return segments, info
 
-    async def stream(request: Request, req: AudioRequest, audio, upload: Upload) -> Response:
+    async def stream(request: Request, req: AudioRequest, audio) -> Response:
         """Server-Sent Events, one delta per committed segment. The decode slot is taken
         before the answer starts, so a full queue is still a 429."""
         from as2d.runtime.transcribe.longform import TranscriptionInfo
 
-        slot = backend.slot
-        try:
-            await slot.acquire()
-        except BaseException:
-            audio.close()
-            raise
-        upload._streaming = True
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         info = TranscriptionInfo(None, 0.0, audio.duration)
@@ -173,56 +161,49 @@ def make_router(backend: Backend) -> APIRouter:
 
         def work() -> None:
             try:
-                for seg in backend.engine.transcribe(audio, engine_options(req), info):
+                for seg in backend.transcribe(audio, engine_options(req), info):
                     loop.call_soon_threadsafe(events.put_nowait, seg)
             except BaseException as exc:  # noqa: BLE001 - handed to the event stream
                 loop.call_soon_threadsafe(events.put_nowait, exc)
             finally:
                 loop.call_soon_threadsafe(events.put_nowait, done)
 
-        async def body():
-            future = None
-            text = ""
-            try:
-                backend.require_ready()
-                future = asyncio.wrap_future(backend.submit(work))
-                while True:
-                    # uvicorn drops what is sent to a client that went away without saying
-                    # so: look for the disconnect, and stop the decode when it comes.
-                    try:
-                        item = await asyncio.wait_for(events.get(), 0.25)
-                    except TimeoutError:
-                        item = None
-                    if await request.is_disconnected():
-                        return
-                    if item is None:
-                        continue
-                    if item is done:
-                        break
-                    if isinstance(item, BaseException):
-                        message = str(item) if isinstance(item, ValueError) else \
-                            f"decoding failed ({type(item).__name__})"
-                        yield _sse({"type": "error", "error": {
-                            "message": message, "type": "server_error", "param": None,
-                            "code": "decode_failed"}})
-                        return
-                    delta = item.text if text else item.text.lstrip()
-                    text += delta
-                    if delta:
-                        yield _sse({"type": "transcript.text.delta", "delta": delta})
-                yield _sse({"type": "transcript.text.done", "text": text.strip(),
-                            "usage": _usage(info.duration)})
-            finally:
-                if future is not None and not future.done():
-                    backend.cancel()  # the client went away mid-stream
-                    with contextlib.suppress(BaseException):
-                        await asyncio.shield(future)
-                slot.release()
-                audio.close()
-                upload.close()
+        job = await backend.start(work, request.is_disconnected, cleanup=audio.close)
 
-        return StreamingResponse(body(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+        async def body():
+            text = ""
+            while True:
+                # uvicorn drops what is sent to a client that went away without saying
+                # so: look for the disconnect, and stop the decode when it comes.
+                try:
+                    item = await asyncio.wait_for(events.get(), 0.25)
+                except TimeoutError:
+                    item = None
+                if await request.is_disconnected():
+                    return
+                if item is None:
+                    f = job.future
+                    if f.done() and (f.cancelled() or isinstance(f.exception(), ClientGone)):
+                        return  # stopped before it began (the server is stopping)
+                    continue
+                if item is done:
+                    break
+                if isinstance(item, BaseException):
+                    message = str(item) if isinstance(item, ValueError) else \
+                        f"decoding failed ({type(item).__name__})"
+                    yield _sse({"type": "error", "error": {
+                        "message": message, "type": "server_error", "param": None,
+                        "code": "decode_failed"}})
+                    return
+                delta = item.text if text else item.text.lstrip()
+                text += delta
+                if delta:
+                    yield _sse({"type": "transcript.text.delta", "delta": delta})
+            yield _sse({"type": "transcript.text.done", "text": text.strip(),
+                        "usage": _usage(info.duration)})
+
+        return _JobStream(backend, job, body(), media_type="text/event-stream",
+                          headers={"Cache-Control": "no-cache"})
 
     @router.post("/v1/audio/transcriptions")
     async def transcriptions(request: Request) -> Response:
@@ -243,11 +224,8 @@ def make_router(backend: Backend) -> APIRouter:
             backend.require_ready()
             check_language(req)
             audio = await load(req)
-            try:
-                doc = await backend.run_decode(lambda: answer(req, audio),
-                                               request.is_disconnected)
-            finally:
-                audio.close()
+            doc = await backend.run_decode(lambda: answer(req, audio),
+                                           request.is_disconnected, cleanup=audio.close)
             return Response(json.dumps(doc, ensure_ascii=False, allow_nan=False),
                             media_type="application/json")
         except ClientGone:
@@ -268,6 +246,10 @@ def make_router(backend: Backend) -> APIRouter:
                                           req.question)
         segments, info = decode(req, audio)
         spans = spans_from_segments(segments)
+        if backend.cancelled():  # the client went away: no answer to make for anyone
+            with contextlib.suppress(BaseException):
+                pending.result()
+            raise ClientGone
         if not spans:
             with contextlib.suppress(BaseException):
                 pending.result()
@@ -312,6 +294,23 @@ def make_router(backend: Backend) -> APIRouter:
         return JSONResponse(model_card(name))
 
     return router
+
+
+class _JobStream(StreamingResponse):
+    """A streamed answer that stops its decode when it ends before the decode does (the
+    client went away, or the body was never sent), from a ``finally`` that needs no await
+    (a cancelled task may not await anything more). The slot and the audio are freed when
+    the worker is done (:meth:`Backend.start`)."""
+
+    def __init__(self, backend: Backend, job: Job, content, **kw) -> None:
+        super().__init__(content, **kw)
+        self._backend, self._job = backend, job
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._backend.cancel(self._job)  # nothing when it has finished
 
 
 def _sse(event: dict) -> str:

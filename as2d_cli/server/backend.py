@@ -7,7 +7,8 @@ at once would only make both slower, so requests wait their turn in a bounded FI
 
 A decode runs on a worker thread (onnxruntime releases the GIL; the event loop keeps serving
 health checks, queued clients and the socket). A client that goes away cancels its work:
-:meth:`Backend.cancel` stops the engine after its current pass.
+:meth:`Backend.cancel` stops the engine after its current pass. The slot is released when
+the worker is done, never before, whatever becomes of the request.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,15 @@ class DecodeSlot:
         return self._lock.locked()
 
 
+class Job:
+    """One decode on the worker thread. ``cancelled``: its client went away (the engine is
+    stopped; a job not yet begun does not begin)."""
+
+    def __init__(self) -> None:
+        self.cancelled = False
+        self.future: Future | None = None
+
+
 class Backend:
     """The loaded engine, its state, and the decode slot."""
 
@@ -103,9 +113,10 @@ class Backend:
         self.load_seconds: float | None = None
         self.slot: DecodeSlot | None = None  # made on the event loop (see bind)
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="as2d-serve")
-        self._active = False
-        self._active_lock = threading.Lock()
+        self._busy: Job | None = None  # the job on the worker thread now
+        self._busy_lock = threading.Lock()
         self._loaded = threading.Event()
+        self._load_thread: threading.Thread | None = None
         self.on_failed: Callable[[str], None] | None = None
         self.stopping = False
         self.load_started = False
@@ -120,7 +131,9 @@ class Backend:
 
     def start_loading(self) -> None:
         self.load_started = True
-        threading.Thread(target=self._load, name="as2d-serve-load", daemon=True).start()
+        self._load_thread = threading.Thread(target=self._load, name="as2d-serve-load",
+                                             daemon=True)
+        self._load_thread.start()
 
     def _load(self) -> None:
         from as2d.loading import ModelError
@@ -137,7 +150,7 @@ class Backend:
         self.load_seconds = time.perf_counter() - t0
         self.state = "ready"
         self._loaded.set()
-        drafter = getattr(self.engine, "drafter_name", None)
+        drafter = self.engine.drafter_name
         self.log(f"as2d: models ready in {self.load_seconds:.2f} s: {self.model_name}"
                  + (f" + drafter {drafter}" if drafter else "")
                  + (f", answering model {self.settings.llm}" if self.settings.llm else ""))
@@ -153,8 +166,13 @@ class Backend:
 
     @property
     def model_name(self) -> str:
-        target = getattr(self.engine, "target", None)
-        return getattr(target, "name", None) or self.settings.model
+        if self.engine is None:
+            return self.settings.model
+        return self.engine.target.name
+
+    @property
+    def drafter_name(self) -> str | None:
+        return self.engine.drafter_name if self.engine is not None else None
 
     def require_ready(self) -> None:
         """503 while loading (with Retry-After), failed or shutting down."""
@@ -168,72 +186,141 @@ class Backend:
                            code="model_unavailable")
 
     # -- running work ---------------------------------------------------------------------------
-    def submit(self, work: Callable[[], Any]) -> Future:
-        """Run ``work`` (a decode) on the worker thread; :meth:`cancel` stops it."""
-
-        def run():
-            with self._active_lock:
-                self._active = True
-            try:
-                return work()
-            finally:
-                with self._active_lock:
-                    self._active = False
-
-        return self.pool.submit(run)
-
-    def cancel(self) -> None:
-        """Stop the decode in progress after its current pass (its client went away)."""
-        with self._active_lock:
-            if self._active and self.engine is not None:
-                self.engine.stop()
-                self.log("as2d: a client went away; its decode was stopped")
-
-    async def run_decode(self, work: Callable[[], Any],
-                         disconnected: Callable[[], Any] | None = None) -> Any:
-        """Wait for the slot, run ``work`` on the worker thread, and return its result.
-        ``disconnected`` (an async callable) is polled; when the client is gone the decode
-        is stopped and :class:`ClientGone` raised."""
-        self.require_ready()
+    async def acquire(self, disconnected: Callable[[], Any] | None = None) -> None:
+        """Wait for the decode slot (429 when the queue is full). ``disconnected`` (an async
+        callable) is polled: a client gone while it waits raises :class:`ClientGone`. However
+        this ends (the request task cancelled too), the slot is either held or not waited
+        for any more: a wait left behind would take the slot later and keep it for ever."""
         slot = self.slot
         acquire = asyncio.ensure_future(slot.acquire())
         try:
             while not acquire.done():
                 await asyncio.wait({acquire}, timeout=0.2)
                 if not acquire.done() and disconnected is not None and await disconnected():
-                    acquire.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await acquire
                     raise ClientGone
             acquire.result()  # 429 raised here
         except BaseException:
-            if acquire.done() and not acquire.cancelled() and acquire.exception() is None:
+            if not acquire.done():
+                acquire.cancel()  # asyncio.Lock hands the lock on if it was just granted
+            elif not acquire.cancelled() and acquire.exception() is None:
                 slot.release()
             raise
+
+    async def start(self, work: Callable[[], Any], disconnected: Callable[[], Any] | None = None,
+                    cleanup: Callable[[], None] | None = None) -> Job:
+        """Take the slot and start ``work`` on the worker thread. The slot is released, and
+        ``cleanup`` called (on the event loop), when the worker is done with it, not when the
+        request ends: a request cancelled mid-decode must not let the next decode onto the
+        same engine, nor free what the decode still reads. ``cleanup`` runs exactly once,
+        whatever happens (a 429 and a client gone while waiting included)."""
         try:
             self.require_ready()
-            future = asyncio.wrap_future(self.submit(work))
-            gone = False
+            await self.acquire(disconnected)
+        except BaseException:
+            if cleanup is not None:
+                cleanup()
+            raise
+        slot = self.slot
+
+        def finished() -> None:
+            slot.release()
+            if cleanup is not None:
+                cleanup()
+
+        try:
+            self.require_ready()
+            job = self._submit(work)
+        except BaseException:
+            finished()
+            raise
+        loop = asyncio.get_running_loop()
+
+        def done(_: Future) -> None:
+            if not loop.is_closed():  # closed: the server has stopped, nothing waits any more
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(finished)
+
+        job.future.add_done_callback(done)
+        return job
+
+    def _submit(self, work: Callable[[], Any]) -> Job:
+        job = Job()
+
+        def run():
+            with self._busy_lock:
+                if job.cancelled:
+                    raise ClientGone
+                self._busy = job
+            try:
+                return work()
+            finally:
+                with self._busy_lock:
+                    self._busy = None
+
+        job.future = self.pool.submit(run)
+        return job
+
+    def cancel(self, job: Job) -> None:
+        """Stop ``job`` (its client went away): after the engine's current pass if it runs,
+        before it begins if it waits for the worker."""
+        with self._busy_lock:
+            if job.cancelled or job.future is None or job.future.done():
+                return
+            job.cancelled = True
+            if self._busy is job and self.engine is not None:
+                self.engine.stop()
+        self.log("as2d: a client went away; its decode was stopped")
+
+    def cancelled(self) -> bool:
+        """Whether the job on this worker thread was cancelled (work checks between steps)."""
+        job = self._busy
+        return job is not None and job.cancelled
+
+    def transcribe(self, audio, options, info) -> Iterator:
+        """The engine's segments for the job on the worker thread. A cancel that came after
+        the job began but before the engine's run did (the engine's stop reaches only a run
+        in progress) stops it at the next pass."""
+        for seg in self.engine.transcribe(audio, options, info):
+            if self.cancelled():
+                self.engine.stop()
+            yield seg
+
+    async def run_decode(self, work: Callable[[], Any],
+                         disconnected: Callable[[], Any] | None = None,
+                         cleanup: Callable[[], None] | None = None) -> Any:
+        """Wait for the slot, run ``work`` on the worker thread, and return its result.
+        ``disconnected`` (an async callable) is polled; when the client is gone the decode
+        is stopped and :class:`ClientGone` raised. ``cleanup``: see :meth:`start`."""
+        job = await self.start(work, disconnected, cleanup)
+        future = asyncio.wrap_future(job.future)
+        # Read the result even when nobody waits for it any more (no "never retrieved").
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+        try:
             while not future.done():
                 await asyncio.wait({future}, timeout=0.1)
-                if not future.done() and not gone and disconnected is not None \
-                        and await disconnected():
-                    gone = True
-                    self.cancel()
-            if gone:
-                with contextlib.suppress(Exception):
-                    future.result()
-                raise ClientGone
-            return future.result()
-        finally:
-            slot.release()
+                if not future.done() and disconnected is not None and await disconnected():
+                    raise ClientGone
+        except BaseException:
+            self.cancel(job)  # the slot is released when the worker is done
+            raise
+        return future.result()
 
-    def close(self) -> None:
+    def close(self, load_timeout: float = 60.0) -> None:
+        """After the server stopped: let a model load in progress end (a thread left inside
+        onnxruntime at exit may crash the process), stop a decode still running (the
+        graceful shutdown timed out), wait for the worker, then free the engine."""
+        self.stopping = True
+        thread = self._load_thread
+        if thread is not None and thread.is_alive():
+            thread.join(load_timeout)
         engine = self.engine
         if engine is not None:
             with contextlib.suppress(Exception):
+                engine.stop()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        if engine is not None:
+            with contextlib.suppress(Exception):
                 engine.close()
-        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 class ClientGone(Exception):
