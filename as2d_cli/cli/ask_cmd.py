@@ -149,9 +149,24 @@ def run_ask(req: AskRequest) -> int:
         with engine:
             try:
                 pending = engine.prepare_answerer(options, listener, req.question)
+
+                def ready_answerer():
+                    try:
+                        return pending.result()
+                    except ModelError as exc:
+                        raise UserError(str(exc)) from None
+                    except ValueError as exc:  # options this model cannot honour
+                        raise UserError(str(exc), 2) from None
+
+                def answerer_failed(_segment) -> None:
+                    # An answering model that cannot load (a damaged folder) is said as soon
+                    # as it is known, not after a whole transcription.
+                    if pending.done():
+                        ready_answerer()
+
                 segments, interrupted = _transcribe(engine, audio,
                                                     TranscribeOptions(language=req.language),
-                                                    info, reporter)
+                                                    info, reporter, answerer_failed)
                 spans = spans_from_segments(segments)
                 if not spans:
                     raise UserError(f"{req.file}: no speech found: there is nothing to "
@@ -159,12 +174,7 @@ def run_ask(req: AskRequest) -> int:
                 if interrupted:
                     reporter.note("transcription interrupted: answering from the "
                                   f"{spans[-1].end:.0f} s transcribed so far")
-                try:
-                    answerer = pending.result()
-                except ModelError as exc:
-                    raise UserError(str(exc)) from None
-                except ValueError as exc:  # options this model cannot honour
-                    raise UserError(str(exc), 2) from None
+                answerer = ready_answerer()
                 lm = answerer.model
                 try:
                     answer = answerer.ask(spans, req.question, engine.drafted_text())
@@ -210,11 +220,12 @@ def _candidates_word(answerer, req: AskRequest) -> str:
     return "verified"
 
 
-def _transcribe(transcriber, audio, options, info, reporter) -> tuple[list, bool]:
+def _transcribe(transcriber, audio, options, info, reporter, on_segment=None
+                ) -> tuple[list, bool]:
     """All segments; a first Ctrl-C stops transcribing and keeps what was decoded."""
     from as2d.cli.decoding import collect_segments
 
-    return collect_segments(transcriber, audio, options, info, reporter,
+    return collect_segments(transcriber, audio, options, info, reporter, on_segment,
                             interrupt_note="interrupted: finishing the current pass, then "
                                            "answering from what was transcribed (Ctrl-C again "
                                            "to quit)")
