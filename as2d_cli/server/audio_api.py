@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from as2d import writers
 from as2d.server.api_errors import APIError
-from as2d.server.backend import Backend, ClientGone, Job
+from as2d.server.backend import Backend, ClientGone, RequestJob
 from as2d.server.forms import AudioRequest, parse_ask_request, parse_audio_request
 from as2d.server.uploads import Upload, read_multipart
 
@@ -302,7 +302,7 @@ class _JobStream(StreamingResponse):
     (a cancelled task may not await anything more). The slot and the audio are freed when
     the worker is done (:meth:`Backend.start`)."""
 
-    def __init__(self, backend: Backend, job: Job, content, **kw) -> None:
+    def __init__(self, backend: Backend, job: RequestJob, content, **kw) -> None:
         super().__init__(content, **kw)
         self._backend, self._job = backend, job
 

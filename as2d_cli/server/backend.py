@@ -89,7 +89,7 @@ class DecodeSlot:
         return self._lock.locked()
 
 
-class Job:
+class RequestJob:
     """One decode on the worker thread. ``cancelled``: its client went away (the engine is
     stopped; a job not yet begun does not begin)."""
 
@@ -113,7 +113,7 @@ class Backend:
         self.load_seconds: float | None = None
         self.slot: DecodeSlot | None = None  # made on the event loop (see bind)
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="as2d-serve")
-        self._busy: Job | None = None  # the job on the worker thread now
+        self._busy: RequestJob | None = None  # the job on the worker thread now
         self._busy_lock = threading.Lock()
         self._loaded = threading.Event()
         self._load_thread: threading.Thread | None = None
@@ -207,7 +207,7 @@ class Backend:
             raise
 
     async def start(self, work: Callable[[], Any], disconnected: Callable[[], Any] | None = None,
-                    cleanup: Callable[[], None] | None = None) -> Job:
+                    cleanup: Callable[[], None] | None = None) -> RequestJob:
         """Take the slot and start ``work`` on the worker thread. The slot is released, and
         ``cleanup`` called (on the event loop), when the worker is done with it, not when the
         request ends: a request cancelled mid-decode must not let the next decode onto the
@@ -243,8 +243,8 @@ class Backend:
         job.future.add_done_callback(done)
         return job
 
-    def _submit(self, work: Callable[[], Any]) -> Job:
-        job = Job()
+    def _submit(self, work: Callable[[], Any]) -> RequestJob:
+        job = RequestJob()
 
         def run():
             with self._busy_lock:
@@ -260,7 +260,7 @@ class Backend:
         job.future = self.pool.submit(run)
         return job
 
-    def cancel(self, job: Job) -> None:
+    def cancel(self, job: RequestJob) -> None:
         """Stop ``job`` (its client went away): after the engine's current pass if it runs,
         before it begins if it waits for the worker."""
         with self._busy_lock:

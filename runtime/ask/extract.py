@@ -48,7 +48,7 @@ def _norm(word: str) -> str:
 
 
 @dataclass(frozen=True)
-class Word:
+class TranscriptWord:
     text: str  # as the transcript writes it, punctuation included
     norm: str
     span: int  # index of its span
@@ -74,17 +74,17 @@ class Candidate:
         return d
 
 
-def words_of(spans: Sequence[Span]) -> list[Word]:
+def words_of(spans: Sequence[Span]) -> list[TranscriptWord]:
     out = []
     for i, s in enumerate(spans):
         for t in _TOKEN.findall(s.text):
             n = _norm(t)
             if n:
-                out.append(Word(t, n, i))
+                out.append(TranscriptWord(t, n, i))
     return out
 
 
-def as_answer(words: Sequence[Word]) -> str:
+def as_answer(words: Sequence[TranscriptWord]) -> str:
     text = " ".join(w.text for w in words).strip().rstrip(",;:")
     if not text:
         return ""
@@ -92,7 +92,7 @@ def as_answer(words: Sequence[Word]) -> str:
     return text if text[-1] in ".?!" else text + "."
 
 
-def _runs(words: Sequence[Word], end: re.Pattern) -> list[tuple[int, int]]:
+def _runs(words: Sequence[TranscriptWord], end: re.Pattern) -> list[tuple[int, int]]:
     """``[a, b)`` word ranges ended by punctuation matching ``end`` (a title's full stop,
     "Mr.", ends nothing)."""
     out, a = [], 0
@@ -105,7 +105,7 @@ def _runs(words: Sequence[Word], end: re.Pattern) -> list[tuple[int, int]]:
     return out
 
 
-def _question_runs(words: Sequence[Word], q: Sequence[str]) -> list[tuple[int, int, int]]:
+def _question_runs(words: Sequence[TranscriptWord], q: Sequence[str]) -> list[tuple[int, int, int]]:
     """``(transcript start, question start, length)`` of every run of question words in the
     transcript, extended as far as both go (a run may sit inside a longer one that starts a
     word earlier in both)."""
@@ -122,7 +122,7 @@ def _question_runs(words: Sequence[Word], q: Sequence[str]) -> list[tuple[int, i
     return out
 
 
-def _gaps(words: Sequence[Word], q: Sequence[str], content: set[str],
+def _gaps(words: Sequence[TranscriptWord], q: Sequence[str], content: set[str],
           sentences: list[tuple[int, int]], max_gap: int = 3, max_skip: int = 2,
           keep: int = 2) -> list[tuple[int, int]]:
     """``[a, b)`` word ranges of the transcript (1 to ``max_gap`` words) between two runs of
@@ -161,7 +161,8 @@ def _containing(runs: list[tuple[int, int]], i: int) -> int:
     return len(runs)
 
 
-def _matches(words: Sequence[Word], q: Sequence[str], content: set[str]) -> list[tuple[int, int]]:
+def _matches(words: Sequence[TranscriptWord], q: Sequence[str],
+             content: set[str]) -> list[tuple[int, int]]:
     """``(length, end)`` of every maximal run of question words found in the transcript that
     ends at ``end`` (exclusive): at least two words, or one content word."""
     best: dict[int, int] = {}  # transcript start → its longest run
