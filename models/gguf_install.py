@@ -12,20 +12,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
-import time
 from pathlib import Path
 
 from as2d.models.bundle import (
     Bundle,
     BundleError,
-    load_bundle,
     models_dir,
     verified_cache,
-    write_manifest,
 )
-from as2d.models.install import CONVERTER_VERSION, _install_lock, _remove_stale, is_current
+from as2d.models.install import build_once
 from as2d.models.llm_install import convert_gguf
 from as2d.models.source_packages import Progress, SourceError
 
@@ -111,40 +106,15 @@ def install_gguf(spec: str, precision: str = "int8", root: Path | None = None,
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-.")[:60] or "gguf"
     model = f"{stem}-{digest[:10]}"
     name = f"{model}-{precision}"
-    final = root / name
-    with _install_lock(root, name):
-        _remove_stale(root, f".{name}.")
-        if not force and (final / "manifest.json").is_file():
-            try:
-                existing = load_bundle(final)
-                if is_current(existing):
-                    return existing
-            except BundleError:
-                pass  # damaged: converted again below
+    def convert(work: Path) -> dict:
         if progress:
             progress(f"converting {spec} to {name} (once)")
-        try:
-            work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
-        except OSError as exc:
-            raise BundleError(f"cannot write to the model folder {root} "
-                              f"({exc.strerror or exc})") from None
-        try:
-            source = {"format": "gguf", "path": str(path), "origin": spec,
-                      "content_sha256": digest, "sha256": None, "packages": []}
-            manifest = convert_gguf(path, name, precision, work, source, progress)
-            arch = manifest["config"].get("architecture", "gemma3")
-            manifest.update(name=name, model=model, kind="llm", precision=precision, user=True,
-                            architecture=f"{arch} language model (--llm)",
-                            converter_version=CONVERTER_VERSION,
-                            installed=time.strftime("%Y-%m-%dT%H:%M:%S"))
-            write_manifest(work, manifest)
-            if final.exists():
-                shutil.rmtree(final)
-            work.rename(final)
-        except OSError as exc:
-            raise BundleError(f"converting {spec} into {root} failed "
-                              f"({exc.strerror or exc})") from None
-        finally:
-            if work.exists():
-                shutil.rmtree(work, ignore_errors=True)
-    return load_bundle(final)
+        source = {"format": "gguf", "path": str(path), "origin": spec,
+                  "content_sha256": digest, "sha256": None, "packages": []}
+        manifest = convert_gguf(path, name, precision, work, source, progress)
+        arch = manifest["config"].get("architecture", "gemma3")
+        manifest.update(name=name, model=model, kind="llm", precision=precision, user=True,
+                        architecture=f"{arch} language model (--llm)")
+        return manifest
+
+    return build_once(root, name, force, spec, convert)[0]

@@ -12,6 +12,7 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -57,6 +58,47 @@ def _remove_stale(folder: Path, prefix: str) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
+def build_once(root: Path, name: str, force: bool, what: str,
+               convert: Callable[[Path], dict]) -> tuple[Bundle, bool]:
+    """The bundle ``name`` in ``root``, converted at most once: under the install lock (another
+    process may be converting the same model), a current bundle already there is kept unless
+    ``force``; otherwise ``convert(work)`` fills a temporary folder and returns its manifest,
+    which is written and the folder renamed into place in one step (a killed install leaves a
+    temporary folder that the next one removes, never half a bundle). Returns the bundle and
+    whether it was converted now. ``what`` names the source in errors."""
+    final = root / name
+    with _install_lock(root, name):
+        _remove_stale(root, f".{name}.")
+        if not force and (final / "manifest.json").is_file():
+            try:
+                existing = load_bundle(final)
+                if is_current(existing):
+                    return existing, False
+            except BundleError:
+                pass  # damaged: converted again below
+        try:
+            work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+        except OSError as exc:
+            raise BundleError(f"cannot write to the model folder {root} "
+                              f"({exc.strerror or exc})") from None
+        try:
+            manifest = convert(work)
+            manifest.update(converter_version=CONVERTER_VERSION,
+                            installed=time.strftime("%Y-%m-%dT%H:%M:%S"))
+            write_manifest(work, manifest)
+            if final.exists():
+                shutil.rmtree(final)
+            work.rename(final)
+        except OSError as exc:
+            # Disk full, permissions: the half-written folder is removed below.
+            raise BundleError(f"converting {what} into {root} failed "
+                              f"({exc.strerror or exc})") from None
+        finally:
+            if work.exists():
+                shutil.rmtree(work, ignore_errors=True)
+    return load_bundle(final), True
+
+
 def bundle_path(name: str, precision: str, root: Path | None = None) -> Path:
     entry = lookup(name)
     return (root or models_dir()) / f"{entry.name}-{precision}"
@@ -88,51 +130,30 @@ def install(name: str, precision: str | None = None, root: Path | None = None,
     if precision not in entry.precisions:
         raise BundleError(f"{entry.name} comes in {', '.join(entry.precisions)}, not {precision}")
     root = root or models_dir()
-    final = bundle_path(entry.name, precision, root)
-    with _install_lock(root, f"{entry.name}-{precision}"):
-        _remove_stale(root, f".{entry.name}-{precision}.")
-        if not force and (final / "manifest.json").is_file():
-            existing = load_bundle(final)
-            if is_current(existing):
-                return existing
-        t0 = time.perf_counter()
-        try:
-            work = Path(tempfile.mkdtemp(prefix=f".{entry.name}-{precision}.", dir=root))
-        except OSError as exc:
-            raise BundleError(f"cannot write to the model folder {root} "
-                              f"({exc.strerror or exc})") from None
-        try:
-            if entry.kind == "whisper":
-                manifest = _convert_whisper(entry, precision, work, source_dir, progress)
-            elif entry.kind == "llm":
-                try:
-                    from as2d.models.llm_install import convert_llm
-                except ImportError as exc:
-                    raise BundleError(f"{entry.name} cannot be converted by this as2d "
-                                      f"({exc}); install the extra: pip install "
-                                      f"'as2d[{entry.source.extra}]'") from None
+    t0 = time.perf_counter()
+    name = f"{entry.name}-{precision}"
 
-                manifest = convert_llm(entry, precision, work, source_dir, progress)
-            else:  # pragma: no cover - catalog is static
-                raise BundleError(f"unknown model kind {entry.kind}")
-            manifest.update(name=f"{entry.name}-{precision}", model=entry.name,
-                            kind=entry.kind, precision=precision,
-                            converter_version=CONVERTER_VERSION,
-                            installed=time.strftime("%Y-%m-%dT%H:%M:%S"))
-            write_manifest(work, manifest)
-            if final.exists():
-                shutil.rmtree(final)
-            work.rename(final)
-        except OSError as exc:
-            # Disk full, permissions: the half-written bundle is removed below.
-            raise BundleError(f"installing {entry.name}-{precision} into {root} failed "
-                              f"({exc.strerror or exc})") from None
-        finally:
-            if work.exists():
-                shutil.rmtree(work, ignore_errors=True)
-    if progress:
-        progress(f"installed {final.name} in {time.perf_counter() - t0:.1f} s → {final}")
-    return load_bundle(final)
+    def convert(work: Path) -> dict:
+        if entry.kind == "whisper":
+            manifest = _convert_whisper(entry, precision, work, source_dir, progress)
+        elif entry.kind == "llm":
+            try:
+                from as2d.models.llm_install import convert_llm
+            except ImportError as exc:
+                raise BundleError(f"{entry.name} cannot be converted by this as2d "
+                                  f"({exc}); install the extra: pip install "
+                                  f"'as2d[{entry.source.extra}]'") from None
+
+            manifest = convert_llm(entry, precision, work, source_dir, progress)
+        else:  # pragma: no cover - catalog is static
+            raise BundleError(f"unknown model kind {entry.kind}")
+        manifest.update(name=name, model=entry.name, kind=entry.kind, precision=precision)
+        return manifest
+
+    bundle, built = build_once(root, name, force, name, convert)
+    if built and progress:
+        progress(f"installed {name} in {time.perf_counter() - t0:.1f} s → {bundle.path}")
+    return bundle
 
 
 def _source_files(entry: ModelEntry | None, source_dir: Path | None, work: Path,
@@ -251,55 +272,34 @@ def install_user_folder(folder: Path, precision: str = "int8", root: Path | None
     digest = content_digest(src, root)
     model = f"{slug(origin or str(folder))}-{digest[:10]}"
     name = f"{model}-{precision}"
-    final = root / name
-    with _install_lock(root, name):
-        _remove_stale(root, f".{name}.")
-        if not force and (final / "manifest.json").is_file():
-            try:
-                existing = load_bundle(final)
-                if is_current(existing):
-                    return existing
-            except BundleError:
-                pass  # damaged: converted again below
-        t0 = time.perf_counter()
+    t0 = time.perf_counter()
+
+    def convert(work: Path) -> dict:
         if progress:
             progress(f"converting {origin or folder} ({architecture(src.dims)}, "
                      f"{src.dims['n_text_layer']} decoder layers) to {name} (once)")
-        try:
-            work = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
-        except OSError as exc:
-            raise BundleError(f"cannot write to the model folder {root} "
-                              f"({exc.strerror or exc})") from None
-        try:
-            tok = work / "tokenizer.json"
-            if "tokenizer.json" in src.files:
-                shutil.copyfile(src.files["tokenizer.json"], tok)
-            else:
-                tok.write_text(json.dumps(src.tokenizer))
-            manifest = convert_ct2_whisper(src.files["model.bin"], precision, work, progress,
-                                           external=True)
-            manifest.update(
-                name=name, model=model, kind="whisper", precision=precision, user=True,
-                architecture=architecture(src.dims), generation=generation_config(src),
-                converter_version=CONVERTER_VERSION,
-                installed=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                source={"format": "ctranslate2", "path": str(folder), "origin": origin or "",
-                        "content_sha256": digest, "sha256": None, "packages": []})
-            manifest["files"]["tokenizer"] = "tokenizer.json"
-            write_manifest(work, manifest)
-            if final.exists():
-                shutil.rmtree(final)
-            work.rename(final)
-        except OSError as exc:
-            raise BundleError(f"converting {folder} into {root} failed "
-                              f"({exc.strerror or exc})") from None
-        finally:
-            if work.exists():
-                shutil.rmtree(work, ignore_errors=True)
-    _drop_older(user_bundles(root), final, str(folder), precision)
+        tok = work / "tokenizer.json"
+        if "tokenizer.json" in src.files:
+            shutil.copyfile(src.files["tokenizer.json"], tok)
+        else:
+            tok.write_text(json.dumps(src.tokenizer))
+        manifest = convert_ct2_whisper(src.files["model.bin"], precision, work, progress,
+                                       external=True)
+        manifest.update(
+            name=name, model=model, kind="whisper", precision=precision, user=True,
+            architecture=architecture(src.dims), generation=generation_config(src),
+            source={"format": "ctranslate2", "path": str(folder), "origin": origin or "",
+                    "content_sha256": digest, "sha256": None, "packages": []})
+        manifest["files"]["tokenizer"] = "tokenizer.json"
+        return manifest
+
+    bundle, built = build_once(root, name, force, str(folder), convert)
+    if not built:
+        return bundle
+    _drop_older(user_bundles(root), bundle.path, str(folder), precision)
     if progress:
-        progress(f"converted {final.name} in {time.perf_counter() - t0:.1f} s → {final}")
-    return load_bundle(final)
+        progress(f"converted {name} in {time.perf_counter() - t0:.1f} s → {bundle.path}")
+    return bundle
 
 
 def _drop_older(bundles: list[Bundle], keep: Path, source_path: str, precision: str) -> None:
