@@ -232,6 +232,42 @@ def test_extras_hotwords_vad_and_decoder(server):
     assert got.text.split()[:3] == plain.text.split()[:3]
 
 
+@pytest.mark.parametrize("beam", [{"beam_size": 5},
+                                  {"beam_size": 3, "patience": 2, "length_penalty": 0.6}])
+def test_beam_search_is_what_transcribe_beam_gives(server, models_root, tmp_path, beam):
+    """as2d's beam extras over the SDK: token for token what ``as2d transcribe --beam-size``
+    writes for the same file and options on this machine."""
+    flags = [a for k, v in beam.items() for a in ("--" + k.replace("_", "-"), str(v))]
+    r = cli("transcribe", SHORT, "-f", "json", "-o", tmp_path, "--no-live", "-q", *flags,
+            models_dir=models_root)
+    assert r.exit_code == 0, r.output
+    ref = json.loads((tmp_path / f"{SHORT.stem}.json").read_text())
+    with open(SHORT, "rb") as f:
+        got = server.client().audio.transcriptions.create(
+            file=f, model="whisper-1", response_format="verbose_json", extra_body=beam)
+    assert [s.tokens for s in got.segments] == [s["tokens"] for s in ref["segments"]]
+    assert got.text == ref["text"].strip()
+
+
+@pytest.mark.parametrize("beam,param", [
+    ({"beam_size": "five"}, "beam_size"), ({"beam_size": 0}, "beam_size"),
+    ({"beam_size": 2.5}, "beam_size"), ({"beam_size": "inf"}, "beam_size"),
+    ({"beam_size": 1000}, "beam_size"), ({"patience": 2}, "patience"),
+    ({"beam_size": 5, "patience": 0}, "patience"),
+    ({"beam_size": 5, "patience": 0.1}, "patience"),
+    ({"beam_size": 5, "patience": 1e308}, "patience"),
+    ({"beam_size": 5, "length_penalty": 2}, "length_penalty"),
+    ({"beam_size": 5, "length_penalty": "nan"}, "length_penalty")])
+def test_bad_beam_options_are_json_errors(server, beam, param):
+    with open(SHORT, "rb") as f, pytest.raises(openai.BadRequestError) as refused:
+        server.client().audio.transcriptions.create(file=f, model="whisper-1",
+                                                    extra_body=beam)
+    err = refused.value.body
+    assert refused.value.status_code == 400 and err["param"] == param, err
+    assert err["message"] and "Traceback" not in err["message"]
+    assert server.health()["status"] == "ok"
+
+
 # -- hostile requests ---------------------------------------------------------------------------
 def _multipart(fields: list[tuple[str, str | bytes, str | None]], boundary: str = "b0und4ry",
                close: bool = True) -> tuple[bytes, str]:

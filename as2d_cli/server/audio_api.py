@@ -40,7 +40,8 @@ def language_name(code: str | None) -> str:
 
 def engine_options(req: AudioRequest):
     """The engine's options for a request, built as ``as2d transcribe`` builds them from the
-    same settings (``--temperature T`` grows into whisper's fallback schedule)."""
+    same settings (``--temperature T`` grows into whisper's fallback schedule, ``beam_size``
+    is ``--beam-size``)."""
     from as2d.runtime.transcribe.fallback import parse_temperatures
     from as2d.runtime.transcribe.longform import TranscribeOptions
 
@@ -48,7 +49,8 @@ def engine_options(req: AudioRequest):
                              initial_prompt=req.prompt,
                              temperatures=parse_temperatures(str(req.temperature), 0.2),
                              hotwords=req.hotwords, vad_filter=req.vad_filter,
-                             word_timestamps=req.words)
+                             word_timestamps=req.words, beam_size=req.beam_size,
+                             patience=req.patience, length_penalty=req.length_penalty)
 
 
 def _segment(seg) -> dict:

@@ -3,8 +3,10 @@
 Field for field as OpenAI's ``/v1/audio/transcriptions`` and ``/v1/audio/translations`` take
 them (``file``, ``model``, ``language``, ``prompt``, ``response_format``, ``temperature``,
 ``timestamp_granularities[]``, ``stream``), plus as2d's own optional ``decoder``,
-``hotwords`` and ``vad_filter``. Each bad value is a 400 that names its field, so a client
-sees which one to fix. Fields OpenAI added for other models (``include[]``,
+``hotwords``, ``vad_filter`` and beam search (``beam_size``, ``patience``,
+``length_penalty``, checked by the engine's own rule, the one ``as2d transcribe
+--beam-size`` applies). Each bad value is a 400 that names its field, so a client sees which
+one to fix. Fields OpenAI added for other models (``include[]``,
 ``chunking_strategy``, ...) are accepted and ignored, as a Whisper model has no use for them.
 """
 
@@ -19,6 +21,12 @@ from as2d.server.uploads import Upload
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("segment", "word")
 DECODERS = ("as2d", "sd", "target")
+# A shared server's bounds on one request's beam search, beyond what whisper itself refuses:
+# each hypothesis costs a decoder cache and a row per step, and patience multiplies the
+# hypotheses the search waits for (whisper's command line uses a beam of 5, patience 1).
+MAX_BEAM_SIZE = 16
+MAX_PATIENCE = 100.0
+BEAM_FIELDS = ("beam_size", "patience", "length_penalty")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
@@ -37,6 +45,9 @@ class AudioRequest:
     decoder: str | None = None
     hotwords: str | None = None
     vad_filter: bool = False
+    beam_size: int | None = None  # None: greedy (what the speculative decoders speed up)
+    patience: float | None = None
+    length_penalty: float | None = None
     question: str | None = None  # /v1/audio/ask
     extras: dict = field(default_factory=dict)
 
@@ -72,6 +83,47 @@ def _text(upload: Upload, name: str, limit: int = 4000) -> str | None:
         raise APIError(400, f"{name} is too long (at most {limit} characters)", param=name,
                        code="invalid_value")
     return value
+
+
+def _number(upload: Upload, name: str) -> float | None:
+    """A finite number, or None when the field is absent or empty."""
+    value = upload.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        raise APIError(400, f"{name} must be a number, not {value[:40]!r}", param=name,
+                       code="invalid_value")
+    return number
+
+
+def _beam(upload: Upload, req: AudioRequest) -> None:
+    """``beam_size``, ``patience`` and ``length_penalty``: the engine's check
+    (:func:`~as2d.runtime.transcribe.longform.beam_options`, the one behind ``as2d
+    transcribe --beam-size``), then this server's bounds."""
+    from as2d.runtime.transcribe.longform import TranscribeOptions, beam_options
+
+    size, patience, penalty = (_number(upload, name) for name in BEAM_FIELDS)
+    if size is not None and size.is_integer():
+        size = int(size)
+    try:
+        beam_options(TranscribeOptions(beam_size=size, patience=patience,
+                                       length_penalty=penalty))
+    except ValueError as exc:
+        # The engine names the option it refuses (OptionError.option); its message names
+        # fields as a server client spells them.
+        param = getattr(exc, "option", None)
+        raise APIError(400, str(exc), param=param, code="invalid_value") from None
+    if size is not None and size > MAX_BEAM_SIZE:
+        raise APIError(400, f"beam_size must be at most {MAX_BEAM_SIZE} on this server, not "
+                            f"{size}", param="beam_size", code="invalid_value")
+    if patience is not None and patience > MAX_PATIENCE:
+        raise APIError(400, f"patience must be at most {MAX_PATIENCE:g} on this server, not "
+                            f"{patience:g}", param="patience", code="invalid_value")
+    req.beam_size, req.patience, req.length_penalty = size, patience, penalty
 
 
 def parse_audio_request(upload: Upload, task: str, loaded_decoder: str) -> AudioRequest:
@@ -159,6 +211,7 @@ def parse_audio_request(upload: Upload, task: str, loaded_decoder: str) -> Audio
         req.decoder = decoder
     req.hotwords = _text(upload, "hotwords", 1000)
     req.vad_filter = _flag(upload, "vad_filter")
+    _beam(upload, req)
     return req
 
 
