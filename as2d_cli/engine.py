@@ -31,6 +31,7 @@ from pathlib import Path
 from as2d import loading
 from as2d.loading import ModelError, Progress
 from as2d.runtime.events import Listener, fanout, ignore
+from as2d.runtime.option_errors import OptionError
 from as2d.runtime.sessions import Background, cpu_count
 
 __all__ = ["Decoder", "Engine", "EngineSpec", "ModelError", "SharedModels", "ThreadPlan",
@@ -58,7 +59,7 @@ class Decoder(StrEnum):
         try:
             return cls(value)
         except ValueError:
-            raise ValueError(f"--decoder must be as2d, sd or target, not {value!r}") from None
+            raise OptionError("decoder", f"must be as2d, sd or target, not {value!r}") from None
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,8 @@ def parse_budget(budget: int | str | None) -> int | None:
     except (TypeError, ValueError):
         value = 0
     if not 1 <= value <= MAX_BUDGET:
-        raise ValueError(f"--budget must be a number from 1 to {MAX_BUDGET} or auto, not "
-                         f"{budget!r}")
+        raise OptionError("budget", f"must be a number from 1 to {MAX_BUDGET} or auto, not "
+                          f"{budget!r}")
     return value
 
 
@@ -129,7 +130,7 @@ class EngineSpec:
         object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
         parse_budget(self.budget)
         if self.threads < 0 or self.drafter_threads < 0:
-            raise ValueError("--threads and --drafter-threads cannot be negative")
+            raise OptionError("threads", "and {0} cannot be negative", ("drafter_threads",))
 
 
 WhisperLoader = Callable[[str, str | None, int, str, bool], object]

@@ -24,6 +24,7 @@ from as2d.cli.decoding import parse_decoder
 from as2d.cli.errors import UserError, err, interrupt_code
 from as2d.cli.resolve import make_note
 from as2d.engine import Decoder
+from as2d.runtime.option_errors import as_flags
 
 HELP = """Answer a question about a recording: transcribe it, then ask the answering model.
 
@@ -154,9 +155,9 @@ def run_ask(req: AskRequest) -> int:
                     try:
                         return pending.result()
                     except ModelError as exc:
-                        raise UserError(str(exc)) from None
+                        raise UserError(as_flags(exc)) from None
                     except ValueError as exc:  # options this model cannot honour
-                        raise UserError(str(exc), 2) from None
+                        raise UserError(as_flags(exc), 2) from None
 
                 def answerer_failed(_segment) -> None:
                     # An answering model that cannot load (a damaged folder) is said as soon
@@ -179,7 +180,7 @@ def run_ask(req: AskRequest) -> int:
                 try:
                     answer = answerer.ask(spans, req.question, engine.drafted_text())
                 except ValueError as exc:
-                    raise UserError(str(exc)) from None
+                    raise UserError(as_flags(exc)) from None
             finally:
                 reporter.stop()
     finally:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from as2d.cli.errors import UserError
 from as2d.engine import Decoder, parse_budget
+from as2d.runtime.option_errors import as_flags
 
 
 def parse_decoder(value: Decoder | str) -> Decoder:
@@ -16,7 +17,7 @@ def parse_decoder(value: Decoder | str) -> Decoder:
     try:
         return Decoder.parse(value)
     except ValueError as exc:
-        raise UserError(str(exc), 2) from None
+        raise UserError(as_flags(exc), 2) from None
 
 
 def max_threads() -> int:
@@ -34,7 +35,7 @@ def check_decoder_options(decoder: Decoder | str, budget: str = "auto", threads:
     try:
         parse_budget(budget)
     except ValueError as exc:
-        raise UserError(str(exc), 2) from None
+        raise UserError(as_flags(exc), 2) from None
     if threads < 0 or drafter_threads < 0:
         raise UserError("--threads and --drafter-threads cannot be negative", 2)
     most = max_threads()
@@ -48,7 +49,7 @@ def check_decoder_options(decoder: Decoder | str, budget: str = "auto", threads:
         try:
             normalize_language(language)
         except ValueError as exc:
-            raise UserError(str(exc), 2) from None
+            raise UserError(as_flags(exc), 2) from None
 
 
 def collect_segments(transcriber, audio, options, info, reporter, on_segment=None,
@@ -78,7 +79,7 @@ def collect_segments(transcriber, audio, options, info, reporter, on_segment=Non
                 transcriber.stop()
                 reporter.note(interrupt_note)
     except ValueError as exc:  # options the model cannot honour (e.g. a language)
-        raise UserError(str(exc)) from None
+        raise UserError(as_flags(exc)) from None
     finally:
         gen.close()
     return segments, interrupted or info.interrupted

@@ -95,11 +95,14 @@ def guarded(fn: Callable[[], T]) -> T:
     from as2d.loading import ModelError
     from as2d.models.bundle import BundleError
     from as2d.runtime.audio import AudioError
+    from as2d.runtime.option_errors import OptionError
 
     try:
         return fn()
     except UserError as exc:
         fail(str(exc), exc.code)
+    except OptionError as exc:  # an option value, named as the command line spells it
+        fail(exc.as_flags(), 2)
     except (ModelError, AudioError, BundleError) as exc:
         fail(str(exc))
     except KeyboardInterrupt as exc:

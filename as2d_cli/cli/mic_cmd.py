@@ -27,6 +27,7 @@ from as2d.cli.errors import UserError, interrupt_code
 from as2d.cli.paths import write_json
 from as2d.cli.resolve import make_note
 from as2d.engine import Decoder
+from as2d.runtime.option_errors import as_flags
 
 HELP = """Live dictation: speak, and committed text appears within about a second.
 
@@ -146,7 +147,7 @@ def validate(req: MicRequest):
     try:
         config.validate()
     except ValueError as exc:
-        raise UserError(str(exc), 2) from None
+        raise UserError(as_flags(exc), 2) from None
     return config
 
 
@@ -156,7 +157,7 @@ def list_devices() -> int:
     try:
         devices = list_input_devices()
     except AudioInputError as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(as_flags(exc)) from None
     if not devices:
         raise UserError("no audio input device found (is a microphone connected?); "
                         "transcribe a file with --input FILE")
@@ -187,7 +188,7 @@ def run_mic(req: MicRequest) -> int:
     try:
         vad = make_vad(req.vad)
     except VADUnavailable as exc:
-        raise UserError(str(exc)) from None
+        raise UserError(as_flags(exc)) from None
 
     # The input first: a missing microphone should not cost a model load.
     if req.input is not None:
@@ -197,7 +198,7 @@ def run_mic(req: MicRequest) -> int:
         try:
             source = MicSource(req.device)
         except AudioInputError as exc:
-            raise UserError(str(exc)) from None
+            raise UserError(as_flags(exc)) from None
 
     # The output file too: a typo in its folder should not cost a model load either.
     try:
@@ -220,7 +221,7 @@ def run_mic(req: MicRequest) -> int:
         try:
             language = resolve_language(engine.target, req.language)
         except ValueError as exc:
-            raise UserError(str(exc), 2) from None
+            raise UserError(as_flags(exc), 2) from None
         options = LiveOptions(endpoint=endpoint, interval=req.interval,
                               agreement=req.agreement, language=language, prompt=req.prompt,
                               hints=req.hints)

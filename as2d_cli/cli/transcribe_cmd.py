@@ -17,6 +17,7 @@ from as2d.cli.errors import UserError, err, interrupt_code
 from as2d.cli.paths import write_json
 from as2d.cli.resolve import make_note
 from as2d.engine import Decoder
+from as2d.runtime.option_errors import as_flags
 from as2d.runtime.whisper.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
 HELP = """Transcribe audio files of any length (30-s windows, timestamp seeking).
@@ -154,7 +155,7 @@ def validate(req: TranscribeRequest) -> list[str]:
     try:
         formats = writers.parse_formats(req.output_format)
     except ValueError as exc:
-        raise UserError(str(exc), 2) from None
+        raise UserError(as_flags(exc), 2) from None
     if req.task not in ("transcribe", "translate"):
         raise UserError(f"--task must be transcribe or translate, not {req.task!r}", 2)
     check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
@@ -169,7 +170,7 @@ def validate(req: TranscribeRequest) -> list[str]:
                                               req.temperature_increment_on_fallback)
         req.vad = VadParameters.parse(req.vad_parameters)
     except ValueError as exc:
-        raise UserError(str(exc), 2) from None
+        raise UserError(as_flags(exc), 2) from None
     if req.best_of < 1:
         raise UserError(f"--best-of must be 1 or more, not {req.best_of}", 2)
     if req.seed < 0:
@@ -182,7 +183,7 @@ def validate(req: TranscribeRequest) -> list[str]:
         beam_options(TranscribeOptions(beam_size=req.beam_size, patience=req.patience,
                                        length_penalty=req.length_penalty))
     except ValueError as exc:
-        raise UserError(str(exc), 2) from None
+        raise UserError(as_flags(exc), 2) from None
     _check_word_options(req)
     return formats
 

@@ -42,6 +42,7 @@ from as2d.runtime.ask.tree import TreeSource
 from as2d.runtime.ask.tree import score as tree_score
 from as2d.runtime.events import Listener, Note, fanout, ignore
 from as2d.runtime.llm.prefix_cache import for_model as prefix_cache_for
+from as2d.runtime.option_errors import OptionError
 from as2d.runtime.speculative.lookup import LookupSource
 
 DEFAULT_MAX_TOKENS = 48
@@ -163,8 +164,8 @@ class Answerer:
     def prompt(self, spans: Sequence[Span], question: str) -> PromptPlan:
         budget = self.capacity - self.options.max_tokens
         if budget < 64:
-            raise ValueError(f"--max-tokens {self.options.max_tokens} leaves no room for the "
-                             f"prompt in the model's {self.capacity}-token context")
+            raise OptionError("max_tokens", f"{self.options.max_tokens} leaves no room for the "
+                              f"prompt in the model's {self.capacity}-token context")
         return self.builder.plan(spans, question, budget)
 
     def sources(self, spans: Sequence[Span], question: str, drafter_text: str | None,

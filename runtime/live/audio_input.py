@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from as2d.runtime.audio import SAMPLE_RATE, Audio
+from as2d.runtime.option_errors import OptionError
 
 
 class AudioInputError(Exception):
@@ -75,7 +76,7 @@ class FileSource(AudioSource):
     def __init__(self, audio: Audio, speed: float = 1.0, block: int = 512,
                  queue_seconds: float = 10.0) -> None:
         if speed < 0:
-            raise ValueError("--speed cannot be negative")
+            raise OptionError("speed", "cannot be negative")
         self.audio = audio
         self.name = audio.source
         self.rate = audio.source_rate

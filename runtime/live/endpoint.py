@@ -30,6 +30,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from as2d.runtime.option_errors import OptionError
+
+# the command line's names where they are not the fields' (``as2d mic --silence``)
+_FLAGS = {"min_silence": "--silence"}
+
 FRAME = 512
 RATE = 16000
 
@@ -55,17 +60,19 @@ class EndpointConfig:
             raise ValueError("the end-of-speech threshold must be between 0 and the speech "
                              "threshold")
         if self.min_speech < 0 or self.pad < 0:
-            raise ValueError("--min-speech and --pad cannot be negative")
+            raise OptionError("min_speech", "and {0} cannot be negative", ("pad",), _FLAGS)
         if self.min_silence <= 0:
-            raise ValueError("--silence must be positive")
+            raise OptionError("min_silence", "must be positive", flags=_FLAGS)
         if self.tail is not None and self.tail < 0:
-            raise ValueError("--tail cannot be negative")
+            raise OptionError("tail", "cannot be negative", flags=_FLAGS)
         if self.settle is not None and not 0 < self.settle <= self.min_silence:
-            raise ValueError("--settle must be positive and at most --silence")
+            raise OptionError("settle", "must be positive and at most {0}", ("min_silence",),
+                              _FLAGS)
         if self.max_utterance < 2.0:
-            raise ValueError("--max-utterance must be at least 2 seconds")
+            raise OptionError("max_utterance", "must be at least 2 seconds", flags=_FLAGS)
         if self.max_utterance <= 2 * self.pad + self.min_speech:
-            raise ValueError("--max-utterance is too short for the padding and minimum speech")
+            raise OptionError("max_utterance", "is too short for the padding and minimum speech",
+                              flags=_FLAGS)
 
     @property
     def end_pad(self) -> float:

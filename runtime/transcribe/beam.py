@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from as2d.runtime.option_errors import OptionError
 from as2d.runtime.speculative.verify import PassCounts
 from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.whisper.logits import LogitRules
@@ -55,16 +56,16 @@ class BeamOptions:
 
 
 def check(beam_size: int | None, patience: float | None, length_penalty: float | None) -> None:
-    """Raise ValueError for options whisper refuses (the message names the option)."""
+    """Raise :class:`OptionError` for options whisper refuses."""
     if beam_size is not None and (int(beam_size) != beam_size or beam_size < 1):
-        raise ValueError(f"--beam-size must be a whole number of 1 or more, not {beam_size}")
+        raise OptionError("beam_size", f"must be a whole number of 1 or more, not {beam_size}")
     if patience is not None and not (np.isfinite(patience) and patience > 0):
-        raise ValueError(f"--patience must be more than 0, not {patience}")
+        raise OptionError("patience", f"must be more than 0, not {patience}")
     if patience is not None and (beam_size or 1) * patience < 1 - 1e-9:
-        raise ValueError(f"--patience {patience:g} with a beam of {beam_size or 1} would end the "
-                         "search before any hypothesis is finished")
+        raise OptionError("patience", f"{patience:g} with a beam of {beam_size or 1} would end "
+                          "the search before any hypothesis is finished")
     if length_penalty is not None and not 0 <= length_penalty <= 1:
-        raise ValueError(f"--length-penalty must be between 0 and 1, not {length_penalty}")
+        raise OptionError("length_penalty", f"must be between 0 and 1, not {length_penalty}")
 
 
 def log_softmax(rows: np.ndarray) -> np.ndarray:

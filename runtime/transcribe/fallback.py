@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from as2d.runtime.option_errors import OptionError
 from as2d.runtime.whisper.logits import LogitRules
 
 # openai-whisper's default schedule: --temperature 0 --temperature_increment_on_fallback 0.2.
@@ -66,8 +67,8 @@ def parse_temperatures(text: str, increment: float | None) -> tuple[float, ...]:
     try:
         values = [float(p) for p in parts]
     except ValueError:
-        raise ValueError(f"--temperature takes a number or a comma-separated list of "
-                         f"numbers, not {text!r}") from None
+        raise OptionError("temperature", "takes a number or a comma-separated list of "
+                          f"numbers, not {text!r}") from None
     if len(values) == 1:
         return temperature_schedule(values[0], increment)
     return temperature_schedule(values)

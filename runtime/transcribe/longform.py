@@ -33,6 +33,7 @@ from as2d.runtime.events import (
     fanout,
     ignore,
 )
+from as2d.runtime.option_errors import OptionError
 from as2d.runtime.rows import beams_exact
 from as2d.runtime.speculative.candidates import NO_CANDIDATES
 from as2d.runtime.transcribe import beam, fallback
@@ -130,7 +131,7 @@ class TranscribeOptions:
 def beam_options(options: TranscribeOptions) -> BeamOptions | None:
     """The run's beam search (None: greedy). Raises ValueError for options whisper refuses."""
     if options.beam_size is None and options.patience is not None:
-        raise ValueError("--patience needs --beam-size")
+        raise OptionError("patience", "needs {0}", others=("beam_size",))
     beam.check(options.beam_size, options.patience, options.length_penalty)
     if options.beam_size is None or options.beam_size <= 1:
         return None
