@@ -16,11 +16,32 @@ reading the upload and decoding. This measures, on the same machine and the same
 
 Both answers are checked to be the same text. The default clip is the first 11 s of
 ``samples/sense_and_sensibility.wav``.
+
+    python scripts/bench_serve.py --live --peer --no-basic --json out.json
+
+``--live``: the realtime socket against ``as2d mic``. The clips ``scripts/mic_latency.py``
+plays are replayed over ``/v1/realtime`` at real-time pace (PCM16, 32-ms appends, 16 kHz or
+``--live-rate 24000``) to a warm server; per utterance, the latency is the wall time from
+the end of speech to the ``conversation.item.input_audio_transcription.completed`` event. End
+of speech is what ``mic_latency.py`` measures from: the last voiced sample of the utterance
+(the server's VAD reports it as ``speech_stopped.audio_end_ms``), at the wall time that
+sample was captured, mapped by the live session's own :class:`Clock` from the times the
+appends were sent. ``mic_latency.py --speed 1 --decoders as2d`` then runs on the same clips
+in the same run; both medians/p90 and their difference are printed.
+
+``--peer``: the same transcription requests against faster-whisper on the same Whisper base
+weights (the CTranslate2 folder ``scripts/bench_e2e.py`` joins from the ``models`` extra),
+int8, the same thread count, greedy (``beam_size=1``, whisper's temperature fallback as
+ours), VAD off: ``faster-whisper-server`` (the package of that name on the package index,
+run from ``--peer-python``, a separate virtual environment) when it is installed, else the
+peer harness below (faster-whisper's ``WhisperModel`` loaded once in a small FastAPI app on
+loopback). Requests alternate between the two servers; p50/p90 of each and the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import os
@@ -36,6 +57,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))  # mic_latency's clips, bench_e2e's CT2 folder
 
 
 def free_port() -> int:
@@ -56,9 +79,9 @@ def multipart(path: Path, fields: dict[str, str]) -> tuple[bytes, str]:
     return out, f"multipart/form-data; boundary={boundary}"
 
 
-def post(port: int, path: Path) -> tuple[float, str]:
+def post(port: int, path: Path, fmt: str = "text") -> tuple[float, str]:
     """(seconds from the first byte sent to the last byte read, the text)."""
-    body, ctype = multipart(path, {"model": "whisper-1", "response_format": "text"})
+    body, ctype = multipart(path, {"model": "whisper-1", "response_format": fmt})
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     conn.request("POST", "/v1/audio/transcriptions", body=body,
@@ -118,7 +141,288 @@ def pct(values: list[float], q: float) -> float:
     return values[i]
 
 
+def wait_ready(proc: subprocess.Popen, port: int, what: str, path: str = "/health") -> None:
+    """Until ``GET path`` answers 200 (and, for as2d, says ``ok`` rather than ``loading``)."""
+    while True:
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise SystemExit(f"bench_serve: {what} stopped:\n{err}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", path)
+            r = conn.getresponse()
+            body = r.read()
+            if r.status == 200 and json.loads(body).get("status", "ok") == "ok":
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def health(port: int) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/health")
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+# -- the live socket against `as2d mic` ---------------------------------------------------------
+LIVE_BLOCK = 512  # samples at 16 kHz per append (32 ms): the block `as2d mic`'s file source plays
+
+
+async def replay(port: int, path: Path, rate: int) -> dict:
+    """Play ``path`` over ``/v1/realtime`` at real-time pace; per utterance (item), the seconds
+    from the end of speech to its ``completed`` event, and its transcript."""
+    import base64
+
+    import numpy as np
+    import soxr
+    import websockets
+
+    from as2d.runtime.audio import SAMPLE_RATE, load_audio
+    from as2d.runtime.live.timeline import Clock
+
+    audio = load_audio(path)
+    x = np.array(audio.samples, dtype=np.float32)
+    pcm = x if rate == SAMPLE_RATE else soxr.resample(x, SAMPLE_RATE, rate)
+    pcm = (np.clip(pcm, -1, 1) * 32767).astype("<i2")
+    audio.close()
+    step = LIVE_BLOCK * rate // SAMPLE_RATE
+    clock = Clock(1.0)  # maps a 16-kHz sample to the wall time it was captured (sent) at
+    stopped: dict[str, int] = {}  # item → end of speech (16-kHz sample)
+    completed: dict[str, tuple[float, str]] = {}  # item → (wall time received, transcript)
+    errors: list[dict] = []
+    url = f"ws://127.0.0.1:{port}/v1/realtime?intent=transcription"
+    while health(port).get("busy"):  # the previous clip's session is letting go of the slot
+        await asyncio.sleep(0.1)
+
+    def take(event: dict, wall: float) -> None:
+        kind = event["type"]
+        if kind == "input_audio_buffer.speech_stopped":
+            stopped[event["item_id"]] = round(event["audio_end_ms"] * SAMPLE_RATE / 1000)
+        elif kind == "conversation.item.input_audio_transcription.completed":
+            completed[event["item_id"]] = (wall, event["transcript"])
+        elif kind == "error":
+            errors.append(event)
+
+    ws = await websockets.connect(url, max_size=None)
+    first = json.loads(await ws.recv())
+    assert first["type"] == "session.created", first
+    await ws.send(json.dumps({"type": "session.update", "session": {
+        "type": "transcription", "audio": {"input": {
+            "format": {"type": "audio/pcm", "rate": rate},
+            "transcription": {"language": "en"}}}}}))
+    updated = json.loads(await ws.recv())
+    assert updated["type"] == "session.updated", updated
+
+    async def read() -> None:
+        async for message in ws:
+            take(json.loads(message), time.perf_counter())
+
+    reader = asyncio.ensure_future(read())
+    t0 = time.perf_counter()
+    n16 = len(x)
+    for k, i in enumerate(range(0, len(pcm), step), start=1):
+        end16 = min(n16, k * LIVE_BLOCK)
+        await asyncio.sleep(max(0.0, t0 + (end16 - LIVE_BLOCK) / SAMPLE_RATE
+                                - time.perf_counter()))
+        await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                  "audio": base64.b64encode(pcm[i:i + step].tobytes()).decode()}))
+        clock.add(end16, time.perf_counter())
+    await ws.send(json.dumps({"type": "input_audio_buffer.end"}))
+    await asyncio.wait_for(reader, 600)
+    if errors:
+        raise SystemExit(f"bench_serve: the realtime session answered an error: {errors[0]}")
+    utterances = []
+    for item, (wall, text) in completed.items():
+        # An utterance with no words has no latency (as in mic_latency, which counts only
+        # utterances that committed text).
+        if item in stopped and text.strip():
+            utterances.append({"clip": path.name, "item": item, "end_of_speech":
+                               round(stopped[item] / SAMPLE_RATE, 3),
+                               "latency": round(wall - clock.wall_of(stopped[item]), 4),
+                               "text": text})
+    return {"utterances": utterances}
+
+
+def live_section(args, port: int, extra: list[str], tmp: Path) -> dict:
+    import mic_latency
+
+    clips = args.live_clips or mic_latency.default_clips()
+    if not clips:
+        raise SystemExit("bench_serve: no clips for --live (pocketsphinx's LibriVox clips or "
+                         "moonshine-voice's assets); give some with --live-clips")
+    print(f"live: {len(clips)} clips over the realtime socket at {args.live_rate} Hz",
+          flush=True)
+    load0 = load_average()
+    # Warm-up: one session on the first clip, not measured (the server is otherwise warm).
+    asyncio.run(replay(port, clips[0], args.live_rate))
+    served = []
+    for clip in clips:
+        got = asyncio.run(replay(port, clip, args.live_rate))["utterances"]
+        served += got
+        lat = " ".join(f"{u['latency']:.2f}" for u in got)
+        print(f"  {clip.name:48s} serve latencies {lat}", flush=True)
+    mic_json = tmp / "mic_latency.json"
+    models = ["--models-dir", str(args.models_dir)] if args.models_dir else []
+    print("live: scripts/mic_latency.py --speed 1 --decoders as2d on the same clips", flush=True)
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "mic_latency.py"), "--speed",
+                        "1", "--decoders", "as2d", "--json", str(mic_json), *models,
+                        *map(str, clips)], cwd=ROOT, text=True, capture_output=True)
+    if p.returncode != 0:
+        raise SystemExit(f"bench_serve: mic_latency.py failed:\n{p.stderr[-3000:]}")
+    mic = [u for u in json.loads(mic_json.read_text())["utterances"]["as2d"]
+           if u["latency"] is not None]
+    for line in p.stdout.splitlines():
+        if " latencies " in line:
+            print("  " + line.replace(" as2d   latencies ", " mic latencies   "), flush=True)
+    load1 = load_average()
+    sl, ml = [u["latency"] for u in served], [u["latency"] for u in mic]
+    doc = {"clips": [c.name for c in clips], "rate": args.live_rate,
+           "append_ms": LIVE_BLOCK * 1000 // 16000,
+           "serve_utterances": len(sl), "mic_utterances": len(ml),
+           "serve_median": round(statistics.median(sl), 3),
+           "serve_p90": round(mic_latency.percentile(sl, 90), 3),
+           "mic_median": round(statistics.median(ml), 3),
+           "mic_p90": round(mic_latency.percentile(ml, 90), 3),
+           "load_average_before": load0, "load_average_after": load1,
+           "serve": served,
+           "mic": [{k: u[k] for k in ("clip", "utterance", "end", "latency", "text")}
+                   for u in mic]}
+    doc["median_difference"] = round(doc["serve_median"] - doc["mic_median"], 3)
+    doc["p90_difference"] = round(doc["serve_p90"] - doc["mic_p90"], 3)
+    return doc
+
+
+# -- the peer: faster-whisper behind an HTTP server ----------------------------------------------
+def peer_harness(port: int, model_dir: str, threads: int) -> None:
+    """PEER HARNESS (used only when faster-whisper-server is not installed): faster-whisper's
+    ``WhisperModel`` loaded once, answering ``POST /v1/audio/transcriptions`` with OpenAI's
+    ``json``, one request at a time, on loopback. Settings as the server peer's: int8,
+    ``threads`` CPU threads, greedy, VAD off, whisper's temperature fallback."""
+    import threading as _threading
+
+    import uvicorn
+    from fastapi import FastAPI, Request
+    from fastapi.responses import JSONResponse
+    from faster_whisper import WhisperModel
+
+    model = WhisperModel(model_dir, device="cpu", compute_type="int8", cpu_threads=threads,
+                         num_workers=1)
+    one = _threading.Lock()
+    app = FastAPI()
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
+
+    async def transcriptions(request):
+        form = await request.form()
+        upload = form["file"]
+
+        def run() -> str:
+            with one:
+                segments, _ = model.transcribe(upload.file, beam_size=1, vad_filter=False)
+                return "".join(s.text for s in segments)
+
+        text = await asyncio.get_running_loop().run_in_executor(None, run)
+        return JSONResponse({"text": text})
+
+    # The class itself, not the string this module's annotations would be: FastAPI looks
+    # names up among the module's globals, and these imports are local to the harness.
+    transcriptions.__annotations__["request"] = Request
+    app.post("/v1/audio/transcriptions")(transcriptions)
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def start_peer(args, tmp: Path, threads: int) -> tuple[subprocess.Popen, int, str]:
+    """(process, port, which) of the faster-whisper peer, ready."""
+    from bench_e2e import ct2_base_folder
+
+    model_dir = str(args.fw_model or ct2_base_folder(args.fw_cache))
+    port = free_port()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    python = args.peer_python
+    have_server = python and Path(python).is_file() and subprocess.run(
+        [python, "-c", "import faster_whisper_server"], capture_output=True).returncode == 0
+    if have_server:
+        ver = subprocess.run([python, "-c", "from importlib.metadata import version; "
+                              "print(version('faster-whisper-server'), "
+                              "version('faster-whisper'), version('ctranslate2'))"],
+                             capture_output=True, text=True).stdout.split()
+        config = tmp / "fws.yaml"
+        # The server takes a model folder and WhisperModel/transcribe options from a config.
+        config.write_text(json.dumps({"models": [{
+            "name": "whisper-1", "path": model_dir,
+            "model_options": {"device": "cpu", "compute_type": "int8", "cpu_threads": threads,
+                              "num_workers": 1},
+            "transcribe_options": {"beam_size": 1, "vad_filter": False}}]}))  # JSON is YAML
+        cmd = [python, "-m", "faster_whisper_server", "--config", str(config), "--host",
+               "127.0.0.1", "--port", str(port)]
+        which = (f"faster-whisper-server {ver[0]} (faster-whisper {ver[1]}, ctranslate2 "
+                 f"{ver[2]})") if len(ver) == 3 else "faster-whisper-server"
+    else:
+        cmd = [sys.executable, __file__, "--peer-harness", str(port), model_dir, str(threads)]
+        import faster_whisper
+
+        which = f"peer harness in scripts/bench_serve.py (faster-whisper " \
+                f"{faster_whisper.__version__})"
+    proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    wait_ready(proc, port, which)
+    return proc, port, which
+
+
+def peer_section(args, port: int, clip: Path, tmp: Path) -> dict:
+    from as2d.runtime.sessions import cpu_count
+
+    threads = args.threads or cpu_count()
+    proc, peer_port, which = start_peer(args, tmp, threads)
+    print(f"peer: {which}, int8, {threads} threads, greedy, VAD off", flush=True)
+    try:
+        load0 = load_average()
+        for _ in range(2):  # the peer loads its model on the first request
+            _, ours_text = post(port, clip, "json")
+            _, peer_text = post(peer_port, clip, "json")
+        ours, peer = [], []
+        for _ in range(args.rounds):
+            ours.append(post(port, clip, "json")[0])
+            peer.append(post(peer_port, clip, "json")[0])
+        load1 = load_average()
+    finally:
+        stop(proc)
+    doc = {"peer": which, "threads": threads, "clip": str(clip), "requests": len(ours),
+           "response_format": "json",
+           "as2d_p50": round(statistics.median(ours), 3), "as2d_p90": round(pct(ours, 0.9), 3),
+           "peer_p50": round(statistics.median(peer), 3), "peer_p90": round(pct(peer, 0.9), 3),
+           "as2d_text": json.loads(ours_text)["text"], "peer_text": json.loads(peer_text)["text"],
+           "load_average_before": load0, "load_average_after": load1}
+    doc["same_text"] = doc["as2d_text"].strip() == doc["peer_text"].strip()
+    doc["p50_ratio"] = round(doc["peer_p50"] / doc["as2d_p50"], 2)
+    return doc
+
+
 def main() -> int:
+    if len(sys.argv) == 5 and sys.argv[1] == "--peer-harness":
+        peer_harness(int(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--clip", type=Path, help="audio clip (default: 11 s of the sample)")
     ap.add_argument("--rounds", type=int, default=20, help="server requests (after 2 warm-ups)")
@@ -133,6 +437,25 @@ def main() -> int:
                          "whole `as2d ask` processes")
     ap.add_argument("--question", default="Who had leisure to consider?")
     ap.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    ap.add_argument("--no-basic", action="store_true",
+                    help="skip the warm-server / whole-process / concurrent / memory part")
+    ap.add_argument("--live", action="store_true",
+                    help="the realtime socket against scripts/mic_latency.py on its clips")
+    ap.add_argument("--live-clips", type=Path, nargs="+", default=None,
+                    help="clips for --live (default: mic_latency.py's)")
+    ap.add_argument("--live-rate", type=int, choices=(16000, 24000), default=16000,
+                    help="PCM16 rate sent over the socket (default 16000)")
+    ap.add_argument("--peer", action="store_true",
+                    help="the same requests against faster-whisper's server (or the harness)")
+    ap.add_argument("--peer-python", default=os.environ.get("AS2D_PEER_PYTHON",
+                                                            "/tmp/fws/bin/python"),
+                    help="python of a virtual environment with faster-whisper-server "
+                         "(default /tmp/fws/bin/python; absent: the peer harness)")
+    ap.add_argument("--fw-model", type=Path, default=None,
+                    help="CTranslate2 folder for the peer (default: bench_e2e.py's base)")
+    ap.add_argument("--fw-cache", type=Path,
+                    default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+                    / "as2d-bench" / "ct2-whisper-base")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="as2d-bench-serve-"))
@@ -150,77 +473,101 @@ def main() -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     t_start = time.perf_counter()
     llm = ["--llm", args.llm] if args.llm else []
+    doc: dict = {"cores": os.cpu_count(), "load_average_start": load_average()}
     server = subprocess.Popen([sys.executable, "-m", "as2d", "serve", "--port", str(port),
                                "-q", *extra, *llm], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        while True:
-            if server.poll() is not None:
-                raise SystemExit(f"bench_serve: the server stopped:\n{server.stderr.read()}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-                conn.request("GET", "/health")
-                if json.loads(conn.getresponse().read())["status"] == "ok":
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        ready = time.perf_counter() - t_start
-        for _ in range(2):
-            _, served_text = post(port, clip)
-        rss0 = rss_mb(server.pid)
-
-        served, processes = [], []
-        every = max(1, args.rounds // max(1, args.processes))
-        for i in range(args.rounds):
-            seconds, text = post(port, clip)
-            assert text == served_text
-            served.append(seconds)
-            if i % every == every - 1 and len(processes) < args.processes:
-                seconds, cli_text = transcribe_process([clip], extra)
-                processes.append(seconds)
-                if cli_text != served_text:
-                    raise SystemExit("bench_serve: the server and as2d transcribe disagree:\n"
-                                     f"{served_text!r}\n{cli_text!r}")
-        rss1 = rss_mb(server.pid)
-
-        files = sorted(args.folder.glob("*.wav"))
-        import soundfile as sf
-
-        audio = sum(sf.info(str(f)).duration for f in files)
-        queue = list(files)
-        lock = threading.Lock()
-
-        def client() -> None:
-            while True:
-                with lock:
-                    if not queue:
-                        return
-                    f = queue.pop()
-                post(port, f)
-
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=client) for _ in range(args.clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        concurrent = time.perf_counter() - t0
-        one_process, _ = transcribe_process(files, extra)
-        asked, ask_processes = [], []
-        if args.llm:
-            for i in range(max(1, args.rounds // 2)):
-                asked.append(ask(port, clip, args.question))
-                if i % 2 == 1 and len(ask_processes) < args.processes:
-                    ask_processes.append(ask_process(clip, args.question, args.llm, extra))
+        wait_ready(server, port, "the server")
+        doc["server_ready_seconds"] = round(time.perf_counter() - t_start, 2)
+        if not args.no_basic:
+            doc.update(basic(args, port, server, clip, extra))
+        if args.peer:
+            doc["peer"] = peer_section(args, port, clip, tmp)
+        if args.live:
+            doc["live"] = live_section(args, port, extra, tmp)
     finally:
-        server.terminate()
-        server.wait(60)
+        stop(server)
+    doc["load_average_end"] = load_average()
 
+    print(f"server ready in {doc['server_ready_seconds']} s; load average "
+          f"{' '.join(map(str, doc['load_average_start']))} at the start, "
+          f"{' '.join(map(str, doc['load_average_end']))} at the end ({doc['cores']} cores)")
+    if not args.no_basic:
+        print_basic(doc)
+    if args.peer:
+        p = doc["peer"]
+        print(f"peer: {p['peer']}")
+        print(f"  as2d serve      p50 {p['as2d_p50']:.3f} s  p90 {p['as2d_p90']:.3f} s")
+        print(f"  faster-whisper  p50 {p['peer_p50']:.3f} s  p90 {p['peer_p90']:.3f} s  "
+              f"({p['requests']} requests each, alternating; peer/as2d p50 "
+              f"{p['p50_ratio']:.2f}x)")
+        print(f"  same text: {p['same_text']}")
+    if args.live:
+        v = doc["live"]
+        print(f"live ({len(v['clips'])} clips, {v['rate']} Hz, {v['append_ms']}-ms appends): "
+              "end of speech -> completed")
+        print(f"  as2d serve (socket)  median {v['serve_median']:.3f} s  p90 "
+              f"{v['serve_p90']:.3f} s  ({v['serve_utterances']} utterances)")
+        print(f"  as2d mic             median {v['mic_median']:.3f} s  p90 "
+              f"{v['mic_p90']:.3f} s  ({v['mic_utterances']} utterances)")
+        print(f"  difference           median {v['median_difference'] * 1000:+.0f} ms  p90 "
+              f"{v['p90_difference'] * 1000:+.0f} ms")
+    if args.json:
+        args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+def basic(args, port: int, server: subprocess.Popen, clip: Path, extra: list[str]) -> dict:
+    """Warm requests against whole processes, concurrent clients, memory, ask."""
     import soundfile as sf
 
+    for _ in range(2):
+        _, served_text = post(port, clip)
+    rss0 = rss_mb(server.pid)
+    served, processes = [], []
+    every = max(1, args.rounds // max(1, args.processes))
+    for i in range(args.rounds):
+        seconds, text = post(port, clip)
+        assert text == served_text
+        served.append(seconds)
+        if i % every == every - 1 and len(processes) < args.processes:
+            seconds, cli_text = transcribe_process([clip], extra)
+            processes.append(seconds)
+            if cli_text != served_text:
+                raise SystemExit("bench_serve: the server and as2d transcribe disagree:\n"
+                                 f"{served_text!r}\n{cli_text!r}")
+    rss1 = rss_mb(server.pid)
+
+    files = sorted(args.folder.glob("*.wav"))
+    audio = sum(sf.info(str(f)).duration for f in files)
+    queue = list(files)
+    lock = threading.Lock()
+
+    def client() -> None:
+        while True:
+            with lock:
+                if not queue:
+                    return
+                f = queue.pop()
+            post(port, f)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    concurrent = time.perf_counter() - t0
+    one_process, _ = transcribe_process(files, extra)
+    asked, ask_processes = [], []
+    if args.llm:
+        for i in range(max(1, args.rounds // 2)):
+            asked.append(ask(port, clip, args.question))
+            if i % 2 == 1 and len(ask_processes) < args.processes:
+                ask_processes.append(ask_process(clip, args.question, args.llm, extra))
+
     doc = {"clip": str(clip), "clip_seconds": round(sf.info(str(clip)).duration, 2),
-           "server_ready_seconds": round(ready, 2),
            "request_p50": round(statistics.median(served), 3),
            "request_p90": round(pct(served, 0.9), 3), "requests": len(served),
            "process_p50": round(statistics.median(processes), 3) if processes else None,
@@ -234,23 +581,24 @@ def main() -> int:
     if asked:
         doc.update(ask_p50=round(statistics.median(asked), 3), ask_p90=round(pct(asked, 0.9), 3),
                    ask_process_p50=round(statistics.median(ask_processes), 3))
-    print(f"clip {doc['clip_seconds']} s; server ready in {doc['server_ready_seconds']} s")
+    return doc
+
+
+def print_basic(doc: dict) -> None:
+    print(f"clip {doc['clip_seconds']} s")
     print(f"warm server request   p50 {doc['request_p50']:.3f} s  p90 {doc['request_p90']:.3f}"
           f" s  ({doc['requests']} requests)")
-    if processes:
+    if doc["processes"]:
         print(f"as2d transcribe proc  p50 {doc['process_p50']:.3f} s  p90 "
               f"{doc['process_p90']:.3f} s  ({doc['processes']} runs, interleaved)")
-    print(f"{len(files)} files ({audio:.0f} s): {args.clients} clients "
-          f"{doc['served_audio_per_second']} audio s/s, one as2d transcribe process "
-          f"{doc['one_process_audio_per_second']} audio s/s")
+    print(f"{doc['folder_files']} files ({doc['folder_audio_seconds']:.0f} s): "
+          f"{doc['clients']} clients {doc['served_audio_per_second']} audio s/s, one as2d "
+          f"transcribe process {doc['one_process_audio_per_second']} audio s/s")
     print(f"server memory {doc['rss_mb_before']} -> {doc['rss_mb_after']} MB over "
-          f"{len(served)} requests")
-    if asked:
+          f"{doc['requests']} requests")
+    if "ask_p50" in doc:
         print(f"/v1/audio/ask         p50 {doc['ask_p50']:.3f} s  p90 {doc['ask_p90']:.3f} s; "
               f"as2d ask process p50 {doc['ask_process_p50']:.3f} s")
-    if args.json:
-        args.json.write_text(json.dumps(doc, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":
