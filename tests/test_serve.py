@@ -253,6 +253,7 @@ def test_beam_search_is_what_transcribe_beam_gives(server, models_root, tmp_path
     ({"beam_size": "five"}, "beam_size"), ({"beam_size": 0}, "beam_size"),
     ({"beam_size": 2.5}, "beam_size"), ({"beam_size": "inf"}, "beam_size"),
     ({"beam_size": 1000}, "beam_size"), ({"patience": 2}, "patience"),
+    ({"length_penalty": 0.5}, "length_penalty"),
     ({"beam_size": 5, "patience": 0}, "patience"),
     ({"beam_size": 5, "patience": 0.1}, "patience"),
     ({"beam_size": 5, "patience": 1e308}, "patience"),

@@ -175,8 +175,6 @@ def validate(req: TranscribeRequest) -> list[str]:
         raise UserError(f"--best-of must be 1 or more, not {req.best_of}", 2)
     if req.seed < 0:
         raise UserError(f"--seed must be 0 or more, not {req.seed}", 2)
-    if req.length_penalty is not None and req.beam_size is None:
-        raise UserError("--length-penalty needs --beam-size", 2)
     from as2d.runtime.transcribe.longform import TranscribeOptions, beam_options
 
     try:

@@ -132,6 +132,8 @@ def beam_options(options: TranscribeOptions) -> BeamOptions | None:
     """The run's beam search (None: greedy). Raises ValueError for options whisper refuses."""
     if options.beam_size is None and options.patience is not None:
         raise OptionError("patience", "needs {0}", others=("beam_size",))
+    if options.beam_size is None and options.length_penalty is not None:
+        raise OptionError("length_penalty", "needs {0}", others=("beam_size",))
     beam.check(options.beam_size, options.patience, options.length_penalty)
     if options.beam_size is None or options.beam_size <= 1:
         return None
