@@ -208,16 +208,16 @@ class WindowRunner:
             raise ValueError(f"window {window.index} is not encoded")
         return self.encode(window, mel)[0]
 
-    def decode(self, window: Window, mel: LogMel, prompt: list[int], rules: LogitRules,
-               sample_len: int, source_for: Callable[[Window], CandidateSource],
-               stop: threading.Event, retried: bool = False
-               ) -> tuple[DecodingResult, WindowStats] | None:
-        """Decode ``window`` after ``prompt``; None when ``stop`` was set first (then
-        :meth:`partial` has what was committed)."""
+    def _begin(self, window: Window, mel: LogMel, stop: threading.Event
+               ) -> tuple[AudioContext, float] | None:
+        """What every decode of a window starts with, greedy or beam: announce the window,
+        forget the last one's partial result, take its encoding (None when a stop ended the
+        encoder run) and run the one-shot ``after_encode`` hook (a head start for the next
+        file, whose failure costs only that head start)."""
         self.emit(WindowStarted(window.index, window.start, window.end))
         self._decoder = None  # nothing of this window committed yet
         try:
-            ctx, encode_seconds = self.encode(window, mel)
+            encoded = self.encode(window, mel)
         except Exception:
             if stop.is_set():  # the encoder run was terminated by a stop
                 return None
@@ -228,6 +228,18 @@ class WindowRunner:
                 hook()
             except Exception:  # noqa: BLE001 - only a head start for the next file is lost
                 pass
+        return encoded
+
+    def decode(self, window: Window, mel: LogMel, prompt: list[int], rules: LogitRules,
+               sample_len: int, source_for: Callable[[Window], CandidateSource],
+               stop: threading.Event, retried: bool = False
+               ) -> tuple[DecodingResult, WindowStats] | None:
+        """Decode ``window`` after ``prompt``; None when ``stop`` was set first (then
+        :meth:`partial` has what was committed)."""
+        encoded = self._begin(window, mel, stop)
+        if encoded is None:
+            return None
+        ctx, encode_seconds = encoded
         state = self.model.decoder_state(ctx)
         tk = self.model.tokenizer
         dec = WindowState(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
@@ -268,20 +280,10 @@ class WindowRunner:
         every hypothesis's candidates in one pass and take as many beam steps as the computed
         rows decide. None when ``stop`` was set first (:meth:`partial` then has the best
         hypothesis so far). ``threads_for(offered)``: the pass's session threads."""
-        self.emit(WindowStarted(window.index, window.start, window.end))
-        self._decoder = None
-        try:
-            ctx, encode_seconds = self.encode(window, mel)
-        except Exception:
-            if stop.is_set():
-                return None
-            raise
-        hook, self.after_encode = self.after_encode, None
-        if hook is not None:
-            try:
-                hook()
-            except Exception:  # noqa: BLE001 - only a head start for the next file is lost
-                pass
+        encoded = self._begin(window, mel, stop)
+        if encoded is None:
+            return None
+        ctx, encode_seconds = encoded
         state = self.model.beam_state(ctx, beam.beam_size)
         tk = self.model.tokenizer
         dec = BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, beam)
