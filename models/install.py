@@ -21,11 +21,13 @@ from as2d.models.catalog import ModelEntry, lookup
 from as2d.models.source_packages import Progress, SourceError, assemble, locate
 
 # Written into every bundle; bump when a graph changes.
-CONVERTER_VERSION = 7
-# The oldest bundle of each kind still current: a kind is converted again on first use only
-# when its own graphs changed (LLM 7: the Gemma graph takes positions and a visibility matrix,
-# so that candidate answers are scored as one tree, and its weights are a file beside it).
-OLDEST_CURRENT = {"whisper": 4, "llm": 7}
+CONVERTER_VERSION = 8
+# The oldest bundle of each kind (or kind-precision) still current: a bundle is converted again
+# on first use only when its own graphs changed (LLM 7: the Gemma graph takes positions and a
+# visibility matrix, so that candidate answers are scored as one tree, and its weights are a
+# file beside it; Whisper int8 8: the decoders refine each row's top logits from a 16-bit copy
+# of the embedding, whisper_onnx.REFINE_TOP).
+OLDEST_CURRENT = {"whisper": 4, "whisper-int8": 8, "llm": 7}
 
 
 @contextmanager
@@ -107,7 +109,9 @@ def bundle_path(name: str, precision: str, root: Path | None = None) -> Path:
 def is_current(bundle: Bundle) -> bool:
     """Made by a converter recent enough for its kind (older bundles lack newer graphs or
     fixes)."""
-    oldest = OLDEST_CURRENT.get(bundle.manifest.get("kind") or "whisper", CONVERTER_VERSION)
+    kind = bundle.manifest.get("kind") or "whisper"
+    oldest = OLDEST_CURRENT.get(f"{kind}-{bundle.manifest.get('precision')}",
+                                OLDEST_CURRENT.get(kind, CONVERTER_VERSION))
     return bundle.manifest.get("converter_version", 0) >= oldest
 
 
@@ -222,8 +226,8 @@ def convert_ct2_whisper(model_bin: Path, precision: str, work: Path,
 
     files: dict[str, str] = {}
 
-    def write(key: str, filename: str, build) -> None:
-        data = work / f"{filename}.data" if external else None
+    def write(key: str, filename: str, build, ext: bool = external) -> None:
+        data = work / f"{filename}.data" if ext else None
         graph, _ = build(data)
         save_model(graph, work / filename)
         files[key] = filename
@@ -234,8 +238,12 @@ def convert_ct2_whisper(model_bin: Path, precision: str, work: Path,
         weights = load_ct2(model_bin)
         dims = whisper_dims(weights)
         write("encoder", "encoder.onnx", lambda d: build_encoder(weights, precision, d))
+        # int8 decoders keep their weights in a file beside the graph: with the 16-bit table of
+        # the refined logits, onnxruntime builds the session from it in 0.6 s instead of 1.5 s
+        # (scripts/int8_attribution.py --speed).
         write("decoder", "decoder.onnx", lambda d: build_decoder(weights, precision,
-                                                                 data_path=d))
+                                                                 data_path=d),
+              ext=external or precision == "int8")
         if precision == "int8":
             # A faster decoder for drafting only: its rows are not bit-exact across passes.
             write("decoder_draft", "decoder_draft.onnx", lambda d: build_decoder(
@@ -364,7 +372,7 @@ def ensure_alignment(bundle_dir: Path, progress: Progress | None = None) -> Path
         save_model(graph, dest)
 
     return _add_graph(Path(bundle_dir), "alignment", ALIGNMENT, write,
-                      "the word-alignment graph", progress)
+                      "the word-alignment graph", progress, external=precision == "int8")
 
 
 BEAM_DECODER = "decoder_beam.onnx"
@@ -387,15 +395,16 @@ def ensure_beam_decoder(bundle_dir: Path, progress: Progress | None = None) -> P
         save_model(graph, dest)
 
     return _add_graph(Path(bundle_dir), "decoder_beam", BEAM_DECODER, write,
-                      "the beam-search decoder", progress)
+                      "the beam-search decoder", progress, external=precision == "int8")
 
 
 def _add_graph(bundle_dir: Path, key: str, filename: str, write, what: str,
-               progress: Progress | None = None) -> Path:
+               progress: Progress | None = None, external: bool = False) -> Path:
     """``bundle_dir/filename``, converted on first use from the model's source weights by
     ``write(weights, dest)``: under the install lock, written to a temporary file and renamed
     into place, then recorded as ``files[key]`` (with its sha256) in a manifest that replaces
-    the old one atomically."""
+    the old one atomically. ``external`` (always for a user's model): its weights go to a
+    ``.data`` file beside it, ``write(..., data_path=...)``."""
     from as2d.models.bundle import sha256_file
 
     bundle = load_bundle(bundle_dir)
@@ -417,7 +426,7 @@ def _add_graph(bundle_dir: Path, key: str, filename: str, write, what: str,
         else:
             entry = lookup(manifest.get("model", bundle.name))
             src = manifest.get("source", {}).get("path") or None
-        external = bool(manifest.get("user"))
+        external = external or bool(manifest.get("user"))
         if progress:
             progress(f"adding {what} to {bundle_dir.name}")
         try:

@@ -18,6 +18,13 @@ Two graphs per model, shaped for speculative decoding:
 Every op in the decoder computes each row independently of the others (per-row int8
 activation scales, see :meth:`as2d.models.graph.Graph.linear`), so one pass over ``k`` tokens gives
 the same logits, bit for bit, as ``k`` single-token passes: speculative decoding stays lossless.
+
+int8 decoders compute the logits in two steps (:func:`_refined_logits`): the int8 output
+projection over the whole vocabulary, then each row's ``REFINE_TOP`` largest logits again as
+``x · e_v`` in fp32 from a 16-bit copy of the embedding, written back into the row. The int8
+projection was most of int8's distance from fp32 (``scripts/int8_attribution.py``); the few
+logits that decide the next token, and that the timestamp rules and log-probabilities read, are
+now fp32's to within the table's rounding, for the price of a TopK and ``k`` dot products a row.
 """
 
 from __future__ import annotations
@@ -27,6 +34,16 @@ from onnx import TensorProto
 
 from as2d.models.ct2 import CT2FormatError, CT2Model
 from as2d.models.graph import MS_DOMAIN, Graph
+
+# Logits of each row recomputed from a 16-bit copy of the embedding in exact-rows int8
+# decoders (0: none), by measurement (scripts/int8_attribution.py, Whisper base, every window
+# of the real clips, teacher-forced against fp32): mean KL from fp32 0.0024 → 0.00105 (top 4),
+# 0.00092 (top 8), 0.00085 (top 16); an fp32 copy measured the same as fp16 at twice the size.
+REFINE_TOP = 8
+REFINE_DTYPE = np.float16
+# Read the input embedding from that copy too, instead of the int8 one: measured no better
+# (0.00097), so off; kept for measuring.
+EMBED_REFINED = False
 
 
 def whisper_dims(m: CT2Model) -> dict[str, int]:
@@ -150,7 +167,9 @@ def _ffn(g: Graph, m: CT2Model, x: str, p: str, name: str, quant: str) -> str:
 
 
 def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
-                  alignment_heads: list | None = None, data_path=None) -> tuple:
+                  alignment_heads: list | None = None, data_path=None, *,
+                  refine_top: int = REFINE_TOP, refine_dtype=None,
+                  embed_refined: bool = EMBED_REFINED) -> tuple:
     """The decoder graph. ``exact_rows=False`` builds a drafter's decoder: per-tensor int8
     activations and plain attention, faster, but a row's logits then depend on the other rows
     of its pass; only a model used to draft (never to verify) may use it.
@@ -158,7 +177,11 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
     ``alignment_heads`` (``[[layer, head], ...]``, from the model's config) builds the word
     alignment graph instead: the same decoder with one more output, ``cross_qk [A, T,
     audio_ctx]``, the scaled cross-attention scores (before softmax) of those heads in that
-    order. It runs once per window over tokens already committed, never to decode."""
+    order. It runs once per window over tokens already committed, never to decode.
+
+    ``refine_top``, ``refine_dtype``, ``embed_refined``: the int8 logits' refinement
+    (:func:`_refined_logits`) and the input embedding's table (:func:`_embed`); the defaults are
+    what bundles get, other values are for measuring."""
     dims = whisper_dims(m)
     d, heads = dims["n_text_state"], dims["n_text_head"]
     hd = d // heads
@@ -176,10 +199,7 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
     n_past = g.op("Slice", g.op("Shape", past_k[0]), g.const([0]), g.const([1]))
     total = g.op("Add", n_past, t_len)
     emb = m.f32("decoder/embeddings/weight")
-    if quant != "fp32":
-        x = g.embed_int8(emb, tokens, "decoder.projection")
-    else:
-        x = g.op("Gather", g.weight("decoder.embedding", emb), tokens, axis=0)
+    x = _embed(g, emb, tokens, quant, embed_refined, refine_dtype)
     attend = _attend_padded if exact_rows else (
         lambda g_, q_, k_, v_, mask_, *_: _attend(g_, q_, k_, v_, _first_rows(g_, mask_, t_len)))
     pos = g.op("Slice", g.weight("decoder.positions",
@@ -236,16 +256,67 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
 
     x = g.layer_norm(x, m.f32("decoder/layer_norm/gamma"), m.f32("decoder/layer_norm/beta"),
                      "dec.ln")
-    if quant != "fp32":
-        logits = g.linear(x, emb, None, "decoder.projection", quant)
-    else:
-        logits = g.op("Gemm", x, "decoder.embedding", transB=1)
+    logits = _logits(g, x, emb, quant, refine_top, refine_dtype)
     g.output(logits, "logits", TensorProto.FLOAT, ["T", dims["n_vocab"]])
     if qks:
         # Heads in layer order (the aligner averages over them: order does not matter).
         g.output(g.op("Concat", *qks, axis=0), "cross_qk", TensorProto.FLOAT,
                  [len(alignment_heads), "T", "audio_ctx"])
     return g.model(), dims
+
+
+def _refine_table(g: Graph, emb: np.ndarray, dtype=None) -> str:
+    """The 16-bit copy of the tied embedding ``[vocab, d]`` (stored once per graph): the
+    refined logits and the input embedding read it."""
+    dtype = REFINE_DTYPE if dtype is None else dtype
+    name = f"decoder.embedding_{np.dtype(dtype).name}"
+    if all(t.name != name for t in g.initializers):
+        g.weight(name, np.asarray(emb, dtype=dtype))
+    return name
+
+
+def _embed(g: Graph, emb: np.ndarray, tokens: str, quant: str, refined: bool,
+           refine_dtype=None) -> str:
+    """The input embedding of ``tokens``: fp32 graphs read their table; ``refined`` int8 graphs
+    the 16-bit copy (exact-rows int8), others the output projection's int8 copy."""
+    if quant == "fp32":
+        return g.op("Gather", g.weight("decoder.embedding", emb), tokens, axis=0)
+    if quant == "int8" and refined:
+        table = _refine_table(g, emb, refine_dtype)
+        if np.dtype(refine_dtype or REFINE_DTYPE) == np.float32:
+            return g.op("Gather", table, tokens, axis=0)
+        return g.op("Cast", g.op("Gather", table, tokens, axis=0), to=TensorProto.FLOAT)
+    return g.embed_int8(emb, tokens, "decoder.projection")
+
+
+def _logits(g: Graph, x: str, emb: np.ndarray, quant: str, refine_top: int,
+            refine_dtype=None) -> str:
+    """``x [R, d]`` → logits ``[R, vocab]`` through the tied embedding: fp32, or int8 with each
+    row's top ``refine_top`` logits recomputed (:func:`_refined_logits`)."""
+    if quant == "fp32":
+        return g.op("Gemm", x, "decoder.embedding", transB=1)
+    logits = g.linear(x, emb, None, "decoder.projection", quant)
+    if quant != "int8" or refine_top <= 0:
+        return logits
+    wide = np.dtype(refine_dtype or REFINE_DTYPE) == np.float32
+    return _refined_logits(g, x, logits, _refine_table(g, emb, refine_dtype), refine_top, wide)
+
+
+def _refined_logits(g: Graph, x: str, logits: str, table: str, k: int, wide: bool) -> str:
+    """Each row's ``k`` largest int8 logits recomputed as ``x · e_v`` (fp32 ``x``, ``e_v``
+    read from ``table``, widened unless ``wide``), written back into the row in place.
+
+    Row by row, so the graph stays row-exact: TopK and ScatterElements work within a row, and
+    the products are a batch of one-row MatMuls (``[R, 1, d] · [R, d, k]``), the same kernel call
+    per row whatever the number of rows in the pass. Everything downstream (argmax,
+    log-probabilities, the timestamp rules, logit filters) reads the refined row."""
+    _, idx = g.op("TopK", logits, g.const([k]), axis=-1, n_out=2)  # [R, k]
+    rows = g.op("Gather", table, idx, axis=0)  # [R, k, d]
+    if not wide:
+        rows = g.op("Cast", rows, to=TensorProto.FLOAT)
+    exact = g.op("MatMul", g.op("Unsqueeze", x, g.const([1])),
+                 g.op("Transpose", rows, perm=[0, 2, 1]))  # [R, 1, k]
+    return g.op("ScatterElements", logits, idx, g.op("Squeeze", exact, g.const([1])), axis=1)
 
 
 def _first_rows(g: Graph, mask: str | None, t_len: str) -> str | None:
@@ -269,7 +340,9 @@ def _attend_padded(g: Graph, q: str, k_t: str, v: str, mask: str | None, t_len: 
     return g.op("Slice", out, g.const([0]), t_len, g.const([1]))
 
 
-def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None) -> tuple:
+def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None, *,
+                       refine_top: int = REFINE_TOP, refine_dtype=None,
+                  embed_refined: bool = EMBED_REFINED) -> tuple:
     """The decoder graph for beam search: ``B`` hypotheses in one pass, over a shared row pool.
 
     ``tokens [B, T]`` run after each hypothesis's own past, read from a pool of cached rows:
@@ -306,10 +379,7 @@ def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None) -> tupl
     bthd = g.op("Concat", shape, g.const([heads, hd]), axis=0)  # [B, T, H, dh]
     flat = g.op("Reshape", tokens, g.const([-1]))
     emb = m.f32("decoder/embeddings/weight")
-    if quant != "fp32":
-        x = g.embed_int8(emb, flat, "decoder.projection")
-    else:
-        x = g.op("Gather", g.weight("decoder.embedding", emb), flat, axis=0)
+    x = _embed(g, emb, flat, quant, embed_refined, refine_dtype)
     pos = g.op("Slice", g.weight("decoder.positions",
                                   m.f32("decoder/position_encodings/encodings")),
                n_past, total)
@@ -379,10 +449,7 @@ def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None) -> tupl
 
     x = g.layer_norm(x, m.f32("decoder/layer_norm/gamma"), m.f32("decoder/layer_norm/beta"),
                      "dec.ln")
-    if quant != "fp32":
-        logits = g.linear(x, emb, None, "decoder.projection", quant)
-    else:
-        logits = g.op("Gemm", x, "decoder.embedding", transB=1)
+    logits = _logits(g, x, emb, quant, refine_top, refine_dtype)
     logits = g.op("Reshape", logits, g.op("Concat", shape, g.const([dims["n_vocab"]]), axis=0))
     g.output(logits, "logits", TensorProto.FLOAT, ["B", "T", dims["n_vocab"]])
     return g.model(), dims

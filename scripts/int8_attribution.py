@@ -1,11 +1,12 @@
 #!/usr/bin/env python
 """Where does as2d's int8 Whisper lose accuracy against fp32: encoder or decoder, which layers?
 
-Analysis only (issue 27, point 2): nothing here changes a bundle. From the same Whisper base
-weights (the CTranslate2 folder of the ``models`` extra) it builds decoder variants in which
-some int8 linears are left in fp32 (``--variants``), or whose int8 output projection has its
-top-k logits recomputed from an fp16 copy of the embedding (``refine``), and compares them with
-the fp32 decoder on the fp32 encoder's output:
+Analysis (issue 27, point 2): nothing here changes a bundle. From the same Whisper base
+weights (the CTranslate2 folder of the ``models`` extra) it builds decoder variants (``VARIANTS``)
+in which some int8 linears are left in fp32, or whose int8 output projection has each row's
+top-k logits recomputed from a 16- or 32-bit copy of the embedding (``refine``; bundles now get
+the top 8 from fp16: ``NEW``; ``OLD`` is the decoder before it), and compares them with the
+fp32 decoder on the fp32 encoder's output:
 
 - teacher forcing: every window of every real clip is decoded greedily by fp32 encoder + fp32
   decoder (no timestamps); each variant is fed those tokens; reported are the positions whose
@@ -18,6 +19,7 @@ the fp32 decoder on the fp32 encoder's output:
 
     python scripts/int8_attribution.py                  # base, the default variants
     python scripts/int8_attribution.py --long-form      # and the transcripts
+    python scripts/int8_attribution.py --speed 300      # only OLD vs NEW: load and pass times
 """
 
 from __future__ import annotations
@@ -35,23 +37,33 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-# name → (linears left in fp32 by name fragment, top-k refined from an fp16 table)
+# name → (linears left in fp32 by name fragment, top-k logits refined, the refine table's
+# dtype, input embedding read from that table rather than the int8 copy)
+OLD = "int8 (as2d ≤ 0.x)"
+NEW = "int8 + top-8 fp16 (as2d)"
 VARIANTS = {
-    "int8 (as2d)": ((), 0),
-    "fp32 output projection": (("decoder.projection",), 0),
-    "fp32 self-attention": ((".qkv", ".out"), 0),
-    "fp32 cross-attention": ((".cross_q", ".cross_out"), 0),
-    "fp32 feed-forward": ((".fc1", ".fc2"), 0),
-    "int8 + top-8 fp16 refine": ((), 8),
+    OLD: ((), 0, "float16", False),
+    "fp32 output projection": (("decoder.projection",), 0, "float16", False),
+    "fp32 self-attention": ((".qkv", ".out"), 0, "float16", False),
+    "fp32 cross-attention": ((".cross_q", ".cross_out"), 0, "float16", False),
+    "fp32 feed-forward": ((".fc1", ".fc2"), 0, "float16", False),
+    "top-4 fp16 refine": ((), 4, "float16", False),
+    NEW: ((), 8, "float16", False),
+    "top-16 fp16 refine": ((), 16, "float16", False),
+    "top-8 fp32 refine": ((), 8, "float32", False),
+    "refined + fp16 input embedding": ((), 8, "float16", True),
+    "refined + fp32 self-attention": ((".qkv", ".out"), 8, "float16", False),
+    "refined + fp32 cross-attention": ((".cross_q", ".cross_out"), 8, "float16", False),
+    "refined + fp32 feed-forward": ((".fc1", ".fc2"), 8, "float16", False),
 }
 
 
-def build_variant(weights, fp32: tuple[str, ...], refine: int, dest: Path) -> Path:
-    """as2d's int8 decoder with the linears named by ``fp32`` in fp32, and (``refine`` > 0)
-    the top ``refine`` logits of each row recomputed as ``x · e_v`` from an fp16 copy of the
-    embedding: per row, so the graph stays row-exact."""
-    from onnx import TensorProto
-
+def build_variant(weights, fp32: tuple[str, ...], refine: int, dtype: str, embed: bool,
+                  dest: Path) -> Path:
+    """as2d's int8 decoder with the linears named by ``fp32`` in fp32, each row's top
+    ``refine`` logits recomputed from a ``dtype`` copy of the embedding (0: none), and the input
+    embedding read from that copy (``embed``) or from the int8 one: see
+    :func:`as2d.models.whisper_onnx.build_decoder`."""
     from as2d.models import graph as graph_mod
     from as2d.models.graph import save_model
     from as2d.models.whisper_onnx import build_decoder
@@ -61,20 +73,12 @@ def build_variant(weights, fp32: tuple[str, ...], refine: int, dest: Path) -> Pa
     def linear(self, x, weight, bias, prefix, quant="fp32"):
         if any(f in prefix for f in fp32):
             quant = "fp32"
-        y = original(self, x, weight, bias, prefix, quant)
-        if prefix == "decoder.projection" and refine:
-            table = self.weight("decoder.embedding_f16", np.asarray(weight, np.float16))
-            _, idx = self.op("TopK", y, self.const([refine]), axis=-1, n_out=2)
-            rows = self.op("Cast", self.op("Gather", table, idx, axis=0), to=TensorProto.FLOAT)
-            exact = self.op("MatMul", self.op("Unsqueeze", x, self.const([1])),
-                            self.op("Transpose", rows, perm=[0, 2, 1]))  # [T, 1, k]
-            y = self.op("ScatterElements", y, idx,
-                        self.op("Squeeze", exact, self.const([1])), axis=1)
-        return y
+        return original(self, x, weight, bias, prefix, quant)
 
     graph_mod.Graph.linear = linear
     try:
-        graph, _ = build_decoder(weights, "int8", exact_rows=True)
+        graph, _ = build_decoder(weights, "int8", exact_rows=True, refine_top=refine,
+                                 refine_dtype=np.dtype(dtype), embed_refined=embed)
     finally:
         graph_mod.Graph.linear = original
     save_model(graph, dest)
@@ -92,10 +96,77 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
+    """Session creation and decoder pass times of OLD and NEW, interleaved round by round (a
+    shared machine's load hits both alike): one token after a 60-token past (a greedy step),
+    and passes of 4 and 8 tokens (verification); medians of ``repeats`` rounds."""
+    import statistics
+
+    from onnx import load_model
+
+    from as2d.models.graph import save_model
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.sessions import make_session
+    from as2d.runtime.whisper.features import LogMel
+
+    paths = {}
+    for name in (OLD, NEW):
+        dest = build_variant(weights, *VARIANTS[name], work / f"speed-{len(paths)}.onnx")
+        paths[name] = dest
+        ext = work / f"ext-{len(paths)}" / dest.name
+        ext.parent.mkdir()
+        save_model(load_model(str(dest)), ext, external_data=True)
+        paths[f"{name}, external data"] = ext
+    loads: dict[str, list[float]] = {n: [] for n in paths}
+    for _ in range(5):
+        for name, path in paths.items():
+            t0 = time.perf_counter()
+            make_session(path, threads)
+            loads[name].append(time.perf_counter() - t0)
+    for name, v in loads.items():
+        print(f"  session creation {name:36} {statistics.median(v):.3f} s "
+              f"({size_of(paths[name]) / 1e6:.0f} MB)")
+    sessions = {n: make_session(paths[n], threads) for n in (OLD, NEW)}
+    rng = np.random.default_rng(0)
+    ctx = model.encode(LogMel(load_audio(ROOT / "samples" / "sense_and_sensibility.wav"))
+                       .window(0))
+    tok = model.tokenizer
+    past = (tok.sot_sequence("en") + list(rng.integers(400, 20000, 60)))[:60]
+    steps = {1: list(rng.integers(400, 20000, 1)), 4: list(rng.integers(400, 20000, 4)),
+             8: list(rng.integers(400, 20000, 8))}
+    times: dict[tuple[str, int], list[float]] = {(n, k): [] for n in sessions for k in steps}
+    states = {}
+    for n, sess in sessions.items():
+        use_decoder(model, sess)
+        states[n] = model.decoder_state(ctx)
+        states[n].forward(past)
+    for _ in range(repeats):
+        for n, sess in sessions.items():
+            use_decoder(model, sess)
+            st = states[n]
+            for k, toks in steps.items():
+                t0 = time.perf_counter()
+                st.forward(toks)
+                times[(n, k)].append(time.perf_counter() - t0)
+                st.truncate(len(past))
+    for k in steps:
+        row = "  ".join(f"{n}: {1000 * statistics.median(times[(n, k)]):.2f} ms"
+                        for n in sessions)
+        print(f"  pass of {k} token(s) after 60: {row}")
+
+
+def size_of(path: Path) -> int:
+    """The graph's bytes with its external data file, if any."""
+    data = path.with_name(path.name + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--long-form", action="store_true", help="also compare transcripts")
+    ap.add_argument("--speed", type=int, default=0, metavar="ROUNDS",
+                    help="only time OLD against NEW (session creation, decoder passes)")
     args = ap.parse_args()
 
     from bench_e2e import ct2_base_folder
@@ -116,11 +187,14 @@ def main() -> None:
     b8, b32 = install("base", "int8", models_dir()).path, install("base", "fp32", models_dir()).path
     work = Path(tempfile.mkdtemp(prefix="as2d-int8-"))
     weights = load_ct2(ct2_base_folder(work / "ct2") / "model.bin")
-    sessions = {name: make_session(build_variant(weights, fp32, k, work / f"v{i}.onnx"), t)
-                for i, (name, (fp32, k)) in enumerate(VARIANTS.items())}
+    if args.speed:
+        return speed(weights, work, WhisperModel(b8, threads=t, encoder="onnxruntime"), t,
+                     args.speed)
+    sessions = {name: make_session(build_variant(weights, *spec, work / f"v{i}.onnx"), t)
+                for i, (name, spec) in enumerate(VARIANTS.items())}
     m8 = WhisperModel(b8, threads=t, encoder="onnxruntime")
     m32 = WhisperModel(b32, threads=t, encoder="onnxruntime")
-    own = m8.decoder
+    own = m8.decoder  # the bundle's own decoder (whichever converter made it)
     enc = {"onnxruntime int8": OrtEncoder(b8 / "encoder.onnx", t, precision="int8"),
            "onnxruntime fp32": OrtEncoder(ensure_encoder_fp32(b8), t, precision="fp32")}
     if openvino_available():
@@ -132,7 +206,8 @@ def main() -> None:
     paths.setdefault("sense_and_sensibility.wav", ROOT / "samples" / "sense_and_sensibility.wav")
 
     prompt = tok.sot_sequence("en") + [tok.no_timestamps]
-    rows = {name: [0, 0, 0.0, 0.0] for name in [*VARIANTS, "int8 encoder, int8 decoder",
+    rows = {name: [0, 0, 0.0, 0.0] for name in [*VARIANTS, f"int8 encoder, {OLD}",
+                                                  f"int8 encoder, {NEW}",
                                                   "int8 encoder, fp32 decoder"]}
     for path in paths.values():
         mel_all = LogMel(load_audio(path))
@@ -161,8 +236,10 @@ def main() -> None:
             for name, session in sessions.items():
                 use_decoder(m8, session)
                 got[name] = scores(m8, c32)
+            for name in (OLD, NEW):
+                use_decoder(m8, sessions[name])
+                got[f"int8 encoder, {name}"] = scores(m8, c8)
             use_decoder(m8, own)
-            got["int8 encoder, int8 decoder"] = scores(m8, c8)
             got["int8 encoder, fp32 decoder"] = scores(m32, c8)
             for name, lp in got.items():
                 r = rows[name]
@@ -172,7 +249,7 @@ def main() -> None:
                 r[3] += float(lp[np.arange(len(ref)), ref].sum())
     print(f"teacher-forced on {len(paths)} clips (every window; fp32 encoder unless named), "
           "against fp32 encoder + fp32 decoder:")
-    print(f"  {'decoder':28} {'tokens':>6} {'flips':>6} {'mean KL':>9} {'mean logp':>10} "
+    print(f"  {'decoder':31} {'tokens':>6} {'flips':>6} {'mean KL':>9} {'mean logp':>10} "
           f"{'row-exact':>10}")
     for name, (n, flips, kl, lp) in rows.items():
         exact = ""
@@ -180,7 +257,7 @@ def main() -> None:
             use_decoder(m8, sessions[name])
             exact = str(probe(m8)["exact"])
             use_decoder(m8, own)
-        print(f"  {name:28} {n:6d} {flips:6d} {kl / n:9.5f} {lp / n:10.4f} {exact:>10}")
+        print(f"  {name:31} {n:6d} {flips:6d} {kl / n:9.5f} {lp / n:10.4f} {exact:>10}")
 
     if not args.long_form:
         return
@@ -201,8 +278,8 @@ def main() -> None:
     print("\nlong form (target-only greedy, the CLI's options): words differing from fp32 "
           "encoder + fp32 decoder")
     for e, encoder in enc.items():
-        for d, (model, session) in {"as2d int8": (m8, own),
-                                    "int8 + refine": (m8, sessions["int8 + top-8 fp16 refine"]),
+        for d, (model, session) in {OLD: (m8, sessions[OLD]),
+                                    NEW: (m8, sessions[NEW]),
                                     "fp32": (m32, None)}.items():
             model.encoder = encoder
             if session is not None:
@@ -214,7 +291,7 @@ def main() -> None:
                          difflib.SequenceMatcher(None, gold[n], texts[n]).get_opcodes()
                          if op != "equal"] for n in paths}
             diffs = {n: x for n, x in diffs.items() if x}
-            print(f"  {e:17} + {d:14} {len(diffs)} clips differ {diffs or ''} "
+            print(f"  {e:17} + {d:20} {len(diffs)} clips differ {diffs or ''} "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
         use_decoder(m8, own)
 
