@@ -58,6 +58,7 @@ class GemmaConfig:
         """The manifest's ``config`` field (JSON-ready: lists, not tuples)."""
         d = asdict(self)
         d["layer_types"] = list(self.layer_types)
+        d["architecture"] = ARCH
         return d
 
 

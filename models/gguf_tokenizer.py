@@ -93,7 +93,8 @@ def build_tokenizer(m: GGUFModel) -> Tokenizer:
 
     * normal pieces form a BPE model whose merges follow the piece scores (:func:`spm_merges`),
       with byte fallback (``<0xNN>`` pieces) for characters outside the vocabulary;
-    * spaces become ``▁`` (no dummy prefix: ``add_space_prefix`` is false for Gemma);
+    * spaces become ``▁``, and each run of text starts with one when ``add_space_prefix``
+      (Llama 2, Phi-3; false for Gemma);
     * user-defined pieces (runs of newlines, spaces and tabs, a few HTML tags) are atomic and
       matched first, leftmost-longest, on the raw text, as SentencePiece's prefix matcher does
       (llama.cpp already stored their ``▁`` as real spaces);
@@ -110,8 +111,10 @@ def build_tokenizer(m: GGUFModel) -> Tokenizer:
     if model_kind != "llama":
         raise GGUFError(f"tokenizer model {model_kind!r}; only SentencePiece ('llama') and "
                         "byte-level BPE ('gpt2') are handled")
-    if bool(m.meta("tokenizer.ggml.add_space_prefix", False)):
-        raise GGUFError("add_space_prefix tokenizers are not handled (Gemma does not use it)")
+    # A leading "▁" before every run of text (SentencePiece's dummy prefix: Llama 2, Phi-3).
+    # llama.cpp's default when the key is missing is true; Gemma's converter writes false.
+    arch = str(m.meta("general.architecture", ""))
+    prefix = bool(m.meta("tokenizer.ggml.add_space_prefix", not arch.startswith("gemma")))
     tokens: list[str] = list(m.require("tokenizer.ggml.tokens"))
     types: list[int] = [int(t) for t in m.require("tokenizer.ggml.token_type")]
     info = tokenizer_info(m)
@@ -120,7 +123,11 @@ def build_tokenizer(m: GGUFModel) -> Tokenizer:
     bpe = models.BPE(vocab=vocab, merges=spm_merges(tokens, scores, types),
                      unk_token=tokens[info.unk_id], byte_fallback=True, fuse_unk=True)
     tok = Tokenizer(bpe)
-    tok.normalizer = normalizers.Replace(" ", "▁")
+    replace = normalizers.Replace(" ", "▁")
+    # Prepend runs on each stretch of text between special pieces, as llama.cpp prefixes
+    # each raw-text fragment; decoding keeps the space (a streamed answer needs it).
+    tok.normalizer = (normalizers.Sequence([normalizers.Prepend("▁"), replace]) if prefix
+                      else replace)
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
                                      decoders.Fuse()])
     _add_markup(tok, tokens, types)

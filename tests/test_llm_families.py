@@ -307,7 +307,7 @@ def test_other_families_and_bad_files_are_one_line_errors(tmp_path, models_root)
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a model")
     wav = ROOT / "samples" / "sense_and_sensibility.wav"
-    for spec, words in ((str(gguf("qwen2")), "Qwen2"), (str(gguf("phi3")), "Phi-3"),
+    for spec, words in ((str(gguf("gemma")), "Gemma (1)"), (str(gguf("qwen2moe")), "Qwen2-MoE"),
                         (str(junk), "not a GGUF"), ("ollama:nosuchmodel:1b", "Ollama")):
         r = subprocess.run([sys.executable, "-m", "as2d", "ask", str(wav), "Who?", "--llm", spec,
                             "--models-dir", str(models_root)], capture_output=True, text=True,
