@@ -75,10 +75,12 @@ def _tokenizer_json(vocab: int) -> dict:
     return doc
 
 
-def _hf_model(arch: str, out: Path) -> Path:
-    """A random transformers Whisper of ``arch``'s true shape (narrow), saved with its
+def _hf_model(arch: str, out: Path, width: int | None = None) -> Path:
+    """A random transformers Whisper of ``arch``'s true shape (narrow, or ``width`` wide: the
+    full-size benchmark, scripts/bench_sizes.py, passes the real one), saved with its
     tokenizer, feature extractor and generation config as the hub's Whisper repos have them."""
-    mels, vocab, enc, dec, heads, width = ARCHS[arch]
+    mels, vocab, enc, dec, heads, narrow = ARCHS[arch]
+    width = width or narrow
     tok = _tokenizer_json(vocab)
     specials = {a["content"]: a["id"] for a in tok["added_tokens"]}
     eot = specials["<|endoftext|>"]
