@@ -16,7 +16,8 @@ GGUF by :mod:`as2d.models.gguf_families`):
 * Qwen2/2.5: Llama's layout plus q/k/v biases. Qwen3: per-head RMSNorm of q and k
   (``attn_q_norm``/``attn_k_norm``) before RoPE, no biases.
 * Phi-3: q/k/v in one ``attn_qkv`` tensor and gate/up in one ``ffn_up`` (gate first), usually
-  one key/value head per query head.
+  one key/value head per query head; LongRoPE (the 128k models) divides the RoPE frequencies
+  by per-frequency factors and scales cos/sin.
 * Gemma 2: embedding times √d, GELU-tanh gated MLP, norms before *and* after attention and MLP,
   tanh soft-capping of the attention scores and of the final logits, a sliding window on
   alternate layers. Gemma 3: Gemma 2's layout without soft-capping, with q/k norms and a
@@ -83,6 +84,11 @@ class DecoderConfig:
     post_norms: bool = False
     tied_output: bool = True
     trained_context: int = 0
+    # Per-frequency divisors of the RoPE angles, if the file has this tensor (Llama 3.1's
+    # rope_freqs; Phi-3 LongRoPE's short factors), and the factor on cos/sin that comes with
+    # LongRoPE (its attention scaling).
+    rope_factors: str = "rope_freqs.weight"
+    rope_attn_factor: float = 1.0
 
     @property
     def q_dim(self) -> int:
@@ -107,7 +113,8 @@ def unpermute(w: np.ndarray, heads: int) -> np.ndarray:
 
 
 def rope_tables(head_dim: int, base: float, capacity: int, scale: float = 1.0,
-                freq_factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                freq_factors: np.ndarray | None = None, attn_factor: float = 1.0
+                ) -> tuple[np.ndarray, np.ndarray]:
     """``cos``, ``sin·sign`` tables ``[capacity, head_dim]`` for NeoX-style (half-split) RoPE.
 
     With ``x' = concat(x[half:], x[:half])`` the rotation is ``x·cos + x'·sin_signed``, where
@@ -120,6 +127,8 @@ def rope_tables(head_dim: int, base: float, capacity: int, scale: float = 1.0,
         inv_freq = inv_freq / np.asarray(freq_factors, dtype=np.float64)[:half]
     angles = (np.arange(capacity, dtype=np.float64) / scale)[:, None] * inv_freq[None, :]
     cos, sin = np.cos(angles), np.sin(angles)
+    if attn_factor != 1.0:
+        cos, sin = cos * attn_factor, sin * attn_factor
     return (np.concatenate([cos, cos], axis=1).astype(np.float32),
             np.concatenate([-sin, sin], axis=1).astype(np.float32))
 
@@ -215,7 +224,7 @@ def build_decoder(weights: WeightSource, cfg: DecoderConfig, quant: str = "int8"
         del emb
 
     # RoPE rows for the tokens' positions, shaped [T, 1, hd] to broadcast over heads.
-    factors = weights("rope_freqs.weight") if has("rope_freqs.weight") else None
+    factors = weights(cfg.rope_factors) if has(cfg.rope_factors) else None
     tables = {}
     for kind in sorted(set(cfg.layer_types)):
         base = cfg.rope_local_base if kind == "local" else cfg.rope_base
@@ -223,7 +232,8 @@ def build_decoder(weights: WeightSource, cfg: DecoderConfig, quant: str = "int8"
         tables[kind] = tuple(
             g.op("Unsqueeze", g.op("Gather", g.weight(f"rope.{kind}.{nm}", tab), positions,
                                    axis=0), g.const([1]))
-            for nm, tab in zip(("cos", "sin"), rope_tables(hd, base, capacity, scale, factors)))
+            for nm, tab in zip(("cos", "sin"), rope_tables(hd, base, capacity, scale, factors,
+                                                           cfg.rope_attn_factor)))
 
     # Masks over absolute cache columns for the grouped score rows (row r is token r // rows):
     # a row sees the cached columns j <= its position and the new tokens ``visible`` grants

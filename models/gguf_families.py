@@ -9,7 +9,8 @@ where llama.cpp hard-codes them instead, from the same rule llama.cpp applies (n
 * ``phi3`` (Phi-3, Phi-3.5 mini): fused ``attn_qkv`` and gate/up. llama.cpp ignores the
   sliding window Phi-3 files declare (its converter does not describe it correctly), and so
   does this one, so that answers match what llama.cpp and Ollama users get. LongRoPE files
-  (``rope_factors_long``/``rope_factors_short``, the 128k models) are refused.
+  (the 128k models: ``rope_factors_short``/``_long``, ``rope.scaling.attn_factor``) convert
+  with the short factors, for a context up to the original one (4096).
 * ``gemma2``: √d embedding scale, GELU-tanh, post-norms, soft-capped attention scores and
   logits (50 and 30 unless the file says), a sliding window on even layers (0, 2, …), the
   query scale ``head_dim^-0.5`` except the 27B's ``(d/heads)^-0.5`` (llama.cpp's rule).
@@ -62,9 +63,17 @@ def decoder_config(m: GGUFModel) -> DecoderConfig:
                         "are not handled")
     if int(m.meta(a + "expert_count", 0) or 0) > 0:
         raise GGUFError(f"mixture-of-experts {name} models are not handled")
-    if arch == "phi3" and "rope_factors_long.weight" in m.tensors:
-        raise GGUFError("Phi-3 LongRoPE (the 128k-context models) is not handled; the 4k "
-                        "models are")
+    trained = int(m.meta(a + "context_length", 0))
+    factors, attn_factor = "rope_freqs.weight", 1.0
+    if arch == "phi3" and "rope_factors_short.weight" in m.tensors:
+        # LongRoPE: the short factors up to the original context, the long ones past it
+        # (transformers and llama.cpp switch alike). A bundle holds at most the original
+        # context, so the short factors are the only ones it needs.
+        original = int(m.meta(a + "rope.scaling.original_context_length", 0))
+        if original <= 0:
+            raise GGUFError("a Phi-3 LongRoPE file without rope.scaling.original_context_length")
+        factors, trained = "rope_factors_short.weight", min(trained or original, original)
+        attn_factor = float(m.meta(a + "rope.scaling.attn_factor", 1.0))
     scaling = str(m.meta(a + "rope.scaling.type", "none"))
     if scaling not in ("none", "linear"):
         raise GGUFError(f"RoPE scaling {scaling!r} is not handled (none or linear are)")
@@ -98,4 +107,4 @@ def decoder_config(m: GGUFModel) -> DecoderConfig:
         qk_norm=arch == "qwen3",
         post_norms=gemma,
         tied_output="output.weight" not in m.tensors,
-        trained_context=int(m.meta(a + "context_length", 0)))
+        trained_context=trained, rope_factors=factors, rope_attn_factor=attn_factor)

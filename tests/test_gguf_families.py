@@ -22,6 +22,7 @@ template. Then, per family:
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,18 @@ def _phi3():
     return cfg, spm_vocab(specials), PHI3_CHAT
 
 
+def _phi3_longrope():
+    """Phi-3's LongRoPE (the 128k models): per-frequency factors and a cos/sin scale."""
+    cfg, vocab, template = _phi3()
+    half = cfg.hidden_size // cfg.num_attention_heads // 2
+    cfg.max_position_embeddings, cfg.original_max_position_embeddings = 1024, 256
+    cfg.rope_parameters = {"rope_type": "longrope", "rope_theta": 10000.0,
+                           "partial_rotary_factor": 1.0,
+                           "short_factor": [1.0 + 0.5 * i for i in range(half)],
+                           "long_factor": [4.0 + i for i in range(half)]}
+    return cfg, vocab, template
+
+
 def _gemma2():
     cfg = transformers.Gemma2Config(
         vocab_size=0, hidden_size=64, intermediate_size=112, num_hidden_layers=4,
@@ -154,8 +167,8 @@ def _gemma3():
                            "<end_of_turn>"]), GEMMA_CHAT
 
 
-FAMILIES = {"qwen2": _qwen2, "qwen3": _qwen3, "phi3": _phi3, "gemma2": _gemma2,
-            "gemma3": _gemma3}
+FAMILIES = {"qwen2": _qwen2, "qwen3": _qwen3, "phi3": _phi3, "phi3-longrope": _phi3_longrope,
+            "gemma2": _gemma2, "gemma3": _gemma3}
 GEMMA_NORM_PLUS_ONE = ("gemma2", "gemma3")
 
 
@@ -183,11 +196,12 @@ def _tensor_name(arch: str, hf: str) -> str | None:
     return f"blk.{i}.{names[module]}.{kind}"
 
 
-def make_family(arch: str, folder: Path):
-    """(the tiny transformers model, the GGUF path, its vocabulary) for one family."""
-    cfg, vocab, template = FAMILIES[arch]()
+def make_family(name: str, folder: Path):
+    """(the tiny transformers model, the GGUF path, its chat template) for one family."""
+    cfg, vocab, template = FAMILIES[name]()
+    arch = name.split("-")[0]
     cfg.vocab_size = len(vocab["tokens"])
-    torch.manual_seed(sum(map(ord, arch)))
+    torch.manual_seed(sum(map(ord, name)))
     model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
     model.eval()
     gemma = arch in GEMMA_NORM_PLUS_ONE
@@ -199,7 +213,7 @@ def make_family(arch: str, folder: Path):
                 p.copy_(0.3 * torch.randn_like(p))
             else:
                 p.copy_(torch.randn_like(p) * (1.0 if "embed" in name else p.shape[-1] ** -0.5))
-    path = folder / f"tiny-{arch}.gguf"
+    path = folder / f"tiny-{name}.gguf"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
@@ -216,6 +230,13 @@ def make_family(arch: str, folder: Path):
     w.add_rope_freq_base((rope["full_attention"] if arch == "gemma3" else rope)["rope_theta"])
     if arch == "phi3":
         w.add_rope_dimension_count(head_dim)
+    if rope.get("rope_type") == "longrope":  # as convert_hf_to_gguf writes Phi-3 128k
+        scale = cfg.max_position_embeddings / cfg.original_max_position_embeddings
+        w.add_rope_scaling_attn_factors(
+            math.sqrt(1 + math.log(scale) / math.log(cfg.original_max_position_embeddings)))
+        w.add_rope_scaling_orig_ctx_len(cfg.original_max_position_embeddings)
+        w.add_tensor("rope_factors_long.weight", np.asarray(rope["long_factor"], np.float32))
+        w.add_tensor("rope_factors_short.weight", np.asarray(rope["short_factor"], np.float32))
     if gemma:
         w.add_sliding_window(cfg.sliding_window)
     if arch == "gemma2":
@@ -276,12 +297,14 @@ def family(request, tmp_path_factory):
     ``as2d ask --llm PATH.gguf`` installs them)."""
     from as2d.models.gguf_install import install_gguf
 
-    arch = request.param
-    folder = tmp_path_factory.mktemp(arch)
-    model, path, template = make_family(arch, folder)
+    name = request.param
+    folder = tmp_path_factory.mktemp(name)
+    model, path, template = make_family(name, folder)
+    arch = name.split("-")[0]
     root = folder / "models"
     bundles = {p: install_gguf(str(path), p, root).path for p in ("fp32", "int8")}
-    return dict(arch=arch, model=model, gguf=path, template=template, bundles=bundles)
+    return dict(name=name, arch=arch, model=model, gguf=path, template=template,
+                bundles=bundles)
 
 
 def test_transformers_reads_the_gguf_as_written(family):
@@ -320,7 +343,7 @@ def test_logits_match_transformers(family):
     got = lm.state().forward(ids).astype(np.float64)
     span = want.max() - want.min()
     err = np.abs(got - want).max()
-    print(f"{family['arch']}: {len(ids)} tokens, max |Δ| {err:.2e} over a range of {span:.1f}")
+    print(f"{family['name']}: {len(ids)} tokens, max |Δ| {err:.2e} over a range of {span:.1f}")
     assert err <= 1e-4 * span
     # The same top-1 wherever it is not a near-tie (Gemma 2's capped logits crowd the top).
     top2 = np.sort(want, axis=-1)[:, -2:]
@@ -329,7 +352,7 @@ def test_logits_match_transformers(family):
     assert (got.argmax(-1) == want.argmax(-1))[clear].all()
     got8 = CausalLM(family["bundles"]["int8"]).state().forward(ids)
     agree = float((got8.argmax(-1) == want.argmax(-1)).mean())
-    print(f"{family['arch']}: int8 top-1 agreement {agree:.2f}")
+    print(f"{family['name']}: int8 top-1 agreement {agree:.2f}")
     assert agree >= 0.6
 
 
@@ -352,7 +375,7 @@ def test_speculation_is_token_identical_to_greedy(family):
                  for k, t in enumerate(plain)]
         source = LookupSource([Lookup("guess", ids + noisy)], {1: 0.9, 2: 0.9, 3: 0.9})
         spec = SpeculativeGenerator(lm).generate(ids, 32, (), candidates=source)
-        print(f"{family['arch']} {precision}: {len(spec.tokens)} tokens in {spec.passes} "
+        print(f"{family['name']} {precision}: {len(spec.tokens)} tokens in {spec.passes} "
               "passes")
         assert spec.tokens == plain
         assert spec.passes < len(plain) - 1
@@ -387,15 +410,15 @@ def test_tokenizer_matches_transformers(family):
         assert tok.encode(text, bos=False) == ref.encode(text, add_special_tokens=False), text
 
 
-@pytest.mark.parametrize("case", ["longrope", "partial_rotary", "moe", "gemma1"])
+@pytest.mark.parametrize("case", ["partial_rotary", "moe", "gemma1", "yarn"])
 def test_variants_not_handled_are_one_line_errors(case, tmp_path):
     """What the converter does not build is refused before any conversion, in one line that
-    names it: Phi-3's LongRoPE (the 128k models), partial rotary embeddings, mixtures of
-    experts, a family it does not know."""
+    names it: partial rotary embeddings, mixtures of experts, a family it does not know,
+    YaRN RoPE scaling."""
     from as2d.models.bundle import BundleError
     from as2d.models.gguf_install import install_gguf
 
-    arch = {"gemma1": "gemma", "moe": "qwen2"}.get(case, "phi3")
+    arch = {"gemma1": "gemma", "moe": "qwen2", "yarn": "qwen2"}.get(case, "phi3")
     path = tmp_path / f"{case}.gguf"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_embedding_length(64)
@@ -405,13 +428,15 @@ def test_variants_not_handled_are_one_line_errors(case, tmp_path):
     w.add_rope_dimension_count(8 if case == "partial_rotary" else 16)
     if case == "moe":
         w.add_expert_count(4)
-    w.add_tensor("rope_factors_long.weight" if case == "longrope" else "output_norm.weight",
-                 np.ones(8, np.float32))
+    if case == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(4.0)
+    w.add_tensor("output_norm.weight", np.ones(8, np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    words = {"longrope": "LongRoPE", "partial_rotary": "partial rotary",
+    words = {"yarn": "'yarn'", "partial_rotary": "partial rotary",
              "moe": "mixture-of-experts", "gemma1": "Gemma (1)"}[case]
     with pytest.raises(BundleError) as exc:
         install_gguf(str(path), "int8", tmp_path / "models")
