@@ -1,10 +1,11 @@
 """GGUF files the user already has (a path, or a model in Ollama's store), converted once.
 
 ``as2d ask --llm PATH.gguf`` / ``--llm ollama:NAME[:TAG]``: the file is converted into an LLM
-bundle in the model cache by :func:`as2d.models.llm_install.convert_gguf` (Gemma 3 or a
-Llama-family graph), under a name that holds the file's sha256, so the conversion happens once
-per content and a changed file is converted anew. Its own module because it uses the install
-machinery (locks, atomic rename) of :mod:`as2d.models.install`, which imports the converter.
+bundle in the model cache by :func:`as2d.models.llm_install.convert_gguf` (any family of
+:mod:`as2d.models.gguf_families`), under a name that holds the file's sha256, so the
+conversion happens once per content and a changed file is converted anew. Its own module
+because it uses the install machinery (locks, atomic rename) of :mod:`as2d.models.install`,
+which imports the converter.
 """
 
 from __future__ import annotations
