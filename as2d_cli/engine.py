@@ -250,10 +250,11 @@ class Engine:
         decoder = self.spec.decoder
         if decoder == Decoder.TARGET:
             return TargetOnly(self.target, self.listener)
-        if not rows_exact(self.target):
-            # Verifying k tokens in one pass must give what k single passes give; this graph
-            # (or this onnxruntime on this CPU) rounds differently, so speculation could
-            # change the text.
+        busy = (self.plan.busy,) if decoder == Decoder.AS2D and self.plan.busy else ()
+        if not rows_exact(self.target, busy):
+            # Verifying k tokens in one pass must give what k single passes give, whatever
+            # the pass's session threads; this graph (or this onnxruntime on this CPU)
+            # rounds differently, so speculation could change the text.
             self.note(f"{self.target.name}: this model's graph does not compute rows "
                       "independently, so speculative decoding could change its output; "
                       "decoding with the target alone")

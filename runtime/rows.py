@@ -6,7 +6,10 @@ changes the text). as2d's own graphs are built for it, but it is onnxruntime tha
 and a new version, CPU or thread count could round differently; a graph as2d did not write (a
 Hugging Face export) may not be built for it at all. So every model is probed the same way
 before speculation is allowed on it: a short token sequence run one token at a time, all at
-once, and in blocks after a truncation, compared bit for bit.
+once (a pass wider than the adaptive budget's widest verification), and in blocks after a
+truncation, compared bit for bit. ASÂ²D runs some verification passes in a second session with
+fewer threads (the drafter keeps a core): those thread counts are probed too, since the single
+steps it is compared with run in the model's own session.
 
 A model offers the probe through :class:`RowProbe` (how to make a decoding state and which
 tokens to feed); :func:`rows_exact` runs it, once per model object, and remembers the verdict in
@@ -30,9 +33,10 @@ MEMO_FILE = ".row-checks.json"  # in the models folder: graph|runtime identity â
 
 
 class PassState(Protocol):
-    """A decoding state that takes passes of any number of tokens and can be cut back."""
+    """A decoding state that takes passes of any number of tokens and can be cut back.
+    A model whose passes may run in sessions with other thread counts takes ``threads=``."""
 
-    def forward(self, tokens: Sequence[int]) -> np.ndarray: ...
+    def forward(self, tokens: Sequence[int], **options) -> np.ndarray: ...
 
     def truncate(self, length: int) -> None: ...
 
@@ -56,35 +60,54 @@ class RowProbe(Protocol):
     def row_memo(self) -> tuple[Path, str] | None: ...
 
 
-def probe(model: RowProbe) -> dict:
+def probe(model: RowProbe, threads: Sequence[int] = ()) -> dict:
     """Run the probe: single steps against one pass of all tokens, and against blocks after a
-    truncation (how verification uses the cache). Returns the verdict and the largest
-    difference seen, for the record."""
+    truncation (how verification uses the cache); the wide pass and the blocks again in a
+    session of each of ``threads`` (the single steps stay in the model's own). Returns the
+    verdict, the largest difference seen and the thread counts covered, for the record."""
     new, tokens, release = model.row_probe()
+    checked = sorted(set(threads))
     if not tokens:  # nothing to compare with: no speculation on a model that cannot be probed
-        return {"exact": False, "tokens": 0, "max_abs_diff": float("nan")}
+        return {"exact": False, "tokens": 0, "max_abs_diff": float("nan"), "threads": checked}
     if len(tokens) < 6:
         tokens = (list(tokens) * 6)[:max(6, len(tokens))]
-    a, b = new(), new()
+    a = new()
+    exact, diff = True, 0.0
     try:
         single = np.concatenate([a.forward([t]) for t in tokens])
-        together = b.forward(tokens)
-        b.truncate(2)
-        blocks = np.concatenate([b.forward(tokens[2:5]), b.forward(tokens[5:])])
     finally:
         release(a)
-        release(b)
-    exact = bool(np.array_equal(single, together) and np.array_equal(single[2:], blocks))
-    diff = float(np.max(np.abs(single.astype(np.float64) - together))) if single.size else 0.0
-    return {"exact": exact, "tokens": len(tokens), "max_abs_diff": diff}
+    for options in [{}] + [{"threads": t} for t in checked]:
+        b = new()
+        try:
+            together = b.forward(tokens, **options)
+            b.truncate(2)
+            blocks = np.concatenate([b.forward(tokens[2:5], **options),
+                                     b.forward(tokens[5:], **options)])
+        finally:
+            release(b)
+        exact = exact and bool(np.array_equal(single, together)
+                               and np.array_equal(single[2:], blocks))
+        if single.size:
+            diff = max(diff, float(np.max(np.abs(single.astype(np.float64) - together))))
+    return {"exact": exact, "tokens": len(tokens), "max_abs_diff": diff, "threads": checked}
 
 
-def rows_exact(model: RowProbe) -> bool:
-    """Does ``model`` compute each row the same whatever the rows beside it in a pass?
+def rows_exact(model: RowProbe, threads: Sequence[int] = ()) -> bool:
+    """Does ``model`` compute each row the same whatever the rows beside it in a pass, and
+    whichever of ``threads`` (besides its own count) the pass's session has?
 
-    Checked once per model object (the verdict is kept on it as ``row_check``) and remembered
-    across processes in the model's folder when it has one (:attr:`RowProbe.row_memo`)."""
-    return _checked(model, "row_check", model.row_memo, "", probe)
+    Checked once per model object and set of thread counts (the verdict is kept on it as
+    ``row_check``) and remembered across processes in the model's folder when it has one
+    (:attr:`RowProbe.row_memo`)."""
+    wanted = sorted(set(threads))
+    known = model.row_check
+    if known is not None and not set(wanted) <= set(known.get("threads", wanted)):
+        model.row_check = None  # thread counts not probed yet: probe again, with them
+    kind = "rows2|" + (",".join(map(str, wanted)) + "|" if wanted else "")
+    exact = _checked(model, "row_check", model.row_memo, kind, lambda m: probe(m, wanted))
+    model.row_check.setdefault("threads", wanted)  # a remembered verdict covers its key's
+    return exact
 
 
 def _checked(model, verdict: str, memo: tuple[Path, str] | None, kind: str, run) -> bool:

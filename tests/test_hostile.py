@@ -219,7 +219,13 @@ def test_row_exactness_is_checked_for_every_target_and_remembered(models_root, t
     memo = tmp_path / MEMO_FILE  # the models folder: once per graph, onnxruntime and CPU
     assert "onnxruntime" in memo.read_text()
     again = WhisperModel(bundle, threads=1)  # a new process would find the verdict there
-    assert rows_exact(again) is True and again.row_check == {"exact": True, "remembered": True}
+    assert rows_exact(again) is True
+    assert again.row_check == {"exact": True, "remembered": True, "threads": []}
+    # A session with other threads (AS²D's while the drafter works) is probed once more,
+    # and the verdict for it remembered under its own key.
+    assert rows_exact(again, [2]) is True and again.row_check["threads"] == [2]
+    assert "remembered" not in again.row_check and "rows2|2|" in memo.read_text()
+    assert rows_exact(WhisperModel(bundle, threads=1), [2]) is True
     # A remembered "no" is believed too: speculation is refused without running the probe.
     memo.write_text(memo.read_text().replace("true", "false"))
     assert rows_exact(WhisperModel(bundle, threads=1)) is False

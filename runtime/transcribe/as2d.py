@@ -41,7 +41,8 @@ class AS2D(DraftingStrategy):
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
                  listener: Listener | None = None, budget: Budget | None = None,
                  busy_threads: int | None = None) -> None:
-        super().__init__(target, drafter, listener, budget)
+        super().__init__(target, drafter, listener, budget,
+                         () if busy_threads is None else (busy_threads,))
         # Target threads while the drafter is still working (None: the target's own count).
         # On a small machine the drafter needs a core of its own to stay ahead.
         self.busy_threads = busy_threads

@@ -24,6 +24,12 @@ from as2d.runtime.sessions import Background, make_session
 from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
+# The row check's words (after the start-of-transcript tokens): more tokens than the widest
+# pass the adaptive budget verifies (16 candidates and the token before them), so that pass's
+# shape is among those probed.
+ROW_PROBE_WORDS = (" a test of rows, one by one and then all of them at once, in one pass as"
+                   " wide as the widest that verification runs")
+
 
 @dataclass(frozen=True)
 class WhisperDims:
@@ -135,11 +141,13 @@ class WhisperModel:
 
     def row_probe(self):
         """The passes of the row check (:mod:`as2d.runtime.rows`): one second of silence, the
-        start-of-transcript tokens and a few words. as2d's graphs are built to be row-exact,
-        but onnxruntime computes them: a new version or CPU could round differently."""
+        start-of-transcript tokens and a sentence, in one pass wider than any the adaptive
+        budget verifies (its ``k_max`` candidates and the token before them). as2d's graphs
+        are built to be row-exact, but onnxruntime computes them: a new version or CPU could
+        round differently."""
         ctx = self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
         tokens = list(self.tokenizer.sot_sequence("en" if self.multilingual else None))
-        tokens += self.tokenizer.encode(" a test of rows, one by one")
+        tokens += self.tokenizer.encode(ROW_PROBE_WORDS)
         return (lambda: self.decoder_state(ctx)), tokens, self.release
 
     @property
