@@ -261,7 +261,7 @@ async def replay(port: int, path: Path, rate: int) -> dict:
     return {"utterances": utterances}
 
 
-def live_section(args, port: int, extra: list[str], tmp: Path) -> dict:
+def live_section(args, port: int, tmp: Path) -> dict:
     import mic_latency
 
     clips = args.live_clips or mic_latency.default_clips()
@@ -485,7 +485,7 @@ def main() -> int:
         if args.peer:
             doc["peer"] = peer_section(args, port, clip, tmp)
         if args.live:
-            doc["live"] = live_section(args, port, extra, tmp)
+            doc["live"] = live_section(args, port, tmp)
     finally:
         stop(server)
     doc["load_average_end"] = load_average()
