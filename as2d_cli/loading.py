@@ -147,6 +147,8 @@ def _check_folder(spec: str, p: Path, kind: Kind | None, what: str | None,
                   progress: Progress | None = None) -> Path:
     """A model folder the user named: an as2d bundle, a Hugging Face ONNX Whisper export, or a
     CTranslate2 Whisper folder (converted into the model cache on first use)."""
+    from as2d.runtime.whisper.hf_layout import graph_folder
+
     if not p.is_dir():
         raise ModelError(f"{spec}: no such model folder")
     if (p / "manifest.json").is_file():
@@ -158,7 +160,8 @@ def _check_folder(spec: str, p: Path, kind: Kind | None, what: str | None,
         if kind and bundle.manifest.get("kind", kind) != kind:
             raise ModelError(f"{spec} holds a {bundle.manifest.get('kind')} model, not {what}")
         return p
-    if (p / "encoder_model.onnx").is_file() or (p / "decoder_model_merged.onnx").is_file():
+    if (graph_folder(p) is not None or (p / "decoder_model_merged.onnx").is_file()
+            or (p / "onnx" / "decoder_model_merged.onnx").is_file()):
         return p  # Hugging Face ONNX layout, loaded by as2d.runtime.whisper.hf_layout
     if (p / "model.bin").is_file():
         if kind == "llm":
@@ -265,7 +268,9 @@ _HF_LLM_GRAPHS = ("model.onnx", "decoder_model_merged.onnx", "decoder_with_past_
 def _is_hf_llm_folder(p: Path) -> bool:
     """A Hugging Face ONNX export of a decoder-only LLM: a decoder graph and tokenizer.json,
     and no encoder (that would be Whisper)."""
-    return ((p / "tokenizer.json").is_file() and not (p / "encoder_model.onnx").is_file()
+    from as2d.runtime.whisper.hf_layout import graph_folder
+
+    return ((p / "tokenizer.json").is_file() and graph_folder(p) is None
             and any((p / g).is_file() or (p / "onnx" / g).is_file() for g in _HF_LLM_GRAPHS))
 
 

@@ -45,6 +45,25 @@ def test_hf_layout_transcribes_like_our_own_bundle(hf_folder, clip, whisper, tmp
     assert tokens(hf, clip) == tokens(whisper("tiny.en", "fp32"), clip)
 
 
+def test_the_hub_layout_keeps_its_graphs_under_onnx(hf_folder, clip, tmp_path):
+    """onnx-community's repositories: config and tokenizer at the top, graphs (and their
+    quantized variants, which are not taken) under ``onnx/``."""
+    from as2d.loading import resolve_bundle_dir
+
+    folder = tmp_path / "hub"
+    (folder / "onnx").mkdir(parents=True)
+    for f in hf_folder.iterdir():
+        shutil.copy(f, folder / ("onnx" if f.suffix in (".onnx", ".data") else "") / f.name)
+    shutil.copy(folder / "onnx" / "encoder_model.onnx",
+                folder / "onnx" / "encoder_model_quantized.onnx")
+    assert resolve_bundle_dir(str(folder)) == folder
+    hub = HFWhisperModel(folder, threads=2)
+    assert hub.merged and tokens(hub, clip) == tokens(HFWhisperModel(hf_folder, threads=2), clip)
+    (folder / "onnx" / "encoder_model.onnx").unlink()
+    with pytest.raises(HFLayoutError, match="missing encoder_model.onnx"):
+        HFWhisperModel(folder)
+
+
 @pytest.mark.slow
 def test_a_graph_that_is_not_row_exact_is_not_used_for_speculation(hf_folder, clip):
     from as2d.engine import Engine, EngineSpec

@@ -37,6 +37,20 @@ class HFLayoutError(ValueError):
     """The folder is not a usable Hugging Face ONNX Whisper export."""
 
 
+def graph_folder(folder: str | Path) -> Path | None:
+    """Where a Hugging Face Whisper folder keeps its ONNX graphs: the folder itself (an optimum
+    export) or its ``onnx/`` subfolder (the layout of the hub's ONNX repositories, which keep
+    ``config.json`` and ``tokenizer.json`` at the top and the graphs, with their quantized
+    variants, below). None when neither holds an encoder graph. The plain graphs are taken,
+    never a ``_quantized``/``_fp16`` variant: a variant's rows are its own question for the
+    row check, and the user who wants one can point at a folder that holds it alone."""
+    root = Path(folder)
+    for place in (root, root / "onnx"):
+        if (place / "encoder_model.onnx").is_file():
+            return place
+    return None
+
+
 def _dims(cfg: dict) -> WhisperDims:
     try:
         return WhisperDims(
@@ -135,10 +149,13 @@ class HFWhisperModel:
                  encoder_threads: int | None = None, name: str | None = None,
                  role: str = "target") -> None:
         self.path = Path(folder)
-        need = ["encoder_model.onnx", "tokenizer.json", "config.json"]
+        graphs = graph_folder(self.path) or self.path
+        need = ["tokenizer.json", "config.json"]
         missing = [f for f in need if not (self.path / f).is_file()]
-        merged = self.path / "decoder_model_merged.onnx"
-        split = (self.path / "decoder_model.onnx", self.path / "decoder_with_past_model.onnx")
+        if not (graphs / "encoder_model.onnx").is_file():
+            missing.insert(0, "encoder_model.onnx")
+        merged = graphs / "decoder_model_merged.onnx"
+        split = (graphs / "decoder_model.onnx", graphs / "decoder_with_past_model.onnx")
         if not merged.is_file() and not all(p.is_file() for p in split):
             missing.append("decoder_model_merged.onnx (or decoder_model.onnx + "
                            "decoder_with_past_model.onnx)")
@@ -163,7 +180,7 @@ class HFWhisperModel:
             raise HFLayoutError(f"{self.path / 'tokenizer.json'}: {size} bytes is too large "
                                 "for a Whisper tokenizer")
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
-        self.encoder = make_session(self.path / "encoder_model.onnx", encoder_threads or threads)
+        self.encoder = make_session(graphs / "encoder_model.onnx", encoder_threads or threads)
         self.merged = merged.is_file()
         self._files = [merged] if self.merged else list(split)
         self._graphs: dict[int, list[_Graph]] = {threads: [_Graph(make_session(f, threads))
