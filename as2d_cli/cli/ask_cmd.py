@@ -56,8 +56,10 @@ class AskRequest:
     drafter: AskDrafter = "auto"
     decoder: AskDecoder = Decoder.AS2D
     llm: Annotated[str, typer.Option(
-        "--llm", help="Answering model: a catalog name or a folder (as2d bundle, or a Hugging "
-                      "Face ONNX export with model.onnx + tokenizer.json).")] = "gemma-3-270m"
+        "--llm", help="Answering model: a catalog name, a GGUF file (llama.cpp's: Llama, "
+                      "Qwen2/3, Phi-3, Gemma 2/3), ollama:NAME[:TAG] from Ollama's store, or a "
+                      "folder (as2d bundle, or a Hugging Face ONNX export with model.onnx + "
+                      "tokenizer.json).")] = "gemma-3-270m"
     precision: AskPrecision = None
     max_tokens: Annotated[int, typer.Option(
         "--max-tokens", "-n", help="Longest answer, in tokens.")] = 48

@@ -44,8 +44,9 @@ class ServeRequest:
     threads: opt.Threads = 0
     encoder: opt.Encoder = None
     llm: Annotated[str | None, typer.Option(
-        "--llm", help="Also load an answering model (e.g. gemma-3-270m) for "
-                      "POST /v1/audio/ask.")] = None
+        "--llm", help="Also load an answering model for POST /v1/audio/ask: what `as2d "
+                      "ask --llm` takes (gemma-3-270m, a GGUF file, ollama:NAME, a "
+                      "folder).")] = None
     api_key: Annotated[str | None, typer.Option(
         "--api-key", envvar="AS2D_API_KEY", show_envvar=False,
         help="Require 'Authorization: Bearer KEY' (also $AS2D_API_KEY).")] = None
