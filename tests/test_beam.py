@@ -39,7 +39,8 @@ SAMPLE = ROOT / "samples" / "sense_and_sensibility.wav"
     (0, None, None, "--beam-size"), (2.5, None, None, "--beam-size"),
     (5, 0.0, None, "--patience"), (5, float("nan"), None, "--patience"),
     (5, 0.1, None, "--patience"), (5, None, 1.5, "--length-penalty"),
-    (5, None, -0.1, "--length-penalty")])
+    (5, None, -0.1, "--length-penalty"), (float("inf"), None, None, "--beam-size"),
+    (5, 1e308, None, "--patience")])
 def test_options_whisper_refuses_are_refused(size, patience, penalty, fragment):
     with pytest.raises(ValueError) as caught:
         check(size, patience, penalty)

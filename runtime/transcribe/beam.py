@@ -57,10 +57,15 @@ class BeamOptions:
 
 def check(beam_size: int | None, patience: float | None, length_penalty: float | None) -> None:
     """Raise :class:`OptionError` for options whisper refuses."""
-    if beam_size is not None and (int(beam_size) != beam_size or beam_size < 1):
+    if beam_size is not None and (not np.isfinite(beam_size) or int(beam_size) != beam_size
+                                  or beam_size < 1):
         raise OptionError("beam_size", f"must be a whole number of 1 or more, not {beam_size}")
     if patience is not None and not (np.isfinite(patience) and patience > 0):
         raise OptionError("patience", f"must be more than 0, not {patience}")
+    if patience is not None and not np.isfinite((beam_size or 1) * patience):
+        # round(beam × patience) hypotheses end the search: that count must be a number.
+        raise OptionError("patience", f"{patience:g} with a beam of {beam_size or 1} is too "
+                          "large (the search would wait for infinitely many hypotheses)")
     if patience is not None and (beam_size or 1) * patience < 1 - 1e-9:
         raise OptionError("patience", f"{patience:g} with a beam of {beam_size or 1} would end "
                           "the search before any hypothesis is finished")
