@@ -196,6 +196,12 @@ def test_bundle_is_converted_once_and_row_exact(smol_gguf, smol_bundles, models_
     lm = CausalLM(again.path)
     assert lm.chat_template and "<|im_start|>" in lm.chat_template
     assert lm.lossless
+    # `as2d models list` shows it as an answering model, with the file it came from
+    from tests.helpers import cli
+
+    listed = cli("models", "list", models_dir=models_root)
+    line = next(x for x in listed.stdout.splitlines() if again.path.name in x)
+    assert "llm (llama)" in line and smol_gguf.name in line, listed.stdout
 
 
 def greedy_reference(model, prompt_ids, max_new: int, stop_ids) -> list[int]:

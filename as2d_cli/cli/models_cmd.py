@@ -50,12 +50,22 @@ def list_models(root: Path | None) -> None:
     console.print(table)
     own = user_bundles(base)
     if own:  # converted from folders the user named: one line each (long names, long paths)
-        console.print("converted from your folders (use the name or the source as --model):")
+        console.print("converted from your files and folders (use the name or the source as "
+                      "--model for Whisper, --llm for an answering model):")
         for b in own:
             src = b.manifest.get("source", {})
-            console.print(f"  {b.name}  {b.manifest.get('architecture', 'whisper')}, "
-                          f"{b.size() / 1e6:.0f} MB, from {src.get('origin') or src.get('path')}",
+            console.print(f"  {b.name}  {_kind_of(b.manifest)}, {b.size() / 1e6:.0f} MB, "
+                          f"from {src.get('origin') or src.get('path')}",
                           markup=False, highlight=False)
+
+
+def _kind_of(manifest: dict) -> str:
+    """What a user bundle holds, as the list shows it: ``whisper``, or ``llm (llama)``."""
+    if manifest.get("kind") == "llm":
+        config = manifest.get("config")
+        family = config.get("architecture") if isinstance(config, dict) else None
+        return f"llm ({family})" if isinstance(family, str) else "llm"
+    return str(manifest.get("architecture", "whisper"))
 
 
 def _encoder_here(bundle_dir: Path) -> str:
