@@ -21,6 +21,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from as2d import writers
+from as2d.runtime.option_errors import OptionError
 from as2d.server.api_errors import APIError
 from as2d.server.backend import Backend, ClientGone, RequestJob
 from as2d.server.forms import AudioRequest, parse_ask_request, parse_audio_request
@@ -148,7 +149,8 @@ def make_router(backend: Backend) -> APIRouter:
         try:
             segments = list(backend.transcribe(audio, engine_options(req), info))
         except ValueError as exc:  # options the model cannot honour
-            raise APIError(400, str(exc), code="invalid_value") from None
+            param = exc.option if isinstance(exc, OptionError) else None
+            raise APIError(400, str(exc), param=param, code="invalid_value") from None
         return segments, info
 
     async def stream(request: Request, req: AudioRequest, audio) -> Response:

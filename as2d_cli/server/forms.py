@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from as2d.runtime.option_errors import OptionError
 from as2d.server.api_errors import APIError
 from as2d.server.uploads import Upload
 
@@ -112,11 +113,8 @@ def _beam(upload: Upload, req: AudioRequest) -> None:
     try:
         beam_options(TranscribeOptions(beam_size=size, patience=patience,
                                        length_penalty=penalty))
-    except ValueError as exc:
-        # The engine names the option it refuses (OptionError.option); its message names
-        # fields as a server client spells them.
-        param = getattr(exc, "option", None)
-        raise APIError(400, str(exc), param=param, code="invalid_value") from None
+    except OptionError as exc:  # named by its field, as a server client spells it
+        raise APIError(400, str(exc), param=exc.option, code="invalid_value") from None
     if size is not None and size > MAX_BEAM_SIZE:
         raise APIError(400, f"beam_size must be at most {MAX_BEAM_SIZE} on this server, not "
                             f"{size}", param="beam_size", code="invalid_value")
