@@ -50,6 +50,11 @@ QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
 CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "
           "message['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
           "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+# Qwen3's switch: with enable_thinking false the assistant turn opens with an empty <think>.
+QWEN3_CHAT = CHATML.replace(
+    "{{ '<|im_start|>assistant\n' }}{% endif %}",
+    "{{ '<|im_start|>assistant\n' }}{% if enable_thinking is defined and enable_thinking is "
+    "false %}{{ '<think>\n\n</think>\n\n' }}{% endif %}{% endif %}")
 GEMMA_CHAT = ("{{ bos_token }}{% for message in messages %}<start_of_turn>"
               "{{ 'model' if message['role'] == 'assistant' else 'user' }}\n"
               "{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
@@ -122,7 +127,7 @@ def _qwen3():
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=256,
         rms_norm_eps=1e-6, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0})
-    return cfg, bpe_vocab(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]), CHATML
+    return cfg, bpe_vocab(["<|endoftext|>", "<|im_start|>", "<|im_end|>"]), QWEN3_CHAT
 
 
 def _phi3():
@@ -383,13 +388,19 @@ def test_speculation_is_token_identical_to_greedy(family):
 
 def test_chat_template_and_stops_come_from_the_gguf(family):
     """The bundle keeps the GGUF's ``tokenizer.chat_template`` (checked sandboxed at load), so
-    the answering prompt is the instruct style; the family's end-of-turn piece stops text."""
+    the answering prompt is the instruct style, rendered from it (Qwen3's with its reasoning
+    switch off); the family's end-of-turn piece stops text."""
     from as2d.runtime.ask.answer import Answerer, AskOptions
     from as2d.runtime.llm.lm import CausalLM
 
     lm = CausalLM(family["bundles"]["int8"])
     assert lm.chat_template == family["template"]
-    assert Answerer(lm, None, AskOptions()).builder.style == "instruct"
+    builder = Answerer(lm, None, AskOptions()).builder
+    assert builder.style == "instruct"
+    pieces = builder.render("the transcript", "Who?", False)
+    assert [p for p, literal in pieces if literal] == ["the transcript", "Who?"]
+    if family["arch"] == "qwen3":  # a reasoning model answers at once, not after <think>
+        assert pieces[-1][0].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     manifest = json.loads((family["bundles"]["int8"] / "manifest.json").read_text())
     assert manifest["config"]["architecture"] == family["arch"]
     end = {"qwen2": "<|im_end|>", "qwen3": "<|im_end|>", "phi3": "<|end|>",

@@ -215,10 +215,12 @@ class PromptBuilder:
                    + "\nAnswer the question in a few words, using only the transcript.")
         # The template comes from the model's folder: untrusted code, rendered in a bounded
         # sandbox (as2d.runtime.llm.template); it does not depend on the texts, so once.
+        # enable_thinking=False: a template with a reasoning mode (Qwen3) answers at once
+        # instead of spending the answer's tokens on a <think> block; others ignore it.
         if self._frame is None:
             self._frame = render_chat_template(
                 self.chat_template, messages=[{"role": "user", "content": content}],
-                add_generation_prompt=True, bos_token="", eos_token="")
+                add_generation_prompt=True, bos_token="", eos_token="", enable_thinking=False)
         rendered = self._frame
         if marker_t not in rendered or marker_q not in rendered:
             raise TemplateError("the chat template does not show the user's message")
