@@ -475,3 +475,34 @@ def test_ask_end_to_end_with_a_gemma2_gguf(tmp_path, models_root):
     answer = doc.get("answer") if "answer" in doc else doc["answers"][0]["answer"]
     print(answer, doc.get("method"))
     assert isinstance(answer, str) and answer.strip()
+
+
+def test_llama_sentencepiece_gets_the_dummy_prefix_by_default(tmp_path):
+    """A Llama-2-style SentencePiece GGUF (TinyLlama) without ``add_space_prefix`` takes
+    llama.cpp's default, the dummy prefix, and encodes ordinary text as transformers' GGUF
+    tokenizer does. (Both follow llama.cpp where transformers does not: a prefix after every
+    special piece, and one before text that already starts with a space.)"""
+    from as2d.models.gguf_reader import GGUFModel
+    from as2d.models.gguf_tokenizer import build_tokenizer
+
+    vocab = spm_vocab(["<unk>", "<s>", "</s>"])
+    path = tmp_path / "llama-spm.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(vocab["tokens"])
+    w.add_token_types(vocab["types"])
+    w.add_token_scores(vocab["scores"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_tensor("output_norm.weight", np.ones(8, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tok = build_tokenizer(GGUFModel(path))
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in (PROMPT, "They'll've paid £3.50 (for 12 eggs) at 10:45."):
+        ids = tok.encode(text, add_special_tokens=False).ids
+        assert ids == ref.encode(text, add_special_tokens=False), text
+        assert tok.id_to_token(ids[0]).startswith("▁")
