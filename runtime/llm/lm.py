@@ -1,4 +1,5 @@
-"""The answering LLM of ``as2d ask`` (Gemma 3, Llama family): one onnxruntime session, KV cache.
+"""The answering LLM of ``as2d ask`` (Gemma 2/3, Llama, Qwen2/3, Phi-3 bundles): one
+onnxruntime session, KV cache.
 
 Shaped like :mod:`as2d.runtime.whisper.model` so that one speculative scheduler serves both: a
 :class:`LLMState` owns a preallocated per-layer cache (``[capacity, kv_dim]`` float32 for keys
