@@ -21,13 +21,13 @@ from as2d.models.catalog import ModelEntry, lookup
 from as2d.models.source_packages import Progress, SourceError, assemble, locate
 
 # Written into every bundle; bump when a graph changes.
-CONVERTER_VERSION = 8
+CONVERTER_VERSION = 9
 # The oldest bundle of each kind (or kind-precision) still current: a bundle is converted again
 # on first use only when its own graphs changed (LLM 7: the Gemma graph takes positions and a
 # visibility matrix, so that candidate answers are scored as one tree, and its weights are a
-# file beside it; Whisper int8 8: the decoders refine each row's top logits from a 16-bit copy
-# of the embedding, whisper_onnx.REFINE_TOP).
-OLDEST_CURRENT = {"whisper": 4, "whisper-int8": 8, "llm": 7}
+# file beside it; Whisper int8 9: the decoders refine each row's top logits from a 16-bit copy
+# of the embedding and read their input embedding from it, whisper_onnx.REFINE_TOP).
+OLDEST_CURRENT = {"whisper": 4, "whisper-int8": 9, "llm": 7}
 
 
 @contextmanager

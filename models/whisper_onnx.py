@@ -41,9 +41,11 @@ from as2d.models.graph import MS_DOMAIN, Graph
 # 0.00092 (top 8), 0.00085 (top 16); an fp32 copy measured the same as fp16 at twice the size.
 REFINE_TOP = 8
 REFINE_DTYPE = np.float16
-# Read the input embedding from that copy too, instead of the int8 one: measured no better
-# (0.00097), so off; kept for measuring.
-EMBED_REFINED = False
+# The input embedding is read from that copy too, not from the int8 one: as accurate (KL
+# 0.00097 against 0.00092, within noise) and faster, a contiguous row per token instead of a
+# strided column of the int8 table (8 tokens: 12 µs against 122 µs on one thread), which
+# pays back part of the refinement's TopK.
+EMBED_REFINED = True
 
 
 def whisper_dims(m: CT2Model) -> dict[str, int]:

@@ -5,8 +5,8 @@ Analysis (issue 27, point 2): nothing here changes a bundle. From the same Whisp
 weights (the CTranslate2 folder of the ``models`` extra) it builds decoder variants (``VARIANTS``)
 in which some int8 linears are left in fp32, or whose int8 output projection has each row's
 top-k logits recomputed from a 16- or 32-bit copy of the embedding (``refine``; bundles now get
-the top 8 from fp16: ``NEW``; ``OLD`` is the decoder before it), and compares them with the
-fp32 decoder on the fp32 encoder's output:
+the top 8 from fp16 and read their input embedding from that copy: ``NEW``; ``OLD`` is the
+decoder before it), and compares them with the fp32 decoder on the fp32 encoder's output:
 
 - teacher forcing: every window of every real clip is decoded greedily by fp32 encoder + fp32
   decoder (no timestamps); each variant is fed those tokens; reported are the positions whose
@@ -48,13 +48,13 @@ VARIANTS = {
     "fp32 cross-attention": ((".cross_q", ".cross_out"), 0, "float16", False),
     "fp32 feed-forward": ((".fc1", ".fc2"), 0, "float16", False),
     "top-4 fp16 refine": ((), 4, "float16", False),
-    NEW: ((), 8, "float16", False),
+    "top-8 fp16 refine": ((), 8, "float16", False),
     "top-16 fp16 refine": ((), 16, "float16", False),
     "top-8 fp32 refine": ((), 8, "float32", False),
-    "refined + fp16 input embedding": ((), 8, "float16", True),
-    "refined + fp32 self-attention": ((".qkv", ".out"), 8, "float16", False),
-    "refined + fp32 cross-attention": ((".cross_q", ".cross_out"), 8, "float16", False),
-    "refined + fp32 feed-forward": ((".fc1", ".fc2"), 8, "float16", False),
+    NEW: ((), 8, "float16", True),
+    "refined + fp32 self-attention": ((".qkv", ".out"), 8, "float16", True),
+    "refined + fp32 cross-attention": ((".cross_q", ".cross_out"), 8, "float16", True),
+    "refined + fp32 feed-forward": ((".fc1", ".fc2"), 8, "float16", True),
 }
 
 
@@ -97,9 +97,11 @@ def log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
-    """Session creation and decoder pass times of OLD and NEW, interleaved round by round (a
-    shared machine's load hits both alike): one token after a 60-token past (a greedy step),
-    and passes of 4 and 8 tokens (verification); medians of ``repeats`` rounds."""
+    """Session creation times of OLD and NEW (weights in the graph or beside it), and decoder
+    pass times of OLD, NEW and NEW with some linears in fp32, interleaved round by round (a
+    shared machine's load hits all alike): one token after a 60-token past (a greedy step), and
+    passes of 4 and 8 tokens (verification); wall-time medians and minima of ``repeats``
+    rounds, and the process's CPU time (less sensitive to other processes on a busy machine)."""
     import statistics
 
     from onnx import load_model
@@ -126,7 +128,11 @@ def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
     for name, v in loads.items():
         print(f"  session creation {name:36} {statistics.median(v):.3f} s "
               f"({size_of(paths[name]) / 1e6:.0f} MB)")
+    projection_cost(weights, repeats)
     sessions = {n: make_session(paths[n], threads) for n in (OLD, NEW)}
+    for i, n in enumerate(("refined + fp32 self-attention", "refined + fp32 feed-forward")):
+        sessions[n] = make_session(build_variant(weights, *VARIANTS[n], work / f"s{i}.onnx"),
+                                   threads)
     rng = np.random.default_rng(0)
     ctx = model.encode(LogMel(load_audio(ROOT / "samples" / "sense_and_sensibility.wav"))
                        .window(0))
@@ -135,6 +141,7 @@ def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
     steps = {1: list(rng.integers(400, 20000, 1)), 4: list(rng.integers(400, 20000, 4)),
              8: list(rng.integers(400, 20000, 8))}
     times: dict[tuple[str, int], list[float]] = {(n, k): [] for n in sessions for k in steps}
+    cpu: dict[tuple[str, int], list[float]] = {(n, k): [] for n in sessions for k in steps}
     states = {}
     for n, sess in sessions.items():
         use_decoder(model, sess)
@@ -145,14 +152,73 @@ def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
             use_decoder(model, sess)
             st = states[n]
             for k, toks in steps.items():
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 st.forward(toks)
                 times[(n, k)].append(time.perf_counter() - t0)
+                cpu[(n, k)].append(time.process_time() - c0)
                 st.truncate(len(past))
     for k in steps:
-        row = "  ".join(f"{n}: {1000 * statistics.median(times[(n, k)]):.2f} ms"
-                        for n in sessions)
-        print(f"  pass of {k} token(s) after 60: {row}")
+        print(f"  pass of {k} token(s) after 60 past tokens (wall median / min, CPU median):")
+        for n in sessions:
+            w, c = times[(n, k)], cpu[(n, k)]
+            print(f"    {n:36} {1000 * statistics.median(w):6.2f} / {1000 * min(w):6.2f} ms, "
+                  f"{1000 * statistics.median(c):6.2f} ms")
+
+
+def projection_cost(weights, repeats: int) -> None:
+    """The output projection alone, int8 as before and with the refined top 8, and the input
+    embedding read from the int8 or the fp16 copy, on one thread (CPU time of the calling
+    thread, which runs the whole graph: robust on a busy machine), for 1 and 8 rows."""
+    import statistics
+
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    from as2d.models.graph import Graph
+    from as2d.models.whisper_onnx import _embed, _logits
+
+    emb = weights.f32("decoder/embeddings/weight")
+    sessions = {}
+    for k in (0, 8):
+        g = Graph("projection")
+        x = g.input("x", TensorProto.FLOAT, ["R", emb.shape[1]])
+        g.output(_logits(g, x, emb, "int8", k), "logits", TensorProto.FLOAT, ["R", emb.shape[0]])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        sessions[k] = ort.InferenceSession(g.model().SerializeToString(), so,
+                                           providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    for rows in (1, 8):
+        x = rng.standard_normal((rows, emb.shape[1])).astype(np.float32)
+        cpu: dict[int, list[float]] = {0: [], 8: []}
+        for _ in range(repeats):
+            for k, sess in sessions.items():
+                c0 = time.thread_time()
+                sess.run(None, {"x": x})
+                cpu[k].append(time.thread_time() - c0)
+        print(f"  output projection, {rows} row(s), 1 thread, CPU median / min: " + ", ".join(
+            f"{'int8' if k == 0 else 'int8 + top-8 fp16'} {1000 * statistics.median(v):.3f} / "
+            f"{1000 * min(v):.3f} ms" for k, v in cpu.items()))
+    embeds = {}
+    for refined in (False, True):
+        g = Graph("embedding")
+        t = g.input("tokens", TensorProto.INT64, ["T"])
+        g.output(_embed(g, emb, t, "int8", refined), "x", TensorProto.FLOAT, ["T", emb.shape[1]])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        embeds[refined] = ort.InferenceSession(g.model().SerializeToString(), so,
+                                               providers=["CPUExecutionProvider"])
+    for rows in (1, 8):
+        cpu = {False: [], True: []}
+        for _ in range(repeats):
+            toks = rng.integers(0, emb.shape[0], rows)
+            for k, sess in embeds.items():
+                c0 = time.thread_time()
+                sess.run(None, {"tokens": toks})
+                cpu[k].append(time.thread_time() - c0)
+        print(f"  input embedding, {rows} token(s), 1 thread, CPU median / min: " + ", ".join(
+            f"{'fp16 copy' if k else 'int8 copy'} {1000 * statistics.median(v):.3f} / "
+            f"{1000 * min(v):.3f} ms" for k, v in cpu.items()))
 
 
 def size_of(path: Path) -> int:
