@@ -205,10 +205,12 @@ def install(size: str, cache: Path) -> dict:
     the bench's own models folder (int8), timed, with this process's peak RSS."""
     from as2d.models.install import install_user_folder
 
+    root = cache / "models"
+    before = set(root.iterdir()) if root.is_dir() else set()
     t0 = time.perf_counter()
-    bundle = install_user_folder(ct2_dir(cache, size), "int8", cache / "models")
+    bundle = Path(getattr(install_user_folder(ct2_dir(cache, size), "int8", root), "path", ""))
     return {"install_s": round(time.perf_counter() - t0, 1), "peak_rss_mb": round(peak_rss_mb()),
-            "bundle": str(getattr(bundle, "path", bundle))}
+            "bundle": str(bundle), "converted": bundle not in before}
 
 
 # -- stage: as2d's costs -------------------------------------------------------------------------
@@ -402,44 +404,48 @@ def project_size(m: dict, drafter: dict, acceptance: dict) -> dict:
         enc_fw=fw["encoder_s"] if fw else None, step_fw=fw["step_s"] if fw else None)
 
 
-def markdown(results: dict, drafter: dict, acc: dict) -> str:
-    ms = lambda s: f"{1000 * s:.0f}"  # noqa: E731
+def markdown(results: dict, drafter: dict, acceptance: dict) -> str:
+    def ms(s: float) -> str:
+        return f"{1000 * s:.0f}"
+
     lines = [
-        "| size | encoder s/window (as2d auto → back end; faster-whisper) | target step ms, "
-        "target-only 2t | pass ms by rows 1/2/4/8/16, 1 thread (AS²D) | same, 2 threads | "
-        "faster-whisper ms/token | **projected** s/window: target-only / AS²D / faster-whisper "
-        "| **projected** AS²D speed-up (decode only) | vs faster-whisper | goal |",
+        "| size | encoder s / 30-s window: as2d (`auto` → back end), faster-whisper | "
+        "target-only step ms (2 threads) | AS²D pass ms by rows 1/2/4/8/16, 1 thread | "
+        "same, 2 threads | faster-whisper ms / token | **projected** s / window: target-only, "
+        "AS²D, faster-whisper | **projected** AS²D speed-up (decoding alone) | AS²D vs "
+        "faster-whisper | issue #23's goal |",
         "|---|---|---|---|---|---|---|---|---|---|"]
     for size, m in results.items():
         t, fw, p = m["target"], m.get("fw"), m["projection"]
         goal = GOALS.get(size)
-        met = "—" if goal is None else (f"≥ {goal}×: " + (
-            "met" if p["speedup"] >= goal and p.get("vs_faster_whisper", 0) > 1 else "not met"))
-        lines.append(
-            f"| {size} | {t['encoder_s']:.2f} ({t['encoder_choice']}); "
-            f"{fw['encoder_s']:.2f} |" if fw else f"| {size} | {t['encoder_s']:.2f} "
-            f"({t['encoder_choice']}); — |")
-        lines[-1] += (
-            f" {ms(t['pass_target_only_2t_spin'][1])} |"
-            f" {'/'.join(ms(t['pass_as2d_1t'][r]) for r in ROWS)} |"
-            f" {'/'.join(ms(t['pass_as2d_2t'][r]) for r in ROWS)} |"
-            f" {ms(fw['step_s']) if fw else '—'} |"
-            f" {p['target_only_s']:.2f} / {p['as2d_s']:.2f} / "
-            f"{p['faster_whisper_s']:.2f} |" if fw else
-            f" {p['target_only_s']:.2f} / {p['as2d_s']:.2f} / — |")
-        lines[-1] += (f" {p['speedup']:.2f}× ({p['decode_speedup']:.2f}×) |"
-                      f" {p['vs_faster_whisper']:.2f}× |" if fw else
-                      f" {p['speedup']:.2f}× ({p['decode_speedup']:.2f}×) | — |")
-        lines[-1] += f" {met} |"
-    lines.append("")
-    lines.append(
+        met = "—" if goal is None else f"≥ {goal}×, ahead of faster-whisper: " + (
+            "**met**" if p["speedup"] >= goal and p.get("vs_faster_whisper", 0) > 1
+            else "**not met**")
+        cells = [
+            size,
+            f"{t['encoder_s']:.2f} ({t['encoder_choice']}), "
+            + (f"{fw['encoder_s']:.2f}" if fw else "—"),
+            ms(target_only_step(t)),
+            "/".join(ms(t["pass_as2d_1t"][r]) for r in ROWS),
+            "/".join(ms(t["pass_as2d_2t"][r]) for r in ROWS),
+            ms(fw["step_s"]) if fw else "—",
+            f"{p['target_only_s']:.2f}, {p['as2d_s']:.2f}, "
+            + (f"{p['faster_whisper_s']:.2f}" if fw else "—"),
+            f"{p['speedup']:.2f}× ({p['decode_speedup']:.2f}×)"
+            + (" drafter-bound" if p["drafter_bound"] else ""),
+            f"{p['vs_faster_whisper']:.2f}×" if fw else "—",
+            met]
+        lines.append("| " + " | ".join(cells) + " |")
+    acc = acceptance["drafter_ahead"]
+    lines += ["", (
         f"Drafter {drafter['model']} (1 thread): encoder {drafter['encoder_s']:.3f} s per 30-s "
-        f"window ({drafter['encoder_choice']}), step {ms(drafter['step_s'])} ms. Acceptance "
-        f"from real speech (base / tiny.en, {acc['clips']} clips, {acc['audio_seconds']:.0f} s): "
-        f"N = {acc['tokens_per_30s']:.0f} tokens per 30 s, τ = {acc['tokens_per_pass']:.2f} "
+        f"window ({drafter['encoder_choice']}), step {ms(drafter['step_s'])} ms. Acceptance on "
+        f"real speech (base / tiny.en, {acceptance['clips']} clips, "
+        f"{acc['audio_seconds']:.0f} s, draft ahead of the target): N = "
+        f"{acc['tokens_per_30s']:.0f} tokens per 30 s, τ = {acc['tokens_per_pass']:.2f} "
         f"tokens per target pass, k̄ = {acc['candidates_per_verify_pass']:.2f} candidates per "
-        f"verification pass, {100 * acc['alone_share']:.0f}% of passes alone, acceptance "
-        f"{100 * acc['acceptance']:.1f}%.")
+        f"verification pass, {100 * acc['alone_share']:.0f} % of passes alone, acceptance "
+        f"{100 * acc['acceptance']:.1f} %.")]
     return "\n".join(lines)
 
 
@@ -450,6 +456,8 @@ def main() -> int:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--json", type=Path, default=DEFAULT_JSON)
     ap.add_argument("--no-fw", action="store_true", help="skip faster-whisper")
+    ap.add_argument("--reuse", action="store_true",
+                    help="take the measurements kept in the cache by an earlier run")
     ap.add_argument("--build-only", action="store_true", help="make the folders, measure nothing")
     ap.add_argument("--stage", nargs=2, metavar=("STAGE", "SIZE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -468,39 +476,57 @@ def main() -> int:
         if s not in WIDTHS:
             raise SystemExit(f"bench_sizes: error: unknown size {s!r} (one of {', '.join(WIDTHS)})")
     common = ["--cache", str(args.cache), "--repeats", str(args.repeats)]
-    previous = json.loads(args.json.read_text()) if args.json.is_file() else {}
     results: dict = {}
-    for size in sizes:
+    for size in sizes:  # conversions: recorded in the cache the first time they run
         m = results[size] = {}
-        made = previous.get("sizes", {}).get(size, {})
+        record = args.cache / f"conversion-{size}.json"
+        made = json.loads(record.read_text()) if record.is_file() else {}
         if not (ct2_dir(args.cache, size) / "model.bin").is_file():
             print(f"[{size}] making the random full-size folder …", flush=True)
-            m["build"] = child(["--stage", "build", size, *common])
-        elif "build" in made:
-            m["build"] = made["build"]
+            made = {"build": child(["--stage", "build", size, *common])}
         print(f"[{size}] installing into as2d (int8) …", flush=True)
-        m["install"] = child(["--stage", "install", size, *common])
-        if m["install"]["install_s"] < 2 and "install" in made:  # already there: keep the first
-            m["install"] = made["install"]
+        installed = child(["--stage", "install", size, *common])
+        if installed["converted"] or "install" not in made:
+            made["install"] = installed
+        record.write_text(json.dumps(made))
+        m.update(made)
     if args.build_only:
         return 0
     load = os.getloadavg()
-    acc = child(["--stage", "acceptance", "-", *common])
-    drafter = child(["--stage", "drafter", "-", *common])
+
+    def measured(stage: str, size: str = "-") -> dict:
+        """A measuring stage's result, kept in the cache (``--reuse`` takes it from there)."""
+        kept = args.cache / "measured" / f"{stage}-{size}.json"
+        if args.reuse and kept.is_file():
+            got = json.loads(kept.read_text())
+        else:
+            print(f"[{size}] {stage} …", flush=True)
+            start = os.getloadavg()[0]
+            got = child(["--stage", stage, size, *common])
+            got["load_average"] = [round(start, 2), round(os.getloadavg()[0], 2)]
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(json.dumps(got))
+        for name, value in got.items():  # JSON keys are strings: rows back to numbers
+            if name.startswith("pass_"):
+                got[name] = {int(r): v for r, v in value.items()}
+        return got
+
+    acc = measured("acceptance")
+    drafter = measured("drafter")
     for size in sizes:
         m = results[size]
-        print(f"[{size}] timing as2d …", flush=True)
-        m["target"] = child(["--stage", "target", size, *common])
+        m["target"] = measured("target", size)
         if not args.no_fw:
-            print(f"[{size}] timing faster-whisper …", flush=True)
-            m["fw"] = child(["--stage", "fw", size, *common])
+            m["fw"] = measured("fw", size)
         m["projection"] = project_size(m, drafter, acc)
     table = markdown(results, drafter, acc)
     doc = {"what": "PROJECTION of AS²D's end-to-end speed-up per 30-s window from costs measured "
                    "on full-size random-weight models and acceptance measured on real speech "
                    "with base / tiny.en (formula in scripts/bench_sizes.py)",
            "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "threads": THREADS,
-                       "load_average_start": load, "load_average_end": os.getloadavg()},
+                       "load_average_start": load, "load_average_end": os.getloadavg(),
+                       "load_average_note": "1-min load average around each measuring stage "
+                                            "is in that stage's load_average (start, end)"},
            "repeats": args.repeats, "kv_tokens_generated": KV_GENERATED,
            "acceptance": acc, "drafter": drafter, "sizes": results, "markdown": table}
     args.json.parent.mkdir(parents=True, exist_ok=True)
