@@ -105,6 +105,9 @@ def main() -> int:
     ap.add_argument("--no-count", action="store_true",
                     help="'how many times' questions answered by the model, not counted")
     ap.add_argument("--sources", default=",".join(SOURCES))
+    ap.add_argument("--base-sources", default=None,
+                    help="also answer with only these sources (mode 'base'), interleaved with "
+                         "the others: a before/after of a source change in one run")
     ap.add_argument("--min-ngram", type=int, default=1)
     ap.add_argument("--only", default=None, help="comma-separated question ids")
     ap.add_argument("--split", default=None, choices=("dev", "test"),
@@ -139,17 +142,23 @@ def main() -> int:
     rows = []
     summary = {}
     for style in [s for s in args.styles.split(",") if s]:
+        mode_sources = {"target": sources, "spec": sources}
+        if args.base_sources is not None:
+            mode_sources["base"] = tuple(s for s in args.base_sources.split(",") if s)
         answerers = {
             mode: Answerer(lm, None, AskOptions(max_tokens=args.max_tokens, candidates=cand,
                                                 compare=True,
-                                                style=style, sources=sources,
+                                                style=style, sources=mode_sources[mode],
                                                 min_ngram=args.min_ngram,
                                                 locate=not args.no_locate,
                                                 check=not args.no_check,
                                                 extract=not args.no_extract,
                                                 count=not args.no_count))
-            for mode, cand in (("target", False), ("spec", True))}
+            for mode, cand in (("target", False), ("spec", True), ("base", True))
+            if mode in mode_sources}
         modes = ["target"] if args.no_speed else ["target", "spec"]
+        if "base" in mode_sources and not args.no_speed:
+            modes.append("base")
         pooled = {m: [0, 0.0] for m in modes}
         by_source: dict[str, list[int]] = {}
         correct = 0
@@ -165,7 +174,7 @@ def main() -> int:
                                                        clip["drafter"]))
             ref = results["target"][0]
             if "spec" in results:
-                for a in results["spec"] + results["target"]:
+                for a in [a for m in modes for a in results[m]]:
                     if a.tokens != ref.tokens:
                         print(f"LOSSLESS FAILURE on {q.id} ({style}): {a.tokens} != {ref.tokens}",
                               file=sys.stderr)
@@ -242,6 +251,10 @@ def main() -> int:
             srcs = ", ".join(f"{k} {v['accepted']}/{v['offered']} ({v['passes']} passes)"
                              for k, v in s["by_source"].items())
             line += f" {t:>13.1f} {sp:>11.1f} {sp / t:>8.2f}x  {srcs}"
+            if "base" in s["pooled_tok_s"]:
+                b = s["pooled_tok_s"]["base"]
+                line += (f"\n{'':12s} base sources ({args.base_sources}): {b:.1f} tok/s, "
+                         f"{b / t:.2f}x")
         print(line)
     if args.json:
         transcripts = transcripts_doc(clips)

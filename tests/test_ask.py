@@ -665,7 +665,9 @@ def test_cli_json_layout(models, qset):
     assert tr["decoder"] == "as2d" and tr["committed_tokens"] > 50
     assert an["answer_tokens"] == an["generation_tokens"] + 1
     assert an["candidates_accepted"] > 0
-    assert set(an["by_source"]) == {"answers", "transcript", "drafter", "question", "examples"}
+    # (no "previous": a fresh process has no earlier answers)
+    assert set(an["by_source"]) == {"answers", "transcript", "drafter", "question", "examples",
+                                    "prompt", "answer"}
 
 
 def test_cli_long_transcript_note_and_json_context(models, qset):

@@ -20,11 +20,17 @@ This module puts them together: an :class:`Answerer` turns spans and a question 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from as2d.runtime.ask.answer_events import AnswerDone, AnswerStats, AnswerStatsCollector, AskStarted
-from as2d.runtime.ask.answer_sources import SOURCES, lookup_source, source_texts
+from as2d.runtime.ask.answer_sources import (
+    PREVIOUS_ANSWERS,
+    SOURCES,
+    lookup_source,
+    source_texts,
+)
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.extract import Candidate, candidates, count_answer
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
@@ -140,6 +146,9 @@ class Answerer:
         # The prompt head's KV rows, kept between runs (None: every prefill is whole).
         self.prefix = prefix_cache_for(model) if self.options.prefix_cache else None
         self._folded: dict[int, str] = {}
+        # The model's own earlier answers (token ids, most recent last): the ``previous``
+        # candidate source (an instruction model frames its answers alike).
+        self.previous: deque[list[int]] = deque(maxlen=PREVIOUS_ANSWERS)
 
     def warm(self, question: str) -> bool:
         """Read the stored KV rows of the prompt head ``question`` will be asked under, ahead
@@ -176,7 +185,8 @@ class Answerer:
         texts = source_texts(spans, question, drafter_text,
                              self.builder.examples_text(plan.timed), plan.timed)
         return lookup_source(texts, self.codec.text, o.sources, o.max_ngram, o.min_ngram,
-                             o.k_max, self.fold if o.fold_case else None)
+                             o.k_max, self.fold if o.fold_case else None, plan.ids,
+                             list(self.previous)[::-1])
 
     def fold(self, tid: int) -> str:
         """A token as look-ups match it: its text in lower case (an answer that copies "the age
@@ -257,6 +267,8 @@ class Answerer:
         skipped = bool(scored) and len(result.tokens) < o.max_tokens and not o.compare
         if found and not scored and not o.compare:
             result = run(o.max_tokens)  # no span could be scored: generation is the answer
+        if len(result.tokens) > 1:
+            self.previous.append([t for t in result.tokens if t not in plan.stop_ids])
         text = self.answer_text(result.tokens, plan)
         scored.sort(key=rank)
         method, generated, used = "generated", None, evidence(text, plan.spans)
