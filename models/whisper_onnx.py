@@ -23,8 +23,9 @@ int8 decoders compute the logits in two steps (:func:`_refined_logits`): the int
 projection over the whole vocabulary, then each row's ``REFINE_TOP`` largest logits again as
 ``x · e_v`` in fp32 from a 16-bit copy of the embedding, written back into the row. The int8
 projection was most of int8's distance from fp32 (``scripts/int8_attribution.py``); the few
-logits that decide the next token, and that the timestamp rules and log-probabilities read, are
-now fp32's to within the table's rounding, for the price of a TopK and ``k`` dot products a row.
+logits that decide the next token, and that the timestamp rules and log-probabilities read, no
+longer carry the projection's int8 rounding (of the hidden state and of the table), for the
+price of a TopK and ``k`` dot products a row. The input embedding is read from the same copy.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ from onnx import TensorProto
 from as2d.models.ct2 import CT2FormatError, CT2Model
 from as2d.models.graph import MS_DOMAIN, Graph
 
-# Logits of each row recomputed from a 16-bit copy of the embedding in exact-rows int8
-# decoders (0: none), by measurement (scripts/int8_attribution.py, Whisper base, every window
-# of the real clips, teacher-forced against fp32): mean KL from fp32 0.0024 → 0.00105 (top 4),
-# 0.00092 (top 8), 0.00085 (top 16); an fp32 copy measured the same as fp16 at twice the size.
+# Logits of each row recomputed from a 16-bit copy of the embedding in int8 decoders (not in
+# the drafters' "int8-tensor" ones; 0: none), by measurement (scripts/int8_attribution.py,
+# Whisper base, every window of the real clips, teacher-forced against fp32): mean KL from fp32
+# 0.0024 → 0.00105 (top 4), 0.00092 (top 8), 0.00085 (top 16); an fp32 copy measured the same
+# as fp16 at twice the size.
 REFINE_TOP = 8
 REFINE_DTYPE = np.float16
 # The input embedding is read from that copy too, not from the int8 one: as accurate (KL
