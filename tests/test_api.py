@@ -44,8 +44,12 @@ def test_segments_are_decoded_only_as_they_are_consumed(models_root):
     assert info.windows == 0 and info.duration > 10  # known before any decoding
     first = next(segments)
     assert first.text.strip() and first.end > first.start >= 0.0
+    after_first = info.windows
     rest = list(segments)
-    assert info.windows == 1 and info.language == "en" and not info.interrupted
+    # How many windows 25 s take depends on where the model's last timestamp falls (one
+    # window, or a second from it): a property of the weights and kernels, not pinned here.
+    assert 1 <= after_first <= info.windows <= 2
+    assert info.language == "en" and not info.interrupted
     assert rest[-1].end <= info.duration + 0.5
 
 
