@@ -12,7 +12,8 @@ pieces of a decode on this CPU:
   chooses by measurement (runtime/whisper/encoder_choice.py), 2 threads;
 - ``c2s(1)``: a target-only decoder step (1 row, 2 threads, pools spinning: what
   ``--decoder target`` runs with, as2d_cli/engine.py ``plan_threads``; the projection takes
-  the faster of that and the same step without spinning, target-only's best setting);
+  target-only's best setting: the fastest of that, the same step without spinning, and one
+  thread);
 - ``c1(r)``, ``c2(r)``: a target verification pass of r = 1, 2, 4, 8, 16 rows on 1 thread (what
   the target gets inside AS²D while the drafter works: ``plan_threads`` gives the drafter one of
   the 2 cores) and on 2 threads (plain steps, and every pass once the drafter has finished);
@@ -388,9 +389,9 @@ def _drafter_ahead(clips: list[str]) -> dict:
 # -- the report -------------------------------------------------------------------------------
 
 def target_only_step(t: dict) -> float:
-    """Target-only's best step: 2 threads with spinning pools (what it runs with) or without
-    (faster on a busy machine, where a spinning pool loses its core to a neighbour)."""
-    return min(t["pass_target_only_2t_spin"][1], t["pass_as2d_2t"][1])
+    """Target-only's best step: 2 threads with spinning pools (what it runs with), without, or
+    1 thread (faster on a busy machine, where a neighbour takes the second core)."""
+    return min(t["pass_target_only_2t_spin"][1], t["pass_as2d_2t"][1], t["pass_as2d_1t"][1])
 
 
 def project_size(m: dict, drafter: dict, acceptance: dict) -> dict:
@@ -410,7 +411,8 @@ def markdown(results: dict, drafter: dict, acceptance: dict) -> str:
 
     lines = [
         "| size | encoder s / 30-s window: as2d (`auto` → back end), faster-whisper | "
-        "target-only step ms (2 threads) | AS²D pass ms by rows 1/2/4/8/16, 1 thread | "
+        "target-only step ms (best of 2 threads, 1 thread) | "
+        "AS²D pass ms by rows 1/2/4/8/16, 1 thread | "
         "same, 2 threads | faster-whisper ms / token | **projected** s / window: target-only, "
         "AS²D, faster-whisper | **projected** AS²D speed-up (decoding alone) | AS²D vs "
         "faster-whisper | issue #23's goal |",
@@ -528,6 +530,7 @@ def main() -> int:
                        "load_average_note": "1-min load average around each measuring stage "
                                             "is in that stage's load_average (start, end)"},
            "repeats": args.repeats, "kv_tokens_generated": KV_GENERATED,
+           "reused_measurements": args.reuse,
            "acceptance": acc, "drafter": drafter, "sizes": results, "markdown": table}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(doc, indent=1) + "\n")
