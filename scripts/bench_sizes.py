@@ -33,7 +33,7 @@ the encoder has both cores in both decoders; the drafter then works on one core 
 ``d = E_d + N·c_d`` seconds per window, while the target verifies on the other (1-thread
 passes) and, for the rest of the window's passes, on both (2-thread passes):
 
-    target-only   T_to  = E_t + N · c2s(1)
+    target-only   T_to  = E_t + N · c_to(1)   (c_to: target-only's best step, see c2s(1) above)
     AS²D          T_as  = E_t + max(d, P_v·c2(r̄) + P_a·c2(1) + d·(1 − c2(r̄)/c1(r̄)))
                   with P = N/τ passes, P_a = a·P of them alone (no candidate), P_v = P − P_a,
                   r̄ = 1 + k̄ rows per verification pass, d = E_d + N·c_d
