@@ -64,7 +64,6 @@ import gc
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -138,13 +137,11 @@ def project(*, enc_target: float, step_target_only: float, pass_1t: dict[int, fl
 # -- helpers ---------------------------------------------------------------------------------
 
 def median_s(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """Median seconds of ``repeats`` calls after a warm-up (bench_primitives' timing)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from bench_primitives import median_ms
+
+    return median_ms(fn, repeats) / 1000
 
 
 def peak_rss_mb() -> float:
