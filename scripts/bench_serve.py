@@ -27,7 +27,11 @@ of speech is what ``mic_latency.py`` measures from: the last voiced sample of th
 (the server's VAD reports it as ``speech_stopped.audio_end_ms``), at the wall time that
 sample was captured, mapped by the live session's own :class:`Clock` from the times the
 appends were sent. ``mic_latency.py --speed 1 --decoders as2d`` then runs on the same clips
-in the same run; both medians/p90 and their difference are printed.
+in the same run; both medians/p90 and their difference are printed. Beside ``completed``, the
+time to the utterance's last ``delta`` (its last committed words on the client's screen) is
+printed: that is the moment ``mic_latency.py`` times, while ``completed`` closes the turn only
+once the speaker has been silent for the turn's silence (0.5 s, as OpenAI's server VAD), since
+speech that resumes before then continues the same item.
 
 ``--peer``: the same transcription requests against faster-whisper on the same Whisper base
 weights (the CTranslate2 folder ``scripts/bench_e2e.py`` joins from the ``models`` extra),
@@ -207,6 +211,7 @@ async def replay(port: int, path: Path, rate: int) -> dict:
     clock = Clock(1.0)  # maps a 16-kHz sample to the wall time it was captured (sent) at
     stopped: dict[str, int] = {}  # item → end of speech (16-kHz sample)
     completed: dict[str, tuple[float, str]] = {}  # item → (wall time received, transcript)
+    last_delta: dict[str, float] = {}  # item → wall time its last committed words arrived
     errors: list[dict] = []
     url = f"ws://127.0.0.1:{port}/v1/realtime?intent=transcription"
     while health(port).get("busy"):  # the previous clip's session is letting go of the slot
@@ -216,6 +221,8 @@ async def replay(port: int, path: Path, rate: int) -> dict:
         kind = event["type"]
         if kind == "input_audio_buffer.speech_stopped":
             stopped[event["item_id"]] = round(event["audio_end_ms"] * SAMPLE_RATE / 1000)
+        elif kind == "conversation.item.input_audio_transcription.delta":
+            last_delta[event["item_id"]] = wall
         elif kind == "conversation.item.input_audio_transcription.completed":
             completed[event["item_id"]] = (wall, event["transcript"])
         elif kind == "error":
@@ -254,9 +261,13 @@ async def replay(port: int, path: Path, rate: int) -> dict:
         # An utterance with no words has no latency (as in mic_latency, which counts only
         # utterances that committed text).
         if item in stopped and text.strip():
+            end = clock.wall_of(stopped[item])
             utterances.append({"clip": path.name, "item": item, "end_of_speech":
                                round(stopped[item] / SAMPLE_RATE, 3),
-                               "latency": round(wall - clock.wall_of(stopped[item]), 4),
+                               "latency": round(wall - end, 4),
+                               # the last words on the client's screen: what mic_latency.py
+                               # times (`completed` waits for the turn's 0.5-s silence)
+                               "text_latency": round(last_delta.get(item, wall) - end, 4),
                                "text": text})
     return {"utterances": utterances}
 
@@ -294,11 +305,14 @@ def live_section(args, port: int, tmp: Path) -> dict:
             print("  " + line.replace(" as2d   latencies ", " mic latencies   "), flush=True)
     load1 = load_average()
     sl, ml = [u["latency"] for u in served], [u["latency"] for u in mic]
+    tl = [u["text_latency"] for u in served]
     doc = {"clips": [c.name for c in clips], "rate": args.live_rate,
            "append_ms": LIVE_BLOCK * 1000 // 16000,
            "serve_utterances": len(sl), "mic_utterances": len(ml),
            "serve_median": round(statistics.median(sl), 3),
            "serve_p90": round(mic_latency.percentile(sl, 90), 3),
+           "serve_text_median": round(statistics.median(tl), 3),
+           "serve_text_p90": round(mic_latency.percentile(tl, 90), 3),
            "mic_median": round(statistics.median(ml), 3),
            "mic_p90": round(mic_latency.percentile(ml, 90), 3),
            "load_average_before": load0, "load_average_after": load1,
@@ -307,6 +321,8 @@ def live_section(args, port: int, tmp: Path) -> dict:
                    for u in mic]}
     doc["median_difference"] = round(doc["serve_median"] - doc["mic_median"], 3)
     doc["p90_difference"] = round(doc["serve_p90"] - doc["mic_p90"], 3)
+    doc["text_median_difference"] = round(doc["serve_text_median"] - doc["mic_median"], 3)
+    doc["text_p90_difference"] = round(doc["serve_text_p90"] - doc["mic_p90"], 3)
     return doc
 
 
@@ -513,6 +529,10 @@ def main() -> int:
               f"{v['mic_p90']:.3f} s  ({v['mic_utterances']} utterances)")
         print(f"  difference           median {v['median_difference'] * 1000:+.0f} ms  p90 "
               f"{v['p90_difference'] * 1000:+.0f} ms")
+        print(f"  serve, last delta    median {v['serve_text_median']:.3f} s  p90 "
+              f"{v['serve_text_p90']:.3f} s  (the words on screen: "
+              f"{v['text_median_difference'] * 1000:+.0f} / "
+              f"{v['text_p90_difference'] * 1000:+.0f} ms against mic)")
     if args.json:
         args.json.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
     return 0
