@@ -11,6 +11,10 @@ flags. It is a ``ValueError``, so code that catches those keeps working.
 
 from __future__ import annotations
 
+import re
+
+_OTHER = re.compile(r"\{(\d)\}")  # another option named in a problem: {0}, {1}, ...
+
 
 class OptionError(ValueError):
     """``option`` (a field name) cannot take the value given.
@@ -28,7 +32,11 @@ class OptionError(ValueError):
         super().__init__(self._words(lambda name: name))
 
     def _words(self, spell) -> str:
-        return f"{spell(self.option)} {self.problem.format(*map(spell, self.others))}"
+        # Only ``{0}``, ``{1}``… are replaced, not str.format: the problem often quotes the
+        # user's own value, which may hold braces of its own (``--decoder '{x}'``).
+        problem = _OTHER.sub(lambda m: spell(self.others[int(m.group(1))])
+                             if int(m.group(1)) < len(self.others) else m.group(0), self.problem)
+        return f"{spell(self.option)} {problem}"
 
     def flag(self, name: str) -> str:
         """``name``'s command-line flag."""

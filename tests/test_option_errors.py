@@ -38,3 +38,13 @@ def test_beam_checks_and_plain_errors():
     assert caught.value.as_flags().startswith("--beam-size must be a whole number")
     assert isinstance(caught.value, ValueError)  # callers that catch ValueError still do
     assert as_flags(ValueError("anything else")) == "anything else"
+
+
+def test_a_value_with_braces_is_quoted_not_formatted():
+    from tests.helpers import cli, error_line
+
+    with pytest.raises(OptionError) as caught:
+        EngineSpec(decoder="{x}")
+    assert str(caught.value) == "decoder must be as2d, sd or target, not '{x}'"
+    error_line(cli("transcribe", "nothing.wav", "--decoder", "{0}"), 2, "--decoder must be")
+    error_line(cli("transcribe", "nothing.wav", "--temperature", "{"), 2, "--temperature takes")
