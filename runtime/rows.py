@@ -51,6 +51,7 @@ class RowProbe(Protocol):
     graph key)``, or None to check on every load (a folder as2d did not make)."""
 
     name: str
+    threads: int  # its own sessions' intra-op threads (the single steps run there)
     row_check: dict | None  # the verdict, kept on the model once checked
 
     def row_probe(self) -> tuple[Callable[[], PassState], list[int],
@@ -61,10 +62,11 @@ class RowProbe(Protocol):
 
 
 def probe(model: RowProbe, threads: Sequence[int] = ()) -> dict:
-    """Run the probe: single steps against one pass of all tokens, and against blocks after a
-    truncation (how verification uses the cache); the wide pass and the blocks again in a
-    session of each of ``threads`` (the single steps stay in the model's own). Returns the
-    verdict, the largest difference seen and the thread counts covered, for the record."""
+    """Run the probe: single steps against one pass of all tokens, against blocks after a
+    truncation (how verification uses the cache) and against a one-row pass after another;
+    the wide pass, the blocks and the one-row pass again in a session of each of ``threads``
+    (the single steps stay in the model's own). Returns the verdict, the largest difference
+    seen and the other thread counts covered, for the record."""
     new, tokens, release = model.row_probe()
     checked = sorted(set(threads))
     if not tokens:  # nothing to compare with: no speculation on a model that cannot be probed
@@ -84,10 +86,13 @@ def probe(model: RowProbe, threads: Sequence[int] = ()) -> dict:
             b.truncate(2)
             blocks = np.concatenate([b.forward(tokens[2:5], **options),
                                      b.forward(tokens[5:], **options)])
+            b.truncate(len(tokens) - 1)
+            last = b.forward(tokens[-1:], **options)
         finally:
             release(b)
         exact = exact and bool(np.array_equal(single, together)
-                               and np.array_equal(single[2:], blocks))
+                               and np.array_equal(single[2:], blocks)
+                               and np.array_equal(single[-1:], last))
         if single.size:
             diff = max(diff, float(np.max(np.abs(single.astype(np.float64) - together))))
     return {"exact": exact, "tokens": len(tokens), "max_abs_diff": diff, "threads": checked}
@@ -99,15 +104,26 @@ def rows_exact(model: RowProbe, threads: Sequence[int] = ()) -> bool:
 
     Checked once per model object and set of thread counts (the verdict is kept on it as
     ``row_check``) and remembered across processes in the model's folder when it has one
-    (:attr:`RowProbe.row_memo`)."""
-    wanted = sorted(set(threads))
+    (:attr:`RowProbe.row_memo`), under the model's own thread count and the others probed:
+    the single steps it compares with ran in the model's own session."""
+    wanted = _others(model, threads)
     known = model.row_check
-    if known is not None and not set(wanted) <= set(known.get("threads", wanted)):
+    if known is not None and not set(wanted) <= set(known.get("threads", [])):
         model.row_check = None  # thread counts not probed yet: probe again, with them
-    kind = "rows2|" + (",".join(map(str, wanted)) + "|" if wanted else "")
-    exact = _checked(model, "row_check", model.row_memo, kind, lambda m: probe(m, wanted))
+    exact = _checked(model, "row_check", model.row_memo, _kind("rows3", model, wanted),
+                     lambda m: probe(m, wanted))
     model.row_check.setdefault("threads", wanted)  # a remembered verdict covers its key's
     return exact
+
+
+def _others(model, threads: Sequence[int]) -> list[int]:
+    """The thread counts, other than the model's own, that passes may run with."""
+    return sorted(set(threads) - {model.threads})
+
+
+def _kind(name: str, model, others: list[int]) -> str:
+    """A memo key's prefix: the check, the model's own threads and the others probed."""
+    return f"{name}|t{model.threads}" + "".join(f"+{t}" for t in others) + "|"
 
 
 def _checked(model, verdict: str, memo: tuple[Path, str] | None, kind: str, run) -> bool:
@@ -160,12 +176,13 @@ class BeamProbe(RowProbe, Protocol):
     def beam_memo(self) -> tuple[Path, str] | None: ...
 
 
-def probe_beams(model: BeamProbe) -> dict:
+def probe_beams(model: BeamProbe, threads: Sequence[int] = ()) -> dict:
     """Beam search's shapes against single-hypothesis passes: the prompt run as one hypothesis,
     forked into three, a step of one token each, a reorder that drops one and forks another,
     a block of two tokens each, a truncation and a step again, a rotation and a block of four
     (a speculative pass). Every row must equal, bit for bit, the row a one-hypothesis state
-    computes for the same sequence one token at a time."""
+    computes for the same sequence one token at a time in the model's own session; the whole
+    sequence runs again in a session of each of ``threads`` (AS²D's while the drafter works)."""
     new, tokens, release = model.row_probe()
     new_beams, release_beams = model.beam_probe()
     tokens = list(tokens)
@@ -186,7 +203,6 @@ def probe_beams(model: BeamProbe) -> dict:
         return memo[key]
 
     conts = [rest, rest[::-1], rest[1:] + rest[:1]]
-    seqs: list[list[int]] = []
     worst = 0.0
     exact = True
 
@@ -196,37 +212,50 @@ def probe_beams(model: BeamProbe) -> dict:
         exact = exact and bool(np.array_equal(rows, want))
         worst = max(worst, float(np.max(np.abs(rows.astype(np.float64) - want))))
 
-    b = new_beams(3)
-    try:
-        compare(b.forward([prompt])[0], prompt, len(prompt))
-        b.reorder([0, 0, 0])
-        seqs = [prompt + [c[0]] for c in conts]
-        step = b.forward([[c[0]] for c in conts])
-        for j, seq in enumerate(seqs):
-            compare(step[j], seq, 1)
-        src = [2, 0, 0]  # the second hypothesis dropped, the first forked
-        b.reorder(src)
-        seqs = [seqs[s] + conts[s][1:3] if j < 2 else seqs[s] + conts[1][1:3]
-                for j, s in enumerate(src)]
-        block = b.forward([seq[-2:] for seq in seqs])
-        for j, seq in enumerate(seqs):
-            compare(block[j], seq, 2)
-        b.truncate(b.length - 1)
-        seqs = [seq[:-1] + [rest[-1]] for seq in seqs]
-        again = b.forward([[seq[-1]] for seq in seqs])
-        for j, seq in enumerate(seqs):
-            compare(again[j], seq, 1)
-        b.reorder([1, 2, 0])  # a rotation, then a block as wide as a speculative pass
-        seqs = [seqs[s] + tokens[:4] for s in (1, 2, 0)]
-        wide = b.forward([seq[-4:] for seq in seqs])
-        for j, seq in enumerate(seqs):
-            compare(wide[j], seq, 4)
-    finally:
-        release_beams(b)
-    return {"exact": exact, "max_abs_diff": worst}
+    def run(options: dict) -> None:
+        b = new_beams(3)
+        try:
+            compare(b.forward([prompt], **options)[0], prompt, len(prompt))
+            b.reorder([0, 0, 0])
+            seqs = [prompt + [c[0]] for c in conts]
+            step = b.forward([[c[0]] for c in conts], **options)
+            for j, seq in enumerate(seqs):
+                compare(step[j], seq, 1)
+            src = [2, 0, 0]  # the second hypothesis dropped, the first forked
+            b.reorder(src)
+            seqs = [seqs[s] + conts[s][1:3] if j < 2 else seqs[s] + conts[1][1:3]
+                    for j, s in enumerate(src)]
+            block = b.forward([seq[-2:] for seq in seqs], **options)
+            for j, seq in enumerate(seqs):
+                compare(block[j], seq, 2)
+            b.truncate(b.length - 1)
+            seqs = [seq[:-1] + [rest[-1]] for seq in seqs]
+            again = b.forward([[seq[-1]] for seq in seqs], **options)
+            for j, seq in enumerate(seqs):
+                compare(again[j], seq, 1)
+            b.reorder([1, 2, 0])  # a rotation, then a block as wide as a speculative pass
+            seqs = [seqs[s] + tokens[:4] for s in (1, 2, 0)]
+            wide = b.forward([seq[-4:] for seq in seqs], **options)
+            for j, seq in enumerate(seqs):
+                compare(wide[j], seq, 4)
+        finally:
+            release_beams(b)
+
+    checked = sorted(set(threads))
+    for options in [{}] + [{"threads": t} for t in checked]:
+        run(options)
+    return {"exact": exact, "max_abs_diff": worst, "threads": checked}
 
 
-def beams_exact(model: BeamProbe) -> bool:
-    """Does the batched (beam) decoder compute each hypothesis's rows as single passes do?
-    Checked once per model object, remembered in the models folder like :func:`rows_exact`."""
-    return _checked(model, "beam_check", model.beam_memo, "beams2|", probe_beams)
+def beams_exact(model: BeamProbe, threads: Sequence[int] = ()) -> bool:
+    """Does the batched (beam) decoder compute each hypothesis's rows as single passes do,
+    also in sessions of ``threads``? Checked once per model object and set of thread counts,
+    remembered in the models folder like :func:`rows_exact`."""
+    wanted = _others(model, threads)
+    known = model.beam_check
+    if known is not None and not set(wanted) <= set(known.get("threads", [])):
+        model.beam_check = None
+    exact = _checked(model, "beam_check", model.beam_memo, _kind("beams3", model, wanted),
+                     lambda m: probe_beams(m, wanted))
+    model.beam_check.setdefault("threads", wanted)
+    return exact

@@ -224,8 +224,12 @@ def test_row_exactness_is_checked_for_every_target_and_remembered(models_root, t
     # A session with other threads (AS²D's while the drafter works) is probed once more,
     # and the verdict for it remembered under its own key.
     assert rows_exact(again, [2]) is True and again.row_check["threads"] == [2]
-    assert "remembered" not in again.row_check and "rows2|2|" in memo.read_text()
+    assert "remembered" not in again.row_check and "rows3|t1+2|" in memo.read_text()
     assert rows_exact(WhisperModel(bundle, threads=1), [2]) is True
+    # Under the model's own thread count too: its single steps ran in that session.
+    two = WhisperModel(bundle, threads=2)
+    assert rows_exact(two, [1]) is True and "remembered" not in two.row_check
+    assert "rows3|t2+1|" in memo.read_text()
     # A remembered "no" is believed too: speculation is refused without running the probe.
     memo.write_text(memo.read_text().replace("true", "false"))
     assert rows_exact(WhisperModel(bundle, threads=1)) is False

@@ -31,7 +31,8 @@ class DraftingStrategy(DecodeStrategy):
                  pass_threads: Sequence[int] = ()) -> None:
         # pass_threads: the other session thread counts verification passes may run with
         # (AS²D's while the drafter works); rows must not depend on them either.
-        if not rows_exact(target, pass_threads):
+        self.pass_threads = tuple(pass_threads)
+        if not rows_exact(target, self.pass_threads):
             raise NotRowExact(f"{target.name}: this model's graph does not compute rows "
                               "independently, so speculative decoding could change its "
                               "output; decode it with the target alone")

@@ -360,7 +360,7 @@ class LongFormTranscriber:
                     raise ValueError(f"{model.name}: beam search needs an as2d Whisper model "
                                      "(a Hugging Face ONNX export decodes greedily only)")
                 model.beam_session()  # made (and its graph added) before the first window
-                exact = beams_exact(model)
+                exact = beams_exact(model, decoder.pass_threads)
                 speculative = exact and decoder.streams
                 if not exact:
                     self.emit(Note("beam search: this machine computes the batched decoder's "

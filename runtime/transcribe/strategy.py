@@ -48,6 +48,9 @@ class DecodeStrategy:
     name = "target"
     drafter_name: str | None = None
     streams = False  # a drafter streams candidates for the whole run (candidate_stream)
+    # Session thread counts, besides the target's own, that its verification passes may run
+    # with (AS²D's while the drafter works): the row checks must cover them.
+    pass_threads: tuple[int, ...] = ()
 
     def __init__(self, target: WhisperModel, listener: Listener | None = None) -> None:
         self.target = target
