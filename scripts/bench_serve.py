@@ -21,7 +21,10 @@ Both answers are checked to be the same text. The default clip is the first 11 s
 
 ``--live``: the realtime socket against ``as2d mic``. The clips ``scripts/mic_latency.py``
 plays are replayed over ``/v1/realtime`` at real-time pace (PCM16, 32-ms appends, 16 kHz or
-``--live-rate 24000``) to a warm server; per utterance, the latency is the wall time from
+``--live-rate 24000``; each append leaves at its block's start, 32 ms before a microphone would
+have it, and the clock maps its samples to that moment, so the latency is counted from when
+the server could have the audio, as ``mic_latency.py`` counts from its own delivery) to a warm
+server; per utterance, the latency is the wall time from
 the end of speech to the ``conversation.item.input_audio_transcription.completed`` event. End
 of speech is what ``mic_latency.py`` measures from: the last voiced sample of the utterance
 (the server's VAD reports it as ``speech_stopped.audio_end_ms``), at the wall time that

@@ -219,6 +219,18 @@ def convert(folder: Path, out_path: Path, f16: bool = True) -> dict:
     filters = np.asarray(mel_filters(dims["n_mels"]), dtype="<f4")
     m = load_ct2(src.files["model.bin"])
     tmp = out_path.with_name(out_path.name + ".part")
+    try:
+        count, nbytes = _write(tmp, dims, filters, tokens, m, f16)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed or interrupted conversion leaves no partial file
+        raise
+    tmp.replace(out_path)
+    return {"dims": dims, "tensors": count, "parameters": nbytes, "tokens": len(tokens),
+            "bytes": out_path.stat().st_size}
+
+
+def _write(tmp: Path, dims: dict, filters, tokens, m, f16: bool) -> tuple[int, int]:
+    """The ggml file's header, mel filters, vocabulary and tensors, written to ``tmp``."""
     count, nbytes = 0, 0
     with open(tmp, "wb") as out:
         _i32(out, GGML_MAGIC)
@@ -236,9 +248,7 @@ def convert(folder: Path, out_path: Path, f16: bool = True) -> dict:
             write_record(out, name, array, storage_type(name, array, f16))
             count += 1
             nbytes += array.size
-    tmp.replace(out_path)
-    return {"dims": dims, "tensors": count, "parameters": nbytes, "tokens": len(tokens),
-            "bytes": out_path.stat().st_size}
+    return count, nbytes
 
 
 def main(argv: list[str] | None = None) -> int:
