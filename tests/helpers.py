@@ -112,3 +112,21 @@ def error_line(result, code: int, *fragments: str) -> str:
     for f in fragments:
         assert f.lower() in lines[0].lower(), f"{f!r} not in {lines[0]!r}"
     return lines[0]
+
+
+def greedy_reference(model, prompt_ids, max_new: int, stop_ids) -> list[int]:
+    """Plain greedy generation, one token per pass, written independently of the generator
+    (the oracle that every answer must equal, token for token)."""
+    stops = set(stop_ids)
+    state = model.state()
+    try:
+        logits = model.prefill(state, list(prompt_ids))
+        out: list[int] = []
+        while True:
+            token = int(np.argmax(logits))
+            out.append(token)
+            if token in stops or len(out) >= max_new or state.length >= state.capacity:
+                return out
+            logits = state.forward([token])[-1]
+    finally:
+        model.release(state)

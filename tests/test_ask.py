@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import pytest
-from helpers import cli, error_line
+from helpers import cli, error_line, greedy_reference
 
 from as2d.cli.app import app
 from as2d.cli.ask_cmd import register
@@ -37,24 +37,6 @@ pytestmark = pytest.mark.slow
 register(app)
 
 LLM = "gemma-3-270m"
-
-
-def greedy_reference(model, prompt_ids, max_new: int, stop_ids) -> list[int]:
-    """Plain greedy generation, one token per pass, written independently of the generator
-    (the oracle that every answer must equal, token for token)."""
-    stops = set(stop_ids)
-    state = model.state()
-    try:
-        logits = model.prefill(state, list(prompt_ids))
-        out: list[int] = []
-        while True:
-            token = int(np.argmax(logits))
-            out.append(token)
-            if token in stops or len(out) >= max_new or state.length >= state.capacity:
-                return out
-            logits = state.forward([token])[-1]
-    finally:
-        model.release(state)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,9 +25,9 @@ from as2d.runtime.ask.answer_sources import (
     lookup_source,
 )
 from as2d.runtime.speculative.lookup import Lookup
+from tests.helpers import greedy_reference
 from tests.test_llm_families import (  # noqa: F401  (fixtures)
     QUESTIONS,
-    greedy_reference,
     smol_bundles,
     smol_gguf,
     transcripts,

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import greedy_reference
+
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = ROOT / ".cache" / "wheels"
 SMOL_VERSION = "0.1.2"
@@ -202,23 +204,6 @@ def test_bundle_is_converted_once_and_row_exact(smol_gguf, smol_bundles, models_
     listed = cli("models", "list", models_dir=models_root)
     line = next(x for x in listed.stdout.splitlines() if again.path.name in x)
     assert "llm (llama)" in line and smol_gguf.name in line, listed.stdout
-
-
-def greedy_reference(model, prompt_ids, max_new: int, stop_ids) -> list[int]:
-    """Plain greedy generation, one token per pass, written apart from the generator."""
-    stops = set(stop_ids)
-    state = model.state()
-    try:
-        logits = model.prefill(state, list(prompt_ids))
-        out: list[int] = []
-        while True:
-            token = int(np.argmax(logits))
-            out.append(token)
-            if token in stops or len(out) >= max_new or state.length >= state.capacity:
-                return out
-            logits = state.forward([token])[-1]
-    finally:
-        model.release(state)
 
 
 @pytest.fixture(scope="module")
