@@ -21,7 +21,7 @@ from as2d.models.bundle import (
     models_dir,
     verified_cache,
 )
-from as2d.models.install import build_once
+from as2d.models.install import build_once, writable_root
 from as2d.models.llm_install import convert_gguf
 from as2d.models.source_packages import Progress, SourceError
 
@@ -90,12 +90,7 @@ def install_gguf(spec: str, precision: str = "int8", root: Path | None = None,
     if precision not in ("int8", "fp32"):
         raise BundleError(f"a GGUF model converts to int8 or fp32, not {precision!r}")
     path = gguf_file(spec)
-    root = models_dir(root)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BundleError(f"cannot write to the model folder {root} "
-                          f"({exc.strerror or exc})") from None
+    root = writable_root(models_dir(root))
     with open(path, "rb") as fh:
         if fh.read(4) != b"GGUF":
             raise BundleError(f"{spec}: not a GGUF file")

@@ -30,12 +30,23 @@ CONVERTER_VERSION = 9
 OLDEST_CURRENT = {"whisper": 4, "whisper-int8": 9, "llm": 7}
 
 
-@contextmanager
-def _install_lock(root: Path, name: str):
+def writable_root(root: Path) -> Path:
+    """``root`` made if missing; a BundleError (one line) if it cannot be."""
     try:
         if root.exists() and not root.is_dir():
             raise NotADirectoryError(20, "it is not a folder")
         root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BundleError(f"cannot write to the model folder {root} "
+                          f"({exc.strerror or exc}); choose another with --models-dir or "
+                          "AS2D_MODELS_DIR") from None
+    return root
+
+
+@contextmanager
+def _install_lock(root: Path, name: str):
+    writable_root(root)
+    try:
         fh = open(root / f".{name}.lock", "w")
     except OSError as exc:
         raise BundleError(f"cannot write to the model folder {root} "
@@ -272,11 +283,7 @@ def install_user_folder(folder: Path, precision: str = "int8", root: Path | None
     folder = Path(folder).expanduser().resolve()
     root = models_dir(root)
     src = inspect_ct2(folder)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise BundleError(f"cannot write to the model folder {root} "
-                          f"({exc.strerror or exc})") from None
+    writable_root(root)
     digest = content_digest(src, root)
     model = f"{slug(origin or str(folder))}-{digest[:10]}"
     name = f"{model}-{precision}"
