@@ -55,8 +55,28 @@ DEFAULT_CAPACITY = 4096
 WeightSource = Callable[[str], np.ndarray]
 
 
+class HeadShapes:
+    """What every decoder-only config derives from its fields (``num_heads``,
+    ``num_kv_heads``, ``head_dim``, ``layer_types``): the projection widths and the manifest's
+    ``config`` (JSON-ready: lists, not tuples). Shared by :class:`DecoderConfig` and Gemma 3's
+    own config, whose manifests keep their own field names."""
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["layer_types"] = list(self.layer_types)
+        return d
+
+
 @dataclass(frozen=True)
-class DecoderConfig:
+class DecoderConfig(HeadShapes):
     """The architecture as read from a GGUF (the manifest's ``config``)."""
 
     architecture: str
@@ -90,18 +110,6 @@ class DecoderConfig:
     rope_factors: str = "rope_freqs.weight"
     rope_attn_factor: float = 1.0
 
-    @property
-    def q_dim(self) -> int:
-        return self.num_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_kv_heads * self.head_dim
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["layer_types"] = list(self.layer_types)
-        return d
 
 
 def unpermute(w: np.ndarray, heads: int) -> np.ndarray:

@@ -12,10 +12,11 @@ size for this model); the graph folds it into the query norm's weight.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
+from as2d.models.decoder_graph import HeadShapes
 from as2d.models.gguf_reader import GGUFError, GGUFModel
 
 ARCH = "gemma3"
@@ -25,7 +26,7 @@ DEFAULT_GLOBAL_EVERY = 6  # layers 5, 11, 17, ... attend globally
 
 
 @dataclass(frozen=True)
-class GemmaConfig:
+class GemmaConfig(HeadShapes):
     """Everything the graph and the runtime need to know about the architecture."""
 
     vocab_size: int
@@ -46,20 +47,9 @@ class GemmaConfig:
     trained_context: int
     tied_output: bool = True  # the output projection is the embedding (no output.weight)
 
-    @property
-    def q_dim(self) -> int:
-        return self.num_heads * self.head_dim
-
-    @property
-    def kv_dim(self) -> int:
-        return self.num_kv_heads * self.head_dim
-
     def to_dict(self) -> dict:
-        """The manifest's ``config`` field (JSON-ready: lists, not tuples)."""
-        d = asdict(self)
-        d["layer_types"] = list(self.layer_types)
-        d["architecture"] = ARCH
-        return d
+        """The manifest's ``config`` field, with the architecture named."""
+        return {**super().to_dict(), "architecture": ARCH}
 
 
 def gemma_config(m: GGUFModel) -> GemmaConfig:

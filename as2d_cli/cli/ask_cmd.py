@@ -157,7 +157,7 @@ def run_ask(req: AskRequest) -> int:
                     try:
                         return pending.result()
                     except ModelError as exc:
-                        raise UserError(as_flags(exc)) from None
+                        raise UserError(str(exc)) from None
                     except ValueError as exc:  # options this model cannot honour
                         raise UserError(as_flags(exc), 2) from None
 

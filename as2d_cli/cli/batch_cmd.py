@@ -26,7 +26,6 @@ from as2d.cli.transcribe_cmd import (
     transcribe_options,
     validate,
 )
-from as2d.runtime.option_errors import as_flags
 
 HELP = """Transcribe an archive on a Ray cluster: many files, many workers, resumable.
 
@@ -103,7 +102,7 @@ def run_batch_command(req: BatchRequest) -> int:
     try:
         jobs = discover(req.files)
     except (BatchError, OSError, UnicodeDecodeError) as exc:
-        raise UserError(as_flags(exc)) from None
+        raise UserError(str(exc)) from None
     if not jobs:
         raise UserError("no audio files found in the inputs")
     spec = _spec(req, formats)
@@ -113,7 +112,7 @@ def run_batch_command(req: BatchRequest) -> int:
         owned = ray_init(req.ray_address or None,
                          None if req.ray_address else req.actors * req.threads or None)
     except BatchError as exc:
-        raise UserError(as_flags(exc)) from None
+        raise UserError(str(exc)) from None
     except Exception as exc:  # ray's ConnectionError and friends
         raise UserError(f"cannot reach the Ray cluster {req.ray_address or '(local)'}: "
                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
@@ -126,7 +125,7 @@ def run_batch_command(req: BatchRequest) -> int:
             result = run_batch(jobs, spec, actors=actors, retries=req.retries,
                                on_event=display.event)
     except BatchError as exc:
-        raise UserError(as_flags(exc)) from None
+        raise UserError(str(exc)) from None
     finally:
         if owned:
             ray.shutdown()

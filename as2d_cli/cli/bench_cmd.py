@@ -22,7 +22,6 @@ from as2d.cli.errors import UserError
 from as2d.cli.paths import check_writable, write_json
 from as2d.cli.resolve import make_note
 from as2d.engine import SharedModels
-from as2d.runtime.option_errors import as_flags
 
 AUDIO_EXT = {".wav", ".flac", ".ogg", ".mp3", ".opus", ".aiff", ".aif", ".au", ".caf"}
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
@@ -126,7 +125,7 @@ def collect(files: list[Path], sets: list[str], long_minutes: float) -> list[Ite
         try:
             items.append(Item(path.name, load_audio(path), ref))
         except AudioError as exc:
-            raise UserError(as_flags(exc)) from None
+            raise UserError(str(exc)) from None
     if not items:
         raise UserError("nothing to benchmark: give audio files or folders, or --set NAME", 2)
     return items

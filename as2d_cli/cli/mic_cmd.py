@@ -157,7 +157,7 @@ def list_devices() -> int:
     try:
         devices = list_input_devices()
     except AudioInputError as exc:
-        raise UserError(as_flags(exc)) from None
+        raise UserError(str(exc)) from None
     if not devices:
         raise UserError("no audio input device found (is a microphone connected?); "
                         "transcribe a file with --input FILE")
@@ -188,7 +188,7 @@ def run_mic(req: MicRequest) -> int:
     try:
         vad = make_vad(req.vad)
     except VADUnavailable as exc:
-        raise UserError(as_flags(exc)) from None
+        raise UserError(str(exc)) from None
 
     # The input first: a missing microphone should not cost a model load.
     if req.input is not None:
@@ -198,7 +198,7 @@ def run_mic(req: MicRequest) -> int:
         try:
             source = MicSource(req.device)
         except AudioInputError as exc:
-            raise UserError(as_flags(exc)) from None
+            raise UserError(str(exc)) from None
 
     # The output file too: a typo in its folder should not cost a model load either.
     try:

@@ -26,7 +26,6 @@ from as2d.models.catalog import (
 )
 from as2d.models.install import bundle_path, find_installed, install
 from as2d.models.whisper_source import user_bundles
-from as2d.runtime.option_errors import as_flags
 
 
 def list_models(root: Path | None) -> None:
@@ -102,7 +101,7 @@ def install_folder_model(spec: str, precision: str, force: bool, root: Path | No
             bundle = convert_folder(spec, folder, p, root, progress=lambda m: err(f"  {m}"),
                                     force=force)
         except ModelError as exc:
-            raise UserError(as_flags(exc)) from None
+            raise UserError(str(exc)) from None
         err(f"{bundle.name}: installed ({bundle.manifest.get('architecture')}); use it as "
             f"--model {spec} (or --model {bundle.path})")
 
@@ -165,7 +164,7 @@ def install_models(names: list[str] | None, precision: str, force: bool, source:
                         source_dir=source,
                         progress=lambda m: err(f"  {m}"))
             except BundleError as exc:
-                raise UserError(as_flags(exc)) from None
+                raise UserError(str(exc)) from None
 
 
 def _unreadable_bundles(base: Path) -> dict[str, str]:

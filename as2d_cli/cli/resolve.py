@@ -12,7 +12,6 @@ from collections.abc import Callable
 from as2d import loading
 from as2d.cli.errors import UserError, err
 from as2d.loading import ModelError, Progress
-from as2d.runtime.option_errors import as_flags
 
 
 def make_note(quiet: bool) -> Progress:
@@ -26,7 +25,7 @@ def _as_user_error(fn: Callable, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except ModelError as exc:
-        raise UserError(as_flags(exc)) from None
+        raise UserError(str(exc)) from None
 
 
 def catalog_entry(spec: str):
