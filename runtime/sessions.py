@@ -42,8 +42,10 @@ def runtime_identity() -> str:
     import hashlib
     import platform
 
+    from as2d.runtime.int8_exact import mode
+
     cpu = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
-    return f"onnxruntime {ort.__version__}|{platform.machine()} {cpu}"
+    return f"onnxruntime {ort.__version__}|{platform.machine()} {cpu}|int8 {mode()}"
 
 
 def cpu_count() -> int:
@@ -61,7 +63,10 @@ SESSION_SETTINGS = f"{_OPTIMIZATION.name} {_EXECUTION.name}"
 
 def make_session(path: str | Path, threads: int, spin: bool = False) -> ort.InferenceSession:
     """A CPU session of ``path`` with ``threads`` intra-op threads; ``spin``: its pool spins
-    between operators while a run lasts (never between runs)."""
+    between operators while a run lasts (never between runs). On a CPU whose int8 kernel
+    saturates, ``path``'s exact twin is what runs (:mod:`as2d.runtime.int8_exact`)."""
+    from as2d.runtime.int8_exact import exact_graph
+
     so = ort.SessionOptions()
     so.intra_op_num_threads = max(1, int(threads))
     so.inter_op_num_threads = 1
@@ -72,7 +77,9 @@ def make_session(path: str | Path, threads: int, spin: bool = False) -> ort.Infe
         so.add_session_config_entry("session.force_spinning_stop", "1")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    graph = exact_graph(path)
+    return ort.InferenceSession(graph if isinstance(graph, bytes) else str(graph), so,
+                                providers=["CPUExecutionProvider"])
 
 
 class Background:

@@ -233,6 +233,10 @@ def main() -> None:
     ap.add_argument("--long-form", action="store_true", help="also compare transcripts")
     ap.add_argument("--speed", type=int, default=0, metavar="ROUNDS",
                     help="only time OLD against NEW (session creation, decoder passes)")
+    ap.add_argument("--only-bundle", action="store_true",
+                    help="teacher-force only the bundle's decoders (before and now), not the "
+                         "other variants: to compare int8 kernels quickly (AS2D_INT8_EXACT=0 "
+                         "runs the graphs as they are where this CPU's u8s8 kernel saturates)")
     args = ap.parse_args()
 
     from bench_e2e import ct2_base_folder
@@ -256,8 +260,12 @@ def main() -> None:
     if args.speed:
         return speed(weights, work, WhisperModel(b8, threads=t, encoder="onnxruntime"), t,
                      args.speed)
+    from as2d.runtime.int8_exact import mode
+
+    print(f"int8 products: {mode()} (as2d.runtime.int8_exact)")
+    variants = {n: v for n, v in VARIANTS.items() if not args.only_bundle or n in (OLD, NEW)}
     sessions = {name: make_session(build_variant(weights, *spec, work / f"v{i}.onnx"), t)
-                for i, (name, spec) in enumerate(VARIANTS.items())}
+                for i, (name, spec) in enumerate(variants.items())}
     m8 = WhisperModel(b8, threads=t, encoder="onnxruntime")
     m32 = WhisperModel(b32, threads=t, encoder="onnxruntime")
     own = m8.decoder  # the bundle's own decoder (whichever converter made it)
@@ -272,7 +280,7 @@ def main() -> None:
     paths.setdefault("sense_and_sensibility.wav", ROOT / "samples" / "sense_and_sensibility.wav")
 
     prompt = tok.sot_sequence("en") + [tok.no_timestamps]
-    rows = {name: [0, 0, 0.0, 0.0] for name in [*VARIANTS, f"int8 encoder, {OLD}",
+    rows = {name: [0, 0, 0.0, 0.0] for name in [*variants, f"int8 encoder, {OLD}",
                                                   f"int8 encoder, {NEW}",
                                                   "int8 encoder, fp32 decoder"]}
     for path in paths.values():

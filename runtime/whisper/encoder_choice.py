@@ -122,16 +122,18 @@ def _version(package: str) -> str | None:
 
 
 def machine() -> dict:
-    """What a timing depends on besides the model and threads: the CPU and the libraries."""
+    """What a timing depends on besides the model and threads: the CPU, the libraries, and
+    which int8 kernel onnxruntime's graphs run in (:mod:`as2d.runtime.int8_exact`)."""
     import platform
 
     import onnxruntime as ort
 
+    from as2d.runtime.int8_exact import mode
     from as2d.runtime.sessions import cpu_flags
 
     flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
     return {"cpu": cpu_model_name(), "arch": platform.machine(), "flags": flags,
-            "onnxruntime": ort.__version__, "openvino": _version("openvino")}
+            "onnxruntime": ort.__version__, "openvino": _version("openvino"), "int8": mode()}
 
 
 def key(threads: int, candidates: Sequence[EncoderCandidate], graphs: dict[str, str]) -> dict:

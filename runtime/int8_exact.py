@@ -1,0 +1,303 @@
+"""Exact int8 products on every x86-64 CPU: a twin graph where onnxruntime's u8s8 kernel saturates.
+
+as2d's int8 graphs multiply uint8 activations (each row shifted by 128) by int8 weights
+(``MatMulIntegerToFloat``; the drafters' ``DynamicQuantizeMatMul``; ``MatMulInteger`` in
+Hugging Face exports). Where the CPU has VNNI (AVX-512 VNNI, AVX-VNNI) or AMX, onnxruntime's
+kernel adds the products straight into int32: exact. Where it has AVX2 alone, the kernel first
+adds each pair of products into a saturating int16 (``vpmaddubsw``), and 255·127 + 255·127 does
+not fit: a pair worth 64,770 is cut to 32,767. Measured on an AMD EPYC (Zen 3, AVX2, no VNNI):
+products of 512 full-range values off by up to a fifth of the largest result, on every row
+count. That is not rounding; it is a different model, and only on some CPUs.
+
+The same integers through the u8u8 kernel are exact everywhere: it widens both operands to int16
+before multiplying. So where a probe shows saturation (:func:`u8s8_saturates`: a product built
+to overflow an int16 pair, run once per process — measured, not read off a CPU flag), each int8
+graph is loaded through a twin whose int8 weights are stored as uint8 plus 128 with a zero point
+of 128 (:func:`exact_graph`). The twin computes what a VNNI CPU computes from the bundle, so a
+bundle means one model on every CPU; every row stays independent of the others (AS²D's
+losslessness rests on that, and the row check in :mod:`as2d.runtime.rows` still runs on what
+is loaded). The u8u8 kernel is slower than the saturating one (measured there: 1.1–2× a
+product); correct first.
+
+A twin is written once per graph into the user cache (never beside the bundle: graphs also sit
+in read-only and shared folders), named by the source's path, size and time, so a reconverted
+bundle gets a new one; a graph without int8 weight products gets a small marker instead, so
+that later loads need not read it again.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+TWIN_VERSION = 1
+# op → (index of B, index of B's zero point) among its inputs
+_PRODUCTS = {"MatMulInteger": (1, 3), "MatMulIntegerToFloat": (1, 5),
+             "DynamicQuantizeMatMul": (1, 3)}
+# op → index of A's zero point (its type is A's); DynamicQuantizeMatMul quantises A to uint8
+_A_ZERO_POINT = {"MatMulInteger": 2, "MatMulIntegerToFloat": 4}
+
+
+@functools.cache
+def u8s8_saturates() -> bool:
+    """Whether onnxruntime's uint8 × int8 product loses bits on this CPU, and the uint8 × uint8
+    one does not (then twins are worth loading). One small run of each, once per process."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows, depth, cols = 8, 64, 16
+
+    def product(weights: np.ndarray, b_zero: np.ndarray | None) -> np.ndarray:
+        inits = [numpy_helper.from_array(weights, "b"),
+                 numpy_helper.from_array(np.array(1.0, np.float32), "a_scale"),
+                 numpy_helper.from_array(np.ones(cols, np.float32), "b_scale"),
+                 numpy_helper.from_array(np.array(0, np.uint8), "a_zero")]
+        inputs = ["a", "b", "a_scale", "b_scale", "a_zero"]
+        if b_zero is not None:
+            inits.append(numpy_helper.from_array(b_zero, "b_zero"))
+            inputs.append("b_zero")
+        graph = helper.make_graph(
+            [helper.make_node("MatMulIntegerToFloat", inputs, ["y"], domain="com.microsoft")],
+            "probe", [helper.make_tensor_value_info("a", TensorProto.UINT8, ["rows", depth])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", cols])], inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        session = ort.InferenceSession(model.SerializeToString(), so,
+                                       providers=["CPUExecutionProvider"])
+        return np.concatenate([session.run(None, {"a": a[:n]})[0] for n in (1, rows)])
+
+    a = np.full((rows, depth), 255, np.uint8)
+    a[::2, ::3] = 200  # not one constant: any pairing of k overflows all the same
+    w = np.full((depth, cols), 127, np.int8)
+    w[:, ::2] = -127
+    exact = np.concatenate([a[:1], a]).astype(np.int64) @ w.astype(np.int64)
+    signed = product(w, None)
+    unsigned = product((w.astype(np.int16) + 128).astype(np.uint8), np.full(cols, 128, np.uint8))
+    return bool(np.any(signed != exact)) and bool(np.all(unsigned == exact))
+
+
+def twins_wanted() -> bool:
+    """Twins are loaded where the probe shows saturation, unless ``$AS2D_INT8_EXACT=0`` asks
+    for the graphs as they are (to measure what saturation costs; results then differ by CPU)."""
+    return os.environ.get("AS2D_INT8_EXACT", "1") != "0" and u8s8_saturates()
+
+
+def mode() -> str:
+    """How this process computes int8 weight products: "u8s8" (the bundle's graphs as they
+    are) or "u8u8" (their exact twins). Part of what results remembered on disk are keyed by."""
+    return "u8u8" if twins_wanted() else "u8s8"
+
+
+def exact_graph(path: str | Path) -> Path | bytes:
+    """The graph to load for ``path``: itself where int8 products are exact here (or it has
+    none), else its u8u8 twin — a file in the user cache, or the serialised graph when no
+    folder can be written."""
+    path = Path(path)
+    if not twins_wanted():
+        return path
+    folder = _cache_folder()
+    stat = path.stat()
+    tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(
+        f"{stat.st_size}:{stat.st_mtime_ns}:{TWIN_VERSION}".encode()).hexdigest()[:12]
+    stem = f"{path.stem}-{tag}-{digest}"
+    if folder is not None:
+        twin, same = folder / f"{stem}.onnx", folder / f"{stem}.same"
+        if twin.exists():
+            return twin
+        if same.exists():
+            return path
+    model, external = _twin(path)
+    if model is None:
+        if folder is not None:
+            _write_text(folder / f"{stem}.same", str(path.resolve()))
+        return path
+    if folder is None or not _write_twin(model, folder, stem, external, path):
+        return model.SerializeToString()
+    _prune(folder, f"{path.stem}-{tag}-", keep=stem)
+    return folder / f"{stem}.onnx"
+
+
+def _twin(path: Path):
+    """The graph at ``path`` with every uint8 × int8 weight product made uint8 × uint8 (None
+    when it has none), and whether the source keeps its weights as external data."""
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    model = onnx.load(str(path), load_external_data=False)
+    external = any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
+    if external:
+        _load_external(model, path.parent)
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    unsigned = _uint8_values(graph, inits)
+    made: dict[str, str] = {}
+    changed = False
+    for node in graph.node:
+        if node.op_type not in _PRODUCTS or node.domain not in ("", "com.microsoft"):
+            continue
+        b_index, zero_index = _PRODUCTS[node.op_type]
+        a_zero = _A_ZERO_POINT.get(node.op_type)
+        a_is_u8 = (node.op_type == "DynamicQuantizeMatMul"
+                   or (a_zero is not None and len(node.input) > a_zero
+                       and node.input[a_zero] in unsigned)
+                   or node.input[0] in unsigned)
+        b = inits.get(node.input[b_index])
+        if not a_is_u8 or b is None or b.data_type != TensorProto.INT8:
+            continue
+        zero_name = node.input[zero_index] if len(node.input) > zero_index else ""
+        zero = inits.get(zero_name) if zero_name else None
+        if zero_name and (zero is None or zero.data_type != TensorProto.INT8):
+            continue  # a computed zero point: leave the product as it is
+        key = f"{b.name}|{zero_name}"
+        if key not in made:
+            b_u8 = f"{b.name}.u8"
+            graph.initializer.append(numpy_helper.from_array(
+                (numpy_helper.to_array(b).astype(np.int16) + 128).astype(np.uint8), b_u8))
+            if zero is not None:
+                z = (numpy_helper.to_array(zero).astype(np.int16) + 128).astype(np.uint8)
+            else:
+                z = np.full(_columns(node, inits), 128, np.uint8)
+            z_name = f"{b.name}.u8_zero"
+            graph.initializer.append(numpy_helper.from_array(z, z_name))
+            made[key] = b_u8
+        node.input[b_index] = made[key]
+        while len(node.input) <= zero_index:
+            node.input.append("")
+        node.input[zero_index] = f"{b.name}.u8_zero"
+        changed = True
+    if not changed:
+        return None, external
+    used = {name for node in graph.node for name in node.input}
+    keep = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    return model, external
+
+
+def _load_external(model, folder: Path) -> None:
+    """Read the external weights into the graph. By hand rather than with onnx's loader, which
+    refuses a data file that is a symbolic link (as a bundle's may be; onnxruntime follows
+    them)."""
+    from onnx import TensorProto
+
+    files: dict[str, bytes] = {}
+    for t in model.graph.initializer:
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        where = Path(info["location"])
+        if where.is_absolute() or ".." in where.parts:
+            raise ValueError(f"external data outside the graph's folder: {where}")
+        if info["location"] not in files:
+            files[info["location"]] = (folder / where).resolve().read_bytes()
+        offset = int(info.get("offset", 0))
+        data = files[info["location"]]
+        length = int(info["length"]) if "length" in info else len(data) - offset
+        t.raw_data = data[offset:offset + length]
+        del t.external_data[:]
+        t.data_location = TensorProto.DEFAULT
+
+
+def _uint8_values(graph, inits: dict) -> set[str]:
+    """Names of values known to be uint8: initializers, graph inputs, DynamicQuantizeLinear's
+    output and QuantizeLinear's output with a uint8 zero point (or none, uint8 by default)."""
+    from onnx import TensorProto
+
+    out = {n for n, t in inits.items() if t.data_type == TensorProto.UINT8}
+    out |= {i.name for i in graph.input if i.type.tensor_type.elem_type == TensorProto.UINT8}
+    for node in graph.node:
+        if node.op_type == "DynamicQuantizeLinear":
+            out.add(node.output[0])
+            out.add(node.output[2])
+        elif node.op_type == "QuantizeLinear":
+            zero = node.input[2] if len(node.input) > 2 and node.input[2] else None
+            if zero is None or zero in out:
+                out.add(node.output[0])
+        elif node.op_type == "Cast":
+            to = next((a.i for a in node.attribute if a.name == "to"), None)
+            if to == TensorProto.UINT8:
+                out.add(node.output[0])
+    return out
+
+
+def _columns(node, inits: dict) -> tuple[int, ...]:
+    """The shape of B's zero point: one per column where B's scale is one per column."""
+    from onnx import numpy_helper
+
+    scale_index = {"MatMulIntegerToFloat": 3, "DynamicQuantizeMatMul": 2}.get(node.op_type)
+    if scale_index is not None and len(node.input) > scale_index:
+        scale = inits.get(node.input[scale_index])
+        if scale is not None:
+            return numpy_helper.to_array(scale).shape
+    return ()
+
+
+def _cache_folder() -> Path | None:
+    try:
+        from platformdirs import user_cache_dir
+
+        folder = Path(user_cache_dir("as2d", appauthor=False)) / "int8-exact"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder if os.access(folder, os.W_OK | os.X_OK) else None
+    except Exception:  # noqa: BLE001 - no cache folder: a twin in memory each time
+        return None
+
+
+def _write_twin(model, folder: Path, stem: str, external: bool, source: Path) -> bool:
+    """The twin (and its weights, as external data when the source kept them so) in
+    ``folder``, with the source's path beside it (:func:`_prune`); the graph file is renamed
+    into place last, so a half-written twin is never found."""
+    import onnx
+
+    if not _write_text(folder / f"{stem}.source", str(source.resolve())):
+        return False
+    try:
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".twin-") as tmp:
+            name = f"{stem}.onnx"
+            if external:
+                onnx.save_model(model, str(Path(tmp) / name), save_as_external_data=True,
+                                all_tensors_to_one_file=True, location=f"{name}.data",
+                                size_threshold=1024)
+                os.replace(Path(tmp) / f"{name}.data", folder / f"{name}.data")
+            else:
+                onnx.save_model(model, str(Path(tmp) / name))
+            os.replace(Path(tmp) / name, folder / name)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def _write_text(path: Path, text: str) -> bool:
+    try:
+        path.write_text(text)
+        return True
+    except OSError:
+        return False
+
+
+def _prune(folder: Path, prefix: str, keep: str) -> None:
+    """Twins of earlier versions of the same graph (a reconverted bundle) go, and twins and
+    markers of graphs that are gone (a deleted model folder, a test's temporary one)."""
+    doomed = {old.name for old in folder.glob(f"{prefix}*") if not old.name.startswith(keep)}
+    for note in [*folder.glob("*.source"), *folder.glob("*.same")]:
+        try:
+            gone = not Path(note.read_text()).exists()
+        except OSError:
+            continue
+        if gone:
+            stem = note.name.rsplit(".", 1)[0]
+            doomed |= {f.name for f in folder.glob(f"{stem}.*")}
+    for name in doomed:
+        try:
+            (folder / name).unlink()
+        except OSError:
+            pass

@@ -1,0 +1,184 @@
+"""int8 weight products are exact on every CPU (as2d.runtime.int8_exact).
+
+Where onnxruntime's uint8 × int8 kernel saturates (AVX2 without VNNI), graphs are loaded through a
+uint8 × uint8 twin. These tests hold on any x86-64 CPU: the twin is built and run everywhere and
+compared with integer arithmetic done in numpy, and the probe's verdict is checked against what
+the original graph computes on this CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from as2d.runtime import int8_exact
+from as2d.runtime.int8_exact import _twin, exact_graph, u8s8_saturates
+
+DEPTH, COLS = 256, 48
+
+
+def _session(model_or_bytes) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    data = model_or_bytes if isinstance(model_or_bytes, bytes) else \
+        model_or_bytes.SerializeToString()
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def _graph(op: str, w: np.ndarray, scale: np.ndarray, b_zero: np.ndarray | None = None):
+    """One product of as2d's kinds: per-row ``MatMulIntegerToFloat`` (uint8 A, zero point 128),
+    ``MatMulInteger`` (Hugging Face exports) or ``DynamicQuantizeMatMul`` (drafters)."""
+    inits = [numpy_helper.from_array(w, "w")]
+    if op == "MatMulIntegerToFloat":
+        inits += [numpy_helper.from_array(np.array(1.0, np.float32), "a_scale"),
+                  numpy_helper.from_array(scale, "w_scale"),
+                  numpy_helper.from_array(np.array(128, np.uint8), "a_zero")]
+        inputs = ["a", "w", "a_scale", "w_scale", "a_zero"]
+        a_type, y_type = TensorProto.UINT8, TensorProto.FLOAT
+    elif op == "MatMulInteger":
+        inits += [numpy_helper.from_array(np.array(128, np.uint8), "a_zero")]
+        inputs = ["a", "w", "a_zero"]
+        a_type, y_type = TensorProto.UINT8, TensorProto.INT32
+    else:
+        inits += [numpy_helper.from_array(scale, "w_scale")]
+        inputs = ["a", "w", "w_scale"]
+        a_type, y_type = TensorProto.FLOAT, TensorProto.FLOAT
+    if b_zero is not None:
+        inits.append(numpy_helper.from_array(b_zero, "w_zero"))
+        inputs += [""] * ({"MatMulIntegerToFloat": 5, "MatMulInteger": 3,
+                           "DynamicQuantizeMatMul": 3}[op] - len(inputs)) + ["w_zero"]
+    domain = "" if op == "MatMulInteger" else "com.microsoft"
+    graph = helper.make_graph(
+        [helper.make_node(op, inputs, ["y"], domain=domain)], "g",
+        [helper.make_tensor_value_info("a", a_type, ["rows", DEPTH])],
+        [helper.make_tensor_value_info("y", y_type, ["rows", COLS])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("com.microsoft", 1)])
+
+
+def _full_range(rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Activations at the ends of uint8 and weights at the ends of int8: pairs of products
+    that overflow an int16 wherever a kernel adds them there."""
+    rng = np.random.default_rng(seed)
+    a = np.where(rng.random((rows, DEPTH)) < 0.5, 1, 255).astype(np.uint8)
+    w = np.where(rng.random((DEPTH, COLS)) < 0.5, -127, 127).astype(np.int8)
+    return a, w
+
+
+@pytest.mark.parametrize("op", ["MatMulIntegerToFloat", "MatMulInteger"])
+@pytest.mark.parametrize("rows", [1, 5, 64])
+def test_twin_products_are_exact(op: str, rows: int) -> None:
+    a, w = _full_range(rows, seed=rows)
+    scale = np.ones(COLS, np.float32)
+    twin, external = _twin_of(_graph(op, w, scale))
+    assert not external
+    got = _session(twin).run(None, {"a": a})[0]
+    exact = (a.astype(np.int64) - 128) @ w.astype(np.int64)
+    assert np.array_equal(got.astype(np.int64), exact)
+    # Every product became uint8 × uint8; nothing else was touched.
+    node = twin.graph.node[0]
+    kinds = {t.name: t.data_type for t in twin.graph.initializer}
+    assert kinds[node.input[1]] == TensorProto.UINT8
+    assert "w" not in kinds  # the int8 copy had no other reader
+
+
+def test_twin_keeps_an_int8_table_that_something_else_reads() -> None:
+    """The tied embedding reads rows of the int8 output projection (Gather): that reader keeps
+    the int8 table, the product gets its own uint8 copy."""
+    a, w = _full_range(3, seed=7)
+    model = _graph("MatMulIntegerToFloat", w, np.ones(COLS, np.float32))
+    g = model.graph
+    g.node.append(helper.make_node("Gather", ["w", "idx"], ["rows_of_w"], axis=0))
+    g.initializer.append(numpy_helper.from_array(np.array([0, 5], np.int64), "idx"))
+    g.output.append(helper.make_tensor_value_info("rows_of_w", TensorProto.INT8, [2, COLS]))
+    twin, _ = _twin_of(model)
+    y, gathered = _session(twin).run(None, {"a": a})
+    assert np.array_equal(gathered, w[[0, 5]])
+    assert np.array_equal(y.astype(np.int64), (a.astype(np.int64) - 128) @ w.astype(np.int64))
+
+
+def test_twin_of_a_dynamic_product_equals_the_original_where_nothing_overflows() -> None:
+    """DynamicQuantizeMatMul (the drafters' int8) with a weight zero point: with small weights no
+    kernel saturates, so the twin must give the original's results bit for bit."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-40, 41, (DEPTH, COLS)).astype(np.int8)
+    zero = rng.integers(-3, 4, COLS).astype(np.int8)
+    model = _graph("DynamicQuantizeMatMul", w, np.full(COLS, 0.01, np.float32), zero)
+    twin, _ = _twin_of(model)
+    x = rng.standard_normal((6, DEPTH)).astype(np.float32)
+    assert np.array_equal(_session(twin).run(None, {"a": x})[0],
+                          _session(model).run(None, {"a": x})[0])
+
+
+def test_the_probe_says_what_this_cpu_computes() -> None:
+    """The verdict matches the original graph on this CPU: exact where the probe says it does
+    not saturate, wrong somewhere where it says it does."""
+    a, w = _full_range(9, seed=1)
+    got = _session(_graph("MatMulInteger", w, np.ones(COLS, np.float32))).run(None, {"a": a})[0]
+    exact = (a.astype(np.int64) - 128) @ w.astype(np.int64)
+    assert np.array_equal(got, exact) is not u8s8_saturates()
+
+
+def test_exact_graph_writes_one_twin_and_reuses_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
+    monkeypatch.setattr(int8_exact, "_cache_folder", lambda: tmp_path / "cache")
+    (tmp_path / "cache").mkdir()
+    a, w = _full_range(4, seed=2)
+    src = tmp_path / "graph.onnx"
+    onnx.save_model(_graph("MatMulIntegerToFloat", w, np.ones(COLS, np.float32)), src,
+                    save_as_external_data=True, location="graph.onnx.data", size_threshold=0)
+    first = exact_graph(src)
+    assert first != src and first.parent == tmp_path / "cache"
+    assert (tmp_path / "cache" / f"{first.name}.data").exists()  # kept external, like its source
+    assert exact_graph(src) == first  # found, not made again
+    got = _session(onnx.load(str(first))).run(None, {"a": a})[0]
+    assert np.array_equal(got.astype(np.int64), (a.astype(np.int64) - 128) @ w.astype(np.int64))
+    # A reconverted source gets a new twin and the old one goes.
+    onnx.save_model(_graph("MatMulIntegerToFloat", w[:, ::-1].copy(),
+                           np.ones(COLS, np.float32)), src)
+    second = exact_graph(src)
+    assert second != first and not first.exists() and second.exists()
+    # A graph without int8 products is itself, remembered by a marker.
+    plain = tmp_path / "plain.onnx"
+    onnx.save_model(helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "p",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])), plain)
+    assert exact_graph(plain) == plain
+    assert list((tmp_path / "cache").glob("plain-*.same"))
+    # Twins and markers of graphs that are gone (a test's temporary folder) go with the next twin.
+    plain.unlink()
+    other = tmp_path / "other.onnx"
+    onnx.save_model(_graph("MatMulInteger", w, np.ones(COLS, np.float32)), other)
+    src.unlink()
+    exact_graph(other)
+    left = sorted(p.name.split("-")[0] for p in (tmp_path / "cache").iterdir())
+    assert left == ["other", "other"]  # its twin and the note of its source
+    # No folder to write: the twin comes back serialised.
+    onnx.save_model(_graph("MatMulIntegerToFloat", w, np.ones(COLS, np.float32)), src)
+    monkeypatch.setattr(int8_exact, "_cache_folder", lambda: None)
+    assert isinstance(exact_graph(src), bytes)
+
+
+def test_graphs_load_as_they_are_where_products_are_exact(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(int8_exact, "twins_wanted", lambda: False)
+    src = tmp_path / "graph.onnx"
+    onnx.save_model(_graph("MatMulInteger", *_full_range(2, 0)[1:], np.ones(COLS, np.float32)),
+                    src)
+    assert exact_graph(src) == src
+
+
+def _twin_of(model):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "m.onnx"
+        onnx.save_model(model, path)
+        twin, external = _twin(path)
+    assert twin is not None
+    return twin, external
