@@ -32,16 +32,17 @@ from as2d.runtime.ask.answer_sources import (
     source_texts,
 )
 from as2d.runtime.ask.codec import Codec
-from as2d.runtime.ask.extract import Candidate, candidates, count_answer
+from as2d.runtime.ask.extract import Candidate, candidates, count_answer, objects
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.kinds import (
     NOT_SAID,
     first_qualifying,
     names_in,
+    places_in,
     qualifies,
     question_kind,
 )
-from as2d.runtime.ask.passages import evidence, rank_spans
+from as2d.runtime.ask.passages import content_words, evidence, rank_spans
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, asks_about_time
 from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.ask.tree import TreeSource
@@ -274,16 +275,17 @@ class Answerer:
         method, generated, used = "generated", None, evidence(text, plan.spans)
         if o.check:
             # Only answers of the kind asked, adding to the question, every word said.
-            kind, names = question_kind(question), names_in(spans)
-            fitting = [c for c in scored if qualifies(c.text, question, spans, names, kind)]
+            kind, names, places = question_kind(question), names_in(spans), places_in(spans)
+            fitting = [c for c in scored
+                       if qualifies(c.text, question, spans, names, kind, places)]
         else:
             fitting = scored
         pick = self.choose(text, spans, question, fitting)
         if pick is not None:
             method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
-        elif o.check and first_qualifying(text, question, spans, names, kind) is not None:
-            text = first_qualifying(text, question, spans, names, kind)
+        elif o.check and fallback(text, question, spans, names, kind, found) is not None:
+            text = fallback(text, question, spans, names, kind, found)
             used = evidence(text, plan.spans) or plan.focus[:1]
         elif o.check:
             # Not of the kind asked, a restatement, or words the speaker never said: no
@@ -335,7 +337,10 @@ class Answerer:
         answer found word for word in the transcript (21/31), the generated answer scored as one
         more candidate (21/31, greedy text is nearly always the likeliest) and a 2-nat margin for
         it (21/31); so the generated answer is given only when no candidate was found."""
-        return scored[0] if scored else None
+        if not scored:
+            return None
+        pinned = objects(scored)  # a question ending on its preposition asks for its object
+        return pinned[0] if pinned else scored[0]
 
     def locate(self, spans: Sequence[Span], question: str, collector: AnswerStatsCollector,
                emit: Listener) -> Answer | None:
@@ -358,6 +363,21 @@ class Answerer:
         if plan.one_line:
             text = text.split("\n", 1)[0]
         return text.strip()
+
+
+def fallback(generated: str, question: str, spans: Sequence[Span], names: set[str], kind: str,
+             found: Sequence[Candidate]) -> str | None:
+    """The model's own answer where no candidate qualified: its first part that qualifies
+    (:func:`first_qualifying`), and for *who*, only someone the transcript ties to the question
+    (sharing a word with a name or subject among the candidates, when there are such): a name
+    said elsewhere is not who did it."""
+    text = first_qualifying(generated, question, spans, names, kind)
+    if text is None or kind != "who":
+        return text
+    people = {w for c in found if c.origin in ("name", "before") for w in content_words(c.text)}
+    if found and not people & set(content_words(text)):
+        return None
+    return text
 
 
 def rank(c: Candidate) -> tuple[bool, float]:

@@ -9,8 +9,18 @@ is made over a short list of spans of the transcript instead:
   next sentence ("It was the winter of ___", "What does he say after 'Go forward'?");
 * the words *between* two runs of the question's words, where its wh-word sits in the
   transcript's sentence ("When did X have leisure …?" over "X had *then* leisure …");
+* the words *before* the question's words where its wh-word stands before them (the subject:
+  "Who waited on the pier?" over "The old fisherman waited on the pier");
 * the clauses and sentences of the spans that share the most words with the question (BM25);
-* for a question about the first or last words, the first and last clause and sentence.
+* for a question about the first or last words, the first and last clause and sentence;
+* the object of a preposition the question ends on ("What did they talk *about*?") and the item
+  listed with X for "Besides X, what else ...?": these are *pinned* (:func:`objects`), the
+  answer is one of them, not a phrase next to them.
+
+Every candidate ends where a phrase can end (:func:`_closed`): at the speaker's clause mark, or
+not after a determiner, preposition or auxiliary and not between a word and the word that
+continues it ("The blue | boat", "Still | more respectable"), so no answer is cut before its
+object.
 
 Each candidate is written as the prompt's examples write answers (``" Despair."``) and scored by
 the model's log-likelihood of it as the answer, line break included, under the same prompt (all
@@ -29,7 +39,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from as2d.runtime.ask.passages import NUMBER_WORDS, _stem, content_words, quoted, rank_spans
+from as2d.runtime.ask.passages import (
+    _STOPWORDS,
+    NUMBER_WORDS,
+    _stem,
+    content_words,
+    quoted,
+    rank_spans,
+)
 from as2d.runtime.ask.spans import Span
 
 _NUM = NUMBER_WORDS
@@ -194,6 +211,10 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     whole = set(clauses) | set(sentences)
 
     def add(a: int, b: int, origin: str) -> None:
+        # Cut back to where a phrase can end: never before its object ("He painted the").
+        bounded = (a, b) in whole or origin in ("gap", "before", "name")
+        while b > a and not _closed(words, b, bounded):
+            b -= 1
         if a >= b:
             return
         text = as_answer(words[a:b])
@@ -216,22 +237,27 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     qwords = [_norm(t) for t in _TOKEN.findall(question)]
     qwords = [w for w in qwords if w]
     found = _matches(words, qwords, qcontent)
+    plain = list(found)
     for phrase in quoted(question):
         pw = [w for w in (_norm(t) for t in _TOKEN.findall(phrase)) if w]
         for m, e in _matches(words, pw, set(pw)):
             if m == len(pw):
                 found.append((2 * m + 1, e))
+    # A quoted phrase said in full pins the place: what follows a part of the question
+    #     elsewhere (the list two lines on) is not what follows the quote.
+    pinned = [f for f in found if f not in plain]
+    found = pinned or found
     found.sort(key=lambda x: (-x[0], x[1]))
     for _m, e in found[:max_after]:
         if e >= len(words):
             continue
         k = _containing(clauses, e - 1)
-        a, b = e, clauses[k][1] if k < len(clauses) else len(words)
-        b = min(b, a + max_words)
+        a, end = e, clauses[k][1] if k < len(clauses) else len(words)
+        b = min(end, a + max_words)
         for j in range(a + 1, b + 1):  # prefixes of the rest of the clause
             add(a, j, "after")
-        for j in range(a + 1, b):  # its suffixes
-            add(j, b, "after")
+        for j in range(max(a + 1, end - max_words), end):  # its suffixes, to its end
+            add(j, end, "after")
         if k + 1 < len(clauses):
             na, nb = clauses[k + 1]
             add(na, min(nb, na + max_words), "after")
@@ -246,6 +272,13 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
         for i in range(a, b):
             for j in range(i + 1, b + 1):
                 add(i, j, "gap")
+    # 1c. The words *before* the question's words where its wh-word stands before them
+    #     ("Who waited on the pier?" over "The old fisherman waited on the pier"; "When did
+    #     the son row out?" over "At dawn his son rowed out"): the subject, or what leads in.
+    for i in _leading(words, question, qcontent):
+        c = clauses[_containing(clauses, i)][0]
+        for j in range(max(c, i - max_words // 2 - 1), i):
+            add(j, i, "before")
     # 2. The clauses and sentences of the spans most related to the question. (When none
     #    shares a word with it, taking every span of a short transcript instead fixed a
     #    misheard name on the test split but lost a card on dev: 27 -> 26/31; not kept.)
@@ -257,7 +290,10 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     # 3. Names (runs of capitalised words) and amounts (a number and the word after it) in
     #    the most related spans: the short answers who / how much questions want. A "who"
     #    question takes the names of every span: the related one often says only "he".
-    named = range(len(spans)) if _WHO.match(question) else ranked
+    #    Not after them, though: a later name is someone else ("Who is Robert's wife?" is not
+    #    answered by the sailor met afterwards).
+    named = (range(max(ranked) + 1 if ranked else len(spans)) if _WHO.search(question)
+             else ranked)
     for i in named:
         idx = [k for k, w in enumerate(words) if w.span == i]
         k = 0
@@ -287,11 +323,165 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
         for runs in (clauses, sentences):
             add(*runs[0], "position")
             add(*runs[-1], "position")
-    return list(out.values())[:limit]
+    # 5. A question that ends on its preposition ("What did they talk about?", "What is the
+    #    bakery opposite?") asks for that preposition's object: what follows the preposition
+    #    in the most related line (marked, see :func:`objects`).
+    # 6. "Besides X, what else ...?" asks for what the transcript lists beside X: the item
+    #    after "X and/or" (or before "and/or X"), not a neighbouring clause (marked as well).
+    for a, b, after in _beside(words, question):
+        for j in (range(a + 1, b + 1) if after else range(a, b)):
+            i, e = (a, j) if after else (j, b)  # prefixes after X, suffixes before it
+            text = as_answer(words[i:e])
+            before = text.lower() in out
+            add(i, e, "object")
+            if before:
+                out[text.lower()].origin = "object"
+    stranded = _STRANDED.search(question)
+    if stranded:
+        for k in _object_at(words, stranded.group(1).lower(), qnorms):
+            end = clauses[_containing(clauses, k)][1]
+            for j in range(k + 2, min(end, k + 1 + max_words) + 1):
+                text = as_answer(words[k + 1:j])
+                before = text.lower() in out
+                add(k + 1, j, "object")
+                if before:  # already found another way: now known as the object
+                    out[text.lower()].origin = "object"
+    found_all = list(out.values())
+    if _WHO.search(question):  # a person's name or the subject first, whatever the limit
+        found_all.sort(key=lambda c: c.origin not in ("name", "before"))
+    return found_all[:limit]
+
+
+def _object_at(words: Sequence[TranscriptWord], prep: str, qnorms: set[str]) -> list[int]:
+    """Where the preposition a question ends on is said after the question's words: the
+    occurrences with the longest run of question words right before them ("forty dollars
+    *for*" for "What did he pay forty dollars for?"), then the most question words in the five
+    before them ("talked for an hour *about*")."""
+    scored = []
+    for k, w in enumerate(words):
+        if _bare(w.text) != prep or k + 1 >= len(words):
+            continue
+        run = 0
+        while run < k and words[k - 1 - run].norm in qnorms:
+            run += 1
+        near = sum(1 for v in words[max(0, k - 5):k] if v.norm in qnorms)
+        if run or near:
+            scored.append(((run, near), k))
+    if not scored:
+        return []
+    best = max(sc for sc, _k in scored)
+    return [k for sc, k in scored if sc == best]
+
+
+_BESIDES = re.compile(r"\b(?:besides|apart from|other than|except(?: for)?|as well as|"
+                      r"in addition to|along with|beside)\s+([^,?;]+)", re.I)
+_AND = frozenset({"and", "or", "nor", "but"})
+
+
+def _beside(words: Sequence[TranscriptWord], question: str,
+            max_words: int = 6) -> list[tuple[int, int, bool]]:
+    """``(start, end, after)``: for "Besides X, ...", the item the transcript coordinates with
+    X where it says X: the words after "X and" (to the clause's end, at most ``max_words``;
+    ``after``) or those before "and X" (from the clause's start)."""
+    m = _BESIDES.search(question)
+    if not m:
+        return []
+    tokens = _TOKEN.findall(m.group(1))
+    while tokens and _bare(tokens[0]) in _STOPWORDS:  # "besides *the* chickens"
+        tokens = tokens[1:]
+    phrase = [n for n in (_norm(t) for t in tokens) if n]
+    if not phrase:
+        return []
+    clauses = _runs(words, _CLAUSE_END)
+    out = []
+    n = len(phrase)
+    for i in range(len(words) - n + 1):
+        if [w.norm for w in words[i:i + n]] != phrase:
+            continue
+        c0, c1 = clauses[_containing(clauses, i)]
+        e = i + n
+        if not _CLAUSE_END.search(words[e - 1].text) and e < len(words) \
+                and _bare(words[e].text) in _AND:
+            out.append((e + 1, min(c1, e + 1 + max_words), True))
+        for k in range(i - 1, max(c0, i - 4) - 1, -1):  # "and (about thirty) chickens"
+            if _bare(words[k].text) in _AND:
+                if k > c0:
+                    out.append((max(c0, k - max_words), k, False))
+                break
+    return out
+
+
+def objects(found: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates that are the object of the preposition a question ends on, when there
+    are any: the answer is one of them (not the line's other phrases)."""
+    return [c for c in found if c.origin == "object"]
 
 
 _TITLE = re.compile(r"(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof)\.$")
-_WHO = re.compile(r"\s*(?:who|whom|whose)\b", re.I)
+_WHO = re.compile(r"^\W*(?:(?:and|so|but|then|now|ok|okay|tell me|for|to|with|from|by)\W+)*"
+                  r"(?:who|whom|whose)\b", re.I)
+_STRANDED = re.compile(r"\b(about|of|for|with|to|from|at|on|in|into|opposite|behind|near|under|"
+                       r"over|by|after|before|beside|like)\W*$", re.I)
+_WH = frozenset("who whom whose what which when where why how".split())
+
+# Words after which a phrase is not over: a determiner, a preposition, a conjunction, an
+# auxiliary ("the tram and", "for a", "is to be"). A candidate cut there is cut before its
+# object, and so is one cut between a word and the content word that continues it ("For a
+# long | time", "The blue | boat"), unless the transcript's own punctuation ends it there.
+_OPEN = frozenset("""
+a an the this that these those his her their its my your our some any every each no of to in
+on at for with from by about into onto over under than as like between after before through
+and or but nor so because unless if which who whom whose when while where is are was were be
+been being am have has had do does did will would shall should can could may might must very
+more most rather quite not too also just even he she they we i
+""".split())
+# Words that lead into the rest of a phrase: cutting before them cuts the phrase's head off
+# ("Still | more respectable", "He might even | have been made amiable").
+_LEADS_ON = frozenset("more most less least very rather quite too so have has had be been "
+                      "being".split())
+
+
+def _closed(words: Sequence[TranscriptWord], b: int, whole: bool) -> bool:
+    """Whether a candidate ending before ``words[b]`` ends where a phrase can: at the
+    transcript's clause mark, or (``whole``: a whole clause, or words that end where the
+    question's own words start) anywhere but after an open word; else before a small word or
+    a number, or after a number ("Twelve | days": the count)."""
+    last = words[b - 1]
+    if _CLAUSE_END.search(last.text) and not _TITLE.match(last.text):
+        return True
+    if _bare(last.text) in _OPEN:
+        return False
+    if whole or b >= len(words):
+        return True
+    nxt = _bare(words[b].text)
+    if nxt in _LEADS_ON:
+        return False
+    return nxt in _STOPWORDS or nxt.isdigit() or _bare(last.text).isdigit() \
+        or last.norm.isdigit() or words[b].norm.isdigit()
+
+
+def _bare(text: str) -> str:
+    return "".join(_NORM.findall(text.lower()))
+
+
+def _leading(words: Sequence[TranscriptWord], question: str,
+             qcontent: set[str]) -> list[int]:
+    """Where the transcript runs of the question's words that the question puts
+    right after its wh-phrase ("Who | waited on the pier?", "When did the | son row out?"):
+    only small words and a wh-word before them in the question. The longest two."""
+    q = [t for t in _TOKEN.findall(question) if _norm(t)]
+    norms = [_norm(t) for t in q]
+    out = []
+    for i, j, m in _question_runs(words, norms):
+        if i > 0 and j > 0 and words[i - 1].norm == norms[j - 1]:
+            continue  # inside a longer run
+        head = [_bare(t) for t in q[:j]]
+        if not any(h in _WH for h in head) or content_words(" ".join(q[:j])):
+            continue
+        if m >= 2:  # (one word of "Robert's wife" is not what the question says of someone)
+            out.append((m, i))
+    out.sort(key=lambda x: (-x[0], x[1]))
+    return [i for _m, i in out[:2]]
 _POSITION = re.compile(r"\b(first|begin\w*|start\w*|opening|last|end\w*|final\w*|close\w*)\b",
                        re.I)
 _HOW_MANY_TIMES = re.compile(r"\bhow (?:many times|often)\b", re.I)

@@ -1,13 +1,17 @@
 """What kind of answer a question asks for, and whether an answer is of that kind and said.
 
 A question's first words say what would answer it: *who* wants a person (a name, or a word for
-a person), *how many / how much* a count, *how long / how old* a duration or an amount, *when*
-a time, *where* a place; and any answer must add something to the question (an answer that
+a person, in a few words; not a place's name), *how many / how much / what number* a count,
+*how long* a duration (a unit of time), *how old* an age, *how far* a distance, *when* a time,
+*where* a place; and any answer must add something to the question (an answer that
 only restates the question's words says nothing). These checks are about classes of answers,
 not about any question: they read the answer's words and the transcript's capitalisation only.
 
-An answer is *grounded* when every content word it has (stop words aside) was said in the
-transcript, allowing inflections (``-s``, ``-ed``, ``-ing``) and number words for digits.
+An answer is *grounded* when every content word it has (stop words aside, a negation counted)
+was said in the transcript, allowing inflections (``-s``, ``-ed``, ``-ing``, common irregular
+forms) and number words for digits; a reply of small words only must be said word for word.
+An amount must be the one the question is about (:func:`bound`): not another number of the
+same sentence.
 An answer that is neither of the kind asked nor grounded is not given; when nothing
 qualifies the answer is :data:`NOT_SAID`.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from as2d.runtime.ask.passages import NUMBER_WORDS, content_words
+from as2d.runtime.ask.passages import NUMBER_WORDS, content_words, numbers_as_digits
 from as2d.runtime.ask.spans import Span
 
 NOT_SAID = "The recording does not say."
@@ -27,11 +31,16 @@ _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 # The kind of answer a question asks for, by its leading words (after a short lead-in such as
 # "And" or "So", or a clause ending in a comma: "Mary planted the roses, and what did ...").
 _KINDS = (
-    ("count", re.compile(r"\bhow (?:many|much)\b", re.I)),
-    ("duration", re.compile(r"\bhow (?:long|old|far)\b", re.I)),
+    ("count", re.compile(r"\b(?:how (?:many|much)|(?:what|which) (?:number|amount|quantity|"
+                         r"price|sum)\b)", re.I)),
+    ("duration", re.compile(r"\b(?:how long|for how long|(?:what|which) length of time)\b",
+                            re.I)),
+    ("age", re.compile(r"\b(?:how old|(?:at )?what age)\b", re.I)),
+    ("distance", re.compile(r"\b(?:how far|what distance)\b", re.I)),
     ("time", re.compile(r"\b(?:when|what time|what year|what day|which year|which day)\b", re.I)),
     ("who", re.compile(r"\b(?:who|whom|whose)\b", re.I)),
-    ("place", re.compile(r"\b(?:where|which (?:city|town|country|place))\b", re.I)),
+    ("place", re.compile(r"\b(?:where|(?:what|which) (?:city|town|country|place|village|street|"
+                         r"room|building|part of the (?:city|town|country|world)))\b", re.I)),
     ("what", re.compile(r"\b(?:what|which)\b", re.I)),
 )
 
@@ -42,6 +51,7 @@ wife uncle aunt cousin nephew niece grandfather grandmother parent parents famil
 friends king queen prince princess lord duke captain officer soldier teacher student master
 servant people person speaker narrator author writer everyone nobody somebody someone one
 colonel general priest judge nurse neighbour neighbor stranger guest host owner driver
+creature creatures being beings soul souls god gods spirit spirits crowd audience
 """.split())
 
 _TIME = frozenset("""
@@ -55,11 +65,24 @@ always never sometimes first last next past recently eventually already instantl
 whenever
 """.split())
 
+# A duration is a unit of time (with its amount: "twelve days", "an hour", "a long time") or
+# a word that is one ("forever"); "long" or a bare number alone is not ("On the pier for a
+# long." does not say how long, and "3" could count anything).
 _DURATION = frozenset("""
 year years month months week weeks day days hour hours minute minutes second seconds
-century centuries decade decades moment while long forever ages night nights time lifetime
+century centuries decade decades moment moments while forever ages night nights time times
+lifetime fortnight
+""".split())
+
+# An age may be said in words as well as years ("a young man", "an elderly lady").
+_AGE = frozenset("""
+young younger youngest old older oldest elderly aged teenage teenager teen teens middle
+child baby infant boy girl adult grown
+""".split())
+
+_DISTANCE = frozenset("""
 mile miles meter meters metre metres kilometer kilometers kilometre kilometres foot feet
-inch inches yard yards old age short half quarter
+inch inches yard yards step steps block blocks way far near league leagues
 """.split())
 
 _PLACE_WORDS = frozenset("""
@@ -70,6 +93,11 @@ house room street road city town village country church school garden park marke
 shop store office sea river lake mountain hill field forest wood island beach coast harbour
 harbor port world land kingdom north south east west hall kitchen bed door table window
 """.split())
+
+# Words that introduce a place: a capitalised word after them is a place ("in Lisbon", "on
+# Mill Street"), not a person, whatever else it may be.
+_PLACE_PREPOSITIONS = frozenset("in at to from near into inside outside opposite across "
+                                "through toward towards via on".split())
 
 _COUNT_WORDS = frozenset("""
 no none zero once twice several few many dozen dozens hundred hundreds thousand thousands
@@ -146,20 +174,77 @@ def names_in(spans: Iterable[Span]) -> set[str]:
     return out
 
 
-def fits(kind: str, answer: str, names: set[str]) -> bool:
-    """Whether ``answer`` is of the kind a question of ``kind`` asks for."""
+# Person nouns are an open class; their endings say it ("fisherman", "sailor", "farmer",
+# "pianist", "musician", "hostess"); a short word with such an ending is rarely one ("her",
+# "or", "ever").
+_PERSON_ENDINGS = ("man", "men", "woman", "women", "person", "people", "er", "ers", "or", "ors",
+                   "ist", "ists", "ian", "ians", "ess", "ant", "ants")
+_NOT_PERSON = frozenset("""
+after water paper letter number matter corner order door floor other another ever never over
+under either neither whether rather together however summer winter weather river flower hour
+power dinner supper butter silver centre center chapter member minor major color colour
+honor honour favor favour error mirror manner border offer answer better later sister
+""".split()) - {"sister"}
+
+
+def _is_person(word: str) -> bool:
+    """A word for a person: listed, or a noun with a person's ending ("fisherman", "sailor")."""
+    w = word.split("'")[0]
+    if w in _PERSON:
+        return True
+    return len(w) > 4 and w.endswith(_PERSON_ENDINGS) and w not in _NOT_PERSON \
+        and w not in _TIME and w not in _PLACE_WORDS
+
+
+def places_in(spans: Iterable[Span]) -> set[str]:
+    """The names of :func:`names_in` that follow a word introducing a place ("in Lisbon",
+    "from the farmer's market", "on Mill Street"): places, not people."""
+    out: set[str] = set()
+    for s in spans:
+        tokens = [t for t in (" ".join(_WORD.findall(t)) for t in s.text.split()) if t]
+        place = False
+        for t in tokens:
+            w = t.lower()
+            if w in _PLACE_PREPOSITIONS or w in ("the", "a", "an", "old", "new"):
+                place = place or w in _PLACE_PREPOSITIONS
+                continue
+            if place and t[0].isupper():
+                out.add(w)
+                continue
+            place = False
+    return out
+
+
+# A person is named in a few words besides the name ("Mr. John Dashwood", "the old fisherman",
+# "a sailor called Pedro"); more is a clause about someone ("At dawn his son rowed out to the
+# island with a basket."), not who. Framing words ("The speaker says it was ...") don't count.
+_WHO_WORDS = 3
+
+
+def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()) -> bool:
+    """Whether ``answer`` is of the kind a question of ``kind`` asks for (``places``: the
+    names that are places, :func:`places_in`, no answer to *who*)."""
     words = _lower_words(answer)
     if not words:
         return False
     has_number = any(_is_number(w) for w in words)
     if kind == "who":
-        if all(_is_number(w) for w in words):
+        if all(_is_number(w) for w in words) or \
+                len(set(_claims(answer)) - set(content_words(" ".join(names)))) > _WHO_WORDS:
             return False
-        return any(w in names or w in _PERSON for w in words)
+        # a person word anywhere ("his daughter Anna"); a person by its ending only as the
+        # phrase's last word, its head ("the old fisherman", not "his tender air")
+        return any((w in names and w not in places) or w.split("'")[0] in _PERSON
+                   for w in words) \
+            or _is_person(words[-1])
     if kind == "count":
         return has_number or any(w in _COUNT_WORDS for w in words)
     if kind == "duration":
-        return has_number or any(w in _DURATION for w in words)
+        return any(w in _DURATION for w in words)
+    if kind == "age":
+        return has_number or any(w in _DURATION or w in _AGE for w in words)
+    if kind == "distance":
+        return any(w in _DISTANCE for w in words) or has_number
     if kind == "time":
         return has_number or any(w in _TIME for w in words)
     if kind == "place":
@@ -177,21 +262,119 @@ def adds_to(answer: str, question: str) -> bool:
 
 
 def said(answer: str, spans: Sequence[Span]) -> bool:
-    """Every content word of ``answer`` occurs in the transcript (inflections and number words
-    for digits allowed, as :func:`as2d.runtime.ask.passages.content_words` normalises them)."""
+    """Every content word of ``answer`` occurs in the transcript (inflections, common irregular
+    forms and number words for digits allowed, as :func:`as2d.runtime.ask.passages.content_words`
+    normalises them; a negation counts as a word). An answer of small words only ("No.", "Not
+    now.") says nothing checkable word by word, so it must be said as it is, word for word."""
     have: set[str] = set()
     for s in spans:
         have.update(content_words(s.text))
-    return all(w in have for w in _claims(answer))
+    claims = _claims(answer)
+    if not [w for w in claims if w != "not"]:
+        mine = _lower_words(answer)
+        said_words = [w for s in spans for w in _lower_words(s.text)]
+        n = len(mine)
+        return not mine or any(said_words[i:i + n] == mine for i in range(len(said_words) - n + 1))
+    return all(w in have for w in claims)
 
 
 def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str] | None = None,
-              kind: str | None = None) -> bool:
-    """Of the kind asked, adding to the question, and said in the transcript."""
+              kind: str | None = None, places: set[str] | None = None) -> bool:
+    """Of the kind asked, adding to the question, said in the transcript, and where it is an
+    amount, the amount the question is about (:func:`bound`)."""
     if names is None:
         names = names_in(spans)
+    if places is None:
+        places = places_in(spans)
     kind = kind or question_kind(question)
-    return fits(kind, answer, names) and adds_to(answer, question) and said(answer, spans)
+    return (fits(kind, answer, names, places) and adds_to(answer, question)
+            and said(answer, spans) and bound(answer, question, spans, kind))
+
+
+# -- amounts: which number of the transcript the question is about -------------------------------
+
+_SEGMENT = re.compile(r"[,;:.?!]+|\s(?:and|but|or|while|whereas)\s", re.I)
+_AMOUNT_KINDS = frozenset({"count", "duration", "age", "distance", "time"})
+_HOW_MANY = re.compile(r"\b(?:how many|(?:what|which) number of)\s+((?:[A-Za-z'-]+\s+){0,2})",
+                       re.I)
+_UNIT_WORDS = 2
+
+
+def _segments(text: str) -> list[list[str]]:
+    """``text`` cut where one statement of an amount ends and another may begin (punctuation,
+    "and", "but"), each as lower-case words with number words merged into digits."""
+    return [numbers_as_digits([w.split("'")[0] for w in _WORD.findall(part.lower())])
+            for part in _SEGMENT.split(text) if part.strip()]
+
+
+def _unit(words: list[str], i: int) -> set[str]:
+    """The stems of the content words right after the number at ``words[i]`` (up to two,
+    up to the first small word): what it counts ("twelve *days*", "three long *days*";
+    "five of them" counts nothing named)."""
+    out = set()
+    for w in words[i + 1:i + 1 + _UNIT_WORDS]:
+        stems = content_words(w)
+        if not stems or stems[0].isdigit():
+            break
+        out.add(stems[0])
+    return out
+
+
+def _asked_noun(question: str) -> str | None:
+    """The stem of the thing a "how many X" question counts ("how many *days*", "what number
+    of *chickens*"), skipping a small word or an adjective before it; None for "how much"."""
+    m = _HOW_MANY.search(question)
+    if not m:
+        return None
+    for w in m.group(1).split():
+        stems = content_words(w)
+        if stems:
+            return stems[0]
+    return None
+
+
+def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = None) -> bool:
+    """Whether the numbers of an amount answer are the transcript's numbers that the question
+    is about, not another number of the same sentence.
+
+    A number is bound to what it counts (the words right after it) and to its statement (the
+    words around it up to a comma or an "and"). For "how many X" a number that counts
+    something else ("twelve *days*" for "how many children") is not an answer; among the rest,
+    only the numbers whose statement shares the most of the question's content words (the
+    counted noun counting twice; then their line's) answer it ("He paid three dollars for the
+    tram and forty dollars for the hotel": "How much did the tram cost?" → three). An answer
+    without a number
+    ("Twice.", "Saturday.") is not held to this."""
+    kind = kind or question_kind(question)
+    if kind not in _AMOUNT_KINDS:
+        return True
+    mine = {w for w in content_words(answer) if w.isdigit()}
+    if not mine:
+        return True
+    asked = _asked_noun(question) if kind == "count" else None
+    meta = set(content_words(" ".join(_META)))
+    qwords = set(content_words(question)) - meta
+    best, winners = (0, 0), set()
+    for s in spans:
+        line = set(content_words(s.text))
+        for seg in _segments(s.text):
+            words = set(content_words(" ".join(seg)))
+            for i, w in enumerate(seg):
+                if not w.isdigit():
+                    continue
+                unit = _unit(seg, i)
+                if asked and unit and asked not in unit:
+                    continue  # counts something else
+                # its statement first, then its line ("In 1998, the barn burned down")
+                score = (len(qwords & words) + (asked in unit if asked else 0),
+                         len(qwords & line))
+                if score > best:
+                    best, winners = score, {w}
+                elif score == best:
+                    winners.add(w)
+    if best == (0, 0):
+        return not (asked or qwords)
+    return bool(mine & winners)
 
 
 # Sentence ends (not a title's full stop: "Mr. John Dashwood") and line breaks.

@@ -31,26 +31,123 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
 NUMBER_WORDS = {w: str(i) for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
+    "fifteen sixteen seventeen eighteen nineteen".split())}
+NUMBER_WORDS.update({w: str(10 * i) for i, w in enumerate(
+    "twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)})
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
+
+# Common irregular verb forms → the base form, so that "paid" in an answer meets "pay" in the
+# transcript and "went" in a question meets "go" in an answer (a restatement in other tenses
+# is still a restatement; a word said in another tense is still said). Regular inflections are
+# :func:`_stem`'s.
+IRREGULAR = {form: base for base, forms in (
+    ("be", "am is are was were been being"), ("have", "has had having"),
+    ("do", "does did done doing"), ("go", "goes went gone going"),
+    ("say", "says said"), ("make", "made"), ("take", "took taken"), ("come", "came"),
+    ("see", "saw seen"), ("give", "gave given"), ("get", "got gotten"), ("pay", "paid"),
+    ("buy", "bought"), ("bring", "brought"), ("think", "thought"), ("tell", "told"),
+    ("find", "found"), ("leave", "left"), ("keep", "kept"), ("feel", "felt"),
+    ("meet", "met"), ("sell", "sold"), ("send", "sent"), ("spend", "spent"),
+    ("build", "built"), ("hold", "held"), ("stand", "stood"), ("sit", "sat"),
+    ("lose", "lost"), ("win", "won"), ("run", "ran"), ("eat", "ate eaten"),
+    ("drink", "drank drunk"), ("write", "wrote written"), ("speak", "spoke spoken"),
+    ("know", "knew known"), ("grow", "grew grown"), ("throw", "threw thrown"),
+    ("fly", "flew flown"), ("draw", "drew drawn"), ("drive", "drove driven"),
+    ("ride", "rode ridden"), ("rise", "rose risen"), ("choose", "chose chosen"),
+    ("break", "broke broken"), ("wake", "woke woken"), ("wear", "wore worn"),
+    ("tear", "tore torn"), ("begin", "began begun"), ("sing", "sang sung"),
+    ("swim", "swam swum"), ("ring", "rang rung"), ("sink", "sank sunk"),
+    ("fall", "fell fallen"), ("forget", "forgot forgotten"), ("hide", "hid hidden"),
+    ("bite", "bit bitten"), ("lead", "led"), ("feed", "fed"), ("read", "read"),
+    ("hear", "heard"), ("teach", "taught"), ("catch", "caught"), ("fight", "fought"),
+    ("seek", "sought"), ("sleep", "slept"), ("sweep", "swept"), ("weep", "wept"),
+    ("lend", "lent"), ("bend", "bent"), ("mean", "meant"), ("deal", "dealt"),
+    ("lay", "laid"), ("lie", "lay lain"), ("stick", "stuck"), ("strike", "struck"),
+    ("swing", "swung"), ("hang", "hung"), ("dig", "dug"), ("shine", "shone"),
+    ("shoot", "shot"), ("slide", "slid"), ("light", "lit"), ("burn", "burnt"),
+    ("learn", "learnt"), ("dream", "dreamt"), ("become", "became"), ("understand", "understood"),
+    ("child", "children"), ("man", "men"), ("woman", "women"), ("person", "people"),
+    ("foot", "feet"), ("tooth", "teeth"), ("mouse", "mice"),
+) for form in forms.split()}
 
 
-def content_words(text: str) -> list[str]:
-    """Lower-cased words without stop words, lightly stemmed (plural and -ing/-ed endings), so
-    that "fetched" in a question meets "fetch" in the transcript; numbers as digits (Whisper
-    writes "8 of spades" where a question says "the eight")."""
-    out = []
-    for w in _WORD.findall(text.lower()):
-        w = w.split("'")[0]
-        if w in _STOPWORDS or not w:
+def numbers_as_digits(words: list[str]) -> list[str]:
+    """Runs of number words as one number in digits ("twenty two" → "22", "three hundred and
+    five" → "305", "forty" → "40", "5 hundred" → "500"); other words as they are. Whisper
+    writes digits where a question or an answer may spell the number out, and the other way
+    round."""
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        if words[i] not in NUMBER_WORDS and words[i] not in _SCALES:
+            out.append(words[i])
+            i += 1
             continue
-        out.append(NUMBER_WORDS.get(w) or _stem(w))
+        total = 0
+        current = int(out.pop()) if words[i] in _SCALES and out[-1:] and out[-1].isdigit() \
+            else 0
+        j = i
+        while j < len(words):
+            x = words[j]
+            if x in NUMBER_WORDS:
+                v = int(NUMBER_WORDS[x])
+                if current % 100 == 0 or (current % 100 >= 20 and current % 10 == 0 and v < 10):
+                    current += v  # "twenty two", "hundred and five"
+                else:
+                    break  # "two three": two numbers
+            elif x in _SCALES:
+                current = max(current, 1) * _SCALES[x]
+                if _SCALES[x] >= 1000:
+                    total, current = total + current, 0
+            elif not (x == "and" and current and current % 100 == 0
+                      and j + 1 < len(words) and words[j + 1] in NUMBER_WORDS):
+                break
+            j += 1
+        out.append(str(total + current))
+        i = j
     return out
 
 
+def content_words(text: str) -> list[str]:
+    """Lower-cased words without stop words, lightly stemmed (plural and -ing/-ed endings, common
+    irregular forms), so that "fetched" in a question meets "fetch" in the transcript and "paid"
+    meets "pay"; numbers as digits (Whisper writes "8 of spades" where a question says "the
+    eight", "40" where a speaker said "forty"). A negation ("not", "never", "n't") is kept as
+    ``not``: an answer that adds one says something the speaker did not."""
+    words = []
+    for w in _WORD.findall(text.lower().replace("\u2019", "'")):
+        if w.endswith("n't"):
+            words += [w[:-3] if w[:-3] not in ("ca", "wo") else {"ca": "can", "wo": "will"}[
+                w[:-3]], "not"]
+        else:
+            words.append(w.split("'")[0])
+    out = []
+    for w in numbers_as_digits(words):
+        if w in _NEGATIONS:
+            out.append("not")
+        elif w and w not in _STOPWORDS:
+            out.append(w if w.isdigit() else _stem(w))
+    return out
+
+
+_NEGATIONS = frozenset("not no never nor none nothing nobody".split())
+
+
 def _stem(w: str) -> str:
+    """A light stem: irregular forms to their base, then -ies/-ied to -y, -es/-s, -ing, -ed
+    removed, a doubled final consonant undoubled and a final -e dropped (so "moved", "moves",
+    "moving" and "move" all meet, and "stopped" meets "stop")."""
+    w = IRREGULAR.get(w, w)
+    if len(w) > 4 and w.endswith(("ies", "ied")):
+        return w[:-3] + "y"
     for suffix in ("ing", "ed", "es", "s"):
-        if len(w) > len(suffix) + 2 and w.endswith(suffix):
-            return w[: -len(suffix)]
+        if len(w) > len(suffix) + 2 and w.endswith(suffix) and not w.endswith("ss"):
+            w = w[: -len(suffix)]
+            if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiouls":
+                w = w[:-1]
+            break
+    if len(w) > 3 and w.endswith("e"):
+        w = w[:-1]
     return w
 
 
@@ -219,5 +316,5 @@ def grounded(answer: str, spans: Sequence[Span], question: str = "") -> bool:
     for s in spans:
         have.update(content_words(s.text))
     have.update(content_words(question))
-    words = content_words(answer)
+    words = [w for w in content_words(answer) if w != "not"]  # (a reply "No." stands)
     return all(w in have for w in words)
