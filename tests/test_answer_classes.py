@@ -123,6 +123,21 @@ def test_an_amount_is_the_one_bound_to_what_is_asked(spans, question, right, wro
         assert not qualifies(answer, question, spans), answer
 
 
+def test_a_count_of_something_never_mentioned_is_not_said():
+    train = lines("The train to Glasgow leaves at seven fifteen from platform four.")
+    for answer in ("Four.", "Seven.", "Fifteen."):
+        assert not qualifies(answer, "How many passengers are on the train?", train), answer
+    assert qualifies("Four.", "Which platform number?", train)
+
+
+def test_a_time_is_not_a_place():
+    letter = lines("I arrived in Paris on Tuesday evening.", "Then I went to Rome.")
+    names, places = names_in(letter), places_in(letter)
+    assert not fits("place", "On Tuesday evening.", names, places)
+    assert not fits("place", "In the morning.", names, places)
+    assert fits("place", "To Rome.", names, places) and fits("place", "In Paris.", names, places)
+
+
 def test_a_duration_has_a_unit_and_a_count_a_number():
     names = names_in(PIER)
     assert fits("duration", "For a long time.", names) and fits("duration", "An hour.", names)
@@ -185,6 +200,8 @@ def test_the_subject_before_the_questions_words_is_a_candidate():
     assert "The old fisherman." in {c.text for c in candidates(PIER, "Who waited on the pier?")}
     assert "The barn." in {c.text for c in candidates(FARM, "What burned down?")}
     assert "At dawn." in {c.text for c in candidates(PIER, "When did the son row out?")}
+    garden = lines("Last year my grandmother planted forty tulips along the fence.")
+    assert "My grandmother." in {c.text for c in candidates(garden, "Who planted the tulips?")}
     # one shared word is not what the question says of someone
     assert "My uncle." not in {c.text for c in candidates(TRIP, "Who is Robert's wife?")}
 
@@ -251,6 +268,10 @@ ASKED = [
     (PIER, "How long did the fisherman wait?", ("long time",)),
     (PIER, "What did they talk about?", ("storm",)),
     (AUSTEN, "How much money did Dashwood have?", None),
+    (lines("The train to Glasgow leaves at seven fifteen from platform four."),
+     "How many passengers are on the train?", None),
+    (lines("Last year my grandmother planted forty tulips along the fence."),
+     "Who planted the tulips?", ("grandmother",)),
 ]
 
 

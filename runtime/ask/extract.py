@@ -471,6 +471,7 @@ def _leading(words: Sequence[TranscriptWord], question: str,
     only small words and a wh-word before them in the question. The longest two."""
     q = [t for t in _TOKEN.findall(question) if _norm(t)]
     norms = [_norm(t) for t in q]
+    clauses = _runs(words, _CLAUSE_END)
     out = []
     for i, j, m in _question_runs(words, norms):
         if i > 0 and j > 0 and words[i - 1].norm == norms[j - 1]:
@@ -478,7 +479,12 @@ def _leading(words: Sequence[TranscriptWord], question: str,
         head = [_bare(t) for t in q[:j]]
         if not any(h in _WH for h in head) or content_words(" ".join(q[:j])):
             continue
-        if m >= 2:  # (one word of "Robert's wife" is not what the question says of someone)
+        # one word of the question is not what it says of someone ("Robert" of "Who is
+        # Robert's wife?") unless another of its content words is in the same clause
+        # ("Who planted the tulips?" over "my grandmother planted forty tulips")
+        c0, c1 = clauses[_containing(clauses, i)]
+        shared = {w.norm for w in words[c0:c1]} & qcontent
+        if m >= 2 or len(shared) >= 2:
             out.append((m, i))
     out.sort(key=lambda x: (-x[0], x[1]))
     return [i for _m, i in out[:2]]

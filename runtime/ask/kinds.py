@@ -248,6 +248,10 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
     if kind == "time":
         return has_number or any(w in _TIME for w in words)
     if kind == "place":
+        if content_words(answer) and all(w in _TIME or _is_number(w)
+                                         for w in _lower_words(answer)
+                                         if content_words(w)):
+            return False  # "On Tuesday evening." is when, not where
         return any(w in _PLACE_WORDS or w in names for w in words)
     return True
 
@@ -289,6 +293,7 @@ def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str]
     kind = kind or question_kind(question)
     return (fits(kind, answer, names, places) and adds_to(answer, question)
             and said(answer, spans) and bound(answer, question, spans, kind))
+
 
 
 # -- amounts: which number of the transcript the question is about -------------------------------
@@ -354,6 +359,8 @@ def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = 
     asked = _asked_noun(question) if kind == "count" else None
     meta = set(content_words(" ".join(_META)))
     qwords = set(content_words(question)) - meta
+    if asked and not any(asked in content_words(s.text) for s in spans):
+        return False  # "how many passengers" where no passenger is mentioned: not said
     best, winners = (0, 0), set()
     for s in spans:
         line = set(content_words(s.text))
