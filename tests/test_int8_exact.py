@@ -182,3 +182,11 @@ def _twin_of(model):
         twin, external = _twin(path)
     assert twin is not None
     return twin, external
+
+
+def test_stats_say_which_int8_products_ran() -> None:
+    from as2d.runtime.int8_exact import mode
+    from as2d.runtime.transcribe.stats import RunStats
+
+    summary = RunStats("clip.wav", "as2d", "base-int8", "tiny.en-int8").summary()
+    assert summary["int8_products"] == mode() == ("u8u8" if u8s8_saturates() else "u8s8")
