@@ -159,20 +159,19 @@ def _twin(path: Path):
             continue  # a computed zero point: leave the product as it is
         key = f"{b.name}|{zero_name}"
         if key not in made:
-            b_u8 = f"{b.name}.u8"
+            b_u8 = f"{b.name}.u8.{len(made)}"
             graph.initializer.append(numpy_helper.from_array(
                 (numpy_helper.to_array(b).astype(np.int16) + 128).astype(np.uint8), b_u8))
             if zero is not None:
                 z = (numpy_helper.to_array(zero).astype(np.int16) + 128).astype(np.uint8)
             else:
                 z = np.full(_columns(node, inits), 128, np.uint8)
-            z_name = f"{b.name}.u8_zero"
-            graph.initializer.append(numpy_helper.from_array(z, z_name))
+            graph.initializer.append(numpy_helper.from_array(z, f"{b_u8}.zero"))
             made[key] = b_u8
         node.input[b_index] = made[key]
         while len(node.input) <= zero_index:
             node.input.append("")
-        node.input[zero_index] = f"{b.name}.u8_zero"
+        node.input[zero_index] = f"{made[key]}.zero"
         changed = True
     if not changed:
         return None, external
