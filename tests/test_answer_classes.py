@@ -229,6 +229,38 @@ def test_besides_x_asks_for_the_item_listed_with_x(spans, question, thing):
     assert thing in pinned and "Six cows." not in pinned
 
 
+@pytest.mark.parametrize("spans,question,thing", [
+    (lines("First melt fifty grams of butter in a small pan."), "What kind of pan is used?",
+     "Small."),
+    (AUSTEN, "What kind of woman could he have married?", "Amiable."),
+    (AUSTEN, "What kind of young man was he not?", "Ill-disposed."),
+])
+def test_what_kind_of_x_asks_for_what_is_said_of_x(spans, question, thing):
+    pinned = {c.text for c in objects(candidates(spans, question))}
+    assert thing in pinned and "First." not in pinned
+
+
+def test_the_subject_of_the_questions_verb_is_who_did_it():
+    caves = lines("My brother Tom and I explored the caves near Granada in June.",
+                  "The guide told us the deepest cave is two hundred meters long.")
+    found = candidates(caves, "Who told them about the deepest cave?")
+    subjects = {c.text for c in found if c.origin == "before"}
+    assert "The guide." in subjects and "Tom." not in subjects
+    storm = lines("The storm lasted three days.",
+                  "The mayor said that the new sea wall had saved the town.")
+    found = candidates(storm, "Who said the sea wall saved the town?")
+    assert "The mayor." in {c.text for c in found if c.origin == "before"}
+
+
+def test_an_amount_stated_of_something_else_is_not_bound():
+    museum = lines("On Sundays the doors open at ten, and entry is free for children.")
+    assert not qualifies("Ten.", "How much does entry cost for adults?", museum)
+    barn = lines("In 1998, the barn burned down.")
+    assert qualifies("1998.", "In what year did the barn burn down?", barn)
+    cave = lines("The guide told us the deepest cave is two hundred meters long.")
+    assert qualifies("Two hundred meters.", "How long is the deepest cave?", cave)
+
+
 def test_a_phrase_is_not_cut_before_its_head():
     texts = {c.text for c in candidates(AUSTEN, "What might he have been made?")}
     assert "Still." not in texts and "He might." not in texts
@@ -272,6 +304,11 @@ ASKED = [
      "How many passengers are on the train?", None),
     (lines("Last year my grandmother planted forty tulips along the fence."),
      "Who planted the tulips?", ("grandmother",)),
+    (lines("My brother Tom and I explored the caves near Granada in June.",
+           "The guide told us the deepest cave is two hundred meters long."),
+     "Who told them about the deepest cave?", ("guide",)),
+    (lines("First melt fifty grams of butter in a small pan."), "What kind of pan is used?",
+     ("small",)),
 ]
 
 

@@ -339,7 +339,11 @@ class Answerer:
         it (21/31); so the generated answer is given only when no candidate was found."""
         if not scored:
             return None
-        pinned = objects(scored)  # a question ending on its preposition asks for its object
+        # a question ending on its preposition asks for its object, "besides X" for the item
+        # listed with X, "what kind of X" for what is said of X; "who did it" for the subject
+        # the transcript gives the question's words, when that is a person
+        pinned = objects(scored) or [c for c in scored if c.origin == "before"
+                                     and question_kind(question) == "who"]
         return pinned[0] if pinned else scored[0]
 
     def locate(self, spans: Sequence[Span], question: str, collector: AnswerStatsCollector,

@@ -212,7 +212,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
 
     def add(a: int, b: int, origin: str) -> None:
         # Cut back to where a phrase can end: never before its object ("He painted the").
-        bounded = (a, b) in whole or origin in ("gap", "before", "name")
+        bounded = (a, b) in whole or origin in ("gap", "before", "name", "kind")
         while b > a and not _closed(words, b, bounded):
             b -= 1
         if a >= b:
@@ -278,7 +278,11 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     for i in _leading(words, question, qcontent):
         c = clauses[_containing(clauses, i)][0]
         for j in range(max(c, i - max_words // 2 - 1), i):
-            add(j, i, "before")
+            # only what the question lacks: "Mr. John Dashwood *had then*" holds the
+            # question's own "had"; the subject is among the shorter ones, or a name
+            if not any(w.norm in qnorms and _bare(w.text) not in _DETERMINERS
+                       for w in words[j:i]):
+                add(j, i, "before")
     # 2. The clauses and sentences of the spans most related to the question. (When none
     #    shares a word with it, taking every span of a short transcript instead fixed a
     #    misheard name on the test split but lost a card on dev: 27 -> 26/31; not kept.)
@@ -336,6 +340,18 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
             add(i, e, "object")
             if before:
                 out[text.lower()].origin = "object"
+    # 7. "What kind of X?" asks for what the transcript says of X: the words before X in its
+    #    phrase ("a *small* pan", "a more *amiable* woman"), marked as well.
+    for a, b in _kind_of(words, question):
+        for i in range(a, b):
+            # the words alone (they end where the question's X starts), then with X (cut
+            # back where X's phrase goes on: "ill-disposed | young man")
+            for e, origin in ((b, "kind"), (b + 1, "object")):
+                text = as_answer(words[i:e])
+                before = text.lower() in out
+                add(i, e, origin)
+                if before:
+                    out[text.lower()].origin = origin
     stranded = _STRANDED.search(question)
     if stranded:
         for k in _object_at(words, stranded.group(1).lower(), qnorms):
@@ -411,10 +427,42 @@ def _beside(words: Sequence[TranscriptWord], question: str,
     return out
 
 
+_KIND_OF = re.compile(r"\b(?:what|which)\s+(?:kind|sort|type|colou?r|size)s?\s+of\s+"
+                      r"(?:an?\s+|the\s+)?([A-Za-z'-]+)", re.I)
+
+
+def _kind_of(words: Sequence[TranscriptWord], question: str,
+             max_words: int = 3) -> list[tuple[int, int]]:
+    """``(start, at)``: for "What kind of X ...?", the words that lead up to X where the
+    transcript says X (at most ``max_words``, within its clause, after a determiner)."""
+    m = _KIND_OF.search(question)
+    if not m:
+        return []
+    noun = _norm(m.group(1))
+    clauses = _runs(words, _CLAUSE_END)
+    out = []
+    for k, w in enumerate(words):
+        if w.norm != noun or k == 0:
+            continue
+        c0 = clauses[_containing(clauses, k)][0]
+        a = k
+        while a > max(c0, k - max_words) and not _CLAUSE_END.search(words[a - 1].text) \
+                and _bare(words[a - 1].text) not in _DETERMINERS:
+            a -= 1
+        if a < k:
+            out.append((a, k))
+    return out
+
+
+_DETERMINERS = frozenset("a an the this that these those his her their its my your our some "
+                         "any every each no".split())
+
+
 def objects(found: Sequence[Candidate]) -> list[Candidate]:
-    """The candidates that are the object of the preposition a question ends on, when there
-    are any: the answer is one of them (not the line's other phrases)."""
-    return [c for c in found if c.origin == "object"]
+    """The candidates that are the object of the preposition a question ends on, the item
+    listed with X ("besides X") or what is said of X ("what kind of X"), when there are any:
+    the answer is one of them (not the line's other phrases)."""
+    return [c for c in found if c.origin in ("object", "kind")]
 
 
 _TITLE = re.compile(r"(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof)\.$")
@@ -484,10 +532,10 @@ def _leading(words: Sequence[TranscriptWord], question: str,
         # ("Who planted the tulips?" over "my grandmother planted forty tulips")
         c0, c1 = clauses[_containing(clauses, i)]
         shared = {w.norm for w in words[c0:c1]} & qcontent
-        if m >= 2 or len(shared) >= 2:
-            out.append((m, i))
-    out.sort(key=lambda x: (-x[0], x[1]))
-    return [i for _m, i in out[:2]]
+        if m >= 2 or (len(shared) >= 2 and _bare(words[i].text) not in _OPEN):
+            out.append((j, -m, i))
+    out.sort()  # the run nearest the wh-word first ("Who | said ..."), then the longest
+    return [i for _j, _m, i in out[:2]]
 _POSITION = re.compile(r"\b(first|begin\w*|start\w*|opening|last|end\w*|final\w*|close\w*)\b",
                        re.I)
 _HOW_MANY_TIMES = re.compile(r"\bhow (?:many times|often)\b", re.I)

@@ -52,6 +52,10 @@ friends king queen prince princess lord duke captain officer soldier teacher stu
 servant people person speaker narrator author writer everyone nobody somebody someone one
 colonel general priest judge nurse neighbour neighbor stranger guest host owner driver
 creature creatures being beings soul souls god gods spirit spirits crowd audience
+guide guides chef cook pilot clerk thief chief guard coach maid monk nun poet pope saint scout
+bride groom hero heroine heir crew staff team police agent pupil tenant client patient guest
+citizen resident expert youth elder elders child's folk folks human humans mayor chairman
+boss chief mate partner lover enemy ally kid kids
 """.split())
 
 _TIME = frozenset("""
@@ -239,8 +243,8 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
             or _is_person(words[-1])
     if kind == "count":
         return has_number or any(w in _COUNT_WORDS for w in words)
-    if kind == "duration":
-        return any(w in _DURATION for w in words)
+    if kind == "duration":  # (or a length: "How long is the cave?")
+        return any(w in _DURATION or w in _DISTANCE for w in words)
     if kind == "age":
         return has_number or any(w in _DURATION or w in _AGE for w in words)
     if kind == "distance":
@@ -372,9 +376,12 @@ def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = 
                 unit = _unit(seg, i)
                 if asked and unit and asked not in unit:
                     continue  # counts something else
-                # its statement first, then its line ("In 1998, the barn burned down")
+                # its statement first; a bare "In 1998," also takes its line's ("In 1998,
+                # the barn burned down"), a statement of its own does not ("the doors open
+                # at ten, and entry is free")
+                bare = not (words - {w} - unit)
                 score = (len(qwords & words) + (asked in unit if asked else 0),
-                         len(qwords & line))
+                         len(qwords & line) if bare else 0)
                 if score > best:
                     best, winners = score, {w}
                 elif score == best:
