@@ -10,6 +10,7 @@ computed on demand so memory stays bounded.
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
 
 import numpy as np
@@ -99,13 +100,16 @@ class LogMel:
         # Frames holding the audio (whisper's "content frames").
         self.n_frames = len(self.samples) // HOP
         self._cache: np.ndarray | None = None
+        self._recent: dict[int, np.ndarray] = {}  # lazily computed chunks, the last two
+        self._recent_lock = threading.Lock()  # the drafter's and the target's threads read
         # Frames past the content still see its tail; include them in the maximum. The STFT
-        # runs a window at a time either way (its float64 temporaries are ~80× the size of
-        # the result), so memory stays bounded for any length; each frame is computed on its
-        # own, so the chunking does not change a bit.
+        # runs a chunk of N_FRAMES at a time either way (its float64 temporaries are ~80× the
+        # size of the result), so memory stays bounded for any length. The chunks sit on one
+        # fixed grid, here and when frames are computed lazily (:meth:`frames`): a frame's
+        # bits may depend on where it falls in a batched FFT or matrix product (SIMD tails of
+        # numpy's and the BLAS's kernels), so every path computes it in the same chunk.
         stop = self.n_frames + 3
-        chunks = (log_mel_frames(self.samples, s, min(s + N_FRAMES, stop), n_mels)
-                  for s in range(0, stop, N_FRAMES))
+        chunks = (self._chunk(k) for k in range(0, -(-stop // N_FRAMES)))
         if self.n_frames <= _CACHE_FRAMES:
             full = np.concatenate(list(chunks), axis=1)
             self._floor = float(full.max()) - 8.0
@@ -125,6 +129,13 @@ class LogMel:
             others[n_mels] = LogMel(self.samples, n_mels)
         return others[n_mels]
 
+    def _chunk(self, k: int) -> np.ndarray:
+        """Unnormalised frames of grid chunk ``k``: ``k·N_FRAMES`` up to the next chunk or the
+        end (content frames and the three after them)."""
+        lo = k * N_FRAMES
+        return log_mel_frames(self.samples, lo, min(lo + N_FRAMES, self.n_frames + 3),
+                              self.n_mels)
+
     def _normalise(self, logspec: np.ndarray) -> np.ndarray:
         return ((np.maximum(logspec, self._floor) + 4.0) / 4.0).astype(np.float32)
 
@@ -138,7 +149,22 @@ class LogMel:
         start = min(start, stop)
         if self._cache is not None:
             return self._cache[:, start:stop]
-        return self._normalise(log_mel_frames(self.samples, start, stop, self.n_mels))
+        if stop <= start:
+            return np.zeros((self.n_mels, 0), np.float32)
+        parts = []
+        for k in range(start // N_FRAMES, (stop - 1) // N_FRAMES + 1):
+            with self._recent_lock:
+                chunk = self._recent.get(k)
+            if chunk is None:
+                chunk = self._chunk(k)
+                with self._recent_lock:
+                    self._recent[k] = chunk
+                    while len(self._recent) > 2:
+                        self._recent.pop(next(iter(self._recent)))
+            parts.append(chunk)
+        lo = start // N_FRAMES * N_FRAMES
+        block = parts[0] if len(parts) == 1 else np.concatenate(parts, axis=1)
+        return self._normalise(block[:, start - lo:stop - lo])
 
     def window(self, start: int, n_frames: int = N_FRAMES, pad_to: int = N_FRAMES) -> np.ndarray:
         """``[1, n_mels, pad_to]``: frames from ``start``, zero-padded as whisper's pad_or_trim."""
