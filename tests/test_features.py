@@ -107,3 +107,23 @@ def test_lazy_log_mel_works_on_a_memmap_without_reading_it_all(audios, monkeypat
     assert lazy._cache is None
     assert np.shares_memory(lazy.samples, ro), "LogMel must read the memmap, not a copy"
     np.testing.assert_array_equal(lazy.window(2222), LogMel(samples, 80).window(2222))
+
+
+def test_a_frame_is_the_same_whatever_batch_computes_it(audios):
+    """A frame's bits must not depend on the other frames computed with it (nor on a BLAS
+    thread count: the mel product is summed bin by bin, not by a BLAS), so that a lazily read
+    long file, a Ray worker and the in-memory path all feed the encoder the same input."""
+    from as2d.runtime.whisper.features import log_mel_frames, mel_filters
+
+    samples = _long_signal(audios, 40)
+    full = log_mel_frames(samples, 0, 3000, 80)
+    for lo, hi in ((0, 1), (1, 2), (1234, 1500), (7, 2999), (2999, 3000)):
+        np.testing.assert_array_equal(log_mel_frames(samples, lo, hi, 80), full[:, lo:hi],
+                                      err_msg=f"frames {lo}..{hi}")
+    # Still the filters' product, to float32 rounding.
+    frames = np.lib.stride_tricks.sliding_window_view(
+        np.concatenate([samples[1:201][::-1], samples[:160 * 99 + 200]]), 400)[::160]
+    spec = np.fft.rfft(frames * features._window(), axis=-1)
+    power = (spec.real ** 2 + spec.imag ** 2).astype(np.float32)
+    ref = np.log10(np.maximum(mel_filters(80).astype(np.float64) @ power.T, 1e-10))
+    np.testing.assert_allclose(full[:, :100], ref, atol=1e-5)

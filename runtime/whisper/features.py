@@ -56,6 +56,31 @@ def mel_filters(n_mels: int, sr: int = SAMPLE_RATE, n_fft: int = N_FFT) -> np.nd
     return weights.astype(np.float32)
 
 
+@lru_cache(maxsize=4)
+def _bands(n_mels: int) -> tuple[tuple[int, np.ndarray], ...]:
+    """Each filter's nonzero FFT bins: (first bin, its weights as float32 scalars)."""
+    out = []
+    for row in mel_filters(n_mels):
+        nz = np.flatnonzero(row)
+        lo, hi = (int(nz[0]), int(nz[-1]) + 1) if nz.size else (0, 0)
+        out.append((lo, row[lo:hi].copy()))
+    return tuple(out)
+
+
+def _mel_product(power_t: np.ndarray, n_mels: int) -> np.ndarray:
+    """``mel_filters(n_mels) @ power_t`` (``power_t`` [bins, frames]), every frame summed bin by
+    bin in one fixed order. A BLAS product's bits depend on its thread count and on where a
+    frame falls among the columns (measured on an AVX2 CPU: ``OMP_NUM_THREADS=1`` changed a
+    transcript's log-probabilities), and a frame must be the same whoever computes it: a Ray
+    worker, a lazily read long file, the in-memory path."""
+    out = np.zeros((n_mels, power_t.shape[1]), np.float32)
+    for m, (lo, w) in enumerate(_bands(n_mels)):
+        acc = out[m]
+        for j, wj in enumerate(w):
+            acc += power_t[lo + j] * wj
+    return out
+
+
 @lru_cache(maxsize=1)
 def _window() -> np.ndarray:
     n = np.arange(N_FFT)
@@ -87,7 +112,7 @@ def log_mel_frames(samples: np.ndarray, start: int, stop: int, n_mels: int) -> n
     frames = np.lib.stride_tricks.sliding_window_view(sig, N_FFT)[::HOP]
     spec = np.fft.rfft(frames * _window(), axis=-1)
     power = (spec.real ** 2 + spec.imag ** 2).astype(np.float32)
-    mel = mel_filters(n_mels) @ power.T
+    mel = _mel_product(np.ascontiguousarray(power.T), n_mels)
     return np.log10(np.maximum(mel, 1e-10))
 
 
