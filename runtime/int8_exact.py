@@ -19,10 +19,11 @@ losslessness rests on that, and the row check in :mod:`as2d.runtime.rows` still 
 is loaded). The u8u8 kernel is slower than the saturating one (measured there: 1.1–2× a
 product); correct first.
 
-A twin is written once per graph into the user cache (never beside the bundle: graphs also sit
-in read-only and shared folders), named by the source's path, size and time, so a reconverted
-bundle gets a new one; a graph without int8 weight products gets a small marker instead, so
-that later loads need not read it again.
+A twin is written once per graph, beside it in the model's bundle (where the model's other
+caches live) or, for a graph elsewhere or in a read-only folder, in the user cache; its name
+holds the source's size and time (and in the cache its path), so a reconverted bundle gets a
+new one. A graph without int8 weight products gets a small marker instead, so that later
+loads need not read it again.
 """
 
 from __future__ import annotations
@@ -98,17 +99,16 @@ def mode() -> str:
 
 def exact_graph(path: str | Path) -> Path | bytes:
     """The graph to load for ``path``: itself where int8 products are exact here (or it has
-    none), else its u8u8 twin — a file in the user cache, or the serialised graph when no
-    folder can be written."""
+    none), else its u8u8 twin — a file beside it in an as2d bundle, else in the user cache,
+    or the serialised graph when no folder can be written."""
     path = Path(path)
     if not twins_wanted():
         return path
-    folder = _cache_folder()
     stat = path.stat()
-    tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     digest = hashlib.sha256(
         f"{stat.st_size}:{stat.st_mtime_ns}:{TWIN_VERSION}".encode()).hexdigest()[:12]
-    stem = f"{path.stem}-{tag}-{digest}"
+    folder, prefix = _place(path)
+    stem = f"{prefix}{digest}"
     if folder is not None:
         twin, same = folder / f"{stem}.onnx", folder / f"{stem}.same"
         if twin.exists():
@@ -122,8 +122,23 @@ def exact_graph(path: str | Path) -> Path | bytes:
         return path
     if folder is None or not _write_twin(model, folder, stem, external, path):
         return model.SerializeToString()
-    _prune(folder, f"{path.stem}-{tag}-", keep=stem)
+    _prune(folder, prefix, keep=stem)
     return folder / f"{stem}.onnx"
+
+
+def _place(path: Path) -> tuple[Path | None, str]:
+    """Where ``path``'s twin lives and the start of its name (then the source's digest): beside
+    it in a writable as2d bundle (a folder with a manifest: models are kept together, and a
+    removed or reconverted bundle takes its twins with it), else in the user cache, named by
+    the source's path too (never beside a graph in someone else's folder, a package's say)."""
+    folder = path.parent
+    if (folder / "manifest.json").is_file() and os.access(folder, os.W_OK | os.X_OK):
+        return folder, f"{path.stem}.u8u8-"
+    cache = _cache_folder()
+    if cache is None:
+        return None, ""
+    tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    return cache, f"{path.stem}-{tag}-"
 
 
 def _twin(path: Path):
@@ -263,9 +278,8 @@ def _write_twin(model, folder: Path, stem: str, external: bool, source: Path) ->
         with tempfile.TemporaryDirectory(dir=folder, prefix=".twin-") as tmp:
             name = f"{stem}.onnx"
             if external:
-                onnx.save_model(model, str(Path(tmp) / name), save_as_external_data=True,
-                                all_tensors_to_one_file=True, location=f"{name}.data",
-                                size_threshold=1024)
+                _move_weights_out(model, Path(tmp) / f"{name}.data", f"{name}.data")
+                onnx.save_model(model, str(Path(tmp) / name))
                 os.replace(Path(tmp) / f"{name}.data", folder / f"{name}.data")
             else:
                 onnx.save_model(model, str(Path(tmp) / name))
@@ -273,6 +287,27 @@ def _write_twin(model, folder: Path, stem: str, external: bool, source: Path) ->
         return True
     except (OSError, ValueError):
         return False
+
+
+def _move_weights_out(model, data: Path, location: str, threshold: int = 1024) -> None:
+    """Every initializer of ``threshold`` bytes or more into the file ``data`` (named
+    ``location`` in the graph), at 64-byte aligned offsets. By hand: onnx's own helper asks
+    for a time-based UUID, which opens a network socket to read the machine's address."""
+    from onnx import TensorProto
+
+    with open(data, "wb") as f:
+        for t in model.graph.initializer:
+            if not t.HasField("raw_data") or len(t.raw_data) < threshold:
+                continue
+            offset = -(-f.tell() // 64) * 64
+            f.write(b"\0" * (offset - f.tell()))
+            f.write(t.raw_data)
+            for key, value in (("location", location), ("offset", str(offset)),
+                               ("length", str(len(t.raw_data)))):
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
+            t.data_location = TensorProto.EXTERNAL
+            t.ClearField("raw_data")
 
 
 def _write_text(path: Path, text: str) -> bool:

@@ -190,3 +190,19 @@ def test_stats_say_which_int8_products_ran() -> None:
 
     summary = RunStats("clip.wav", "as2d", "base-int8", "tiny.en-int8").summary()
     assert summary["int8_products"] == mode() == ("u8u8" if u8s8_saturates() else "u8s8")
+
+
+def test_a_bundles_twin_lives_in_the_bundle(tmp_path, monkeypatch) -> None:
+    """Beside the graph in an as2d bundle (its other caches live there, and a removed bundle
+    takes its twins along): a plain transcription writes nothing under HOME."""
+    monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
+    monkeypatch.setattr(int8_exact, "_cache_folder", lambda: pytest.fail("not the user cache"))
+    bundle = tmp_path / "base-int8"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text("{}")
+    a, w = _full_range(2, seed=4)
+    onnx.save_model(_graph("MatMulIntegerToFloat", w, np.ones(COLS, np.float32)),
+                    bundle / "decoder.onnx")
+    twin = exact_graph(bundle / "decoder.onnx")
+    assert twin.parent == bundle and twin.name.startswith("decoder.u8u8-")
+    assert exact_graph(bundle / "decoder.onnx") == twin
