@@ -32,11 +32,16 @@ import functools
 import hashlib
 import os
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-TWIN_VERSION = 1
+TWIN_VERSION = 2
+PRUNE_AFTER_S = 600.0  # an old twin goes only once it has not been touched for this long
 # op → (index of B, index of B's zero point) among its inputs
 _PRODUCTS = {"MatMulInteger": (1, 3), "MatMulIntegerToFloat": (1, 5),
              "DynamicQuantizeMatMul": (1, 3)}
@@ -47,7 +52,19 @@ _A_ZERO_POINT = {"MatMulInteger": 2, "MatMulIntegerToFloat": 4}
 @functools.cache
 def u8s8_saturates() -> bool:
     """Whether onnxruntime's uint8 × int8 product loses bits on this CPU, and the uint8 × uint8
-    one does not (then twins are worth loading). One small run of each, once per process."""
+    one does not (then twins are worth loading). One small run of each, once per process; a
+    probe that cannot run (an onnxruntime without these kernels) means no twins."""
+    try:
+        return _probe()
+    except Exception as exc:  # noqa: BLE001 - the graphs then run as they are
+        import warnings
+
+        warnings.warn(f"as2d: the int8 kernel probe failed ({exc}); int8 graphs run as they are",
+                      RuntimeWarning, stacklevel=2)
+        return False
+
+
+def _probe() -> bool:
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
@@ -97,6 +114,14 @@ def mode() -> str:
     return "u8u8" if twins_wanted() else "u8s8"
 
 
+_twinned = threading.Event()  # a twin was loaded in this process (for --stats)
+
+
+def twinned() -> bool:
+    """Whether this process loaded at least one twin (so ``--stats`` says so only then)."""
+    return _twinned.is_set()
+
+
 def exact_graph(path: str | Path) -> Path | bytes:
     """The graph to load for ``path``: itself where int8 products are exact here (or it has
     none), else its u8u8 twin — a file beside it in an as2d bundle, else in the user cache,
@@ -104,26 +129,73 @@ def exact_graph(path: str | Path) -> Path | bytes:
     path = Path(path)
     if not twins_wanted():
         return path
-    stat = path.stat()
-    digest = hashlib.sha256(
-        f"{stat.st_size}:{stat.st_mtime_ns}:{TWIN_VERSION}".encode()).hexdigest()[:12]
     folder, prefix = _place(path)
-    stem = f"{prefix}{digest}"
-    if folder is not None:
+    stem = f"{prefix}{_digest(path)}"
+    if folder is None:
+        model, _ = _twin(path)
+        return path if model is None else _serialised(model, path)
+    with _made_once(folder / f"{stem}.lock"):
         twin, same = folder / f"{stem}.onnx", folder / f"{stem}.same"
         if twin.exists():
+            _twinned.set()
             return twin
         if same.exists():
             return path
-    model, external = _twin(path)
-    if model is None:
-        if folder is not None:
-            _write_text(folder / f"{stem}.same", str(path.resolve()))
-        return path
-    if folder is None or not _write_twin(model, folder, stem, external, path):
-        return model.SerializeToString()
+        model, external = _twin(path)
+        if model is None:
+            _write_text(same, str(path.resolve()))
+            return path
+        if not _write_twin(model, folder, stem, external, path):
+            return _serialised(model, path)
     _prune(folder, prefix, keep=stem)
-    return folder / f"{stem}.onnx"
+    _twinned.set()
+    return twin
+
+
+def _digest(path: Path) -> str:
+    """The source as a twin's name knows it: the size and time of the graph and of the weight
+    files beside it (``decoder.onnx.data``, ``model.onnx_data``), and the twin format."""
+    parts = [str(TWIN_VERSION)]
+    for f in sorted(path.parent.glob(f"{path.name}*")):
+        st = f.stat()
+        parts.append(f"{f.name}:{st.st_size}:{st.st_mtime_ns}")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()[:12]
+
+
+def _serialised(model, path: Path) -> bytes | Path:
+    """The twin in memory, when no folder could keep it; a graph too large for that (2 GB)
+    runs as it is, with a warning."""
+    try:
+        _twinned.set()
+        return model.SerializeToString()
+    except ValueError:
+        import warnings
+
+        warnings.warn(f"as2d: {path.name}: no folder to write its exact int8 twin and too large "
+                      "to hold in memory; it runs with this CPU's saturating int8 kernel",
+                      RuntimeWarning, stacklevel=3)
+        return path
+
+
+@contextmanager
+def _made_once(lock: Path) -> Iterator[None]:
+    """Between processes: one builds a twin while the others wait, then find it (N workers
+    starting at once must not each hold a large model's twin in memory)."""
+    try:
+        f = open(lock, "a+b")  # noqa: SIM115 - held for the with block
+    except OSError:
+        yield
+        return
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(f, fcntl.LOCK_EX)
+        except (ImportError, OSError):
+            pass
+        yield
+    finally:
+        f.close()
 
 
 def _place(path: Path) -> tuple[Path | None, str]:
@@ -141,22 +213,37 @@ def _place(path: Path) -> tuple[Path | None, str]:
     return cache, f"{path.stem}-{tag}-"
 
 
+def _graphs(graph) -> Iterator:
+    """``graph`` and every subgraph in it (the branches of ``If``, the bodies of ``Loop`` and
+    ``Scan``: a Hugging Face "merged" decoder keeps its products there)."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("g"):
+                yield from _graphs(a.g)
+            for g in a.graphs:
+                yield from _graphs(g)
+
+
 def _twin(path: Path):
     """The graph at ``path`` with every uint8 × int8 weight product made uint8 × uint8 (None
-    when it has none), and whether the source keeps its weights as external data."""
+    when it has none), and whether the source keeps its weights as external data. Weights
+    are read only when there is a product to change."""
     import onnx
     from onnx import TensorProto, numpy_helper
 
     model = onnx.load(str(path), load_external_data=False)
+    nodes = [n for g in _graphs(model.graph) for n in g.node]
+    if not any(n.op_type in _PRODUCTS for n in nodes):
+        return None, False
     external = any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
     if external:
         _load_external(model, path.parent)
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
-    unsigned = _uint8_values(graph, inits)
+    unsigned = _uint8_values(model.graph, inits)
     made: dict[str, str] = {}
-    changed = False
-    for node in graph.node:
+    for node in nodes:
         if node.op_type not in _PRODUCTS or node.domain not in ("", "com.microsoft"):
             continue
         b_index, zero_index = _PRODUCTS[node.op_type]
@@ -174,9 +261,7 @@ def _twin(path: Path):
             continue  # a computed zero point: leave the product as it is
         key = f"{b.name}|{zero_name}"
         if key not in made:
-            b_u8 = f"{b.name}.u8.{len(made)}"
-            graph.initializer.append(numpy_helper.from_array(
-                (numpy_helper.to_array(b).astype(np.int16) + 128).astype(np.uint8), b_u8))
+            b_u8 = _unsigned_copy(graph, b, f"{b.name}.u8.{len(made)}")
             if zero is not None:
                 z = (numpy_helper.to_array(zero).astype(np.int16) + 128).astype(np.uint8)
             else:
@@ -187,14 +272,54 @@ def _twin(path: Path):
         while len(node.input) <= zero_index:
             node.input.append("")
         node.input[zero_index] = f"{made[key]}.zero"
-        changed = True
-    if not changed:
+    if not made:
         return None, external
-    used = {name for node in graph.node for name in node.input}
+    _gathers_read_the_copy(model, inits, made)
+    used = {name for g in _graphs(graph) for n in g.node for name in n.input}
+    used |= {o.name for g in _graphs(graph) for o in g.output}
     keep = [t for t in graph.initializer if t.name in used]
     del graph.initializer[:]
     graph.initializer.extend(keep)
     return model, external
+
+
+def _unsigned_copy(graph, b, name: str) -> str:
+    """A uint8 copy of the int8 initializer ``b`` (each value + 128), named ``name``."""
+    from onnx import numpy_helper
+
+    graph.initializer.append(numpy_helper.from_array(
+        (numpy_helper.to_array(b).astype(np.int16) + 128).astype(np.uint8), name))
+    return name
+
+
+def _gathers_read_the_copy(model, inits: dict, made: dict[str, str]) -> None:
+    """A tied table is also read row by row (``Gather``: the decoder's input embedding). Those
+    readers take rows of the uint8 copy and subtract 128 again (exact), so the int8 table
+    need not be kept beside its copy."""
+    from onnx import TensorProto, helper
+
+    copies = {key.split("|", 1)[0]: name for key, name in made.items()}
+    added = []
+    for g in _graphs(model.graph):
+        for node in g.node:
+            if node.op_type != "Gather" or node.input[0] not in copies:
+                continue
+            table, out = node.input[0], node.output[0]
+            rows = f"{out}.u8"
+            node.input[0], node.output[0] = copies[table], rows
+            added.append((g, node, [
+                helper.make_node("Cast", [rows], [f"{rows}.i16"], to=TensorProto.INT16),
+                helper.make_node("Sub", [f"{rows}.i16", f"{copies[table]}.i16_128"],
+                                 [f"{rows}.signed"]),
+                helper.make_node("Cast", [f"{rows}.signed"], [out], to=TensorProto.INT8)]))
+    if not added:
+        return
+    for name in {n.input[1] for _, _, nodes in added for n in nodes if n.op_type == "Sub"}:
+        model.graph.initializer.append(helper.make_tensor(name, TensorProto.INT16, [], [128]))
+    for g, gather, nodes in added:
+        at = next(i for i, n in enumerate(g.node) if n is gather) + 1
+        for k, n in enumerate(nodes):
+            g.node.insert(at + k, n)
 
 
 def _load_external(model, folder: Path) -> None:
@@ -228,7 +353,7 @@ def _uint8_values(graph, inits: dict) -> set[str]:
 
     out = {n for n, t in inits.items() if t.data_type == TensorProto.UINT8}
     out |= {i.name for i in graph.input if i.type.tensor_type.elem_type == TensorProto.UINT8}
-    for node in graph.node:
+    for node in (n for g in _graphs(graph) for n in g.node):
         if node.op_type == "DynamicQuantizeLinear":
             out.add(node.output[0])
             out.add(node.output[2])
@@ -311,20 +436,28 @@ def _move_weights_out(model, data: Path, location: str, threshold: int = 1024) -
 
 
 def _write_text(path: Path, text: str) -> bool:
-    try:
-        path.write_text(text)
-        return True
-    except OSError:
-        return False
+    """Written whole or not at all (a pruner in another process may read it at any moment)."""
+    from as2d.runtime.files import write_replacing
+
+    return write_replacing(path, lambda tmp: tmp.write_text(text))
 
 
 def _prune(folder: Path, prefix: str, keep: str) -> None:
     """Twins of earlier versions of the same graph (a reconverted bundle) go, and twins and
     markers of graphs that are gone (a deleted model folder, a test's temporary one)."""
-    doomed = {old.name for old in folder.glob(f"{prefix}*") if not old.name.startswith(keep)}
+    now = time.time()
+
+    def settled(f: Path) -> bool:  # not just written: another process may be about to load it
+        try:
+            return now - f.stat().st_mtime > PRUNE_AFTER_S
+        except OSError:
+            return False
+
+    doomed = {old.name for old in folder.glob(f"{prefix}*")
+              if not old.name.startswith(keep) and settled(old)}
     for note in [*folder.glob("*.source"), *folder.glob("*.same")]:
         try:
-            gone = not Path(note.read_text()).exists()
+            gone = settled(note) and not Path(note.read_text()).exists()
         except OSError:
             continue
         if gone:

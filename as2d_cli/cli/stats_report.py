@@ -15,8 +15,7 @@ def print_stats(runs, stream) -> None:
                       + (f"  drafter={s['drafter']}" if s["drafter"] else "")
                       + f"  threads={s['threads']}"
                       + (f"  encoder={s['encoder']}" if s.get("encoder") else "")
-                      + ("  int8=exact twin (u8u8)" if s.get("int8_products") == "u8u8"
-                         else ""))
+                      + ("  int8=exact twins (u8u8)" if s.get("int8_twins") else ""))
         console.print(
             f"  audio {s['audio_seconds']:.2f} s  wall {s['wall_seconds']:.2f} s  "
             f"real-time factor {s['real_time_factor']:.1f}x  windows {s['windows']}")

@@ -19,7 +19,7 @@ from as2d.runtime.events import (
     WindowDone,
     WindowStats,
 )
-from as2d.runtime.int8_exact import mode as int8_mode
+from as2d.runtime.int8_exact import twinned as int8_twinned
 
 
 @dataclass
@@ -56,8 +56,8 @@ class RunStats:
             "drafter": self.drafter,
             "threads": self.threads,
             "encoder": self.encoder,
-            # "u8u8": int8 graphs ran as exact twins (this CPU's u8s8 kernel saturates)
-            "int8_products": int8_mode(),
+            # int8 graphs ran as exact twins (this CPU's u8s8 kernel saturates)
+            "int8_twins": int8_twinned(),
             "audio_seconds": round(self.audio_seconds, 3),
             "wall_seconds": round(self.wall_seconds, 3),
             "real_time_factor": round(self.audio_seconds / self.wall_seconds, 3)

@@ -130,9 +130,11 @@ class LogMel:
         # Frames past the content still see its tail; include them in the maximum. The STFT
         # runs a chunk of N_FRAMES at a time either way (its float64 temporaries are ~80× the
         # size of the result), so memory stays bounded for any length. The chunks sit on one
-        # fixed grid, here and when frames are computed lazily (:meth:`frames`): a frame's
-        # bits may depend on where it falls in a batched FFT or matrix product (SIMD tails of
-        # numpy's and the BLAS's kernels), so every path computes it in the same chunk.
+        # fixed grid, here and when frames are computed lazily (:meth:`frames`). Each frame is
+        # computed on its own (the mel product is summed bin by bin, not by a BLAS whose bits
+        # moved with the column's position on an AVX2 CPU), so the grid is a second guarantee:
+        # if a library's batched kernel ever made a frame depend on its neighbours, the lazy
+        # and in-memory paths would still agree bit for bit. Sequential reads hit the cache.
         stop = self.n_frames + 3
         chunks = (self._chunk(k) for k in range(0, -(-stop // N_FRAMES)))
         if self.n_frames <= _CACHE_FRAMES:
