@@ -284,8 +284,9 @@ class Answerer:
         if pick is not None:
             method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
-        elif o.check and fallback(text, question, spans, names, kind, found) is not None:
-            text = fallback(text, question, spans, names, kind, found)
+        elif o.check and (own := fallback(text, question, spans, names, kind,
+                                          found)) is not None:
+            text = own
             used = evidence(text, plan.spans) or plan.focus[:1]
         elif o.check:
             # Not of the kind asked, a restatement, or words the speaker never said: no
@@ -379,7 +380,7 @@ def fallback(generated: str, question: str, spans: Sequence[Span], names: set[st
     if text is None or kind != "who":
         return text
     people = {w for c in found if c.origin in ("name", "before") for w in content_words(c.text)}
-    if found and not people & set(content_words(text)):
+    if people and not people & set(content_words(text)):
         return None
     return text
 

@@ -39,6 +39,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from as2d.runtime.ask.kinds import question_kind
 from as2d.runtime.ask.passages import (
     _STOPWORDS,
     NUMBER_WORDS,
@@ -296,7 +297,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     #    question takes the names of every span: the related one often says only "he".
     #    Not after them, though: a later name is someone else ("Who is Robert's wife?" is not
     #    answered by the sailor met afterwards).
-    named = (range(max(ranked) + 1 if ranked else len(spans)) if _WHO.search(question)
+    named = (range(max(ranked) + 1 if ranked else len(spans)) if question_kind(question) == "who"
              else ranked)
     for i in named:
         idx = [k for k, w in enumerate(words) if w.span == i]
@@ -363,7 +364,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
                 if before:  # already found another way: now known as the object
                     out[text.lower()].origin = "object"
     found_all = list(out.values())
-    if _WHO.search(question):  # a person's name or the subject first, whatever the limit
+    if question_kind(question) == "who":  # a person's name or the subject first, whatever the limit
         found_all.sort(key=lambda c: c.origin not in ("name", "before"))
     return found_all[:limit]
 
@@ -466,8 +467,6 @@ def objects(found: Sequence[Candidate]) -> list[Candidate]:
 
 
 _TITLE = re.compile(r"(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof)\.$")
-_WHO = re.compile(r"^\W*(?:(?:and|so|but|then|now|ok|okay|tell me|for|to|with|from|by)\W+)*"
-                  r"(?:who|whom|whose)\b", re.I)
 _STRANDED = re.compile(r"\b(about|of|for|with|to|from|at|on|in|into|opposite|behind|near|under|"
                        r"over|by|after|before|beside|like)\W*$", re.I)
 _WH = frozenset("who whom whose what which when where why how".split())

@@ -19,7 +19,8 @@ qualifies the answer is :data:`NOT_SAID`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from functools import lru_cache
 
 from as2d.runtime.ask.passages import NUMBER_WORDS, content_words, numbers_as_digits
 from as2d.runtime.ask.spans import Span
@@ -53,9 +54,9 @@ servant people person speaker narrator author writer everyone nobody somebody so
 colonel general priest judge nurse neighbour neighbor stranger guest host owner driver
 creature creatures being beings soul souls god gods spirit spirits crowd audience
 guide guides chef cook pilot clerk thief chief guard coach maid monk nun poet pope saint scout
-bride groom hero heroine heir crew staff team police agent pupil tenant client patient guest
+bride groom hero heroine heir crew staff team police agent pupil tenant client patient
 citizen resident expert youth elder elders child's folk folks human humans mayor chairman
-boss chief mate partner lover enemy ally kid kids
+boss mate partner lover enemy ally kid kids
 """.split())
 
 _TIME = frozenset("""
@@ -132,11 +133,20 @@ def unframed(answer: str) -> str:
     return text or answer.strip()
 
 
+_META_STEMS = frozenset(content_words(" ".join(_META)))
+
+
 def _claims(text: str) -> list[str]:
     """The content words of ``text`` that say something about the content (not the framing
     words of :data:`_META`, compared after the same light stemming)."""
-    meta = set(content_words(" ".join(_META)))
-    return [w for w in content_words(text) if w not in meta]
+    return [w for w in content_words(text) if w not in _META_STEMS]
+
+
+# An answer is checked against the same transcript once per candidate; a span's words depend
+# on its text alone, so they are worked out once per text.
+@lru_cache(maxsize=4096)
+def _span_words(text: str) -> frozenset[str]:
+    return frozenset(content_words(text))
 
 
 def question_kind(question: str) -> str:
@@ -178,45 +188,89 @@ def names_in(spans: Iterable[Span]) -> set[str]:
     return out
 
 
-# Person nouns are an open class; their endings say it ("fisherman", "sailor", "farmer",
-# "pianist", "musician", "hostess"); a short word with such an ending is rarely one ("her",
-# "or", "ever").
-_PERSON_ENDINGS = ("man", "men", "woman", "women", "person", "people", "er", "ers", "or", "ors",
-                   "ist", "ists", "ian", "ians", "ess", "ant", "ants")
+# Person nouns are an open class, but of their endings only a few say a person on their own
+# ("fisherman", "pianist", "musician"); "-er", "-or", "-ant" and "-ess" end as many things
+# ("tower", "computer", "elephant", "dress") as people, so those people are listed.
+_PERSON_ENDINGS = ("man", "men", "ist", "ists", "ian", "ians")
 _NOT_PERSON = frozenset("""
-after water paper letter number matter corner order door floor other another ever never over
-under either neither whether rather together however summer winter weather river flower hour
-power dinner supper butter silver centre center chapter member minor major color colour
-honor honour favor favour error mirror manner border offer answer better later sister
-""".split()) - {"sister"}
+specimen abdomen stamen wrist wrists twist twists exist assist resist insist persist consist
+median
+""".split())
+_PERSON_NOUNS = frozenset("""
+farmer fisher sailor baker butcher carpenter painter singer dancer player worker preacher
+reader rider hunter miner builder banker lawyer prisoner passenger traveller traveler
+visitor actor governor inventor professor manager leader keeper shopkeeper innkeeper
+gardener messenger robber murderer beggar minister sheriff jailer jailor warrior shepherd
+merchant giant peasant assistant attendant lieutenant sergeant emperor ancestor villager
+islander foreigner commander hostess actress waitress goddess countess duchess mistress
+stewardess heiress witness tailor customer
+""".split())
 
 
 def _is_person(word: str) -> bool:
-    """A word for a person: listed, or a noun with a person's ending ("fisherman", "sailor")."""
+    """A word for a person: listed, or a noun with a person's ending ("fisherman",
+    "pianist", "musician")."""
     w = word.split("'")[0]
-    if w in _PERSON:
+    if w in _PERSON or w in _PERSON_NOUNS or (w.endswith("s") and w[:-1] in _PERSON_NOUNS):
         return True
     return len(w) > 4 and w.endswith(_PERSON_ENDINGS) and w not in _NOT_PERSON \
         and w not in _TIME and w not in _PLACE_WORDS
 
 
+# "to", "from", "at" and "on" introduce people as often as places ("gave it to Marianne",
+# "smiled at Elinor"): a name after them is a place only with a place word ("on Mill Street",
+# "at Barton Park").
+_WEAK_PLACE_PREPOSITIONS = frozenset("to from at on".split())
+_PLACE_NOUNS = frozenset("""
+street road lane avenue square park hall house court castle abbey manor cottage farm city town
+village country church chapel school college university garden market station shop store
+office sea river lake mountain hill field forest wood woods island beach coast harbour harbor
+port bridge bay valley islands palace tower hotel inn
+""".split())
+_TITLE_END = re.compile(r"(?:Mr|Mrs|Ms|Dr|St)\.$")
+
+
+def _name_runs(text: str) -> Iterator[tuple[str | None, list[str]]]:
+    """Each run of capitalised words of ``text`` with the preposition that introduces it
+    ("in the old | Lisbon"; small words such as "the" and "old" between them), None when
+    none does; a run and its preposition end at a sentence's or a clause's punctuation."""
+    prep, run = None, []
+    for raw in text.split():
+        t = "".join(_WORD.findall(raw))
+        w = t.lower()
+        if w in _PLACE_PREPOSITIONS:
+            if run:
+                yield prep, run
+                run = []
+            prep = w
+        elif t and t[0].isupper():
+            run.append(t)
+        elif run:
+            yield prep, run
+            prep, run = None, []
+        elif t and w not in ("the", "a", "an", "old", "new"):
+            prep = None
+        if raw.rstrip("\"'\u201d\u2019)").endswith((".", "?", "!", ";", ",")) and \
+                not _TITLE_END.search(raw):
+            if run:
+                yield prep, run
+            prep, run = None, []
+    if run:
+        yield prep, run
+
+
 def places_in(spans: Iterable[Span]) -> set[str]:
-    """The names of :func:`names_in` that follow a word introducing a place ("in Lisbon",
-    "from the farmer's market", "on Mill Street"): places, not people."""
-    out: set[str] = set()
+    """The names of :func:`names_in` that, wherever they occur, follow a word introducing a
+    place ("in Lisbon", "on Mill Street"): places, not people. A name also said elsewhere
+    ("Elinor was tired") is not a place, and a sentence's end ends the place."""
+    inside: set[str] = set()
+    outside: set[str] = set()
     for s in spans:
-        tokens = [t for t in (" ".join(_WORD.findall(t)) for t in s.text.split()) if t]
-        place = False
-        for t in tokens:
-            w = t.lower()
-            if w in _PLACE_PREPOSITIONS or w in ("the", "a", "an", "old", "new"):
-                place = place or w in _PLACE_PREPOSITIONS
-                continue
-            if place and t[0].isupper():
-                out.add(w)
-                continue
-            place = False
-    return out
+        for prep, run in _name_runs(s.text):
+            place = prep is not None and (prep not in _WEAK_PLACE_PREPOSITIONS
+                                          or run[-1].lower() in _PLACE_NOUNS)
+            (inside if place else outside).update(t.lower() for t in run)
+    return inside - outside
 
 
 # A person is named in a few words besides the name ("Mr. John Dashwood", "the old fisherman",
@@ -276,7 +330,7 @@ def said(answer: str, spans: Sequence[Span]) -> bool:
     now.") says nothing checkable word by word, so it must be said as it is, word for word."""
     have: set[str] = set()
     for s in spans:
-        have.update(content_words(s.text))
+        have |= _span_words(s.text)
     claims = _claims(answer)
     if not [w for w in claims if w != "not"]:
         mine = _lower_words(answer)
@@ -316,7 +370,23 @@ def _segments(text: str) -> list[list[str]]:
             for part in _SEGMENT.split(text) if part.strip()]
 
 
-def _unit(words: list[str], i: int) -> set[str]:
+_SENTENCE_END = re.compile(r"[.?!]+")
+
+
+@lru_cache(maxsize=1024)
+def _statements(text: str) -> tuple[tuple[tuple[str, ...], frozenset[str],
+                                          dict[int, frozenset[str]], int], ...]:
+    """Each statement of :func:`_segments` with its content words, for each number in it its
+    :func:`_unit` (by the number's position), and the index of its sentence; once per text."""
+    out = []
+    for n, sentence in enumerate(_SENTENCE_END.split(text)):
+        for seg in _segments(sentence):
+            units = {i: frozenset(_unit(seg, i)) for i, w in enumerate(seg) if w.isdigit()}
+            out.append((tuple(seg), frozenset(content_words(" ".join(seg))), units, n))
+    return tuple(out)
+
+
+def _unit(words: Sequence[str], i: int) -> set[str]:
     """The stems of the content words right after the number at ``words[i]`` (up to two,
     up to the first small word): what it counts ("twelve *days*", "three long *days*";
     "five of them" counts nothing named)."""
@@ -361,19 +431,21 @@ def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = 
     if not mine:
         return True
     asked = _asked_noun(question) if kind == "count" else None
-    meta = set(content_words(" ".join(_META)))
-    qwords = set(content_words(question)) - meta
-    if asked and not any(asked in content_words(s.text) for s in spans):
+    qwords = set(content_words(question)) - _META_STEMS
+    if asked and not any(asked in _span_words(s.text) for s in spans):
         return False  # "how many passengers" where no passenger is mentioned: not said
-    best, winners = (0, 0), set()
+    best, winners, unrivalled = (0, 0), set(), set()
     for s in spans:
-        line = set(content_words(s.text))
-        for seg in _segments(s.text):
-            words = set(content_words(" ".join(seg)))
+        line = _span_words(s.text)
+        statements = _statements(s.text)
+        # sentences where a statement names what is asked: a number of another statement of
+        # that sentence is of something else ("the doors open at ten, and entry is free")
+        rivalled = {n for _, words, _, n in statements if qwords & words}
+        for seg, words, units, n in statements:
             for i, w in enumerate(seg):
                 if not w.isdigit():
                     continue
-                unit = _unit(seg, i)
+                unit = units[i]
                 if asked and unit and asked not in unit:
                     continue  # counts something else
                 # its statement first; a bare "In 1998," also takes its line's ("In 1998,
@@ -386,8 +458,13 @@ def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = 
                     best, winners = score, {w}
                 elif score == best:
                     winners.add(w)
+                if score == (0, 0) and n not in rivalled:
+                    unrivalled.add(w)
     if best == (0, 0):
-        return not (asked or qwords)
+        # no statement of a number shares a word with the question (it paraphrases them:
+        # "When did the concert start?" for "It began at eight."): any number whose sentence
+        # says nothing else of what is asked may answer; only a better-bound number refuses
+        return bool(mine & unrivalled)
     return bool(mine & winners)
 
 

@@ -62,7 +62,7 @@ IRREGULAR = {form: base for base, forms in (
     ("hear", "heard"), ("teach", "taught"), ("catch", "caught"), ("fight", "fought"),
     ("seek", "sought"), ("sleep", "slept"), ("sweep", "swept"), ("weep", "wept"),
     ("lend", "lent"), ("bend", "bent"), ("mean", "meant"), ("deal", "dealt"),
-    ("lay", "laid"), ("lie", "lay lain"), ("stick", "stuck"), ("strike", "struck"),
+    ("lay", "laid"), ("lie", "lain"), ("stick", "stuck"), ("strike", "struck"),
     ("swing", "swung"), ("hang", "hung"), ("dig", "dug"), ("shine", "shone"),
     ("shoot", "shot"), ("slide", "slid"), ("light", "lit"), ("burn", "burnt"),
     ("learn", "learnt"), ("dream", "dreamt"), ("become", "became"), ("understand", "understood"),
@@ -73,7 +73,8 @@ IRREGULAR = {form: base for base, forms in (
 
 def numbers_as_digits(words: list[str]) -> list[str]:
     """Runs of number words as one number in digits ("twenty two" → "22", "three hundred and
-    five" → "305", "forty" → "40", "5 hundred" → "500"); other words as they are. Whisper
+    five" → "305", "two thousand and five" → "2005", "forty" → "40", "5 hundred" → "500");
+    other words as they are. Whisper
     writes digits where a question or an answer may spell the number out, and the other way
     round."""
     out: list[str] = []
@@ -99,7 +100,8 @@ def numbers_as_digits(words: list[str]) -> list[str]:
                 current = max(current, 1) * _SCALES[x]
                 if _SCALES[x] >= 1000:
                     total, current = total + current, 0
-            elif not (x == "and" and current and current % 100 == 0
+            elif not (x == "and" and ((current and current % 100 == 0)
+                                      or (total and not current))
                       and j + 1 < len(words) and words[j + 1] in NUMBER_WORDS):
                 break
             j += 1
@@ -135,17 +137,20 @@ _NEGATIONS = frozenset("not no never nor none nothing nobody".split())
 
 def _stem(w: str) -> str:
     """A light stem: irregular forms to their base, then -ies/-ied to -y, -es/-s, -ing, -ed
-    removed, a doubled final consonant undoubled and a final -e dropped (so "moved", "moves",
-    "moving" and "move" all meet, and "stopped" meets "stop")."""
+    removed, a doubled final consonant undoubled (in the base too: "cliff" meets "cliffs") and
+    a final -e dropped (so "moved", "moves", "moving" and "move" all meet, and "stopped" meets
+    "stop")."""
     w = IRREGULAR.get(w, w)
     if len(w) > 4 and w.endswith(("ies", "ied")):
         return w[:-3] + "y"
     for suffix in ("ing", "ed", "es", "s"):
         if len(w) > len(suffix) + 2 and w.endswith(suffix) and not w.endswith("ss"):
             w = w[: -len(suffix)]
-            if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiouls":
-                w = w[:-1]
             break
+    # undoubled whether a suffix came off or not, so that a base ending in a double letter
+    # meets its inflections ("cliff" and "cliffs", "buzz" and "buzzed")
+    if len(w) > 3 and w[-1] == w[-2] and w[-1] not in "aeiouls":
+        w = w[:-1]
     if len(w) > 3 and w.endswith("e"):
         w = w[:-1]
     return w
