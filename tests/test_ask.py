@@ -222,9 +222,9 @@ def _words(text: str) -> list[str]:
 
 def test_recording_time_is_located_from_the_words_with_the_span_as_evidence(lm, transcripts):
     """The evidence is the span that says the quoted words, compared by words: its punctuation
-    and segmentation come from the CPU's kernels ("Fail again, fail better." on one machine,
-    "Fail again. Fail better." on another); the time given is that span's start, where the
-    words are said (0:06 in the recording, give or take a second)."""
+    and segmentation come from the CPU's kernels ("Fail again, fail better." in one span on
+    one machine, "Fail again." and "Fail better." in two on another); the time given is that
+    span's start, where the words are said (the line starts at 0:06, the clip ends at 0:10)."""
     spans, draft = transcripts["beckett"]
     says = [s for s in spans if "fail better" in " ".join(_words(s.text))]
     assert says, spans
@@ -234,9 +234,8 @@ def test_recording_time_is_located_from_the_words_with_the_span_as_evidence(lm, 
         assert a.method == "located" and len(a.evidence) == 1
         said = a.evidence[0]
         assert said == says[0]  # the first span that says it
-        assert _words(said.text) == ["fail", "again", "fail", "better"]
         assert a.text.startswith(f"At {format_time(said.start)}: ")
-        assert abs(said.start - 6.0) <= 1.0
+        assert 5.0 <= said.start <= 9.0
         doc = a.to_dict()
         assert doc["method"] == "located" and doc["spans"][0]["start"] == said.start
     # a quoted phrase wins over shared words; the earliest span on a tie
