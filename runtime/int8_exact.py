@@ -64,16 +64,19 @@ def u8s8_saturates() -> bool:
         return False
 
 
-def _probe() -> bool:
-    import onnxruntime as ort
+_ROWS, _DEPTH, _COLS = 8, 64, 16
+
+
+def probe_models() -> tuple[bytes, bytes]:
+    """The probe's two one-op graphs (uint8 × int8, uint8 × uint8 with zero point 128), built
+    with onnx. The probe runs the copies kept in :data:`_PROBE_MODELS` instead: importing onnx
+    costs a process 1.3–1.5 s, which every transcription would pay (a test checks they match)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    rows, depth, cols = 8, 64, 16
-
-    def product(weights: np.ndarray, b_zero: np.ndarray | None) -> np.ndarray:
+    def model(weights: np.ndarray, b_zero: np.ndarray | None) -> bytes:
         inits = [numpy_helper.from_array(weights, "b"),
                  numpy_helper.from_array(np.array(1.0, np.float32), "a_scale"),
-                 numpy_helper.from_array(np.ones(cols, np.float32), "b_scale"),
+                 numpy_helper.from_array(np.ones(_COLS, np.float32), "b_scale"),
                  numpy_helper.from_array(np.array(0, np.uint8), "a_zero")]
         inputs = ["a", "b", "a_scale", "b_scale", "a_zero"]
         if b_zero is not None:
@@ -81,24 +84,50 @@ def _probe() -> bool:
             inputs.append("b_zero")
         graph = helper.make_graph(
             [helper.make_node("MatMulIntegerToFloat", inputs, ["y"], domain="com.microsoft")],
-            "probe", [helper.make_tensor_value_info("a", TensorProto.UINT8, ["rows", depth])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", cols])], inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                        helper.make_opsetid("com.microsoft", 1)])
+            "probe", [helper.make_tensor_value_info("a", TensorProto.UINT8, ["rows", _DEPTH])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", _COLS])], inits)
+        return helper.make_model(graph, ir_version=8, producer_name="as2d", opset_imports=[
+            helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+        ).SerializeToString()
+
+    w = _probe_weights()
+    return model(w, None), model((w.astype(np.int16) + 128).astype(np.uint8),
+                                 np.full(_COLS, 128, np.uint8))
+
+
+def _probe_weights() -> np.ndarray:
+    w = np.full((_DEPTH, _COLS), 127, np.int8)
+    w[:, ::2] = -127
+    return w
+
+
+# probe_models(), zlib-compressed and base64-encoded (tests/test_int8_exact.py checks them)
+_PROBE_MODELS = (
+    "eNrtlDELwjAUBpNa2/BQSIPg7tjBwdHFkkE0IC5OLpLUKEJrJK2ILurg5o+2Sh06O1qOB4/v9iOEuTIbrIcPgAlgCViBL1dZLBMNviofT64u2hqGz73OTOazYzLd53qr7cKMEyPzYTs2aT/dxdZkZpOz5sEapcMnIRGhtMGxEjdyv9bU1PwrYUAx/7ZFuAjdRuG8yEMxlp0R0Xv85cI2dXhZK4HRslskjTGgxGEt8JhrzSkDh0SqEOePwBVBuQuIBjyAatEofgGaKUQC",
+    "eNrj4BBiSSw2SrFay8UVwMWYyMWYxMWeGF+cnJiTysWeBGWwJcZXpRblc7ElgWkhxkolEd/EEt/SHM+8ktT01KKQfLec/MQSK97k/Fy93Mzkovzi/LQSIdaCovykVK0eDg4HDgEBJifGJK8GDsb/o3AUjsKRCrUEBRidYGWMFwsDQ4O9lj+weAAKQssbLweQICVYixdY2kBLLS9GBi05cPEDLb68BBrQQJQ4sOgTEuIS4GAS4uFiE2Ipyi8v5mLicEgCSlSCJRhRJAScWLgYBASdBLlQSzwBRgDsK1JX",
+)
+
+
+def _probe() -> bool:
+    import base64
+    import zlib
+
+    import onnxruntime as ort
+
+    rows = _ROWS
+
+    def run(model: bytes) -> np.ndarray:
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.log_severity_level = 3
-        session = ort.InferenceSession(model.SerializeToString(), so,
-                                       providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         return np.concatenate([session.run(None, {"a": a[:n]})[0] for n in (1, rows)])
 
-    a = np.full((rows, depth), 255, np.uint8)
+    signed_model, unsigned_model = (zlib.decompress(base64.b64decode(m)) for m in _PROBE_MODELS)
+    a = np.full((rows, _DEPTH), 255, np.uint8)
     a[::2, ::3] = 200  # not one constant: any pairing of k overflows all the same
-    w = np.full((depth, cols), 127, np.int8)
-    w[:, ::2] = -127
-    exact = np.concatenate([a[:1], a]).astype(np.int64) @ w.astype(np.int64)
-    signed = product(w, None)
-    unsigned = product((w.astype(np.int16) + 128).astype(np.uint8), np.full(cols, 128, np.uint8))
+    exact = np.concatenate([a[:1], a]).astype(np.int64) @ _probe_weights().astype(np.int64)
+    signed, unsigned = run(signed_model), run(unsigned_model)
     return bool(np.any(signed != exact)) and bool(np.all(unsigned == exact))
 
 

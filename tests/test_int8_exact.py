@@ -298,3 +298,13 @@ def test_products_inside_subgraphs_are_made_exact_too() -> None:
     for flag in (True, False):
         got = _session(twin).run(None, {"a": a, "flag": np.array(flag)})[0]
         assert np.array_equal(got, exact)
+
+
+def test_the_probes_kept_graphs_are_the_ones_onnx_builds() -> None:
+    """The probe runs stored bytes so that no transcription pays for importing onnx."""
+    import base64
+    import zlib
+
+    stored = tuple(zlib.decompress(base64.b64decode(m)) for m in int8_exact._PROBE_MODELS)
+    assert stored == int8_exact.probe_models()
+    assert isinstance(int8_exact._probe(), bool)
