@@ -163,8 +163,15 @@ def exact_graph(path: str | Path) -> Path | bytes:
     if folder is None:
         model, _ = _twin(path)
         return path if model is None else _serialised(model, path)
+    twin, same = folder / f"{stem}.onnx", folder / f"{stem}.same"
+    # Both notes are written atomically, so a load that finds one needs no lock (every
+    # session load after the first, in every process).
+    if twin.exists():
+        _twinned.set()
+        return twin
+    if same.exists():
+        return path
     with _made_once(folder / f"{stem}.lock"):
-        twin, same = folder / f"{stem}.onnx", folder / f"{stem}.same"
         if twin.exists():
             _twinned.set()
             return twin
