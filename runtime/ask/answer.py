@@ -32,7 +32,7 @@ from as2d.runtime.ask.answer_sources import (
     source_texts,
 )
 from as2d.runtime.ask.codec import Codec
-from as2d.runtime.ask.extract import Candidate, candidates, count_answer, objects
+from as2d.runtime.ask.extract import Candidate, candidates, count_answer, pinned
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.kinds import (
     NOT_SAID,
@@ -43,7 +43,14 @@ from as2d.runtime.ask.kinds import (
     question_kind,
 )
 from as2d.runtime.ask.passages import content_words, evidence, rank_spans
-from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, asks_about_time
+from as2d.runtime.ask.prompt import (
+    DEFAULT_STYLE,
+    PromptBuilder,
+    PromptPlan,
+    asks_about_time,
+    without_clock,
+)
+from as2d.runtime.ask.sequence import sequence_answer
 from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.ask.tree import TreeSource
 from as2d.runtime.ask.tree import score as tree_score
@@ -112,9 +119,11 @@ class Answer:
     stats: AnswerStats
     prompt: PromptPlan = field(repr=False, default=None)
     # How the answer was found: "extracted" (the best-scored transcript span), "counted"
-    # (how many times a phrase occurs), "located" (a recording time, from the span that says
-    # the words), "not said" (no span qualified and the generated answer was not of the kind
-    # asked or not said in the transcript) or "generated" (the model's own answer)
+    # (how many times a phrase occurs), "read" (read off the order of the transcript's words:
+    # the first digit, the number said twice, how many X are named), "located" (a recording
+    # time, from the span that says the words), "not said" (no span qualified and the
+    # generated answer was not of the kind asked or not said in the transcript) or
+    # "generated" (the model's own answer)
     method: str = "generated"
     generated: str | None = None  # the model's own answer when it was replaced
     candidates: list[Candidate] = field(default_factory=list)  # scored, best first
@@ -209,14 +218,16 @@ class Answerer:
             if located is not None:
                 return located
         if o.count and self.builder.style != "instruct":
-            counted = count_answer(spans, question)
-            if counted is not None:
+            for method, read in (("counted", count_answer), ("read", sequence_answer)):
+                counted = read(spans, question)
+                if counted is None:
+                    continue
                 text, where = counted
                 emit(AskStarted(question, self.model.name, 0, 0, len(spans), len(spans), False,
                                 False))
-                emit(AnswerDone(text, 0, "counted", 0.0))
+                emit(AnswerDone(text, 0, method, 0.0))
                 return Answer(question, text, [], [spans[i] for i in where], list(spans), False,
-                              None, "counted", collector.current, None, "counted")
+                              None, method, collector.current, None, method)
         plan = self.prompt(spans, question)
         if plan.note:
             emit(Note(plan.note, "warning"))
@@ -340,19 +351,21 @@ class Answerer:
         it (21/31); so the generated answer is given only when no candidate was found."""
         if not scored:
             return None
-        # a question ending on its preposition asks for its object, "besides X" for the item
-        # listed with X, "what kind of X" for what is said of X; "who did it" for the subject
-        # the transcript gives the question's words, when that is a person
-        pinned = objects(scored) or [c for c in scored if c.origin == "before"
-                                     and question_kind(question) == "who"]
-        return pinned[0] if pinned else scored[0]
+        # a question ending on its preposition or verb asks for its object, "besides X" for
+        # the item listed with X, "what kind of X" for what is said of X, "From whom ...?"
+        # for its slot, "what after X" for what comes next (:func:`pinned`); "who did it" for
+        # the subject the transcript gives the question's words, when that is a person
+        shaped = pinned(scored)
+        if not shaped and question_kind(question) == "who":
+            shaped = [c for c in scored if c.origin == "before"]
+        return shaped[0] if shaped else scored[0]
 
     def locate(self, spans: Sequence[Span], question: str, collector: AnswerStatsCollector,
                emit: Listener) -> Answer | None:
         """The answer to a question about the recording's clock: the start of the span that
         says the words (quoted words first, then shared ones; the earliest on a tie), or None
         when no span shares a word with the question (the model answers then)."""
-        ranked = rank_spans(spans, question)
+        ranked = rank_spans(spans, without_clock(question))  # not "time" of "at what time"
         if not ranked or ranked[0][0] <= 0:
             return None
         best = spans[ranked[0][1]]

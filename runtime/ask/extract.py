@@ -14,8 +14,11 @@ is made over a short list of spans of the transcript instead:
 * the clauses and sentences of the spans that share the most words with the question (BM25);
 * for a question about the first or last words, the first and last clause and sentence;
 * the object of a preposition the question ends on ("What did they talk *about*?") and the item
-  listed with X for "Besides X, what else ...?": these are *pinned* (:func:`objects`), the
-  answer is one of them, not a phrase next to them.
+  listed with X for "Besides X, what else ...?", the words in the wh-slot of "From whom do we
+  ...?", the object of the verb "What should you (not) ask?" ends on (negated as asked), the
+  item right after X in a list, the first or last clause for the first or last words: these
+  are *pinned* (:func:`pinned`), the answer is one of them, not a phrase next to them; for
+  "what ... after X", the answer starts in the nearest clause after X's.
 
 Every candidate ends where a phrase can end (:func:`_closed`): at the speaker's clause mark, or
 not after a determiner, preposition or auxiliary and not between a word and the word that
@@ -39,7 +42,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from as2d.runtime.ask.kinds import question_kind
+from as2d.runtime.ask.kinds import AFTER, BESIDES, question_kind
 from as2d.runtime.ask.passages import (
     _STOPWORDS,
     NUMBER_WORDS,
@@ -81,6 +84,9 @@ class Candidate:
     tokens: int = 0
     likelihood: float = float("nan")  # log-likelihood as the answer, its end included
     prior: float | None = None  # the same under a neutral question (when calibrated)
+    # For "what ... after X": how many clauses after the one that says X this one starts (0:
+    # the next), None when it does not follow X or the question asks nothing after X.
+    follows: int | None = None
 
     def to_dict(self, spans: Sequence[Span] | None = None) -> dict:
         d = {"text": self.text, "origin": self.origin, "score": round(float(self.score), 3),
@@ -207,13 +213,14 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     sentences = _runs(words, _SENTENCE_END)
     qcontent = set(content_words(question))
     out: dict[str, Candidate] = {}
+    starts: dict[str, int] = {}  # a candidate's first word, where it was first found
 
     qnorms = {w for w in (_norm(t) for t in _TOKEN.findall(question)) if w}
     whole = set(clauses) | set(sentences)
 
     def add(a: int, b: int, origin: str) -> None:
         # Cut back to where a phrase can end: never before its object ("He painted the").
-        bounded = (a, b) in whole or origin in ("gap", "before", "name", "kind")
+        bounded = (a, b) in whole or origin in ("gap", "before", "name", "kind", "slot")
         while b > a and not _closed(words, b, bounded):
             b -= 1
         if a >= b:
@@ -230,9 +237,18 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
             # question's own words ("had *then* leisure"); never the question's words alone.
             if all(w.norm in qnorms for w in words[a:b]):
                 return
-            if (a, b) not in whole and origin != "gap":
+            if (a, b) not in whole and origin not in ("gap", "slot", "next"):
                 return
         out[key] = Candidate(text, origin, tuple(sorted({w.span for w in words[a:b]})))
+        starts[key] = a
+
+    def mark(a: int, b: int, origin: str) -> None:
+        # found another way already or not: now known by this origin (it is pinned)
+        text = as_answer(words[a:b])
+        before = text.lower() in out
+        add(a, b, origin)
+        if before:
+            out[text.lower()].origin = origin
 
     # 1. What follows the question's words (a quoted phrase counts twice as long).
     qwords = [_norm(t) for t in _TOKEN.findall(question)]
@@ -363,10 +379,137 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
                 add(k + 1, j, "object")
                 if before:  # already found another way: now known as the object
                     out[text.lower()].origin = "object"
+    # 8. "From whom do we ...?", "By what should ...?": the question's preposition is said
+    #    before the words that fill its wh-slot, and the question's next words after them.
+    for a, b in _slot(words, question, clauses):
+        mark(a, b, "slot")
+    # 9. "What should you not ask?": the object of the verb the question ends on, where the
+    #    transcript says that verb with the question's negation or without it, as asked.
+    for a, b in _verb_object(words, question, clauses):
+        mark(a, b, "object")
+    # 10. "What are the last words?": the last clause (the first, for the first words).
+    end = _END_WORDS.search(question)
+    if end:
+        said_runs = [r for r in clauses if content_words(as_answer(words[r[0]:r[1]]))
+                     and not all(w.norm.isdigit() for w in words[r[0]:r[1]])]
+        if said_runs:
+            first = end.group(1).lower() in ("first", "opening")
+            mark(*said_runs[0 if first else -1], "end")
+    # 11. "What ... after X?": candidates are told how far after X's clause they start; for
+    #     "which card is called after X" the item after X, as many clauses long as X.
+    x = _event(words, question)
+    if x is not None:
+        xa, xb = x
+        k = _containing(clauses, xb - 1)
+        if _ITEM.search(question) and k + 1 < len(clauses):
+            n = _containing(clauses, xb - 1) - _containing(clauses, xa) + 1
+            if clauses[k][1] == xb:
+                last = min(len(clauses) - 1, k + n)
+                mark(clauses[k + 1][0], clauses[last][1], "next")
+        for key, c in out.items():
+            at = starts.get(key)
+            if at is not None and at >= clauses[k][1]:
+                c.follows = _containing(clauses, at) - k - 1
     found_all = list(out.values())
     if question_kind(question) == "who":  # a person's name or the subject first, whatever the limit
         found_all.sort(key=lambda c: c.origin not in ("name", "before"))
+    # what the question's shape points at is kept whatever the limit (a long list's item)
+    found_all.sort(key=lambda c: c.origin not in _PINNED and c.follows != 0)
     return found_all[:limit]
+
+
+_SLOT = re.compile(r"^\W*(about|by|for|from|in|into|of|on|to|with|at|under|over|through)\s+"
+                   r"(?:whom|what|which|who)\b(.*)$", re.I)
+
+
+def _slot(words: Sequence[TranscriptWord], question: str,
+          clauses: list[tuple[int, int]], max_slot: int = 3) -> list[tuple[int, int]]:
+    """``[a, b)``: for a question that starts with a preposition and its wh-word ("From whom do
+    we desire increase?"), the words the transcript says between that preposition and the
+    question's next words ("from | fairest creatures | we desire increase"), 1 to
+    ``max_slot`` words within one clause."""
+    m = _SLOT.match(question)
+    if not m:
+        return []
+    rest = {n for n in (_norm(t) for t in _TOKEN.findall(m.group(2))) if n}
+    out = []
+    for k, w in enumerate(words):
+        if _bare(w.text) != m.group(1).lower() or _CLAUSE_END.search(w.text):
+            continue
+        for i2 in range(k + 2, min(len(words), k + 2 + max_slot)):
+            if _CLAUSE_END.search(words[i2 - 1].text):
+                break
+            run = i2
+            while run < len(words) and words[run].norm in rest:
+                run += 1
+            if run > i2 and content_words(" ".join(v.text for v in words[i2:run])):
+                out.append((k + 1, i2))
+                break
+    return out
+
+
+_AUX = r"(?:do|does|did|should|would|could|can|will|might|must|may|shall)"
+_SUBJECT = (r"(?:i|you|he|she|it|we|they|(?:the|a|an|this|that|his|her|their|our|my|your)\s+"
+            r"[A-Za-z'-]+(?:\s+[A-Za-z'-]+)?)")
+_VERB_LAST = re.compile(r"^\W*what\s+" + _AUX + r"\s+" + _SUBJECT + r"\s+(?:(not|never)\s+)?"
+                        r"([A-Za-z]+)\W*$", re.I)
+_NOT = frozenset({"not", "never"})
+
+
+def _negated(words: Sequence[TranscriptWord], k: int) -> bool:
+    """Whether the transcript negates the verb at ``words[k]`` ("do not ask", "never ask",
+    "didn't ask", "ask not")."""
+    near = [words[j].text.lower() for j in (k - 2, k - 1, k + 1) if 0 <= j < len(words)]
+    return any(_bare(t) in _NOT or _bare(t).endswith("nt") and "n't" in t for t in near)
+
+
+def _verb_object(words: Sequence[TranscriptWord], question: str,
+                 clauses: list[tuple[int, int]], max_words: int = 12) -> list[tuple[int, int]]:
+    """``[a, b)``: for "What should you (not) ask?", what follows that verb in its clause where
+    the transcript says it negated as the question does, or not negated as it does not
+    ("ask not | what your country can do for you" for the first, "ask | what you can do for
+    your country" for "What should you ask?")."""
+    m = _VERB_LAST.match(question)
+    if not m:
+        return []
+    verb, negative = _norm(m.group(2)), m.group(1) is not None
+    out = []
+    for k, w in enumerate(words):
+        if w.norm != verb or _CLAUSE_END.search(w.text) or _negated(words, k) != negative:
+            continue
+        a = k + 1 + (k + 1 < len(words) and _bare(words[k + 1].text) in _NOT)
+        b = clauses[_containing(clauses, k)][1]
+        if a < b <= a + max_words:
+            out.append((a, b))
+    return out
+
+
+# "What are the speaker's last words?": the last (first) clause said.
+_END_WORDS = re.compile(r"\b(first|last|final|opening|closing)\s+(?:words?|sentence|line|"
+                        r"phrase|thing (?:said|heard))\b", re.I)
+# "Which card is called after X?": an item of a sequence, as long as X.
+_ITEM = re.compile(r"\b(?:which|what)\s+(?!(?:is|was|are|were|do|does|did|comes?|came|"
+                   r"happens?|happened|" + _AUX[3:-1] + r")\b)[a-z]+\s+(?:is|was|are|were)\b",
+                   re.I)
+
+
+def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int] | None:
+    """``[a, b)``: where the transcript first says the X of "what ... after X" (its words from
+    the first that is not a small word: "after *the eight of spades*", "after *you fail*"),
+    None when it does not say it in full."""
+    m = AFTER.search(question)
+    if not m:
+        return None
+    tokens = _TOKEN.findall(m.group(1))
+    while tokens and _bare(tokens[0]) in _STOPWORDS:
+        tokens = tokens[1:]
+    x = [n for n in (_norm(t) for t in tokens) if n]
+    if not x:
+        return None
+    for i in range(len(words) - len(x) + 1):
+        if [w.norm for w in words[i:i + len(x)]] == x:
+            return i, i + len(x)
+    return None
 
 
 def _object_at(words: Sequence[TranscriptWord], prep: str, qnorms: set[str]) -> list[int]:
@@ -390,8 +533,6 @@ def _object_at(words: Sequence[TranscriptWord], prep: str, qnorms: set[str]) -> 
     return [k for sc, k in scored if sc == best]
 
 
-_BESIDES = re.compile(r"\b(?:besides|apart from|other than|except(?: for)?|as well as|"
-                      r"in addition to|along with|beside)\s+([^,?;]+)", re.I)
 _AND = frozenset({"and", "or", "nor", "but"})
 
 
@@ -400,7 +541,7 @@ def _beside(words: Sequence[TranscriptWord], question: str,
     """``(start, end, after)``: for "Besides X, ...", the item the transcript coordinates with
     X where it says X: the words after "X and" (to the clause's end, at most ``max_words``;
     ``after``) or those before "and X" (from the clause's start)."""
-    m = _BESIDES.search(question)
+    m = BESIDES.search(question)
     if not m:
         return []
     tokens = _TOKEN.findall(m.group(1))
@@ -466,6 +607,23 @@ def objects(found: Sequence[Candidate]) -> list[Candidate]:
     return [c for c in found if c.origin in ("object", "kind")]
 
 
+# Origins of candidates the answer is taken from when there are any (:func:`pinned`).
+_PINNED = ("object", "kind", "slot", "next", "end")
+
+
+def pinned(found: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates the question's own shape points at, when there are any: the object of
+    the preposition or verb it ends on, the item listed with X ("besides X"), what is said of
+    X ("what kind of X"), the words in its wh-slot ("From whom ...?"), the item after X ("which
+    card is called after X"), the first or last clause ("the last words"); else, for "what
+    ... after X", those that start in the nearest clause after X. The answer is one of them."""
+    out = [c for c in found if c.origin in _PINNED]
+    if out:
+        return out
+    after = [c.follows for c in found if c.follows is not None]
+    return [c for c in found if c.follows == min(after)] if after else []
+
+
 _TITLE = re.compile(r"(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof)\.$")
 _STRANDED = re.compile(r"\b(about|of|for|with|to|from|at|on|in|into|opposite|behind|near|under|"
                        r"over|by|after|before|beside|like)\W*$", re.I)
@@ -483,9 +641,10 @@ been being am have has had do does did will would shall should can could may mig
 more most rather quite not too also just even he she they we i
 """.split())
 # Words that lead into the rest of a phrase: cutting before them cuts the phrase's head off
-# ("Still | more respectable", "He might even | have been made amiable").
+# ("Still | more respectable", "He might even | have been made amiable"), and cutting before
+# a modal cuts a clause off its verb ("what your country | can do for you").
 _LEADS_ON = frozenset("more most less least very rather quite too so have has had be been "
-                      "being".split())
+                      "being can could will would shall should may might must".split())
 
 
 def _closed(words: Sequence[TranscriptWord], b: int, whole: bool) -> bool:

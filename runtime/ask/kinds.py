@@ -92,7 +92,8 @@ inch inches yard yards step steps block blocks way far near league leagues
 
 _PLACE_WORDS = frozenset("""
 in at on to from near by into onto under over across behind inside outside beside beyond
-through here there home abroad away upstairs downstairs where somewhere anywhere everywhere
+through within among amid amidst beneath underneath below above between upon throughout
+here there home abroad away upstairs downstairs where somewhere anywhere everywhere
 nowhere forward forwards backward backwards back left right up down ahead along around
 house room street road city town village country church school garden park market station
 shop store office sea river lake mountain hill field forest wood island beach coast harbour
@@ -207,11 +208,16 @@ stewardess heiress witness tailor customer
 """.split())
 
 
+def _person_word(w: str) -> bool:
+    """A listed word for a person, or its plural ("cousins", "aunts")."""
+    return w in _PERSON or (w.endswith("s") and w[:-1] in _PERSON)
+
+
 def _is_person(word: str) -> bool:
     """A word for a person: listed, or a noun with a person's ending ("fisherman",
     "pianist", "musician")."""
     w = word.split("'")[0]
-    if w in _PERSON or w in _PERSON_NOUNS or (w.endswith("s") and w[:-1] in _PERSON_NOUNS):
+    if _person_word(w) or w in _PERSON_NOUNS or (w.endswith("s") and w[:-1] in _PERSON_NOUNS):
         return True
     return len(w) > 4 and w.endswith(_PERSON_ENDINGS) and w not in _NOT_PERSON \
         and w not in _TIME and w not in _PLACE_WORDS
@@ -292,7 +298,7 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
             return False
         # a person word anywhere ("his daughter Anna"); a person by its ending only as the
         # phrase's last word, its head ("the old fisherman", not "his tender air")
-        return any((w in names and w not in places) or w.split("'")[0] in _PERSON
+        return any((w in names and w not in places) or _person_word(w.split("'")[0])
                    for w in words) \
             or _is_person(words[-1])
     if kind == "count":
@@ -314,12 +320,34 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
     return True
 
 
+# "Besides X, what else ...?" sets X aside; "What comes after X?" asks for what follows X.
+BESIDES = re.compile(r"\b(?:besides|apart from|other than|except(?: for)?|as well as|"
+                     r"in addition to|along with|beside)\s+([^,?;]+)", re.I)
+AFTER = re.compile(r"\b(?:right |just |immediately |directly |straight |soon )?after\s+"
+                   r"([^,?;]+)", re.I)
+
+
+def set_aside(question: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The content words of what a question sets aside (``"besides X"``: none of them may be
+    in the answer) and of the event an answer must follow (``"after X"``: not all of them may
+    be; the answer is what comes next, not X again)."""
+    m, n = BESIDES.search(question), AFTER.search(question)
+    return (frozenset(content_words(m.group(1))) if m else frozenset(),
+            frozenset(content_words(n.group(1))) if n else frozenset())
+
+
 def adds_to(answer: str, question: str) -> bool:
     """Whether the answer says something the question does not: a content word or a number of
-    its own, or, with no content word at all, a short reply ("No.", "Then.")."""
+    its own, or, with no content word at all, a short reply ("No.", "Then."); and it is not
+    what the question sets aside (:func:`set_aside`: "Besides the cows, what ..." is not
+    answered "The cows and the horses", "What did she do after the storm?" not "The storm
+    ended")."""
     mine = _claims(answer)
     if not mine:
         return not content_words(answer)  # small words only ("No."); framing alone is none
+    besides, after = set_aside(question)
+    if besides & set(mine) or (after and after <= set(mine)):
+        return False
     return bool(set(mine) - set(content_words(question)))
 
 

@@ -103,6 +103,18 @@ _CLOCK = re.compile(
     + r"|heard|mentioned|asked|said|named)\b)", re.I)
 
 
+# The words of a question that name the recording's clock, not what was said then.
+_CLOCK_WORDS = re.compile(r"\b(?:timestamps?|time ?codes?|time stamps?|how far into|"
+                          r"how many (?:minutes|seconds) into|(?:what|which) (?:point|minute|"
+                          r"second|moment|time|part)s?)\b", re.I)
+
+
+def without_clock(question: str) -> str:
+    """The question without the words that ask for the clock ("At what *time* does the reader
+    speak of a famine?" → the famine): the words to find in the transcript."""
+    return _CLOCK_WORDS.sub(" ", question)
+
+
 def asks_about_time(question: str) -> bool:
     """Whether a question is about the *recording's clock* (when something is said in it), so
     times belong in the prompt and the answer is a time; "when" about the content is not."""

@@ -1,0 +1,165 @@
+"""Answers that the question's own shape points at, as classes (issue #28).
+
+Each class is probed on short transcripts written for it (not taken from the question set),
+with the question phrased more than one way, and without a model: the rules choose *which*
+candidates the answer may be (:func:`extract.pinned`), or read the answer off the transcript's
+words (:mod:`sequence`), or find the span a clock question is about.
+
+* what comes *after X*: what the next clause says, never X again;
+* the item named *right after X* in a list: as long as X;
+* "From whom / With what ...?": the words in the wh-slot, modifiers included;
+* "What should you (not) ask?": the verb's object, where the transcript negates it as asked;
+* "besides X": never X; *where*: a place preposition such as "within" is a place;
+* *the first / last words*: the first / last clause said;
+* *the first / last digit*, *the number said twice in a row*, *how many X are named*: read off;
+* *at what time* is X said: the span that says X, not one that says "time".
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from as2d.runtime.ask.extract import candidates, pinned
+from as2d.runtime.ask.kinds import adds_to, fits, qualifies
+from as2d.runtime.ask.passages import rank_spans
+from as2d.runtime.ask.prompt import without_clock
+from as2d.runtime.ask.sequence import sequence_answer
+from as2d.runtime.ask.spans import Span
+
+
+def lines(*texts: str) -> list[Span]:
+    return [Span(3.0 * i, 3.0 * i + 3.0, t) for i, t in enumerate(texts)]
+
+
+def shaped(spans: list[Span], question: str) -> set[str]:
+    """The texts the answer may be: the qualifying candidates the question's shape pins."""
+    fitting = [c for c in candidates(spans, question) if qualifies(c.text, question, spans)]
+    return {c.text for c in pinned(fitting)}
+
+
+DOOR = lines("Knock twice.", "Wait a moment.", "Open the door.", "Step inside.")
+CARDS = lines("Two of diamonds.", "Jack of hearts.", "Nine of clubs.", "Ace of spades.")
+WINDS = lines("North, east, south, west, inland, seaward.")
+BERRIES = lines("Never eat the yellow berries, eat the red ones.")
+EVENING = lines("3. Good evening, everyone.", "Tonight we talk about bread, and then we eat it.")
+
+
+@pytest.mark.parametrize("question,right", [
+    ("What should you do after waiting?", "Open the door."),
+    ("What should you do after you knock?", "Wait a moment."),
+    ("What comes after 'open the door'?", "Step inside."),
+])
+def test_what_comes_after_x_is_the_next_clause(question, right):
+    assert shaped(DOOR, question) == {right}
+
+
+def test_the_answer_after_x_is_not_x_again():
+    assert not adds_to("Knock twice.", "What should you do after you knock?")
+    assert not adds_to("He knocked again.", "What did he do after knocking?")
+    assert adds_to("Wait a moment.", "What should you do after you knock?")
+
+
+@pytest.mark.parametrize("spans,question,right", [
+    (CARDS, "Which card is called right after the jack of hearts?", "Nine of clubs."),
+    (CARDS, "Which card is read after the two of diamonds?", "Jack of hearts."),
+    (WINDS, "Which direction is named right after south west?", "Inland, seaward."),
+])
+def test_the_item_after_x_in_a_list_is_as_long_as_x(spans, question, right):
+    assert shaped(spans, question) == {right}
+
+
+@pytest.mark.parametrize("spans,question,right", [
+    (lines("With great patience the old teacher repaired the clock."),
+     "With what did the old teacher repair the clock?", "Great patience."),
+    (lines("Hi. From distant cousins she inherited the farm."),
+     "From whom did she inherit the farm?", "Distant cousins."),
+])
+def test_a_preposition_and_its_wh_word_ask_for_the_slot_with_its_modifiers(spans, question,
+                                                                           right):
+    assert shaped(spans, question) == {right}
+
+
+def test_no_slot_when_the_transcript_does_not_mirror_the_question():
+    spans = lines("She inherited the farm from her cousin.")
+    found = candidates(spans, "From whom did she inherit the farm?")
+    assert not [c for c in found if c.origin == "slot"]
+
+
+@pytest.mark.parametrize("question,right", [
+    ("What should you not eat?", "The yellow berries."),
+    ("What should you never eat?", "The yellow berries."),
+    ("What should you eat?", "The red ones."),
+])
+def test_the_verbs_object_where_it_is_negated_as_asked(question, right):
+    assert shaped(BERRIES, question) == {right}
+
+
+def test_no_candidate_is_cut_before_a_modal():
+    spans = lines("They wondered what the river would bring them.")
+    texts = {c.text for c in candidates(spans, "What did they wonder about the river?")}
+    assert "What the river." not in texts and "The river." not in texts
+    assert "What the river would bring them." in texts
+
+
+def test_besides_x_is_never_x():
+    question = "Besides the horses, what does the farmer keep?"
+    assert not adds_to("Two horses and about thirty chickens.", question)
+    assert not adds_to("A horse.", question)
+    assert adds_to("About thirty chickens.", question)
+
+
+@pytest.mark.parametrize("answer", ["Within the castle walls.", "Beneath the old bridge.",
+                                    "Among the reeds.", "Upon the hill."])
+def test_a_place_preposition_is_a_place(answer):
+    assert fits("place", answer, set())
+
+
+@pytest.mark.parametrize("question,right", [
+    ("What are the speaker's last words?", "And then we eat it."),
+    ("What is the final sentence?", "And then we eat it."),
+    ("What are the speaker's first words?", "Good evening."),  # a bare number is no words
+])
+def test_the_first_or_last_words_are_the_first_or_last_clause(question, right):
+    assert shaped(EVENING, question) == {right}
+
+
+@pytest.mark.parametrize("spans,question,right", [
+    (lines("Dial 4172 now."), "What is the first digit said?", "Four."),
+    (lines("Dial 4172 now."), "What is the last digit?", "Two."),
+    (lines("Dial four one seven two now."), "What is the second digit said?", "One."),
+    (lines("Gate 12, then gate 30."), "What is the last number said?", "Thirty."),
+    (lines("Pick 3, 7, 7, 1."), "Which number is said twice in a row?", "Seven."),
+    (lines("Six, nine, six."), "Which digit is said twice?", "Six."),
+    (lines("We saw the tower of London and later the tower of Pisa."),
+     "How many towers does the guide name?", "Two."),
+    (lines("The hall of mirrors, the hall of fame, the hall of mirrors again."),
+     "How many halls are mentioned?", "Two."),
+])
+def test_order_questions_are_read_off_the_words(spans, question, right):
+    text, where = sequence_answer(spans, question)
+    assert text == right and where
+
+
+@pytest.mark.parametrize("spans,question", [
+    (EVENING, "What are the speaker's first words?"),  # words, not one word
+    (lines("Pick 3, 7, 1."), "Which number is said twice in a row?"),  # none is
+    (lines("We saw two towers in London."), "How many towers are named?"),  # a number says
+    (lines("We saw the tower."), "How many bridges are named?"),  # never said
+    (lines("Dial now."), "What is the first digit said?"),
+])
+def test_order_questions_without_an_answer_in_the_words_are_left_alone(spans, question):
+    assert sequence_answer(spans, question) is None
+
+
+@pytest.mark.parametrize("question", [
+    "At what time does the speaker mention the harbour?",
+    "At what point of the recording is the harbour mentioned?",
+])
+def test_a_clock_question_locates_its_subject_not_the_word_time(question):
+    spans = lines("It was time to leave.", "We walked to the harbour at noon.")
+    assert rank_spans(spans, without_clock(question))[0][1] == 1
+
+
+@pytest.mark.parametrize("answer", ["Her cousins.", "The aunts.", "Two old sailors."])
+def test_a_plural_word_for_people_is_who(answer):
+    assert fits("who", answer, set())
