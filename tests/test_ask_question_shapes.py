@@ -53,10 +53,23 @@ def test_what_comes_after_x_is_the_next_clause(question, right):
     assert shaped(DOOR, question) == {right}
 
 
+@pytest.mark.parametrize("spans,question,step", [
+    (DOOR, "What should you do before opening the door?", "wait a moment"),
+    (lines("Boil the water, then add the rice and stir it."),
+     "What do you do after adding the rice?", "and stir it"),
+    (lines("Boil the water, then add the rice and stir it."),
+     "What do you do before adding the rice?", "boil the water"),
+])
+def test_before_or_after_x_is_the_nearest_step_on_that_side(spans, question, step):
+    found = shaped(spans, question)
+    assert found and all(c.lower().rstrip(".") in step for c in found)
+
+
 def test_the_answer_after_x_is_not_x_again():
     assert not adds_to("Knock twice.", "What should you do after you knock?")
     assert not adds_to("He knocked again.", "What did he do after knocking?")
     assert adds_to("Wait a moment.", "What should you do after you knock?")
+    assert not adds_to("Open the door.", "What should you do before you open the door?")
 
 
 @pytest.mark.parametrize("spans,question,right", [

@@ -18,7 +18,7 @@ is made over a short list of spans of the transcript instead:
   ...?", the object of the verb "What should you (not) ask?" ends on (negated as asked), the
   item right after X in a list, the first or last clause for the first or last words: these
   are *pinned* (:func:`pinned`), the answer is one of them, not a phrase next to them; for
-  "what ... after X", the answer starts in the nearest clause after X's.
+  "what ... after (before) X", the answer is in the nearest part of a clause after (before) X's.
 
 Every candidate ends where a phrase can end (:func:`_closed`): at the speaker's clause mark, or
 not after a determiner, preposition or auxiliary and not between a word and the word that
@@ -42,7 +42,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from as2d.runtime.ask.kinds import AFTER, BESIDES, question_kind
+from as2d.runtime.ask.kinds import BESIDES, ORDER, question_kind
 from as2d.runtime.ask.passages import (
     _STOPWORDS,
     NUMBER_WORDS,
@@ -84,8 +84,9 @@ class Candidate:
     tokens: int = 0
     likelihood: float = float("nan")  # log-likelihood as the answer, its end included
     prior: float | None = None  # the same under a neutral question (when calibrated)
-    # For "what ... after X": how many clauses after the one that says X this one starts (0:
-    # the next), None when it does not follow X or the question asks nothing after X.
+    # For "what ... after X" ("before X"): how many parts of a clause (cut at "and", "but",
+    # "then") lie between this one and the part that says X, on the side asked (0: the next
+    # part), None when it is not on that side or the question asks nothing of the kind.
     follows: int | None = None
 
     def to_dict(self, spans: Sequence[Span] | None = None) -> dict:
@@ -213,7 +214,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     sentences = _runs(words, _SENTENCE_END)
     qcontent = set(content_words(question))
     out: dict[str, Candidate] = {}
-    starts: dict[str, int] = {}  # a candidate's first word, where it was first found
+    starts: dict[str, tuple[int, int]] = {}  # a candidate's words where it was first found
 
     qnorms = {w for w in (_norm(t) for t in _TOKEN.findall(question)) if w}
     whole = set(clauses) | set(sentences)
@@ -240,7 +241,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
             if (a, b) not in whole and origin not in ("gap", "slot", "next"):
                 return
         out[key] = Candidate(text, origin, tuple(sorted({w.span for w in words[a:b]})))
-        starts[key] = a
+        starts[key] = a, b
 
     def mark(a: int, b: int, origin: str) -> None:
         # found another way already or not: now known by this origin (it is pinned)
@@ -395,21 +396,29 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
         if said_runs:
             first = end.group(1).lower() in ("first", "opening")
             mark(*said_runs[0 if first else -1], "end")
-    # 11. "What ... after X?": candidates are told how far after X's clause they start; for
-    #     "which card is called after X" the item after X, as many clauses long as X.
+    # 11. "What ... after (before) X?": candidates are told how far after (before) X's part
+    #     of a clause they are; for "which card is called after X" the item after X, as many
+    #     clauses long as X.
     x = _event(words, question)
     if x is not None:
-        xa, xb = x
+        xa, xb, after = x
         k = _containing(clauses, xb - 1)
-        if _ITEM.search(question) and k + 1 < len(clauses):
+        if after and _ITEM.search(question) and k + 1 < len(clauses):
             n = _containing(clauses, xb - 1) - _containing(clauses, xa) + 1
             if clauses[k][1] == xb:
                 last = min(len(clauses) - 1, k + n)
                 mark(clauses[k + 1][0], clauses[last][1], "next")
+        parts = _parts(words, clauses)
+        p0, p1 = _containing(parts, xa), _containing(parts, xb - 1)
+        step = p1 + 1 if after else p0 - 1  # the part right after (before) X's is one
+        if 0 <= step < len(parts):
+            add(*parts[step], "step")
         for key, c in out.items():
-            at = starts.get(key)
-            if at is not None and at >= clauses[k][1]:
-                c.follows = _containing(clauses, at) - k - 1
+            a, b = starts[key]
+            if after and a >= parts[p1][1]:
+                c.follows = _containing(parts, a) - p1 - 1
+            elif not after and b <= parts[p0][0]:
+                c.follows = p0 - _containing(parts, b - 1) - 1
     found_all = list(out.values())
     if question_kind(question) == "who":  # a person's name or the subject first, whatever the limit
         found_all.sort(key=lambda c: c.origin not in ("name", "before"))
@@ -493,14 +502,32 @@ _ITEM = re.compile(r"\b(?:which|what)\s+(?!(?:is|was|are|were|do|does|did|comes?
                    re.I)
 
 
-def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int] | None:
-    """``[a, b)``: where the transcript first says the X of "what ... after X" (its words from
-    the first that is not a small word: "after *the eight of spades*", "after *you fail*"),
-    None when it does not say it in full."""
-    m = AFTER.search(question)
+_JOINS = frozenset({"and", "but", "then"})
+
+
+def _parts(words: Sequence[TranscriptWord],
+           clauses: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The clauses cut again before "and", "but" and "then" ("Go somewhere | and do
+    something."): the steps a speaker says one after another."""
+    out = []
+    for a, b in clauses:
+        cut = a
+        for i in range(a + 1, b):
+            if _bare(words[i].text) in _JOINS:
+                out.append((cut, i))
+                cut = i
+        out.append((cut, b))
+    return out
+
+
+def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int, bool] | None:
+    """``(a, b, after)``: where the transcript first says the X of "what ... after X" (``after``)
+    or "before X" (its words from the first that is not a small word: "after *the eight of
+    spades*", "before you *do something*"), None when it does not say it in full."""
+    m = ORDER.search(question)
     if not m:
         return None
-    tokens = _TOKEN.findall(m.group(1))
+    tokens = _TOKEN.findall(m.group(2))
     while tokens and _bare(tokens[0]) in _STOPWORDS:
         tokens = tokens[1:]
     x = [n for n in (_norm(t) for t in tokens) if n]
@@ -508,7 +535,7 @@ def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int] | 
         return None
     for i in range(len(words) - len(x) + 1):
         if [w.norm for w in words[i:i + len(x)]] == x:
-            return i, i + len(x)
+            return i, i + len(x), m.group(1).lower() == "after"
     return None
 
 
@@ -616,7 +643,8 @@ def pinned(found: Sequence[Candidate]) -> list[Candidate]:
     the preposition or verb it ends on, the item listed with X ("besides X"), what is said of
     X ("what kind of X"), the words in its wh-slot ("From whom ...?"), the item after X ("which
     card is called after X"), the first or last clause ("the last words"); else, for "what
-    ... after X", those that start in the nearest clause after X. The answer is one of them."""
+    ... after X" ("before X"), those in the nearest part of a clause after (before) X's. The
+    answer is one of them."""
     out = [c for c in found if c.origin in _PINNED]
     if out:
         return out

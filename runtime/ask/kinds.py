@@ -320,20 +320,21 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
     return True
 
 
-# "Besides X, what else ...?" sets X aside; "What comes after X?" asks for what follows X.
+# "Besides X, what else ...?" sets X aside; "What comes after (before) X?" asks for what
+# follows (precedes) X.
 BESIDES = re.compile(r"\b(?:besides|apart from|other than|except(?: for)?|as well as|"
                      r"in addition to|along with|beside)\s+([^,?;]+)", re.I)
-AFTER = re.compile(r"\b(?:right |just |immediately |directly |straight |soon )?after\s+"
+ORDER = re.compile(r"\b(?:right |just |immediately |directly |straight |soon )?(after|before)\s+"
                    r"([^,?;]+)", re.I)
 
 
 def set_aside(question: str) -> tuple[frozenset[str], frozenset[str]]:
     """The content words of what a question sets aside (``"besides X"``: none of them may be
-    in the answer) and of the event an answer must follow (``"after X"``: not all of them may
-    be; the answer is what comes next, not X again)."""
-    m, n = BESIDES.search(question), AFTER.search(question)
+    in the answer) and of the event an answer must follow or precede (``"after X"``, ``"before
+    X"``: not all of them may be; the answer is what comes next or before, not X again)."""
+    m, n = BESIDES.search(question), ORDER.search(question)
     return (frozenset(content_words(m.group(1))) if m else frozenset(),
-            frozenset(content_words(n.group(1))) if n else frozenset())
+            frozenset(content_words(n.group(2))) if n else frozenset())
 
 
 def adds_to(answer: str, question: str) -> bool:
