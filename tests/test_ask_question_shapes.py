@@ -107,6 +107,19 @@ def test_the_verbs_object_where_it_is_negated_as_asked(question, right):
     assert shaped(BERRIES, question) == {right}
 
 
+@pytest.mark.parametrize("question,right", [
+    ("Which card is called first?", "Two of diamonds."),
+    ("Which card is read last?", "Ace of spades."),
+])
+def test_the_item_named_first_or_last(question, right):
+    assert shaped(CARDS, question) == {right}
+
+
+def test_what_should_you_do_is_not_the_object_of_do():
+    spans = lines("Ask what you can do for your town.")
+    assert not [c for c in candidates(spans, "What should you do?") if c.origin == "object"]
+
+
 def test_no_candidate_is_cut_before_a_modal():
     spans = lines("They wondered what the river would bring them.")
     texts = {c.text for c in candidates(spans, "What did they wonder about the river?")}
@@ -129,8 +142,9 @@ def test_a_place_preposition_is_a_place(answer):
 
 @pytest.mark.parametrize("question,right", [
     ("What are the speaker's last words?", "And then we eat it."),
-    ("What is the final sentence?", "And then we eat it."),
+    ("What are the final words?", "And then we eat it."),
     ("What are the speaker's first words?", "Good evening."),  # a bare number is no words
+    ("What is the last sentence?", "Tonight we talk about bread, and then we eat it."),
 ])
 def test_the_first_or_last_words_are_the_first_or_last_clause(question, right):
     assert shaped(EVENING, question) == {right}

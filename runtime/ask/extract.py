@@ -388,13 +388,16 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     #    transcript says that verb with the question's negation or without it, as asked.
     for a, b in _verb_object(words, question, clauses):
         mark(a, b, "object")
-    # 10. "What are the last words?": the last clause (the first, for the first words).
+    # 10. "What are the last words?", "Which card is called first?": the last (first)
+    #     clause, or sentence for "the last sentence / line"; a bare number ("1.") is none.
     end = _END_WORDS.search(question)
     if end:
-        said_runs = [r for r in clauses if content_words(as_answer(words[r[0]:r[1]]))
+        side, unit = end.group(1) or end.group(3), (end.group(2) or "").lower()
+        runs = sentences if unit.startswith(("sentence", "line")) else clauses
+        said_runs = [r for r in runs if content_words(as_answer(words[r[0]:r[1]]))
                      and not all(w.norm.isdigit() for w in words[r[0]:r[1]])]
         if said_runs:
-            first = end.group(1).lower() in ("first", "opening")
+            first = side.lower() in ("first", "opening")
             mark(*said_runs[0 if first else -1], "end")
     # 11. "What ... after (before) X?": candidates are told how far after (before) X's part
     #     of a clause they are; for "which card is called after X" the item after X, as many
@@ -463,6 +466,7 @@ _SUBJECT = (r"(?:i|you|he|she|it|we|they|(?:the|a|an|this|that|his|her|their|our
 _VERB_LAST = re.compile(r"^\W*what\s+" + _AUX + r"\s+" + _SUBJECT + r"\s+(?:(not|never)\s+)?"
                         r"([A-Za-z]+)\W*$", re.I)
 _NOT = frozenset({"not", "never"})
+_PRO_VERBS = frozenset(_norm(w) for w in ("do", "be", "have", "happen"))
 
 
 def _negated(words: Sequence[TranscriptWord], k: int) -> bool:
@@ -482,6 +486,8 @@ def _verb_object(words: Sequence[TranscriptWord], question: str,
     if not m:
         return []
     verb, negative = _norm(m.group(2)), m.group(1) is not None
+    if verb in _PRO_VERBS:
+        return []  # "What should you do?" asks for an action, not what "do" takes
     out = []
     for k, w in enumerate(words):
         if w.norm != verb or _CLAUSE_END.search(w.text) or _negated(words, k) != negative:
@@ -493,9 +499,10 @@ def _verb_object(words: Sequence[TranscriptWord], question: str,
     return out
 
 
-# "What are the speaker's last words?": the last (first) clause said.
-_END_WORDS = re.compile(r"\b(first|last|final|opening|closing)\s+(?:words?|sentence|line|"
-                        r"phrase|thing (?:said|heard))\b", re.I)
+# "What are the speaker's last words?", "Which card is called first?": the last (first) said.
+_END_WORDS = re.compile(r"\b(first|last|final|opening|closing)\s+(words?|sentences?|lines?|"
+                        r"phrase|thing (?:said|heard))\b|\b(?:called|named|said|read|"
+                        r"mentioned|heard|spoken|listed)\s+(first|last)\b", re.I)
 # "Which card is called after X?": an item of a sequence, as long as X.
 _ITEM = re.compile(r"\b(?:which|what)\s+(?!(?:is|was|are|were|do|does|did|comes?|came|"
                    r"happens?|happened|" + _AUX[3:-1] + r")\b)[a-z]+\s+(?:is|was|are|were)\b",
