@@ -127,6 +127,16 @@ def test_no_candidate_is_cut_before_a_modal():
     assert "What the river would bring them." in texts
 
 
+@pytest.mark.parametrize("spans,question,right", [
+    (lines("It was a time of plenty, it was a time of hunger."),
+     "What was it a time of, besides plenty?", "Hunger."),
+    (lines("We kept the goats inside, we kept the old sheep inside."),
+     "Besides the goats, what did we keep inside?", "Old sheep."),
+])
+def test_besides_x_in_a_clause_said_alike_is_the_item_in_xs_place(spans, question, right):
+    assert shaped(spans, question) == {right}
+
+
 def test_besides_x_is_never_x():
     question = "Besides the horses, what does the farmer keep?"
     assert not adds_to("Two horses and about thirty chickens.", question)

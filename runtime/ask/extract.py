@@ -219,9 +219,10 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     qnorms = {w for w in (_norm(t) for t in _TOKEN.findall(question)) if w}
     whole = set(clauses) | set(sentences)
 
-    def add(a: int, b: int, origin: str) -> None:
-        # Cut back to where a phrase can end: never before its object ("He painted the").
-        bounded = (a, b) in whole or origin in ("gap", "before", "name", "kind", "slot")
+    def add(a: int, b: int, origin: str, exact: bool = False) -> None:
+        # Cut back to where a phrase can end: never before its object ("He painted the");
+        # ``exact``: the transcript's own words end it (an item in a clause said alike).
+        bounded = exact or (a, b) in whole or origin in ("gap", "before", "name", "kind", "slot")
         while b > a and not _closed(words, b, bounded):
             b -= 1
         if a >= b:
@@ -243,11 +244,11 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
         out[key] = Candidate(text, origin, tuple(sorted({w.span for w in words[a:b]})))
         starts[key] = a, b
 
-    def mark(a: int, b: int, origin: str) -> None:
+    def mark(a: int, b: int, origin: str, exact: bool = False) -> None:
         # found another way already or not: now known by this origin (it is pinned)
         text = as_answer(words[a:b])
         before = text.lower() in out
-        add(a, b, origin)
+        add(a, b, origin, exact)
         if before:
             out[text.lower()].origin = origin
 
@@ -351,6 +352,9 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     # 6. "Besides X, what else ...?" asks for what the transcript lists beside X: the item
     #    after "X and/or" (or before "and/or X"), not a neighbouring clause (marked as well).
     for a, b, after in _beside(words, question):
+        if after is None:  # the item in X's place in a clause said alike: exactly these words
+            mark(a, b, "object", exact=True)
+            continue
         for j in (range(a + 1, b + 1) if after else range(a, b)):
             i, e = (a, j) if after else (j, b)  # prefixes after X, suffixes before it
             text = as_answer(words[i:e])
@@ -571,10 +575,12 @@ _AND = frozenset({"and", "or", "nor", "but"})
 
 
 def _beside(words: Sequence[TranscriptWord], question: str,
-            max_words: int = 6) -> list[tuple[int, int, bool]]:
+            max_words: int = 6) -> list[tuple[int, int, bool | None]]:
     """``(start, end, after)``: for "Besides X, ...", the item the transcript coordinates with
     X where it says X: the words after "X and" (to the clause's end, at most ``max_words``;
-    ``after``) or those before "and X" (from the clause's start)."""
+    ``after``: True) or those before "and X" (from the clause's start; False), or the words in
+    X's place in a clause said alike next to X's ("we had *everything* before us, we had
+    *nothing* before us": :func:`_parallel`; None)."""
     m = BESIDES.search(question)
     if not m:
         return []
@@ -600,6 +606,31 @@ def _beside(words: Sequence[TranscriptWord], question: str,
                 if k > c0:
                     out.append((max(c0, k - max_words), k, False))
                 break
+        out += [(a, b, None) for a, b in _parallel(words, clauses, i, e)]
+    return out
+
+
+def _parallel(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]], i: int, e: int,
+              max_item: int = 4) -> list[tuple[int, int]]:
+    """``[a, b)``: in the clauses right before and after the one holding ``words[i:e]``, the
+    words in its place where that clause has the same words before and after them (at least
+    two in all): "It was the age of | wisdom |, it was the age of | foolishness |"."""
+    k = _containing(clauses, i)
+    c0, c1 = clauses[k]
+    left = [w.norm for w in words[c0:i]]
+    right = [w.norm for w in words[e:c1]]
+    if len(left) + len(right) < 2:
+        return []
+    out = []
+    for d in (k - 1, k + 1):
+        if not 0 <= d < len(clauses):
+            continue
+        d0, d1 = clauses[d]
+        a, b = d0 + len(left), d1 - len(right)
+        if not 0 < b - a <= max_item:
+            continue
+        if [w.norm for w in words[d0:a]] == left and [w.norm for w in words[b:d1]] == right:
+            out.append((a, b))
     return out
 
 
