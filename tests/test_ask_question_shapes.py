@@ -182,6 +182,7 @@ def test_order_questions_are_read_off_the_words(spans, question, right):
     (lines("Pick 3, 7, 1."), "Which number is said twice in a row?"),  # none is
     (lines("We saw two towers in London."), "How many towers are named?"),  # a number says
     (lines("We saw the tower."), "How many bridges are named?"),  # never said
+    (lines("He has children, Tom and Ann."), "How many children does he say he has?"),
     (lines("Dial now."), "What is the first digit said?"),
 ])
 def test_order_questions_without_an_answer_in_the_words_are_left_alone(spans, question):

@@ -31,9 +31,10 @@ _ORDINAL_Q = re.compile(r"\b(first|second|third|fourth|fifth|last|final)\s+(digi
                         re.I)
 _TWICE_Q = re.compile(r"\b(?:which|what)\s+(digit|number|word)\s+(?:is|was)\s+(?:said|repeated|"
                       r"spoken|read|called|heard)\s+(?:twice|two times)(\s+in a row)?\b", re.I)
+# (naming and listing only: "how many children does he say he has" asks for a number he says)
 _MENTIONS_Q = re.compile(r"\bhow many\s+([a-z]+)\s+(?:does|do|did|is|are|were|was)\s+"
-                         r"(?:[a-z']+\s+){0,3}?(?:names?|named|mentions?|mentioned|lists?|listed|"
-                         r"calls?|called|says?|said)\b", re.I)
+                         r"(?:[a-z']+\s+){0,3}?(?:names?|named|mentions?|mentioned|lists?|listed)"
+                         r"\b", re.I)
 _SPELLED = {v: k for k, v in NUMBER_WORDS.items()}
 
 
