@@ -2,7 +2,7 @@
 
 CTranslate2 (the engine faster-whisper runs) reads the very ``model.bin`` our converter reads, so
 it is the natural peer. In float32 both compute the same function and greedy decoding must pick
-the same token at every step, on every real clip, with and without timestamps. In int8 the two
+the same token at every step, on every real clip (with timestamps on every other one). In int8 the two
 quantise differently (ours: per-row activations and per-column weights, chosen so that
 verification is lossless), so only near-agreement of the text tokens is required.
 """
@@ -66,14 +66,16 @@ def test_fp32_greedy_tokens_equal_ctranslate2_on_every_clip(name, whisper, ct2_d
                                       compute_type="float32", intra_threads=2)
     mismatches = []
     compared = 0
-    for clip, mel in first_windows:
-        for ts, (ours, theirs) in _decode_both(model, peer, mel, (False, True)).items():
+    # Each clip in one mode, the modes alternating over the clips: both are compared on every
+    # model, at half the cost of both modes on every clip (the fp32 peer is slow on AVX2 CPUs).
+    for i, (clip, mel) in enumerate(first_windows):
+        for ts, (ours, theirs) in _decode_both(model, peer, mel, (bool(i % 2),)).items():
             compared += 1
             assert ours, f"{clip}: no tokens decoded"
             if ours != theirs:
                 mismatches.append(f"{clip} timestamps={ts}: {_first_difference(ours, theirs)}")
     del peer
-    assert compared == 2 * len(first_windows)
+    assert compared == len(first_windows) >= 2
     assert not mismatches, "\n".join(mismatches)
 
 

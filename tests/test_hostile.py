@@ -284,6 +284,15 @@ def long_speech(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def shorter_speech(tmp_path_factory) -> Path:
+    """About 100 s: several windows, so a signal arrives mid-run, but a whole run is short."""
+    xs = [sf.read(f, dtype="float32")[0] for f in sorted(LIBRIVOX.glob("*.wav"))]
+    path = tmp_path_factory.mktemp("shorter") / "long.wav"
+    sf.write(path, np.concatenate(xs * 4), 16000)
+    return path
+
+
 def _ours(tmpdir: Path) -> list[Path]:
     """What a run left in its TMPDIR (not the 51-byte ``.ses`` session-id file that a library
     under onnxruntime writes on every run, signal or not)."""
@@ -345,13 +354,13 @@ def test_transcribe_stopped_by_a_signal_keeps_what_it_did(sig, long_speech, tmp_
     assert _ours(tmpdir) == []  # the decoded-audio file is gone
 
 
-def test_transcribe_started_with_sighup_ignored_keeps_it_ignored(long_speech, tmp_path, env):
+def test_transcribe_started_with_sighup_ignored_keeps_it_ignored(shorter_speech, tmp_path, env):
     """``nohup as2d transcribe …``: the SIGHUP of a closed terminal does not stop the run (the
     ignored disposition it started with is kept), and the whole file is transcribed."""
     out_dir, tmpdir = tmp_path / "out", tmp_path / "tmp"
     tmpdir.mkdir()
     code, out, err = _start_then_signal(
-        ["transcribe", long_speech, *TINY, "-o", out_dir, "-f", "json", "--no-live"],
+        ["transcribe", shorter_speech, *TINY, "-o", out_dir, "-f", "json", "--no-live"],
         signal.SIGHUP, env, PROGRESS, tmpdir, hup=signal.SIG_IGN)
     assert code == 0 and "stopped by" not in err and "Traceback" not in err, err
     doc = json.loads((out_dir / "long.json").read_text())

@@ -410,7 +410,7 @@ def test_endurance_replay_keeps_up_without_drift(bundle, librivox):
     from as2d.runtime.vad.silero import make_vad
     from as2d.runtime.whisper.model import WhisperModel
 
-    samples = _joined_speech(librivox, 90.0)
+    samples = _joined_speech(librivox, 66.0)
     target = WhisperModel(bundle("base", "int8"), threads=2)
     stats = MicStats()
     # 1.5× real time: the property is "no drift" (a queue, latency or memory that keeps growing),
