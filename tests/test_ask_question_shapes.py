@@ -201,3 +201,45 @@ def test_a_clock_question_locates_its_subject_not_the_word_time(question):
 @pytest.mark.parametrize("answer", ["Her cousins.", "The aunts.", "Two old sailors."])
 def test_a_plural_word_for_people_is_who(answer):
     assert fits("who", answer, set())
+
+
+@pytest.mark.parametrize("question,right", [
+    ("What should you not open?", "The oven door."),
+    ("What shouldn't you open?", "The oven door."),
+    ("What didn't I eat?", "The soup."),
+    ("What did I eat?", "The bread."),
+])
+def test_a_negation_said_as_a_contraction_is_a_negation(question, right):
+    spans = lines("Don't open the oven door.", "I didn't eat the soup, I ate the bread.")
+    assert shaped(spans, question) == {right}
+
+
+def test_beside_is_a_place_not_besides():
+    spans = lines("The church and the school stand on the square.",
+                  "A small bakery stands beside the church.")
+    assert "The school." not in shaped(spans, "What stands beside the church?")
+    assert adds_to("The bakery beside the church.", "What stands beside the church?")
+    assert shaped(spans, "Besides the church, what stands on the square?") >= {"The school."}
+
+
+@pytest.mark.parametrize("spans,question", [
+    # the digit of one number, not the recording's first
+    (lines("Room 12 is on the left.", "The door code is 4172."),
+     "What is the first digit of the door code?"),
+    # one dog, said twice
+    (lines("I have a dog.", "My dog is called Rex."), "How many dogs are mentioned?"),
+    (lines("The tower was tall.", "The tower was old."), "How many towers are mentioned?"),
+])
+def test_order_questions_the_words_do_not_answer_are_not_read_off(spans, question):
+    assert sequence_answer(spans, question) is None
+
+
+def test_the_first_digit_of_the_recording_is_read_off():
+    spans = lines("Room 12 is on the left.", "The door code is 4172.")
+    assert sequence_answer(spans, "What is the first digit of the recording?")[0] == "One."
+
+
+def test_a_step_that_says_nothing_of_its_own_is_not_the_step_before():
+    spans = lines("Mix the flour and add two eggs.", "After that, bake it for an hour.")
+    found = shaped(spans, "What do you do before you bake it?")
+    assert found and all("eggs" in c for c in found)

@@ -467,8 +467,8 @@ def _slot(words: Sequence[TranscriptWord], question: str,
 _AUX = r"(?:do|does|did|should|would|could|can|will|might|must|may|shall)"
 _SUBJECT = (r"(?:i|you|he|she|it|we|they|(?:the|a|an|this|that|his|her|their|our|my|your)\s+"
             r"[A-Za-z'-]+(?:\s+[A-Za-z'-]+)?)")
-_VERB_LAST = re.compile(r"^\W*what\s+" + _AUX + r"\s+" + _SUBJECT + r"\s+(?:(not|never)\s+)?"
-                        r"([A-Za-z]+)\W*$", re.I)
+_VERB_LAST = re.compile(r"^\W*what\s+" + _AUX + r"(n['’]t)?\s+" + _SUBJECT
+                        + r"\s+(?:(not|never)\s+)?([A-Za-z]+)\W*$", re.I)
 _NOT = frozenset({"not", "never"})
 _PRO_VERBS = frozenset(_norm(w) for w in ("do", "be", "have", "happen"))
 
@@ -476,8 +476,9 @@ _PRO_VERBS = frozenset(_norm(w) for w in ("do", "be", "have", "happen"))
 def _negated(words: Sequence[TranscriptWord], k: int) -> bool:
     """Whether the transcript negates the verb at ``words[k]`` ("do not ask", "never ask",
     "didn't ask", "ask not")."""
-    near = [words[j].text.lower() for j in (k - 2, k - 1, k + 1) if 0 <= j < len(words)]
-    return any(_bare(t) in _NOT or _bare(t).endswith("nt") and "n't" in t for t in near)
+    near = [_bare(words[j].text.replace("’", "'")) for j in (k - 2, k - 1, k + 1)
+            if 0 <= j < len(words)]
+    return any(t in _NOT or t.endswith("n't") for t in near)
 
 
 def _verb_object(words: Sequence[TranscriptWord], question: str,
@@ -489,7 +490,7 @@ def _verb_object(words: Sequence[TranscriptWord], question: str,
     m = _VERB_LAST.match(question)
     if not m:
         return []
-    verb, negative = _norm(m.group(2)), m.group(1) is not None
+    verb, negative = _norm(m.group(3)), m.group(1) is not None or m.group(2) is not None
     if verb in _PRO_VERBS:
         return []  # "What should you do?" asks for an action, not what "do" takes
     out = []
@@ -519,8 +520,10 @@ _JOINS = frozenset({"and", "but", "then"})
 def _parts(words: Sequence[TranscriptWord],
            clauses: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The clauses cut again before "and", "but" and "then" ("Go somewhere | and do
-    something."): the steps a speaker says one after another."""
-    out = []
+    something."): the steps a speaker says one after another. A part that says nothing of
+    its own ("After that, | bake it": no content word) leads into the next one and is one
+    step with it, so the step before "bake it" is not "After that"."""
+    out: list[tuple[int, int]] = []
     for a, b in clauses:
         cut = a
         for i in range(a + 1, b):
@@ -528,7 +531,15 @@ def _parts(words: Sequence[TranscriptWord],
                 out.append((cut, i))
                 cut = i
         out.append((cut, b))
-    return out
+    steps: list[tuple[int, int]] = []
+    lead = None  # the start of the parts that said nothing yet
+    for a, b in out:
+        if not content_words(" ".join(w.text for w in words[a:b])) and b < len(words):
+            lead = a if lead is None else lead
+            continue
+        steps.append((a if lead is None else lead, b))
+        lead = None
+    return steps
 
 
 def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int, bool] | None:

@@ -321,9 +321,10 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
 
 
 # "Besides X, what else ...?" sets X aside; "What comes after (before) X?" asks for what
-# follows (precedes) X.
+# follows (precedes) X. ("Beside X" is a place, next to X: "What stands beside the church?"
+# asks for what is next to the church, not for what is listed with it.)
 BESIDES = re.compile(r"\b(?:besides|apart from|other than|except(?: for)?|as well as|"
-                     r"in addition to|along with|beside)\s+([^,?;]+)", re.I)
+                     r"in addition to|along with)\s+([^,?;]+)", re.I)
 ORDER = re.compile(r"\b(?:right |just |immediately |directly |straight |soon )?(after|before)\s+"
                    r"([^,?;]+)", re.I)
 

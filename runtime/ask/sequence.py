@@ -36,6 +36,10 @@ _MENTIONS_Q = re.compile(r"\bhow many\s+([a-z]+)\s+(?:does|do|did|is|are|were|wa
                          r"(?:[a-z']+\s+){0,3}?(?:names?|named|mentions?|mentioned|lists?|listed)"
                          r"\b", re.I)
 _SPELLED = {v: k for k, v in NUMBER_WORDS.items()}
+# "the first digit *of the door code*": the digit of one number, not of the recording's words,
+# so not read off the whole transcript (unless "of" names the recording itself).
+_OF_THING = re.compile(r"^\s+(?:of|in)\s+(?!(?:the\s+|this\s+)?(?:recording|audio|clip|"
+                       r"transcript|passage|text|reading|speech|talk)\b)", re.I)
 
 
 def _words(spans: Sequence[Span]) -> list[tuple[str, int]]:
@@ -68,7 +72,7 @@ def sequence_answer(spans: Sequence[Span], question: str) -> tuple[str, list[int
     """The answer read off the transcript's words and the spans that hold it, or None when the
     question is not about their order or the transcript lacks what it asks for."""
     m = _ORDINAL_Q.search(question)
-    if m:
+    if m and not _OF_THING.match(question[m.end():]):
         items = _items(spans, m.group(2).lower())
         k = _ORDINALS[m.group(1).lower()]
         if not items or k >= len(items):
@@ -95,15 +99,19 @@ def sequence_answer(spans: Sequence[Span], question: str) -> tuple[str, list[int
 
 
 def _mentions(spans: Sequence[Span], noun: str) -> tuple[str, list[int]] | None:
-    """How many distinct phrases name ``noun`` (a stem): the noun with the content words
-    that follow it up to two ("the epoch *of belief*"), None where the transcript never says
-    it or a number before it says how many ("two epochs": that number answers)."""
+    """How many distinct phrases name ``noun`` (a stem): "the tower *of London*", "the epoch
+    *of belief*" (the noun and "of" with the content words after it, up to two). None where
+    the transcript never says it, a number before it says how many ("two epochs": that
+    number answers), or it is once said without "of" ("the tower was tall, the tower was
+    old" may be one tower said twice: its words do not tell how many)."""
     words = _words(spans)
     phrases, where = set(), set()
     for k, (w, i) in enumerate(words):
         if _stem(w) != noun:
             continue
         if k > 0 and words[k - 1][0].isdigit():
+            return None
+        if k + 1 >= len(words) or words[k + 1][0] != "of":
             return None
         phrases.add(tuple(content_words(" ".join(v for v, _ in words[k + 1:k + 4]))[:2]))
         where.add(i)
