@@ -2,8 +2,8 @@
 
 CTranslate2 (the engine faster-whisper runs) reads the very ``model.bin`` our converter reads, so
 it is the natural peer. In float32 both compute the same function and greedy decoding must pick
-the same token at every step, on every real clip (with timestamps on every other one). In int8 the two
-quantise differently (ours: per-row activations and per-column weights, chosen so that
+the same token at every step, on every real clip (with timestamps on every other one). In int8
+the two quantise differently (ours: per-row activations and per-column weights, chosen so that
 verification is lossless), so only near-agreement of the text tokens is required.
 """
 

@@ -58,6 +58,7 @@ def test_the_openvino_precision_is_checked_and_f32_unless_told(monkeypatch):
 
 def test_auto_without_openvino_takes_onnxruntime_without_measuring(monkeypatch, tmp_path):
     monkeypatch.setattr(encoders, "openvino_available", lambda: False)
+    monkeypatch.setattr(encoders, "openvino_installed", lambda: False)
     made = []
     monkeypatch.setattr(encoders, "OrtEncoder",
                         lambda path, threads, spin=False, precision="": made.append(path)
@@ -69,6 +70,24 @@ def test_auto_without_openvino_takes_onnxruntime_without_measuring(monkeypatch, 
     assert not list(tmp_path.iterdir())  # one candidate: nothing measured, nothing remembered
     with pytest.raises(EncoderError, match="not installed"):
         encoders.make_encoder(tmp_path, manifest, 2, "openvino")
+
+
+def test_auto_does_not_import_openvino_when_its_choice_is_remembered(monkeypatch, tmp_path):
+    """``import openvino`` costs about a second; a remembered choice must not pay it."""
+    from as2d.runtime.whisper.encoder_choice import EncoderChoice
+
+    monkeypatch.setattr(encoders, "openvino_available",
+                        lambda: pytest.fail("openvino imported to check it is there"))
+    monkeypatch.setattr(encoders, "openvino_installed", lambda: True)
+    monkeypatch.setattr(encoders, "choose", lambda *a, **k: (
+        EncoderChoice("onnxruntime int8", "remembered", {}, {}, 2), None))
+    monkeypatch.setattr(encoders, "OrtEncoder",
+                        lambda path, threads, spin=False, precision="": OrtEncoder.__new__(
+                            OrtEncoder))
+    manifest = {"precision": "int8", "files": {"encoder": "encoder.onnx"},
+                "dims": {"n_mels": 80}}
+    enc = encoders.make_encoder(tmp_path, manifest, 2, "auto")
+    assert enc.choice.how == "remembered" and enc.choice.name == "onnxruntime int8"
 
 
 # -- real bundles ------------------------------------------------------------------------------

@@ -71,6 +71,15 @@ def requested_precision() -> str | None:
     return env or None
 
 
+def openvino_installed() -> bool:
+    """Is the ``openvino`` distribution installed? Read from its metadata, without importing it:
+    ``import openvino`` costs about a second, which a remembered onnxruntime choice must not pay
+    (a broken install is found when the candidate is built, and skipped there)."""
+    from importlib.util import find_spec
+
+    return find_spec("openvino") is not None
+
+
 def openvino_available() -> bool:
     try:
         with no_openvino_telemetry():  # no client id under ~/intel, no event
@@ -255,7 +264,7 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     ort_candidate = EncoderCandidate("onnxruntime", manifest.get("precision", "fp32"))
     if asked == "onnxruntime":
         return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
-    has_ov = openvino_available()
+    has_ov = openvino_available() if asked == "openvino" else openvino_installed()
     if asked == "openvino" and not has_ov:
         raise EncoderError("the openvino package is not installed (pip install openvino)")
     candidates = [ort_candidate] if asked == "auto" else []
