@@ -264,8 +264,8 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
                 found.append((2 * m + 1, e))
     # A quoted phrase said in full pins the place: what follows a part of the question
     #     elsewhere (the list two lines on) is not what follows the quote.
-    pinned = [f for f in found if f not in plain]
-    found = pinned or found
+    quoted_runs = [f for f in found if f not in plain]
+    found = quoted_runs or found
     found.sort(key=lambda x: (-x[0], x[1]))
     for _m, e in found[:max_after]:
         if e >= len(words):
@@ -357,11 +357,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
             continue
         for j in (range(a + 1, b + 1) if after else range(a, b)):
             i, e = (a, j) if after else (j, b)  # prefixes after X, suffixes before it
-            text = as_answer(words[i:e])
-            before = text.lower() in out
-            add(i, e, "object")
-            if before:
-                out[text.lower()].origin = "object"
+            mark(i, e, "object")
     # 7. "What kind of X?" asks for what the transcript says of X: the words before X in its
     #    phrase ("a *small* pan", "a more *amiable* woman"), marked as well.
     for a, b in _kind_of(words, question):
@@ -369,21 +365,13 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
             # the words alone (they end where the question's X starts), then with X (cut
             # back where X's phrase goes on: "ill-disposed | young man")
             for e, origin in ((b, "kind"), (b + 1, "object")):
-                text = as_answer(words[i:e])
-                before = text.lower() in out
-                add(i, e, origin)
-                if before:
-                    out[text.lower()].origin = origin
+                mark(i, e, origin)
     stranded = _STRANDED.search(question)
     if stranded:
         for k in _object_at(words, stranded.group(1).lower(), qnorms):
             end = clauses[_containing(clauses, k)][1]
             for j in range(k + 2, min(end, k + 1 + max_words) + 1):
-                text = as_answer(words[k + 1:j])
-                before = text.lower() in out
-                add(k + 1, j, "object")
-                if before:  # already found another way: now known as the object
-                    out[text.lower()].origin = "object"
+                mark(k + 1, j, "object")
     # 8. "From whom do we ...?", "By what should ...?": the question's preposition is said
     #    before the words that fill its wh-slot, and the question's next words after them.
     for a, b in _slot(words, question, clauses):
