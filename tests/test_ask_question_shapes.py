@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from as2d.runtime.ask.extract import candidates, pinned
-from as2d.runtime.ask.kinds import adds_to, fits, qualifies
+from as2d.runtime.ask.kinds import adds_to, fits, order, qualifies, set_aside
 from as2d.runtime.ask.passages import rank_spans
 from as2d.runtime.ask.prompt import without_clock
 from as2d.runtime.ask.sequence import sequence_answer
@@ -243,3 +243,50 @@ def test_a_step_that_says_nothing_of_its_own_is_not_the_step_before():
     spans = lines("Mix the flour and add two eggs.", "After that, bake it for an hour.")
     found = shaped(spans, "What do you do before you bake it?")
     assert found and all("eggs" in c for c in found)
+
+
+@pytest.mark.parametrize("question", [
+    "Which place is named after the lake?",
+    "What is the street called after?",
+    "Which song is titled after her mother?",
+    "After whom is the street called?",
+])
+def test_named_after_x_is_not_what_follows_x(question):
+    assert order(question) is None
+
+
+def test_named_after_does_not_set_the_answer_aside():
+    assert adds_to("The lake.", "What is Millbrook named after?")
+    assert not set_aside("Which place is named after the lake?")[1]
+    assert order("What happens after the lake freezes?") is not None
+
+
+@pytest.mark.parametrize("question", [
+    "What were his last words?",
+    "What were her last words to him?",
+    "What were the king's last words?",
+    "What were the last words of the old sailor?",
+    "What was the first word the baby said?",
+    "What was the first word Tom spoke?",
+])
+def test_someone_elses_first_or_last_words_are_not_the_recordings(question):
+    spans = lines("The sailor lay still.", "Tell my wife I love her, he whispered.",
+                  "And then the ship went quiet.")
+    assert sequence_answer(spans, question) is None
+    assert "And then the ship went quiet." not in shaped(spans, question)
+    assert "The sailor lay still." not in shaped(spans, question)
+
+
+@pytest.mark.parametrize("question,right", [
+    ("What is the first word the speaker says?", "Hello."),
+    ("What is the first word you hear?", "Hello."),
+    ("What is the narrator's last word?", "Friends."),
+])
+def test_the_recordings_own_first_or_last_word_is_still_read_off(question, right):
+    assert sequence_answer(lines("Hello there, my friends."), question)[0] == right
+
+
+def test_and_between_nouns_is_not_a_step():
+    spans = lines("Mix the flour and the sugar, and add two eggs.")
+    found = shaped(spans, "What do you do after mixing the flour?")
+    assert "And add two eggs." in found and not any("sugar" in c for c in found)

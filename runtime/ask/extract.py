@@ -42,7 +42,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from as2d.runtime.ask.kinds import BESIDES, ORDER, question_kind
+from as2d.runtime.ask.kinds import BESIDES, order, question_kind, said_by_someone_else
 from as2d.runtime.ask.passages import (
     _STOPWORDS,
     NUMBER_WORDS,
@@ -383,6 +383,8 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     # 10. "What are the last words?", "Which card is called first?": the last (first)
     #     clause, or sentence for "the last sentence / line"; a bare number ("1.") is none.
     end = _END_WORDS.search(question)
+    if end and end.group(1) and said_by_someone_else(question, end.start(), end.end()):
+        end = None  # "his last words": what someone in the story said, not the recording
     if end:
         side, unit = end.group(1) or end.group(3), (end.group(2) or "").lower()
         runs = sentences if unit.startswith(("sentence", "line")) else clauses
@@ -503,19 +505,44 @@ _ITEM = re.compile(r"\b(?:which|what)\s+(?!(?:is|was|are|were|do|does|did|comes?
 
 
 _JOINS = frozenset({"and", "but", "then"})
+# A verb the part after "and <determiner>" says when it is a clause ("and the dog *was* fed"),
+# not a noun phrase listed with the one before it ("the flour and the sugar").
+_AUXILIARIES = frozenset("is was are were be been has have had will would can could should "
+                         "must may might shall do does did".split())
+
+
+def _joins_nouns(words: Sequence[TranscriptWord], i: int, b: int) -> bool:
+    """Whether the "and" at ``words[i]`` joins a noun phrase to the one before it ("mix the
+    flour | and the sugar", "add salt and two eggs"): a determiner or a number follows it and
+    no auxiliary is said before the part's end ``b`` (or the next join), so the part has no
+    verb of its own and is not a step."""
+    if _bare(words[i].text) != "and" or i + 1 >= b:
+        return False
+    head = _bare(words[i + 1].text)
+    if head not in _DETERMINERS and head not in _NUM and not head.isdigit():
+        return False
+    for w in words[i + 1:b]:
+        t = _bare(w.text)
+        if t in _JOINS:
+            break
+        if t in _AUXILIARIES:
+            return False
+    return True
 
 
 def _parts(words: Sequence[TranscriptWord],
            clauses: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The clauses cut again before "and", "but" and "then" ("Go somewhere | and do
-    something."): the steps a speaker says one after another. A part that says nothing of
-    its own ("After that, | bake it": no content word) leads into the next one and is one
-    step with it, so the step before "bake it" is not "After that"."""
+    something."): the steps a speaker says one after another; not before an "and" that lists
+    a noun phrase with the one before it ("the flour and the sugar", :func:`_joins_nouns`).
+    A part that says nothing of its own ("After that, | bake it": no content word) leads
+    into the next one and is one step with it, so the step before "bake it" is not "After
+    that"."""
     out: list[tuple[int, int]] = []
     for a, b in clauses:
         cut = a
         for i in range(a + 1, b):
-            if _bare(words[i].text) in _JOINS:
+            if _bare(words[i].text) in _JOINS and not _joins_nouns(words, i, b):
                 out.append((cut, i))
                 cut = i
         out.append((cut, b))
@@ -534,7 +561,7 @@ def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int, bo
     """``(a, b, after)``: where the transcript first says the X of "what ... after X" (``after``)
     or "before X" (its words from the first that is not a small word: "after *the eight of
     spades*", "before you *do something*"), None when it does not say it in full."""
-    m = ORDER.search(question)
+    m = order(question)
     if not m:
         return None
     tokens = _TOKEN.findall(m.group(2))

@@ -329,11 +329,59 @@ ORDER = re.compile(r"\b(?:right |just |immediately |directly |straight |soon )?(
                    r"([^,?;]+)", re.I)
 
 
+# "named / called / titled after X" is in honour of X, not what follows X.
+_NAMED = re.compile(r"\b(?:named|called|titled)\s+$", re.I)
+_NAMED_WH = re.compile(r"^(?:whom|who|what|which)\b.*\b(?:named|called|titled)\b", re.I)
+
+
+def order(question: str) -> re.Match[str] | None:
+    """The question's "after X" / "before X" (:data:`ORDER`) where it asks what follows
+    (precedes) X; None where "after" names what something is named for ("Which place is named
+    after the lake?", "After whom is the street called?")."""
+    for m in ORDER.finditer(question):
+        if not (_NAMED.search(question[:m.start(1)]) or _NAMED_WH.match(m.group(2))):
+            return m
+    return None
+
+
+# Who "the first / last word(s)" are said by: the recording (its speaker, "you" who hear it)
+# or someone in its story ("his last words", "the first word the baby said").
+_RECORDING = (r"(?:speaker|narrator|reader|recording|audio|clip|transcript|passage|text|speech|"
+              r"talk|announcer|host|voice)")
+_POSSESSOR = re.compile(r"\b(his|her|their|its|[a-z]+['’]s)\s+$", re.I)
+_SPEAKER = re.compile(r"^\s+(?:(?:that|which)\s+)?(?:(?:the|a|an|this|his|her|their|my|your|"
+                      r"our)\s+([a-z'-]+)|(he|she|they|it|you|we|i|one)\b)(?=\s+[a-z])", re.I)
+_NAME = re.compile(r"^\s+(?:(?:that|which)\s+)?[A-Z][a-z]+\s+[a-z]")
+
+
+def said_by_someone_else(question: str, start: int, end: int) -> bool:
+    """Whether the words ``question[start:end]`` ("last words", "first word") ask about what
+    someone in the story said ("What were *his* last words?", "the first word *the baby*
+    said", "the last words *Tom* spoke") rather than the recording itself ("the speaker's
+    last words", "the first word you hear"): then the recording's own first or last words
+    are not the answer."""
+    before = _POSSESSOR.search(question[:start])
+    if before:
+        owner = before.group(1).lower().replace("’", "'")
+        if not re.fullmatch(_RECORDING + "'s", owner):
+            return True
+    rest = question[end:]
+    of = re.match(r"^\s+of\s+(?:the\s+|this\s+)?([a-z'-]+)", rest, re.I)
+    if of:  # "the last words of the king"
+        return not re.fullmatch(_RECORDING, of.group(1), re.I)
+    m = _SPEAKER.match(rest)
+    if m:
+        noun, pronoun = m.group(1), (m.group(2) or "").lower()
+        return not re.fullmatch(_RECORDING, noun or "", re.I) if noun else \
+            pronoun in ("he", "she", "they", "it")
+    return bool(_NAME.match(rest))
+
+
 def set_aside(question: str) -> tuple[frozenset[str], frozenset[str]]:
     """The content words of what a question sets aside (``"besides X"``: none of them may be
     in the answer) and of the event an answer must follow or precede (``"after X"``, ``"before
     X"``: not all of them may be; the answer is what comes next or before, not X again)."""
-    m, n = BESIDES.search(question), ORDER.search(question)
+    m, n = BESIDES.search(question), order(question)
     return (frozenset(content_words(m.group(1))) if m else frozenset(),
             frozenset(content_words(n.group(2))) if n else frozenset())
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from as2d.runtime.ask.kinds import said_by_someone_else
 from as2d.runtime.ask.passages import NUMBER_WORDS, _stem, content_words, numbers_as_digits
 from as2d.runtime.ask.spans import Span
 
@@ -72,7 +73,9 @@ def sequence_answer(spans: Sequence[Span], question: str) -> tuple[str, list[int
     """The answer read off the transcript's words and the spans that hold it, or None when the
     question is not about their order or the transcript lacks what it asks for."""
     m = _ORDINAL_Q.search(question)
-    if m and not _OF_THING.match(question[m.end():]):
+    if m and not _OF_THING.match(question[m.end():]) \
+            and not (m.group(2).lower() == "word"
+                     and said_by_someone_else(question, m.start(), m.end())):
         items = _items(spans, m.group(2).lower())
         k = _ORDINALS[m.group(1).lower()]
         if not items or k >= len(items):
