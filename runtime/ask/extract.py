@@ -46,10 +46,10 @@ from as2d.runtime.ask.kinds import BESIDES, order, question_kind, said_by_someon
 from as2d.runtime.ask.passages import (
     _STOPWORDS,
     NUMBER_WORDS,
-    _stem,
     content_words,
     quoted,
     rank_spans,
+    stem,
 )
 from as2d.runtime.ask.spans import Span
 
@@ -65,7 +65,7 @@ def _norm(word: str) -> str:
     digits, lightly stemmed (so "failing" meets "failed" and "eight" meets "8")."""
     w = "".join(_NORM.findall(word.lower())).split("'")[0]
     w = _NUM.get(w, w)
-    return _stem(w) if w else w
+    return stem(w) if w else w
 
 
 @dataclass(frozen=True)
@@ -454,7 +454,8 @@ def _slot(words: Sequence[TranscriptWord], question: str,
     return out
 
 
-_AUX = r"(?:do|does|did|should|would|could|can|will|might|must|may|shall)"
+_AUX_WORDS = r"do|does|did|should|would|could|can|will|might|must|may|shall"
+_AUX = r"(?:" + _AUX_WORDS + r")"
 _SUBJECT = (r"(?:i|you|he|she|it|we|they|(?:the|a|an|this|that|his|her|their|our|my|your)\s+"
             r"[A-Za-z'-]+(?:\s+[A-Za-z'-]+)?)")
 _VERB_LAST = re.compile(r"^\W*what\s+" + _AUX + r"(n['’]t)?\s+" + _SUBJECT
@@ -500,7 +501,7 @@ _END_WORDS = re.compile(r"\b(first|last|final|opening|closing)\s+(words?|sentenc
                         r"mentioned|heard|spoken|listed)\s+(first|last)\b", re.I)
 # "Which card is called after X?": an item of a sequence, as long as X.
 _ITEM = re.compile(r"\b(?:which|what)\s+(?!(?:is|was|are|were|do|does|did|comes?|came|"
-                   r"happens?|happened|" + _AUX[3:-1] + r")\b)[a-z]+\s+(?:is|was|are|were)\b",
+                   r"happens?|happened|" + _AUX_WORDS + r")\b)[a-z]+\s+(?:is|was|are|were)\b",
                    re.I)
 
 

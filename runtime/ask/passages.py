@@ -39,7 +39,7 @@ _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
 # Common irregular verb forms → the base form, so that "paid" in an answer meets "pay" in the
 # transcript and "went" in a question meets "go" in an answer (a restatement in other tenses
 # is still a restatement; a word said in another tense is still said). Regular inflections are
-# :func:`_stem`'s.
+# :func:`stem`'s.
 IRREGULAR = {form: base for base, forms in (
     ("be", "am is are was were been being"), ("have", "has had having"),
     ("do", "does did done doing"), ("go", "goes went gone going"),
@@ -128,14 +128,14 @@ def content_words(text: str) -> list[str]:
         if w in _NEGATIONS:
             out.append("not")
         elif w and w not in _STOPWORDS:
-            out.append(w if w.isdigit() else _stem(w))
+            out.append(w if w.isdigit() else stem(w))
     return out
 
 
 _NEGATIONS = frozenset("not no never nor none nothing nobody".split())
 
 
-def _stem(w: str) -> str:
+def stem(w: str) -> str:
     """A light stem: irregular forms to their base, then -ies/-ied to -y, -es/-s, -ing, -ed
     removed, a doubled final consonant undoubled (in the base too: "cliff" meets "cliffs") and
     a final -e dropped (so "moved", "moves", "moving" and "move" all meet, and "stopped" meets

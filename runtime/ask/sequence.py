@@ -21,7 +21,7 @@ import re
 from collections.abc import Sequence
 
 from as2d.runtime.ask.kinds import said_by_someone_else
-from as2d.runtime.ask.passages import NUMBER_WORDS, _stem, content_words, numbers_as_digits
+from as2d.runtime.ask.passages import NUMBER_WORDS, content_words, numbers_as_digits, stem
 from as2d.runtime.ask.spans import Span
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
@@ -97,7 +97,7 @@ def sequence_answer(spans: Sequence[Span], question: str) -> tuple[str, list[int
         return _say(twice[0]), sorted({i for w, i in items if w == twice[0]})
     m = _MENTIONS_Q.search(question)
     if m and m.group(1).lower() not in ("times", "time"):
-        return _mentions(spans, _stem(m.group(1).lower()))
+        return _mentions(spans, stem(m.group(1).lower()))
     return None
 
 
@@ -110,7 +110,7 @@ def _mentions(spans: Sequence[Span], noun: str) -> tuple[str, list[int]] | None:
     words = _words(spans)
     phrases, where = set(), set()
     for k, (w, i) in enumerate(words):
-        if _stem(w) != noun:
+        if stem(w) != noun:
             continue
         if k > 0 and words[k - 1][0].isdigit():
             return None
