@@ -39,7 +39,7 @@ between the question's words ("Then.").
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from as2d.runtime.ask.kinds import BESIDES, order, question_kind, said_by_someone_else
@@ -203,128 +203,200 @@ def _matches(words: Sequence[TranscriptWord], q: Sequence[str],
     return keep
 
 
-def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lines: int = 2,
-               max_words: int = 6, limit: int = 24) -> list[Candidate]:
-    """Candidate answers to ``question`` from the transcript (unique texts, in the order
-    found), before scoring."""
-    words = words_of(spans)
-    if not words:
-        return []
-    clauses = _runs(words, _CLAUSE_END)
-    sentences = _runs(words, _SENTENCE_END)
-    qcontent = set(content_words(question))
-    out: dict[str, Candidate] = {}
-    starts: dict[str, tuple[int, int]] = {}  # a candidate's words where it was first found
+@dataclass
+class _Reading:
+    """The transcript and the question as every candidate source reads them."""
 
-    qnorms = {w for w in (_norm(t) for t in _TOKEN.findall(question)) if w}
-    whole = set(clauses) | set(sentences)
+    spans: Sequence[Span]
+    question: str
+    words: list[TranscriptWord]
+    clauses: list[tuple[int, int]]  # [a, b) word ranges ended by any clause mark
+    sentences: list[tuple[int, int]]
+    qwords: list[str]  # the question's words, normalised, in order
+    qcontent: set[str]  # its content words
+    ranked: list[int]  # the spans that share words with the question, most related first
+    max_after: int  # runs of the question's words whose sequel is taken
+    max_words: int  # words of a candidate taken from a longer phrase
 
-    def add(a: int, b: int, origin: str, exact: bool = False) -> None:
+    @property
+    def qnorms(self) -> set[str]:
+        return set(self.qwords)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """Words ``[a, b)`` of the transcript proposed as an answer by a source (``origin``)."""
+
+    a: int
+    b: int
+    origin: str
+    exact: bool = False  # the transcript's own words end it (not cut back to a phrase's end)
+    pin: bool = False  # found by another source already or not, it is known by this origin
+
+
+class _Collected:
+    """The candidates found so far, unique by text, in the order found (the first source to
+    find a text names it, unless a later one pins it)."""
+
+    # Origins whose words end where the source says, not only at the transcript's clause marks.
+    BOUNDED = ("gap", "before", "name", "kind", "slot")
+
+    def __init__(self, r: _Reading) -> None:
+        self.r = r
+        self.whole = set(r.clauses) | set(r.sentences)
+        self.out: dict[str, Candidate] = {}
+        self.starts: dict[str, tuple[int, int]] = {}  # a candidate's words where first found
+
+    def take(self, f: _Found) -> None:
+        if not f.pin:
+            self._add(f.a, f.b, f.origin, f.exact)
+            return
+        text = as_answer(self.r.words[f.a:f.b])
+        before = text.lower() in self.out
+        self._add(f.a, f.b, f.origin, f.exact)
+        if before:
+            self.out[text.lower()].origin = f.origin
+
+    def _add(self, a: int, b: int, origin: str, exact: bool) -> None:
+        words = self.r.words
         # Cut back to where a phrase can end: never before its object ("He painted the");
         # ``exact``: the transcript's own words end it (an item in a clause said alike).
-        bounded = exact or (a, b) in whole or origin in ("gap", "before", "name", "kind", "slot")
+        bounded = exact or (a, b) in self.whole or origin in self.BOUNDED
         while b > a and not _closed(words, b, bounded):
             b -= 1
         if a >= b:
             return
         text = as_answer(words[a:b])
         key = text.lower()
-        if not text or key in out:
+        if not text or key in self.out:
             return
-        new = set(content_words(text)) - qcontent
+        new = set(content_words(text)) - self.r.qcontent
         if not new and not any(w.norm in _NUM.values() or w.norm.isdigit()
                                for w in words[a:b]):
             # Nothing but small words the question may lack: an answer only where they stand
             # alone (a whole clause or sentence: "No.", "Not now.") or stand between the
             # question's own words ("had *then* leisure"); never the question's words alone.
-            if all(w.norm in qnorms for w in words[a:b]):
+            if all(w.norm in self.r.qnorms for w in words[a:b]):
                 return
-            if (a, b) not in whole and origin not in ("gap", "slot", "next"):
+            if (a, b) not in self.whole and origin not in ("gap", "slot", "next"):
                 return
-        out[key] = Candidate(text, origin, tuple(sorted({w.span for w in words[a:b]})))
-        starts[key] = a, b
+        self.out[key] = Candidate(text, origin, tuple(sorted({w.span for w in words[a:b]})))
+        self.starts[key] = a, b
 
-    def mark(a: int, b: int, origin: str, exact: bool = False) -> None:
-        # found another way already or not: now known by this origin (it is pinned)
-        text = as_answer(words[a:b])
-        before = text.lower() in out
-        add(a, b, origin, exact)
-        if before:
-            out[text.lower()].origin = origin
 
-    # 1. What follows the question's words (a quoted phrase counts twice as long).
-    qwords = [_norm(t) for t in _TOKEN.findall(question)]
-    qwords = [w for w in qwords if w]
-    found = _matches(words, qwords, qcontent)
+def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lines: int = 2,
+               max_words: int = 6, limit: int = 24) -> list[Candidate]:
+    """Candidate answers to ``question`` from the transcript (unique texts, in the order
+    found), before scoring: what every source in :data:`_SOURCES` proposes, then, for "what
+    ... after (before) X", how far each lies from X (:func:`_measure_follows`)."""
+    words = words_of(spans)
+    if not words:
+        return []
+    qwords = [w for w in (_norm(t) for t in _TOKEN.findall(question)) if w]
+    r = _Reading(spans, question, words, _runs(words, _CLAUSE_END),
+                 _runs(words, _SENTENCE_END), qwords, set(content_words(question)),
+                 [i for sc, i in rank_spans(spans, question) if sc > 0][:top_lines],
+                 max_after, max_words)
+    found = _Collected(r)
+    for source in _SOURCES:
+        for f in source(r):
+            found.take(f)
+    _measure_follows(r, found)
+    found_all = list(found.out.values())
+    if question_kind(question) == "who":  # a person's name or the subject first, whatever the limit
+        found_all.sort(key=lambda c: c.origin not in ("name", "before"))
+    # what the question's shape points at is kept whatever the limit (a long list's item)
+    found_all.sort(key=lambda c: c.origin not in _PINNED and c.follows != 0)
+    return found_all[:limit]
+
+
+# -- the sources, in the order they are asked --------------------------------------------------
+
+def _after_question(r: _Reading) -> Iterator[_Found]:
+    """What follows the question's longest runs of words (a quoted phrase said in full counts
+    twice as long, and pins the place: what follows a part of the question elsewhere, the list
+    two lines on, is not what follows the quote): every prefix and suffix of the rest of that
+    clause, the next clause and the next sentence."""
+    words, clauses, sentences, n = r.words, r.clauses, r.sentences, r.max_words
+    found = _matches(words, r.qwords, r.qcontent)
     plain = list(found)
-    for phrase in quoted(question):
+    for phrase in quoted(r.question):
         pw = [w for w in (_norm(t) for t in _TOKEN.findall(phrase)) if w]
         for m, e in _matches(words, pw, set(pw)):
             if m == len(pw):
                 found.append((2 * m + 1, e))
-    # A quoted phrase said in full pins the place: what follows a part of the question
-    #     elsewhere (the list two lines on) is not what follows the quote.
     quoted_runs = [f for f in found if f not in plain]
     found = quoted_runs or found
     found.sort(key=lambda x: (-x[0], x[1]))
-    for _m, e in found[:max_after]:
+    for _m, e in found[:r.max_after]:
         if e >= len(words):
             continue
         k = _containing(clauses, e - 1)
         a, end = e, clauses[k][1] if k < len(clauses) else len(words)
-        b = min(end, a + max_words)
+        b = min(end, a + n)
         for j in range(a + 1, b + 1):  # prefixes of the rest of the clause
-            add(a, j, "after")
-        for j in range(max(a + 1, end - max_words), end):  # its suffixes, to its end
-            add(j, end, "after")
+            yield _Found(a, j, "after")
+        for j in range(max(a + 1, end - n), end):  # its suffixes, to its end
+            yield _Found(j, end, "after")
         if k + 1 < len(clauses):
             na, nb = clauses[k + 1]
-            add(na, min(nb, na + max_words), "after")
+            yield _Found(na, min(nb, na + n), "after")
         s = _containing(sentences, e - 1)
         if s + 1 < len(sentences):
             na, nb = sentences[s + 1]
-            add(na, min(nb, na + 2 * max_words), "after")
-    # 1b. The words between two runs of the question's words ("When did Mr. John Dashwood
-    #     have leisure ...?" over "Mr. John Dashwood had *then* leisure ..."): where the
-    #     question's wh-word sits in the transcript's sentence.
-    for a, b in _gaps(words, qwords, qcontent, sentences):
+            yield _Found(na, min(nb, na + 2 * n), "after")
+
+
+def _between_question(r: _Reading) -> Iterator[_Found]:
+    """The words between two runs of the question's words, where its wh-word sits in the
+    transcript's sentence ("When did Mr. John Dashwood have leisure ...?" over "Mr. John
+    Dashwood had *then* leisure ...")."""
+    for a, b in _gaps(r.words, r.qwords, r.qcontent, r.sentences):
         for i in range(a, b):
             for j in range(i + 1, b + 1):
-                add(i, j, "gap")
-    # 1c. The words *before* the question's words where its wh-word stands before them
-    #     ("Who waited on the pier?" over "The old fisherman waited on the pier"; "When did
-    #     the son row out?" over "At dawn his son rowed out"): the subject, or what leads in.
-    for i in _leading(words, question, qcontent):
-        c = clauses[_containing(clauses, i)][0]
-        for j in range(max(c, i - max_words // 2 - 1), i):
-            # only what the question lacks: "Mr. John Dashwood *had then*" holds the
-            # question's own "had"; the subject is among the shorter ones, or a name
+                yield _Found(i, j, "gap")
+
+
+def _before_question(r: _Reading) -> Iterator[_Found]:
+    """The words *before* the question's words where its wh-word stands before them ("Who
+    waited on the pier?" over "The old fisherman waited on the pier"; "When did the son row
+    out?" over "At dawn his son rowed out"): the subject, or what leads in; only what the
+    question lacks ("Mr. John Dashwood *had then*" holds the question's own "had")."""
+    words, qnorms = r.words, r.qnorms
+    for i in _leading(words, r.question, r.qcontent):
+        c = r.clauses[_containing(r.clauses, i)][0]
+        for j in range(max(c, i - r.max_words // 2 - 1), i):
             if not any(w.norm in qnorms and _bare(w.text) not in _DETERMINERS
                        for w in words[j:i]):
-                add(j, i, "before")
-    # 2. The clauses and sentences of the spans most related to the question. (When none
-    #    shares a word with it, taking every span of a short transcript instead fixed a
-    #    misheard name on the test split but lost a card on dev: 27 -> 26/31; not kept.)
-    ranked = [i for sc, i in rank_spans(spans, question) if sc > 0][:top_lines]
-    for i in ranked:
-        for a, b in clauses + sentences:
-            if any(w.span == i for w in words[a:b]):
-                add(a, min(b, a + 2 * max_words), "line")
-    # 3. Names (runs of capitalised words) and amounts (a number and the word after it) in
-    #    the most related spans: the short answers who / how much questions want. A "who"
-    #    question takes the names of every span: the related one often says only "he".
-    #    Not after them, though: a later name is someone else ("Who is Robert's wife?" is not
-    #    answered by the sailor met afterwards).
-    named = (range(max(ranked) + 1 if ranked else len(spans)) if question_kind(question) == "who"
-             else ranked)
+                yield _Found(j, i, "before")
+
+
+def _related_lines(r: _Reading) -> Iterator[_Found]:
+    """The clauses and sentences of the spans most related to the question. (When none shares
+    a word with it, taking every span of a short transcript instead fixed a misheard name on
+    the test split but lost a card on dev: 27 -> 26/31; not kept.)"""
+    for i in r.ranked:
+        for a, b in r.clauses + r.sentences:
+            if any(w.span == i for w in r.words[a:b]):
+                yield _Found(a, min(b, a + 2 * r.max_words), "line")
+
+
+def _names_and_amounts(r: _Reading) -> Iterator[_Found]:
+    """Names (runs of capitalised words) and amounts (a number and the word after it) in the
+    most related spans: the short answers who / how much questions want. A "who" question
+    takes the names of every span up to the last related one (the related one often says only
+    "he"), not after it: a later name is someone else ("Who is Robert's wife?" is not answered
+    by the sailor met afterwards)."""
+    words, ranked = r.words, r.ranked
+    named = (range(max(ranked) + 1 if ranked else len(r.spans))
+             if question_kind(r.question) == "who" else ranked)
     for i in named:
         idx = [k for k, w in enumerate(words) if w.span == i]
         k = 0
         while k < len(idx):
-            w = words[idx[k]]
-            if w.norm.isdigit():
-                add(idx[k], min(idx[k] + 2, idx[-1] + 1), "name")
-                add(idx[k], idx[k] + 1, "name")
+            if words[idx[k]].norm.isdigit():
+                yield _Found(idx[k], min(idx[k] + 2, idx[-1] + 1), "name")
+                yield _Found(idx[k], idx[k] + 1, "name")
             j = k
             while j < len(idx) and words[idx[j]].text[:1].isupper():
                 w = idx[j]
@@ -337,91 +409,133 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
                     break  # Whisper capitalises a segment's first word: "And", "But", "She"
                 j += 1
             if j > k:
-                add(idx[k], idx[j - 1] + 1, "name")
+                yield _Found(idx[k], idx[j - 1] + 1, "name")
                 k = j
             else:
                 k += 1
-    # 4. The first and last words, when asked for.
-    if _POSITION.search(question):
-        for runs in (clauses, sentences):
-            add(*runs[0], "position")
-            add(*runs[-1], "position")
-    # 5. A question that ends on its preposition ("What did they talk about?", "What is the
-    #    bakery opposite?") asks for that preposition's object: what follows the preposition
-    #    in the most related line (marked, see :func:`objects`).
-    # 6. "Besides X, what else ...?" asks for what the transcript lists beside X: the item
-    #    after "X and/or" (or before "and/or X"), not a neighbouring clause (marked as well).
-    for a, b, after in _beside(words, question):
+
+
+def _first_and_last(r: _Reading) -> Iterator[_Found]:
+    """The first and last clause and sentence, when the question speaks of a beginning or an
+    end at all (candidates only; :func:`_end_clause` pins one where it asks for it)."""
+    if _POSITION.search(r.question):
+        for runs in (r.clauses, r.sentences):
+            yield _Found(*runs[0], "position")
+            yield _Found(*runs[-1], "position")
+
+
+def _listed_with(r: _Reading) -> Iterator[_Found]:
+    """"Besides X, what else ...?" asks for what the transcript lists beside X: the item after
+    "X and/or" (or before "and/or X"), or the words in X's place in a clause said alike; not a
+    neighbouring clause (pinned)."""
+    for a, b, after in _beside(r.words, r.question):
         if after is None:  # the item in X's place in a clause said alike: exactly these words
-            mark(a, b, "object", exact=True)
+            yield _Found(a, b, "object", exact=True, pin=True)
             continue
         for j in (range(a + 1, b + 1) if after else range(a, b)):
             i, e = (a, j) if after else (j, b)  # prefixes after X, suffixes before it
-            mark(i, e, "object")
-    # 7. "What kind of X?" asks for what the transcript says of X: the words before X in its
-    #    phrase ("a *small* pan", "a more *amiable* woman"), marked as well.
-    for a, b in _kind_of(words, question):
+            yield _Found(i, e, "object", pin=True)
+
+
+def _said_of(r: _Reading) -> Iterator[_Found]:
+    """"What kind of X?" asks for what the transcript says of X: the words before X in its
+    phrase ("a *small* pan", "a more *amiable* woman"), alone (they end where the question's X
+    starts) and with X (cut back where X's phrase goes on: "ill-disposed | young man");
+    pinned."""
+    for a, b in _kind_of(r.words, r.question):
         for i in range(a, b):
-            # the words alone (they end where the question's X starts), then with X (cut
-            # back where X's phrase goes on: "ill-disposed | young man")
             for e, origin in ((b, "kind"), (b + 1, "object")):
-                mark(i, e, origin)
-    stranded = _STRANDED.search(question)
-    if stranded:
-        for k in _object_at(words, stranded.group(1).lower(), qnorms):
-            end = clauses[_containing(clauses, k)][1]
-            for j in range(k + 2, min(end, k + 1 + max_words) + 1):
-                mark(k + 1, j, "object")
-    # 8. "From whom do we ...?", "By what should ...?": the question's preposition is said
-    #    before the words that fill its wh-slot, and the question's next words after them.
-    for a, b in _slot(words, question, clauses):
-        mark(a, b, "slot")
-    # 9. "What should you not ask?": the object of the verb the question ends on, where the
-    #    transcript says that verb with the question's negation or without it, as asked.
-    for a, b in _verb_object(words, question, clauses):
-        mark(a, b, "object")
-    # 10. "What are the last words?", "Which card is called first?": the last (first)
-    #     clause, or sentence for "the last sentence / line"; a bare number ("1.") is none.
-    end = _END_WORDS.search(question)
-    if end and end.group(1) and said_by_someone_else(question, end.start(), end.end()):
-        end = None  # "his last words": what someone in the story said, not the recording
-    if end:
-        side, unit = end.group(1) or end.group(3), (end.group(2) or "").lower()
-        runs = sentences if unit.startswith(("sentence", "line")) else clauses
-        said_runs = [r for r in runs if content_words(as_answer(words[r[0]:r[1]]))
-                     and not all(w.norm.isdigit() for w in words[r[0]:r[1]])]
-        if said_runs:
-            first = side.lower() in ("first", "opening")
-            mark(*said_runs[0 if first else -1], "end")
-    # 11. "What ... after (before) X?": candidates are told how far after (before) X's part
-    #     of a clause they are; for "which card is called after X" the item after X, as many
-    #     clauses long as X.
-    x = _event(words, question)
-    if x is not None:
-        xa, xb, after = x
-        k = _containing(clauses, xb - 1)
-        if after and _ITEM.search(question) and k + 1 < len(clauses):
-            n = _containing(clauses, xb - 1) - _containing(clauses, xa) + 1
-            if clauses[k][1] == xb:
-                last = min(len(clauses) - 1, k + n)
-                mark(clauses[k + 1][0], clauses[last][1], "next")
-        parts = _parts(words, clauses)
-        p0, p1 = _containing(parts, xa), _containing(parts, xb - 1)
-        step = p1 + 1 if after else p0 - 1  # the part right after (before) X's is one
-        if 0 <= step < len(parts):
-            add(*parts[step], "step")
-        for key, c in out.items():
-            a, b = starts[key]
-            if after and a >= parts[p1][1]:
-                c.follows = _containing(parts, a) - p1 - 1
-            elif not after and b <= parts[p0][0]:
-                c.follows = p0 - _containing(parts, b - 1) - 1
-    found_all = list(out.values())
-    if question_kind(question) == "who":  # a person's name or the subject first, whatever the limit
-        found_all.sort(key=lambda c: c.origin not in ("name", "before"))
-    # what the question's shape points at is kept whatever the limit (a long list's item)
-    found_all.sort(key=lambda c: c.origin not in _PINNED and c.follows != 0)
-    return found_all[:limit]
+                yield _Found(i, e, origin, pin=True)
+
+
+def _preposition_object(r: _Reading) -> Iterator[_Found]:
+    """A question that ends on its preposition ("What did they talk about?", "What is the
+    bakery opposite?") asks for that preposition's object: what follows the preposition where
+    the transcript says it after the question's words (:func:`_object_at`); pinned."""
+    stranded = _STRANDED.search(r.question)
+    if not stranded:
+        return
+    for k in _object_at(r.words, stranded.group(1).lower(), r.qnorms):
+        end = r.clauses[_containing(r.clauses, k)][1]
+        for j in range(k + 2, min(end, k + 1 + r.max_words) + 1):
+            yield _Found(k + 1, j, "object", pin=True)
+
+
+def _wh_slot(r: _Reading) -> Iterator[_Found]:
+    """"From whom do we ...?", "By what should ...?": the question's preposition is said
+    before the words that fill its wh-slot, and the question's next words after them
+    (:func:`_slot`); pinned."""
+    for a, b in _slot(r.words, r.question, r.clauses):
+        yield _Found(a, b, "slot", pin=True)
+
+
+def _verb_objects(r: _Reading) -> Iterator[_Found]:
+    """"What should you not ask?": the object of the verb the question ends on, where the
+    transcript says that verb with the question's negation or without it, as asked
+    (:func:`_verb_object`); pinned."""
+    for a, b in _verb_object(r.words, r.question, r.clauses):
+        yield _Found(a, b, "object", pin=True)
+
+
+def _end_clause(r: _Reading) -> Iterator[_Found]:
+    """"What are the last words?", "Which card is called first?": the last (first) clause, or
+    sentence for "the last sentence / line", that says something (a bare number, "1.", is
+    none); not for "his last words", what someone in the story said; pinned."""
+    end = _END_WORDS.search(r.question)
+    if not end or (end.group(1) and said_by_someone_else(r.question, end.start(), end.end())):
+        return
+    words = r.words
+    side, unit = end.group(1) or end.group(3), (end.group(2) or "").lower()
+    runs = r.sentences if unit.startswith(("sentence", "line")) else r.clauses
+    said_runs = [(a, b) for a, b in runs if content_words(as_answer(words[a:b]))
+                 and not all(w.norm.isdigit() for w in words[a:b])]
+    if said_runs:
+        first = side.lower() in ("first", "opening")
+        yield _Found(*said_runs[0 if first else -1], "end", pin=True)
+
+
+def _around_event(r: _Reading) -> Iterator[_Found]:
+    """"What ... after (before) X?": the part of a clause right after (before) X's (a clause
+    cut again at "and", "but", "then": :func:`_parts`); for "which card is called after X",
+    the item after X, as many clauses long as X (pinned)."""
+    x = _event(r.words, r.question)
+    if x is None:
+        return
+    xa, xb, after = x
+    clauses = r.clauses
+    k = _containing(clauses, xb - 1)
+    if after and _ITEM.search(r.question) and k + 1 < len(clauses):
+        n = k - _containing(clauses, xa) + 1
+        if clauses[k][1] == xb:
+            last = min(len(clauses) - 1, k + n)
+            yield _Found(clauses[k + 1][0], clauses[last][1], "next", pin=True)
+    parts = _parts(r.words, clauses)
+    p0, p1 = _containing(parts, xa), _containing(parts, xb - 1)
+    step = p1 + 1 if after else p0 - 1  # the part right after (before) X's is one
+    if 0 <= step < len(parts):
+        yield _Found(*parts[step], "step")
+
+
+_SOURCES = (_after_question, _between_question, _before_question, _related_lines,
+            _names_and_amounts, _first_and_last, _listed_with, _said_of, _preposition_object,
+            _wh_slot, _verb_objects, _end_clause, _around_event)
+
+
+def _measure_follows(r: _Reading, found: _Collected) -> None:
+    """For "what ... after (before) X", each candidate on the side asked is told how many parts
+    of a clause lie between it and X's (:attr:`Candidate.follows`; 0: the nearest)."""
+    x = _event(r.words, r.question)
+    if x is None:
+        return
+    xa, xb, after = x
+    parts = _parts(r.words, r.clauses)
+    p0, p1 = _containing(parts, xa), _containing(parts, xb - 1)
+    for key, c in found.out.items():
+        a, b = found.starts[key]
+        if after and a >= parts[p1][1]:
+            c.follows = _containing(parts, a) - p1 - 1
+        elif not after and b <= parts[p0][0]:
+            c.follows = p0 - _containing(parts, b - 1) - 1
 
 
 _SLOT = re.compile(r"^\W*(about|by|for|from|in|into|of|on|to|with|at|under|over|through)\s+"
