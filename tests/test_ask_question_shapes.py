@@ -290,3 +290,42 @@ def test_and_between_nouns_is_not_a_step():
     spans = lines("Mix the flour and the sugar, and add two eggs.")
     found = shaped(spans, "What do you do after mixing the flour?")
     assert "And add two eggs." in found and not any("sugar" in c for c in found)
+
+
+# The transcript's own "before X" / "after X": the clause it is attached to is the answer, on
+# whichever side it is said ("Lock the door before you leave" and "Before you leave, lock the
+# door" answer the same question), not the clause next to X's.
+LEAVING = ("Pack your bag.", "Check the windows.")
+
+
+@pytest.mark.parametrize("spans,question,right", [
+    (lines(*LEAVING, "Lock the door before you leave."),
+     "What should you do before you leave?", "Lock the door."),
+    (lines(*LEAVING, "Before you leave, lock the door."),
+     "What should you do before you leave?", "Lock the door."),
+    (lines(*LEAVING, "And before you leave, lock the door.", "Then call a taxi."),
+     "What should you do before leaving?", "Lock the door."),
+    (lines("We cooked all afternoon.", "We walked to the river after dinner.",
+           "Then we slept."),
+     "What did they do after dinner?", "We walked to the river."),
+    (lines("We cooked all afternoon.", "After dinner, we walked to the river."),
+     "What did they do after dinner?", "We walked to the river."),
+])
+def test_x_said_with_the_questions_own_connective_answers_with_its_clause(spans, question,
+                                                                          right):
+    found = shaped(spans, question)  # the clause, and pieces of it for the model to choose
+    assert right in found and all(c.lower().rstrip(".") in right.lower() for c in found)
+
+
+def test_the_other_connective_keeps_the_order_of_the_steps():
+    # "before the storm" says nothing of what came after it: the next step is still the answer.
+    spans = lines("We left before the storm came.", "Then we waited at the station.")
+    assert shaped(spans, "What did they do after the storm came?") == {
+        "Then we waited at the station."}
+
+
+def test_x_said_twice_is_taken_where_the_connective_is_said():
+    spans = lines("First we cook the soup.", "After we cook the soup, we eat it together.",
+                  "Then we wash the dishes.")
+    found = shaped(spans, "What do they do after they cook the soup?")
+    assert "We eat it together." in found and not any("dishes" in c for c in found)

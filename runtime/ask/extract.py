@@ -496,8 +496,8 @@ def _end_clause(r: _Reading) -> Iterator[_Found]:
 
 def _around_event(r: _Reading) -> Iterator[_Found]:
     """"What ... after (before) X?": the part of a clause right after (before) X's (a clause
-    cut again at "and", "but", "then": :func:`_parts`); for "which card is called after X",
-    the item after X, as many clauses long as X (pinned)."""
+    cut again at "and", "but", "then": :func:`_parts`; :func:`_event_place`); for "which card
+    is called after X", the item after X, as many clauses long as X (pinned)."""
     x = _event(r.words, r.question)
     if x is None:
         return
@@ -509,11 +509,56 @@ def _around_event(r: _Reading) -> Iterator[_Found]:
         if clauses[k][1] == xb:
             last = min(len(clauses) - 1, k + n)
             yield _Found(clauses[k + 1][0], clauses[last][1], "next", pin=True)
-    parts = _parts(r.words, clauses)
-    p0, p1 = _containing(parts, xa), _containing(parts, xb - 1)
+    parts, p0, p1, after = _event_place(r, x)
     step = p1 + 1 if after else p0 - 1  # the part right after (before) X's is one
     if 0 <= step < len(parts):
         yield _Found(*parts[step], "step")
+
+
+# Words that may stand between a connective and the X a question names ("before *you* leave"),
+# or lead into a clause the connective still fronts ("*And* before you leave, ...").
+_LINKING = frozenset("and but so then now just right only even well".split())
+
+
+def _event_place(r: _Reading, x: tuple[int, int, bool]
+                 ) -> tuple[list[tuple[int, int]], int, int, bool]:
+    """``(parts, p0, p1, after)``: the steps of the transcript (:func:`_parts`), the first and
+    last that say X, and on which side of X the answer lies.
+
+    That side is the question's, unless the transcript says X after the question's own
+    connective: then the answer is the clause the connective attaches X to, wherever it is
+    said — after X where the connective fronts its clause ("Before you leave, | lock the
+    door"), before the connective where it follows one ("Lock the door | before you leave",
+    cut there into two steps)."""
+    xa, xb, after = x
+    parts = _parts(r.words, r.clauses)
+    link = _own_connective(r, xa, "after" if after else "before")
+    if link is not None:
+        j, fronted = link
+        after = fronted
+        if not fronted:
+            k = _containing(parts, j)
+            a, b = parts[k]
+            if a < j:
+                parts = parts[:k] + [(a, j), (j, b)] + parts[k + 1:]
+    return parts, _containing(parts, xa), _containing(parts, xb - 1), after
+
+
+def _own_connective(r: _Reading, xa: int, connective: str) -> tuple[int, bool] | None:
+    """``(j, fronted)``: where the transcript says ``connective`` ("before", "after") right
+    before X (small words between them only, within X's clause), and whether it fronts its
+    clause (only linking words before it there); None where X is said without it."""
+    words = r.words
+    c0 = r.clauses[_containing(r.clauses, xa)][0]
+    j = xa - 1
+    while j >= max(c0, xa - 4) and _bare(words[j].text) != connective:
+        if _bare(words[j].text) not in _STOPWORDS:
+            return None
+        j -= 1
+    if j < c0 or _bare(words[j].text) != connective:
+        return None
+    fronted = all(_bare(w.text) in _LINKING for w in words[c0:j])
+    return j, fronted
 
 
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
@@ -522,14 +567,13 @@ _SOURCES = (_after_question, _between_question, _before_question, _related_lines
 
 
 def _measure_follows(r: _Reading, found: _Collected) -> None:
-    """For "what ... after (before) X", each candidate on the side asked is told how many parts
-    of a clause lie between it and X's (:attr:`Candidate.follows`; 0: the nearest)."""
+    """For "what ... after (before) X", each candidate on the side of X the answer lies
+    (:func:`_event_place`) is told how many parts of a clause lie between it and X's
+    (:attr:`Candidate.follows`; 0: the nearest)."""
     x = _event(r.words, r.question)
     if x is None:
         return
-    xa, xb, after = x
-    parts = _parts(r.words, r.clauses)
-    p0, p1 = _containing(parts, xa), _containing(parts, xb - 1)
+    parts, p0, p1, after = _event_place(r, x)
     for key, c in found.out.items():
         a, b = found.starts[key]
         if after and a >= parts[p1][1]:
