@@ -161,6 +161,7 @@ def _assert_lossless(target, drafter, audio, language="en", timestamps=True):
 
 
 # -- conversion -----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_int8_weights_are_dequantized_with_their_scales(folders):
     """An int8 folder's weights come back within half a quantization step of the float32
     folder's (CTranslate2 stores ``round(w * 127 / max|row|)`` and ``weight_scale``)."""
@@ -260,6 +261,7 @@ def test_every_quantization_decodes_as_faster_whisper_does(arch, quant, folders,
         assert got[:len(want)] == list(want)[:len(got)], (quant, timestamps)
 
 
+@pytest.mark.slow
 def test_word_timestamps_come_from_the_folders_alignment_heads(folders, cache_root, audio):
     """The alignment graph of a converted folder is made on first use from the folder (which
     must not have changed), with its weights beside it, and times every word."""
@@ -276,6 +278,7 @@ def test_word_timestamps_come_from_the_folders_alignment_heads(folders, cache_ro
                          for s in segments for w in s.words)
 
 
+@pytest.mark.slow
 def test_a_vocabulary_only_folder_gets_the_same_tokenizer(folders, tmp_path, cache_root):
     """Folders that ship ``vocabulary.json`` or ``vocabulary.txt`` and no ``tokenizer.json``
     (older conversions): the tokenizer made from the vocabulary encodes and decodes as the
@@ -349,6 +352,7 @@ def test_a_folder_that_is_not_a_whisper_model_is_refused_in_one_line(folders, tm
     assert not any(p.name.startswith("faster-whisper") for p in root.glob("*"))
 
 
+@pytest.mark.slow
 def test_install_under_a_catalog_name_checks_the_folder(folders, tmp_path):
     folder = folders("small", "int8")
     result = cli("models", "install", "base", "--from", str(folder), models_dir=tmp_path)
@@ -357,6 +361,7 @@ def test_install_under_a_catalog_name_checks_the_folder(folders, tmp_path):
     assert not (tmp_path / "base-int8").exists()
 
 
+@pytest.mark.slow
 def test_models_install_list_and_remove_a_folder_of_its_own(folders, tmp_path):
     folder = folders("distil-large-v3", "int8")
     result = cli("models", "install", "--from", str(folder), models_dir=tmp_path)
@@ -413,6 +418,7 @@ def test_a_repo_id_is_found_in_the_hugging_face_cache_offline(folders, tmp_path,
         resolve_bundle_dir("Systran/faster-whisper-tiny.en", models_dir=tmp_path / "m2")
 
 
+@pytest.mark.slow
 def test_the_cli_takes_a_repo_id_with_no_network(folders, tmp_path):
     """The command line, in a process of its own with the hub's cache variable and a socket
     that refuses every connection: the model is found and converted without a network call."""

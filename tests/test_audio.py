@@ -211,6 +211,7 @@ def _peak_bytes(fn):
         tracemalloc.stop()
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_with_the_length_of_a_long_file(tmp_path, speech, monkeypatch):
     """A 4× longer recording costs no more RAM to load and to compute log-mel windows of
     (the multi-hour case, scaled down by lowering the in-memory limits)."""

@@ -389,6 +389,7 @@ def test_arrays_are_sanitised_like_files():
 
 
 # -- memory stays flat on a long video --------------------------------------------------------
+@pytest.mark.slow
 def test_a_long_video_decodes_in_flat_memory(tmp_path, clip, monkeypatch):
     import tracemalloc
 

@@ -440,6 +440,7 @@ def test_mutated_hf_configs_give_one_error_or_the_same_tokens(hf_whisper, clip, 
     check()
 
 
+@pytest.mark.slow
 def test_mutated_ct2_headers_give_one_error_or_sound_tensors(ct2_source, tmp_path):
     """Random bytes written into the header and tensor index of tiny.en's model.bin: the
     reader refuses it in one line, or every tensor it then offers decodes to exactly its
