@@ -46,6 +46,7 @@ def _streaming_wav_header(rate: int = 16000) -> bytes:
             struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", 0xFFFFFFFF))
 
 
+@pytest.mark.slow
 def test_a_stream_that_goes_on_is_read_on_and_said_to_be_one_once(monkeypatch):
     """A pipe fed slowly past the note's delay (shortened here): exactly one note, and every
     sample that was written is decoded when the writer ends."""

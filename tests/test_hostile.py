@@ -421,6 +421,7 @@ def test_closed_stdout_is_one_line(env):
     one_error_line(p, "standard output is closed", code=1)
 
 
+@pytest.mark.slow
 def test_leaving_without_teardown_keeps_the_output_and_the_exit_code():
     """The CLI ends with os._exit after flushing: what it printed arrives, its exit code
     stands, and a failed flush is still one error line."""

@@ -224,6 +224,7 @@ def test_a_file_neither_reader_knows_is_one_clear_error(tmp_path):
 
 
 # -- pipes, names -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_named_pipe_with_no_writer_is_an_error_after_the_wait_not_a_hang(tmp_path):
     fifo = tmp_path / "feed"
     os.mkfifo(fifo)

@@ -442,6 +442,7 @@ def test_small_tokenizer_of_the_same_shape_is_accepted_and_exact(small):
         assert_same_ids(LeanTokenizer(lean.store), full, text)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(text=st.lists(st.sampled_from(["a", "b", "c", "t", "h", "e", "n", " ", "▁", "\n", "<",
                                       ">", "é", "x", "<eos>", "<td>", "<start_of_turn>", "🙂"]),

@@ -105,6 +105,7 @@ def _damage_header(data: bytearray, how: str) -> bytearray:
     return data
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how,field", [("absurd dims", "dims"), ("rank 100", "rank"),
                                        ("byte count", "byte count"),
                                        ("past the end", "byte count"),
@@ -123,6 +124,7 @@ def test_a_ct2_header_that_lies_is_one_line(how, field, ct2_source, tmp_path, en
     assert p.stdout == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("value", [np.nan, np.inf])
 def test_non_finite_ct2_weights_are_refused_at_conversion(value, ct2_source, tmp_path, env):
     from as2d.models.ct2 import load_ct2

@@ -90,6 +90,7 @@ PARAMETER_SETS = [{}, {"min_silence_duration_ms": 500, "speech_pad_ms": 200},
                    "speech_pad_ms": 30}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params", PARAMETER_SETS)
 def test_chunks_are_faster_whispers_on_the_same_probabilities(pauses, params):
     fv = pytest.importorskip("faster_whisper.vad")
