@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from as2d.runtime.ask.kinds import NOT_SAID, adds_to, fits, names_in, qualifies, question_kind
+from as2d.runtime.ask.kinds import (
+    NOT_SAID,
+    adds_to,
+    fits,
+    names_in,
+    qualifies,
+    question_error,
+    question_kind,
+)
 from as2d.runtime.ask.spans import Span
 
 SPANS = [Span(0.0, 4.0, "And Mr. John Dashwood had then leisure to consider how much there "
@@ -62,3 +70,11 @@ def test_an_instruction_models_first_qualifying_sentence_is_its_answer():
         "Mr. John Dashwood."                       # a title's full stop ends no sentence
     assert first_qualifying("The answer is: a wizard.", q, SPANS) is None
     assert first_qualifying("The speaker says it was Mr. John Dashwood.", q, SPANS)
+
+
+@pytest.mark.parametrize("question,problem", [
+    ("", "empty"), ("   ", "empty"), ("?", "no words"), (" ?! ", "no words"), ("...", "no words"),
+    ("Who?", None), ("2+2?", None), ("¿Qué dice?", None)])
+def test_a_question_without_words_cannot_be_asked(question, problem):
+    got = question_error(question)
+    assert (got is None) if problem is None else (problem in got)

@@ -704,6 +704,7 @@ def test_bad_llm_and_arguments_are_one_line_errors(models, qset, tmp_path):
     error_line(cli("ask", clip, "Who?", "--llm", "gpt-9", models_dir=models), 1,
                "unknown model")
     error_line(cli("ask", clip, "   ", models_dir=models), 2, "question is empty")
+    error_line(cli("ask", clip, " ?! ", models_dir=models), 2, "question has no words")
     error_line(cli("ask", clip, "Who?", "--max-tokens", "0", models_dir=models), 2,
                "--max-tokens")
     error_line(cli("ask", clip, "Who?", "--prompt-style", "poem", models_dir=models), 2,

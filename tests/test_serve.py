@@ -682,6 +682,11 @@ def test_ask_answers_as_as2d_ask_json(models_root, tmp_path):
         body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name)])
         code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
         assert code == 400 and json.loads(raw)["error"]["param"] == "question"
+        body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name),
+                                  ("question", " ?! ", None)])
+        code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
+        err = json.loads(raw)["error"]
+        assert code == 400 and err["param"] == "question" and "no words" in err["message"]
     finally:
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(60) == 0, srv.stderr()

@@ -95,10 +95,12 @@ def register(app: typer.Typer) -> None:
 
 
 def validate(req: AskRequest) -> None:
+    from as2d.runtime.ask.kinds import question_error
     from as2d.runtime.ask.prompt import STYLES
 
-    if not req.question.strip():
-        raise UserError("the question is empty", 2)
+    problem = question_error(req.question)
+    if problem:
+        raise UserError(problem, 2)
     from as2d.cli.decoding import check_decoder_options
 
     check_decoder_options(req.decoder, threads=req.threads, language=req.language)

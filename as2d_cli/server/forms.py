@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from as2d.runtime.ask.kinds import question_error
 from as2d.runtime.option_errors import OptionError
 from as2d.server.api_errors import APIError
 from as2d.server.uploads import Upload
@@ -225,5 +226,8 @@ def parse_ask_request(upload: Upload, loaded_decoder: str) -> AudioRequest:
     if len(question) > 2000:
         raise APIError(400, "question is too long (at most 2000 characters)",
                        param="question", code="invalid_value")
+    problem = question_error(question)
+    if problem:
+        raise APIError(400, problem, param="question", code="invalid_value")
     req.question = question.strip()
     return req

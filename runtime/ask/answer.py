@@ -40,6 +40,7 @@ from as2d.runtime.ask.kinds import (
     names_in,
     places_in,
     qualifies,
+    question_error,
     question_kind,
 )
 from as2d.runtime.ask.passages import content_words, evidence, rank_spans
@@ -208,8 +209,9 @@ class Answerer:
         return key
 
     def ask(self, spans: Sequence[Span], question: str, drafter_text: str | None = None) -> Answer:
-        if not question.strip():
-            raise ValueError("the question is empty")
+        problem = question_error(question)
+        if problem:
+            raise ValueError(problem)
         o = self.options
         collector = AnswerStatsCollector()
         emit = fanout(collector, self.emit)

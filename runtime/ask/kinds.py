@@ -150,6 +150,17 @@ def _span_words(text: str) -> frozenset[str]:
     return frozenset(content_words(text))
 
 
+def question_error(question: str) -> str | None:
+    """Why ``question`` cannot be asked, None when it can: it is empty, or it has no word at
+    all ("?", "..."), so that nothing in the transcript can be looked for and any answer would
+    be a guess. Every face (the command line, the server, the Python API) asks this one rule."""
+    if not question.strip():
+        return "the question is empty"
+    if not any(ch.isalnum() for ch in question):
+        return "the question has no words"
+    return None
+
+
 def question_kind(question: str) -> str:
     """``who``, ``count``, ``duration``, ``time``, ``place``, ``what`` or ``other`` (why,
     how, yes/no): the kind of the question's first wh-phrase ("Who had leisure to consider how
