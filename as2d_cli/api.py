@@ -209,11 +209,16 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     The recording is transcribed (AS²D by default), then the answering model (``llm``: the
     catalog's Gemma 3 270M, or a Hugging Face ONNX folder) answers from the transcript, with
     lossless candidates from the transcript itself unless ``candidates=False``. Raises
-    ``ValueError`` when there is no speech to answer from.
+    ``ValueError`` for a question that cannot be asked (empty, wordless or too long: before
+    any model loads) and when there is no speech to answer from.
     """
     from as2d.runtime.ask.answer import AskOptions
+    from as2d.runtime.ask.kinds import question_error
     from as2d.runtime.ask.spans import spans_from_segments
 
+    problem = question_error(question)
+    if problem:
+        raise ValueError(problem)
     opts = AskOptions(candidates=candidates)
     if max_tokens is not None:
         opts.max_tokens = max_tokens

@@ -74,7 +74,8 @@ def test_an_instruction_models_first_qualifying_sentence_is_its_answer():
 
 @pytest.mark.parametrize("question,problem", [
     ("", "empty"), ("   ", "empty"), ("?", "no words"), (" ?! ", "no words"), ("...", "no words"),
-    ("Who?", None), ("2+2?", None), ("¿Qué dice?", None)])
+    ("Who?", None), ("2+2?", None), ("¿Qué dice?", None), ("why " * 600, "too long"),
+    ("Why?" + " " * 1996, None)])
 def test_a_question_without_words_cannot_be_asked(question, problem):
     got = question_error(question)
     assert (got is None) if problem is None else (problem in got)

@@ -99,3 +99,10 @@ def test_ask_answers_from_the_recording_with_its_evidence(models_root):
                       models_dir=models_root)
     assert "Dashwood" in answer.text
     assert answer.evidence and answer.evidence[0].start < 10
+
+
+@pytest.mark.parametrize("question", ["", " ?! ", "why " * 600])
+def test_a_question_that_cannot_be_asked_fails_before_any_model_loads(question, tmp_path):
+    # an empty models folder: a model load would fail otherwise (or install one)
+    with pytest.raises(ValueError, match="question"):
+        as2d.ask(tmp_path / "never-read.wav", question, models_dir=tmp_path / "models")

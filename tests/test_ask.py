@@ -705,6 +705,7 @@ def test_bad_llm_and_arguments_are_one_line_errors(models, qset, tmp_path):
                "unknown model")
     error_line(cli("ask", clip, "   ", models_dir=models), 2, "question is empty")
     error_line(cli("ask", clip, " ?! ", models_dir=models), 2, "question has no words")
+    error_line(cli("ask", clip, "why " * 600, models_dir=models), 2, "question is too long")
     error_line(cli("ask", clip, "Who?", "--max-tokens", "0", models_dir=models), 2,
                "--max-tokens")
     error_line(cli("ask", clip, "Who?", "--prompt-style", "poem", models_dir=models), 2,

@@ -223,9 +223,6 @@ def parse_ask_request(upload: Upload, loaded_decoder: str) -> AudioRequest:
     if question is None or not question.strip():
         raise APIError(400, "you must provide a question", param="question",
                        code="missing_required_parameter")
-    if len(question) > 2000:
-        raise APIError(400, "question is too long (at most 2000 characters)",
-                       param="question", code="invalid_value")
     problem = question_error(question)
     if problem:
         raise APIError(400, problem, param="question", code="invalid_value")
