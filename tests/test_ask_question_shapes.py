@@ -329,3 +329,19 @@ def test_x_said_twice_is_taken_where_the_connective_is_said():
                   "Then we wash the dishes.")
     found = shaped(spans, "What do they do after they cook the soup?")
     assert "We eat it together." in found and not any("dishes" in c for c in found)
+
+
+@pytest.mark.parametrize("spans,question,beyond", [
+    (DOOR, "What should you do after you step inside?", True),
+    (DOOR, "What should you do before you knock?", True),
+    (DOOR, "What should you do after you knock?", False),
+    (DOOR, "What should you do before you step inside?", False),
+    (lines(*LEAVING, "Lock the door before you leave."), "What should you do before you leave?",
+     False),  # the connective attaches the clause before it
+    (lines("After dinner, we walked to the river."), "What did they do after dinner?", False),
+    (DOOR, "What happens after the storm?", False),  # X is never said: nothing to go past
+])
+def test_a_question_past_the_recordings_end_is_said_to_be_beyond_it(spans, question, beyond):
+    from as2d.runtime.ask.extract import said_nothing_beyond
+
+    assert said_nothing_beyond(spans, question) is beyond

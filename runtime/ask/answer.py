@@ -32,7 +32,13 @@ from as2d.runtime.ask.answer_sources import (
     source_texts,
 )
 from as2d.runtime.ask.codec import Codec
-from as2d.runtime.ask.extract import Candidate, candidates, count_answer, pinned
+from as2d.runtime.ask.extract import (
+    Candidate,
+    candidates,
+    count_answer,
+    pinned,
+    said_nothing_beyond,
+)
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.kinds import (
     NOT_SAID,
@@ -351,7 +357,7 @@ class Answerer:
         answer found word for word in the transcript (21/31), the generated answer scored as one
         more candidate (21/31, greedy text is nearly always the likeliest) and a 2-nat margin for
         it (21/31); so the generated answer is given only when no candidate was found."""
-        if not scored:
+        if not scored or said_nothing_beyond(spans, question):
             return None
         # a question ending on its preposition or verb asks for its object, "besides X" for
         # the item listed with X, "what kind of X" for what is said of X, "From whom ...?"

@@ -566,6 +566,21 @@ _SOURCES = (_after_question, _between_question, _before_question, _related_lines
             _wh_slot, _verb_objects, _end_clause, _around_event)
 
 
+def said_nothing_beyond(spans: Sequence[Span], question: str) -> bool:
+    """Whether "what ... after (before) X" asks past the recording: X is said, and nothing is
+    said after it (before it) — no step on that side and no clause X's own connective attaches
+    it to. The answer is then that the recording does not say, not whatever was said first."""
+    words = words_of(spans)
+    x = _event(words, question) if words else None
+    if x is None:
+        return False
+    clauses = _runs(words, _CLAUSE_END)
+    r = _Reading(spans, question, words, clauses, _runs(words, _SENTENCE_END), [], set(), [],
+                 0, 0)
+    parts, p0, p1, after = _event_place(r, x)
+    return not 0 <= (p1 + 1 if after else p0 - 1) < len(parts)
+
+
 def _measure_follows(r: _Reading, found: _Collected) -> None:
     """For "what ... after (before) X", each candidate on the side of X the answer lies
     (:func:`_event_place`) is told how many parts of a clause lie between it and X's
