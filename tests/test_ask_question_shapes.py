@@ -325,10 +325,70 @@ def test_the_other_connective_keeps_the_order_of_the_steps():
 
 
 def test_x_said_twice_is_taken_where_the_connective_is_said():
-    spans = lines("First we cook the soup.", "After we cook the soup, we eat it together.",
-                  "Then we wash the dishes.")
+    # the first "cook the soup" says nothing of what follows it; the one after "after" does
+    spans = lines("First we cook the soup.", "Then we eat the soup.",
+                  "After we cook the soup, we always taste it.")
     found = shaped(spans, "What do they do after they cook the soup?")
-    assert "We eat it together." in found and not any("dishes" in c for c in found)
+    assert "We always taste it." in found and not any("eat" in c for c in found)
+
+
+@pytest.mark.parametrize("spans,question,right", [
+    # a time or degree word, or a time measure, before a fronted connective
+    (lines("Shortly after the guests arrived, we served dinner."),
+     "What did they do after the guests arrived?", "We served dinner."),
+    (lines("Immediately after the bell rang, the children ran outside."),
+     "What happened after the bell rang?", "The children ran outside."),
+    (lines("The day after the party, we cleaned the house."),
+     "What did they do after the party?", "We cleaned the house."),
+    (lines("Two days after the wedding, they flew to Rome."),
+     "What did they do after the wedding?", "They flew to Rome."),
+    (lines("We cooked.", "Not long after the guests left, we washed up."),
+     "What did they do after the guests left?", "We washed up."),
+    # ... and one said mid-clause takes its lead-in words with it
+    (lines("We met the band an hour before the show started."),
+     "What did they do before the show started?", "We met the band."),
+    # no comma after the fronted clause (Whisper often leaves it out)
+    (lines("After dinner we walked to the river."), "What did they do after dinner?",
+     "We walked to the river."),
+    (lines("Before you leave lock the door."), "What should you do before you leave?",
+     "Lock the door."),
+    (lines("Long before the sun came up, the farmer fed the cows."),
+     "What did the farmer do before the sun came up?", "The farmer fed the cows."),
+    # X said twice: where the connective is said
+    (lines("The war began in spring.", "Before the war, we lived in Paris."),
+     "What happened before the war?", "We lived in Paris."),
+])
+def test_the_connectives_clause_is_found_past_lead_in_words(spans, question, right):
+    found = shaped(spans, question)
+    assert right in found and all(c.lower().rstrip(".") in right.lower() for c in found)
+
+
+@pytest.mark.parametrize("spans,question,right", [
+    # a negated clause is not what is done: the steps keep their order
+    (lines("Never swim after you eat, wait an hour."), "What should you do after you eat?",
+     "Wait an hour."),
+    (lines("I never swim after I eat.", "I wait an hour."), "What do you do after you eat?",
+     "I wait an hour."),
+    # the connective's search stops at "and" and at "that": not this X's connective
+    (lines("We ate before and after the show."), "What did they do before the show?",
+     "We ate."),
+    # "what comes after X" asks for the next thing in a sequence
+    (lines("Turn left after the bridge, then stop at the bakery."),
+     "What comes after the bridge?", "Then stop at the bakery."),
+])
+def test_the_connective_rule_stays_out_where_it_does_not_apply(spans, question, right):
+    assert right in shaped(spans, question)
+
+
+def test_a_connective_of_another_x_is_not_this_ones():
+    spans = lines("We went to the fair.", "Before that the rain stopped and we cleaned the car.")
+    assert "We cleaned the car." not in shaped(spans, "What did they do before the rain stopped?")
+
+
+def test_a_negated_clause_before_x_is_not_said_to_be_done():
+    spans = lines("Do not open the oven before the timer rings.")
+    assert "Do not open the oven." not in shaped(spans, "What should you do before the timer "
+                                                       "rings?")
 
 
 @pytest.mark.parametrize("spans,question,beyond", [

@@ -18,7 +18,11 @@ is made over a short list of spans of the transcript instead:
   ...?", the object of the verb "What should you (not) ask?" ends on (negated as asked), the
   item right after X in a list, the first or last clause for the first or last words: these
   are *pinned* (:func:`pinned`), the answer is one of them, not a phrase next to them; for
-  "what ... after (before) X", the answer is in the nearest part of a clause after (before) X's.
+  "what ... after (before) X", the answer is in the nearest part of a clause after (before) X's,
+  or, where the transcript says X with the question's own connective, in the clause that
+  connective attaches X to ("Lock the door | before you leave", "Before you leave, | lock the
+  door"); nothing said on that side means the recording does not say
+  (:func:`said_nothing_beyond`).
 
 Every candidate ends where a phrase can end (:func:`_closed`): at the speaker's clause mark, or
 not after a determiner, preposition or auxiliary and not between a word and the word that
@@ -213,14 +217,11 @@ class _Reading:
     clauses: list[tuple[int, int]]  # [a, b) word ranges ended by any clause mark
     sentences: list[tuple[int, int]]
     qwords: list[str]  # the question's words, normalised, in order
+    qnorms: set[str]  # the same, as a set
     qcontent: set[str]  # its content words
     ranked: list[int]  # the spans that share words with the question, most related first
     max_after: int  # runs of the question's words whose sequel is taken
     max_words: int  # words of a candidate taken from a longer phrase
-
-    @property
-    def qnorms(self) -> set[str]:
-        return set(self.qwords)
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,8 @@ class _Collected:
 
     # Origins whose words end where the source says, not only at the transcript's clause marks.
     BOUNDED = ("gap", "before", "name", "kind", "slot")
+    # Origins whose small words alone may be the answer inside a clause ("had *then* leisure").
+    SMALL_WORDS_ANSWER = ("gap", "slot", "next")
 
     def __init__(self, r: _Reading) -> None:
         self.r = r
@@ -248,6 +251,8 @@ class _Collected:
         self.starts: dict[str, tuple[int, int]] = {}  # a candidate's words where first found
 
     def take(self, f: _Found) -> None:
+        """Keep ``f`` unless its text is known already; a pinning source renames a text found
+        before it (the answer is one of the pinned)."""
         if not f.pin:
             self._add(f.a, f.b, f.origin, f.exact)
             return
@@ -278,7 +283,7 @@ class _Collected:
             # question's own words ("had *then* leisure"); never the question's words alone.
             if all(w.norm in self.r.qnorms for w in words[a:b]):
                 return
-            if (a, b) not in self.whole and origin not in ("gap", "slot", "next"):
+            if (a, b) not in self.whole and origin not in self.SMALL_WORDS_ANSWER:
                 return
         self.out[key] = Candidate(text, origin, tuple(sorted({w.span for w in words[a:b]})))
         self.starts[key] = a, b
@@ -294,7 +299,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
         return []
     qwords = [w for w in (_norm(t) for t in _TOKEN.findall(question)) if w]
     r = _Reading(spans, question, words, _runs(words, _CLAUSE_END),
-                 _runs(words, _SENTENCE_END), qwords, set(content_words(question)),
+                 _runs(words, _SENTENCE_END), qwords, set(qwords), set(content_words(question)),
                  [i for sc, i in rank_spans(spans, question) if sc > 0][:top_lines],
                  max_after, max_words)
     found = _Collected(r)
@@ -509,56 +514,101 @@ def _around_event(r: _Reading) -> Iterator[_Found]:
         if clauses[k][1] == xb:
             last = min(len(clauses) - 1, k + n)
             yield _Found(clauses[k + 1][0], clauses[last][1], "next", pin=True)
-    parts, p0, p1, after = _event_place(r, x)
-    step = p1 + 1 if after else p0 - 1  # the part right after (before) X's is one
+    # the question asks which side; the transcript's own connective may say the other
+    parts, p0, p1, side = _event_place(r.words, clauses, x, r.question)
+    step = p1 + 1 if side else p0 - 1  # the part right after (before) X's is one
     if 0 <= step < len(parts):
         yield _Found(*parts[step], "step")
 
 
-# Words that may stand between a connective and the X a question names ("before *you* leave"),
-# or lead into a clause the connective still fronts ("*And* before you leave, ...").
-_LINKING = frozenset("and but so then now just right only even well".split())
+# Words that may lead into a clause the connective still fronts ("*And* before you leave",
+# "*Shortly* after the guests arrived", "*Two days* after the wedding", "*The morning*
+# before the exam"), and that a connective said mid-clause takes with it ("we met the band
+# *an hour* before the show"): linking words, adverbs of time or degree, a time measure.
+_LEAD_INS = frozenset("""
+and but so then now just right only even well shortly soon immediately directly straight long
+not very much little later earlier the a an one few some several moment moments second seconds
+minute minutes hour hours day days night nights morning mornings evening evenings afternoon
+afternoons week weeks month months year years while
+""".split())
+# What may stand between the connective and X: a determiner or a subject pronoun ("before
+# *you* leave", "after *the* party"); anything else ("and", another connective, "that") ends
+# the search.
+_BETWEEN = frozenset("the a an this these those his her their its my your our i you he she we "
+                     "they".split())
+# "What comes after the bridge?": the next thing in a sequence, whatever the connective says.
+_SEQUENCE = re.compile(r"\b(?:comes?|came|follows?|followed)\b", re.I)
 
 
-def _event_place(r: _Reading, x: tuple[int, int, bool]
+def _asks_sequence(question: str) -> bool:
+    """Whether the question's own verb, before its "after"/"before", asks what comes next
+    ("What comes after X?"), not what is done ("the sun *came* up" is X's)."""
+    m = order(question)
+    return m is not None and bool(_SEQUENCE.search(question[:m.start()]))
+
+
+def _event_place(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]],
+                 x: tuple[int, int, bool], question: str
                  ) -> tuple[list[tuple[int, int]], int, int, bool]:
     """``(parts, p0, p1, after)``: the steps of the transcript (:func:`_parts`), the first and
     last that say X, and on which side of X the answer lies.
 
     That side is the question's, unless the transcript says X after the question's own
-    connective: then the answer is the clause the connective attaches X to, wherever it is
-    said — after X where the connective fronts its clause ("Before you leave, | lock the
-    door"), before the connective where it follows one ("Lock the door | before you leave",
-    cut there into two steps)."""
+    connective (:func:`_own_connective`): then the answer is the clause the connective attaches
+    X to, wherever it is said — after X where the connective fronts its clause ("Before you
+    leave, | lock the door"; without the comma Whisper often leaves out, X's part is cut after
+    X), before the connective and its lead-in words where it follows one ("Lock the door |
+    before you leave", "We met the band | an hour before the show")."""
     xa, xb, after = x
-    parts = _parts(r.words, r.clauses)
-    link = _own_connective(r, xa, "after" if after else "before")
+    parts = _parts(words, clauses)
+    link = None if _asks_sequence(question) else _own_connective(words, clauses, xa, xb, after)
     if link is not None:
-        j, fronted = link
-        after = fronted
-        if not fronted:
-            k = _containing(parts, j)
-            a, b = parts[k]
-            if a < j:
-                parts = parts[:k] + [(a, j), (j, b)] + parts[k + 1:]
+        cut, after = link
+        k = _containing(parts, cut - 1 if after else cut)
+        a, b = parts[k]
+        if a < cut < b:
+            parts = parts[:k] + [(a, cut), (cut, b)] + parts[k + 1:]
     return parts, _containing(parts, xa), _containing(parts, xb - 1), after
 
 
-def _own_connective(r: _Reading, xa: int, connective: str) -> tuple[int, bool] | None:
-    """``(j, fronted)``: where the transcript says ``connective`` ("before", "after") right
-    before X (small words between them only, within X's clause), and whether it fronts its
-    clause (only linking words before it there); None where X is said without it."""
-    words = r.words
-    c0 = r.clauses[_containing(r.clauses, xa)][0]
+def _own_connective(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]], xa: int,
+                    xb: int, after: bool) -> tuple[int, bool] | None:
+    """``(cut, fronted)``: where the clause the transcript attaches X to with the question's
+    own connective ("after", "before") begins (fronted: after X) or ends (before the
+    connective and its lead-in words), None where X is not said right after that connective
+    (a determiner or a pronoun between them at most), or where that clause is negated ("Never
+    swim after you eat": not what is done) or empty."""
+    connective = "after" if after else "before"
+    c0, c1 = clauses[_containing(clauses, xa)]
     j = xa - 1
-    while j >= max(c0, xa - 4) and _bare(words[j].text) != connective:
-        if _bare(words[j].text) not in _STOPWORDS:
-            return None
+    while j >= c0 and _bare(words[j].text) in _BETWEEN:
         j -= 1
     if j < c0 or _bare(words[j].text) != connective:
         return None
-    fronted = all(_bare(w.text) in _LINKING for w in words[c0:j])
-    return j, fronted
+    lead = j
+    while lead > c0 and _lead_in(words[lead - 1]):
+        lead -= 1
+    fronted = lead == c0
+    if not fronted:
+        a, b = c0, lead  # "Lock the door | before you leave"
+    elif _SENTENCE_END.search(words[c1 - 1].text) or c1 == len(words):
+        a, b = xb, c1  # "After dinner | we walked to the river." (no comma after X's clause)
+    else:
+        k = _containing(clauses, c1)  # "Before you leave, | lock the door."
+        a, b = clauses[k] if k < len(clauses) else (c1, c1)
+    if a >= b or any(_negation(w) for w in words[a:b]):
+        return None
+    return (b if not fronted else a), fronted
+
+
+def _lead_in(w: TranscriptWord) -> bool:
+    t = _bare(w.text)
+    return t in _LEAD_INS or t in _NUM or t.isdigit()
+
+
+def _negation(w: TranscriptWord) -> bool:
+    t = _bare(w.text.replace("’", "'"))
+    return t in _NOT or t == "no" or t.endswith("n't")
 
 
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
@@ -574,10 +624,7 @@ def said_nothing_beyond(spans: Sequence[Span], question: str) -> bool:
     x = _event(words, question) if words else None
     if x is None:
         return False
-    clauses = _runs(words, _CLAUSE_END)
-    r = _Reading(spans, question, words, clauses, _runs(words, _SENTENCE_END), [], set(), [],
-                 0, 0)
-    parts, p0, p1, after = _event_place(r, x)
+    parts, p0, p1, after = _event_place(words, _runs(words, _CLAUSE_END), x, question)
     return not 0 <= (p1 + 1 if after else p0 - 1) < len(parts)
 
 
@@ -588,7 +635,7 @@ def _measure_follows(r: _Reading, found: _Collected) -> None:
     x = _event(r.words, r.question)
     if x is None:
         return
-    parts, p0, p1, after = _event_place(r, x)
+    parts, p0, p1, after = _event_place(r.words, r.clauses, x, r.question)
     for key, c in found.out.items():
         a, b = found.starts[key]
         if after and a >= parts[p1][1]:
@@ -732,9 +779,11 @@ def _parts(words: Sequence[TranscriptWord],
 
 
 def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int, bool] | None:
-    """``(a, b, after)``: where the transcript first says the X of "what ... after X" (``after``)
-    or "before X" (its words from the first that is not a small word: "after *the eight of
-    spades*", "before you *do something*"), None when it does not say it in full."""
+    """``(a, b, after)``: where the transcript says the X of "what ... after X" (``after``) or
+    "before X" (its words from the first that is not a small word: "after *the eight of
+    spades*", "before you *do something*"), None when it does not say it in full. Of several
+    mentions, the first said with the question's own connective ("The war began in spring. |
+    *Before the war*, we lived in Paris."), else the first."""
     m = order(question)
     if not m:
         return None
@@ -744,10 +793,17 @@ def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int, bo
     x = [n for n in (_norm(t) for t in tokens) if n]
     if not x:
         return None
-    for i in range(len(words) - len(x) + 1):
-        if [w.norm for w in words[i:i + len(x)]] == x:
-            return i, i + len(x), m.group(1).lower() == "after"
-    return None
+    after = m.group(1).lower() == "after"
+    found = [i for i in range(len(words) - len(x) + 1)
+             if [w.norm for w in words[i:i + len(x)]] == x]
+    if not found:
+        return None
+    if not _asks_sequence(question):
+        clauses = _runs(words, _CLAUSE_END)
+        for i in found:
+            if _own_connective(words, clauses, i, i + len(x), after) is not None:
+                return i, i + len(x), after
+    return found[0], found[0] + len(x), after
 
 
 def _object_at(words: Sequence[TranscriptWord], prep: str, qnorms: set[str]) -> list[int]:
