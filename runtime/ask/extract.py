@@ -222,6 +222,7 @@ class _Reading:
     ranked: list[int]  # the spans that share words with the question, most related first
     max_after: int  # runs of the question's words whose sequel is taken
     max_words: int  # words of a candidate taken from a longer phrase
+    event: _EventPlace | None = None  # "what ... after (before) X": where X is said
 
 
 @dataclass(frozen=True)
@@ -302,6 +303,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
                  _runs(words, _SENTENCE_END), qwords, set(qwords), set(content_words(question)),
                  [i for sc, i in rank_spans(spans, question) if sc > 0][:top_lines],
                  max_after, max_words)
+    r.event = _place_event(words, r.clauses, question)
     found = _Collected(r)
     for source in _SOURCES:
         for f in source(r):
@@ -503,22 +505,20 @@ def _around_event(r: _Reading) -> Iterator[_Found]:
     """"What ... after (before) X?": the part of a clause right after (before) X's (a clause
     cut again at "and", "but", "then": :func:`_parts`; :func:`_event_place`); for "which card
     is called after X", the item after X, as many clauses long as X (pinned)."""
-    x = _event(r.words, r.question)
-    if x is None:
+    place = r.event
+    if place is None:
         return
-    xa, xb, after = x
+    xa, xb, asked_after = place.x
     clauses = r.clauses
     k = _containing(clauses, xb - 1)
-    if after and _ITEM.search(r.question) and k + 1 < len(clauses):
+    if asked_after and _ITEM.search(r.question) and k + 1 < len(clauses):
         n = k - _containing(clauses, xa) + 1
         if clauses[k][1] == xb:
             last = min(len(clauses) - 1, k + n)
             yield _Found(clauses[k + 1][0], clauses[last][1], "next", pin=True)
     # the question asks which side; the transcript's own connective may say the other
-    parts, p0, p1, side = _event_place(r.words, clauses, x, r.question)
-    step = p1 + 1 if side else p0 - 1  # the part right after (before) X's is one
-    if 0 <= step < len(parts):
-        yield _Found(*parts[step], "step")
+    if 0 <= place.step < len(place.parts):
+        yield _Found(*place.parts[place.step], "step")
 
 
 # Words that may lead into a clause the connective still fronts ("*And* before you leave",
@@ -616,31 +616,54 @@ _SOURCES = (_after_question, _between_question, _before_question, _related_lines
             _wh_slot, _verb_objects, _end_clause, _around_event)
 
 
+@dataclass(frozen=True)
+class _EventPlace:
+    """Where the X of "what ... after (before) X" is said: X's words, the steps of the
+    transcript (:func:`_parts`, cut again where X's own connective says), the first and last
+    step that say X, and on which side of X the answer lies (:func:`_event_place`)."""
+
+    x: tuple[int, int, bool]  # (start, end, asked after)
+    parts: list[tuple[int, int]]
+    p0: int
+    p1: int
+    after: bool
+
+    @property
+    def step(self) -> int:
+        """The index of the step right after (before) X's: out of range when none is said."""
+        return self.p1 + 1 if self.after else self.p0 - 1
+
+
+def _place_event(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]],
+                 question: str) -> _EventPlace | None:
+    x = _event(words, clauses, question) if words else None
+    if x is None:
+        return None
+    return _EventPlace(x, *_event_place(words, clauses, x, question))
+
+
 def said_nothing_beyond(spans: Sequence[Span], question: str) -> bool:
     """Whether "what ... after (before) X" asks past the recording: X is said, and nothing is
     said after it (before it) — no step on that side and no clause X's own connective attaches
     it to. The answer is then that the recording does not say, not whatever was said first."""
     words = words_of(spans)
-    x = _event(words, question) if words else None
-    if x is None:
-        return False
-    parts, p0, p1, after = _event_place(words, _runs(words, _CLAUSE_END), x, question)
-    return not 0 <= (p1 + 1 if after else p0 - 1) < len(parts)
+    place = _place_event(words, _runs(words, _CLAUSE_END), question)
+    return place is not None and not 0 <= place.step < len(place.parts)
 
 
 def _measure_follows(r: _Reading, found: _Collected) -> None:
     """For "what ... after (before) X", each candidate on the side of X the answer lies
     (:func:`_event_place`) is told how many parts of a clause lie between it and X's
     (:attr:`Candidate.follows`; 0: the nearest)."""
-    x = _event(r.words, r.question)
-    if x is None:
+    place = r.event
+    if place is None:
         return
-    parts, p0, p1, after = _event_place(r.words, r.clauses, x, r.question)
+    parts, p0, p1 = place.parts, place.p0, place.p1
     for key, c in found.out.items():
         a, b = found.starts[key]
-        if after and a >= parts[p1][1]:
+        if place.after and a >= parts[p1][1]:
             c.follows = _containing(parts, a) - p1 - 1
-        elif not after and b <= parts[p0][0]:
+        elif not place.after and b <= parts[p0][0]:
             c.follows = p0 - _containing(parts, b - 1) - 1
 
 
@@ -778,7 +801,8 @@ def _parts(words: Sequence[TranscriptWord],
     return steps
 
 
-def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int, bool] | None:
+def _event(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]],
+           question: str) -> tuple[int, int, bool] | None:
     """``(a, b, after)``: where the transcript says the X of "what ... after X" (``after``) or
     "before X" (its words from the first that is not a small word: "after *the eight of
     spades*", "before you *do something*"), None when it does not say it in full. Of several
@@ -799,7 +823,6 @@ def _event(words: Sequence[TranscriptWord], question: str) -> tuple[int, int, bo
     if not found:
         return None
     if not _asks_sequence(question):
-        clauses = _runs(words, _CLAUSE_END)
         for i in found:
             if _own_connective(words, clauses, i, i + len(x), after) is not None:
                 return i, i + len(x), after
