@@ -404,3 +404,119 @@ def test_the_models_answers_are_of_the_kind_asked_and_said(answerer):
         if not ok:
             wrong.append((question, a.text))
     assert not wrong
+
+
+# -- a "what" of a closed class, and other typed questions ----------------------------------------
+
+GARAGE = lines("Hi, this is Maria from Baker's Garage, calling about your van.",
+               "We open at seven thirty and close at five on weekdays.",
+               "The repair will take two days and cost four hundred dollars.",
+               "Your cousin Peter picked up the keys on the third of May.",
+               "The van is a large white one, parked behind the shop.")
+
+
+@pytest.mark.parametrize("question,kind", [
+    ("What colour is the van?", "colour"),
+    ("Which color was the car?", "colour"),
+    ("What is the name of the garage?", "name"),
+    ("What was the caller's name?", "name"),
+    ("What's her name?", "name"),
+    ("On which day of the month were the keys picked up?", "date"),
+    ("What date did Peter come?", "date"),
+    ("In which month were the keys picked up?", "month"),
+    ("How big is the van?", "size"),
+    ("How tall was the tower?", "size"),
+    ("How is Peter related to you?", "relation"),
+    ("What is Peter's relationship to the listener?", "relation"),
+    ("What time does the garage close?", "time"),
+])
+def test_a_closed_class_what_is_its_own_kind(question, kind):
+    assert question_kind(question) == kind
+
+
+def test_an_answer_of_a_closed_class_is_of_that_class():
+    names, places = names_in(GARAGE), places_in(GARAGE)
+    for kind, right, wrong in (
+            ("colour", ["White.", "A large white one."], ["Large.", "5.", "Behind the shop."]),
+            ("name", ["Maria.", "Baker's Garage."], ["Your van.", "A large white one."]),
+            ("date", ["The third of May.", "The 3rd.", "3."], ["May.", "On weekdays."]),
+            ("month", ["May."], ["The third.", "Two days."]),
+            ("size", ["Large.", "A large white one.", "Ten metres."], ["Two days.", "400.",
+                                                                     "Behind the shop."]),
+            ("relation", ["Your cousin.", "Cousin."], ["Peter.", "The keys."])):
+        for answer in right:
+            assert fits(kind, answer, names, places), (kind, answer)
+        for answer in wrong:
+            assert not fits(kind, answer, names, places), (kind, answer)
+
+
+def test_a_name_or_colour_never_said_is_not_said():
+    """"What was the name of the woman he married?" over a line that names no one: no answer
+    qualifies (the recording does not say), not the phrase that describes her."""
+    for question in ("What was the name of the woman he married?", "What colour was her dress?"):
+        assert not [c.text for c in candidates(AUSTEN, question)
+                    if qualifies(c.text, question, AUSTEN)], question
+
+
+def test_being_and_one_are_a_person_only_as_the_head():
+    for answer in ("It being received for good.", "One of the best."):
+        assert not fits("who", answer, set()), answer
+    for answer in ("A human being.", "The noisiest authorities.", "The plumber.",
+                   "The engineer."):
+        assert fits("who", answer, set()), answer
+
+
+def test_an_unnamed_person_is_a_who_candidate():
+    """"Who is being described?" over "He was not an ill-disposed young man.": the person
+    phrase, though no one is named."""
+    found = {c.text for c in candidates(AUSTEN[1:2], "Who is being described?")}
+    assert "Young man." in found or "Ill-disposed young man." in found
+    assert "Man." not in found  # the head alone only where nothing leads up to it
+
+
+def test_a_relation_is_answered_by_the_relation_word():
+    found = [c.text for c in candidates(GARAGE, "How is Peter related to the listener?")
+             if qualifies(c.text, "How is Peter related to the listener?", GARAGE)]
+    assert found and all("cousin" in t.lower() for t in found)
+
+
+def test_how_big_asks_for_what_is_said_of_x():
+    for question in ("How big is the van?", "What is the van like?"):
+        pinned = {c.text for c in objects(candidates(GARAGE, question))}
+        assert any("large" in t.lower() for t in pinned), (question, pinned)
+
+
+def test_an_amount_keeps_what_it_is_of():
+    """"Two cans | of tomatoes" is an amount of tomatoes: never cut before "of"."""
+    soup = lines("Add the garlic, then after a minute pour in two cans of tomatoes and some "
+                 "stock.")
+    found = {c.text for c in candidates(soup, "What is poured in after the garlic?")}
+    assert any("tomatoes" in t.lower() for t in found)
+    assert "2 cans." not in found and "Two cans." not in found
+
+
+def test_of_several_mentions_x_is_the_one_said_with_the_questions_words():
+    """"What goes into the pot a minute after the garlic?": the garlic said with "minute", not
+    the first mention of garlic."""
+    recipe = lines("First, chop the onions and the garlic.",
+                   "Warm some oil in a pot and cook the onions until soft.",
+                   "Then add the garlic, and after one more minute pour in the tomatoes.")
+    question = "What goes into the pot a minute after the garlic?"
+    found = candidates(recipe, question)
+    nearest = [c.text for c in found if c.follows == 0]
+    assert any("tomatoes" in t.lower() for t in nearest), nearest
+    assert not any("oil" in t.lower() for t in nearest)
+
+
+@pytest.mark.parametrize("question", ["What time does the shop close?",
+                                      "When does the shop shut?"])
+def test_the_opposite_of_what_is_asked_is_no_answer(question):
+    """Only the opening hour is said: nothing answers when it closes."""
+    shop = lines("The shop opens at nine in the morning on Saturdays.",
+                 "This week we have fresh bread.")
+    assert not [c.text for c in candidates(shop, question) if qualifies(c.text, question, shop)]
+    assert not qualifies("At nine in the morning.", question, shop)
+    # said both ways: each answers its own question
+    both = lines("We open at seven thirty and close at five.")
+    assert qualifies("At five.", "What time do they close?", both)
+    assert not qualifies("At seven thirty.", "What time do they close?", both)

@@ -46,7 +46,13 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from as2d.runtime.ask.kinds import BESIDES, order, question_kind, said_by_someone_else
+from as2d.runtime.ask.kinds import (
+    BESIDES,
+    is_person,
+    order,
+    question_kind,
+    said_by_someone_else,
+)
 from as2d.runtime.ask.passages import (
     _STOPWORDS,
     NUMBER_WORDS,
@@ -389,7 +395,8 @@ def _related_lines(r: _Reading) -> Iterator[_Found]:
 
 
 def _names_and_amounts(r: _Reading) -> Iterator[_Found]:
-    """Names (runs of capitalised words) and amounts (a number and the word after it) in the
+    """Names (runs of capitalised words) and amounts (a number and the word after it, and what
+    it is of: "2 cans of tomatoes") in the
     most related spans: the short answers who / how much questions want. A "who" question
     takes the names of every span up to the last related one (the related one often says only
     "he"), not after it: a later name is someone else ("Who is Robert's wife?" is not answered
@@ -402,7 +409,15 @@ def _names_and_amounts(r: _Reading) -> Iterator[_Found]:
         k = 0
         while k < len(idx):
             if words[idx[k]].norm.isdigit():
-                yield _Found(idx[k], min(idx[k] + 2, idx[-1] + 1), "name")
+                end = min(idx[k] + 2, idx[-1] + 1)
+                if end <= idx[-1] and _bare(words[end].text) == "of" \
+                        and not _CLAUSE_END.search(words[end - 1].text):
+                    # "2 cans | of tomatoes": the amount of what, its noun one or two words on
+                    for e in (end + 2, end + 3):
+                        if e <= idx[-1] + 1:
+                            yield _Found(idx[k], e, "name")
+                else:
+                    yield _Found(idx[k], end, "name")
                 yield _Found(idx[k], idx[k] + 1, "name")
             j = k
             while j < len(idx) and words[idx[j]].text[:1].isupper():
@@ -420,6 +435,25 @@ def _names_and_amounts(r: _Reading) -> Iterator[_Found]:
                 k = j
             else:
                 k += 1
+
+
+def _people(r: _Reading) -> Iterator[_Found]:
+    """For "who" (and "how is X related to Y"): each word for a person the transcript says,
+    with the words that lead up to it in its phrase ("an ill-disposed *young man*", "my
+    *sister*"): a person need not be named ("Who is being described?" → "A young man.")."""
+    if question_kind(r.question) not in ("who", "relation"):
+        return
+    words = r.words
+    for k, w in enumerate(words):
+        if not is_person(_bare(w.text)):
+            continue
+        c0 = r.clauses[_containing(r.clauses, k)][0]
+        a = k
+        while a > max(c0, k - 2) and not _CLAUSE_END.search(words[a - 1].text) \
+                and _bare(words[a - 1].text) not in _DETERMINERS:
+            a -= 1
+        for i in range(a, k if a < k else k + 1):  # the head alone only where it stands alone
+            yield _Found(i, k + 1, "person")
 
 
 def _first_and_last(r: _Reading) -> Iterator[_Found]:
@@ -447,9 +481,13 @@ def _listed_with(r: _Reading) -> Iterator[_Found]:
 def _said_of(r: _Reading) -> Iterator[_Found]:
     """"What kind of X?" asks for what the transcript says of X: the words before X in its
     phrase ("a *small* pan", "a more *amiable* woman"), alone (they end where the question's X
-    starts) and with X (cut back where X's phrase goes on: "ill-disposed | young man");
-    pinned."""
+    starts) and with X (cut back where X's phrase goes on: "ill-disposed | young man"), or
+    what a clause says X is ("The van is *a large white one*"); pinned."""
     for a, b in _kind_of(r.words, r.question):
+        if a > b:  # said after X: "The van is | a large white one"
+            for e in range(b + 1, a + 1):
+                yield _Found(b, e, "kind", pin=True)
+            continue
         for i in range(a, b):
             for e, origin in ((b, "kind"), (b + 1, "object")):
                 yield _Found(i, e, origin, pin=True)
@@ -612,8 +650,8 @@ def _negation(w: TranscriptWord) -> bool:
 
 
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
-            _names_and_amounts, _first_and_last, _listed_with, _said_of, _preposition_object,
-            _wh_slot, _verb_objects, _end_clause, _around_event)
+            _names_and_amounts, _people, _first_and_last, _listed_with, _said_of,
+            _preposition_object, _wh_slot, _verb_objects, _end_clause, _around_event)
 
 
 @dataclass(frozen=True)
@@ -807,7 +845,10 @@ def _event(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]],
     "before X" (its words from the first that is not a small word: "after *the eight of
     spades*", "before you *do something*"), None when it does not say it in full. Of several
     mentions, the first said with the question's own connective ("The war began in spring. |
-    *Before the war*, we lived in Paris."), else the first."""
+    *Before the war*, we lived in Paris."), else the one whose sentence says most of the
+    question's other content words ("What goes into the pot a minute after the garlic?": not
+    "chop three cloves of garlic" but "add the garlic, and after a minute pour in ..."), else
+    the first."""
     m = order(question)
     if not m:
         return None
@@ -826,6 +867,15 @@ def _event(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]],
         for i in found:
             if _own_connective(words, clauses, i, i + len(x), after) is not None:
                 return i, i + len(x), after
+    if len(found) > 1:
+        others = set(content_words(question[:m.start()] + " " + question[m.end():]))
+        sentences = _runs(words, _SENTENCE_END)
+
+        def shared(i: int) -> int:
+            a, b = sentences[_containing(sentences, i)]
+            return len(others & {n for w in words[a:b] for n in content_words(w.text)})
+        best = max(found, key=lambda i: (shared(i), -i))
+        return best, best + len(x), after
     return found[0], found[0] + len(x), after
 
 
@@ -913,14 +963,25 @@ def _parallel(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]], i
     return out
 
 
-_KIND_OF = re.compile(r"\b(?:what|which)\s+(?:kind|sort|type|colou?r|size)s?\s+of\s+"
-                      r"(?:an?\s+|the\s+)?([A-Za-z'-]+)", re.I)
+_THE = r"(?:an?\s+|the\s+|(?:his|her|their|its|my|your|our)\s+)?"
+# Questions about what is said of X: "What kind (colour, size) of X?", "How big (tall, ...)
+# is X?", "How is X described?", "What is X like?" (X: group 1).
+_KIND_OF = re.compile(r"\b(?:(?:what|which)\s+(?:kind|sort|type|colou?r|size)s?\s+of\s+"
+                      + _THE +
+                      r"|how\s+(?:big|large|small|tall|high|wide|deep|heavy|thick)\s+"
+                      r"(?:is|was|are|were)\s+" + _THE
+                      + r"(?!(?:he|she|it|they|you|we|i|this|that)\b)"
+                      r"|how\s+(?:is|was|are|were)\s+" + _THE + r"(?=[A-Za-z'-]+\s+described\b)"
+                      r"|what\s+(?:is|was|are|were)\s+" + _THE + r"(?=[A-Za-z'-]+\s+like\W*$))"
+                      r"([A-Za-z'-]+)", re.I)
 
 
 def _kind_of(words: Sequence[TranscriptWord], question: str,
              max_words: int = 3) -> list[tuple[int, int]]:
-    """``(start, at)``: for "What kind of X ...?", the words that lead up to X where the
-    transcript says X (at most ``max_words``, within its clause, after a determiner)."""
+    """``(start, at)``: for "What kind of X ...?" ("How big is X?", "How is X described?",
+    "What is X like?"), the words that lead up to X where the transcript says X (at most
+    ``max_words``, within its clause, after a determiner); ``(end, start)``, reversed, for
+    the words a clause says X is ("X is | a large white one": up to ``max_words + 1``)."""
     m = _KIND_OF.search(question)
     if not m:
         return []
@@ -937,7 +998,13 @@ def _kind_of(words: Sequence[TranscriptWord], question: str,
             a -= 1
         if a < k:
             out.append((a, k))
+        c1 = clauses[_containing(clauses, k)][1]
+        if k + 2 < c1 and _bare(words[k + 1].text) in _COPULAS:
+            out.append((min(c1, k + 3 + max_words), k + 2))
     return out
+
+
+_COPULAS = frozenset("is was are were looked looks seemed seems".split())
 
 
 _DETERMINERS = frozenset("a an the this that these those his her their its my your our some "
@@ -996,7 +1063,8 @@ def _closed(words: Sequence[TranscriptWord], b: int, whole: bool) -> bool:
     """Whether a candidate ending before ``words[b]`` ends where a phrase can: at the
     transcript's clause mark, or (``whole``: a whole clause, or words that end where the
     question's own words start) anywhere but after an open word; else before a small word or
-    a number, or after a number ("Twelve | days": the count)."""
+    a number, or after a number ("Twelve | days": the count); never before "of", which
+    completes the noun before it ("two cans *of tomatoes*")."""
     last = words[b - 1]
     if _CLAUSE_END.search(last.text) and not _TITLE.match(last.text):
         return True
@@ -1005,7 +1073,7 @@ def _closed(words: Sequence[TranscriptWord], b: int, whole: bool) -> bool:
     if whole or b >= len(words):
         return True
     nxt = _bare(words[b].text)
-    if nxt in _LEADS_ON:
+    if nxt in _LEADS_ON or nxt == "of":  # "Two cans | of tomatoes", "The king | of France"
         return False
     return nxt in _STOPWORDS or nxt.isdigit() or _bare(last.text).isdigit() \
         or last.norm.isdigit() or words[b].norm.isdigit()

@@ -38,6 +38,20 @@ _KINDS = (
                             re.I)),
     ("age", re.compile(r"\b(?:how old|(?:at )?what age)\b", re.I)),
     ("distance", re.compile(r"\b(?:how far|what distance)\b", re.I)),
+    # a "what" of a closed class: the answer must be of that class, or the recording does
+    # not say ("What colour is the rose?" is not answered by a number; "What was the name of
+    # the woman he married?" not by "a more amiable woman")
+    ("relation", re.compile(r"\b(?:how (?:is|was|are|were) .{1,40}? related|(?:what|which) "
+                            r"(?:is|was|are|were) (?:the |(?:his|her|their|its|[a-z]+['\u2019]s) )?"
+                            r"relation(?:ship)?|what relation)\b", re.I)),
+    ("colour", re.compile(r"\b(?:what|which) colou?rs?\b", re.I)),
+    ("name", re.compile(r"\b(?:(?:(?:what|which) (?:is|was|are|were) |what['\u2019]s )"
+                        r"(?:(?:the|his|her|their|its|your|my|our) )?(?:[a-z]+['\u2019]s )?"
+                        r"(?:first |last |full |sur)?names?\b|what names?\b)", re.I)),
+    ("date", re.compile(r"\b(?:what|which) (?:date|day of the month)\b", re.I)),
+    ("month", re.compile(r"\b(?:what|which|in what|in which) months?\b", re.I)),
+    ("size", re.compile(r"\b(?:how (?:big|large|small|tall|high|wide|deep|heavy|thick|short)|"
+                        r"(?:what|which) size)\b", re.I)),
     ("time", re.compile(r"\b(?:when|what time|what year|what day|which year|which day)\b", re.I)),
     ("who", re.compile(r"\b(?:who|whom|whose)\b", re.I)),
     ("place", re.compile(r"\b(?:where|(?:what|which) (?:city|town|country|place|village|street|"
@@ -104,6 +118,42 @@ harbor port world land kingdom north south east west hall kitchen bed door table
 # Mill Street"), not a person, whatever else it may be.
 _PLACE_PREPOSITIONS = frozenset("in at to from near into inside outside opposite across "
                                 "through toward towards via on".split())
+
+_COLOURS = frozenset("""
+red orange yellow green blue purple violet pink brown black white grey gray gold golden silver
+scarlet crimson navy turquoise beige cream ivory amber maroon lilac indigo tan
+""".split())
+
+# How one person is related to another: kin, and the other ties a question may mean.
+_RELATIONS = frozenset("""
+father mother brother sister son daughter husband wife uncle aunt cousin nephew niece
+grandfather grandmother grandson granddaughter grandparent grandparents grandchild parent
+parents child children sibling siblings twin stepfather stepmother stepson stepdaughter
+father-in-law mother-in-law brother-in-law sister-in-law fiance fiancee boyfriend girlfriend
+partner friend neighbour neighbor colleague boss employer employee teacher student pupil
+dad mum mom grandma grandpa granny
+""".split())
+
+_MONTHS = frozenset("""
+january february march april may june july august september october november december
+""".split())
+
+_ORDINALS = frozenset("""
+first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth
+fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirtieth
+""".split())
+
+# How big (tall, heavy, ...) is answered by an amount or by a word of size.
+_SIZES = frozenset("""
+big bigger biggest large larger largest small smaller smallest little tiny huge enormous
+vast giant tall taller tallest short shorter high low wide narrow deep shallow heavy light
+thick thin long size sized medium massive
+""".split())
+_SIZE_UNITS = _DISTANCE | frozenset("""
+kilo kilos kilogram kilograms gram grams pound pounds ton tons tonne tonnes ounce ounces acre
+acres hectare hectares square floor floors storey storeys story stories room rooms seat seats
+bed beds litre litres liter liters gallon gallons cm mm km kg lb lbs ft
+""".split())
 
 _COUNT_WORDS = frozenset("""
 no none zero once twice several few many dozen dozens hundred hundreds thousand thousands
@@ -223,7 +273,17 @@ gardener messenger robber murderer beggar minister sheriff jailer jailor warrior
 merchant giant peasant assistant attendant lieutenant sergeant emperor ancestor villager
 islander foreigner commander hostess actress waitress goddess countess duchess mistress
 stewardess heiress witness tailor customer
+engineer founder treasurer secretary president director officer official authority
+authorities committee council government plumber electrician mechanic firefighter
+photographer journalist reporter editor designer developer programmer researcher scientist
+surgeon dentist pharmacist vet lecturer tutor principal volunteer member members caller
+winner loser landlord landlady receptionist cashier waiter
 """.split())
+
+
+# Listed words that are a person only as a phrase's head ("a human being", "the one"), and
+# a verb or a number elsewhere ("it being received", "one of the best").
+_PERSON_AS_HEAD = frozenset("being beings one".split())
 
 
 def _person_word(w: str) -> bool:
@@ -231,7 +291,7 @@ def _person_word(w: str) -> bool:
     return w in _PERSON or (w.endswith("s") and w[:-1] in _PERSON)
 
 
-def _is_person(word: str) -> bool:
+def is_person(word: str) -> bool:
     """A word for a person: listed, or a noun with a person's ending ("fisherman",
     "pianist", "musician")."""
     w = word.split("'")[0]
@@ -314,11 +374,13 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
         if all(_is_number(w) for w in words) or \
                 len(set(_claims(answer)) - set(content_words(" ".join(names)))) > _WHO_WORDS:
             return False
-        # a person word anywhere ("his daughter Anna"); a person by its ending only as the
-        # phrase's last word, its head ("the old fisherman", not "his tender air")
-        return any((w in names and w not in places) or _person_word(w.split("'")[0])
+        # a person word anywhere ("his daughter Anna"); a person by its ending, or "being",
+        # only as the phrase's last word, its head ("the old fisherman", not "his tender air";
+        # "a living being", not "it being received")
+        return any((w in names and w not in places)
+                   or (_person_word(w.split("'")[0]) and w not in _PERSON_AS_HEAD)
                    for w in words) \
-            or _is_person(words[-1])
+            or is_person(words[-1])
     if kind == "count":
         return has_number or any(w in _COUNT_WORDS for w in words)
     if kind == "duration":  # (or a length: "How long is the cave?")
@@ -329,6 +391,19 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
         return any(w in _DISTANCE for w in words) or has_number
     if kind == "time":
         return has_number or any(w in _TIME for w in words)
+    if kind == "relation":
+        return any(w in _RELATIONS or (w.endswith("s") and w[:-1] in _RELATIONS) for w in words)
+    if kind == "colour":
+        return any(w in _COLOURS for w in words)
+    if kind == "name":  # a name the transcript says (capitalised inside a sentence)
+        return any(w in names for w in words)
+    if kind == "date":  # the day of a month: "the first", "the 12th", "12"
+        return any(w in _ORDINALS or _is_number(w) for w in words)
+    if kind == "month":
+        return any(w in _MONTHS for w in words)
+    if kind == "size":  # a word of size, or an amount in a unit ("ten metres", "40 rooms")
+        return any(w in _SIZES for w in words) or \
+            (has_number and any(w in _SIZE_UNITS for w in words))
     if kind == "place":
         if content_words(answer) and all(w in _TIME or _is_number(w)
                                          for w in _lower_words(answer)
@@ -438,15 +513,17 @@ def said(answer: str, spans: Sequence[Span]) -> bool:
 
 def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str] | None = None,
               kind: str | None = None, places: set[str] | None = None) -> bool:
-    """Of the kind asked, adding to the question, said in the transcript, and where it is an
-    amount, the amount the question is about (:func:`bound`)."""
+    """Of the kind asked, adding to the question, said in the transcript, where it is an
+    amount, the amount the question is about (:func:`bound`), and not said only of the
+    opposite of what is asked (:func:`not_opposed`)."""
     if names is None:
         names = names_in(spans)
     if places is None:
         places = places_in(spans)
     kind = kind or question_kind(question)
     return (fits(kind, answer, names, places) and adds_to(answer, question)
-            and said(answer, spans) and bound(answer, question, spans, kind))
+            and said(answer, spans) and bound(answer, question, spans, kind)
+            and not_opposed(answer, question, spans))
 
 
 
@@ -506,6 +583,35 @@ def _asked_noun(question: str) -> str | None:
         if stems:
             return stems[0]
     return None
+
+
+# Verbs (as stems) whose amounts answer opposite questions: the time a shop opens is no answer
+# to when it closes.
+_OPPOSITES: dict[str, frozenset[str]] = {}
+for _a, _b in (("open", "clos"), ("open", "shut"), ("start", "end"), ("start", "finish"),
+               ("start", "stop"), ("begin", "end"), ("begin", "finish"), ("begin", "stop"),
+               ("arriv", "leav"), ("arriv", "depart")):
+    _OPPOSITES[_a] = _OPPOSITES.get(_a, frozenset()) | {_b}
+    _OPPOSITES[_b] = _OPPOSITES.get(_b, frozenset()) | {_a}
+
+
+def not_opposed(answer: str, question: str, spans: Sequence[Span]) -> bool:
+    """False when every statement that says ``answer`` says the opposite of the question's verb
+    and not the verb itself: "The market *opens* at eight in the morning" answers when it
+    opens, not "What time does the market close?"; and when the transcript says only the
+    opposite, never the verb, nothing it says answers."""
+    qwords = set(content_words(question))
+    asked = {q for q in qwords if q in _OPPOSITES}
+    opposed = {o for q in asked for o in _OPPOSITES[q]} - qwords
+    mine = set(content_words(answer)) - _META_STEMS
+    if not opposed or not mine:
+        return True
+    statements = [words for s in spans for _, words, _, _ in _statements(s.text)]
+    if not any(words & asked for words in statements) and \
+            any(words & opposed for words in statements):
+        return False  # only the opposite is said: the recording does not say what is asked
+    saying = [words for words in statements if mine <= words]
+    return not saying or any(not words & opposed or words & asked for words in saying)
 
 
 def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = None) -> bool:
