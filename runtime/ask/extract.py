@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from as2d.runtime.ask.kinds import (
     BESIDES,
+    SIZE_ADJECTIVES,
     is_person,
     order,
     question_kind,
@@ -396,8 +397,8 @@ def _related_lines(r: _Reading) -> Iterator[_Found]:
 
 def _names_and_amounts(r: _Reading) -> Iterator[_Found]:
     """Names (runs of capitalised words) and amounts (a number and the word after it, and what
-    it is of: "2 cans of tomatoes") in the
-    most related spans: the short answers who / how much questions want. A "who" question
+    it is of: "2 cans of tomatoes") in the most related spans: the short answers who / how
+    much questions want. A "who" question
     takes the names of every span up to the last related one (the related one often says only
     "he"), not after it: a later name is someone else ("Who is Robert's wife?" is not answered
     by the sailor met afterwards)."""
@@ -412,10 +413,13 @@ def _names_and_amounts(r: _Reading) -> Iterator[_Found]:
                 end = min(idx[k] + 2, idx[-1] + 1)
                 if end <= idx[-1] and _bare(words[end].text) == "of" \
                         and not _CLAUSE_END.search(words[end - 1].text):
-                    # "2 cans | of tomatoes": the amount of what, its noun one or two words on
-                    for e in (end + 2, end + 3):
-                        if e <= idx[-1] + 1:
+                    # "2 cans | of tomatoes": the amount of what, to where its phrase ends
+                    # ("three cups of strong black coffee | and")
+                    for e in range(end + 2, min(end + 6, idx[-1] + 2)):
+                        if e > idx[-1] or _CLAUSE_END.search(words[e - 1].text) \
+                                or _bare(words[e].text) in _STOPWORDS:
                             yield _Found(idx[k], e, "name")
+                            break
                 else:
                     yield _Found(idx[k], end, "name")
                 yield _Found(idx[k], idx[k] + 1, "name")
@@ -484,13 +488,13 @@ def _said_of(r: _Reading) -> Iterator[_Found]:
     starts) and with X (cut back where X's phrase goes on: "ill-disposed | young man"), or
     what a clause says X is ("The van is *a large white one*"); pinned."""
     for a, b in _kind_of(r.words, r.question):
-        if a > b:  # said after X: "The van is | a large white one"
-            for e in range(b + 1, a + 1):
-                yield _Found(b, e, "kind", pin=True)
-            continue
         for i in range(a, b):
             for e, origin in ((b, "kind"), (b + 1, "object")):
                 yield _Found(i, e, origin, pin=True)
+    for a, b in _predicates(r.words, r.question):
+        for e in range(a + 1, b + 1):
+            if _closed(r.words, e, False):
+                yield _Found(a, e, "kind", pin=True)
 
 
 def _preposition_object(r: _Reading) -> Iterator[_Found]:
@@ -845,10 +849,11 @@ def _event(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]],
     "before X" (its words from the first that is not a small word: "after *the eight of
     spades*", "before you *do something*"), None when it does not say it in full. Of several
     mentions, the first said with the question's own connective ("The war began in spring. |
-    *Before the war*, we lived in Paris."), else the one whose sentence says most of the
-    question's other content words ("What goes into the pot a minute after the garlic?": not
-    "chop three cloves of garlic" but "add the garlic, and after a minute pour in ..."), else
-    the first."""
+    *Before the war*, we lived in Paris."), else the one whose clause, to its sentence's end,
+    says more of the question's other content words than the first mention's ("What goes
+    into the pot a minute after the garlic?": not "chop three cloves of garlic" but "add the
+    garlic, and after a minute pour in ..."; a mention talked *about* is none), else the
+    first."""
     m = order(question)
     if not m:
         return None
@@ -869,14 +874,26 @@ def _event(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]],
                 return i, i + len(x), after
     if len(found) > 1:
         others = set(content_words(question[:m.start()] + " " + question[m.end():]))
+
         sentences = _runs(words, _SENTENCE_END)
 
-        def shared(i: int) -> int:
-            a, b = sentences[_containing(sentences, i)]
+        def shared(i: int) -> int:  # from X's clause to its sentence's end
+            a, b = clauses[_containing(clauses, i)][0], sentences[_containing(sentences, i)][1]
             return len(others & {n for w in words[a:b] for n in content_words(w.text)})
-        best = max(found, key=lambda i: (shared(i), -i))
-        return best, best + len(x), after
+
+        def talked_about(i: int) -> bool:  # "told them *about* the lunch": no event
+            j = i - 1
+            while j >= 0 and _bare(words[j].text) in _DETERMINERS:
+                j -= 1
+            return j >= 0 and _bare(words[j].text) in _ABOUT
+        done = [i for i in found if not talked_about(i)]
+        best = max(done, key=lambda i: (shared(i), -i), default=found[0])
+        if shared(best) > shared(found[0]):
+            return best, best + len(x), after
     return found[0], found[0] + len(x), after
+
+
+_ABOUT = frozenset("about of regarding concerning".split())
 
 
 def _object_at(words: Sequence[TranscriptWord], prep: str, qnorms: set[str]) -> list[int]:
@@ -963,29 +980,47 @@ def _parallel(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]], i
     return out
 
 
-_THE = r"(?:an?\s+|the\s+|(?:his|her|their|its|my|your|our)\s+)?"
-# Questions about what is said of X: "What kind (colour, size) of X?", "How big (tall, ...)
-# is X?", "How is X described?", "What is X like?" (X: group 1).
-_KIND_OF = re.compile(r"\b(?:(?:what|which)\s+(?:kind|sort|type|colou?r|size)s?\s+of\s+"
-                      + _THE +
-                      r"|how\s+(?:big|large|small|tall|high|wide|deep|heavy|thick)\s+"
-                      r"(?:is|was|are|were)\s+" + _THE
-                      + r"(?!(?:he|she|it|they|you|we|i|this|that)\b)"
-                      r"|how\s+(?:is|was|are|were)\s+" + _THE + r"(?=[A-Za-z'-]+\s+described\b)"
-                      r"|what\s+(?:is|was|are|were)\s+" + _THE + r"(?=[A-Za-z'-]+\s+like\W*$))"
-                      r"([A-Za-z'-]+)", re.I)
+_THE = r"(?:(?:an?|the|this|that|these|those|his|her|their|its|my|your|our)\s+)?"
+# "What kind (sort, type, colour, size) of X?": X is the word after "of".
+_KIND_OF = re.compile(r"\b(?:what|which)\s+(?:kind|sort|type|colou?r|size)s?\s+of\s+" + _THE
+                      + r"([A-Za-z'-]+)", re.I)
+# "How big (tall, ...) is X?", "How is X described?", "What is X like?", "What did X look
+# like?": X is the head of the noun phrase (its last word: "the old *van*").
+_DESCRIBED = re.compile(
+    r"\b(?:how\s+(?:" + "|".join(SIZE_ADJECTIVES) + r")\s+(?:is|was|are|were)\s+" + _THE
+    + r"((?:[A-Za-z'-]+\s+){0,2}?[A-Za-z'-]+)(?=\W*$|\s+(?:that|who|which|in|on|at|of|near|"
+    r"now|today|then|when|after|before)\b)"
+    r"|how\s+(?:is|was|are|were)\s+" + _THE + r"((?:[A-Za-z'-]+\s+){0,2}?[A-Za-z'-]+)\s+"
+    r"described\b"
+    r"|what\s+(?:is|was|are|were)\s+" + _THE + r"((?:[A-Za-z'-]+\s+){0,2}?[A-Za-z'-]+)\s+like\b"
+    r"|what\s+(?:does|did|do)\s+" + _THE + r"((?:[A-Za-z'-]+\s+){0,2}?[A-Za-z'-]+)\s+look\s+"
+    r"like\b)", re.I)
+_NOT_A_THING = frozenset("it he she they you we i me him her them this that these those there "
+                         "everything something anything nothing".split())
+
+
+def _said_of_noun(question: str) -> str | None:
+    """The X of a question about what is said of X (:data:`_KIND_OF`, :data:`_DESCRIBED`), as
+    a transcript word's norm; None for none, or for a pronoun ("What is it like?")."""
+    m = _KIND_OF.search(question)
+    if m:
+        x = m.group(1)
+    else:
+        m = _DESCRIBED.search(question)
+        if not m:
+            return None
+        x = next(g for g in m.groups() if g).split()[-1]
+    return None if x.lower() in _NOT_A_THING else _norm(x)
 
 
 def _kind_of(words: Sequence[TranscriptWord], question: str,
              max_words: int = 3) -> list[tuple[int, int]]:
     """``(start, at)``: for "What kind of X ...?" ("How big is X?", "How is X described?",
     "What is X like?"), the words that lead up to X where the transcript says X (at most
-    ``max_words``, within its clause, after a determiner); ``(end, start)``, reversed, for
-    the words a clause says X is ("X is | a large white one": up to ``max_words + 1``)."""
-    m = _KIND_OF.search(question)
-    if not m:
+    ``max_words``, within its clause, after a determiner)."""
+    noun = _said_of_noun(question)
+    if not noun:
         return []
-    noun = _norm(m.group(1))
     clauses = _runs(words, _CLAUSE_END)
     out = []
     for k, w in enumerate(words):
@@ -998,13 +1033,34 @@ def _kind_of(words: Sequence[TranscriptWord], question: str,
             a -= 1
         if a < k:
             out.append((a, k))
+    return out
+
+
+def _predicates(words: Sequence[TranscriptWord], question: str,
+                max_words: int = 4) -> list[tuple[int, int]]:
+    """``(start, end)``: what a clause says X is ("The van is | a large white one"), up to
+    ``max_words`` within the clause; not a passive or progressive verb ("The van was | parked
+    behind the shop") nor a place ("is | behind the shop")."""
+    noun = _said_of_noun(question)
+    if not noun:
+        return []
+    clauses = _runs(words, _CLAUSE_END)
+    out = []
+    for k, w in enumerate(words[:-2]):
+        if w.norm != noun or _bare(words[k + 1].text) not in _COPULAS:
+            continue
+        first = _bare(words[k + 2].text)
+        if first.endswith(("ed", "ing")) or first in _PREPOSITIONS:
+            continue
         c1 = clauses[_containing(clauses, k)][1]
-        if k + 2 < c1 and _bare(words[k + 1].text) in _COPULAS:
-            out.append((min(c1, k + 3 + max_words), k + 2))
+        if k + 2 < c1:
+            out.append((k + 2, min(c1, k + 2 + max_words)))
     return out
 
 
 _COPULAS = frozenset("is was are were looked looks seemed seems".split())
+_PREPOSITIONS = frozenset("in on at behind near beside by under over inside outside across "
+                          "into onto from to with without for about".split())
 
 
 _DETERMINERS = frozenset("a an the this that these those his her their its my your our some "

@@ -29,6 +29,15 @@ NOT_SAID = "The recording does not say."
 
 _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 
+# Adjectives of size that "how ...?" asks about ("How big is the hotel?", "How tall ..."):
+# answered by a word of size or an amount (:func:`fits`), found in what is said of the thing
+# (the answer's candidates, :mod:`as2d.runtime.ask.extract`).
+SIZE_ADJECTIVES = ("big", "large", "small", "tall", "high", "wide", "deep", "heavy", "thick",
+                   "short")
+# "What colour ...", "Which month ...", "What is the name of ...", "What's her name ..."
+_WHAT_IS_THE = (r"\b(?:(?:what|which)(?: (?:is|was|are|were))?|what['\u2019]s) "
+                r"(?:(?:the|his|her|their|its|your|my|our) )?")
+
 # The kind of answer a question asks for, by its leading words (after a short lead-in such as
 # "And" or "So", or a clause ending in a comma: "Mary planted the roses, and what did ...").
 _KINDS = (
@@ -44,14 +53,13 @@ _KINDS = (
     ("relation", re.compile(r"\b(?:how (?:is|was|are|were) .{1,40}? related|(?:what|which) "
                             r"(?:is|was|are|were) (?:the |(?:his|her|their|its|[a-z]+['\u2019]s) )?"
                             r"relation(?:ship)?|what relation)\b", re.I)),
-    ("colour", re.compile(r"\b(?:what|which) colou?rs?\b", re.I)),
-    ("name", re.compile(r"\b(?:(?:(?:what|which) (?:is|was|are|were) |what['\u2019]s )"
-                        r"(?:(?:the|his|her|their|its|your|my|our) )?(?:[a-z]+['\u2019]s )?"
-                        r"(?:first |last |full |sur)?names?\b|what names?\b)", re.I)),
-    ("date", re.compile(r"\b(?:what|which) (?:date|day of the month)\b", re.I)),
-    ("month", re.compile(r"\b(?:what|which|in what|in which) months?\b", re.I)),
-    ("size", re.compile(r"\b(?:how (?:big|large|small|tall|high|wide|deep|heavy|thick|short)|"
-                        r"(?:what|which) size)\b", re.I)),
+    ("colour", re.compile(_WHAT_IS_THE + r"colou?rs?\b", re.I)),
+    ("name", re.compile(_WHAT_IS_THE + r"(?:[a-z]+['\u2019]s )?(?:first |last |full |sur)?"
+                        r"names?\b(?!.*\babout\W*$)", re.I)),
+    ("date", re.compile(_WHAT_IS_THE + r"(?:date|day of the month)\b", re.I)),
+    ("month", re.compile(_WHAT_IS_THE + r"months?\b", re.I)),
+    ("size", re.compile(r"\bhow (?:" + "|".join(SIZE_ADJECTIVES) + r")\b|" + _WHAT_IS_THE
+                        + r"size\b", re.I)),
     ("time", re.compile(r"\b(?:when|what time|what year|what day|which year|which day)\b", re.I)),
     ("who", re.compile(r"\b(?:who|whom|whose)\b", re.I)),
     ("place", re.compile(r"\b(?:where|(?:what|which) (?:city|town|country|place|village|street|"
@@ -64,7 +72,7 @@ man men woman women boy boys girl girls child children baby lady ladies gentlema
 sir madam mister miss mrs mr ms dr doctor father mother brother sister son daughter husband
 wife uncle aunt cousin nephew niece grandfather grandmother parent parents family friend
 friends king queen prince princess lord duke captain officer soldier teacher student master
-servant people person speaker narrator author writer everyone nobody somebody someone one
+servant people person speaker narrator author writer everyone nobody somebody someone
 colonel general priest judge nurse neighbour neighbor stranger guest host owner driver
 creature creatures being beings soul souls god gods spirit spirits crowd audience
 guide guides chef cook pilot clerk thief chief guard coach maid monk nun poet pope saint scout
@@ -121,7 +129,8 @@ _PLACE_PREPOSITIONS = frozenset("in at to from near into inside outside opposite
 
 _COLOURS = frozenset("""
 red orange yellow green blue purple violet pink brown black white grey gray gold golden silver
-scarlet crimson navy turquoise beige cream ivory amber maroon lilac indigo tan
+scarlet crimson navy turquoise beige cream ivory amber maroon lilac indigo tan blonde blond
+khaki teal olive
 """.split())
 
 # How one person is related to another: kin, and the other ties a question may mean.
@@ -131,7 +140,8 @@ grandfather grandmother grandson granddaughter grandparent grandparents grandchi
 parents child children sibling siblings twin stepfather stepmother stepson stepdaughter
 father-in-law mother-in-law brother-in-law sister-in-law fiance fiancee boyfriend girlfriend
 partner friend neighbour neighbor colleague boss employer employee teacher student pupil
-dad mum mom grandma grandpa granny
+dad mum mom grandma grandpa granny rival rivals manager coworker co-worker roommate flatmate
+classmate married engaged stepbrother stepsister godfather godmother godson goddaughter
 """.split())
 
 _MONTHS = frozenset("""
@@ -144,16 +154,12 @@ fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirt
 """.split())
 
 # How big (tall, heavy, ...) is answered by an amount or by a word of size.
-_SIZES = frozenset("""
+_SIZES = frozenset(SIZE_ADJECTIVES) | frozenset("""
 big bigger biggest large larger largest small smaller smallest little tiny huge enormous
 vast giant tall taller tallest short shorter high low wide narrow deep shallow heavy light
 thick thin long size sized medium massive
 """.split())
-_SIZE_UNITS = _DISTANCE | frozenset("""
-kilo kilos kilogram kilograms gram grams pound pounds ton tons tonne tonnes ounce ounces acre
-acres hectare hectares square floor floors storey storeys story stories room rooms seat seats
-bed beds litre litres liter liters gallon gallons cm mm km kg lb lbs ft
-""".split())
+
 
 _COUNT_WORDS = frozenset("""
 no none zero once twice several few many dozen dozens hundred hundreds thousand thousands
@@ -219,16 +225,29 @@ def question_error(question: str) -> str | None:
 
 
 def question_kind(question: str) -> str:
-    """``who``, ``count``, ``duration``, ``time``, ``place``, ``what`` or ``other`` (why,
-    how, yes/no): the kind of the question's first wh-phrase ("Who had leisure to consider how
-    much ...?" asks who), the more specific phrase where two start together ("What time ..."
-    is a time, not a "what")."""
+    """``who``, ``count``, ``duration``, ``age``, ``distance``, ``time``, ``place``, a "what"
+    of a closed class (``colour``, ``name``, ``date``, ``month``, ``size``, and ``relation``
+    between people), ``what`` or ``other`` (why, how, yes/no): the kind of the question's
+    first wh-phrase ("Who had leisure to consider how much ...?" asks who), the more specific
+    phrase where two start together ("What time ..." is a time, not a "what"). "How is X
+    related to Y?" asks for a relation between people only when it speaks of people ("How is
+    the rain related to the flooding?" is a *what*)."""
     found = []
     for order, (kind, pattern) in enumerate(_KINDS):
         m = pattern.search(question)
-        if m:
+        if m and (kind != "relation" or _speaks_of_people(question)):
             found.append((m.start(), order, kind))
     return min(found)[2] if found else "other"
+
+
+_PRONOUNS = frozenset("i me you he him she her we us they them speaker narrator caller".split())
+
+
+def _speaks_of_people(question: str) -> bool:
+    """A name (a capitalised word not first), a person word or a personal pronoun."""
+    tokens = _WORD.findall(question)
+    return any((i and t[0].isupper() and t != "I") or t.lower() in _PRONOUNS
+               or is_person(t.lower().split("'")[0]) for i, t in enumerate(tokens))
 
 
 def _lower_words(text: str) -> list[str]:
@@ -257,6 +276,32 @@ def names_in(spans: Iterable[Span]) -> set[str]:
     return out
 
 
+def first_word_names(spans: Iterable[Span]) -> set[str]:
+    """Capitalised words that open a sentence and are names all the same: never written in
+    lower case elsewhere in the transcript and not small words ("*Rex* is a golden retriever";
+    not "*Every* morning", which :func:`names_in` may not tell from a name)."""
+    lower: set[str] = set()
+    first: set[str] = set()
+    for s in spans:
+        for i, raw in enumerate(s.text.split()):
+            w = "".join(_WORD.findall(raw))
+            if not w:
+                continue
+            if w[0].islower():
+                lower.add(w.lower())
+            elif i == 0 or re.search(r"[.?!][\"'\u201d\u2019)]*$", s.text.split()[i - 1]):
+                first.add(w.lower())
+    return {w for w in first - lower
+            if content_words(w) and w != "i" and w not in _TIME and w not in _OPENERS}
+
+
+# Words that open a sentence without naming anyone ("Every morning", "Finally, ...").
+_OPENERS = frozenset("""
+every each all some any most many few finally first firstly secondly lastly next then also
+still however meanwhile suddenly perhaps maybe yes no please thanks hello hi well so today
+""".split())
+
+
 # Person nouns are an open class, but of their endings only a few say a person on their own
 # ("fisherman", "pianist", "musician"); "-er", "-or", "-ant" and "-ess" end as many things
 # ("tower", "computer", "elephant", "dress") as people, so those people are listed.
@@ -281,9 +326,9 @@ winner loser landlord landlady receptionist cashier waiter
 """.split())
 
 
-# Listed words that are a person only as a phrase's head ("a human being", "the one"), and
-# a verb or a number elsewhere ("it being received", "one of the best").
-_PERSON_AS_HEAD = frozenset("being beings one".split())
+# Listed words that are a person only as a phrase's head ("a human being", "living beings"),
+# and a verb elsewhere ("it being received"). ("One" is no person: "a much faster one".)
+_PERSON_AS_HEAD = frozenset("being beings".split())
 
 
 def _person_word(w: str) -> bool:
@@ -391,19 +436,21 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
         return any(w in _DISTANCE for w in words) or has_number
     if kind == "time":
         return has_number or any(w in _TIME for w in words)
-    if kind == "relation":
-        return any(w in _RELATIONS or (w.endswith("s") and w[:-1] in _RELATIONS) for w in words)
+    if kind == "relation":  # said as it is, not denied: "business rivals, not friends"
+        return any((w in _RELATIONS or (w.endswith("s") and w[:-1] in _RELATIONS))
+                   and (i == 0 or words[i - 1] not in ("not", "no", "never"))
+                   for i, w in enumerate(words))
     if kind == "colour":
         return any(w in _COLOURS for w in words)
-    if kind == "name":  # a name the transcript says (capitalised inside a sentence)
-        return any(w in names for w in words)
+    if kind == "name":  # a name the transcript says, in a few words (not a clause)
+        return any(w in names for w in words) and \
+            len(set(_claims(answer)) - set(content_words(" ".join(names)))) <= _WHO_WORDS
     if kind == "date":  # the day of a month: "the first", "the 12th", "12"
         return any(w in _ORDINALS or _is_number(w) for w in words)
     if kind == "month":
         return any(w in _MONTHS for w in words)
-    if kind == "size":  # a word of size, or an amount in a unit ("ten metres", "40 rooms")
-        return any(w in _SIZES for w in words) or \
-            (has_number and any(w in _SIZE_UNITS for w in words))
+    if kind == "size":  # a word of size, or an amount ("ten metres", "five hundred people")
+        return has_number or any(w in _SIZES for w in words)
     if kind == "place":
         if content_words(answer) and all(w in _TIME or _is_number(w)
                                          for w in _lower_words(answer)
@@ -521,9 +568,11 @@ def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str]
     if places is None:
         places = places_in(spans)
     kind = kind or question_kind(question)
+    if kind == "name":
+        names = names | first_word_names(spans)
     return (fits(kind, answer, names, places) and adds_to(answer, question)
             and said(answer, spans) and bound(answer, question, spans, kind)
-            and not_opposed(answer, question, spans))
+            and not_opposed(answer, question, spans, kind))
 
 
 
@@ -585,33 +634,55 @@ def _asked_noun(question: str) -> str | None:
     return None
 
 
-# Verbs (as stems) whose amounts answer opposite questions: the time a shop opens is no answer
-# to when it closes.
-_OPPOSITES: dict[str, frozenset[str]] = {}
-for _a, _b in (("open", "clos"), ("open", "shut"), ("start", "end"), ("start", "finish"),
-               ("start", "stop"), ("begin", "end"), ("begin", "finish"), ("begin", "stop"),
-               ("arriv", "leav"), ("arriv", "depart")):
-    _OPPOSITES[_a] = _OPPOSITES.get(_a, frozenset()) | {_b}
-    _OPPOSITES[_b] = _OPPOSITES.get(_b, frozenset()) | {_a}
+# Verbs (as stems) on two sides of one event: the time a shop opens is no answer to when it
+# closes. Words of one side say the same ("shut" is "close", "begin" is "start").
+_SIDES = ((frozenset({"open"}), frozenset({"clos", "shut"})),
+          (frozenset({"start", "begin"}), frozenset({"end", "finish", "stop"})),
+          (frozenset({"arriv"}), frozenset({"leav", "depart"})))
+# "Open until nine" says when it closes; "closed until Monday" when it opens.
+_UNTIL = frozenset({"until", "till"})
+# A side's word as a noun ("at the end of", "from the start") is no verb of the event.
+_AS_NOUN = re.compile(r"\b(?:the|an?|its|his|her|their)\s+(?:very\s+)?"
+                      r"(?:end|start|beginning|finish|opening|closing|arrival|departure)\b", re.I)
+_OPPOSED_KINDS = frozenset({"time", "duration", "date", "month"})
 
 
-def not_opposed(answer: str, question: str, spans: Sequence[Span]) -> bool:
-    """False when every statement that says ``answer`` says the opposite of the question's verb
-    and not the verb itself: "The market *opens* at eight in the morning" answers when it
-    opens, not "What time does the market close?"; and when the transcript says only the
-    opposite, never the verb, nothing it says answers."""
-    qwords = set(content_words(question))
-    asked = {q for q in qwords if q in _OPPOSITES}
-    opposed = {o for q in asked for o in _OPPOSITES[q]} - qwords
-    mine = set(content_words(answer)) - _META_STEMS
-    if not opposed or not mine:
+def _sides(question: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The stems of the side the question asks about and of the other side, or two empty
+    sets when it asks about none (or names it as a noun: "the end of the week")."""
+    words = set(content_words(_AS_NOUN.sub(" ", question)))
+    for a, b in _SIDES:
+        if words & a and not words & b:
+            return a, b
+        if words & b and not words & a:
+            return b, a
+    return frozenset(), frozenset()
+
+
+def not_opposed(answer: str, question: str, spans: Sequence[Span],
+                kind: str | None = None) -> bool:
+    """For a question about when (how long) something happens, False when every statement
+    that says ``answer`` says only the other side of the question's verb: "The market *opens*
+    at eight in the morning" answers when it opens, not "What time does the market close?";
+    and False for any answer when the transcript says only the other side, never the asked
+    one ("open until nine" says both)."""
+    if (kind or question_kind(question)) not in _OPPOSED_KINDS:
         return True
-    statements = [words for s in spans for _, words, _, _ in _statements(s.text)]
-    if not any(words & asked for words in statements) and \
-            any(words & opposed for words in statements):
-        return False  # only the opposite is said: the recording does not say what is asked
-    saying = [words for words in statements if mine <= words]
-    return not saying or any(not words & opposed or words & asked for words in saying)
+    asked, other = _sides(question)
+    mine = set(content_words(answer)) - _META_STEMS
+    if not asked or not mine:
+        return True
+    statements = [(set(seg), words) for s in spans for seg, words, _, _ in _statements(s.text)]
+
+    def says_asked(seg: set[str], words: frozenset[str]) -> bool:
+        return bool(words & asked or (words & other and seg & _UNTIL))
+
+    if not any(says_asked(*st) for st in statements) and \
+            any(words & other for _, words in statements):
+        return False  # only the other side is said: the recording does not say what is asked
+    saying = [(seg, words) for seg, words in statements if mine <= words]
+    return not saying or any(says_asked(seg, words) or not words & other
+                             for seg, words in saying)
 
 
 def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = None) -> bool:
