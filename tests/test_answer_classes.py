@@ -34,6 +34,7 @@ from as2d.runtime.ask.kinds import (
     said,
 )
 from as2d.runtime.ask.passages import content_words, numbers_as_digits
+from as2d.runtime.ask.prompt import asks_about_time, without_clock
 from as2d.runtime.ask.spans import Span
 
 
@@ -590,3 +591,57 @@ def test_a_mention_talked_about_is_not_the_event():
     nearest = [c.text for c in candidates(school, "What did the children do at school after "
                                                   "the lunch?") if c.follows == 0]
     assert any("football" in t.lower() for t in nearest), nearest
+
+
+# -- when: the recording's clock only where the question speaks of the recording ---------------
+
+@pytest.mark.parametrize("question,clock", [
+    ("At what time does the concert start?", False),
+    ("When does the film end?", False),
+    ("When did they talk?", False),
+    ("When was the baby named?", False),
+    ("When is the meeting called?", False),
+    ("When does the speaker start talking?", True),
+    ("At what time does the reader mention the famine?", True),
+    ("When is the famine first mentioned?", True),
+    ("When does she mention the party?", True),
+    ("When does someone answer 'Not now'?", True),
+    ("At what point in the announcement is the reason for the delay given?", True),
+])
+def test_a_content_when_is_not_the_recordings_clock(question, clock):
+    assert asks_about_time(question) is clock
+    if clock:
+        assert "announcement" not in without_clock(question)
+
+
+def test_a_wh_word_with_its_own_noun_has_no_slot():
+    """"At which stations does the train call?" asks for stations: not "the front" of "at the
+    front of the train" (a slot pinned for "From whom do we ...?")."""
+    train = lines("The service to Edinburgh, calling at York and Newcastle, leaves from "
+                  "platform nine.", "The first class coaches are at the front of the train.")
+    found = candidates(train, "At which stations does the train call on the way to Edinburgh?")
+    assert not [c.text for c in found if c.origin == "slot"]
+
+
+def test_what_is_said_about_y_is_the_sentence_that_says_y():
+    order = lines("Hi, this is Maria from Green Valley Kitchen, calling about your order.",
+                  "We are out of orange juice today, so I replaced it with apple juice.",
+                  "The total comes to thirty dollars.")
+    question = "What does Maria say about the orange juice?"
+    pinned_texts = [c.text for c in objects(candidates(order, question))] or \
+        [c.text for c in candidates(order, question) if c.origin == "about"]
+    assert pinned_texts and all("juice" in t.lower() for t in pinned_texts), pinned_texts
+    # one word of two ("beauty's rows" for "beauty's rose") pins nothing
+    rose = lines("That thereby beauty's rows might never die.", "His tender air might bear "
+                 "his memory.")
+    assert not [c for c in candidates(rose, "What did the reader say about beauty's rose?")
+                if c.origin == "about"]
+
+
+def test_a_name_is_the_name_of_what_is_asked():
+    match = lines("In the Cup Final the Riverside Rovers beat the Northgate Lions.",
+                  "The defender Sam Wilson added a third.",
+                  "The Lions goalkeeper was sent off in the 70th minute.")
+    assert not qualifying([s.text for s in match], "What is the name of the Lions goalkeeper?",
+                          ["In the Cup Final.", "Sam Wilson.", "Northgate Lions."])
+    assert qualifying([s.text for s in match], "What is the defender's name?", ["Sam Wilson."])

@@ -368,7 +368,9 @@ def test_calibrated_candidates_rank_by_what_the_question_adds(lm):
 
     spans = [Span(0.0, 3.0, " The city is loud but beautiful."),
              Span(3.0, 6.0, " Every morning she drank coffee at the same cafe.")]
-    question = "What did she say about the city?"
+    # (no shape pins the answer here: "what did she say about the city" would pin the
+    # sentence that says the city, whatever the ranking)
+    question = "What did she think of the city?"
     answerer = Answerer(lm, options=AskOptions(calibrate_top=3, compare=True))
     a = answerer.ask(spans, question)
     calibrated = [c for c in a.candidates if c.prior is not None]

@@ -460,6 +460,32 @@ def _people(r: _Reading) -> Iterator[_Found]:
             yield _Found(i, k + 1, "person")
 
 
+_SAY_ABOUT = re.compile(r"\b(?:say|says|said|tell|tells|told|mention|mentions|mentioned)\s+"
+                        r"(?:(?:us|you|them|him|her)\s+)?about\s+(.+?)\W*$", re.I)
+
+
+def _said_about(r: _Reading) -> Iterator[_Found]:
+    """"What does Maria say about the orange juice?": the sentences that say most of Y's words
+    ("We are out of orange juice today"), and their clauses; pinned."""
+    m = _SAY_ABOUT.search(r.question)
+    if not m:
+        return
+    y = set(content_words(m.group(1)))
+    if not y:
+        return
+    shared = [len(y & {n for w in r.words[a:b] for n in content_words(w.text)})
+              for a, b in r.sentences]
+    best = max(shared, default=0)
+    if best < min(len(y), max(1, (len(y) + 2) // 2)):  # both of two words, 2 of 3, 3 of 5
+        return
+    for (a, b), n in zip(r.sentences, shared):
+        if n == best:
+            yield _Found(a, b, "about", pin=True)
+            for c0, c1 in r.clauses:
+                if a <= c0 and c1 <= b and (c0, c1) != (a, b):
+                    yield _Found(c0, c1, "about", pin=True)
+
+
 def _first_and_last(r: _Reading) -> Iterator[_Found]:
     """The first and last clause and sentence, when the question speaks of a beginning or an
     end at all (candidates only; :func:`_end_clause` pins one where it asks for it)."""
@@ -654,7 +680,7 @@ def _negation(w: TranscriptWord) -> bool:
 
 
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
-            _names_and_amounts, _people, _first_and_last, _listed_with, _said_of,
+            _names_and_amounts, _people, _said_about, _first_and_last, _listed_with, _said_of,
             _preposition_object, _wh_slot, _verb_objects, _end_clause, _around_event)
 
 
@@ -709,8 +735,11 @@ def _measure_follows(r: _Reading, found: _Collected) -> None:
             c.follows = p0 - _containing(parts, b - 1) - 1
 
 
+# The wh-word stands alone, its verb next ("From whom *do* we ...?"); "At which *stations*
+# does ...?" asks for stations, which a slot in other words does not fill.
 _SLOT = re.compile(r"^\W*(about|by|for|from|in|into|of|on|to|with|at|under|over|through)\s+"
-                   r"(?:whom|what|which|who)\b(.*)$", re.I)
+                   r"(?:whom|what|which|who)\b(?=\s+(?:do|does|did|is|was|are|were|should|"
+                   r"would|could|can|will|might|must|may|shall|has|have|had)\b)(.*)$", re.I)
 
 
 def _slot(words: Sequence[TranscriptWord], question: str,
@@ -1075,7 +1104,7 @@ def objects(found: Sequence[Candidate]) -> list[Candidate]:
 
 
 # Origins of candidates the answer is taken from when there are any (:func:`pinned`).
-_PINNED = ("object", "kind", "slot", "next", "end")
+_PINNED = ("object", "kind", "slot", "next", "end", "about")
 
 
 def pinned(found: Sequence[Candidate]) -> list[Candidate]:

@@ -276,6 +276,27 @@ def names_in(spans: Iterable[Span]) -> set[str]:
     return out
 
 
+_NAME_OF = re.compile(r"\bnames?\s+of\s+(?:(?:the|a|an|his|her|their|its|my|your|our|this|"
+                      r"that)\s+)?([^?,;]+)|\b([A-Za-z-]+)['\u2019]s\s+(?:first |last |full |sur)?"
+                      r"names?\b", re.I)
+
+
+def named_with(answer: str, question: str, spans: Sequence[Span]) -> bool:
+    """For "What is the name of X?" ("X's name"), whether ``answer`` is said in a sentence that
+    says X, or the next ("We got a puppy. *Rex* is a retriever."): a name said elsewhere names
+    something else ("the Cup Final" is not the name of the goalkeeper), and where X is never
+    said, nothing names it. True where the question names no X."""
+    m = _NAME_OF.search(question)
+    thing = set(content_words(m.group(1) or m.group(2))) if m else set()
+    if not thing:
+        return True
+    mine = set(content_words(answer)) - _META_STEMS
+    text = " ".join(s.text for s in spans)
+    sentences = [set(content_words(t)) for t in _SENTENCE.split(text)]
+    return any(thing <= said and (mine <= said or mine <= nxt)
+               for said, nxt in zip(sentences, sentences[1:] + [set()]))
+
+
 def first_word_names(spans: Iterable[Span]) -> set[str]:
     """Capitalised words that open a sentence and are names all the same: never written in
     lower case elsewhere in the transcript and not small words ("*Rex* is a golden retriever";
@@ -570,6 +591,8 @@ def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str]
     kind = kind or question_kind(question)
     if kind == "name":
         names = names | first_word_names(spans)
+        if not named_with(answer, question, spans):
+            return False
     return (fits(kind, answer, names, places) and adds_to(answer, question)
             and said(answer, spans) and bound(answer, question, spans, kind)
             and not_opposed(answer, question, spans, kind))

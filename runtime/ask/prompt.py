@@ -86,27 +86,47 @@ _INTRO = ("Each transcript below is followed by questions about it and short ans
 # ..."). Any other "when" is about the content ("When does the market open?") and is answered
 # from the words, like who/what questions.
 _RECORDING = r"(?:recording|audio|clip|file|tape|track|video|podcast)"
-_SPEECH_ACT = (r"(?:say|says|said|saying|mention|mentions|mentioned|ask|asks|asked|talk|talks|"
-               r"talked|speak|speaks|spoke|read|reads|call|calls|called|sing|sings|sang|tell|"
-               r"tells|told|name|names|named|bring up|brings up|refer|refers|answer|answers|"
-               r"reply|replies|replied|quote|quotes|describe|describes|start|starts|begin|"
-               r"begins|end|ends|discuss|discusses|introduce|introduces)")
+# What a recording may be, in "at what point in the announcement ...".
+_FORMS = (r"(?:announcement|message|voicemail|report|lecture|broadcast|interview|talk|speech|"
+          r"story|news|programme|program|episode|reading|conversation|call|poem|song)")
+# Verbs of speaking that place a moment in the recording whoever is their subject ("When does
+# she mention the famine?") ...
+_SPEECH_ACT = (r"(?:say|says|said|saying|mention|mentions|mentioned|read|reads|quote|quotes|"
+               r"bring up|brings up|refer|refers|describe|describes|discuss|discusses|"
+               r"introduce|introduces)")
+# ... and verbs that do so only with the speaker as their subject ("When does the speaker
+# start talking?"), not of what is told ("When does the concert start?", "When did they
+# talk?", "When was the baby named?").
+_SPEAKER_ACT = (r"(?:ask|asks|asked|talk|talks|talked|talking|speak|speaks|spoke|speaking|call|"
+                r"calls|called|sing|sings|sang|tell|tells|told|name|names|named|answer|answers|"
+                r"reply|replies|replied|start|starts|begin|begins|end|ends|finish|finishes|"
+                r"stop|stops)")
+_SPEAKER = (r"(?:the\s+)?(?:speaker|narrator|reader|announcer|host|presenter|caller|lecturer|"
+            r"voice|recording|audio|clip|singer|interviewer)")
 _CLOCK = re.compile(
     r"\b(?:timestamp|time ?code|time stamp|how far into|how many (?:minutes|seconds) into|"
-    r"(?:at|in|on) what (?:point|minute|second|moment|time|part)\b[^?]*\b(?:" + _RECORDING
-    + "|" + _SPEECH_ACT + r")\b"
-    + r"|(?:at|in) which (?:minute|second|point|moment|part)|at what (?:minute|second)"
-    + r"|what (?:minute|second|point) (?:of|in) the " + _RECORDING
+    r"(?:at|in|on) what (?:point|minute|second|moment|part)\b[^?]*\b(?:" + _RECORDING + "|"
+    + _FORMS + "|" + _SPEECH_ACT + "|" + _SPEAKER_ACT + r")\b"
+    r"|(?:at|in|on) what time\b[^?]*\b(?:" + _RECORDING + "|" + _SPEECH_ACT + r")\b"
+    r"|(?:at|in|on) what time\b[^?]*\b" + _SPEAKER + r"\s+(?:\w+\s+){0,2}?" + _SPEAKER_ACT
+    + r"\b"
+    r"|(?:at|in) which (?:minute|second|point|moment|part)|at what (?:minute|second)"
+    r"|what (?:minute|second|point) (?:of|in) the " + _RECORDING
     + r"|when (?:\w+ ){0,4}?(?:is|was|are|were|does|did|do)\s+(?:\w+\s+){0,3}?(?:first |last |"
     r"again |)" + _SPEECH_ACT + r"\b"
+    r"|when (?:is|was|are|were|does|did|do)\s+" + _SPEAKER + r"\s+(?:\w+\s+){0,2}?"
+    + _SPEAKER_ACT + r"\b"
+    r"|when (?:\w+ ){0,4}?(?:is|was|are|were|does|did|do)\s+(?:\w+\s+){0,3}?" + _SPEAKER_ACT
+    + r"\s+['\"\u2018\u201c]"  # quoted words: "When does someone answer 'Not now'?"
     r"|when (?:\w+ ){0,4}?(?:is|was|are|were) (?:first |last |)(?:" + _SPEECH_ACT
-    + r"|heard|mentioned|asked|said|named)\b)", re.I)
+    + r"|heard|asked)\b)", re.I)
 
 
 # The words of a question that name the recording's clock, not what was said then.
 _CLOCK_WORDS = re.compile(r"\b(?:timestamps?|time ?codes?|time stamps?|how far into|"
                           r"how many (?:minutes|seconds) into|(?:what|which) (?:point|minute|"
-                          r"second|moment|time|part)s?)\b", re.I)
+                          r"second|moment|time|part)s?|(?:in|of|into) the (?:" + _RECORDING
+                          + "|" + _FORMS + r"))\b", re.I)
 
 
 def without_clock(question: str) -> str:
