@@ -645,3 +645,41 @@ def test_a_name_is_the_name_of_what_is_asked():
     assert not qualifying([s.text for s in match], "What is the name of the Lions goalkeeper?",
                           ["In the Cup Final.", "Sam Wilson.", "Northgate Lions."])
     assert qualifying([s.text for s in match], "What is the defender's name?", ["Sam Wilson."])
+
+
+# -- paraphrase probes: a question need not use the transcript's words ---------------------------
+
+COMPANY = lines("The company was founded in 1987 by two engineers, Lisa Chen and Mark Owens.",
+                "It started in a garage in Bristol with only three employees.",
+                "Today it employs more than four hundred people in six countries.")
+
+
+def test_a_count_of_the_same_things_in_other_words_is_bound():
+    """"How many staff ...?" is counted by "employees" or "people" (not by countries)."""
+    for answer in ("Four hundred people.", "Three employees."):
+        assert qualifies(answer, "How many staff does it have now?", COMPANY), answer
+    assert not qualifies("Six countries.", "How many staff does it have now?", COMPANY)
+    assert qualifies("Three.", "How many workers were there at first?", COMPANY)
+    # children are people, but "people" does not count them
+    assert not qualifies("Four hundred people.", "How many children work there?", COMPANY)
+
+
+def test_a_place_is_a_thing_after_its_preposition():
+    names = names_in(COMPANY)
+    assert fits("place", "In a garage in Bristol.", names)
+    assert fits("place", "At my place.", names)
+    assert not fits("place", "In 1987 by two engineers.", names)
+    assert not fits("place", "By two engineers.", names)
+
+
+def test_how_heavy_asks_for_a_measure_not_a_description():
+    tomato = lines("Last summer she won first prize for the biggest tomato.",
+                   "It weighed almost two kilos.")
+    pinned_texts = {c.text for c in objects(candidates(tomato, "How heavy was the tomato?"))}
+    assert not any("biggest" in t.lower() for t in pinned_texts), pinned_texts
+    assert qualifies("Almost two kilos.", "How heavy was the tomato?", tomato)
+
+
+def test_a_condition_answers_when():
+    alarm = lines("The alarm goes off if someone opens the door.")
+    assert qualifies("If someone opens the door.", "When does the alarm go off?", alarm)

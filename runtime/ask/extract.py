@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from as2d.runtime.ask.kinds import (
     BESIDES,
-    SIZE_ADJECTIVES,
+    DESCRIBED_SIZES,
     is_person,
     order,
     question_kind,
@@ -1013,10 +1013,10 @@ _THE = r"(?:(?:an?|the|this|that|these|those|his|her|their|its|my|your|our)\s+)?
 # "What kind (sort, type, colour, size) of X?": X is the word after "of".
 _KIND_OF = re.compile(r"\b(?:what|which)\s+(?:kind|sort|type|colou?r|size)s?\s+of\s+" + _THE
                       + r"([A-Za-z'-]+)", re.I)
-# "How big (tall, ...) is X?", "How is X described?", "What is X like?", "What did X look
+# "How big (large, small) is X?", "How is X described?", "What is X like?", "What did X look
 # like?": X is the head of the noun phrase (its last word: "the old *van*").
 _DESCRIBED = re.compile(
-    r"\b(?:how\s+(?:" + "|".join(SIZE_ADJECTIVES) + r")\s+(?:is|was|are|were)\s+" + _THE
+    r"\b(?:how\s+(?:" + "|".join(DESCRIBED_SIZES) + r")\s+(?:is|was|are|were)\s+" + _THE
     + r"((?:[A-Za-z'-]+\s+){0,2}?[A-Za-z'-]+)(?=\W*$|\s+(?:that|who|which|in|on|at|of|near|"
     r"now|today|then|when|after|before)\b)"
     r"|how\s+(?:is|was|are|were)\s+" + _THE + r"((?:[A-Za-z'-]+\s+){0,2}?[A-Za-z'-]+)\s+"

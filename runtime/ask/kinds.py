@@ -34,6 +34,9 @@ _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 # (the answer's candidates, :mod:`as2d.runtime.ask.extract`).
 SIZE_ADJECTIVES = ("big", "large", "small", "tall", "high", "wide", "deep", "heavy", "thick",
                    "short")
+# Of those, the ones a description answers ("a *small* hotel"); the others ask for a measure
+# ("How heavy was it?" → "two kilos", not "the biggest").
+DESCRIBED_SIZES = ("big", "large", "small")
 # "What colour ...", "Which month ...", "What is the name of ...", "What's her name ..."
 _WHAT_IS_THE = (r"\b(?:(?:what|which)(?: (?:is|was|are|were))?|what['\u2019]s) "
                 r"(?:(?:the|his|her|their|its|your|my|our) )?")
@@ -89,7 +92,7 @@ century centuries decade season spring summer autumn fall winter christmas easte
 monday tuesday wednesday thursday friday saturday sunday january february march april may
 june july august september october november december o'clock am pm time age ages moment
 always never sometimes first last next past recently eventually already instantly when
-whenever
+whenever if
 """.split())
 
 # A duration is a unit of time (with its amount: "twelve days", "an hour", "a long time") or
@@ -429,6 +432,26 @@ def places_in(spans: Iterable[Span]) -> set[str]:
 _WHO_WORDS = 3
 
 
+_PLACE_PREPOSITIONS_ALL = frozenset("""
+in at on to from near by into onto under over across behind inside outside beside beyond
+through within among amid amidst beneath underneath below above between upon throughout
+opposite along around toward towards
+""".split())
+_DETERMINER_WORDS = frozenset("a an the this that these those his her their its my your our "
+                              "some every each old new".split())
+
+
+def _thing_after(words: Sequence[str], i: int) -> bool:
+    """Whether the preposition at ``words[i]`` is followed (past determiners) by a word that is
+    neither a time, a number nor a person: the place it introduces."""
+    for w in words[i + 1:i + 4]:
+        if w in _DETERMINER_WORDS:
+            continue
+        return bool(content_words(w)) and w not in _TIME and not _is_number(w) \
+            and not is_person(w)
+    return False
+
+
 def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()) -> bool:
     """Whether ``answer`` is of the kind a question of ``kind`` asks for (``places``: the
     names that are places, :func:`places_in`, no answer to *who*)."""
@@ -477,7 +500,12 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
                                          for w in _lower_words(answer)
                                          if content_words(w)):
             return False  # "On Tuesday evening." is when, not where
-        return any(w in _PLACE_WORDS or w in names for w in words)
+        # a place word or a place's name, or a preposition of place with a thing after it:
+        # "in a garage", "at my place"; not "in 1987 by two engineers"
+        return any((w in _PLACE_WORDS and w not in _PLACE_PREPOSITIONS_ALL)
+                   or (w in names and w not in _TIME) for w in words) \
+            or any(w in _PLACE_PREPOSITIONS_ALL and _thing_after(words, i)
+                   for i, w in enumerate(words))
     return True
 
 
@@ -644,17 +672,32 @@ def _unit(words: Sequence[str], i: int) -> set[str]:
     return out
 
 
-def _asked_noun(question: str) -> str | None:
-    """The stem of the thing a "how many X" question counts ("how many *days*", "what number
-    of *chickens*"), skipping a small word or an adjective before it; None for "how much"."""
+# Counted nouns that count the same things (as stems): "How many staff ...?" is answered by
+# "four hundred employees" or "people"; "people" answers for any group of people but
+# children.
+_SAME_COUNT = tuple(frozenset(content_words(g)) for g in (
+    "staff employees workers", "students pupils", "children kids", "fans spectators supporters",
+    "guests visitors attendees", "customers clients shoppers"))
+_PEOPLE = frozenset(content_words("people persons")) | frozenset().union(
+    *[g for g in _SAME_COUNT if "child" not in g]) | frozenset(content_words(
+        "passengers members residents citizens participants players"))
+
+
+def _asked_noun(question: str) -> frozenset[str]:
+    """The stems of the thing a "how many X" question counts ("how many *days*", "what number
+    of *chickens*"), skipping a small word or an adjective before it, with the nouns that
+    count the same things (:data:`_SAME_COUNT`); empty for "how much"."""
     m = _HOW_MANY.search(question)
     if not m:
-        return None
+        return frozenset()
     for w in m.group(1).split():
         stems = content_words(w)
         if stems:
-            return stems[0]
-    return None
+            noun = stems[0]
+            same = frozenset({noun}).union(*[g for g in _SAME_COUNT if noun in g])
+            people = _PEOPLE if noun in _PEOPLE else frozenset()
+            return same | people
+    return frozenset()
 
 
 # Verbs (as stems) on two sides of one event: the time a shop opens is no answer to when it
@@ -726,9 +769,9 @@ def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = 
     mine = {w for w in content_words(answer) if w.isdigit()}
     if not mine:
         return True
-    asked = _asked_noun(question) if kind == "count" else None
+    asked = _asked_noun(question) if kind == "count" else frozenset()
     qwords = set(content_words(question)) - _META_STEMS
-    if asked and not any(asked in _span_words(s.text) for s in spans):
+    if asked and not any(asked & _span_words(s.text) for s in spans):
         return False  # "how many passengers" where no passenger is mentioned: not said
     best, winners, unrivalled = (0, 0), set(), set()
     for s in spans:
@@ -742,13 +785,13 @@ def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = 
                 if not w.isdigit():
                     continue
                 unit = units[i]
-                if asked and unit and asked not in unit:
+                if asked and unit and not asked & unit:
                     continue  # counts something else
                 # its statement first; a bare "In 1998," also takes its line's ("In 1998,
                 # the barn burned down"), a statement of its own does not ("the doors open
                 # at ten, and entry is free")
                 bare = not (words - {w} - unit)
-                score = (len(qwords & words) + (asked in unit if asked else 0),
+                score = (len(qwords & words) + bool(asked & unit),
                          len(qwords & line) if bare else 0)
                 if score > best:
                     best, winners = score, {w}
