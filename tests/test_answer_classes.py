@@ -683,3 +683,19 @@ def test_how_heavy_asks_for_a_measure_not_a_description():
 def test_a_condition_answers_when():
     alarm = lines("The alarm goes off if someone opens the door.")
     assert qualifies("If someone opens the door.", "When does the alarm go off?", alarm)
+
+
+def test_a_name_opening_a_sentence_may_be_who():
+    """"Priya will write the press release": Priya opens the sentence, yet is who will write
+    it; a verb opening one ("Bring a dish") is no one."""
+    meeting = lines("Okay everyone, let's start.",
+                    "Priya will write the press release, and James will test the page.",
+                    "Bring a dish if you can.")
+    question = "Who will write the press release?"
+    assert qualifies("Priya.", question, meeting)
+    assert not qualifies("Bring a dish.", "Who should bring something?", meeting)
+
+
+def test_a_lists_first_step_is_no_time():
+    assert not fits("time", "First.", set()) and not fits("time", "Finally.", set())
+    assert fits("time", "Then.", set()) and fits("time", "At first.", set())

@@ -300,23 +300,38 @@ def named_with(answer: str, question: str, spans: Sequence[Span]) -> bool:
                for said, nxt in zip(sentences, sentences[1:] + [set()]))
 
 
-def first_word_names(spans: Iterable[Span]) -> set[str]:
+def first_word_names(spans: Iterable[Span], subjects: bool = False) -> set[str]:
     """Capitalised words that open a sentence and are names all the same: never written in
     lower case elsewhere in the transcript and not small words ("*Rex* is a golden retriever";
-    not "*Every* morning", which :func:`names_in` may not tell from a name)."""
+    not "*Every* morning", which :func:`names_in` may not tell from a name). ``subjects``:
+    only those a person's verb follows ("*Priya* will write ...", "*Tom* said ..."), where a
+    name is wanted for *who* (not "*Bring* a dish")."""
     lower: set[str] = set()
     first: set[str] = set()
     for s in spans:
-        for i, raw in enumerate(s.text.split()):
+        tokens = s.text.split()
+        for i, raw in enumerate(tokens):
             w = "".join(_WORD.findall(raw))
             if not w:
                 continue
             if w[0].islower():
                 lower.add(w.lower())
-            elif i == 0 or re.search(r"[.?!][\"'\u201d\u2019)]*$", s.text.split()[i - 1]):
+            elif (i == 0 or re.search(r"[.?!][\"'\u201d\u2019)]*$", tokens[i - 1])) and \
+                    (not subjects or (i + 1 < len(tokens) and raw[-1:].isalnum()
+                                      and tokens[i + 1].lower() in _SUBJECT_VERBS)):
                 first.add(w.lower())
     return {w for w in first - lower
             if content_words(w) and w != "i" and w not in _TIME and w not in _OPENERS}
+
+
+# Words that order the steps of a list, no time of their own.
+_STEP_WORDS = frozenset("first firstly secondly thirdly finally lastly".split())
+
+# Words after a person's name as a sentence's subject ("Priya will", "Tom said").
+_SUBJECT_VERBS = frozenset("""
+will would can could should shall may might must is was has had does did said says told asked
+and who thinks thought wants wanted
+""".split())
 
 
 # Words that open a sentence without naming anyone ("Every morning", "Finally, ...").
@@ -478,7 +493,9 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
         return has_number or any(w in _DURATION or w in _AGE for w in words)
     if kind == "distance":
         return any(w in _DISTANCE for w in words) or has_number
-    if kind == "time":
+    if kind == "time":  # not a list's first step alone ("*First*, the launch has moved ...")
+        if set(words) <= _STEP_WORDS:
+            return False
         return has_number or any(w in _TIME for w in words)
     if kind == "relation":  # said as it is, not denied: "business rivals, not friends"
         return any((w in _RELATIONS or (w.endswith("s") and w[:-1] in _RELATIONS))
@@ -621,6 +638,8 @@ def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str]
         names = names | first_word_names(spans)
         if not named_with(answer, question, spans):
             return False
+    elif kind == "who":
+        names = names | first_word_names(spans, subjects=True)
     return (fits(kind, answer, names, places) and adds_to(answer, question)
             and said(answer, spans) and bound(answer, question, spans, kind)
             and not_opposed(answer, question, spans, kind))
