@@ -218,7 +218,8 @@ def main() -> int:
                 mark = "ok " if ok else "BAD"
                 speed = "  ".join(f"{m} {row[f'{m}_tok_s']} tok/s" for m in modes)
                 how = {"generated": " ", "located": "L", "transcript": "T", "not said": "N",
-                       "extracted": "E", "counted": "C", "read": "R"}[ref.method]
+                       "extracted": "E", "counted": "C", "read": "R",
+                       "confirmed": "Y"}[ref.method]
                 print(f"{style:12s} {q.id:11s} {q.split:4s} {mark}{how} {ref.text[:60]!r:62s} "
                       f"{speed}",
                       file=sys.stderr)

@@ -36,6 +36,7 @@ from as2d.runtime.ask.kinds import (
 from as2d.runtime.ask.passages import content_words, numbers_as_digits
 from as2d.runtime.ask.prompt import asks_about_time, without_clock
 from as2d.runtime.ask.spans import Span
+from as2d.runtime.ask.yesno import yes_no_answer
 
 
 def lines(*texts: str) -> list[Span]:
@@ -699,3 +700,54 @@ def test_a_name_opening_a_sentence_may_be_who():
 def test_a_lists_first_step_is_no_time():
     assert not fits("time", "First.", set()) and not fits("time", "Finally.", set())
     assert fits("time", "Then.", set()) and fits("time", "At first.", set())
+
+
+# -- yes/no questions ------------------------------------------------------------------------------
+
+CALL = lines("Hi Mum, it's Ellie. Just calling to say I passed my driving test this morning!",
+             "Before that I was a teacher for three years, but I didn't enjoy it.",
+             "The examiner was really nice.")
+
+
+@pytest.mark.parametrize("question,answer", [
+    ("Did Ellie pass her driving test?", "Yes."),
+    ("Did she enjoy teaching?", "No."),
+    ("Was the examiner nice?", "Yes."),
+])
+def test_a_yes_no_question_is_answered_yes_or_no_with_its_clause(question, answer):
+    text, where = yes_no_answer(CALL, question)
+    assert text.startswith(answer) and "\u201c" in text, text
+    assert where and all(0 <= i < len(CALL) for i in where)
+
+
+@pytest.mark.parametrize("question", [
+    "Did she pass or fail?",                  # an alternative, not yes/no
+    "Did she say what she will do next?",     # a wh-word inside
+    "Didn't she enjoy teaching?",             # negated: left to the ordinary answer
+    "Is it raining?",                         # one content word: nothing to confirm
+    "Did she buy a new car?",                 # not said: no clause says it
+    "Who passed the test?",
+])
+def test_not_a_yes_no_reading(question):
+    assert yes_no_answer(CALL, question) is None
+
+
+def test_a_job_is_a_word_for_what_a_person_is():
+    interview = lines("Interviewer: So how long have you been a nurse?",
+                      "Before that I was a teacher for three years.",
+                      "My daughter is training to be a doctor.")
+    assert question_kind("What was her job before nursing?") == "job"
+    assert question_kind("What does his father do for a living?") == "job"
+    names = names_in(interview)
+    assert fits("job", "A teacher.", names) and fits("job", "A nurse.", names)
+    for answer in ("My daughter.", "Sophie.", "A man."):
+        assert not fits("job", answer, names | {"sophie"}), answer
+    found = {c.text for c in candidates(interview, "What was her job before nursing?")}
+    assert "Teacher." in found or "A teacher." in found
+
+
+def test_the_object_of_a_verb_after_an_adverb():
+    """"What did she nearly hit?" asks for what "nearly hit" takes, not a phrase further on."""
+    drive = lines("The examiner was nice, although I nearly hit a cyclist on the roundabout.")
+    pinned_texts = [c.text for c in objects(candidates(drive, "What did she nearly hit?"))]
+    assert pinned_texts and all("cyclist" in t.lower() for t in pinned_texts), pinned_texts

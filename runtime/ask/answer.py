@@ -61,6 +61,7 @@ from as2d.runtime.ask.sequence import sequence_answer
 from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.ask.tree import TreeSource
 from as2d.runtime.ask.tree import score as tree_score
+from as2d.runtime.ask.yesno import yes_no_answer
 from as2d.runtime.events import Listener, Note, fanout, ignore
 from as2d.runtime.llm.prefix_cache import for_model as prefix_cache_for
 from as2d.runtime.option_errors import OptionError
@@ -127,7 +128,8 @@ class Answer:
     prompt: PromptPlan = field(repr=False, default=None)
     # How the answer was found: "extracted" (the best-scored transcript span), "counted"
     # (how many times a phrase occurs), "read" (read off the order of the transcript's words:
-    # the first digit, the number said twice, how many X are named), "located" (a recording
+    # the first digit, the number said twice, how many X are named), "confirmed" (a yes/no
+    # question, yes or no from the clause that says it), "located" (a recording
     # time, from the span that says the words), "not said" (no span qualified and the
     # generated answer was not of the kind asked or not said in the transcript) or
     # "generated" (the model's own answer)
@@ -226,7 +228,8 @@ class Answerer:
             if located is not None:
                 return located
         if o.count and self.builder.style != "instruct":
-            for method, read in (("counted", count_answer), ("read", sequence_answer)):
+            for method, read in (("counted", count_answer), ("read", sequence_answer),
+                                 ("confirmed", yes_no_answer)):
                 counted = read(spans, question)
                 if counted is None:
                     continue

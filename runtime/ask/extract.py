@@ -442,10 +442,11 @@ def _names_and_amounts(r: _Reading) -> Iterator[_Found]:
 
 
 def _people(r: _Reading) -> Iterator[_Found]:
-    """For "who" (and "how is X related to Y"): each word for a person the transcript says,
-    with the words that lead up to it in its phrase ("an ill-disposed *young man*", "my
-    *sister*"): a person need not be named ("Who is being described?" → "A young man.")."""
-    if question_kind(r.question) not in ("who", "relation"):
+    """For "who" (and "how is X related to Y", "what is her job"): each word for a person the
+    transcript says, with the words that lead up to it in its phrase ("an ill-disposed *young
+    man*", "my *sister*"): a person need not be named ("Who is being described?" → "A young
+    man.")."""
+    if question_kind(r.question) not in ("who", "relation", "job"):
         return
     words = r.words
     for k, w in enumerate(words):
@@ -772,8 +773,11 @@ _AUX_WORDS = r"do|does|did|should|would|could|can|will|might|must|may|shall"
 _AUX = r"(?:" + _AUX_WORDS + r")"
 _SUBJECT = (r"(?:i|you|he|she|it|we|they|(?:the|a|an|this|that|his|her|their|our|my|your)\s+"
             r"[A-Za-z'-]+(?:\s+[A-Za-z'-]+)?)")
+# (an adverb may stand before the verb: "What did she *nearly* hit?")
 _VERB_LAST = re.compile(r"^\W*what\s+" + _AUX + r"(n['’]t)?\s+" + _SUBJECT
-                        + r"\s+(?:(not|never)\s+)?([A-Za-z]+)\W*$", re.I)
+                        + r"\s+(?:(not|never)\s+)?(?:(?:nearly|almost|just|really|actually|"
+                        r"ever|finally|also|first|still|usually|often|always|once|then)\s+)?"
+                        r"([A-Za-z]+)\W*$", re.I)
 _NOT = frozenset({"not", "never"})
 _PRO_VERBS = frozenset(_norm(w) for w in ("do", "be", "have", "happen"))
 

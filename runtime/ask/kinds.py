@@ -56,6 +56,9 @@ _KINDS = (
     ("relation", re.compile(r"\b(?:how (?:is|was|are|were) .{1,40}? related|(?:what|which) "
                             r"(?:is|was|are|were) (?:the |(?:his|her|their|its|[a-z]+['\u2019]s) )?"
                             r"relation(?:ship)?|what relation)\b", re.I)),
+    ("job", re.compile(_WHAT_IS_THE + r"(?:[a-z]+['\u2019]s )?(?:job|occupation|profession|"
+                       r"trade)s?\b|\bwhat (?:does|did|do) (?:\w+ ){1,3}?(?:do for a living|"
+                       r"work as)\b", re.I)),
     ("colour", re.compile(_WHAT_IS_THE + r"colou?rs?\b", re.I)),
     ("name", re.compile(_WHAT_IS_THE + r"(?:[a-z]+['\u2019]s )?(?:first |last |full |sur)?"
                         r"names?\b(?!.*\babout\W*$)", re.I)),
@@ -229,9 +232,10 @@ def question_error(question: str) -> str | None:
 
 def question_kind(question: str) -> str:
     """``who``, ``count``, ``duration``, ``age``, ``distance``, ``time``, ``place``, a "what"
-    of a closed class (``colour``, ``name``, ``date``, ``month``, ``size``, and ``relation``
-    between people), ``what`` or ``other`` (why, how, yes/no): the kind of the question's
-    first wh-phrase ("Who had leisure to consider how much ...?" asks who), the more specific
+    of a closed class (``colour``, ``name``, ``date``, ``month``, ``size``, ``job``, and
+    ``relation`` between people), ``what`` or ``other`` (why, how, yes/no): the kind of the
+    question's first wh-phrase ("Who had leisure to consider how much ...?" asks who), the
+    more specific
     phrase where two start together ("What time ..." is a time, not a "what"). "How is X
     related to Y?" asks for a relation between people only when it speaks of people ("How is
     the rain related to the flooding?" is a *what*)."""
@@ -364,6 +368,15 @@ surgeon dentist pharmacist vet lecturer tutor principal volunteer member members
 winner loser landlord landlady receptionist cashier waiter
 """.split())
 
+
+# Relations that are also jobs ("my teacher", "her manager").
+_ROLES = frozenset("teacher student pupil boss employer employee manager colleague".split())
+
+# Words for a person that say nothing of what they do.
+_PERSON_GENERIC = frozenset("""
+man men woman women boy boys girl girls child children baby lady ladies gentleman gentlemen
+person people someone somebody everyone nobody friend friends family
+""".split())
 
 # Listed words that are a person only as a phrase's head ("a human being", "living beings"),
 # and a verb elsewhere ("it being received"). ("One" is no person: "a much faster one".)
@@ -501,6 +514,9 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
         return any((w in _RELATIONS or (w.endswith("s") and w[:-1] in _RELATIONS))
                    and (i == 0 or words[i - 1] not in ("not", "no", "never"))
                    for i, w in enumerate(words))
+    if kind == "job":  # a word for what a person is ("a teacher", "a nurse"), not a name
+        return any(is_person(w) and w not in names and w not in _PERSON_GENERIC
+                   and (w not in _RELATIONS or w in _ROLES) for w in words)
     if kind == "colour":
         return any(w in _COLOURS for w in words)
     if kind == "name":  # a name the transcript says, in a few words (not a clause)
