@@ -482,8 +482,9 @@ def _said_about(r: _Reading) -> Iterator[_Found]:
     for (a, b), n in zip(r.sentences, shared):
         if n == best:
             yield _Found(a, b, "about", pin=True)
-            for c0, c1 in r.clauses:
-                if a <= c0 and c1 <= b and (c0, c1) != (a, b):
+            for c0, c1 in r.clauses:  # the clauses that say Y themselves
+                if a <= c0 and c1 <= b and (c0, c1) != (a, b) and y & {
+                        n for w in r.words[c0:c1] for n in content_words(w.text)}:
                     yield _Found(c0, c1, "about", pin=True)
 
 

@@ -56,7 +56,8 @@ _KINDS = (
     ("relation", re.compile(r"\b(?:how (?:is|was|are|were) .{1,40}? related|(?:what|which) "
                             r"(?:is|was|are|were) (?:the |(?:his|her|their|its|[a-z]+['\u2019]s) )?"
                             r"relation(?:ship)?|what relation)\b", re.I)),
-    ("job", re.compile(_WHAT_IS_THE + r"(?:[a-z]+['\u2019]s )?(?:job|occupation|profession|"
+    ("job", re.compile(r"\b(?:what|which)(?: (?:is|was|are|were))? (?:(?:his|her|their|your|"
+                       r"my|our) |(?:the )?[a-z]+['\u2019]s )(?:job|occupation|profession|"
                        r"trade)s?\b|\bwhat (?:does|did|do) (?:\w+ ){1,3}?(?:do for a living|"
                        r"work as)\b", re.I)),
     ("colour", re.compile(_WHAT_IS_THE + r"colou?rs?\b", re.I)),
@@ -290,18 +291,29 @@ _NAME_OF = re.compile(r"\bnames?\s+of\s+(?:(?:the|a|an|his|her|their|its|my|your
 
 def named_with(answer: str, question: str, spans: Sequence[Span]) -> bool:
     """For "What is the name of X?" ("X's name"), whether ``answer`` is said in a sentence that
-    says X, or the next ("We got a puppy. *Rex* is a retriever."): a name said elsewhere names
-    something else ("the Cup Final" is not the name of the goalkeeper), and where X is never
-    said, nothing names it. True where the question names no X."""
+    says X's head noun ("the Lions *goalkeeper*", "the *woman* he married", "Anna's *hotel*"),
+    or the next ("We got a puppy. *Rex* is a retriever."): a name said elsewhere names
+    something else ("the Cup Final" is not the name of the goalkeeper). True where the
+    question names no X, or the transcript never says that noun (it may call the dog a
+    puppy)."""
     m = _NAME_OF.search(question)
-    thing = set(content_words(m.group(1) or m.group(2))) if m else set()
-    if not thing:
+    if not m:
+        return True
+    phrase = _RELATIVE.split(m.group(1) or m.group(2))[0]
+    head = content_words(phrase)[-1:]
+    if not head:
         return True
     mine = set(content_words(answer)) - _META_STEMS
     text = " ".join(s.text for s in spans)
     sentences = [set(content_words(t)) for t in _SENTENCE.split(text)]
-    return any(thing <= said and (mine <= said or mine <= nxt)
+    if not any(head[0] in said for said in sentences):
+        return True  # X in other words ("the dog" for "a puppy"): no sentence to hold it to
+    return any(head[0] in said and (mine <= said or mine <= nxt)
                for said, nxt in zip(sentences, sentences[1:] + [set()]))
+
+
+# Where a noun phrase's head has been said: "the woman | he married", "the man | who came".
+_RELATIVE = re.compile(r"\s+(?:he|she|they|i|we|you|it|who|whom|that|which|whose)\b", re.I)
 
 
 def first_word_names(spans: Iterable[Span], subjects: bool = False) -> set[str]:
@@ -713,7 +725,8 @@ def _unit(words: Sequence[str], i: int) -> set[str]:
 _SAME_COUNT = tuple(frozenset(content_words(g)) for g in (
     "staff employees workers", "students pupils", "children kids", "fans spectators supporters",
     "guests visitors attendees", "customers clients shoppers"))
-_PEOPLE = frozenset(content_words("people persons")) | frozenset().union(
+_ANY_PEOPLE = frozenset(content_words("people persons"))
+_PEOPLE = _ANY_PEOPLE | frozenset().union(
     *[g for g in _SAME_COUNT if "child" not in g]) | frozenset(content_words(
         "passengers members residents citizens participants players"))
 
@@ -730,7 +743,7 @@ def _asked_noun(question: str) -> frozenset[str]:
         if stems:
             noun = stems[0]
             same = frozenset({noun}).union(*[g for g in _SAME_COUNT if noun in g])
-            people = _PEOPLE if noun in _PEOPLE else frozenset()
+            people = _ANY_PEOPLE if noun in _PEOPLE else frozenset()
             return same | people
     return frozenset()
 

@@ -88,7 +88,7 @@ _INTRO = ("Each transcript below is followed by questions about it and short ans
 _RECORDING = r"(?:recording|audio|clip|file|tape|track|video|podcast)"
 # What a recording may be, in "at what point in the announcement ...".
 _FORMS = (r"(?:announcement|message|voicemail|report|lecture|broadcast|interview|talk|speech|"
-          r"story|news|programme|program|episode|reading|conversation|call|poem|song)")
+          r"news|programme|program|episode|reading|conversation|call)")
 # Verbs of speaking that place a moment in the recording whoever is their subject ("When does
 # she mention the famine?") ...
 _SPEECH_ACT = (r"(?:say|says|said|saying|mention|mentions|mentioned|read|reads|quote|quotes|"
@@ -101,6 +101,13 @@ _SPEAKER_ACT = (r"(?:ask|asks|asked|talk|talks|talked|talking|speak|speaks|spoke
                 r"calls|called|sing|sings|sang|tell|tells|told|name|names|named|answer|answers|"
                 r"reply|replies|replied|start|starts|begin|begins|end|ends|finish|finishes|"
                 r"stop|stops)")
+# ... and then only as talking itself: with nothing after the verb, talking after it or what
+# it is about ("When does the speaker start talking?", "When does the speaker talk about the
+# tree?"; not "When did the speaker start his business?").
+_ACT_END = r"(?:\W*$|\s+(?:talking|speaking|reading|to\s+(?:talk|speak|read)|about)\b)"
+# Verbs that quote words ("When does someone answer 'Not now'?"; not "sing 'Happy Birthday'").
+_QUOTING = (r"(?:say|says|said|answer|answers|answered|reply|replies|replied|ask|asks|asked|"
+            r"shout|shouts|shouted|call|calls|called)")
 _SPEAKER = (r"(?:the\s+)?(?:speaker|narrator|reader|announcer|host|presenter|caller|lecturer|"
             r"voice|recording|audio|clip|singer|interviewer)")
 _CLOCK = re.compile(
@@ -109,14 +116,14 @@ _CLOCK = re.compile(
     + _FORMS + "|" + _SPEECH_ACT + "|" + _SPEAKER_ACT + r")\b"
     r"|(?:at|in|on) what time\b[^?]*\b(?:" + _RECORDING + "|" + _SPEECH_ACT + r")\b"
     r"|(?:at|in|on) what time\b[^?]*\b" + _SPEAKER + r"\s+(?:\w+\s+){0,2}?" + _SPEAKER_ACT
-    + r"\b"
-    r"|(?:at|in) which (?:minute|second|point|moment|part)|at what (?:minute|second)"
+    + _ACT_END
+    + r"|(?:at|in) which (?:minute|second|point|moment|part)|at what (?:minute|second)"
     r"|what (?:minute|second|point) (?:of|in) the " + _RECORDING
     + r"|when (?:\w+ ){0,4}?(?:is|was|are|were|does|did|do)\s+(?:\w+\s+){0,3}?(?:first |last |"
     r"again |)" + _SPEECH_ACT + r"\b"
     r"|when (?:is|was|are|were|does|did|do)\s+" + _SPEAKER + r"\s+(?:\w+\s+){0,2}?"
-    + _SPEAKER_ACT + r"\b"
-    r"|when (?:\w+ ){0,4}?(?:is|was|are|were|does|did|do)\s+(?:\w+\s+){0,3}?" + _SPEAKER_ACT
+    + _SPEAKER_ACT + _ACT_END
+    + r"|when (?:\w+ ){0,4}?(?:is|was|are|were|does|did|do)\s+(?:\w+\s+){0,3}?" + _QUOTING
     + r"\s+['\"\u2018\u201c]"  # quoted words: "When does someone answer 'Not now'?"
     r"|when (?:\w+ ){0,4}?(?:is|was|are|were) (?:first |last |)(?:" + _SPEECH_ACT
     + r"|heard|asked)\b)", re.I)
