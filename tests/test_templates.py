@@ -77,9 +77,23 @@ def test_the_set_covers_the_common_families():
         assert entry["family"] in GENERATION_PROMPT
 
 
+# The day transformers rendered the expected texts: Granite's template dates its system turn
+# with ``strftime_now`` whatever ``date_string`` says, so the renderer's clock is set to it.
+RENDERED_ON = datetime(2026, 12, 2, 12, 0)
+
+
+class _RenderDay(datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return RENDERED_ON
+
+
 @pytest.mark.parametrize("case", list(CONVERSATIONS))
 @pytest.mark.parametrize("name", list(INDEX))
-def test_real_templates_render_as_transformers_does(name, case):
+def test_real_templates_render_as_transformers_does(name, case, monkeypatch):
+    import as2d.runtime.llm.template as template
+
+    monkeypatch.setattr(template, "datetime", _RenderDay)
     expected = INDEX[name]["expected"][case]
     conversation = dict(CONVERSATIONS[case], date_string="26 Jul 2024")
     if expected.startswith("ERROR "):  # the template's own raise_exception
