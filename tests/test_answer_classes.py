@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from as2d.runtime.ask.extract import _OPEN, candidates, objects
+from as2d.runtime.ask.extract import _OPEN, candidates, count_answer, objects
 from as2d.runtime.ask.kinds import (
     NOT_SAID,
     adds_to,
@@ -33,7 +33,13 @@ from as2d.runtime.ask.kinds import (
     question_kind,
     said,
 )
-from as2d.runtime.ask.passages import content_words, numbers_as_digits
+from as2d.runtime.ask.passages import (
+    content_words,
+    numbers_as_digits,
+    rank_spans,
+    stem,
+    without_answer_type,
+)
 from as2d.runtime.ask.prompt import asks_about_time, without_clock
 from as2d.runtime.ask.spans import Span
 from as2d.runtime.ask.yesno import yes_no_answer
@@ -808,3 +814,93 @@ def test_the_prompts_examples_keep_their_clock_questions():
     clock = [q for _lines, qas in _EXAMPLES for q, _a in qas if asks_about_time(q)]
     assert clock == ["When does the captain mention the weather?",
                      "When does the speaker talk about the apple tree?"]
+
+
+# -- why, the answer's own noun, how often, a bare phrase for "what" (batch-5 dev classes) ------
+
+ICE = lines("The roads were covered in ice this morning, so the school closed early.",
+            "Mrs. Hale locked the shed with a padlock, so that nobody could take the bikes.",
+            "I am late because the bus broke down near the bridge.")
+
+
+@pytest.mark.parametrize("question", [
+    "Why did the school close early?", "How come the school closed early?",
+    "For what reason did the school close early?", "What was the reason the school closed?"])
+def test_why_asks_for_a_reason(question):
+    assert question_kind(question) == "reason"
+
+
+def test_a_phrase_of_place_means_or_time_is_no_reason():
+    """"With a padlock." says how, "In the shed." where, "On Monday." when: none says why; a
+    clause that opens with such a word still may ("Over night it turns colder ...")."""
+    for answer in ("With a padlock.", "In the shed.", "On Monday.", "Near the bridge."):
+        assert not fits("reason", answer, set()), answer
+    for answer in ("Because the bus broke down.", "To buy milk.", "For a foul.",
+                   "So that nobody could take the bikes.",
+                   "Over night it turns much colder, down to three degrees."):
+        assert fits("reason", answer, set()), answer
+
+
+def test_why_takes_the_reason_said_as_one_in_the_questions_own_sentence():
+    from as2d.runtime.ask.answer import Answerer
+
+    question = "Why did Mrs. Hale lock the shed?"
+    found = [c for c in candidates(ICE, question) if qualifies(c.text, question, ICE)]
+    assert not any(c.text == "With a padlock." for c in found)
+    # best-scored first: a padlock's phrase scored higher, and "because the bus broke down"
+    # is the reason of something else
+    found.sort(key=lambda c: not c.text.lower().startswith(("the shed", "a padlock", "because")))
+    pick = Answerer.choose("", ICE, question, found, ICE)
+    assert pick is not None and pick.text.startswith("So that nobody could take")
+
+
+def test_why_over_a_consequence_is_what_its_sentence_says_before_it():
+    """"The roads were icy, *so* the school closed early": why it closed is the first part."""
+    question = "Why did the school close early?"
+    reasons = [c for c in candidates(ICE, question) if c.origin == "reason"]
+    assert [c.text for c in reasons] == ["The roads were covered in ice this morning."]
+    assert qualifies(reasons[0].text, question, ICE)
+
+
+MILL = lines("For nine years she worked at the cotton mill on the river.",
+             "She moved to Leeds in 1952 and opened a bakery there.",
+             "Every day she baked two hundred loaves, six days a week.")
+
+
+@pytest.mark.parametrize("question,said", [
+    ("In what year did she move to Leeds?", "1952"),
+    ("Which year did she open the bakery?", "1952"),
+    ("On what day did she move?", "1952")])  # (the day is not said: the same sentence)
+def test_the_noun_that_names_the_answer_is_not_where_the_answer_is(question, said):
+    """"In what *year* ..." is answered where the question's other words are said ("She moved
+    to Leeds in 1952"), not where "years" is ("For nine years she worked ...")."""
+    assert rank_spans(MILL, question)[0][1] == 1
+    assert any(said in c.text for c in candidates(MILL, question))
+    assert without_answer_type("In what year did she die?") == "In what did she die?"
+    assert without_answer_type("What did she do that year?") == "What did she do that year?"
+
+
+def test_short_inflections_meet_their_base():
+    for base, form in (("die", "died"), ("die", "dies"), ("lie", "lied"), ("tie", "ties")):
+        assert stem(base) == stem(form), form
+    assert said("She died in 1961.", lines("She died in 1961.")) and \
+        "die" in content_words("When did she die?") and stem("died") in content_words("died")
+
+
+def test_how_often_something_is_done_is_not_how_often_it_is_said():
+    pills = lines("Take one tablet three times a day with food.",
+                  "Take the tablet with water, and keep the tablet dry.")
+    for question in ("How many times a day should a tablet be taken?",
+                     "How often should you take the tablet?"):
+        assert count_answer(pills, question) is None, question
+    assert count_answer(pills, "How many times is the tablet mentioned?") is not None
+    assert count_answer(pills, "How many times does she say 'tablet'?")[0] == "Three times."
+
+
+def test_a_bare_phrase_of_place_or_origin_is_no_thing():
+    """"What did Tom send?" is not answered "From Leeds." (where from); "What did he keep the
+    coins in?" holds its preposition, so "In a tin." answers it."""
+    post = lines("Tom from Leeds sent us a jar of honey.", "He kept the coins in a tin.")
+    assert not qualifies("From Leeds.", "What did Tom send to the show?", post)
+    assert qualifies("A jar of honey.", "What did Tom send to the show?", post)
+    assert qualifies("In a tin.", "What did he keep the coins in?", post)

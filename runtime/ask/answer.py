@@ -43,6 +43,7 @@ from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.kinds import (
     NOT_SAID,
     first_qualifying,
+    gives_reason,
     names_in,
     places_in,
     qualifies,
@@ -302,7 +303,7 @@ class Answerer:
                        if qualifies(c.text, question, spans, names, kind, places)]
         else:
             fitting = scored
-        pick = self.choose(text, spans, question, fitting)
+        pick = self.choose(text, spans, question, fitting, plan.spans)
         if pick is not None:
             method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
@@ -352,8 +353,10 @@ class Answerer:
             c.score = c.likelihood - a * prior
         scored.sort(key=rank)
 
-    def choose(self, generated: str, spans: Sequence[Span], question: str,
-               scored: Sequence[Candidate]) -> Candidate | None:
+    @staticmethod
+    def choose(generated: str, spans: Sequence[Span], question: str,
+               scored: Sequence[Candidate],
+               context: Sequence[Span] | None = None) -> Candidate | None:
         """The scored candidate to answer with instead of the generated answer, or None.
 
         On the dev split the best-scored candidate always (22/31) beat keeping a generated
@@ -365,10 +368,19 @@ class Answerer:
         # a question ending on its preposition or verb asks for its object, "besides X" for
         # the item listed with X, "what kind of X" for what is said of X, "From whom ...?"
         # for its slot, "what after X" for what comes next (:func:`pinned`); "who did it" for
-        # the subject the transcript gives the question's words, when that is a person
+        # the subject the transcript gives the question's words, when that is a person; "why"
+        # for a candidate that gives its reason in so many words
         shaped = pinned(scored)
-        if not shaped and question_kind(question) == "who":
+        kind = question_kind(question)
+        if not shaped and kind == "who":
             shaped = [c for c in scored if c.origin == "before"]
+        elif not shaped and kind == "reason":
+            # a reason said as one ("so that it ...") in the span that says the question's
+            # words most (``context``: the spans the candidates' indices count in), not the
+            # reason of something else said elsewhere
+            ranked = rank_spans(context if context is not None else spans, question)
+            if ranked and ranked[0][0] > 0:
+                shaped = [c for c in scored if ranked[0][1] in c.spans and gives_reason(c.text)]
         return shaped[0] if shaped else scored[0]
 
     def locate(self, spans: Sequence[Span], question: str, collector: AnswerStatsCollector,

@@ -61,6 +61,7 @@ from as2d.runtime.ask.passages import (
     quoted,
     rank_spans,
     stem,
+    without_answer_type,
 )
 from as2d.runtime.ask.spans import Span
 
@@ -305,9 +306,12 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     words = words_of(spans)
     if not words:
         return []
-    qwords = [w for w in (_norm(t) for t in _TOKEN.findall(question)) if w]
+    # the question's words to find in the transcript (not the noun that names the answer's
+    # kind: "In what *year* did she die?" is not about "nine years")
+    topic = without_answer_type(question)
+    qwords = [w for w in (_norm(t) for t in _TOKEN.findall(topic)) if w]
     r = _Reading(spans, question, words, _runs(words, _CLAUSE_END),
-                 _runs(words, _SENTENCE_END), qwords, set(qwords), set(content_words(question)),
+                 _runs(words, _SENTENCE_END), qwords, set(qwords), set(content_words(topic)),
                  [i for sc, i in rank_spans(spans, question) if sc > 0][:top_lines],
                  max_after, max_words)
     r.event = _place_event(words, r.clauses, question)
@@ -681,9 +685,35 @@ def _negation(w: TranscriptWord) -> bool:
     return t in _NOT or t == "no" or t.endswith("n't")
 
 
+# A clause that says it follows from what was said before it: "(it turns colder,) *so* it is
+# worth covering the plants", "*that is why* ...".
+_CONSEQUENCE = re.compile(r"^\W*(?:so|therefore|thus|hence|consequently|(?:and )?that(?:'s| is) "
+                          r"why|which is why|this is why)\b", re.I)
+
+
+def _reason_before(r: _Reading) -> Iterator[_Found]:
+    """"Why ...?" where the transcript says the question's words in a clause that follows from
+    the one before it ("It turns much colder, down to three degrees, *so* it is worth covering
+    any tomato plants"): what its sentence says before that clause is the reason; pinned."""
+    if question_kind(r.question) != "reason":
+        return
+    words, clauses, sentences = r.words, r.clauses, r.sentences
+    for _m, e in _matches(words, r.qwords, r.qcontent):
+        k = _containing(clauses, e - 1)
+        if k >= len(clauses) or k == 0:
+            continue
+        a = clauses[k][0]
+        if not _CONSEQUENCE.match(" ".join(w.text for w in words[a:a + 4])):
+            continue
+        s0 = sentences[_containing(sentences, a)][0]
+        if s0 < a:
+            yield _Found(max(s0, a - 2 * r.max_words), a, "reason", pin=True)
+
+
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
             _names_and_amounts, _people, _said_about, _first_and_last, _listed_with, _said_of,
-            _preposition_object, _wh_slot, _verb_objects, _end_clause, _around_event)
+            _preposition_object, _wh_slot, _verb_objects, _end_clause, _around_event,
+            _reason_before)
 
 
 @dataclass(frozen=True)
@@ -1109,14 +1139,15 @@ def objects(found: Sequence[Candidate]) -> list[Candidate]:
 
 
 # Origins of candidates the answer is taken from when there are any (:func:`pinned`).
-_PINNED = ("object", "kind", "slot", "next", "end", "about")
+_PINNED = ("object", "kind", "slot", "next", "end", "about", "reason")
 
 
 def pinned(found: Sequence[Candidate]) -> list[Candidate]:
     """The candidates the question's own shape points at, when there are any: the object of
     the preposition or verb it ends on, the item listed with X ("besides X"), what is said of
     X ("what kind of X"), the words in its wh-slot ("From whom ...?"), the item after X ("which
-    card is called after X"), the first or last clause ("the last words"); else, for "what
+    card is called after X"), the first or last clause ("the last words"), what a clause
+    saying the question's words follows from ("why": "..., *so* it is worth ..."); else, for "what
     ... after X" ("before X"), those in the nearest part of a clause after (before) X's. The
     answer is one of them."""
     out = [c for c in found if c.origin in _PINNED]
@@ -1200,6 +1231,13 @@ def _leading(words: Sequence[TranscriptWord], question: str,
 _POSITION = re.compile(r"\b(first|begin\w*|start\w*|opening|last|end\w*|final\w*|close\w*)\b",
                        re.I)
 _HOW_MANY_TIMES = re.compile(r"\bhow (?:many times|often)\b", re.I)
+# What makes "how many times" a question about the words said, not about what they say ("How
+# many times a day should a capsule be taken?" asks the dose, "three times a day"): a verb of
+# saying or hearing, or the word itself.
+_OF_WORDS = re.compile(r"\b(?:say|says|said|saying|mention\w*|repeat\w*|hear|hears|heard|"
+                       r"utter\w*|spoken|speak\w*|ask|asks|asked|called|read|reads|pronounce\w*|"
+                       r"word|words|phrase|name|named|names|appear\w*|occur\w*|"
+                       r"come up|comes up|came up)\b", re.I)
 _COUNT_WORDS = ("never", "once", "twice", "three times", "four times", "five times",
                 "six times", "seven times", "eight times", "nine times", "ten times")
 
@@ -1207,8 +1245,11 @@ _COUNT_WORDS = ("never", "once", "twice", "three times", "four times", "five tim
 def count_answer(spans: Sequence[Span], question: str) -> tuple[str, list[int]] | None:
     """The answer to "how many times / how often is X said" when X (the quoted phrase, else the
     question's longest run of words found in the transcript) occurs: the count and the spans
-    that hold it; None otherwise."""
+    that hold it; None otherwise, and where the question asks how often something is done,
+    not said (no quoted phrase and no verb of saying, :data:`_OF_WORDS`)."""
     if not _HOW_MANY_TIMES.search(question):
+        return None
+    if not quoted(question) and not _OF_WORDS.search(question):
         return None
     words = words_of(spans)
     norms = [w.norm for w in words]

@@ -69,6 +69,9 @@ _KINDS = (
                         + r"size\b", re.I)),
     ("time", re.compile(r"\b(?:when|what time|what year|what day|which year|which day)\b", re.I)),
     ("who", re.compile(r"\b(?:who|whom|whose)\b", re.I)),
+    # a reason: "Why ...?", "For what reason ...?", "What is the reason ...?", "How come ...?"
+    ("reason", re.compile(r"\b(?:why|how come|for what reason|what (?:is|was) the reason)\b",
+                          re.I)),
     ("place", re.compile(r"\b(?:where|(?:what|which) (?:city|town|country|place|village|street|"
                          r"room|building|part of the (?:city|town|country|world)))\b", re.I)),
     ("what", re.compile(r"\b(?:what|which)\b", re.I)),
@@ -234,12 +237,11 @@ def question_error(question: str) -> str | None:
 def question_kind(question: str) -> str:
     """``who``, ``count``, ``duration``, ``age``, ``distance``, ``time``, ``place``, a "what"
     of a closed class (``colour``, ``name``, ``date``, ``month``, ``size``, ``job``, and
-    ``relation`` between people), ``what`` or ``other`` (why, how, yes/no): the kind of the
-    question's first wh-phrase ("Who had leisure to consider how much ...?" asks who), the
-    more specific
-    phrase where two start together ("What time ..." is a time, not a "what"). "How is X
-    related to Y?" asks for a relation between people only when it speaks of people ("How is
-    the rain related to the flooding?" is a *what*)."""
+    ``relation`` between people), ``reason`` (why), ``what`` or ``other`` (how, yes/no): the
+    kind of the question's first wh-phrase ("Who had leisure to consider how much ...?" asks
+    who), the more specific phrase where two start together ("What time ..." is a time, not a
+    "what"). "How is X related to Y?" asks for a relation between people only when it speaks
+    of people ("How is the rain related to the flooding?" is a *what*)."""
     found = []
     for order, (kind, pattern) in enumerate(_KINDS):
         m = pattern.search(question)
@@ -551,7 +553,48 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
                    or (w in names and w not in _TIME) for w in words) \
             or any(w in _PLACE_PREPOSITIONS_ALL and _thing_after(words, i)
                    for i, w in enumerate(words))
+    if kind == "reason":
+        # a reason, or what a reason may be said with ("To pick up his daughter.", "For a foul
+        # ...", "So that it cannot fall over."); not a bare phrase of place, means or time
+        # ("In the garden.", "With the strap.", "On Sunday.")
+        if words[0] in _NOT_A_REASON and len(words) <= _BARE_WORDS \
+                and not set(words) & _REASON_WORDS:
+            return False
+        return not (content_words(answer) and all(w in _TIME or _is_number(w) for w in words
+                                                  if content_words(w)))
     return True
+
+
+# What opens a phrase of place, means or time, which alone gives no reason ("Why should the
+# bookcase be fixed to the wall?" is not answered "With the strap."); and words that give one.
+_NOT_A_REASON = frozenset("in at on with from into inside outside under near beside by through "
+                          "during until till across behind over onto upon within".split())
+_BARE_WORDS = 5  # a phrase, not a clause ("Over night it turns much colder" says more)
+_REASON_WORDS = frozenset("because since so as cause caused causes reason reasons due order "
+                          "otherwise else case lest".split())
+
+
+def _bare_phrase(answer: str, question: str, kind: str) -> bool:
+    """Whether ``answer`` is only a short phrase of place, means or origin ("From Leeds.", "In
+    the garden.", "With the strap.") given to a *what* that asks for a thing ("What did the
+    listener send?"): such a phrase answers where, how or from whom, not what; unless the
+    question holds its preposition ("What did he keep the coins in?")."""
+    if kind != "what":
+        return False
+    words = _lower_words(answer)
+    return bool(words) and words[0] in _NOT_A_REASON and len(words) <= _BARE_WORDS \
+        and words[0] not in _lower_words(question)
+
+
+_GIVES_REASON = re.compile(r"\b(?:because|so that|so as to|in order to|in order that|in case|"
+                           r"due to|owing to|otherwise|or else)\b|^\W*(?:since|as)\b", re.I)
+
+
+def gives_reason(answer: str) -> bool:
+    """Whether ``answer`` says a reason in so many words ("because the stock is salty", "so
+    that it cannot fall over", "in case it rains"): of the candidates that fit a *why*, these
+    come first (:meth:`as2d.runtime.ask.answer.Answerer.choose`)."""
+    return bool(_GIVES_REASON.search(answer))
 
 
 # "Besides X, what else ...?" sets X aside; "What comes after (before) X?" asks for what
@@ -668,7 +711,8 @@ def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str]
             return False
     elif kind == "who":
         names = names | first_word_names(spans, subjects=True)
-    return (fits(kind, answer, names, places) and adds_to(answer, question)
+    return (fits(kind, answer, names, places) and not _bare_phrase(answer, question, kind)
+            and adds_to(answer, question)
             and said(answer, spans) and bound(answer, question, spans, kind)
             and not_opposed(answer, question, spans, kind))
 

@@ -136,13 +136,16 @@ _NEGATIONS = frozenset("not no never nor none nothing nobody".split())
 
 
 def stem(w: str) -> str:
-    """A light stem: irregular forms to their base, then -ies/-ied to -y, -es/-s, -ing, -ed
+    """A light stem: irregular forms to their base, then -ies/-ied to -y (to -ie in a word of
+    four letters: "died" meets "die"), -es/-s, -ing, -ed
     removed, a doubled final consonant undoubled (in the base too: "cliff" meets "cliffs") and
     a final -e dropped (so "moved", "moves", "moving" and "move" all meet, and "stopped" meets
     "stop")."""
     w = IRREGULAR.get(w, w)
     if len(w) > 4 and w.endswith(("ies", "ied")):
         return w[:-3] + "y"
+    if len(w) == 4 and w.endswith(("ies", "ied")):  # "died", "lies", "tied": die, lie, tie
+        return w[:-1]
     for suffix in ("ing", "ed", "es", "s"):
         if len(w) > len(suffix) + 2 and w.endswith(suffix) and not w.endswith("ss"):
             w = w[: -len(suffix)]
@@ -284,14 +287,29 @@ def quoted(question: str) -> list[str]:
     return [m.strip() for m in _QUOTED.findall(" " + question) if m.strip()]
 
 
+# A noun that names the kind of answer asked for ("In what *year* did she die?", "On which
+# *day* ...", "At what *age* ..."): the sentence that answers rarely says it ("She died in
+# 1961."), and a sentence that does ("For nine *years* she tested ...") is no nearer the
+# answer for it; so it is no word to find the answer's place by.
+_ANSWER_TYPE = re.compile(r"\b((?:what|which)\s+)(?:years?|days?|dates?|months?|times?|hours?|"
+                          r"ages?|seasons?|centur(?:y|ies)|decades?)\b\s*", re.I)
+
+
+def without_answer_type(question: str) -> str:
+    """The question without the noun of its wh-phrase that names the answer's kind
+    (:data:`_ANSWER_TYPE`): "In what year did she die?" → "In what did she die?"."""
+    return _ANSWER_TYPE.sub(r"\1", question)
+
+
 def rank_spans(spans: Sequence[Span], question: str) -> list[tuple[float, int]]:
     """``(score, index)`` of every span for a question, best first (the earliest on a tie).
 
-    BM25 of the question's content words over single spans; a phrase the question quotes adds
+    BM25 of the question's content words (not the noun that names the answer's kind,
+    :func:`without_answer_type`) over single spans; a phrase the question quotes adds
     the score of its words again when the span holds the phrase (so the span that *says* the
     quoted words wins over one that only shares some of them)."""
     docs = [Counter(content_words(s.text)) for s in spans]
-    scores = bm25(docs, set(content_words(question)))
+    scores = bm25(docs, set(content_words(without_answer_type(question))))
     for phrase in quoted(question):
         want = _WORD.findall(phrase.lower())
         if not want:
