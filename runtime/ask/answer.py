@@ -50,7 +50,13 @@ from as2d.runtime.ask.kinds import (
     question_error,
     question_kind,
 )
-from as2d.runtime.ask.passages import content_words, evidence, rank_spans
+from as2d.runtime.ask.passages import (
+    best_sentence,
+    content_words,
+    evidence,
+    rank_spans,
+    within,
+)
 from as2d.runtime.ask.prompt import (
     DEFAULT_STYLE,
     PromptBuilder,
@@ -369,18 +375,19 @@ class Answerer:
         # the item listed with X, "what kind of X" for what is said of X, "From whom ...?"
         # for its slot, "what after X" for what comes next (:func:`pinned`); "who did it" for
         # the subject the transcript gives the question's words, when that is a person; "why"
-        # for a candidate that gives its reason in so many words
+        # and "in what situation" for a reason or condition said in the question's sentence
         shaped = pinned(scored)
         kind = question_kind(question)
         if not shaped and kind == "who":
             shaped = [c for c in scored if c.origin == "before"]
-        elif not shaped and kind == "reason":
-            # a reason said as one ("so that it ...") in the span that says the question's
-            # words most (``context``: the spans the candidates' indices count in), not the
-            # reason of something else said elsewhere
-            ranked = rank_spans(context if context is not None else spans, question)
-            if ranked and ranked[0][0] > 0:
-                shaped = [c for c in scored if ranked[0][1] in c.spans and gives_reason(c.text)]
+        elif not shaped and kind in ("reason", "condition"):
+            # what a "so" clause saying the question's words follows from, a reason said as one
+            # ("so that it ...") or a condition ("if you get a rash") in the sentence that says
+            # the question's words most, not one of something else said elsewhere
+            sentence = best_sentence(context if context is not None else spans, question)
+            shaped = [c for c in scored if c.origin == "reason" or (
+                sentence is not None and within(c.text, sentence)
+                and (kind == "condition" or gives_reason(c.text)))]
         return shaped[0] if shaped else scored[0]
 
     def locate(self, spans: Sequence[Span], question: str, collector: AnswerStatsCollector,

@@ -686,28 +686,42 @@ def _negation(w: TranscriptWord) -> bool:
 
 
 # A clause that says it follows from what was said before it: "(it turns colder,) *so* it is
-# worth covering the plants", "*that is why* ...".
-_CONSEQUENCE = re.compile(r"^\W*(?:so|therefore|thus|hence|consequently|(?:and )?that(?:'s| is) "
-                          r"why|which is why|this is why)\b", re.I)
+# worth covering the plants", "*That is why* ...".
+_CONSEQUENCE = re.compile(r"^\W*(?:and\s+)?(?:so|therefore|thus|hence|consequently|that(?:'s|\s+is)"
+                          r"\s+why|which\s+is\s+why|this\s+is\s+why)\b", re.I)
+# Words that only fill a pause before a spoken "so" ("Right, so the school closed ...").
+_FILLERS = frozenset("right okay ok well anyway now yes yeah um uh er so and but oh alright "
+                     "good".split())
 
 
 def _reason_before(r: _Reading) -> Iterator[_Found]:
-    """"Why ...?" where the transcript says the question's words in a clause that follows from
-    the one before it ("It turns much colder, down to three degrees, *so* it is worth covering
-    any tomato plants"): what its sentence says before that clause is the reason; pinned."""
-    if question_kind(r.question) != "reason":
+    """"Why ...?" where the transcript says most of the question's words in a clause that
+    follows from what was said before it ("It turns much colder, down to three degrees, *so*
+    it is worth covering any tomato plants"; "The heating failed. *That is why* the school
+    closed early."): what its sentence says before that clause, or the sentence before when
+    the clause opens its own, is the reason (origin ``reason``; preferred for a *why* by
+    :meth:`as2d.runtime.ask.answer.Answerer.choose`). A spoken "so" after a filler ("Right,
+    so ...") gives none."""
+    if question_kind(r.question) != "reason" or not r.qcontent:
         return
     words, clauses, sentences = r.words, r.clauses, r.sentences
+    need = max(1, (len(r.qcontent) + 1) // 2)
     for _m, e in _matches(words, r.qwords, r.qcontent):
         k = _containing(clauses, e - 1)
-        if k >= len(clauses) or k == 0:
+        if k >= len(clauses):
             continue
         a = clauses[k][0]
         if not _CONSEQUENCE.match(" ".join(w.text for w in words[a:a + 4])):
             continue
-        s0 = sentences[_containing(sentences, a)][0]
-        if s0 < a:
-            yield _Found(max(s0, a - 2 * r.max_words), a, "reason", pin=True)
+        si = _containing(sentences, a)
+        s0, s1 = sentences[si]
+        if len(set(content_words(" ".join(w.text for w in words[a:s1]))) & r.qcontent) < need:
+            continue  # a consequence of something else
+        lo, hi = (s0, a) if s0 < a else (sentences[si - 1] if si > 0 else (a, a))
+        said = [w for w in words[lo:hi] if _bare(w.text) not in _FILLERS]
+        if len(content_words(" ".join(w.text for w in said))) >= 2:
+            # (named ``reason`` even where another source found the words first)
+            yield _Found(max(lo, hi - 2 * r.max_words), hi, "reason", exact=True, pin=True)
 
 
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
@@ -1139,15 +1153,14 @@ def objects(found: Sequence[Candidate]) -> list[Candidate]:
 
 
 # Origins of candidates the answer is taken from when there are any (:func:`pinned`).
-_PINNED = ("object", "kind", "slot", "next", "end", "about", "reason")
+_PINNED = ("object", "kind", "slot", "next", "end", "about")
 
 
 def pinned(found: Sequence[Candidate]) -> list[Candidate]:
     """The candidates the question's own shape points at, when there are any: the object of
     the preposition or verb it ends on, the item listed with X ("besides X"), what is said of
     X ("what kind of X"), the words in its wh-slot ("From whom ...?"), the item after X ("which
-    card is called after X"), the first or last clause ("the last words"), what a clause
-    saying the question's words follows from ("why": "..., *so* it is worth ..."); else, for "what
+    card is called after X"), the first or last clause ("the last words"); else, for "what
     ... after X" ("before X"), those in the nearest part of a clause after (before) X's. The
     answer is one of them."""
     out = [c for c in found if c.origin in _PINNED]
@@ -1204,11 +1217,18 @@ def _bare(text: str) -> str:
     return "".join(_NORM.findall(text.lower()))
 
 
+# The group a wh-word picks from ("Who *in her family* worked ...", "Which *of the boys*
+# ...", "Who *among them* ..."): part of the wh-phrase, not words the transcript says there.
+_RESTRICTED = re.compile(r"\b(who|whom|which)\s+(?:in|of|among|from)\s+(?:(?:the|his|her|their|"
+                         r"its|my|your|our|this|that|these|those)\s+)?[A-Za-z'-]+", re.I)
+
+
 def _leading(words: Sequence[TranscriptWord], question: str,
              qcontent: set[str]) -> list[int]:
     """Where the transcript runs of the question's words that the question puts
-    right after its wh-phrase ("Who | waited on the pier?", "When did the | son row out?"):
-    only small words and a wh-word before them in the question. The longest two."""
+    right after its wh-phrase ("Who | waited on the pier?", "When did the | son row out?",
+    "Who in her family | worked ..."): only small words and a wh-phrase before them in the
+    question. The longest two."""
     q = [t for t in _TOKEN.findall(question) if _norm(t)]
     norms = [_norm(t) for t in q]
     clauses = _runs(words, _CLAUSE_END)
@@ -1217,7 +1237,8 @@ def _leading(words: Sequence[TranscriptWord], question: str,
         if i > 0 and j > 0 and words[i - 1].norm == norms[j - 1]:
             continue  # inside a longer run
         head = [_bare(t) for t in q[:j]]
-        if not any(h in _WH for h in head) or content_words(" ".join(q[:j])):
+        if not any(h in _WH for h in head) or \
+                content_words(_RESTRICTED.sub(r"\1", " ".join(q[:j]))):
             continue
         # one word of the question is not what it says of someone ("Robert" of "Who is
         # Robert's wife?") unless another of its content words is in the same clause
@@ -1235,9 +1256,9 @@ _HOW_MANY_TIMES = re.compile(r"\bhow (?:many times|often)\b", re.I)
 # many times a day should a capsule be taken?" asks the dose, "three times a day"): a verb of
 # saying or hearing, or the word itself.
 _OF_WORDS = re.compile(r"\b(?:say|says|said|saying|mention\w*|repeat\w*|hear|hears|heard|"
-                       r"utter\w*|spoken|speak\w*|ask|asks|asked|called|read|reads|pronounce\w*|"
-                       r"word|words|phrase|name|named|names|appear\w*|occur\w*|"
-                       r"come up|comes up|came up)\b", re.I)
+                       r"utter\w*|speak|speaks|spoke|spoken|speaking|pronounce\w*|word|words|"
+                       r"phrase|phrases|talk(?:s|ed|ing)? about|refer\w* to|"
+                       r"br(?:ing|ings|inging|ought) up|comes? up|came up)\b", re.I)
 _COUNT_WORDS = ("never", "once", "twice", "three times", "four times", "five times",
                 "six times", "seven times", "eight times", "nine times", "ten times")
 

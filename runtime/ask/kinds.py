@@ -61,7 +61,8 @@ _KINDS = (
                        r"trade)s?\b|\bwhat (?:does|did|do) (?:\w+ ){1,3}?(?:do for a living|"
                        r"work as)\b", re.I)),
     ("colour", re.compile(_WHAT_IS_THE + r"colou?rs?\b", re.I)),
-    ("name", re.compile(_WHAT_IS_THE + r"(?:[a-z]+['\u2019]s )?(?:first |last |full |sur)?"
+    ("name", re.compile(_WHAT_IS_THE + r"(?:(?:[a-z]+ ){0,2}[a-z]+['\u2019]s )?"
+                        r"(?:first |last |full |sur)?"
                         r"names?\b(?!.*\babout\W*$)", re.I)),
     ("date", re.compile(_WHAT_IS_THE + r"(?:date|day of the month)\b", re.I)),
     ("month", re.compile(_WHAT_IS_THE + r"months?\b", re.I)),
@@ -69,9 +70,14 @@ _KINDS = (
                         + r"size\b", re.I)),
     ("time", re.compile(r"\b(?:when|what time|what year|what day|which year|which day)\b", re.I)),
     ("who", re.compile(r"\b(?:who|whom|whose)\b", re.I)),
+    # a condition: "In what situation ...?", "Under what circumstances ...?"
+    ("condition", re.compile(r"\b(?:(?:in|under) (?:what|which) (?:situations?|circumstances?|"
+                             r"conditions?|cases?)|what (?:situations?|circumstances?))\b",
+                             re.I)),
     # a reason: "Why ...?", "For what reason ...?", "What is the reason ...?", "How come ...?"
-    ("reason", re.compile(r"\b(?:why|how come|for what reason|what (?:is|was) the reason)\b",
-                          re.I)),
+    ("reason", re.compile(r"\b(?:why|how come|for what reasons?|what(?:['\u2019]s|\s+(?:is|was|"
+                          r"are|were))?\s+(?:(?:the|his|her|their|its|your|my|our)\s+)?(?:main\s+|"
+                          r"real\s+)?reasons?)\b", re.I)),
     ("place", re.compile(r"\b(?:where|(?:what|which) (?:city|town|country|place|village|street|"
                          r"room|building|part of the (?:city|town|country|world)))\b", re.I)),
     ("what", re.compile(r"\b(?:what|which)\b", re.I)),
@@ -237,7 +243,8 @@ def question_error(question: str) -> str | None:
 def question_kind(question: str) -> str:
     """``who``, ``count``, ``duration``, ``age``, ``distance``, ``time``, ``place``, a "what"
     of a closed class (``colour``, ``name``, ``date``, ``month``, ``size``, ``job``, and
-    ``relation`` between people), ``reason`` (why), ``what`` or ``other`` (how, yes/no): the
+    ``relation`` between people), ``reason`` (why), ``condition`` ("in what situation"),
+    ``what`` or ``other`` (how, yes/no): the
     kind of the question's first wh-phrase ("Who had leisure to consider how much ...?" asks
     who), the more specific phrase where two start together ("What time ..." is a time, not a
     "what"). "How is X related to Y?" asks for a relation between people only when it speaks
@@ -312,6 +319,29 @@ def named_with(answer: str, question: str, spans: Sequence[Span]) -> bool:
         return True  # X in other words ("the dog" for "a puppy"): no sentence to hold it to
     return any(head[0] in said and (mine <= said or mine <= nxt)
                for said, nxt in zip(sentences, sentences[1:] + [set()]))
+
+
+_TITLES = frozenset("mr mrs ms miss dr doctor sir madam professor prof lady lord captain "
+                    "father sister brother saint st".split())
+
+
+def names_kind(answer: str, question: str, names: set[str], places: set[str]) -> bool:
+    """For "What is the name of X?", whether ``answer`` is the name of X's kind of thing: a
+    person's X ("the harbour master's name") is named by a name that is no place's ("Castle"
+    of "Castle Island", "Island") and no day's or month's ("until Monday"), a thing ("the name
+    of the antibiotic") not by a person's, one with a title ("Dr Rivera"). True where the
+    question names no X."""
+    m = _NAME_OF.search(question)
+    if not m:
+        return True
+    head = _lower_words(_RELATIVE.split(m.group(1) or m.group(2))[0])[-1:]
+    words = _lower_words(answer)
+    if not head or not words:
+        return True
+    if is_person(head[0]):
+        return any(w in names and w not in places and w not in _TIME and w not in _PLACE_WORDS
+                   for w in words)
+    return words[0] not in _TITLES
 
 
 # Where a noun phrase's head has been said: "the woman | he married", "the man | who came".
@@ -553,12 +583,14 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
                    or (w in names and w not in _TIME) for w in words) \
             or any(w in _PLACE_PREPOSITIONS_ALL and _thing_after(words, i)
                    for i, w in enumerate(words))
+    if kind == "condition":  # "if you get a rash", "unless it rains", "had he married ..."
+        return bool(set(words) & _CONDITION_WORDS) or words[0] in _INVERTED
     if kind == "reason":
         # a reason, or what a reason may be said with ("To pick up his daughter.", "For a foul
-        # ...", "So that it cannot fall over."); not a bare phrase of place, means or time
-        # ("In the garden.", "With the strap.", "On Sunday.")
-        if words[0] in _NOT_A_REASON and len(words) <= _BARE_WORDS \
-                and not set(words) & _REASON_WORDS:
+        # ...", "By accident.", "So that it cannot fall over."); not a bare phrase of place,
+        # means or time ("In the garden.", "With the strap.", "On Sunday."), though a clause
+        # opening with one may be ("In March it froze.")
+        if _bare(words, _NOT_A_REASON) and not set(words) & _REASON_WORDS:
             return False
         return not (content_words(answer) and all(w in _TIME or _is_number(w) for w in words
                                                   if content_words(w)))
@@ -566,35 +598,118 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
 
 
 # What opens a phrase of place, means or time, which alone gives no reason ("Why should the
-# bookcase be fixed to the wall?" is not answered "With the strap."); and words that give one.
-_NOT_A_REASON = frozenset("in at on with from into inside outside under near beside by through "
-                          "during until till across behind over onto upon within".split())
-_BARE_WORDS = 5  # a phrase, not a clause ("Over night it turns much colder" says more)
-_REASON_WORDS = frozenset("because since so as cause caused causes reason reasons due order "
-                          "otherwise else case lest".split())
+# bookcase be fixed to the wall?" is not answered "With the strap."); and words that give one
+# ("by accident", "in memory of", "on account of", "from the frost").
+_NOT_A_REASON = frozenset("in at on with into inside outside under near beside during until "
+                          "till across behind onto upon within".split())
+_REASON_WORDS = frozenset("""
+because since so as cause caused causes reason reasons due order otherwise else case lest
+accident mistake memory honour honor protest account behalf response fear lack request sake
+thanks result
+""".split())
+_CONDITION_WORDS = frozenset("if unless when whenever provided providing case lest".split())
+# an inverted condition: "*Had* he married a more amiable woman, ...", "*Should* it rain, ..."
+_INVERTED = frozenset({"had", "were", "should"})
+_BARE_WORDS = 4  # a phrase, not a clause ("Over night it turns much colder" says more)
+_SUBJECTS = frozenset("i you he she it we they there".split())
+
+
+def _bare(words: Sequence[str], openers: frozenset[str]) -> bool:
+    """Whether lower-case ``words`` are a short phrase opened by one of ``openers`` ("with the
+    strap"), not a clause (no subject pronoun after it: "in March it froze")."""
+    return bool(words) and words[0] in openers and len(words) <= _BARE_WORDS \
+        and not _SUBJECTS & set(words[1:])
+
+
+# "Who in her family ...?", "Which of his parents ...?", "Which relative ...?": who is one of
+# the family, so the answer says which one ("her mother"), not a name said elsewhere.
+_FAMILY = re.compile(r"\b(?:who|whom|which(?: one)?)\s+(?:in|of|among|from)\s+(?:(?:the|his|her|"
+                     r"their|my|your|our|its)\s+)?(?:family|families|relatives|relations|parents|"
+                     r"children|kids|brothers|sisters|siblings|cousins|grandparents)\b|"
+                     r"\b(?:which|what) (?:relative|relation|family member|parent)\b", re.I)
+
+
+def _in_the_group(answer: str, question: str, kind: str) -> bool:
+    """Whether a *who* restricted to a family (:data:`_FAMILY`) is answered with a word for a
+    relative ("her mother", "his two uncles"); every other answer passes."""
+    if kind != "who" or not _FAMILY.search(question):
+        return True
+    return any(w in _RELATIONS or (w.endswith("s") and w[:-1] in _RELATIONS)
+               for w in _lower_words(answer))
+
+
+# "How tall / heavy / deep ...?" asks for a measure ("two metres"), unlike "how big" ("a small
+# hotel" says it); "how warm / cold ...?" for a temperature ("about 19 degrees", "below
+# freezing"), which a bare number ("Four.") does not say.
+_MEASURED = re.compile(r"\bhow (tall|high|wide|deep|heavy|thick|short|warm|hot|cold|cool)\b",
+                       re.I)
+_TEMPERATURE = frozenset("degree degrees celsius centigrade fahrenheit freezing zero frost "
+                         "warm warmer warmest hot hotter hottest cold colder coldest cool cooler "
+                         "mild chilly".split())
+_UNITS = frozenset("""
+metre metres meter meters centimetre centimetres centimeter centimeters millimetre
+millimetres kilometre kilometres kilometer kilometers foot feet inch inches yard yards mile
+miles kilo kilos kilogram kilograms gram grams pound pounds ounce ounces ton tons tonne tonnes
+stone storey storeys story stories floor floors
+""".split())
+
+
+def _a_measure(answer: str, question: str, kind: str) -> bool:
+    """Whether the answer to "how tall ..." says an amount or a unit, and to "how warm ..." a
+    temperature (:data:`_MEASURED`); every other answer passes."""
+    m = _MEASURED.search(question)
+    if m is None or kind not in ("size", "other"):
+        return True
+    words = _lower_words(answer)
+    if m.group(1).lower() in ("warm", "hot", "cold", "cool"):
+        return any(w in _TEMPERATURE for w in words)
+    return any(_is_number(w) or w in _UNITS for w in words)
+
+
+# Phrases that say where a thing came from or what went with it, not what it is.
+_ORIGIN = frozenset({"from", "with"})
+# A *what* a phrase may answer: a title ("On the Road"), a way or route ("By train"), words
+# said or written, an event.
+_WHAT_OF_PHRASES = re.compile(r"(?:book|film|movie|song|title|name|called|way|route|say|says|"
+                              r"said|shout\w*|write|wrote|written|sign|happen\w*|like)\b", re.I)
 
 
 def _bare_phrase(answer: str, question: str, kind: str) -> bool:
-    """Whether ``answer`` is only a short phrase of place, means or origin ("From Leeds.", "In
-    the garden.", "With the strap.") given to a *what* that asks for a thing ("What did the
-    listener send?"): such a phrase answers where, how or from whom, not what; unless the
-    question holds its preposition ("What did he keep the coins in?")."""
+    """Whether ``answer`` is only a short phrase of origin or company ("From Leeds.", "With
+    his dog.") given to a *what* that asks for a thing ("What did the listener send?"): such a
+    phrase answers from where or with whom, not what; unless the question holds its
+    preposition ("What did he fix it with?") or asks for a title, a way, words said or an
+    event (:data:`_WHAT_OF_PHRASES`)."""
     if kind != "what":
         return False
     words = _lower_words(answer)
-    return bool(words) and words[0] in _NOT_A_REASON and len(words) <= _BARE_WORDS \
-        and words[0] not in _lower_words(question)
+    return _bare(words, _ORIGIN) and words[0] not in _lower_words(question) \
+        and not _WHAT_OF_PHRASES.search(question)
 
 
-_GIVES_REASON = re.compile(r"\b(?:because|so that|so as to|in order to|in order that|in case|"
-                           r"due to|owing to|otherwise|or else)\b|^\W*(?:since|as)\b", re.I)
+_GIVES_REASON = re.compile(r"^\W*(?:(?:and|but|just|only|mainly|partly|simply)\s+)?(?:because|"
+                           r"so that|so as to|in order to|in order that|in case|due to|"
+                           r"owing to|otherwise|or else)\b", re.I)
+# "As ..." / "Since ..." opening a clause give a reason, except as a time or a comparison ("as
+# soon as", "as well as", "since Monday").
+_AS_SINCE = re.compile(r"^\W*(as|since)\s+(\w+)", re.I)
+_AS_NOT_REASON = frozenset("soon well long far if though usual always much many a an".split())
 
 
 def gives_reason(answer: str) -> bool:
-    """Whether ``answer`` says a reason in so many words ("because the stock is salty", "so
-    that it cannot fall over", "in case it rains"): of the candidates that fit a *why*, these
-    come first (:meth:`as2d.runtime.ask.answer.Answerer.choose`)."""
-    return bool(_GIVES_REASON.search(answer))
+    """Whether ``answer`` opens with a reason said in so many words ("Because the stock is
+    salty", "So that it cannot fall over", "In case it rains", "As it was late"; not "the
+    school closed because ...", which restates before it gives one): of the candidates that
+    fit a *why*, these come first (:meth:`as2d.runtime.ask.answer.Answerer.choose`)."""
+    if _GIVES_REASON.match(answer):
+        return True
+    m = _AS_SINCE.match(answer)
+    if m is None:
+        return False
+    nxt = m.group(2).lower()
+    if m.group(1).lower() == "as":
+        return nxt not in _AS_NOT_REASON
+    return nxt not in _TIME and not _is_number(nxt)
 
 
 # "Besides X, what else ...?" sets X aside; "What comes after (before) X?" asks for what
@@ -707,11 +822,13 @@ def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str]
     kind = kind or question_kind(question)
     if kind == "name":
         names = names | first_word_names(spans)
-        if not named_with(answer, question, spans):
+        if not named_with(answer, question, spans) or \
+                not names_kind(answer, question, names, places):
             return False
     elif kind == "who":
         names = names | first_word_names(spans, subjects=True)
     return (fits(kind, answer, names, places) and not _bare_phrase(answer, question, kind)
+            and _in_the_group(answer, question, kind) and _a_measure(answer, question, kind)
             and adds_to(answer, question)
             and said(answer, spans) and bound(answer, question, spans, kind)
             and not_opposed(answer, question, spans, kind))

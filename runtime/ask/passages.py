@@ -292,7 +292,9 @@ def quoted(question: str) -> list[str]:
 # 1961."), and a sentence that does ("For nine *years* she tested ...") is no nearer the
 # answer for it; so it is no word to find the answer's place by.
 _ANSWER_TYPE = re.compile(r"\b((?:what|which)\s+)(?:years?|days?|dates?|months?|times?|hours?|"
-                          r"ages?|seasons?|centur(?:y|ies)|decades?)\b\s*", re.I)
+                          r"ages?|seasons?|centur(?:y|ies)|decades?)(?![-\w])\s*"
+                          r"(?=(?:did|does|do|is|was|were|are|will|would|could|should|can|"
+                          r"has|had|have|of|in|on|at|does|must|might|may)\b|\W*$)", re.I)
 
 
 def without_answer_type(question: str) -> str:
@@ -320,6 +322,28 @@ def rank_spans(spans: Sequence[Span], question: str) -> list[tuple[float, int]]:
             if any(have[j:j + len(want)] == want for j in range(len(have) - len(want) + 1)):
                 scores[i] += 2.0 * bonus
     return sorted(((sc, i) for i, sc in enumerate(scores)), key=lambda x: (-x[0], x[1]))
+
+
+_SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
+
+
+def best_sentence(spans: Sequence[Span], question: str) -> str | None:
+    """The sentence of the transcript that says the question's words most (:func:`rank_spans`
+    over sentences, not segments: a Whisper segment may hold several, and one sentence's
+    "because" is not another's), or None when none shares a word with it."""
+    text = " ".join(s.text.strip() for s in spans)
+    sentences = [Span(0.0, 0.0, t) for t in _SENTENCE_END.split(text) if t.strip()]
+    ranked = rank_spans(sentences, question)
+    if not ranked or ranked[0][0] <= 0:
+        return None
+    return sentences[ranked[0][1]].text
+
+
+def within(answer: str, sentence: str) -> bool:
+    """Whether the words of ``answer`` are said, in a row, in ``sentence`` (case and
+    punctuation aside)."""
+    a, s = _WORD.findall(answer.lower()), _WORD.findall(sentence.lower())
+    return bool(a) and any(s[i:i + len(a)] == a for i in range(len(s) - len(a) + 1))
 
 
 def focus(spans: Sequence[Span], question: str, after: int = 1) -> list[int]:
