@@ -1003,3 +1003,18 @@ def test_in_what_situation_asks_for_a_condition():
     austen = lines("Had he married a more amiable woman, he might have been more respectable.")
     assert qualifies("Had he married a more amiable woman.",
                      "Under what condition might he have been more respectable?", austen)
+
+
+def test_who_wrote_a_letter_is_the_name_under_its_closing():
+    """"Who signed the letter?" / "Who is the email from?": the name after "Best wishes,"; a
+    question about no letter, or a letter with no closing, takes nothing from this rule."""
+    email = lines("Dear Mr. Cole, thank you for your order of two chairs from Anna Price.",
+                  "They will arrive on Monday.", "Best wishes, Tom Baker.")
+    for question in ("Who signed the letter?", "Who wrote the email?",
+                     "Who is the email from?"):
+        signed = [c.text for c in candidates(email, question) if c.origin == "signed"]
+        assert signed == ["Tom Baker."], question
+        assert qualifies("Tom Baker.", question, email)
+    assert not [c for c in candidates(email, "Who sent the chairs?") if c.origin == "signed"]
+    plain = lines("Dear Mr. Cole, your chairs will arrive on Monday.")
+    assert not [c for c in candidates(plain, "Who wrote the letter?") if c.origin == "signed"]

@@ -724,10 +724,39 @@ def _reason_before(r: _Reading) -> Iterator[_Found]:
             yield _Found(max(lo, hi - 2 * r.max_words), hi, "reason", exact=True, pin=True)
 
 
+# "Who signed / wrote / sent the letter?", "Who is the email from?": a letter's writer is the
+# name after its closing ("Kind regards, Susan Ford.").
+_WRITER = re.compile(r"\bwho\b.*\b(?:sign\w*|wr[io]te|written|sent|send\w*|from)\b|\bwho\b.*"
+                     r"\b(?:letter|e-?mail|note|card|invitation|message)\b.*\bfrom\b", re.I)
+_WRITTEN = re.compile(r"\b(?:letter|e-?mail|note|card|invitation|message|postcard)s?\b", re.I)
+_CLOSING = frozenset("regards sincerely faithfully wishes love cheers thanks truly best "
+                     "respectfully warmly".split())
+_NAME_WORDS = 3
+
+
+def _signed(r: _Reading) -> Iterator[_Found]:
+    """"Who signed (wrote, sent) the letter?": the name after the letter's closing ("Kind
+    regards, Susan Ford."; up to three capitalised words); pinned."""
+    if not (_WRITER.search(r.question) and _WRITTEN.search(r.question)):
+        return
+    words = r.words
+    for i, w in enumerate(words[:-1]):
+        if w.text.rstrip(",.!:").lower() not in _CLOSING or \
+                not w.text.endswith((",", ".", "!", ":")):
+            continue
+        j = i + 1
+        while j < len(words) and j - i <= _NAME_WORDS and words[j].text[:1].isupper():
+            j += 1
+            if words[j - 1].text.endswith((".", ",", "!")):
+                break
+        if j > i + 1:
+            yield _Found(i + 1, j, "signed", exact=True, pin=True)
+
+
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
             _names_and_amounts, _people, _said_about, _first_and_last, _listed_with, _said_of,
             _preposition_object, _wh_slot, _verb_objects, _end_clause, _around_event,
-            _reason_before)
+            _reason_before, _signed)
 
 
 @dataclass(frozen=True)
@@ -1153,14 +1182,15 @@ def objects(found: Sequence[Candidate]) -> list[Candidate]:
 
 
 # Origins of candidates the answer is taken from when there are any (:func:`pinned`).
-_PINNED = ("object", "kind", "slot", "next", "end", "about")
+_PINNED = ("object", "kind", "slot", "next", "end", "about", "signed")
 
 
 def pinned(found: Sequence[Candidate]) -> list[Candidate]:
     """The candidates the question's own shape points at, when there are any: the object of
     the preposition or verb it ends on, the item listed with X ("besides X"), what is said of
     X ("what kind of X"), the words in its wh-slot ("From whom ...?"), the item after X ("which
-    card is called after X"), the first or last clause ("the last words"); else, for "what
+    card is called after X"), the first or last clause ("the last words"), the name under a
+    letter's closing ("who signed the letter"); else, for "what
     ... after X" ("before X"), those in the nearest part of a clause after (before) X's. The
     answer is one of them."""
     out = [c for c in found if c.origin in _PINNED]
