@@ -1018,3 +1018,54 @@ def test_who_wrote_a_letter_is_the_name_under_its_closing():
     assert not [c for c in candidates(email, "Who sent the chairs?") if c.origin == "signed"]
     plain = lines("Dear Mr. Cole, your chairs will arrive on Monday.")
     assert not [c for c in candidates(plain, "Who wrote the letter?") if c.origin == "signed"]
+
+
+def test_a_second_review_of_the_batch_5_classes():
+    """A reviewer's probes: each rule stays inside its class."""
+    letter = lines("Dear Mr. Cole,", "thank you for the two chairs.", "They arrived on Monday.",
+                   "Kind regards, Susan Ford.")
+    for question in ("Who was the letter sent to?", "Who did she write the letter to?",
+                     "Where does the woman who wrote the letter live?"):
+        assert not [c for c in candidates(letter, question) if c.origin == "signed"], question
+    card = lines("Thanks, Mary.", "The postman brought a card from the bank this morning.",
+                 "Tom opened it at lunch.")
+    assert not [c for c in candidates(card, "Who sent the card?") if c.origin == "signed"]
+    # words said are a *what* a phrase may answer
+    said_ = lines("When he asked her to dance, she said: With pleasure.")
+    assert qualifies("With pleasure.", "What did she say?", said_)
+    # a measure: the adjective itself, a signed number; "how high" and "how short" are free
+    snow = lines("Prices in the city are very high this year.",
+                 "Last night it was bitterly cold, minus five by midnight.",
+                 "The snow was knee-deep in the village.")
+    assert qualifies("Very high this year.", "How high are prices in the city?", snow)
+    assert qualifies("Knee-deep in the village.", "How deep was the snow in the village?", snow)
+    assert qualifies("Minus five.", "How cold was it last night?", snow)
+    assert not fits("reason", "By train.", set())
+    # a condition is asked only by "in what situation / under what circumstances"
+    assert question_kind("In what condition was the car when it arrived?") != "condition"
+    assert question_kind("What circumstances led to the fire?") != "condition"
+    from as2d.runtime.ask.kinds import states_condition
+    assert not states_condition("Call us when you can.")
+    assert states_condition("Only if it rains.") and states_condition("Had he married her.")
+    # a month may be a name, "St" names a church, a surname may be a place word
+    names = lines("Our neighbour's daughter, June, started school this week.",
+                  "The church, St Mary's, is on the corner.", "Her husband, Mr Hill, bakes.")
+    assert qualifies("June.", "What is her daughter's name?", names)
+    assert qualifies("St Mary's.", "What is the name of the church?", names)
+    assert qualifies("Mr Hill.", "What is her husband's name?", names)
+    # one content word before "so" is a reason
+    snowed = lines("It snowed, so the school closed early.", "Parents waited at the gate.")
+    assert [c.text for c in candidates(snowed, "Why did the school close early?")
+            if c.origin == "reason"] == ["It snowed."]
+    # the name of a word is a mention
+    pills = lines("Tablet one, tablet two, tablet three.")
+    assert count_answer(pills, "How many times does the name Tablet appear?") is not None
+
+
+def test_who_from_a_place_keeps_the_place():
+    """"Who *from Leeds* sent the honey?" is not "who sent the honey": the place picks the
+    sender; only a group of people ("who in her family", "who among the boys") is part of the
+    wh-phrase."""
+    honey = lines("On Monday, Anna from York sent the honey.",
+                  "On Tuesday, Tom from Leeds sent the honey too.")
+    assert _choose(honey, "Who from Leeds sent the honey?", ("anna", "york")) == "Tom."

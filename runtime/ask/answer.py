@@ -49,6 +49,7 @@ from as2d.runtime.ask.kinds import (
     qualifies,
     question_error,
     question_kind,
+    states_condition,
 )
 from as2d.runtime.ask.passages import (
     best_sentence,
@@ -378,8 +379,9 @@ class Answerer:
         # and "in what situation" for a reason or condition said in the question's sentence
         shaped = pinned(scored)
         kind = question_kind(question)
-        if not shaped and kind == "who":
-            shaped = [c for c in scored if c.origin == "before"]
+        if not shaped and kind == "who":  # a letter's writer, else the subject
+            shaped = [c for c in scored if c.origin == "signed"] or \
+                [c for c in scored if c.origin == "before"]
         elif not shaped and kind in ("reason", "condition"):
             # what a "so" clause saying the question's words follows from, a reason said as one
             # ("so that it ...") or a condition ("if you get a rash") in the sentence that says
@@ -387,7 +389,8 @@ class Answerer:
             sentence = best_sentence(context if context is not None else spans, question)
             shaped = [c for c in scored if c.origin == "reason" or (
                 sentence is not None and within(c.text, sentence)
-                and (kind == "condition" or gives_reason(c.text)))]
+                and (states_condition(c.text) if kind == "condition"
+                     else gives_reason(c.text)))]
         return shaped[0] if shaped else scored[0]
 
     def locate(self, spans: Sequence[Span], question: str, collector: AnswerStatsCollector,

@@ -322,7 +322,7 @@ def candidates(spans: Sequence[Span], question: str, max_after: int = 3, top_lin
     _measure_follows(r, found)
     found_all = list(found.out.values())
     if question_kind(question) == "who":  # a person's name or the subject first, whatever the limit
-        found_all.sort(key=lambda c: c.origin not in ("name", "before"))
+        found_all.sort(key=lambda c: c.origin not in ("signed", "name", "before"))
     # what the question's shape points at is kept whatever the limit (a long list's item)
     found_all.sort(key=lambda c: c.origin not in _PINNED and c.follows != 0)
     return found_all[:limit]
@@ -701,7 +701,7 @@ def _reason_before(r: _Reading) -> Iterator[_Found]:
     closed early."): what its sentence says before that clause, or the sentence before when
     the clause opens its own, is the reason (origin ``reason``; preferred for a *why* by
     :meth:`as2d.runtime.ask.answer.Answerer.choose`). A spoken "so" after a filler ("Right,
-    so ...") gives none."""
+    so ...") gives none; one content word is enough ("It snowed, so ...")."""
     if question_kind(r.question) != "reason" or not r.qcontent:
         return
     words, clauses, sentences = r.words, r.clauses, r.sentences
@@ -719,28 +719,33 @@ def _reason_before(r: _Reading) -> Iterator[_Found]:
             continue  # a consequence of something else
         lo, hi = (s0, a) if s0 < a else (sentences[si - 1] if si > 0 else (a, a))
         said = [w for w in words[lo:hi] if _bare(w.text) not in _FILLERS]
-        if len(content_words(" ".join(w.text for w in said))) >= 2:
+        if content_words(" ".join(w.text for w in said)):
             # (named ``reason`` even where another source found the words first)
             yield _Found(max(lo, hi - 2 * r.max_words), hi, "reason", exact=True, pin=True)
 
 
-# "Who signed / wrote / sent the letter?", "Who is the email from?": a letter's writer is the
-# name after its closing ("Kind regards, Susan Ford.").
-_WRITER = re.compile(r"\bwho\b.*\b(?:sign\w*|wr[io]te|written|sent|send\w*|from)\b|\bwho\b.*"
-                     r"\b(?:letter|e-?mail|note|card|invitation|message)\b.*\bfrom\b", re.I)
-_WRITTEN = re.compile(r"\b(?:letter|e-?mail|note|card|invitation|message|postcard)s?\b", re.I)
+# "Who signed / wrote / sent the letter?", "Who is the email from?": who the question makes
+# the writer (not "Who was the letter sent *to*?", not "the woman who wrote the letter").
+_WRITER = re.compile(r"^\W*who\s+(?:(?:has|had)\s+)?(?:signed|wrote|written|sent)\s+(?:the|this|"
+                     r"that|a|an|his|her|their)\s+(?:\w+\s+)?(?:letter|e-?mail|note|card|"
+                     r"invitation|message|postcard)\W*$|^\W*who\s+(?:is|was)\s+(?:the|this|"
+                     r"that)\s+(?:\w+\s+)?(?:letter|e-?mail|note|card|invitation|message|"
+                     r"postcard)\s+from\W*$", re.I)
 _CLOSING = frozenset("regards sincerely faithfully wishes love cheers thanks truly best "
                      "respectfully warmly".split())
 _NAME_WORDS = 3
 
 
 def _signed(r: _Reading) -> Iterator[_Found]:
-    """"Who signed (wrote, sent) the letter?": the name after the letter's closing ("Kind
-    regards, Susan Ford."; up to three capitalised words); pinned."""
-    if not (_WRITER.search(r.question) and _WRITTEN.search(r.question)):
+    """"Who signed (wrote, sent) the letter?": the name after the letter's last closing ("Kind
+    regards, Susan Ford."; up to three capitalised words), where a closing ends the transcript's
+    words, not "Thanks, Mary." said at its start; preferred for *who* by
+    :meth:`as2d.runtime.ask.answer.Answerer.choose`."""
+    if not _WRITER.search(r.question):
         return
     words = r.words
-    for i, w in enumerate(words[:-1]):
+    for i in range(len(words) - 2, max(-1, len(words) - 2 - 2 * _NAME_WORDS), -1):
+        w = words[i]
         if w.text.rstrip(",.!:").lower() not in _CLOSING or \
                 not w.text.endswith((",", ".", "!", ":")):
             continue
@@ -751,6 +756,7 @@ def _signed(r: _Reading) -> Iterator[_Found]:
                 break
         if j > i + 1:
             yield _Found(i + 1, j, "signed", exact=True, pin=True)
+        return
 
 
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
@@ -1182,15 +1188,14 @@ def objects(found: Sequence[Candidate]) -> list[Candidate]:
 
 
 # Origins of candidates the answer is taken from when there are any (:func:`pinned`).
-_PINNED = ("object", "kind", "slot", "next", "end", "about", "signed")
+_PINNED = ("object", "kind", "slot", "next", "end", "about")
 
 
 def pinned(found: Sequence[Candidate]) -> list[Candidate]:
     """The candidates the question's own shape points at, when there are any: the object of
     the preposition or verb it ends on, the item listed with X ("besides X"), what is said of
     X ("what kind of X"), the words in its wh-slot ("From whom ...?"), the item after X ("which
-    card is called after X"), the first or last clause ("the last words"), the name under a
-    letter's closing ("who signed the letter"); else, for "what
+    card is called after X"), the first or last clause ("the last words"); else, for "what
     ... after X" ("before X"), those in the nearest part of a clause after (before) X's. The
     answer is one of them."""
     out = [c for c in found if c.origin in _PINNED]
@@ -1250,7 +1255,11 @@ def _bare(text: str) -> str:
 # The group a wh-word picks from ("Who *in her family* worked ...", "Which *of the boys*
 # ...", "Who *among them* ..."): part of the wh-phrase, not words the transcript says there.
 _RESTRICTED = re.compile(r"\b(who|whom|which)\s+(?:in|of|among|from)\s+(?:(?:the|his|her|their|"
-                         r"its|my|your|our|this|that|these|those)\s+)?[A-Za-z'-]+", re.I)
+                         r"its|my|your|our|these|those)\s+)?(?:family|families|relatives|"
+                         r"relations|parents|children|kids|brothers|sisters|siblings|cousins|"
+                         r"grandparents|grandchildren|friends|boys|girls|men|women|people|"
+                         r"students|pupils|players|staff|team|group|class|guests|neighbours|"
+                         r"neighbors|them|us)\b", re.I)
 
 
 def _leading(words: Sequence[TranscriptWord], question: str,
@@ -1287,7 +1296,8 @@ _HOW_MANY_TIMES = re.compile(r"\bhow (?:many times|often)\b", re.I)
 # saying or hearing, or the word itself.
 _OF_WORDS = re.compile(r"\b(?:say|says|said|saying|mention\w*|repeat\w*|hear|hears|heard|"
                        r"utter\w*|speak|speaks|spoke|spoken|speaking|pronounce\w*|word|words|"
-                       r"phrase|phrases|talk(?:s|ed|ing)? about|refer\w* to|"
+                       r"phrase|phrases|talk(?:s|ed|ing)? about|refer\w* to|appear\w*|"
+                       r"occur\w*|named|"
                        r"br(?:ing|ings|inging|ought) up|comes? up|came up)\b", re.I)
 _COUNT_WORDS = ("never", "once", "twice", "three times", "four times", "five times",
                 "six times", "seven times", "eight times", "nine times", "ten times")

@@ -71,9 +71,8 @@ _KINDS = (
     ("time", re.compile(r"\b(?:when|what time|what year|what day|which year|which day)\b", re.I)),
     ("who", re.compile(r"\b(?:who|whom|whose)\b", re.I)),
     # a condition: "In what situation ...?", "Under what circumstances ...?"
-    ("condition", re.compile(r"\b(?:(?:in|under) (?:what|which) (?:situations?|circumstances?|"
-                             r"conditions?|cases?)|what (?:situations?|circumstances?))\b",
-                             re.I)),
+    ("condition", re.compile(r"\b(?:(?:in|under) (?:what|which) (?:situations?|circumstances?)|"
+                             r"under (?:what|which) conditions?|in what cases?)\b", re.I)),
     # a reason: "Why ...?", "For what reason ...?", "What is the reason ...?", "How come ...?"
     ("reason", re.compile(r"\b(?:why|how come|for what reasons?|what(?:['\u2019]s|\s+(?:is|was|"
                           r"are|were))?\s+(?:(?:the|his|her|their|its|your|my|our)\s+)?(?:main\s+|"
@@ -321,16 +320,17 @@ def named_with(answer: str, question: str, spans: Sequence[Span]) -> bool:
                for said, nxt in zip(sentences, sentences[1:] + [set()]))
 
 
-_TITLES = frozenset("mr mrs ms miss dr doctor sir madam professor prof lady lord captain "
-                    "father sister brother saint st".split())
+# Titles of a person (not "St", "Lady", "Father": a church, a ship, a pub take them too).
+_TITLES = frozenset("mr mrs ms miss dr doctor sir madam professor prof captain".split())
+_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 
 
 def names_kind(answer: str, question: str, names: set[str], places: set[str]) -> bool:
     """For "What is the name of X?", whether ``answer`` is the name of X's kind of thing: a
     person's X ("the harbour master's name") is named by a name that is no place's ("Castle"
-    of "Castle Island", "Island") and no day's or month's ("until Monday"), a thing ("the name
-    of the antibiotic") not by a person's, one with a title ("Dr Rivera"). True where the
-    question names no X."""
+    of "Castle Island", "the ferry to Castle Island") and no weekday's ("until Monday"; a
+    month may be a name, June), a thing ("the name of the antibiotic") not by a person's, one
+    with a title ("Dr Rivera"). True where the question names no X."""
     m = _NAME_OF.search(question)
     if not m:
         return True
@@ -339,8 +339,12 @@ def names_kind(answer: str, question: str, names: set[str], places: set[str]) ->
     if not head or not words:
         return True
     if is_person(head[0]):
-        return any(w in names and w not in places and w not in _TIME and w not in _PLACE_WORDS
-                   for w in words)
+        # a name that is no place's and no weekday's, in an answer that is no place phrase
+        # ("the ferry to Castle Island")
+        if any(w in _PLACE_PREPOSITIONS and j + 1 < len(words) and words[j + 1] in names
+               for j, w in enumerate(words)):
+            return False
+        return any(w in names and w not in places and w not in _WEEKDAYS for w in words)
     return words[0] not in _TITLES
 
 
@@ -584,7 +588,7 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
             or any(w in _PLACE_PREPOSITIONS_ALL and _thing_after(words, i)
                    for i, w in enumerate(words))
     if kind == "condition":  # "if you get a rash", "unless it rains", "had he married ..."
-        return bool(set(words) & _CONDITION_WORDS) or words[0] in _INVERTED
+        return states_condition(answer)
     if kind == "reason":
         # a reason, or what a reason may be said with ("To pick up his daughter.", "For a foul
         # ...", "By accident.", "So that it cannot fall over."); not a bare phrase of place,
@@ -599,17 +603,26 @@ def fits(kind: str, answer: str, names: set[str], places: set[str] = frozenset()
 
 # What opens a phrase of place, means or time, which alone gives no reason ("Why should the
 # bookcase be fixed to the wall?" is not answered "With the strap."); and words that give one
-# ("by accident", "in memory of", "on account of", "from the frost").
-_NOT_A_REASON = frozenset("in at on with into inside outside under near beside during until "
-                          "till across behind onto upon within".split())
+# ("by accident", "in memory of", "on account of"; "from the frost" is a cause).
+_NOT_A_REASON = frozenset("in at on with by through over into inside outside under near beside "
+                          "during until till across behind onto upon within".split())
 _REASON_WORDS = frozenset("""
 because since so as cause caused causes reason reasons due order otherwise else case lest
 accident mistake memory honour honor protest account behalf response fear lack request sake
 thanks result
 """.split())
-_CONDITION_WORDS = frozenset("if unless when whenever provided providing case lest".split())
-# an inverted condition: "*Had* he married a more amiable woman, ...", "*Should* it rain, ..."
-_INVERTED = frozenset({"had", "were", "should"})
+# A condition said as one, opening the answer: "If you get a rash", "Unless it rains", "In case
+# of fire", "Only when it is dark", or inverted: "*Had* he married a more amiable woman".
+_CONDITION = re.compile(r"^\W*(?:(?:and|but|only|even|just|except)\s+)?(?:if|unless|when|"
+                        r"whenever|provided|providing|in case|as long as|so long as|once|"
+                        r"(?:had|were|should)\s+(?:he|she|it|they|we|you|i|there|the|a|an|"
+                        r"[a-z]+['\u2019]s)\b)\b", re.I)
+
+
+def states_condition(answer: str) -> bool:
+    """Whether ``answer`` opens with a condition (:data:`_CONDITION`): what "in what
+    situation" asks for."""
+    return bool(_CONDITION.match(answer))
 _BARE_WORDS = 4  # a phrase, not a clause ("Over night it turns much colder" says more)
 _SUBJECTS = frozenset("i you he she it we they there".split())
 
@@ -621,31 +634,31 @@ def _bare(words: Sequence[str], openers: frozenset[str]) -> bool:
         and not _SUBJECTS & set(words[1:])
 
 
-# "Who in her family ...?", "Which of his parents ...?", "Which relative ...?": who is one of
-# the family, so the answer says which one ("her mother"), not a name said elsewhere.
-_FAMILY = re.compile(r"\b(?:who|whom|which(?: one)?)\s+(?:in|of|among|from)\s+(?:(?:the|his|her|"
-                     r"their|my|your|our|its)\s+)?(?:family|families|relatives|relations|parents|"
-                     r"children|kids|brothers|sisters|siblings|cousins|grandparents)\b|"
-                     r"\b(?:which|what) (?:relative|relation|family member|parent)\b", re.I)
+# "Who in her family ...?", "Who among his relatives ...?": who is one of the family, so the
+# answer says which one ("her mother"), not a name said elsewhere.
+_FAMILY = re.compile(r"\b(?:who|whom)\s+(?:in|of|among|from)\s+(?:(?:the|his|her|their|my|your|"
+                     r"our|its)\s+)?(?:family|families|relatives|relations)\b", re.I)
+_KIN_PLURALS = frozenset({"kids", "grandchildren", "children", "relatives", "folks"})
 
 
 def _in_the_group(answer: str, question: str, kind: str) -> bool:
     """Whether a *who* restricted to a family (:data:`_FAMILY`) is answered with a word for a
-    relative ("her mother", "his two uncles"); every other answer passes."""
+    relative ("her mother", "his two uncles", "her grandchildren"); every other answer
+    passes."""
     if kind != "who" or not _FAMILY.search(question):
         return True
-    return any(w in _RELATIONS or (w.endswith("s") and w[:-1] in _RELATIONS)
+    return any(w in _RELATIONS or w in _KIN_PLURALS or (w.endswith("s") and w[:-1] in _RELATIONS)
                for w in _lower_words(answer))
 
 
 # "How tall / heavy / deep ...?" asks for a measure ("two metres"), unlike "how big" ("a small
 # hotel" says it); "how warm / cold ...?" for a temperature ("about 19 degrees", "below
 # freezing"), which a bare number ("Four.") does not say.
-_MEASURED = re.compile(r"\bhow (tall|high|wide|deep|heavy|thick|short|warm|hot|cold|cool)\b",
-                       re.I)
+_MEASURED = re.compile(r"\bhow (tall|wide|deep|heavy|thick|warm|hot|cold|cool)\b", re.I)
 _TEMPERATURE = frozenset("degree degrees celsius centigrade fahrenheit freezing zero frost "
                          "warm warmer warmest hot hotter hottest cold colder coldest cool cooler "
                          "mild chilly".split())
+_SIGNED = frozenset({"minus", "plus", "below", "above"})  # "minus five", "below 10"
 _UNITS = frozenset("""
 metre metres meter meters centimetre centimetres centimeter centimeters millimetre
 millimetres kilometre kilometres kilometer kilometers foot feet inch inches yard yards mile
@@ -655,14 +668,20 @@ stone storey storeys story stories floor floors
 
 
 def _a_measure(answer: str, question: str, kind: str) -> bool:
-    """Whether the answer to "how tall ..." says an amount or a unit, and to "how warm ..." a
-    temperature (:data:`_MEASURED`); every other answer passes."""
+    """Whether the answer to "how tall ..." says an amount, a unit or the adjective itself
+    ("knee-deep", "very heavy"), and to "how warm ..." a temperature ("19 degrees", "minus
+    five", "freezing") (:data:`_MEASURED`); every other answer passes."""
     m = _MEASURED.search(question)
     if m is None or kind not in ("size", "other"):
         return True
+    asked = m.group(1).lower()
     words = _lower_words(answer)
-    if m.group(1).lower() in ("warm", "hot", "cold", "cool"):
-        return any(w in _TEMPERATURE for w in words)
+    if any(asked in w for w in words):
+        return True
+    if asked in ("warm", "hot", "cold", "cool"):
+        return any(w in _TEMPERATURE or (w in _SIGNED and i + 1 < len(words)
+                                         and _is_number(words[i + 1]))
+                   for i, w in enumerate(words))
     return any(_is_number(w) or w in _UNITS for w in words)
 
 
@@ -670,7 +689,7 @@ def _a_measure(answer: str, question: str, kind: str) -> bool:
 _ORIGIN = frozenset({"from", "with"})
 # A *what* a phrase may answer: a title ("On the Road"), a way or route ("By train"), words
 # said or written, an event.
-_WHAT_OF_PHRASES = re.compile(r"(?:book|film|movie|song|title|name|called|way|route|say|says|"
+_WHAT_OF_PHRASES = re.compile(r"\b(?:book|film|movie|song|title|name|called|way|route|say|says|"
                               r"said|shout\w*|write|wrote|written|sign|happen\w*|like)\b", re.I)
 
 

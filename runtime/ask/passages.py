@@ -294,7 +294,7 @@ def quoted(question: str) -> list[str]:
 _ANSWER_TYPE = re.compile(r"\b((?:what|which)\s+)(?:years?|days?|dates?|months?|times?|hours?|"
                           r"ages?|seasons?|centur(?:y|ies)|decades?)(?![-\w])\s*"
                           r"(?=(?:did|does|do|is|was|were|are|will|would|could|should|can|"
-                          r"has|had|have|of|in|on|at|does|must|might|may)\b|\W*$)", re.I)
+                          r"has|had|have|of|in|on|at|must|might|may)\b|\W*$)", re.I)
 
 
 def without_answer_type(question: str) -> str:
@@ -324,7 +324,9 @@ def rank_spans(spans: Sequence[Span], question: str) -> list[tuple[float, int]]:
     return sorted(((sc, i) for i, sc in enumerate(scores)), key=lambda x: (-x[0], x[1]))
 
 
-_SENTENCE_END = re.compile(r"(?<=[.?!])\s+")
+# (not after a title: "Mr. Price was angry" is one sentence)
+_SENTENCE_END = re.compile(r"(?<=[.?!])(?<!\bMr\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bMrs\.)"
+                           r"\s+")
 
 
 def best_sentence(spans: Sequence[Span], question: str) -> str | None:
