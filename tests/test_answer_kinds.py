@@ -30,7 +30,7 @@ SPANS = [Span(0.0, 4.0, "And Mr. John Dashwood had then leisure to consider how 
     ("How long did he stay?", "duration"),
     ("What time does it open?", "time"),  # the more specific phrase
     ("Mary planted the roses, and what did Tom do?", "what"),
-    ("Why do they walk slowly?", "other"),
+    ("Why do they walk slowly?", "reason"),
 ])
 def test_the_kind_is_the_first_wh_phrases(question, kind):
     assert question_kind(question) == kind
