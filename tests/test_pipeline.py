@@ -340,3 +340,52 @@ def test_a_stop_during_language_detection_interrupts_the_run_without_an_error(wh
     segments = list(t.transcribe(load_audio(files[0]), TranscribeOptions(), info))
     assert segments == [] and info.interrupted
     assert not encoder_threads()
+
+
+def test_a_stop_reaches_the_first_windows_encoder_while_the_run_waits_for_it(whisper, files):
+    """The first window is encoded ahead on a thread of its own; the run waits for it. A stop
+    that comes during that wait must abandon the encoder run, not let it finish its whole
+    window (a live session's next decode used to wait up to 0.3 s for it)."""
+    from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
+    from as2d.runtime.transcribe.strategy import Window
+    from as2d.runtime.whisper.features import N_FRAMES, LogMel
+
+    target = whisper("base")
+    mel = LogMel(load_audio(files[0]), target.dims.n_mels)
+    first = Window(0, 0, min(N_FRAMES, mel.n_frames))
+    gate = threading.Event()  # the encoder thread waits here before its run
+
+    class Gated:
+        def __enter__(self):
+            gate.wait(30)
+
+        def __exit__(self, *exc):
+            return False
+
+    encoding = AheadEncoding(target, mel, first, lambda mel, window: Gated())
+    runner = WindowRunner(target)
+    runner.adopt(encoding)
+    taken = []
+    taker = threading.Thread(target=lambda: taken.append(runner._take_pending(first)))
+    taker.start()
+    deadline = time.monotonic() + 10
+    while not _waiting_in(taker, "result") and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert _waiting_in(taker, "result"), "the run never waited for the encoding"
+    runner.stop()
+    gate.set()
+    taker.join(30)
+    assert encoding.run_options.terminate, "the stop did not reach the encoder being waited for"
+    assert taken == [(None, 0.0)]  # abandoned: the caller encodes again (or stops)
+    assert runner._pending is None
+    assert not encoder_threads()
+
+
+def _waiting_in(thread: threading.Thread, function: str) -> bool:
+    """Whether ``thread`` is inside ``function`` (anywhere on its stack)."""
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name == function:
+            return True
+        frame = frame.f_back
+    return False

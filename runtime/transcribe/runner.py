@@ -167,16 +167,22 @@ class WindowRunner:
         """The encoding started ahead, if it is ``window``'s (waited for). One that failed
         (a stop abandoned it) is done again by the caller, which then reports any error; one
         for another window (its first window was skipped) is abandoned."""
-        pending, self._pending = self._pending, None
+        pending = self._pending
         if pending is None:
             return None, 0.0
         if pending.key != (window.seek, window.size):
+            self._pending = None
             pending.abandon()
             return None, 0.0
         try:
+            # Still reachable through ``_pending`` while it is waited for, so that a stop()
+            # now abandons the run (a live session's next utterance waited for this
+            # encoder's whole window, up to 0.3 s, when it was dropped before the wait).
             return pending.result()
         except Exception:  # noqa: BLE001 - encoded again in this thread
             return None, 0.0
+        finally:
+            self._pending = None
 
     def encode(self, window: Window, mel: LogMel) -> tuple[AudioContext, float]:
         """The target's encoding of ``window`` and the encoder seconds to charge to it: a kept
