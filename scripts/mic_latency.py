@@ -13,7 +13,9 @@ word was committed; it prints the median and p90 per decoder, with the pooled de
 
 A decoder name followed by ``:old`` runs the session as it was before the latency work (the
 final decode waits for the full ``--silence``, the tail pad is the start pad, no settle commit,
-no previous-decode candidates), so old and new are measured interleaved on the same load.
+no previous-decode candidates), so old and new are measured interleaved on the same load;
+``:drafted`` keeps the drafter beside decodes that have the previous decode as candidates
+(``LiveOptions.drafter_with_hints``; by default they run with the target alone).
 ``--set tune`` is the clips the settle/tail defaults were chosen on (LibriVox), ``--set eval``
 clips never used to tune (cards, moonshine-voice assets).
 
@@ -117,6 +119,8 @@ def main() -> int:
         if d.endswith(":old"):
             return LiveOptions(language="en", hints=False,
                                endpoint=EndpointConfig(tail=None, settle=None))
+        if d.endswith(":drafted"):  # the drafter beside decodes that have a hint, too
+            return LiveOptions(language="en", drafter_with_hints=True)
         return LiveOptions(language="en")
 
     cuts = {d: [0, 0] for d in decoders}  # early commits that resumed, mid-sentence ends

@@ -331,12 +331,15 @@ def test_paced_dictation_commits_incrementally_and_reports_latency(bundle, tmp_p
     assert wer <= 0.15, (reference, session.text)
 
 
-@pytest.mark.parametrize("inner", ["target", "as2d"])
-def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, bundle, librivox):
-    """A re-decode of a grown utterance, with its previous decode offered first (before the
-    drafter's stream): the same tokens as without, in fewer target passes."""
+@pytest.mark.parametrize("inner,drafter_with_hints",
+                         [("target", False), ("as2d", False), ("as2d", True)])
+def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, drafter_with_hints,
+                                                                     bundle, librivox):
+    """A re-decode of a grown utterance, with its previous decode offered first: the same tokens
+    as without, in fewer target passes. Beside AS²D, the decode without a hint is drafted, and
+    the hinted one runs with the target alone unless ``drafter_with_hints``."""
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.events import WindowDone
+    from as2d.runtime.events import RunStarted, WindowDone
     from as2d.runtime.live.hints import HintedStrategy
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
@@ -355,26 +358,41 @@ def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, bundl
     opts = TranscribeOptions(language="en")
 
     def decode(decoder, audio):
-        passes = []
-        t = LongFormTranscriber(target, decoder, lambda e: isinstance(e, WindowDone)
-                        and passes.append(e.stats.passes))
+        passes, runs = [], []
+
+        def listen(e):
+            if isinstance(e, WindowDone):
+                passes.append(e.stats.passes)
+            elif isinstance(e, RunStarted):
+                runs.append((e.decoder, e.drafter))
+
+        t = LongFormTranscriber(target, decoder, listen)
         tokens = [tok for seg in t.transcribe(audio, opts) for tok in seg.tokens]
-        return tokens, sum(passes)
+        return tokens, sum(passes), runs
 
     try:
-        reference, plain_passes = decode(plain, grown)
-        hinted = HintedStrategy(plain)
-        decode(hinted, earlier)  # the decode of the utterance 0.7 of the way through
+        reference, plain_passes, _ = decode(plain, grown)
+        hinted = HintedStrategy(plain, drafter_with_hints)
+        _, _, first_runs = decode(hinted, earlier)  # the utterance 0.7 of the way through
         assert hinted.last, "the hint is what the earlier decode committed"
         hinted.previous, hinted.offered, hinted.accepted = hinted.last, 0, 0
-        tokens, hinted_passes = decode(hinted, grown)
+        stream = getattr(plain, "stream", None)
+        tokens, hinted_passes, runs = decode(hinted, grown)
+        drafted_again = getattr(plain, "stream", None) is not stream
     finally:
         plain.close()
     assert tokens == reference
+    if inner == "as2d":
+        assert first_runs == [("as2d", drafter.name)]  # no hint: the drafter drafts
+        if drafter_with_hints:
+            assert runs == [("as2d", drafter.name)] and drafted_again
+        else:
+            assert runs == [("target", None)] and not drafted_again
     # The earlier decode heard "Cold to be ..." where the whole clip says "Rather to be ...":
     # the look-up re-synchronises after the changed word and copies the rest of the prefix.
-    if inner == "target":  # beside a drafter, who proposes depends on the drafter's timing
+    if not drafter_with_hints:  # beside a drafter, who proposes depends on its timing
         assert hinted.accepted >= 5, (hinted.accepted, len(reference))
+    if inner == "target":
         assert hinted_passes < plain_passes, (hinted_passes, plain_passes)
 
 

@@ -74,9 +74,9 @@ class LiveOptions:
     # Ended utterances waiting for the decoder are decoded together, up to this much audio
     # (one 30-s Whisper window): the encoder costs the same for 2 s as for 28 s.
     merge_seconds: float = 28.0
-    # Share of the time the decoder may spend on growing-utterance decodes. A decode cannot
-    # be interrupted inside the encoder, so an end of speech that finds one running waits for
-    # it: at 0.5 the expected wait is a quarter of a decode instead of half of one.
+    # Share of the time the decoder may spend on growing-utterance decodes (an end of speech
+    # that finds one running abandons it within one operator, its encoder run included): the
+    # rest is left to the VAD, the audio callback and whatever else the machine runs.
     partial_duty: float = 0.5
     agreement: int = 2  # LocalAgreement-n
     language: str | None = None  # None: detected on the first utterance, then kept
@@ -87,6 +87,8 @@ class LiveOptions:
     speculative_final: bool = True  # decode at the tentative end, reuse it if the end holds
     # The previous decode of the same utterance is offered as candidates to the next one.
     hints: bool = True
+    # ... and a decode that has one runs without the drafter beside it (see HintedStrategy).
+    drafter_with_hints: bool = False
 
 
 @dataclass
@@ -122,6 +124,7 @@ class LiveSession:
             if not isinstance(transcriber.strategy, HintedStrategy):
                 transcriber.strategy = HintedStrategy(transcriber.strategy)
             self.hinted = transcriber.strategy
+            self.hinted.drafter_with_hints = self.options.drafter_with_hints
         self.decoder_name, self.drafter_name = decoder, drafter
         self.endpointer = Endpointer(self.options.endpoint, vad.frame_samples, SAMPLE_RATE)
         self.language = self.options.language
@@ -447,8 +450,10 @@ class LiveSession:
         finally:
             gen.close()
             self._job = None
-            if self.hinted is not None and u is not None and self.hinted.last:
-                u.hint = self.hinted.last  # even a cancelled decode's prefix is a good guess
+            if self.hinted is not None:
+                if u is not None and self.hinted.last:
+                    u.hint = self.hinted.last  # even a cancelled decode's prefix is a good guess
+                self.hinted.previous = None  # (the engine may transcribe a file next)
         if info.interrupted:  # cancelled (a decode that completed first is still good)
             return None
         if self.language is None and info.language and (job.final or
