@@ -15,7 +15,9 @@ A decoder name followed by ``:old`` runs the session as it was before the latenc
 final decode waits for the full ``--silence``, the tail pad is the start pad, no settle commit,
 no previous-decode candidates), so old and new are measured interleaved on the same load;
 ``:drafted`` keeps the drafter beside decodes that have the previous decode as candidates
-(``LiveOptions.drafter_with_hints``; by default they run with the target alone).
+(``LiveOptions.drafter_with_hints``; by default they run with the target alone), and
+``:tail=S`` sets the endpointer's tail (the wait before the speculative final decode); they
+combine (``as2d:drafted:tail=0.05``).
 ``--set tune`` is the clips the settle/tail defaults were chosen on (LibriVox), ``--set eval``
 clips never used to tune (cards, moonshine-voice assets).
 
@@ -116,12 +118,19 @@ def main() -> int:
                for d in decoders}
 
     def live_options(d: str) -> LiveOptions:
-        if d.endswith(":old"):
+        mods = d.split(":")[1:]
+        if "old" in mods:
             return LiveOptions(language="en", hints=False,
                                endpoint=EndpointConfig(tail=None, settle=None))
-        if d.endswith(":drafted"):  # the drafter beside decodes that have a hint, too
-            return LiveOptions(language="en", drafter_with_hints=True)
-        return LiveOptions(language="en")
+        endpoint = EndpointConfig()
+        for m in mods:
+            if m.startswith("tail="):  # the tentative end's wait, seconds
+                endpoint = EndpointConfig(tail=float(m[5:]))
+            elif m != "drafted":
+                sys.exit(f"mic_latency: unknown decoder modifier {m!r} in {d!r}")
+        # drafted: the drafter beside decodes that have a hint, too
+        return LiveOptions(language="en", drafter_with_hints="drafted" in mods,
+                           endpoint=endpoint)
 
     cuts = {d: [0, 0] for d in decoders}  # early commits that resumed, mid-sentence ends
     hints = {d: [0, 0] for d in decoders}
@@ -183,6 +192,24 @@ def main() -> int:
         summary[d]["false_cuts"] = {"early_commit_resumed": cuts[d][0],
                                     "mid_sentence_ends": cuts[d][1]}
         summary[d]["hint_candidates"] = {"offered": hints[d][0], "accepted": hints[d][1]}
+    # The committed text of every clip, against the first configuration's (a shorter tail must
+    # not clip the last word; the decoders themselves cannot change it).
+    first = decoders[0]
+
+    def clip_texts(d: str) -> dict[str, str]:
+        out: dict[str, list[str]] = {}
+        for r in results[d]:
+            out.setdefault(r["clip"], []).append(r["text"] or "")
+        return {c: " ".join(t) for c, t in out.items()}
+
+    base_texts = clip_texts(first)
+    for d in decoders[1:]:
+        other = clip_texts(d)
+        differ = sorted(c for c in set(base_texts) | set(other)
+                        if base_texts.get(c) != other.get(c))
+        summary[d]["clips_with_other_text_than"] = {"config": first, "clips": differ}
+        print(f"{d}: committed text differs from {first}'s on {len(differ)} of "
+              f"{len(base_texts)} clips" + (f" ({', '.join(differ)})" if differ else ""))
     if args.json:
         args.json.write_text(json.dumps({"summary": summary, "utterances": results},
                                         indent=2) + "\n")
