@@ -180,6 +180,26 @@ def test_agreement_never_withdraws_and_aligns_a_changed_mind():
     assert tail_after(["Hello,"], ["Hello!", "world"]) == ["world"]
 
 
+def test_agreement_skips_changed_words_but_not_new_ones():
+    """After the last word both have, a hypothesis word spelt like the next committed one is
+    that word changed (skipped); an unlike one is new text (kept). Seen live: a settle had
+    committed "... for good or for", the next decode heard "... for good or evil in the
+    superlative", and skipping one word for the committed "for" lost "evil"."""
+    w = str.split
+    assert tail_after(w("received for good or for"), w("received for good or evil in the")) \
+        == w("evil in the")
+    assert tail_after(w("was so far light."), w("was so far like the present period.")) \
+        == w("the present period.")
+    assert tail_after(w("some of its noises"), w("some of its noisiest authorities")) \
+        == ["authorities"]
+    assert tail_after(w("of its compassion"), w("of its comparison only.")) == ["only."]
+    # Merged and split words.
+    assert tail_after(w("not an ill disposed"), w("not an ill-disposed young man.")) \
+        == w("young man.")
+    assert tail_after(w("not an ill-disposed"), w("not an ill disposed young man.")) \
+        == w("young man.")
+
+
 # -- voice activity detection ---------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["silero", "energy"])
 def test_vad_on_silence_and_on_speech(kind, librivox):

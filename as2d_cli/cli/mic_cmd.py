@@ -77,7 +77,7 @@ class MicRequest:
         "--pad", help="Seconds of audio kept before the speech.")] = 0.25
     tail: Annotated[float, typer.Option(
         "--tail", help="Seconds of silence kept after the speech; the utterance's final "
-                       "decode starts once they are in.")] = 0.1
+                       "decode starts once they are in.")] = 0.05
     settle: Annotated[float, typer.Option(
         "--settle", help="Seconds of pause that commit the utterance's text (it stays open "
                          "until --silence); 0: commit only when it ends.")] = 0.25

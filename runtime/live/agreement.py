@@ -35,7 +35,11 @@ def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
 
     Normally the hypothesis starts with them. When Whisper changed its mind about a committed
     word (or merged or split words), the normalised word sequences are aligned and the tail
-    starts after the last committed word that the hypothesis also has.
+    starts after the last committed word that the hypothesis also has, and after the
+    hypothesis words that stand for the committed words after it: a word spelt alike ("light"
+    → "like", a cut "noises" → "noisiest") was changed and is skipped; an unlike one is new
+    (the committed "for good or for" against "for good or evil in": the hypothesis dropped the
+    second "for", and "evil" is what comes after it, not a word to skip).
     """
     n = len(committed)
     if hypothesis[:n] == committed:
@@ -49,9 +53,28 @@ def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
     if not blocks:
         return hypothesis[min(n, len(hypothesis)):]
     last = blocks[-1]
-    unmatched = n - (last.a + last.size)  # committed words after the last match
-    j = last.b + last.size + max(0, unmatched)
+    j = last.b + last.size
+    for word in a[last.a + last.size:]:  # committed words after the last match
+        if j < len(b) and _alike(word, b[j]):
+            # Changed (or cut, or merged): its new spelling is not new text; nor are the next
+            # words where the hypothesis split it ("illdisposed" → "ill", "disposed").
+            joined, j = b[j], j + 1
+            while j < len(b) and b[j] and word.startswith(joined + b[j]):
+                joined, j = joined + b[j], j + 1
     return hypothesis[min(j, len(hypothesis)):]
+
+
+def _alike(committed: str, heard: str) -> bool:
+    """Whether ``heard`` is ``committed`` spelt again: one begins the other (a word cut at the
+    audio's end, two words merged or split), they begin alike ("light" → "like"), or most of
+    their letters agree ("compassion" → "comparison")."""
+    if not committed or not heard:
+        return not committed and not heard
+    if committed.startswith(heard) or heard.startswith(committed):
+        return True
+    if len(committed) > 2 and len(heard) > 2 and committed[:2] == heard[:2]:
+        return True
+    return difflib.SequenceMatcher(None, committed, heard, autojunk=False).ratio() >= 0.5
 
 
 def common_prefix(seqs: list[list[str]]) -> list[str]:
