@@ -79,6 +79,31 @@ def percentile(xs: list[float], q: float) -> float:
     return p(xs, q)
 
 
+def live_options(d: str):
+    """The session options a decoder spec asks for: ``NAME[:old|:drafted|:tail=S]...``."""
+    from as2d.runtime.live.endpoint import EndpointConfig
+    from as2d.runtime.live.session import LiveOptions
+
+    mods = d.split(":")[1:]
+    if "old" in mods:
+        if mods != ["old"]:
+            sys.exit(f"mic_latency: ':old' takes no other modifier ({d!r})")
+        return LiveOptions(language="en", hints=False,
+                           endpoint=EndpointConfig(tail=None, settle=None))
+    endpoint = EndpointConfig()
+    for m in mods:
+        if m.startswith("tail="):  # the tentative end's wait, seconds
+            try:
+                endpoint = EndpointConfig(tail=float(m[5:]))
+                endpoint.validate()
+            except ValueError:
+                sys.exit(f"mic_latency: bad tail in {d!r}")
+        elif m != "drafted":
+            sys.exit(f"mic_latency: unknown decoder modifier {m!r} in {d!r}")
+    # drafted: the drafter beside decodes that have a hint, too
+    return LiveOptions(language="en", drafter_with_hints="drafted" in mods, endpoint=endpoint)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("clips", nargs="*", type=Path)
@@ -97,8 +122,6 @@ def main() -> int:
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.live.audio_input import FileSource
-    from as2d.runtime.live.endpoint import EndpointConfig
-    from as2d.runtime.live.session import LiveOptions
     from as2d.runtime.vad.silero import make_vad
 
     if args.clips:
@@ -110,27 +133,13 @@ def main() -> int:
     else:
         clips = default_clips()
     decoders = [d.strip() for d in args.decoders.split(",") if d.strip()]
+    options = {d: live_options(d) for d in decoders}  # checked before any model loads
     print(f"{len(clips)} clips: {', '.join(c.name for c in clips)}", flush=True)
     load = SharedModels(args.models_dir)  # one target for every configuration
     engines = {d: Engine(EngineSpec(model=args.model, drafter=args.drafter,
                                     decoder=d.split(":")[0], models_dir=args.models_dir,
                                     shares_cores=True), load_whisper=load)
                for d in decoders}
-
-    def live_options(d: str) -> LiveOptions:
-        mods = d.split(":")[1:]
-        if "old" in mods:
-            return LiveOptions(language="en", hints=False,
-                               endpoint=EndpointConfig(tail=None, settle=None))
-        endpoint = EndpointConfig()
-        for m in mods:
-            if m.startswith("tail="):  # the tentative end's wait, seconds
-                endpoint = EndpointConfig(tail=float(m[5:]))
-            elif m != "drafted":
-                sys.exit(f"mic_latency: unknown decoder modifier {m!r} in {d!r}")
-        # drafted: the drafter beside decodes that have a hint, too
-        return LiveOptions(language="en", drafter_with_hints="drafted" in mods,
-                           endpoint=endpoint)
 
     cuts = {d: [0, 0] for d in decoders}  # early commits that resumed, mid-sentence ends
     hints = {d: [0, 0] for d in decoders}
@@ -142,7 +151,7 @@ def main() -> int:
         audio = load_audio(clip)
         for d in decoders:
             stats = MicStats()
-            session = engines[d].live_session(FileSource(audio, args.speed), live_options(d),
+            session = engines[d].live_session(FileSource(audio, args.speed), options[d],
                                               fanout(stats, pooled[d]), make_vad(args.vad))
             session.start()
             session.wait()
@@ -156,10 +165,11 @@ def main() -> int:
                     cuts[d][1] += 1
                 # Utterances decoded together (the decoder was behind) count one each.
                 for k, lat in enumerate(u.latencies or (u.latency,)):
+                    # Utterances decoded together share one text: it is kept on the first.
                     results[d].append({"clip": clip.name, "utterance": u.utterance + k,
                                        "start": u.start, "end": u.end, "latency": lat,
                                        "decodes": u.decodes, "reason": u.reason,
-                                       "merged": u.merged, "text": u.text,
+                                       "merged": u.merged, "text": u.text if k == 0 else "",
                                        "early_commits": u.early_commits})
             lat = [f"{x:.2f}" for x in stats.latencies]
             print(f"{clip.name:48s} {d:6s} latencies {' '.join(lat)}", flush=True)
@@ -199,7 +209,7 @@ def main() -> int:
     def clip_texts(d: str) -> dict[str, str]:
         out: dict[str, list[str]] = {}
         for r in results[d]:
-            out.setdefault(r["clip"], []).append(r["text"] or "")
+            out.setdefault(r["clip"], []).extend((r["text"] or "").split())
         return {c: " ".join(t) for c, t in out.items()}
 
     base_texts = clip_texts(first)

@@ -367,14 +367,17 @@ def test_a_stop_reaches_the_first_windows_encoder_while_the_run_waits_for_it(whi
     runner.adopt(encoding)
     taken = []
     taker = threading.Thread(target=lambda: taken.append(runner._take_pending(first)))
-    taker.start()
-    deadline = time.monotonic() + 10
-    while not _waiting_in(taker, "result") and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert _waiting_in(taker, "result"), "the run never waited for the encoding"
-    runner.stop()
-    gate.set()
-    taker.join(30)
+    try:
+        taker.start()
+        deadline = time.monotonic() + 10
+        while not _waiting_in(taker, "result") and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert _waiting_in(taker, "result"), "the run never waited for the encoding"
+        runner.stop()
+    finally:
+        gate.set()  # (a failed assertion must not leave the encoder thread waiting)
+        taker.join(30)
+        encoding.wait()
     assert encoding.run_options.terminate, "the stop did not reach the encoder being waited for"
     assert taken == [(None, 0.0)]  # abandoned: the caller encodes again (or stops)
     assert runner._pending is None

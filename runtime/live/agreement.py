@@ -34,12 +34,13 @@ def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
     """The part of ``hypothesis`` that comes after the ``committed`` words.
 
     Normally the hypothesis starts with them. When Whisper changed its mind about a committed
-    word (or merged or split words), the normalised word sequences are aligned and the tail
-    starts after the last committed word that the hypothesis also has, and after the
-    hypothesis words that stand for the committed words after it: a word spelt alike ("light"
-    → "like", a cut "noises" → "noisiest") was changed and is skipped; an unlike one is new
-    (the committed "for good or for" against "for good or evil in": the hypothesis dropped the
-    second "for", and "evil" is what comes after it, not a word to skip).
+    word (or merged or split words), the normalised word sequences are aligned, and from the
+    last word both have the committed words after it are walked against the hypothesis (see
+    :func:`_walk`): a word spelt again, merged or split, or replaced by another ("ten" →
+    "10", "a" → "the") stands for its committed word; only a committed word that repeats one
+    just before it and has no look-alike in the hypothesis counts as dropped by the re-decode
+    (a settle committed "for good or for", the next decode heard "for good or evil in":
+    "evil" is new text, not the second "for").
     """
     n = len(committed)
     if hypothesis[:n] == committed:
@@ -50,18 +51,27 @@ def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
         return hypothesis[n:]
     sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
     blocks = [m for m in sm.get_matching_blocks() if m.size]
-    if not blocks:
-        return hypothesis[min(n, len(hypothesis)):]
-    last = blocks[-1]
-    j = last.b + last.size
-    for word in a[last.a + last.size:]:  # committed words after the last match
-        if j < len(b) and _alike(word, b[j]):
-            # Changed (or cut, or merged): its new spelling is not new text; nor are the next
-            # words where the hypothesis split it ("illdisposed" → "ill", "disposed").
-            joined, j = b[j], j + 1
+    i, j = (blocks[-1].a + blocks[-1].size, blocks[-1].b + blocks[-1].size) if blocks else (0, 0)
+    return hypothesis[_walk(a, b, i, j):]
+
+
+def _walk(a: list[str], b: list[str], i: int, j: int) -> int:
+    """Where the hypothesis ``b`` goes on past the committed words ``a[i:]``, from ``b[j]``."""
+    while i < len(a) and j < len(b):
+        word, heard = a[i], b[j]
+        if _alike(word, heard):
+            i, j = i + 1, j + 1
+            joined = heard  # the hypothesis split the word ("illdisposed" → "ill", "disposed")
             while j < len(b) and b[j] and word.startswith(joined + b[j]):
                 joined, j = joined + b[j], j + 1
-    return hypothesis[min(j, len(hypothesis)):]
+            joined = word  # ... or merged it with the next ("in", "to" → "into")
+            while i < len(a) and a[i] and heard.startswith(joined + a[i]):
+                joined, i = joined + a[i], i + 1
+        elif word and word in a[max(0, i - 3):i]:
+            i += 1  # a repeated word the re-decode dropped: nothing in it stands for it
+        else:
+            i, j = i + 1, j + 1  # replaced by another word
+    return min(j, len(b))
 
 
 def _alike(committed: str, heard: str) -> bool:

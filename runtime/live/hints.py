@@ -108,7 +108,7 @@ class HintedStrategy(DecodeStrategy):
     configurations interleaved): end of speech to committed text, median / p90, 0.58 / 0.67 s
     without the drafter beside hinted decodes against 0.66 / 0.79 s with it on the default 7
     clips, 0.61 / 0.74 against 0.61 / 0.72 s on the 8 ``--set eval`` clips (short utterances
-    with no hint, which are drafted either way), and 10 % fewer encoder seconds on both.
+    with no hint, which are drafted either way), and 9–16 % fewer encoder seconds.
     A decode with no hint (an utterance's first) still gets ``inner``'s drafter. The text is
     the same either way: the verification kernel alone decides it.
     """

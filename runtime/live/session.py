@@ -58,6 +58,7 @@ from as2d.runtime.live.live_events import (
     VoiceLevel,
 )
 from as2d.runtime.live.timeline import Buffer, Clock
+from as2d.runtime.rows import rows_exact
 from as2d.runtime.transcribe.longform import (
     LongFormTranscriber,
     TranscribeOptions,
@@ -120,7 +121,12 @@ class LiveSession:
         # run, where a cancellation that came too early is repeated).
         transcriber.emit = fanout(self._tap, _without_language_notes(transcriber.emit))
         self.hinted: HintedStrategy | None = None
-        if self.options.hints:
+        if self.options.hints and not rows_exact(transcriber.model):
+            # Verifying a hint's tokens in one pass must give what single passes give; this
+            # model (or onnxruntime on this CPU) rounds rows differently, so it decodes alone.
+            self.emit(Note(f"{transcriber.model.name}: this model's graph does not compute rows "
+                           "independently, so the previous decode is not offered as candidates"))
+        elif self.options.hints:
             if not isinstance(transcriber.strategy, HintedStrategy):
                 transcriber.strategy = HintedStrategy(transcriber.strategy)
             self.hinted = transcriber.strategy
@@ -453,7 +459,7 @@ class LiveSession:
             if self.hinted is not None:
                 if u is not None and self.hinted.last:
                     u.hint = self.hinted.last  # even a cancelled decode's prefix is a good guess
-                self.hinted.previous = None  # (the engine may transcribe a file next)
+                self.hinted.previous = None  # set again for each decode, or no hint
         if info.interrupted:  # cancelled (a decode that completed first is still good)
             return None
         if self.language is None and info.language and (job.final or
