@@ -199,6 +199,11 @@ def test_agreement_skips_changed_words_but_not_new_ones():
     assert tail_after(w("back in ten"), w("back in 10 minutes.")) == ["minutes."]
     assert tail_after(w("went to a"), w("went to the store")) == ["store"]
     assert tail_after(w("a b c d e"), w("a x")) == []
+    # A repeated word swapped for a function word or a number was replaced, not dropped.
+    assert tail_after(w("at the end of the"), w("at the end of a long day")) == w("long day")
+    assert tail_after(w("two by two"), w("2 by 2 and")) == ["and"]
+    assert tail_after(w("I think I"), w("I think we should go")) == w("should go")
+    assert tail_after(w("very very"), w("very good indeed")) == w("good indeed")
     # Merged and split words.
     assert tail_after(w("not an ill disposed"), w("not an ill-disposed young man.")) \
         == w("young man.")
@@ -211,6 +216,11 @@ def test_agreement_skips_changed_words_but_not_new_ones():
     la.update("I'll be there in 10 minutes.")
     la.update("I'll be there in 10 minutes. See you.")
     assert la.committed_text == "I'll be there in ten minutes."
+    la = LocalAgreement(2)
+    la.update("We stopped at the end of the", final=True)
+    la.update("We stopped at the end of a long day")
+    la.update("We stopped at the end of a long day and")
+    assert la.committed_text == "We stopped at the end of the long day"
 
 
 # -- voice activity detection ---------------------------------------------------------------------

@@ -38,9 +38,11 @@ def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
     last word both have the committed words after it are walked against the hypothesis (see
     :func:`_walk`): a word spelt again, merged or split, or replaced by another ("ten" →
     "10", "a" → "the") stands for its committed word; only a committed word that repeats one
-    just before it and has no look-alike in the hypothesis counts as dropped by the re-decode
-    (a settle committed "for good or for", the next decode heard "for good or evil in":
-    "evil" is new text, not the second "for").
+    just before it, where the hypothesis has an unlike content word, counts as dropped by the
+    re-decode (a settle committed "for good or for", the next decode heard "for good or evil
+    in": "evil" is new text, not the second "for"; but "the end of the" → "the end of a long"
+    replaced "the" with "a"). Function words are English ones: in other languages such a swap
+    reads as a drop.
     """
     n = len(committed)
     if hypothesis[:n] == committed:
@@ -67,11 +69,26 @@ def _walk(a: list[str], b: list[str], i: int, j: int) -> int:
             joined = word  # ... or merged it with the next ("in", "to" → "into")
             while i < len(a) and a[i] and heard.startswith(joined + a[i]):
                 joined, i = joined + a[i], i + 1
-        elif word and word in a[max(0, i - 3):i]:
+        elif word and word in a[max(0, i - 3):i] and _content(heard):
             i += 1  # a repeated word the re-decode dropped: nothing in it stands for it
         else:
             i, j = i + 1, j + 1  # replaced by another word
     return min(j, len(b))
+
+
+# Words a re-decode swaps for one another ("the end of the" → "the end of a"): where the heard
+# word is one of these (or a number), an unlike committed word was replaced, not dropped.
+_FUNCTION = frozenset("""a an the this that these those some any each every no
+i me my we us our you your he him his she her it its they them their one
+of to in on at for from by with about into onto as than
+and or but nor so if then when while because
+is are was were be been am do does did have has had will would can could shall should may might
+must not""".split())
+
+
+def _content(word: str) -> bool:
+    """Whether ``word`` (normalised) is a content word: no English function word, no number."""
+    return bool(word) and word not in _FUNCTION and not any(c.isdigit() for c in word)
 
 
 def _alike(committed: str, heard: str) -> bool:
