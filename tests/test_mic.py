@@ -668,6 +668,22 @@ def test_device_disappearing_mid_run_saves_the_text(cli, monkeypatch, tmp_path, 
     assert "Dashwood" in saved and saved.endswith("\n")
 
 
+def test_cli_endpointing_defaults_are_the_engines():
+    """`as2d mic`'s flags repeat EndpointConfig's defaults (the CLI does not import the live
+    engine to show its help): they must not drift apart (the tail moved 0.1 -> 0.05 s)."""
+    import dataclasses
+
+    from as2d.cli.mic_cmd import MicRequest
+    from as2d.runtime.live.endpoint import EndpointConfig
+
+    cli = {f.name: f.default for f in dataclasses.fields(MicRequest)}
+    engine = EndpointConfig()
+    for flag, field in (("threshold", "threshold"), ("min_speech", "min_speech"),
+                        ("silence", "min_silence"), ("pad", "pad"), ("tail", "tail"),
+                        ("settle", "settle"), ("max_utterance", "max_utterance")):
+        assert cli[flag] == getattr(engine, field), (flag, cli[flag], getattr(engine, field))
+
+
 def test_bad_options_are_one_line(cli, tmp_path, librivox):
     for args, words in ((["--decoder", "fast"], "--decoder"), (["--vad", "webrtc"], "--vad"),
                         (["--speed", "2"], "--speed applies to --input"),
