@@ -205,7 +205,7 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
     (``auto``, ``onnxruntime``, ``openvino``; None: ``$AS2D_ENCODER`` or auto); ``spin``:
     the model will run alone, so its thread pools may spin (:mod:`as2d.runtime.sessions`).
     """
-    from as2d.models.install import ensure_encoder_fp32
+    from as2d.models.install import ensure_openvino_graph
     from as2d.runtime.whisper.encoders import EncoderError
     from as2d.runtime.whisper.model import WhisperModel
 
@@ -228,7 +228,7 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
     try:
         model = WhisperModel(path, threads=threads, role=role, encoder=encoder, spin=spin,
                              progress=progress,
-                             fp32_encoder=lambda: ensure_encoder_fp32(path, progress))
+                             ov_graph=lambda kind: ensure_openvino_graph(path, kind, progress))
         # Word timestamps' graph, added to the bundle the first time they are asked for.
         model.alignment_graph = lambda: _alignment_graph(path, progress)
         # Beam search's decoder graph, likewise (--beam-size).

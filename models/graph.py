@@ -122,6 +122,13 @@ class Graph:
             y = self.op("MatMul", x, self.weight(f"{prefix}.weight", w.T))
         elif quant == "int8":
             y = self._linear_int8(x, w, prefix)
+        elif quant == "int8-weights":
+            # The same int8 weights and column scales as ``int8``, dequantised in the graph:
+            # OpenVINO's CPU plugin keeps such weights in int8 and quantises the activations
+            # itself, in groups along each row (``OpenVINOEncoder``, precision ``int8``).
+            # onnxruntime would run it in float; only OpenVINO reads this form.
+            wq, scale = self.quantized_weight(w, prefix)
+            y = self.op("MatMul", x, self.op("DequantizeLinear", wq, scale, axis=1))
         elif quant == "int8-tensor":
             # One activation scale for the whole tensor, quantisation fused into the kernel:
             # rows then depend on each other. Only for graphs whose rows need not be exact

@@ -352,6 +352,39 @@ def ensure_encoder_fp32(bundle_dir: Path, progress: Progress | None = None) -> P
                       "the fp32 encoder for OpenVINO", progress)
 
 
+ENCODER_INT8W = "encoder_int8w.onnx"
+
+
+def ensure_encoder_int8w(bundle_dir: Path, progress: Progress | None = None) -> Path:
+    """The encoder with int8 weights in the graph, for OpenVINO's int8 (made on first use).
+
+    The same int8 weights and per-column scales as an int8 bundle's own encoder
+    (:meth:`as2d.models.graph.Graph.quantized_weight`), stored as int8 and dequantised in the
+    graph, which OpenVINO's CPU plugin keeps in int8 and multiplies by activations it quantises
+    itself per group of each row (``--encoder openvino``, precision ``int8``). Made only when
+    OpenVINO's int8 is timed or asked for, converted from the model's source weights.
+    """
+    def write(weights, dest: Path, data_path: Path | None = None) -> None:
+        from as2d.models.graph import save_model
+        from as2d.models.whisper_onnx import build_encoder
+
+        encoder, _ = build_encoder(weights, "int8-weights", data_path)
+        save_model(encoder, dest)
+
+    return _add_graph(Path(bundle_dir), "encoder_int8w", ENCODER_INT8W, write,
+                      "the int8-weight encoder for OpenVINO", progress)
+
+
+def ensure_openvino_graph(bundle_dir: Path, kind: str, progress: Progress | None = None
+                          ) -> Path:
+    """The graph OpenVINO compiles for an encoder precision's ``kind`` (``fp32``: f32, bf16,
+    f16; ``int8w``: int8), made on first use."""
+    makers = {"fp32": ensure_encoder_fp32, "int8w": ensure_encoder_int8w}
+    if kind not in makers:
+        raise BundleError(f"no OpenVINO graph of kind {kind!r}")
+    return makers[kind](bundle_dir, progress)
+
+
 ALIGNMENT = "alignment.onnx"
 
 

@@ -40,10 +40,11 @@ def _auto(monkeypatch):
 def tiny(bundle, tmp_path):
     """A private tiny.en int8 bundle (its graphs linked, its manifest copied) in a models
     folder of its own, so that its memo starts empty."""
-    from as2d.models.install import ensure_encoder_fp32
+    from as2d.models.install import ensure_openvino_graph
 
     src = bundle("tiny.en", "int8")
-    ensure_encoder_fp32(src)  # what OpenVINO compiles (made once in the test models folder)
+    for kind in ("fp32", "int8w"):  # what OpenVINO compiles (made once in the test models folder)
+        ensure_openvino_graph(src, kind)
     dest = tmp_path / "models" / src.name
     dest.mkdir(parents=True)
     for f in src.iterdir():
@@ -134,22 +135,23 @@ def test_measure_times_each_candidate_after_a_warm_up_and_drops_hopeless_ones(ti
 # -- auto on a real bundle ---------------------------------------------------------------------
 @needs_openvino
 def test_auto_measures_once_remembers_and_reuses_the_choice(tiny, clock):
-    c = clock(onnxruntime_int8=0.30, openvino_f32=0.20, openvino_bf16=0.25)
+    c = clock(onnxruntime_int8=0.30, openvino_f32=0.20, openvino_bf16=0.25, openvino_int8=0.22)
     model, notes = _load(tiny)
     assert model.encoder.detail == "openvino f32"  # the measurement decides, not a CPU flag
     assert model.encoder_choice.how == "measured"
     assert model.encoder_name.startswith("openvino f32 (measured: 0.200 s per 30-s window")
     said = [n for n in notes if n.startswith("choosing the encoder back end")]
     assert said == [said[0]] and "for tiny.en on this CPU (once)" in said[0]
-    assert "onnxruntime int8, openvino f32, openvino bf16" in said[0]
+    assert "onnxruntime int8, openvino f32, openvino bf16, openvino int8" in said[0]
     (entry,) = _memo(tiny).values()
     assert entry["choice"] == "openvino f32" and entry["threads"] == 1
     assert entry["seconds"] == {"onnxruntime int8": 0.3, "openvino f32": 0.2,
-                                "openvino bf16": 0.25}
+                                "openvino bf16": 0.25, "openvino int8": 0.22}
     key = entry["key"]
     assert key["threads"] == 1 and key["machine"] == encoder_choice.machine()
     assert key["machine"]["cpu"] == encoder_choice.cpu_model_name()
-    assert key["candidates"] == ["onnxruntime int8", "openvino f32", "openvino bf16"]
+    assert key["candidates"] == ["onnxruntime int8", "openvino f32", "openvino bf16",
+                                 "openvino int8"]
     assert not [p for p in tiny.iterdir() if p.name.endswith(".tmp")]  # written atomically
 
     # Another process (nothing kept in memory) with other timings: the memo is taken as it is,
@@ -168,7 +170,7 @@ def test_auto_measures_once_remembers_and_reuses_the_choice(tiny, clock):
 
 @needs_openvino
 def test_a_changed_key_measures_again(tiny, clock, monkeypatch):
-    c = clock(onnxruntime_int8=0.50, openvino_f32=0.60, openvino_bf16=0.40)
+    c = clock(onnxruntime_int8=0.50, openvino_f32=0.60, openvino_bf16=0.40, openvino_int8=0.45)
     assert _load(tiny, threads=1)[0].encoder.detail == "openvino bf16"
     c.seconds.update({"onnxruntime int8": 0.10})
     two, notes = _load(tiny, threads=2)  # another thread count
@@ -189,7 +191,7 @@ def test_a_changed_key_measures_again(tiny, clock, monkeypatch):
 
 
 def test_overrides_win_and_measure_nothing(tiny, clock, monkeypatch):
-    c = clock(onnxruntime_int8=0.30, openvino_f32=0.20, openvino_bf16=0.10)
+    c = clock(onnxruntime_int8=0.30, openvino_f32=0.20, openvino_bf16=0.10, openvino_int8=0.15)
     model, notes = _load(tiny, encoder="onnxruntime")
     assert model.encoder.detail == "onnxruntime int8" and model.encoder_choice.how == "asked"
     assert model.encoder_name == "onnxruntime int8"
@@ -208,33 +210,43 @@ def test_overrides_win_and_measure_nothing(tiny, clock, monkeypatch):
     model, notes = _load(tiny)
     assert model.encoder.detail == "openvino bf16"
     assert "timing onnxruntime int8, openvino bf16 on" in " ".join(notes)
-    # openvino without a precision: its two precisions are timed, onnxruntime is not.
+    # openvino without a precision: its precisions are timed (int8 too, for an int8 bundle),
+    # onnxruntime is not.
     monkeypatch.delenv(encoders.ENV_OV_PRECISION)
     c.calls.clear()
     model, notes = _load(tiny, encoder="openvino")
     assert model.encoder.detail == "openvino bf16"
-    assert set(c.calls) == {"openvino f32", "openvino bf16"}
+    assert set(c.calls) == {"openvino f32", "openvino bf16", "openvino int8"}
+    # int8 asked for: OpenVINO runs the int8-weight graph.
+    monkeypatch.setenv(encoders.ENV_OV_PRECISION, "int8")
+    model, _ = _load(tiny, encoder="openvino")
+    assert model.encoder.detail == "openvino int8" and model.encoder_choice.how == "asked"
+    assert model.encoder.path.name == "encoder_int8w.onnx"
 
 
 @needs_openvino
 def test_a_back_end_that_fails_is_skipped_and_remembered_as_skipped(tiny, clock):
-    # An int8 bundle without its fp32 graph, and no way to make one: OpenVINO cannot serve.
+    # An int8 bundle without its OpenVINO graphs, and no way to make them: OpenVINO cannot
+    # serve.
     mf = json.loads((tiny / "manifest.json").read_text())
     mf["files"].pop("encoder_fp32")
+    mf["files"].pop("encoder_int8w")
     (tiny / "manifest.json").write_text(json.dumps(mf))
-    c = clock(onnxruntime_int8=0.30, openvino_f32=0.01, openvino_bf16=0.01)
+    c = clock(onnxruntime_int8=0.30, openvino_f32=0.01, openvino_bf16=0.01, openvino_int8=0.01)
     model, notes = _load(tiny)
     assert model.encoder.detail == "onnxruntime int8" and model.encoder_choice.how == "measured"
     assert c.calls == ["onnxruntime int8"]
     (entry,) = _memo(tiny).values()
-    assert set(entry["skipped"]) == {"openvino f32", "openvino bf16"}
+    assert set(entry["skipped"]) == {"openvino f32", "openvino bf16", "openvino int8"}
     assert "no fp32 encoder" in entry["skipped"]["openvino bf16"]
+    assert "no int8-weight encoder" in entry["skipped"]["openvino int8"]
     assert any("left out" in n and "openvino bf16" in n for n in notes)
 
 
 @needs_openvino
 def test_a_candidate_whose_run_fails_is_skipped(tiny, clock):
-    clock(onnxruntime_int8=0.30, openvino_f32=0.50, openvino_bf16=RuntimeError("boom"))
+    clock(onnxruntime_int8=0.30, openvino_f32=0.50, openvino_bf16=RuntimeError("boom"),
+          openvino_int8=0.60)
     model, _ = _load(tiny)
     assert model.encoder.detail == "onnxruntime int8"
     (entry,) = _memo(tiny).values()
@@ -244,9 +256,10 @@ def test_a_candidate_whose_run_fails_is_skipped(tiny, clock):
 def test_an_unwritable_folder_still_gives_one_choice_per_process(tiny, clock, monkeypatch,
                                                                tmp_path):
     monkeypatch.setattr(encoder_choice, "memo_path", lambda bundle_dir: None)
-    c = clock(onnxruntime_int8=0.30, openvino_f32=0.20, openvino_bf16=0.25)
+    c = clock(onnxruntime_int8=0.30, openvino_f32=0.20, openvino_bf16=0.25, openvino_int8=0.4)
     first, _ = _load(tiny)
-    c.seconds.update({"onnxruntime int8": 0.01, "openvino f32": 0.9, "openvino bf16": 0.9})
+    c.seconds.update({"onnxruntime int8": 0.01, "openvino f32": 0.9, "openvino bf16": 0.9,
+                      "openvino int8": 0.9})
     second, _ = _load(tiny)
     assert second.encoder.detail == first.encoder.detail
     assert not (tiny / encoder_choice.MEMO_FILE).exists()
@@ -258,7 +271,7 @@ def test_models_list_shows_the_remembered_choice(tiny, clock, monkeypatch):
     from helpers import cli
 
     monkeypatch.setenv("COLUMNS", "250")  # the table on one line per row
-    clock(onnxruntime_int8=0.30, openvino_f32=0.50, openvino_bf16=0.20)
+    clock(onnxruntime_int8=0.30, openvino_f32=0.50, openvino_bf16=0.20, openvino_int8=0.40)
     _load(tiny, threads=1)
     _load(tiny, threads=2)
     r = cli("models", "list", models_dir=tiny.parent)
@@ -273,13 +286,13 @@ def test_models_list_shows_the_remembered_choice(tiny, clock, monkeypatch):
 def test_stats_reports_the_measured_choice(tiny, librivox, clock):
     from helpers import cli
 
-    clock(onnxruntime_int8=0.30, openvino_f32=0.20, openvino_bf16=0.25)
+    clock(onnxruntime_int8=0.30, openvino_f32=0.20, openvino_bf16=0.25, openvino_int8=0.27)
     clip = min(librivox, key=lambda c: os.path.getsize(c.path)).path
     r = cli("transcribe", clip, "--model", tiny, "--decoder", "target", "--stats")
     assert r.exit_code == 0, r.output
     assert r.stderr.count("choosing the encoder back end for tiny.en on this CPU (once)") == 1
     assert "encoder=openvino f32 (measured: 0.200 s per 30-s window; openvino bf16 0.250, " \
-           "onnxruntime int8 0.300)" in " ".join(r.stderr.split())
+           "openvino int8 0.270, onnxruntime int8 0.300)" in " ".join(r.stderr.split())
 
 
 def test_bench_reports_each_models_encoder(librivox, bundle, monkeypatch):

@@ -17,7 +17,8 @@ by a lock, between processes by a lock file beside the memo) so that two models 
 once, the drafter beside the target or two workers, do not slow each other's candidates.
 
 Candidates are the bundle's own onnxruntime graph (int8 or fp32, as installed) and, where the
-``openvino`` package imports, the fp32 graph compiled by OpenVINO in f32 and in bf16. One that
+``openvino`` package imports, the fp32 graph compiled by OpenVINO in f32 and in bf16 and, for an
+int8 bundle, its int8 weights under OpenVINO's int8 products (:mod:`.encoders`). One that
 cannot be built or run is skipped (and remembered as skipped, with why).
 """
 

@@ -9,7 +9,11 @@ decoding and AS²D consume the same encoder output (the remembered choice is fix
 still give identical transcripts with any back end.
 
 ``$AS2D_ENCODER`` (or ``encoder=``) overrides ``auto``; ``$AS2D_OPENVINO_PRECISION`` fixes what
-OpenVINO computes in (else that is measured too). Every back end takes
+OpenVINO computes in (else that is measured too). OpenVINO runs the fp32 graph in f32 or bf16,
+and, for an int8 bundle, ``int8``: a graph holding the bundle's own int8 weights, whose products
+OpenVINO computes in integers from activations it quantises per group of
+:data:`OV_INT8_GROUP` values along each row (finer than the bundle's one scale per row, so
+closer to fp32 than onnxruntime's int8 graph), everything else in bf16. Every back end takes
 ``mel [1, n_mels, frames]`` (any even ``frames`` ≤ 3000: drafters encode only the audio that is
 there) and returns the graph's outputs by name, ``cross_k_i``/``cross_v_i`` as float32.
 """
@@ -30,9 +34,15 @@ from as2d.runtime.sessions import make_session
 from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice, choose
 
 ENV_ENCODER = "AS2D_ENCODER"
-ENV_OV_PRECISION = "AS2D_OPENVINO_PRECISION"  # bf16, f32 or f16; default: measured
+ENV_OV_PRECISION = "AS2D_OPENVINO_PRECISION"  # bf16, f32, f16 or int8; default: measured
 BACKENDS = ("auto", "onnxruntime", "openvino")
 OV_PRECISIONS = ("f32", "bf16")  # what auto times (f16 only when asked: few CPUs compute it)
+OV_ASKABLE = ("bf16", "f32", "f16", "int8")
+# Activation values per quantisation group in OpenVINO's int8 products. Base's encoder on a
+# 2-core Zen 4, one 30-s window, interleaved (relative distance of the output from fp32):
+# bf16 293 ms (0.018); int8 with groups of 32 280 ms (0.037), 64 250 ms (0.040), 128 244 ms
+# (0.046); onnxruntime's int8 graph 294 ms (0.062). 64: nearly all the speed, less of the error.
+OV_INT8_GROUP = 64
 OV_CACHE_FOLDER = ".openvino_cache"  # inside the bundle folder
 
 
@@ -64,10 +74,10 @@ def requested_backend(encoder: str | None = None) -> str:
 
 
 def requested_precision() -> str | None:
-    """``$AS2D_OPENVINO_PRECISION`` (bf16, f32 or f16), checked; None: measured."""
+    """``$AS2D_OPENVINO_PRECISION`` (bf16, f32, f16 or int8), checked; None: measured."""
     env = os.environ.get(ENV_OV_PRECISION, "").strip().lower()
-    if env and env not in ("bf16", "f32", "f16"):
-        raise EncoderError(f"{ENV_OV_PRECISION} must be bf16, f32 or f16, not {env!r}")
+    if env and env not in OV_ASKABLE:
+        raise EncoderError(f"{ENV_OV_PRECISION} must be bf16, f32, f16 or int8, not {env!r}")
     return env or None
 
 
@@ -153,7 +163,8 @@ def ov_cache_dir(bundle_dir: Path, tag: str) -> Path | None:
 
 
 class OpenVINOEncoder:
-    """The fp32 encoder graph compiled by OpenVINO's CPU plugin.
+    """An encoder graph compiled by OpenVINO's CPU plugin: the fp32 graph in f32, bf16 or f16,
+    or (precision ``int8``) the int8-weight graph with dynamically quantised activations.
 
     One compile with a dynamic frame axis serves every input length: measured, a new length
     costs no recompilation and a static 3000-frame compile is no faster. Compiled blobs go to
@@ -167,10 +178,13 @@ class OpenVINOEncoder:
                  cache_dir: Path | None = None) -> None:
         self.path = Path(path)
         self.precision = precision or default_precision()
-        if self.precision not in ("bf16", "f32", "f16"):
+        if self.precision not in OV_ASKABLE:
             raise EncoderError(f"unknown OpenVINO precision {self.precision!r}")
         config = {
-            "INFERENCE_PRECISION_HINT": self.precision,
+            # int8: the products in integers (the weights are int8 in the graph), the rest
+            # (attention, normalisation, convolutions) in bf16; a CPU that computes bf16
+            # slowly loses the measurement, as plain bf16 does there.
+            "INFERENCE_PRECISION_HINT": "bf16" if self.precision == "int8" else self.precision,
             "INFERENCE_NUM_THREADS": max(1, int(threads)),
             "NUM_STREAMS": 1,
             "PERFORMANCE_HINT": "LATENCY",
@@ -178,6 +192,8 @@ class OpenVINOEncoder:
             # threads would fight them.
             "ENABLE_CPU_PINNING": False,
         }
+        if self.precision == "int8":
+            config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = OV_INT8_GROUP
         if cache_dir is not None:
             # One folder per precision: OpenVINO 2026.4 keys a blob compiled from a path
             # without its INFERENCE_PRECISION_HINT, so a bf16 compile loaded the f32 blob (and
@@ -244,24 +260,26 @@ class OpenVINOEncoder:
 # -- factory ----------------------------------------------------------------------------------
 
 def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
-                 encoder: str | None = None, fp32_path: Callable[[], Path] | None = None,
+                 encoder: str | None = None, ov_graph: Callable[[str], Path] | None = None,
                  warn: Callable[[str], None] | None = None, spin: bool = False,
                  name: str | None = None) -> Encoder:
     """The encoder of a bundle on the requested back end (``spin``: see
     :func:`as2d.runtime.sessions.make_session`); its ``choice`` says how it was chosen.
 
     ``onnxruntime`` runs the bundle's own graph. ``openvino`` compiles the fp32 graph in
-    ``$AS2D_OPENVINO_PRECISION``, else in whichever of f32 and bf16 is faster here (measured
-    once). ``auto`` measures the bundle's onnxruntime graph against OpenVINO (where it imports)
-    once per machine, model and thread count, and keeps the fastest (:mod:`.encoder_choice`;
-    ``warn`` says once that it is measuring, and why a candidate was left out). ``fp32_path``
-    returns the bundle's fp32 encoder graph, making it if need be (int8 bundles made before it
-    was part of them). An explicit ``openvino`` that cannot run raises :class:`EncoderError`.
+    ``$AS2D_OPENVINO_PRECISION``, else in whichever of f32, bf16 and (int8 bundles) int8 is
+    fastest here (measured once). ``auto`` measures the bundle's onnxruntime graph against
+    OpenVINO (where it imports) once per machine, model and thread count, and keeps the fastest
+    (:mod:`.encoder_choice`; ``warn`` says once that it is measuring, and why a candidate was
+    left out). ``ov_graph(kind)`` returns the bundle's graph that OpenVINO compiles, ``fp32``
+    or ``int8w`` (:data:`OV_GRAPHS`), making it if need be (bundles made before it was part of
+    them). An explicit ``openvino`` that cannot run raises :class:`EncoderError`.
     """
     bundle_dir = Path(bundle_dir)
     asked = requested_backend(encoder)
     precision = requested_precision()
-    ort_candidate = EncoderCandidate("onnxruntime", manifest.get("precision", "fp32"))
+    bundle_precision = manifest.get("precision", "fp32")
+    ort_candidate = EncoderCandidate("onnxruntime", bundle_precision)
     if asked == "onnxruntime":
         return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
     has_ov = openvino_available() if asked == "openvino" else openvino_installed()
@@ -269,19 +287,21 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
         raise EncoderError("the openvino package is not installed (pip install openvino)")
     candidates = [ort_candidate] if asked == "auto" else []
     if has_ov:
+        # int8 is timed only for an int8 bundle: the user of an fp32 one chose fp32 accuracy.
+        timed = OV_PRECISIONS + (("int8",) if bundle_precision == "int8" else ())
         candidates += [EncoderCandidate("openvino", p) for p in ([precision] if precision
-                                                          else OV_PRECISIONS)]
-    fp32 = _Fp32Graph(bundle_dir, manifest, fp32_path)
+                                                          else timed)]
+    graphs_here = _OvGraphs(bundle_dir, manifest, ov_graph)
     if len(candidates) == 1:  # nothing to measure
-        return _with_choice(_build(candidates[0], bundle_dir, manifest, threads, spin, fp32),
-                            candidates[0].name)
-    # The bundle's encoder graph names the weights (the fp32 graph OpenVINO compiles is made
-    # from the same ones, perhaps later: its arrival must not measure again).
+        return _with_choice(_build(candidates[0], bundle_dir, manifest, threads, spin,
+                                   graphs_here), candidates[0].name)
+    # The bundle's encoder graph names the weights (the graphs OpenVINO compiles are made from
+    # the same ones, perhaps later: their arrival must not measure again).
     enc_file = manifest["files"]["encoder"]
     graphs = {enc_file: manifest.get("sha256", {}).get(enc_file, "")}
 
     def build(c: EncoderCandidate):  # as measured: never spinning (the key holds no spin)
-        return _build(c, bundle_dir, manifest, threads, False, fp32)
+        return _build(c, bundle_dir, manifest, threads, False, graphs_here)
 
     try:
         choice, built = choose(bundle_dir, candidates, threads, graphs, build,
@@ -300,7 +320,7 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     if built is not None and not (spin and c.backend == "onnxruntime"):
         return _with_choice(built, choice)
     try:
-        return _with_choice(_build(c, bundle_dir, manifest, threads, spin, fp32), choice)
+        return _with_choice(_build(c, bundle_dir, manifest, threads, spin, graphs_here), choice)
     except EncoderError as exc:  # remembered, but cannot be built now (a graph removed)
         if asked != "auto":
             raise
@@ -320,45 +340,54 @@ def _ort(bundle_dir: Path, manifest: dict, threads: int, spin: bool) -> OrtEncod
 
 
 def _build(c: EncoderCandidate, bundle_dir: Path, manifest: dict, threads: int, spin: bool,
-           fp32: _Fp32Graph):
+           graphs: _OvGraphs):
     if c.backend == "onnxruntime":
         return _ort(bundle_dir, manifest, threads, spin)
-    path, cache = fp32.get()
+    path, cache = graphs.get("int8w" if c.precision == "int8" else "fp32")
     return OpenVINOEncoder(path, threads, c.precision, cache_dir=cache)
 
 
-class _Fp32Graph:
-    """The fp32 encoder graph OpenVINO compiles and its blob cache, found (or made) once."""
+# The graphs OpenVINO compiles, by kind: the manifest's file key, and what the kind is.
+OV_GRAPHS = {"fp32": ("encoder_fp32", "fp32 encoder"),
+             "int8w": ("encoder_int8w", "int8-weight encoder")}
+
+
+class _OvGraphs:
+    """The graphs OpenVINO compiles (fp32; int8 weights) and their blob cache, each found (or
+    made) once."""
 
     def __init__(self, bundle_dir: Path, manifest: dict,
-                 fp32_path: Callable[[], Path] | None) -> None:
-        self.bundle_dir, self.manifest, self.fp32_path = bundle_dir, manifest, fp32_path
-        self._found: tuple[Path, Path | None] | None = None
-        self._error: EncoderError | None = None
+                 make: Callable[[str], Path] | None) -> None:
+        self.bundle_dir, self.manifest, self.make = bundle_dir, manifest, make
+        self._found: dict[str, tuple[Path, Path | None]] = {}
+        self._errors: dict[str, EncoderError] = {}
 
-    def get(self) -> tuple[Path, Path | None]:
-        if self._error is not None:
-            raise self._error
-        if self._found is None:
+    def get(self, kind: str) -> tuple[Path, Path | None]:
+        if kind in self._errors:
+            raise self._errors[kind]
+        if kind not in self._found:
             try:
-                self._found = self._find()
+                self._found[kind] = self._find(kind)
             except EncoderError as exc:
-                self._error = exc
+                self._errors[kind] = exc
                 raise
-        return self._found
+        return self._found[kind]
 
-    def _find(self) -> tuple[Path, Path | None]:
+    def _find(self, kind: str) -> tuple[Path, Path | None]:
         bundle_dir, manifest = self.bundle_dir, self.manifest
         files = manifest["files"]
-        if manifest.get("precision") == "fp32" or files.get("encoder_fp32"):
-            path = bundle_dir / files.get("encoder_fp32", files["encoder"])
-        elif self.fp32_path is not None:
+        file_key, what = OV_GRAPHS[kind]
+        if kind == "fp32" and manifest.get("precision") == "fp32":
+            path = bundle_dir / files["encoder"]
+        elif files.get(file_key):
+            path = bundle_dir / files[file_key]
+        elif self.make is not None:
             try:
-                path = Path(self.fp32_path())
+                path = Path(self.make(kind))
             except Exception as exc:  # BundleError/SourceError: message says how to fix it
-                raise EncoderError(f"no fp32 encoder for OpenVINO: {exc}") from None
+                raise EncoderError(f"no {what} for OpenVINO: {exc}") from None
         else:
-            raise EncoderError(f"{bundle_dir.name} has no fp32 encoder for OpenVINO")
+            raise EncoderError(f"{bundle_dir.name} has no {what} for OpenVINO")
         if not path.is_file():
             raise EncoderError(f"{path} is missing; reinstall the model with --force")
         sha = manifest.get("sha256", {}).get(path.name, "")

@@ -60,7 +60,7 @@ class WhisperModel:
                  encoder_threads: int | None = None, name: str | None = None,
                  role: str = "target", encoder: str | None = None,
                  progress: Callable[[str], None] | None = None,
-                 fp32_encoder: Callable[[], Path] | None = None, spin: bool = False) -> None:
+                 ov_graph: Callable[[str], Path] | None = None, spin: bool = False) -> None:
         self.path = Path(bundle_dir)
         manifest = read_json_capped(self.path / "manifest.json")
         self.manifest = manifest
@@ -87,11 +87,11 @@ class WhisperModel:
         self.threads = threads
         # The encoder back end: ``encoder`` ("auto", "onnxruntime", "openvino"), else
         # $AS2D_ENCODER, else auto: the fastest here, measured once and remembered (see
-        # as2d.runtime.whisper.encoders). OpenVINO compiles the fp32 encoder graph;
-        # ``fp32_encoder`` makes it for an int8 bundle that lacks it (the loader passes one
-        # that converts it from the model's sources).
+        # as2d.runtime.whisper.encoders). OpenVINO compiles the fp32 encoder graph (or the
+        # int8-weight one); ``ov_graph(kind)`` makes one for a bundle that lacks it (the loader
+        # passes one that converts it from the model's sources).
         self.encoder = make_encoder(self.path, manifest, encoder_threads or threads, encoder,
-                                    fp32_path=fp32_encoder, warn=progress, spin=spin,
+                                    ov_graph=ov_graph, warn=progress, spin=spin,
                                     name=manifest.get("model", self.name))
         self._encoder_outputs = list(self.encoder.output_names)
         session = getattr(self.encoder, "session", None)
