@@ -223,6 +223,31 @@ def test_agreement_skips_changed_words_but_not_new_ones():
     assert la.committed_text == "We stopped at the end of the long day"
 
 
+def test_agreement_reads_a_contraction_as_the_words_it_contracts():
+    """A re-decode that contracts two committed words ("do not" → "don't") or spells out a
+    committed contraction ("it's" → "it is") neither loses the next word nor repeats one (it
+    lost "want" and repeated "not" before: a contraction's letters do not begin its second
+    word)."""
+    w = str.split
+    assert tail_after(w("I do not"), w("I don't want to go")) == w("want to go")
+    assert tail_after(w("I don't"), w("I do not want to go")) == w("want to go")
+    assert tail_after(w("and it is"), w("and it's raining now")) == w("raining now")
+    assert tail_after(w("and it\u2019s"), w("and it is raining")) == ["raining"]
+    assert tail_after(w("we will"), w("we'll see you")) == w("see you")
+    assert tail_after(w("I will not"), w("I won't go")) == ["go"]
+    assert tail_after(w("I can not"), w("I can't believe it")) == w("believe it")
+    assert tail_after(w("they have"), w("they've gone home")) == w("gone home")
+    assert tail_after(w("I would"), w("I'd like that")) == w("like that")
+    # Not contractions: a possessive kept, a look-alike without an apostrophe.
+    assert tail_after(w("the dog's"), w("the dog's bone")) == ["bone"]
+    assert tail_after(w("it is"), w("its tail")) == []  # "its" replaced "it", "tail" "is"
+    la = LocalAgreement(2)
+    la.update("I do not", final=True)
+    la.update("I don't want it.")
+    la.update("I don't want it. Thanks.")
+    assert la.committed_text == "I do not want it."
+
+
 # -- voice activity detection ---------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["silero", "energy"])
 def test_vad_on_silence_and_on_speech(kind, librivox):

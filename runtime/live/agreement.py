@@ -27,7 +27,7 @@ def words(text: str) -> list[str]:
 
 
 def _norm(word: str) -> str:
-    return _STRIP.sub("", word.lower())
+    return _STRIP.sub("", word.lower().replace("\u2019", "'"))
 
 
 def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
@@ -42,7 +42,8 @@ def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
     re-decode (a settle committed "for good or for", the next decode heard "for good or evil
     in": "evil" is new text, not the second "for"; but "the end of the" → "the end of a long"
     replaced "the" with "a"). Function words are English ones: in other languages such a swap
-    reads as a drop.
+    reads as a drop. An English contraction stands for the two words it contracts, either way
+    ("do not" → "don't", "it's" → "it is").
     """
     n = len(committed)
     if hypothesis[:n] == committed:
@@ -61,7 +62,11 @@ def _walk(a: list[str], b: list[str], i: int, j: int) -> int:
     """Where the hypothesis ``b`` goes on past the committed words ``a[i:]``, from ``b[j]``."""
     while i < len(a) and j < len(b):
         word, heard = a[i], b[j]
-        if _alike(word, heard):
+        if i + 1 < len(a) and (word, a[i + 1]) in _expansions(heard):
+            i, j = i + 2, j + 1  # two committed words contracted ("do not" → "don't")
+        elif j + 1 < len(b) and (heard, b[j + 1]) in _expansions(word):
+            i, j = i + 1, j + 2  # a committed contraction spelt out ("it's" → "it is")
+        elif _alike(word, heard):
             i, j = i + 1, j + 1
             joined = heard  # the hypothesis split the word ("illdisposed" → "ill", "disposed")
             while j < len(b) and b[j] and word.startswith(joined + b[j]):
@@ -84,6 +89,26 @@ of to in on at for from by with about into onto as than
 and or but nor so if then when while because
 is are was were be been am do does did have has had will would can could shall should may might
 must not""".split())
+
+
+# English contractions (normalised, apostrophe kept) and the word pairs they stand for. The
+# agreement needs them because a re-decode often writes a contraction out or contracts two
+# words, and a contraction's letters do not begin its pair's second word ("don't" / "not").
+_IRREGULAR = {"won't": ("will", "not"), "can't": ("can", "not"), "shan't": ("shall", "not"),
+              "ain't": ("am", "not")}
+_SUFFIXES = (("n't", ("not",)), ("'re", ("are",)), ("'m", ("am",)), ("'ve", ("have",)),
+             ("'ll", ("will", "shall")), ("'d", ("would", "had", "did")),
+             ("'s", ("is", "has", "us")))
+
+
+def _expansions(word: str) -> tuple[tuple[str, str], ...]:
+    """The word pairs a normalised contraction may stand for (none for other words)."""
+    if word in _IRREGULAR:
+        return (_IRREGULAR[word],)
+    for suffix, fulls in _SUFFIXES:
+        if word.endswith(suffix) and len(word) > len(suffix):
+            return tuple((word[:-len(suffix)], full) for full in fulls)
+    return ()
 
 
 def _content(word: str) -> bool:
