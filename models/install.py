@@ -328,61 +328,66 @@ def _drop_older(bundles: list[Bundle], keep: Path, source_path: str, precision: 
 
 
 ENCODER_FP32 = "encoder_fp32.onnx"
-
-
-def _write_encoder_fp32(weights, dest: Path, data_path: Path | None = None) -> None:
-    from as2d.models.graph import save_model
-    from as2d.models.whisper_onnx import build_encoder
-
-    encoder, _ = build_encoder(weights, "fp32", data_path)
-    save_model(encoder, dest)
-
-
-def ensure_encoder_fp32(bundle_dir: Path, progress: Progress | None = None) -> Path:
-    """The fp32 encoder graph of a Whisper bundle (what OpenVINO compiles), made on first use.
-
-    fp32 bundles use their own encoder. An int8 bundle gets it the first time OpenVINO is asked
-    for (only CPUs with AMX choose it by themselves, so no one else pays its 95 MB for base),
-    converted again from the model's source weights (see :func:`_add_graph`).
-    """
-    bundle = load_bundle(Path(bundle_dir))
-    if bundle.manifest.get("precision") == "fp32":
-        return Path(bundle_dir) / bundle.manifest["files"]["encoder"]
-    return _add_graph(Path(bundle_dir), "encoder_fp32", ENCODER_FP32, _write_encoder_fp32,
-                      "the fp32 encoder for OpenVINO", progress)
-
-
 ENCODER_INT8W = "encoder_int8w.onnx"
 
 
-def ensure_encoder_int8w(bundle_dir: Path, progress: Progress | None = None) -> Path:
-    """The encoder with int8 weights in the graph, for OpenVINO's int8 (made on first use).
-
-    The same int8 weights and per-column scales as an int8 bundle's own encoder
-    (:meth:`as2d.models.graph.Graph.quantized_weight`), stored as int8 and dequantised in the
-    graph, which OpenVINO's CPU plugin keeps in int8 and multiplies by activations it quantises
-    itself per group of each row (``--encoder openvino``, precision ``int8``). Made only when
-    OpenVINO's int8 is timed or asked for, converted from the model's source weights.
-    """
+def _encoder_writer(quant: str):
+    """``write(weights, dest, data_path)`` for :func:`_add_graph`: the encoder graph at
+    ``quant`` (:func:`as2d.models.whisper_onnx.build_encoder`)."""
     def write(weights, dest: Path, data_path: Path | None = None) -> None:
         from as2d.models.graph import save_model
         from as2d.models.whisper_onnx import build_encoder
 
-        encoder, _ = build_encoder(weights, "int8-weights", data_path)
+        encoder, _ = build_encoder(weights, quant, data_path)
         save_model(encoder, dest)
+    return write
 
-    return _add_graph(Path(bundle_dir), "encoder_int8w", ENCODER_INT8W, write,
-                      "the int8-weight encoder for OpenVINO", progress)
+
+def ensure_encoder_fp32(bundle_dir: Path, progress: Progress | None = None) -> Path:
+    """The fp32 encoder graph of a Whisper bundle (what OpenVINO compiles in f32, bf16 or
+    f16), made on first use.
+
+    fp32 bundles use their own encoder. An int8 bundle gets it the first time OpenVINO is
+    timed or asked for (where the ``openvino`` wheel is installed; 95 MB for base), converted
+    again from the model's source weights (see :func:`_add_graph`).
+    """
+    bundle = load_bundle(Path(bundle_dir))
+    if bundle.manifest.get("precision") == "fp32":
+        return Path(bundle_dir) / bundle.manifest["files"]["encoder"]
+    return _add_graph(Path(bundle_dir), "encoder_fp32", ENCODER_FP32, _encoder_writer("fp32"),
+                      "the fp32 encoder for OpenVINO", progress)
+
+
+def ensure_encoder_int8w(bundle_dir: Path, progress: Progress | None = None) -> Path:
+    """The encoder with an int8 bundle's int8 weights in the graph, for OpenVINO's int8 (made
+    on first use).
+
+    The same int8 weights and per-column scales as the bundle's own encoder
+    (:meth:`as2d.models.graph.Graph.quantized_weight`), stored as int8 and dequantised in the
+    graph, which OpenVINO's CPU plugin keeps in int8 and multiplies by activations it quantises
+    itself per group of each row (``--encoder openvino``, precision ``int8``). Made only when
+    OpenVINO's int8 is timed or asked for, converted from the model's source weights. An fp32
+    bundle has none: its user chose fp32 weights.
+    """
+    bundle = load_bundle(Path(bundle_dir))
+    if bundle.manifest.get("precision") != "int8":
+        raise BundleError(f"{bundle.name} is not an int8 bundle: OpenVINO's int8 runs an int8 "
+                          "bundle's weights (install the model with --precision int8)")
+    return _add_graph(Path(bundle_dir), "encoder_int8w", ENCODER_INT8W, _encoder_writer(
+        "int8-weights"), "the int8-weight encoder for OpenVINO", progress)
+
+
+# The graphs OpenVINO compiles, by kind (see as2d.runtime.whisper.encoders.OV_GRAPH_KIND).
+OPENVINO_GRAPHS = {"fp32": ensure_encoder_fp32, "int8w": ensure_encoder_int8w}
 
 
 def ensure_openvino_graph(bundle_dir: Path, kind: str, progress: Progress | None = None
                           ) -> Path:
-    """The graph OpenVINO compiles for an encoder precision's ``kind`` (``fp32``: f32, bf16,
-    f16; ``int8w``: int8), made on first use."""
-    makers = {"fp32": ensure_encoder_fp32, "int8w": ensure_encoder_int8w}
-    if kind not in makers:
+    """The graph OpenVINO compiles of ``kind`` (``fp32``: for f32, bf16, f16; ``int8w``: for
+    int8), made on first use."""
+    if kind not in OPENVINO_GRAPHS:
         raise BundleError(f"no OpenVINO graph of kind {kind!r}")
-    return makers[kind](bundle_dir, progress)
+    return OPENVINO_GRAPHS[kind](bundle_dir, progress)
 
 
 ALIGNMENT = "alignment.onnx"

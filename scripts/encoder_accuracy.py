@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import io
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -44,7 +45,17 @@ def main() -> None:
     ap.add_argument("--no-fw", action="store_true", help="leave faster-whisper out")
     ap.add_argument("--json", type=Path, default=None, metavar="OUT")
     args = ap.parse_args()
+    if args.model != "base" and not args.no_fw:
+        ap.error("faster-whisper runs base's weights here: with another --model, add --no-fw")
 
+    work = Path(tempfile.mkdtemp(prefix="as2d-encoder-accuracy-"))
+    try:
+        run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args, work: Path) -> None:
     import jiwer
     from bench_e2e import _fw_transcribe, ct2_base_folder, make_local_set, parse_reference_file
     from whisper_normalizer.english import EnglishTextNormalizer
@@ -58,7 +69,6 @@ def main() -> None:
     from bench.questions import load_questions, materialize_clip
 
     t = args.threads
-    work = Path(tempfile.mkdtemp(prefix="as2d-encoder-accuracy-"))
     with contextlib.redirect_stdout(io.StringIO()):
         make_local_set(work / "clips")
     refs = parse_reference_file(work / "clips" / "refs.tsv")

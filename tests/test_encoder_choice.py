@@ -2,7 +2,7 @@
 model and thread count, and remembered beside the bundle.
 
 Speed cannot be asserted in a test, so the timings are scripted: every candidate is a real
-encoder (onnxruntime, OpenVINO f32 and bf16 on the real tiny.en bundle) that really runs on a
+encoder (onnxruntime, OpenVINO f32, bf16 and int8 on the real tiny.en bundle) that really runs on a
 real-sized window, but the seconds it reports come from the test, which may make any candidate
 the fastest. What is checked is the mechanism: the memo is written with its key and reused
 without timing anything, a changed key (threads, library version) measures again, the
@@ -152,6 +152,8 @@ def test_auto_measures_once_remembers_and_reuses_the_choice(tiny, clock):
     assert key["machine"]["cpu"] == encoder_choice.cpu_model_name()
     assert key["candidates"] == ["onnxruntime int8", "openvino f32", "openvino bf16",
                                  "openvino int8"]
+    # int8's speed depends on its group size: a changed group measures again.
+    assert key["settings"] == {"openvino int8 group": encoders.OV_INT8_GROUP}
     assert not [p for p in tiny.iterdir() if p.name.endswith(".tmp")]  # written atomically
 
     # Another process (nothing kept in memory) with other timings: the memo is taken as it is,

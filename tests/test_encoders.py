@@ -3,9 +3,11 @@
 The requested back end (``auto``, ``$AS2D_ENCODER``) is specified without models (how ``auto``
 measures: tests/test_encoder_choice.py); then, on real
 bundles and clips: an int8 bundle installed before the fp32 encoder was part of it gets one on
-first use; OpenVINO's cross keys/values are close to onnxruntime's (exact at f32, bf16-close at
-bf16) for full and short windows; a terminated run is abandoned; the words of clean clips do
-not change; and with the OpenVINO encoder target-only and AS²D still commit identical tokens.
+first use, and the int8-weight graph (OpenVINO's int8) holds its own int8 weights; OpenVINO's
+cross keys/values are close to onnxruntime's (exact at f32, bf16-close at bf16, int8 no
+further than onnxruntime's int8) for full and short windows; an fp32 model never gets int8; a
+terminated run is abandoned; the words of clean clips do not change; and with the OpenVINO
+encoder target-only and AS²D still commit identical tokens.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from as2d.runtime.whisper.encoders import (
     EncoderError,
     OpenVINOEncoder,
     OrtEncoder,
-    default_precision,
     requested_backend,
 )
 
@@ -46,13 +47,13 @@ def test_the_parameter_wins_over_the_environment_which_wins_over_auto(monkeypatc
         requested_backend("cuda")
 
 
-def test_the_openvino_precision_is_checked_and_f32_unless_told(monkeypatch):
+def test_the_openvino_precision_is_checked_and_measured_unless_told(monkeypatch):
     monkeypatch.delenv(encoders.ENV_OV_PRECISION, raising=False)
-    assert encoders.requested_precision() is None and default_precision() == "f32"
+    assert encoders.requested_precision() is None
     monkeypatch.setenv(encoders.ENV_OV_PRECISION, "BF16")
-    assert default_precision() == "bf16"
+    assert encoders.requested_precision() == "bf16"
     monkeypatch.setenv(encoders.ENV_OV_PRECISION, "int8")
-    assert default_precision() == "int8"
+    assert encoders.requested_precision() == "int8"
     monkeypatch.setenv(encoders.ENV_OV_PRECISION, "int4")
     with pytest.raises(EncoderError, match="AS2D_OPENVINO_PRECISION"):
         encoders.requested_precision()
@@ -129,7 +130,7 @@ def test_the_int8_weight_graph_holds_the_bundles_own_int8_weights(bundle, tmp_pa
     import onnx
     from onnx import numpy_helper
 
-    from as2d.models.bundle import load_bundle
+    from as2d.models.bundle import BundleError, load_bundle
     from as2d.models.install import ENCODER_INT8W, ensure_openvino_graph
 
     src = bundle("tiny.en", "int8")
@@ -156,8 +157,28 @@ def test_the_int8_weight_graph_holds_the_bundles_own_int8_weights(bundle, tmp_pa
     graph = onnx.load(path, load_external_data=False).graph
     assert {n.op_type for n in graph.node} >= {"DequantizeLinear", "MatMul"}
     assert "MatMulIntegerToFloat" not in {n.op_type for n in graph.node}
-    with pytest.raises(Exception, match="kind"):
+    with pytest.raises(BundleError, match="kind"):
         ensure_openvino_graph(copy, "int4")
+    with pytest.raises(BundleError, match="not an int8 bundle"):  # fp32 users chose fp32
+        ensure_openvino_graph(bundle("tiny.en", "fp32"), "int8w")
+
+
+@needs_openvino
+def test_openvino_int8_is_never_given_to_an_fp32_model(bundle, monkeypatch):
+    """``AS2D_OPENVINO_PRECISION=int8`` applies to int8 models: an fp32 one asked for OpenVINO
+    is refused in one line, and under auto its encoder stays in onnxruntime, said once."""
+    from as2d.runtime.whisper.model import WhisperModel
+
+    path = bundle("tiny.en", "fp32")
+    monkeypatch.setenv(encoders.ENV_OV_PRECISION, "int8")
+    with pytest.raises(EncoderError, match="is an fp32 model: OpenVINO's int8 runs an int8"):
+        WhisperModel(path, threads=1, encoder="openvino")
+    notes: list[str] = []
+    model = WhisperModel(path, threads=1, encoder="auto", progress=notes.append)
+    assert model.encoder.detail == "onnxruntime fp32" and model.encoder_choice.how == "asked"
+    assert [n for n in notes if "OpenVINO's int8" in n] == [
+        "tiny.en is an fp32 model: OpenVINO's int8 runs an int8 model's weights; its encoder "
+        "runs in onnxruntime"]
 
 
 def _window(clip, frames: int | None = None) -> np.ndarray:
@@ -185,6 +206,10 @@ def test_openvino_cross_keys_values_match_onnxruntime(bundle, librivox, name):
     f32, bf16 = OpenVINOEncoder(fp32, 2, "f32"), OpenVINOEncoder(fp32, 2, "bf16")
     ov8 = OpenVINOEncoder(ensure_openvino_graph(path, "int8w"), 2, "int8")
     assert f32.output_names == ort8.output_names == ort32.output_names == ov8.output_names
+    # The activations are quantised (a plugin that ignored the setting would only dequantise
+    # the weights, and still pass the distance check below).
+    assert int(ov8.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) == \
+        encoders.OV_INT8_GROUP
     for frames in (None, 1000, 600):  # a whole window, and what a drafter encodes of short audio
         mel = _window(librivox[0], frames)
         ref, q8 = ort32.run(mel), ort8.run(mel)

@@ -137,11 +137,16 @@ def machine() -> dict:
             "onnxruntime": ort.__version__, "openvino": _version("openvino"), "int8": mode()}
 
 
-def key(threads: int, candidates: Sequence[EncoderCandidate], graphs: dict[str, str]) -> dict:
-    """The full key of one measurement: this machine, the thread count, the candidates timed
-    and the digests of the graphs they run."""
-    return {"version": MEMO_VERSION, "machine": machine(), "threads": int(threads),
-            "candidates": [c.name for c in candidates], "graphs": dict(sorted(graphs.items()))}
+def key(threads: int, candidates: Sequence[EncoderCandidate], graphs: dict[str, str],
+        settings: dict | None = None) -> dict:
+    """The full key of one measurement: this machine, the thread count, the candidates timed,
+    the digests of the graphs they run and any compile ``settings`` their speed depends on
+    (absent when there are none, so that older memos keep their keys)."""
+    k = {"version": MEMO_VERSION, "machine": machine(), "threads": int(threads),
+         "candidates": [c.name for c in candidates], "graphs": dict(sorted(graphs.items()))}
+    if settings:
+        k["settings"] = dict(sorted(settings.items()))
+    return k
 
 
 def digest(k: dict) -> str:
@@ -339,15 +344,15 @@ def fastest(seconds: dict[str, float], order: Sequence[EncoderCandidate]) -> str
 
 def choose(bundle_dir: Path, candidates: Sequence[EncoderCandidate], threads: int,
            graphs: dict[str, str], build: Callable[[EncoderCandidate], object], n_mels: int,
-           note: Callable[[str], None] | None = None, model_name: str = ""
-           ) -> tuple[EncoderChoice, object | None]:
+           note: Callable[[str], None] | None = None, model_name: str = "",
+           settings: dict | None = None) -> tuple[EncoderChoice, object | None]:
     """The choice among ``candidates`` for this bundle, machine and thread count, and the
     winner's encoder when it was built while measuring (else None: build it).
 
     Remembered choices are taken as they are; otherwise the candidates are measured (``note``
     says so once) and the result remembered. Raises ``RuntimeError`` when no candidate runs.
     """
-    k = key(threads, candidates, graphs)
+    k = key(threads, candidates, graphs, settings)
     d = digest(k)
     path = memo_path(bundle_dir)
     where = str(path or Path(bundle_dir).resolve())

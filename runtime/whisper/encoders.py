@@ -9,10 +9,10 @@ decoding and AS²D consume the same encoder output (the remembered choice is fix
 still give identical transcripts with any back end.
 
 ``$AS2D_ENCODER`` (or ``encoder=``) overrides ``auto``; ``$AS2D_OPENVINO_PRECISION`` fixes what
-OpenVINO computes in (else that is measured too). OpenVINO runs the fp32 graph in f32 or bf16,
-and, for an int8 bundle, ``int8``: a graph holding the bundle's own int8 weights, whose products
-OpenVINO computes in integers from activations it quantises per group of
-:data:`OV_INT8_GROUP` values along each row (finer than the bundle's one scale per row, so
+OpenVINO computes in (else that is measured too). OpenVINO runs the fp32 graph in f32 or bf16
+(f16 when asked), and, for an int8 bundle, ``int8``: a graph holding the bundle's own int8
+weights, whose products OpenVINO computes in integers from activations it quantises per group
+of :data:`OV_INT8_GROUP` values along each row (finer than the bundle's one scale per row, so
 closer to fp32 than onnxruntime's int8 graph), everything else in bf16. Every back end takes
 ``mel [1, n_mels, frames]`` (any even ``frames`` ≤ 3000: drafters encode only the audio that is
 there) and returns the graph's outputs by name, ``cross_k_i``/``cross_v_i`` as float32.
@@ -36,8 +36,13 @@ from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice,
 ENV_ENCODER = "AS2D_ENCODER"
 ENV_OV_PRECISION = "AS2D_OPENVINO_PRECISION"  # bf16, f32, f16 or int8; default: measured
 BACKENDS = ("auto", "onnxruntime", "openvino")
-OV_PRECISIONS = ("f32", "bf16")  # what auto times (f16 only when asked: few CPUs compute it)
+# What auto times for every bundle (int8 too for an int8 bundle; f16 only when asked: few CPUs
+# compute it), and every precision that may be asked for.
+OV_PRECISIONS = ("f32", "bf16")
 OV_ASKABLE = ("bf16", "f32", "f16", "int8")
+# The graph each precision compiles (as2d.models.install.OPENVINO_GRAPHS makes them): the fp32
+# graph, or the int8-weight graph (int8 bundles only).
+OV_GRAPH_KIND = {"bf16": "fp32", "f32": "fp32", "f16": "fp32", "int8": "int8w"}
 # Activation values per quantisation group in OpenVINO's int8 products. Base's encoder on a
 # 2-core Zen 4, one 30-s window, interleaved (relative distance of the output from fp32):
 # bf16 293 ms (0.018); int8 with groups of 32 280 ms (0.037), 64 250 ms (0.040), 128 244 ms
@@ -74,10 +79,11 @@ def requested_backend(encoder: str | None = None) -> str:
 
 
 def requested_precision() -> str | None:
-    """``$AS2D_OPENVINO_PRECISION`` (bf16, f32, f16 or int8), checked; None: measured."""
+    """``$AS2D_OPENVINO_PRECISION`` (one of :data:`OV_ASKABLE`), checked; None: measured."""
     env = os.environ.get(ENV_OV_PRECISION, "").strip().lower()
     if env and env not in OV_ASKABLE:
-        raise EncoderError(f"{ENV_OV_PRECISION} must be bf16, f32, f16 or int8, not {env!r}")
+        raise EncoderError(f"{ENV_OV_PRECISION} must be {', '.join(OV_ASKABLE[:-1])} or "
+                           f"{OV_ASKABLE[-1]}, not {env!r}")
     return env or None
 
 
@@ -97,12 +103,6 @@ def openvino_available() -> bool:
     except Exception:  # ImportError, or a wheel that fails to load its libraries
         return False
     return True
-
-
-def default_precision() -> str:
-    """OpenVINO inference precision when none is given: ``$AS2D_OPENVINO_PRECISION``, else f32
-    (exact; :func:`make_encoder` measures whether bf16 is faster here)."""
-    return requested_precision() or "f32"
 
 
 # -- onnxruntime ------------------------------------------------------------------------------
@@ -174,16 +174,17 @@ class OpenVINOEncoder:
 
     backend = "openvino"
 
-    def __init__(self, path: str | Path, threads: int, precision: str | None = None,
+    def __init__(self, path: str | Path, threads: int, precision: str,
                  cache_dir: Path | None = None) -> None:
         self.path = Path(path)
-        self.precision = precision or default_precision()
+        self.precision = precision  # the graph must be the one OV_GRAPH_KIND names for it
         if self.precision not in OV_ASKABLE:
             raise EncoderError(f"unknown OpenVINO precision {self.precision!r}")
         config = {
             # int8: the products in integers (the weights are int8 in the graph), the rest
-            # (attention, normalisation, convolutions) in bf16; a CPU that computes bf16
-            # slowly loses the measurement, as plain bf16 does there.
+            # (attention, normalisation, convolutions) in bf16 where the CPU computes it
+            # (OpenVINO keeps f32 where it does not); a CPU that computes bf16 slowly loses
+            # the measurement, as plain bf16 does there.
             "INFERENCE_PRECISION_HINT": "bf16" if self.precision == "int8" else self.precision,
             "INFERENCE_NUM_THREADS": max(1, int(threads)),
             "NUM_STREAMS": 1,
@@ -195,12 +196,15 @@ class OpenVINOEncoder:
         if self.precision == "int8":
             config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = OV_INT8_GROUP
         if cache_dir is not None:
-            # One folder per precision: OpenVINO 2026.4 keys a blob compiled from a path
-            # without its INFERENCE_PRECISION_HINT, so a bf16 compile loaded the f32 blob (and
-            # crashed running it) and an f32 compile the bf16 one.
+            # One folder per precision (and int8 group size): OpenVINO 2026.4 keys a blob
+            # compiled from a path without its INFERENCE_PRECISION_HINT, so a bf16 compile
+            # loaded the f32 blob (and crashed running it) and an f32 compile the bf16 one; its
+            # CPU plugin names no other compile setting as part of the key either.
+            folder = (f"int8-g{OV_INT8_GROUP}" if self.precision == "int8"
+                      else self.precision)
             try:
-                (Path(cache_dir) / self.precision).mkdir(exist_ok=True)
-                cache_dir = Path(cache_dir) / self.precision
+                (Path(cache_dir) / folder).mkdir(exist_ok=True)
+                cache_dir = Path(cache_dir) / folder
             except OSError:
                 cache_dir = None
         if cache_dir is not None:
@@ -272,8 +276,8 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     OpenVINO (where it imports) once per machine, model and thread count, and keeps the fastest
     (:mod:`.encoder_choice`; ``warn`` says once that it is measuring, and why a candidate was
     left out). ``ov_graph(kind)`` returns the bundle's graph that OpenVINO compiles, ``fp32``
-    or ``int8w`` (:data:`OV_GRAPHS`), making it if need be (bundles made before it was part of
-    them). An explicit ``openvino`` that cannot run raises :class:`EncoderError`.
+    or ``int8w`` (:data:`OV_GRAPH_KIND`), making it if need be (bundles made before it was
+    part of them). An explicit ``openvino`` that cannot run raises :class:`EncoderError`.
     """
     bundle_dir = Path(bundle_dir)
     asked = requested_backend(encoder)
@@ -286,8 +290,18 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     if asked == "openvino" and not has_ov:
         raise EncoderError("the openvino package is not installed (pip install openvino)")
     candidates = [ort_candidate] if asked == "auto" else []
+    if has_ov and precision == "int8" and bundle_precision != "int8":
+        # OpenVINO's int8 runs an int8 bundle's weights; the user of an fp32 one chose fp32.
+        why = (f"{name or bundle_dir.name} is an {bundle_precision} model: OpenVINO's int8 "
+               "runs an int8 model's weights")
+        if asked == "openvino":
+            raise EncoderError(f"{why} (install it with --precision int8, or set "
+                               f"{ENV_OV_PRECISION} to bf16 or f32)")
+        if warn:
+            warn(f"{why}; its encoder runs in onnxruntime")
+        has_ov = False
     if has_ov:
-        # int8 is timed only for an int8 bundle: the user of an fp32 one chose fp32 accuracy.
+        # int8 is timed only for an int8 bundle (see above).
         timed = OV_PRECISIONS + (("int8",) if bundle_precision == "int8" else ())
         candidates += [EncoderCandidate("openvino", p) for p in ([precision] if precision
                                                           else timed)]
@@ -299,6 +313,9 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     # the same ones, perhaps later: their arrival must not measure again).
     enc_file = manifest["files"]["encoder"]
     graphs = {enc_file: manifest.get("sha256", {}).get(enc_file, "")}
+    # Compile settings a candidate's speed depends on beyond its name.
+    settings = ({"openvino int8 group": OV_INT8_GROUP}
+                if EncoderCandidate("openvino", "int8") in candidates else {})
 
     def build(c: EncoderCandidate):  # as measured: never spinning (the key holds no spin)
         return _build(c, bundle_dir, manifest, threads, False, graphs_here)
@@ -306,7 +323,8 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     try:
         choice, built = choose(bundle_dir, candidates, threads, graphs, build,
                                int(manifest["dims"]["n_mels"]), note=warn,
-                               model_name=name or manifest.get("model", bundle_dir.name))
+                               model_name=name or manifest.get("model", bundle_dir.name),
+                               settings=settings)
     except RuntimeError as exc:
         if asked != "auto":
             raise EncoderError(str(exc)) from None
@@ -343,13 +361,13 @@ def _build(c: EncoderCandidate, bundle_dir: Path, manifest: dict, threads: int, 
            graphs: _OvGraphs):
     if c.backend == "onnxruntime":
         return _ort(bundle_dir, manifest, threads, spin)
-    path, cache = graphs.get("int8w" if c.precision == "int8" else "fp32")
+    path, cache = graphs.get(OV_GRAPH_KIND[c.precision])
     return OpenVINOEncoder(path, threads, c.precision, cache_dir=cache)
 
 
 # The graphs OpenVINO compiles, by kind: the manifest's file key, and what the kind is.
-OV_GRAPHS = {"fp32": ("encoder_fp32", "fp32 encoder"),
-             "int8w": ("encoder_int8w", "int8-weight encoder")}
+_OV_GRAPH_FILES = {"fp32": ("encoder_fp32", "fp32 encoder"),
+                   "int8w": ("encoder_int8w", "int8-weight encoder")}
 
 
 class _OvGraphs:
@@ -376,7 +394,7 @@ class _OvGraphs:
     def _find(self, kind: str) -> tuple[Path, Path | None]:
         bundle_dir, manifest = self.bundle_dir, self.manifest
         files = manifest["files"]
-        file_key, what = OV_GRAPHS[kind]
+        file_key, what = _OV_GRAPH_FILES[kind]
         if kind == "fp32" and manifest.get("precision") == "fp32":
             path = bundle_dir / files["encoder"]
         elif files.get(file_key):
