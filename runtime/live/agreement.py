@@ -27,7 +27,22 @@ def words(text: str) -> list[str]:
 
 
 def _norm(word: str) -> str:
-    return _STRIP.sub("", word.lower().replace("\u2019", "'"))
+    # A curly apostrophe is a straight one; one that opens or closes the word is a quote mark.
+    return _STRIP.sub("", word.lower().replace("\u2019", "'")).strip("'")
+
+
+def _tokens(words_: list[str]) -> tuple[list[str], list[int]]:
+    """Normalised tokens of ``words_`` (an English contraction is the two words it contracts:
+    "don't" → "do", "not") and, for each token, the index of its word."""
+    tokens: list[str] = []
+    owner: list[int] = []
+    for k, w in enumerate(words_):
+        n = _norm(w)
+        pair = _expansions(n)
+        parts = pair[0] if pair else (n,)
+        tokens.extend(parts)
+        owner.extend([k] * len(parts))
+    return tokens, owner
 
 
 def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
@@ -42,31 +57,36 @@ def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
     re-decode (a settle committed "for good or for", the next decode heard "for good or evil
     in": "evil" is new text, not the second "for"; but "the end of the" → "the end of a long"
     replaced "the" with "a"). Function words are English ones: in other languages such a swap
-    reads as a drop. An English contraction stands for the two words it contracts, either way
-    ("do not" → "don't", "it's" → "it is").
+    reads as a drop. An English contraction is aligned as the two words it contracts, either
+    way ("do not" → "don't", "it's" → "it is"); where the committed words end inside one
+    ("I do" → "I don't know"), the tail starts with its second word ("not know").
     """
     n = len(committed)
     if hypothesis[:n] == committed:
         return hypothesis[n:]
-    a = [_norm(w) for w in committed]
-    b = [_norm(w) for w in hypothesis]
-    if b[:n] == a:
-        return hypothesis[n:]
-    sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    blocks = [m for m in sm.get_matching_blocks() if m.size]
-    i, j = (blocks[-1].a + blocks[-1].size, blocks[-1].b + blocks[-1].size) if blocks else (0, 0)
-    return hypothesis[_walk(a, b, i, j):]
+    a, _ = _tokens(committed)
+    b, owner = _tokens(hypothesis)
+    if b[:len(a)] == a:
+        j = len(a)
+    else:
+        sm = difflib.SequenceMatcher(None, a, b, autojunk=False)
+        blocks = [m for m in sm.get_matching_blocks() if m.size]
+        i, j = (blocks[-1].a + blocks[-1].size, blocks[-1].b + blocks[-1].size) if blocks \
+            else (0, 0)
+        j = _walk(a, b, i, j)
+    if j >= len(b):
+        return []
+    k = owner[j]
+    if j > 0 and owner[j - 1] == k:  # inside a contraction: its second word is new text
+        return [b[j]] + hypothesis[k + 1:]
+    return hypothesis[k:]
 
 
 def _walk(a: list[str], b: list[str], i: int, j: int) -> int:
     """Where the hypothesis ``b`` goes on past the committed words ``a[i:]``, from ``b[j]``."""
     while i < len(a) and j < len(b):
         word, heard = a[i], b[j]
-        if i + 1 < len(a) and (word, a[i + 1]) in _expansions(heard):
-            i, j = i + 2, j + 1  # two committed words contracted ("do not" → "don't")
-        elif j + 1 < len(b) and (heard, b[j + 1]) in _expansions(word):
-            i, j = i + 1, j + 2  # a committed contraction spelt out ("it's" → "it is")
-        elif _alike(word, heard):
+        if _alike(word, heard):
             i, j = i + 1, j + 1
             joined = heard  # the hypothesis split the word ("illdisposed" → "ill", "disposed")
             while j < len(b) and b[j] and word.startswith(joined + b[j]):
@@ -91,9 +111,11 @@ is are was were be been am do does did have has had will would can could shall s
 must not""".split())
 
 
-# English contractions (normalised, apostrophe kept) and the word pairs they stand for. The
-# agreement needs them because a re-decode often writes a contraction out or contracts two
-# words, and a contraction's letters do not begin its pair's second word ("don't" / "not").
+# English contractions (normalised, apostrophe kept) and the word pairs they stand for, the
+# first pair being the one aligned ("'s" → "is"; "has" is then a replaced word). A re-decode
+# often writes a contraction out or contracts two words, and a contraction's letters neither
+# equal its first word ("i'd" / "i": the alignment would anchor on a later "I") nor begin its
+# second ("don't" / "not").
 _IRREGULAR = {"won't": ("will", "not"), "can't": ("can", "not"), "shan't": ("shall", "not"),
               "ain't": ("am", "not")}
 _SUFFIXES = (("n't", ("not",)), ("'re", ("are",)), ("'m", ("am",)), ("'ve", ("have",)),
