@@ -270,10 +270,11 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     """The encoder of a bundle on the requested back end (``spin``: see
     :func:`as2d.runtime.sessions.make_session`); its ``choice`` says how it was chosen.
 
-    ``onnxruntime`` runs the bundle's own graph. ``openvino`` compiles the fp32 graph in
-    ``$AS2D_OPENVINO_PRECISION``, else in whichever of f32, bf16 and (int8 bundles) int8 is
-    fastest here (measured once). ``auto`` measures the bundle's onnxruntime graph against
-    OpenVINO (where it imports) once per machine, model and thread count, and keeps the fastest
+    ``onnxruntime`` runs the bundle's own graph. ``openvino`` compiles the graph of
+    ``$AS2D_OPENVINO_PRECISION`` (:data:`OV_GRAPH_KIND`), else of whichever of f32, bf16 and
+    (int8 bundles) int8 is fastest here (measured once). ``auto`` measures the bundle's
+    onnxruntime graph against OpenVINO (where it imports) once per machine, model and thread
+    count, and keeps the fastest
     (:mod:`.encoder_choice`; ``warn`` says once that it is measuring, and why a candidate was
     left out). ``ov_graph(kind)`` returns the bundle's graph that OpenVINO compiles, ``fp32``
     or ``int8w`` (:data:`OV_GRAPH_KIND`), making it if need be (bundles made before it was
