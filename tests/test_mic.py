@@ -211,16 +211,21 @@ def test_agreement_skips_changed_words_but_not_new_ones():
         == w("young man.")
     assert tail_after(w("went in to"), w("went into it and")) == w("it and")
     assert tail_after(w("every one"), w("everyone was there")) == w("was there")
+    assert _committed("I'll be there in ten", "I'll be there in 10 minutes.",
+                      "I'll be there in 10 minutes. See you.") == "I'll be there in ten minutes."
+    assert _committed("We stopped at the end of the", "We stopped at the end of a long day",
+                      "We stopped at the end of a long day and") \
+        == "We stopped at the end of the long day"
+
+
+def _committed(first: str, *hypotheses: str) -> str:
+    """What LocalAgreement-2 has committed after ``first`` (committed whole, as a settle does)
+    and then ``hypotheses``."""
     la = LocalAgreement(2)
-    la.update("I'll be there in ten", final=True)
-    la.update("I'll be there in 10 minutes.")
-    la.update("I'll be there in 10 minutes. See you.")
-    assert la.committed_text == "I'll be there in ten minutes."
-    la = LocalAgreement(2)
-    la.update("We stopped at the end of the", final=True)
-    la.update("We stopped at the end of a long day")
-    la.update("We stopped at the end of a long day and")
-    assert la.committed_text == "We stopped at the end of the long day"
+    la.update(first, final=True)
+    for h in hypotheses:
+        la.update(h)
+    return la.committed_text
 
 
 def test_agreement_reads_a_contraction_as_the_words_it_contracts():
@@ -252,16 +257,10 @@ def test_agreement_reads_a_contraction_as_the_words_it_contracts():
     assert tail_after(w("the dog's"), w("the dog's bone")) == ["bone"]
     assert tail_after(w("the dogs'"), w("the dogs' bowls")) == ["bowls"]
     assert tail_after(w("it is"), w("its tail")) == []  # "its" replaced "it", "tail" "is"
-    la = LocalAgreement(2)
-    la.update("I do not", final=True)
-    la.update("I don't want it.")
-    la.update("I don't want it. Thanks.")
-    assert la.committed_text == "I do not want it."
-    la = LocalAgreement(2)
-    la.update("I would", final=True)
-    la.update("I'd like it if I could go.")
-    la.update("I'd like it if I could go. Now.")
-    assert la.committed_text == "I would like it if I could go."
+    assert _committed("I do not", "I don't want it.", "I don't want it. Thanks.") \
+        == "I do not want it."
+    assert _committed("I would", "I'd like it if I could go.", "I'd like it if I could go. Now.") \
+        == "I would like it if I could go."
 
 
 def test_agreement_with_contractions_on_every_spelling_and_cut():
