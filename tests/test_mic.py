@@ -250,6 +250,7 @@ def test_agreement_reads_a_contraction_as_the_words_it_contracts():
     # The committed words end inside a contraction: its second word is new ("I do know"
     # would say the opposite).
     assert tail_after(w("I do"), w("I don't know")) == w("not know")
+    assert tail_after(w("I do"), w("I don't. Really.")) == w("not. Really.")
     # A quote mark that opens or closes a word is no apostrophe.
     assert tail_after(w("the end of the"), w("the end of a\u2019 long")) == ["long"]
     assert tail_after(w("for good or for\u2019"), w("for good or evil in")) == w("evil in")

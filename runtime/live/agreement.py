@@ -38,8 +38,7 @@ def _tokens(words_: list[str]) -> tuple[list[str], list[int]]:
     owner: list[int] = []
     for k, w in enumerate(words_):
         n = _norm(w)
-        pair = _expansions(n)
-        parts = pair[0] if pair else (n,)
+        parts = _expansion(n) or (n,)
         tokens.extend(parts)
         owner.extend([k] * len(parts))
     return tokens, owner
@@ -77,8 +76,9 @@ def tail_after(committed: list[str], hypothesis: list[str]) -> list[str]:
     if j >= len(b):
         return []
     k = owner[j]
-    if j > 0 and owner[j - 1] == k:  # inside a contraction: its second word is new text
-        return [b[j]] + hypothesis[k + 1:]
+    if j > 0 and owner[j - 1] == k:  # inside a contraction: its second word is new text,
+        trailing = hypothesis[k][len(hypothesis[k].rstrip(_PUNCT)):]  # with its punctuation
+        return [b[j] + trailing] + hypothesis[k + 1:]
     return hypothesis[k:]
 
 
@@ -111,26 +111,27 @@ is are was were be been am do does did have has had will would can could shall s
 must not""".split())
 
 
-# English contractions (normalised, apostrophe kept) and the word pairs they stand for, the
-# first pair being the one aligned ("'s" → "is"; "has" is then a replaced word). A re-decode
-# often writes a contraction out or contracts two words, and a contraction's letters neither
-# equal its first word ("i'd" / "i": the alignment would anchor on a later "I") nor begin its
-# second ("don't" / "not").
+# English contractions (normalised, apostrophe kept) and the two words each is aligned as. A
+# re-decode often writes a contraction out or contracts two words, and a contraction's letters
+# neither equal its first word ("i'd" / "i": the alignment would anchor on a later "I") nor
+# begin its second ("don't" / "not"). Where a suffix is ambiguous the commonest reading is
+# taken ("'s" → "is", "'d" → "would"): "it has" against "it's" then aligns as a replaced word,
+# which stands for its committed word all the same.
 _IRREGULAR = {"won't": ("will", "not"), "can't": ("can", "not"), "shan't": ("shall", "not"),
               "ain't": ("am", "not")}
-_SUFFIXES = (("n't", ("not",)), ("'re", ("are",)), ("'m", ("am",)), ("'ve", ("have",)),
-             ("'ll", ("will", "shall")), ("'d", ("would", "had", "did")),
-             ("'s", ("is", "has", "us")))
+_SUFFIXES = (("n't", "not"), ("'re", "are"), ("'m", "am"), ("'ve", "have"), ("'ll", "will"),
+             ("'d", "would"), ("'s", "is"))
+_PUNCT = ".,;:!?\"')]}\u2019\u201d"  # what may close a written word
 
 
-def _expansions(word: str) -> tuple[tuple[str, str], ...]:
-    """The word pairs a normalised contraction may stand for (none for other words)."""
+def _expansion(word: str) -> tuple[str, str] | None:
+    """The two words a normalised contraction is aligned as (None for other words)."""
     if word in _IRREGULAR:
-        return (_IRREGULAR[word],)
-    for suffix, fulls in _SUFFIXES:
+        return _IRREGULAR[word]
+    for suffix, full in _SUFFIXES:
         if word.endswith(suffix) and len(word) > len(suffix):
-            return tuple((word[:-len(suffix)], full) for full in fulls)
-    return ()
+            return word[:-len(suffix)], full
+    return None
 
 
 def _content(word: str) -> bool:
