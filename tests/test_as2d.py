@@ -323,6 +323,26 @@ def test_scheduler_is_lossless_whatever_the_drafter_streams(scripted_case, data)
     assert decode(model, decoder, audio) == reference
 
 
+@pytest.mark.slow
+def test_a_window_repeating_itself_is_guessed_from_its_own_text(whisper, clips):
+    """With nothing drafted, the candidates are the window's own repetition: Beckett's lines
+    said three times over (each turn its own timestamps) are guessed from the first turn,
+    and the tokens are the target's."""
+    from as2d.runtime.audio import Audio
+
+    model = whisper("tiny.en", "int8", threads=1)
+    once = load_audio(next(c.path for c in clips if c.name == "beckett.wav"))
+    thrice = Audio(np.concatenate([once.samples] * 3), once.source, once.source_rate,
+                   once.source_channels, once.truncated)
+    events: list = []
+    assert decode(model, _ScriptedAS2D(model, [], 0, 0), thrice, events.append) == decode(
+        model, TargetOnly(model), thrice)
+    verified = [e for e in events if isinstance(e, Verified)]
+    committed = sum(len(e.committed) for e in verified)
+    assert sum(e.accepted for e in verified) > 0.5 * committed
+    assert len(verified) < 0.5 * committed
+
+
 # -- language detection ------------------------------------------------------------------------
 AUTO = TranscribeOptions(language=None)  # the CLI's default on a multilingual target: detect
 

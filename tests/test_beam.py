@@ -367,7 +367,7 @@ def test_speculative_beam_is_exact_whatever_the_drafter_says(beam_model, librivo
     from hypothesis import strategies as st
 
     from as2d.runtime.speculative.stream import CandidateStream
-    from as2d.runtime.transcribe.beam import StreamProposer
+    from as2d.runtime.transcribe.stream_source import StreamProposer
 
     model = beam_model("tiny.en")
     tk = model.tokenizer

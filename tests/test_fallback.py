@@ -18,6 +18,7 @@ from as2d.runtime.events import Note
 from as2d.runtime.transcribe.as2d import AS2D
 from as2d.runtime.transcribe.fallback import (
     DEFAULT_TEMPERATURES,
+    SamplingRules,
     judge,
     parse_temperatures,
     ranking_score,
@@ -347,3 +348,142 @@ def test_the_engine_default_stays_greedy_only():
     # Dictation, ask and the benchmark build TranscribeOptions themselves and rely on it; the
     # command line and the Python API pass whisper's schedule.
     assert TranscribeOptions().temperatures == (0.0,)
+
+
+# -- sampled decodes take candidates, losslessly ------------------------------------------------
+def test_a_repetition_is_continued_as_it_went():
+    """A loop's next tokens are its last turn's: for any prefix and any repeated unit (tokens
+    of their own, so the period is the only place the suffix recurs), the offer is exactly
+    the periodic continuation, however far past the suffix it reaches."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from as2d.runtime.speculative.lookup import repetition
+
+    @settings(max_examples=200, deadline=None, derandomize=True)
+    @given(st.lists(st.integers(1000, 1999), max_size=12),
+           st.lists(st.integers(0, 999), min_size=1, max_size=9, unique=True),
+           st.integers(2, 6), st.integers(0, 8), st.integers(1, 20))
+    def check(prefix, unit, turns, cut, k):
+        seq = prefix + unit * turns + unit[: cut % len(unit)]
+        p = len(unit)
+        expected = [seq[len(seq) - p + (i % p)] for i in range(k)]
+        got = repetition(seq, k)
+        if (turns - 1) * p + cut % p >= 4:  # a suffix of 4 tokens has occurred before
+            assert got == expected
+        else:
+            assert got in ([], expected)
+
+    check()
+
+
+def test_nothing_is_offered_without_a_repeated_suffix():
+    from as2d.runtime.speculative.lookup import repetition
+
+    assert repetition(list(range(50)), 8) == []
+    assert repetition([1, 2, 3, 9, 1, 2, 3], 4) == []  # a 3-token suffix: ordinary speech
+    assert repetition([1, 2, 3, 4, 9, 1, 2, 3, 4], 3) == [9, 1, 2]
+    assert repetition([1, 2, 3, 4, 9, 1, 2, 3, 4], 0) == []
+
+
+def test_a_loops_turns_differ_only_in_their_timestamps():
+    """Whisper's loop writes each turn as its own segment: the turns match whatever their
+    times, the offer stops before the next (unguessable) time, and a closing time is
+    followed by the same time opening the next segment."""
+    from as2d.runtime.transcribe.stream_source import window_repetition
+
+    tb = 1000
+    turn = [11, 12, 13, 14, 15]
+    ctx = [tb] + turn + [tb + 100, tb + 100] + turn + [tb + 200]
+    assert window_repetition(ctx, 9, tb) == [tb + 200] + turn  # the lead, then the turn
+    assert window_repetition(ctx[:-1], 9, tb) == []  # the closing time is not guessed
+    assert window_repetition(ctx[:-3], 9, tb) == [14, 15]  # up to the next turn's time
+    assert window_repetition(ctx, 1, tb) == [tb + 200]
+    assert window_repetition([tb, 11, 12, 13, 14, tb + 50], 9, tb) == []
+
+
+def _verified(events):
+    from as2d.runtime.events import Verified
+
+    return [e for e in events if isinstance(e, Verified)]
+
+
+@pytest.mark.slow
+def test_sampled_windows_take_candidates_and_keep_their_tokens(models, long_clip):
+    """Every decode sampled (one temperature above 0, best of 2): AS²D offers the drafter's
+    words to the sampled decodes, and commits exactly the target-only samples."""
+    target, drafter = models
+    opts = TranscribeOptions(language="en", temperatures=(0.4,), best_of=2, seed=5)
+    plain_events: list = []
+    plain = run(target, TargetOnly(target), long_clip, opts, plain_events)
+    events: list = []
+    fast = run(target, AS2D(target, drafter), long_clip, opts, events)
+    assert [s.tokens for s in fast] == [s.tokens for s in plain]
+    assert {s.temperature for s in fast} == {0.4}
+    assert not any(e.offered for e in _verified(plain_events))
+    passes = _verified(events)
+    assert sum(e.accepted for e in passes) > 0.3 * sum(len(e.committed) for e in passes)
+    assert len(passes) < 0.8 * len(_verified(plain_events))
+
+
+@pytest.mark.slow
+def test_sampled_decodes_are_exact_whatever_the_candidates(models, librivox):
+    """A property: a sampled decode given any candidates at all (the true continuation
+    damaged at random, a loop guessed where there is none) commits the tokens of the same
+    seeded decode without candidates."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from as2d.runtime.speculative import candidates as cands
+    from as2d.runtime.speculative.candidates import CandidateSource
+    from as2d.runtime.transcribe.window import WindowState
+    from as2d.runtime.whisper.features import LogMel
+    from as2d.runtime.whisper.logits import LogitRules
+    from tests.helpers import prompt_for
+
+    target, _ = models
+    tk = target.tokenizer
+    ctx = target.encode(LogMel(load_audio(librivox[1].path), target.dims.n_mels).window(0, 3000))
+    prompt = prompt_for(target, True)
+    rules = LogitRules(tk, target.dims.n_vocab, timestamps=True,
+                       suppress=tuple(tk.suppress_tokens()))
+
+    def decode(source):
+        sampling = SamplingRules.of(rules, 0.6, window_rng(3, 0, 0.6, 0))
+        state = target.decoder_state(ctx)
+        try:
+            dec = WindowState(state, sampling, prompt, prompt.index(tk.sot), 224, tk.eot)
+            dec.start()
+            cands.run(dec, source)
+            return list(dec.generated), dec.counts.passes
+        finally:
+            target.release(state)
+
+    plain, plain_passes = decode(cands.NO_CANDIDATES)
+    assert len(plain) > 10
+
+    class Damaged(CandidateSource):
+        def __init__(self, edits):
+            self.edits = edits
+
+        def propose(self, context, room):
+            n = len(context)
+            k, how = self.edits[n % len(self.edits)]
+            out = list(plain[n:n + k])
+            if how == "swap" and out:
+                out[len(out) // 2] = (out[len(out) // 2] + 1) % tk.eot
+            elif how == "loop":
+                out = list(context[-k:])
+            return out[:room]
+
+    @settings(max_examples=10, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["true", "swap", "loop"])),
+                    min_size=1, max_size=6))
+    def check(edits):
+        tokens, passes = decode(Damaged(edits))
+        assert tokens == plain
+        if all(how == "true" and k > 1 for k, how in edits):
+            assert passes < plain_passes
+
+    check()

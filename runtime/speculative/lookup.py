@@ -166,3 +166,45 @@ class LookupSource(CandidateSource):
             # A plain step still measures what a pass costs.
             for b in self.budgets.values():
                 b.record(0, 0, 1, verdict.seconds)
+
+
+# Prior acceptance of an offer of :func:`repetition`: a loop goes on as it went.
+REPEAT_PRIOR = 0.9
+
+
+def repetition(context: Sequence[int], k: int, min_ngram: int = 4, max_ngram: int = 8,
+               fold: Callable[[int], Hashable] | None = None) -> list[int]:
+    """Up to ``k`` tokens that continue ``context`` as it went on after the last earlier
+    occurrence of its longest repeated suffix (``min_ngram`` to ``max_ngram`` tokens); empty
+    when no suffix that long has occurred before.
+
+    A decoder that has started to repeat itself (Whisper's failure loop, where a window's text
+    goes round until the length limit) is guessed token for token: the continuation may run
+    into the suffix itself, and goes on as the repetition would, so a period shorter than
+    ``k`` still fills the offer. ``min_ngram`` keeps ordinary speech, where short phrases recur
+    by chance, from being guessed at. ``fold``: what a token is matched as (Whisper's
+    timestamps all alike, say, since each turn of a loop has its own times); what is offered
+    is the context's own tokens either way.
+    """
+    n_ctx = len(context)
+    if k <= 0 or n_ctx <= min_ngram:
+        return []
+    keys = [fold(t) for t in context] if fold is not None else context
+    last = keys[-1]
+    best_n, best_end = 0, -1
+    for end in range(n_ctx - 1, 0, -1):  # latest first: a loop's last turn
+        if keys[end - 1] != last:
+            continue
+        n = 1
+        while n < max_ngram and n < end and keys[end - 1 - n] == keys[n_ctx - 1 - n]:
+            n += 1
+        if n > best_n:
+            best_n, best_end = n, end
+            if n == max_ngram:
+                break
+    if best_n < min_ngram:
+        return []
+    seq = list(context)
+    for i in range(best_end, best_end + k):
+        seq.append(seq[i])
+    return seq[n_ctx:]

@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from as2d.runtime.events import Listener, Note
 from as2d.runtime.speculative.align import SEGMENT, SENTENCE, Aligner, TokenKeys
 from as2d.runtime.speculative.budget import Budget
+from as2d.runtime.speculative.lookup import REPEAT_PRIOR
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.drafter import DrafterWorker
 from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
 from as2d.runtime.transcribe.strategy import Window
+from as2d.runtime.transcribe.stream_source import window_repetition
 from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.model import WhisperModel
@@ -220,9 +222,24 @@ class AlignedSource(BudgetedSource):
         self.aligner.window_start(self.offset)
         self._shadow: int | None = None  # the candidate that was ready but not offered
         self._start: str | None = None  # the kind of start the last proposal was made at
+        self._repeats = Budget(prior_acceptance=REPEAT_PRIOR)  # offers of its own repetition
+        self._repeats.window_start()
+        self._repeating = False  # the last offer was the window's own repetition
         super().__init__(run.budget)
 
     def propose(self, context: Sequence[int], room: int) -> list[int]:
+        """The drafter's aligned words; where it has none to offer (a greedy loop, which the
+        drafter did not make, leaves it lost), the window's own repetition, if there is one."""
+        self._repeating = False
+        cands = self._aligned(context, room)
+        if cands or room <= 0:
+            return cands
+        again = window_repetition(context, room, self.tb)
+        k = self._repeats.choose(len(again)) if again else 0
+        self._repeating = k > 0
+        return again[:k]
+
+    def _aligned(self, context: Sequence[int], room: int) -> list[int]:
         aligner, tb, gen = self.aligner, self.tb, context
         opening = self._start = self.start_kind(gen)
         if not aligner.synced:
@@ -271,6 +288,11 @@ class AlignedSource(BudgetedSource):
         return self.run.threads_for(offered)
 
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
+        if self._repeating:
+            # Not the drafter's offer: its budget and miss count do not learn from it.
+            self._repeats.record(verdict.offered, verdict.accepted, verdict.ran, verdict.seconds)
+            self._observe_text(verdict)
+            return
         if self._shadow is not None and not offered and verdict.committed:
             self.budget.shadow(verdict.committed[0] == self._shadow)
         self._shadow = None
@@ -278,12 +300,15 @@ class AlignedSource(BudgetedSource):
             self.run.blind_misses = 0
         elif verdict.offered:
             self.run.blind_misses += 1
+        self._observe_text(verdict)
+        super().observe(offered, verdict)
+
+    def _observe_text(self, verdict: Verdict) -> None:
         start = self._start  # the kind of start the pass began at: for its first word
         for t in verdict.committed:
             if t < self.eot:
                 self.aligner.observe(t, start)
                 start = None
-        super().observe(offered, verdict)
 
     def finish(self, context: Sequence[int]) -> None:
         self.aligner.rewind(kept_text_tokens(list(context), self.tb))

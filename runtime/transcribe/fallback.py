@@ -11,11 +11,14 @@ the last decode is kept (whisper's rule). At a temperature above 0, ``best_of`` 
 drawn and the one with the highest log-probability per token wins.
 
 Here greedy windows keep whatever decoder the run has (AS²D, SD, target-only), all of which
-commit target-only greedy's tokens; a sampled window is decoded by the target alone, with a
+commit target-only greedy's tokens; a sampled window is drawn with a
 :class:`numpy.random.Generator` seeded from the run's seed, the window's position, the
 temperature and the sample's number. Which decoder ran the greedy attempt cannot change its
 tokens, hence not the verdict, hence not the samples: every decoder still gives the same output,
-and a run is reproducible.
+and a run is reproducible. A speculative run verifies candidates in its sampled decodes too
+(:mod:`.stream_source`): :meth:`SamplingRules.choose` draws once per committed token, which the
+verification kernel asks for in order and never past a rejection, so the draws meet the same
+rows as without candidates.
 """
 
 from __future__ import annotations

@@ -35,13 +35,15 @@ from as2d.runtime.events import (
 )
 from as2d.runtime.option_errors import OptionError
 from as2d.runtime.rows import beams_exact
-from as2d.runtime.speculative.candidates import NO_CANDIDATES
+from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.transcribe import beam, fallback
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
-from as2d.runtime.transcribe.beam import BeamOptions, StreamProposer
+from as2d.runtime.transcribe.beam import BeamOptions
+from as2d.runtime.transcribe.drafting import DraftingStrategy
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
 from as2d.runtime.transcribe.strategy import DecodeStrategy, TargetOnly, Window
+from as2d.runtime.transcribe.stream_source import StreamProposer, StreamSource
 from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.whisper.alignment import (
     APPEND_PUNCTUATIONS,
@@ -212,7 +214,9 @@ class LongFormTranscriber:
         self.ahead = Lookahead(self.strategy, model.dims.n_mels)
         self._runner: WindowRunner | None = None  # the current run's
         self._search: BeamOptions | None = None  # the current run's beam search, if any
-        self._beam_stream = None  # the drafter's stream, for speculative beam windows
+        # The drafter's stream of the current run, for the decodes its aligner does not
+        # follow (beam hypotheses, sampled fallback decodes); None: they take no candidates.
+        self._stream = None
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -407,11 +411,10 @@ class LongFormTranscriber:
             aligner = WordAligner.for_run(model, language, options) \
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
-            self._beam_stream = decoder.candidate_stream() if search is not None else None
-            if search is not None and not (speculative and self._beam_stream is not None):
-                # Beam windows by the target alone, and sampled ones take no candidates: a
-                # drafter would only take the cores.
-                self._beam_stream = None
+            self._stream = decoder.candidate_stream() if speculative else None
+            if search is not None and self._stream is None:
+                # Beam windows by the target alone, and so sampled ones: a drafter would only
+                # take the cores.
                 decoder.end()
         except BaseException:
             try:
@@ -492,11 +495,11 @@ class LongFormTranscriber:
         None: cancelled.
 
         Whisper's temperature fallback first (see :mod:`.fallback`): greedy with the run's
-        decoder, then each further temperature of the schedule, sampled by the target alone,
-        until a decode passes; the last one is kept if none does. Then the repetition guard:
-        a window that still loops is decoded once more without the previous text (``bare``,
-        None when the prompt has none) at the last temperature tried, and a loop that
-        survives is cut.
+        decoder, then each further temperature of the schedule, sampled (with candidates in a
+        speculative run: :meth:`_sampled_source`), until a decode passes; the last one is kept
+        if none does. Then the repetition guard: a window that still loops is decoded once
+        more without the previous text (``bare``, None when the prompt has none) at the last
+        temperature tried, and a loop that survives is cut.
         """
         tk = self.model.tokenizer
         thr = options.compression_ratio_threshold
@@ -547,14 +550,10 @@ class LongFormTranscriber:
                  rules: LogitRules, sample_len: int, options: TranscribeOptions,
                  temperature: float, retried: bool):
         """One decode of ``window`` at ``temperature``: beam search (the run's, if any) or
-        greedy through the run's decoder, or the best of ``best_of`` seeded samples by the
-        target alone (no candidates)."""
+        greedy through the run's decoder, or the best of ``best_of`` seeded samples."""
         search = self._search
         if temperature <= 0 and search is not None:
-            tk = self.model.tokenizer
-            stream = self._beam_stream
-            proposer = (None if stream is None else
-                        StreamProposer(stream, window.start, tk.timestamp_begin, tk.eot))
+            proposer = self._proposer(window)
             return runner.decode_beam(window, mel, prompt, rules, sample_len, search,
                                       self._stop, retried=retried, proposer=proposer,
                                       threads_for=self.strategy.threads_for)
@@ -568,7 +567,7 @@ class LongFormTranscriber:
                                       2 * draw + int(retried))
             decoded = runner.decode(window, mel, prompt,
                                     fallback.SamplingRules.of(rules, temperature, rng),
-                                    sample_len, lambda _w: NO_CANDIDATES, self._stop,
+                                    sample_len, self._sampled_source, self._stop,
                                     retried=retried)
             if decoded is None:
                 return None
@@ -580,6 +579,24 @@ class LongFormTranscriber:
                 best = (score, result, stats)
         _, result, stats = best
         return result, replace(stats, encode_seconds=spent[0], decode_seconds=spent[1])
+
+    def _proposer(self, window: Window) -> StreamProposer | None:
+        """Candidates from the drafter's stream for any sequence decoded in ``window`` (None
+        when the run has no stream)."""
+        if self._stream is None:
+            return None
+        tk = self.model.tokenizer
+        return StreamProposer(self._stream, window.start, tk.timestamp_begin, tk.eot)
+
+    def _sampled_source(self, window: Window) -> CandidateSource:
+        """A sampled decode's candidates (see :mod:`.stream_source`): the decode's own
+        repetition, and the drafter's stream looked up afresh, since the run's aligner follows
+        only the text that is kept. Speculative runs only (their targets passed the row
+        check); a target-only run stays the plain decode it is compared with."""
+        if not isinstance(self.strategy, DraftingStrategy):
+            return NO_CANDIDATES
+        return StreamSource(self._proposer(window), self.model.tokenizer.timestamp_begin,
+                            self.strategy.threads_for)
 
     def _speech_only(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo
                      ) -> tuple[Audio, vad.Timeline | None]:

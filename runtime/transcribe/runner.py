@@ -33,8 +33,9 @@ from as2d.runtime.sessions import Background
 from as2d.runtime.speculative import candidates
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
-from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow, StreamProposer
+from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow
 from as2d.runtime.transcribe.strategy import Window
+from as2d.runtime.transcribe.stream_source import StreamProposer
 from as2d.runtime.transcribe.window import DecodingResult, WindowState
 from as2d.runtime.whisper.features import N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
