@@ -397,9 +397,14 @@ def test_a_loops_turns_differ_only_in_their_timestamps():
     ctx = [tb] + turn + [tb + 100, tb + 100] + turn + [tb + 200]
     assert window_repetition(ctx, 9, tb) == [tb + 200] + turn  # the lead, then the turn
     assert window_repetition(ctx[:-1], 9, tb) == []  # the closing time is not guessed
-    assert window_repetition(ctx[:-3], 9, tb) == [14, 15]  # up to the next turn's time
+    assert window_repetition(ctx[:-2], 9, tb) == [15]  # up to the next turn's time
+    assert window_repetition(ctx[:-3], 9, tb) == []  # three words are no evidence of a loop
     assert window_repetition(ctx, 1, tb) == [tb + 200]
-    assert window_repetition([tb, 11, 12, 13, 14, tb + 50], 9, tb) == []
+    for k in (1, 9):  # no repetition: not even the opening time is offered
+        assert window_repetition([tb, 11, 12, 13, 14, tb + 50], k, tb) == []
+    # Two segment breaks around two words: the timestamps are no part of the evidence.
+    assert window_repetition([tb, 5, 6, 7, 1, tb + 9, tb + 9, 2, 3, 8, 1, tb + 20, tb + 20, 2, 3],
+                             9, tb) == []
 
 
 def _verified(events):
@@ -473,7 +478,7 @@ def test_sampled_decodes_are_exact_whatever_the_candidates(models, librivox):
             if how == "swap" and out:
                 out[len(out) // 2] = (out[len(out) // 2] + 1) % tk.eot
             elif how == "loop":
-                out = list(context[-k:])
+                out = list(context[-k:]) if k else []
             return out[:room]
 
     @settings(max_examples=10, deadline=None, derandomize=True,

@@ -173,7 +173,8 @@ REPEAT_PRIOR = 0.9
 
 
 def repetition(context: Sequence[int], k: int, min_ngram: int = 4, max_ngram: int = 8,
-               fold: Callable[[int], Hashable] | None = None) -> list[int]:
+               fold: Callable[[int], Hashable] | None = None,
+               counted: Callable[[int], bool] | None = None) -> list[int]:
     """Up to ``k`` tokens that continue ``context`` as it went on after the last earlier
     occurrence of its longest repeated suffix (``min_ngram`` to ``max_ngram`` tokens); empty
     when no suffix that long has occurred before.
@@ -184,25 +185,31 @@ def repetition(context: Sequence[int], k: int, min_ngram: int = 4, max_ngram: in
     ``k`` still fills the offer. ``min_ngram`` keeps ordinary speech, where short phrases recur
     by chance, from being guessed at. ``fold``: what a token is matched as (Whisper's
     timestamps all alike, say, since each turn of a loop has its own times); what is offered
-    is the context's own tokens either way.
+    is the context's own tokens either way. ``counted``: which tokens count towards the
+    n-gram's length (not those timestamps: two of them between segments are no evidence of a
+    loop, and would make any segment that starts with "I was" after a full stop look like one).
     """
     n_ctx = len(context)
     if k <= 0 or n_ctx <= min_ngram:
         return []
     keys = [fold(t) for t in context] if fold is not None else context
+    weight = [1] * n_ctx if counted is None else [int(bool(counted(t))) for t in context]
+    longest = 4 * max_ngram  # tokens, counted or not: bounds the walk back
     last = keys[-1]
-    best_n, best_end = 0, -1
+    best_w, best_end = 0, -1
     for end in range(n_ctx - 1, 0, -1):  # latest first: a loop's last turn
         if keys[end - 1] != last:
             continue
-        n = 1
-        while n < max_ngram and n < end and keys[end - 1 - n] == keys[n_ctx - 1 - n]:
+        n, w = 1, weight[-1]
+        while (w < max_ngram and n < end and n < longest
+               and keys[end - 1 - n] == keys[n_ctx - 1 - n]):
+            w += weight[n_ctx - 1 - n]
             n += 1
-        if n > best_n:
-            best_n, best_end = n, end
-            if n == max_ngram:
+        if w > best_w:
+            best_w, best_end = w, end
+            if w >= max_ngram:
                 break
-    if best_n < min_ngram:
+    if best_w < min_ngram:
         return []
     seq = list(context)
     for i in range(best_end, best_end + k):

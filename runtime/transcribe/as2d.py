@@ -231,12 +231,16 @@ class AlignedSource(BudgetedSource):
         """The drafter's aligned words; where it has none to offer (a greedy loop, which the
         drafter did not make, leaves it lost), the window's own repetition, if there is one."""
         self._repeating = False
+        self._shadow = None
         cands = self._aligned(context, room)
-        if cands or room <= 0:
+        if room <= 0 or (cands and (self.aligner.synced or len(cands) > 1)):
             return cands
+        # Nothing, or only the opening time a lost aligner offers after a closing one.
         again = window_repetition(context, room, self.tb)
-        k = self._repeats.choose(len(again)) if again else 0
-        self._repeating = k > 0
+        k = self._repeats.choose(len(again)) if len(again) > len(cands) else 0
+        if not k:
+            return cands
+        self._repeating = True
         return again[:k]
 
     def _aligned(self, context: Sequence[int], room: int) -> list[int]:
@@ -288,14 +292,15 @@ class AlignedSource(BudgetedSource):
         return self.run.threads_for(offered)
 
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
+        if self._shadow is not None and verdict.committed and (self._repeating or not offered):
+            # The drafter's next token, ready but not offered: right or wrong, at no cost.
+            self.budget.shadow(verdict.committed[0] == self._shadow)
+        self._shadow = None
         if self._repeating:
             # Not the drafter's offer: its budget and miss count do not learn from it.
             self._repeats.record(verdict.offered, verdict.accepted, verdict.ran, verdict.seconds)
             self._observe_text(verdict)
             return
-        if self._shadow is not None and not offered and verdict.committed:
-            self.budget.shadow(verdict.committed[0] == self._shadow)
-        self._shadow = None
         if self.aligner.synced or verdict.accepted:
             self.run.blind_misses = 0
         elif verdict.offered:

@@ -115,9 +115,11 @@ def sample(row: np.ndarray, temperature: float, rng: np.random.Generator) -> int
 class SamplingRules(LogitRules):
     """Whisper's logit rules, then a draw at ``temperature`` instead of the greedy choice.
 
-    Used through the same verification kernel as greedy decoding, with no candidates: each pass
-    applies the rules to one row and draws one token. The log-probabilities a window is judged
-    by stay those of the rule-masked logits (not divided by the temperature), as in whisper.
+    Used through the same verification kernel as greedy decoding: each committed position
+    applies the rules to its row and draws one number, in order, whether the pass verified
+    candidates or not (so candidates change the number of passes, never the draws). The
+    log-probabilities a window is judged by stay those of the rule-masked logits (not divided
+    by the temperature), as in whisper.
     """
 
     temperature: float = 1.0

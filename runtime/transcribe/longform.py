@@ -215,8 +215,10 @@ class LongFormTranscriber:
         self._runner: WindowRunner | None = None  # the current run's
         self._search: BeamOptions | None = None  # the current run's beam search, if any
         # The drafter's stream of the current run, for the decodes its aligner does not
-        # follow (beam hypotheses, sampled fallback decodes); None: they take no candidates.
+        # follow (beam hypotheses, sampled fallback decodes); None: none to look up.
         self._stream = None
+        self._sampled_candidates = False  # sampled decodes verify candidates (a speculative run)
+        self._window_proposer: tuple[int, StreamProposer] | None = None  # (window seek, it)
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -412,6 +414,10 @@ class LongFormTranscriber:
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
             self._stream = decoder.candidate_stream() if speculative else None
+            self._window_proposer = None
+            # Sampled decodes verify candidates in a speculative run (its target passed the
+            # row check); a run that reports itself target-only decodes them alone too.
+            self._sampled_candidates = speculative and isinstance(decoder, DraftingStrategy)
             if search is not None and self._stream is None:
                 # Beam windows by the target alone, and so sampled ones: a drafter would only
                 # take the cores.
@@ -582,18 +588,22 @@ class LongFormTranscriber:
 
     def _proposer(self, window: Window) -> StreamProposer | None:
         """Candidates from the drafter's stream for any sequence decoded in ``window`` (None
-        when the run has no stream)."""
+        when the run has no stream); one per window, shared by its decodes (it only indexes
+        the stream)."""
         if self._stream is None:
             return None
-        tk = self.model.tokenizer
-        return StreamProposer(self._stream, window.start, tk.timestamp_begin, tk.eot)
+        if self._window_proposer is None or self._window_proposer[0] != window.seek:
+            tk = self.model.tokenizer
+            self._window_proposer = (window.seek, StreamProposer(
+                self._stream, window.start, tk.timestamp_begin, tk.eot))
+        return self._window_proposer[1]
 
     def _sampled_source(self, window: Window) -> CandidateSource:
         """A sampled decode's candidates (see :mod:`.stream_source`): the decode's own
-        repetition, and the drafter's stream looked up afresh, since the run's aligner follows
-        only the text that is kept. Speculative runs only (their targets passed the row
-        check); a target-only run stays the plain decode it is compared with."""
-        if not isinstance(self.strategy, DraftingStrategy):
+        repetition, and the drafter's stream (AS²D's; serial SD has none) looked up afresh,
+        since the run's aligner follows only the text that is kept. Speculative runs only; a
+        target-only run stays the plain decode it is compared with."""
+        if not self._sampled_candidates:
             return NO_CANDIDATES
         return StreamSource(self._proposer(window), self.model.tokenizer.timestamp_begin,
                             self.strategy.threads_for)

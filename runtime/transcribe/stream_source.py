@@ -104,17 +104,16 @@ class StreamProposer:
 
 def window_repetition(context: Sequence[int], k: int, timestamp_begin: int) -> list[int]:
     """:func:`~as2d.runtime.speculative.lookup.repetition` for a Whisper window: a loop's turns
-    differ only in their timestamps, so those match one another, and the offer stops before
-    the next one (its time cannot be guessed); after a segment's closing timestamp it starts
-    with the same time, which opens the next segment."""
-    lead = ([context[-1]] if len(context) >= 2 and context[-1] >= timestamp_begin
-            and context[-2] < timestamp_begin else [])
-    if k <= len(lead):
-        return lead[:k]
-    guess = repetition(list(context) + lead, k - len(lead),
-                       fold=lambda t: -1 if t >= timestamp_begin else t)
-    cut = next((i for i, t in enumerate(guess) if t >= timestamp_begin), len(guess))
-    return lead + guess[:cut] if guess[:cut] else []
+    differ only in their timestamps, so those match one another (and count for nothing: the
+    evidence is four words' tokens), and the offer stops before the next one (its time cannot
+    be guessed); after a segment's closing timestamp it starts with the same time, which opens
+    the next segment. Empty where the window does not repeat itself."""
+    tb = timestamp_begin
+    lead = [context[-1]] if len(context) >= 2 and context[-1] >= tb > context[-2] else []
+    guess = repetition(list(context) + lead, max(1, k - len(lead)),
+                       fold=lambda t: -1 if t >= tb else t, counted=lambda t: t < tb)
+    cut = next((i for i, t in enumerate(guess) if t >= tb), len(guess))
+    return (lead + guess[:cut])[:k] if cut else []
 
 
 class StreamSource(CandidateSource):
@@ -141,15 +140,16 @@ class StreamSource(CandidateSource):
         self._kind = None
         if room <= 0:
             return []
-        out = window_repetition(context, room, self.tb)
-        kind = REPEAT
-        if not out and self.proposer is not None:
-            out, kind = self.proposer.propose(context, room), STREAM
-        if not out:
-            return []
-        k = self.budgets[kind].choose(len(out))
-        self._kind = kind if k else None
-        return out[:k]
+        offers = ((REPEAT, lambda: window_repetition(context, room, self.tb)),
+                  (STREAM, lambda: self.proposer.propose(context, room) if self.proposer
+                   else []))
+        for kind, offer in offers:  # the first kind its budget finds worth verifying
+            out = offer()
+            k = self.budgets[kind].choose(len(out)) if out else 0
+            if k:
+                self._kind = kind
+                return out[:k]
+        return []
 
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
         if offered and self._kind is not None:
