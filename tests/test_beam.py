@@ -359,6 +359,27 @@ def test_speculative_beam_is_target_only_beam_on_real_clips(beam_model, whisper,
 
 
 @pytest.mark.slow
+def test_a_beam_window_that_falls_back_samples_the_same_tokens(beam_model, whisper, librivox):
+    """Beam search at temperature 0, then (a bar no window clears) sampled decodes that take
+    the drafter's candidates through the same window's stream proposer the beam used: the
+    kept samples are target-only's."""
+    from as2d.runtime.events import Note, Verified
+    from as2d.runtime.transcribe.as2d import AS2D
+    from as2d.runtime.transcribe.strategy import TargetOnly
+
+    target = beam_model("base")
+    drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
+    options = TranscribeOptions(language="en", beam_size=2, temperatures=(0.0, 0.6),
+                                logprob_threshold=0.0, best_of=2)
+    want = _segments(target, TargetOnly(target), librivox[1].path, options)
+    events: list = []
+    got = _segments(target, AS2D(target, drafter), librivox[1].path, options, events.append)
+    assert got == want
+    assert any(isinstance(e, Note) and "temperature 0.6" in e.message for e in events)
+    assert any(e.accepted for e in events if isinstance(e, Verified))  # the samples' passes
+
+
+@pytest.mark.slow
 def test_speculative_beam_is_exact_whatever_the_drafter_says(beam_model, librivox):
     """A property: the drafter's stream damaged at random (words dropped, replaced, inserted,
     segments closed anywhere, timestamps guessed wrong, a stream cut short) changes how many
