@@ -398,7 +398,7 @@ def test_a_loops_turns_differ_only_in_their_timestamps():
     assert window_repetition(ctx, 9, tb) == [tb + 200] + turn  # the lead, then the turn
     assert window_repetition(ctx[:-1], 9, tb) == []  # the closing time is not guessed
     assert window_repetition(ctx[:-2], 9, tb) == [15]  # up to the next turn's time
-    assert window_repetition(ctx[:-3], 9, tb) == []  # three words are no evidence of a loop
+    assert window_repetition(ctx[:-3], 9, tb) == []  # three text tokens: no evidence
     assert window_repetition(ctx, 1, tb) == [tb + 200]
     for k in (1, 9):  # no repetition: not even the opening time is offered
         assert window_repetition([tb, 11, 12, 13, 14, tb + 50], k, tb) == []
@@ -460,11 +460,11 @@ def test_sampled_decodes_are_exact_whatever_the_candidates(models, librivox):
             dec = WindowState(state, sampling, prompt, prompt.index(tk.sot), 224, tk.eot)
             dec.start()
             cands.run(dec, source)
-            return list(dec.generated), dec.counts.passes
+            return list(dec.generated), dec.counts.passes, dec.sum_logprob
         finally:
             target.release(state)
 
-    plain, plain_passes = decode(cands.NO_CANDIDATES)
+    plain, plain_passes, plain_score = decode(cands.NO_CANDIDATES)
     assert len(plain) > 10
 
     class Damaged(CandidateSource):
@@ -486,8 +486,9 @@ def test_sampled_decodes_are_exact_whatever_the_candidates(models, librivox):
     @given(st.lists(st.tuples(st.integers(0, 8), st.sampled_from(["true", "swap", "loop"])),
                     min_size=1, max_size=6))
     def check(edits):
-        tokens, passes = decode(Damaged(edits))
+        tokens, passes, score = decode(Damaged(edits))
         assert tokens == plain
+        assert score == plain_score  # what best_of ranks samples by
         if all(how == "true" and k > 1 for k, how in edits):
             assert passes < plain_passes
 

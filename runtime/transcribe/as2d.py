@@ -235,10 +235,11 @@ class AlignedSource(BudgetedSource):
         cands = self._aligned(context, room)
         if room <= 0 or (cands and (self.aligner.synced or len(cands) > 1)):
             return cands
-        # Nothing, or only the opening time a lost aligner offers after a closing one.
+        # Nothing, or one token from a lost aligner (a blind guess, or the opening time after
+        # a closing one): four repeated text tokens of the window are the better evidence.
         again = window_repetition(context, room, self.tb)
         k = self._repeats.choose(len(again)) if len(again) > len(cands) else 0
-        if not k:
+        if k <= len(cands):
             return cands
         self._repeating = True
         return again[:k]
@@ -296,9 +297,11 @@ class AlignedSource(BudgetedSource):
             # The drafter's next token, ready but not offered: right or wrong, at no cost.
             self.budget.shadow(verdict.committed[0] == self._shadow)
         self._shadow = None
-        if self._repeating:
-            # Not the drafter's offer: its budget and miss count do not learn from it.
+        if self._repeating or (not offered and verdict.ran == 1):
+            # A repetition's pass, or a plain step (whose cost it learns from): not the
+            # drafter's offer, so the drafter's budget and miss count do not learn from it.
             self._repeats.record(verdict.offered, verdict.accepted, verdict.ran, verdict.seconds)
+        if self._repeating:
             self._observe_text(verdict)
             return
         if self.aligner.synced or verdict.accepted:

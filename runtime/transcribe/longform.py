@@ -43,7 +43,7 @@ from as2d.runtime.transcribe.beam import BeamOptions
 from as2d.runtime.transcribe.drafting import DraftingStrategy
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
 from as2d.runtime.transcribe.strategy import DecodeStrategy, TargetOnly, Window
-from as2d.runtime.transcribe.stream_source import StreamProposer, StreamSource
+from as2d.runtime.transcribe.stream_source import SampledSource, StreamProposer
 from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.whisper.alignment import (
     APPEND_PUNCTUATIONS,
@@ -218,7 +218,8 @@ class LongFormTranscriber:
         # follow (beam hypotheses, sampled fallback decodes); None: none to look up.
         self._stream = None
         self._sampled_candidates = False  # sampled decodes verify candidates (a speculative run)
-        self._window_proposer: tuple[int, StreamProposer] | None = None  # (window seek, it)
+        # The current window's proposer, keyed by (stream, window seek).
+        self._window_proposer: tuple[tuple[int, int], StreamProposer] | None = None
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -592,9 +593,10 @@ class LongFormTranscriber:
         the stream)."""
         if self._stream is None:
             return None
-        if self._window_proposer is None or self._window_proposer[0] != window.seek:
+        key = (id(self._stream), window.seek)
+        if self._window_proposer is None or self._window_proposer[0] != key:
             tk = self.model.tokenizer
-            self._window_proposer = (window.seek, StreamProposer(
+            self._window_proposer = (key, StreamProposer(
                 self._stream, window.start, tk.timestamp_begin, tk.eot))
         return self._window_proposer[1]
 
@@ -605,7 +607,7 @@ class LongFormTranscriber:
         target-only run stays the plain decode it is compared with."""
         if not self._sampled_candidates:
             return NO_CANDIDATES
-        return StreamSource(self._proposer(window), self.model.tokenizer.timestamp_begin,
+        return SampledSource(self._proposer(window), self.model.tokenizer.timestamp_begin,
                             self.strategy.threads_for)
 
     def _speech_only(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo

@@ -6,7 +6,8 @@ drafter's stream for the whole run, moved by the text the target keeps. Some dec
 are not that text: the hypotheses of a beam search, and the sampled decodes of Whisper's
 temperature fallback (of which at most one is kept). :class:`StreamProposer` finds each such
 sequence's place in the stream from its own last tokens, holding nothing between calls but an
-n-gram index of the stream, and :class:`StreamSource` offers its guesses to one sampled decode.
+n-gram index of the stream; :class:`SampledSource` offers one sampled decode its own repetition
+(a loop, which the drafter did not make), else the proposer's guess.
 
 A sampled decode takes candidates as losslessly as a greedy one: the verification kernel asks the
 decode's rule (:class:`~as2d.runtime.transcribe.fallback.SamplingRules`) for one token per
@@ -57,6 +58,10 @@ class StreamProposer:
         self.indexed = self.lo  # stream tokens indexed so far (n-grams ending before it)
 
     def _grow(self) -> None:
+        if self.first >= len(self.stream.tokens) and not self.stream.finished:
+            # The drafter had not reached the window yet when this was made (a proposer lives
+            # as long as its window's decodes): its first token is still to come.
+            self.first = self.stream.index_at_time(self.offset)
         tokens, end = self.stream.tokens, len(self.stream.tokens)
         for e in range(self.indexed + 1, end + 1):
             for n in range(1, self.max_ngram + 1):
@@ -105,7 +110,7 @@ class StreamProposer:
 def window_repetition(context: Sequence[int], k: int, timestamp_begin: int) -> list[int]:
     """:func:`~as2d.runtime.speculative.lookup.repetition` for a Whisper window: a loop's turns
     differ only in their timestamps, so those match one another (and count for nothing: the
-    evidence is four words' tokens), and the offer stops before the next one (its time cannot
+    evidence is four text tokens), and the offer stops before the next one (its time cannot
     be guessed); after a segment's closing timestamp it starts with the same time, which opens
     the next segment. Empty where the window does not repeat itself."""
     tb = timestamp_begin
@@ -116,7 +121,7 @@ def window_repetition(context: Sequence[int], k: int, timestamp_begin: int) -> l
     return (lead + guess[:cut])[:k] if cut else []
 
 
-class StreamSource(CandidateSource):
+class SampledSource(CandidateSource):
     """One sampled decode's candidates: where the decode has begun to repeat itself, its own
     repetition (:func:`~as2d.runtime.speculative.lookup.repetition`); else the proposer's guess
     from the drafter's stream. Whisper's fallback samples a window again because its greedy
@@ -124,7 +129,7 @@ class StreamSource(CandidateSource):
     guess. How many tokens to offer is a :class:`~as2d.runtime.speculative.budget.Budget`'s
     choice, one per kind of offer, from its acceptance and the measured cost of a row."""
 
-    name = "drafter stream"
+    name = "repetition or stream"
 
     def __init__(self, proposer: StreamProposer | None, timestamp_begin: int,
                  threads_for: Callable[[Sequence[int]], int | None] | None = None) -> None:
@@ -155,8 +160,10 @@ class StreamSource(CandidateSource):
         if offered and self._kind is not None:
             self.budgets[self._kind].record(verdict.offered, verdict.accepted, verdict.ran,
                                             verdict.seconds)
-        elif verdict.ran == 1:  # a plain step still measures what a pass costs (the prompt's
-            for b in self.budgets.values():  # pass, many rows for no candidate, does not)
+        # A plain step still measures what a pass costs (the prompt's pass, many rows for no
+        # candidate, does not).
+        elif verdict.ran == 1:
+            for b in self.budgets.values():
                 b.record(0, 0, verdict.ran, verdict.seconds)
 
     def pass_threads(self, offered: Sequence[int]) -> int | None:
