@@ -87,6 +87,12 @@ class WindowStats:
     retried: bool = False  # decoded again without the previous-text prompt
     source: str = ""  # the audio it belongs to (a file name in the benchmark)
     steps: int = 0  # beam search: beam steps taken (a speculative pass may take several)
+    # Decodes of this window that were run and not kept (temperature fallback, best_of samples,
+    # the retry without the previous text): their tokens and target passes. The fields above
+    # count the kept decode; its decode_seconds include these decodes' time.
+    dropped_decodes: int = 0
+    dropped_tokens: int = 0
+    dropped_passes: int = 0
 
     @property
     def tokens_per_second(self) -> float:

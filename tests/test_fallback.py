@@ -429,6 +429,16 @@ def test_sampled_windows_take_candidates_and_keep_their_tokens(models, long_clip
     passes = _verified(events)
     assert sum(e.accepted for e in passes) > 0.3 * sum(len(e.committed) for e in passes)
     assert len(passes) < 0.8 * len(_verified(plain_events))
+    # --stats counts the samples not kept apart from the kept ones, and loses none.
+    from as2d.runtime.transcribe.stats import StatsCollector
+
+    collector = StatsCollector()
+    for e in events:
+        collector(e)
+    s = collector.current.summary()
+    assert s["dropped_decodes"] == s["windows"] == len({seg.seek for seg in fast})
+    assert s["committed_tokens"] + s["dropped_tokens"] == sum(len(e.committed) for e in passes)
+    assert s["target_passes"] + s["dropped_passes"] == len(passes)
 
 
 @pytest.mark.slow

@@ -26,6 +26,12 @@ def print_stats(runs, stream) -> None:
         if s.get("beam_steps"):
             console.print(f"  beam: {s['beam_steps']} beam steps in {s['target_passes']} passes "
                           f"({s['beam_steps_per_pass']:.2f} steps/pass)")
+        if s.get("dropped_decodes"):
+            console.print(
+                f"  not kept: {s['dropped_decodes']} decodes (temperature fallback, samples, "
+                f"retries), {s['dropped_tokens']} tokens in {s['dropped_passes']} target passes "
+                f"({s['dropped_tokens'] / max(1, s['dropped_passes']):.2f} tokens/pass), "
+                "their time in the decode time")
         if s["candidates_offered"]:
             console.print(
                 f"  candidates: {s['candidates_accepted']}/{s['candidates_offered']} accepted "

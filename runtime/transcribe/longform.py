@@ -511,14 +511,19 @@ class LongFormTranscriber:
         tk = self.model.tokenizer
         thr = options.compression_ratio_threshold
         temps = options.temperatures or (0.0,)
-        spent = [0.0, 0.0]  # encoder and decoder seconds of the decodes not kept
+        spent = [0.0, 0.0]  # encoder and decoder seconds of every decode, kept or not
+        ran = [0, 0, 0]  # decodes, tokens and passes of every decode, kept or not
 
         def attempt(t: float, prompt_: list[int], retried: bool = False):
             decoded = self._attempt(runner, window, mel, prompt_, rules, sample_len, options,
                                     t, retried)
             if decoded is not None:
-                spent[0] += decoded[1].encode_seconds
-                spent[1] += decoded[1].decode_seconds
+                s = decoded[1]
+                spent[0] += s.encode_seconds
+                spent[1] += s.decode_seconds
+                ran[0] += 1 + s.dropped_decodes
+                ran[1] += s.tokens + s.dropped_tokens
+                ran[2] += s.passes + s.dropped_passes
             return decoded
 
         for i, temperature in enumerate(temps):
@@ -545,11 +550,13 @@ class LongFormTranscriber:
             if decoded is None:
                 return None
             result, stats = decoded
+        # The window's time includes the decodes that were not kept; they are counted apart.
+        stats = replace(stats, encode_seconds=spent[0], decode_seconds=spent[1],
+                        dropped_decodes=ran[0] - 1, dropped_tokens=ran[1] - stats.tokens,
+                        dropped_passes=ran[2] - stats.passes)
         if thr is not None and compression_ratio(tk.decode(result.tokens)) > thr:
             result.tokens = cut_repetition(result.tokens, tk.timestamp_begin)
             stats = replace(stats, tokens=len(result.tokens) + int(result.completed))
-        # The window's time includes the decodes that were not kept.
-        stats = replace(stats, encode_seconds=spent[0], decode_seconds=spent[1])
         self.emit(WindowDone(stats))
         return result, stats.retried, temperature
 
@@ -569,6 +576,7 @@ class LongFormTranscriber:
                                  self._stop, retried=retried)
         best = None
         spent = [0.0, 0.0]
+        ran = [0, 0, 0]  # decodes, tokens and passes of all the samples
         for draw in range(max(1, options.best_of)):
             rng = fallback.window_rng(options.seed, window.seek, temperature,
                                       2 * draw + int(retried))
@@ -581,11 +589,16 @@ class LongFormTranscriber:
             result, stats = decoded
             spent[0] += stats.encode_seconds
             spent[1] += stats.decode_seconds
+            ran[0] += 1
+            ran[1] += stats.tokens
+            ran[2] += stats.passes
             score = fallback.ranking_score(result.sum_logprob, len(result.tokens))
             if best is None or score > best[0]:
                 best = (score, result, stats)
         _, result, stats = best
-        return result, replace(stats, encode_seconds=spent[0], decode_seconds=spent[1])
+        return result, replace(stats, encode_seconds=spent[0], decode_seconds=spent[1],
+                               dropped_decodes=ran[0] - 1, dropped_tokens=ran[1] - stats.tokens,
+                               dropped_passes=ran[2] - stats.passes)
 
     def _proposer(self, window: Window) -> StreamProposer | None:
         """Candidates from the drafter's stream for any sequence decoded in ``window`` (None

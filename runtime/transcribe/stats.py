@@ -77,6 +77,11 @@ class RunStats:
             "candidates_accepted": accepted,
             "acceptance": round(accepted / offered, 4) if offered else 0.0,
             "passes_alone": self.total("alone"),
+            # Decodes run and not kept (temperature fallback, best_of, the repetition retry):
+            # their time is in decode_seconds, their tokens and passes only here.
+            "dropped_decodes": self.total("dropped_decodes"),
+            "dropped_tokens": self.total("dropped_tokens"),
+            "dropped_passes": self.total("dropped_passes"),
             "encode_seconds": round(self.total("encode_seconds"), 4),
             "draft_seconds": round(self.draft_seconds, 4),
             "drafted_tokens": self.drafted_tokens,
