@@ -26,7 +26,7 @@ from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.drafter import DrafterWorker
 from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
 from as2d.runtime.transcribe.strategy import Window
-from as2d.runtime.transcribe.stream_source import window_repetition
+from as2d.runtime.transcribe.stream_source import opening_time, window_repetition
 from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.model import WhisperModel
@@ -251,7 +251,7 @@ class AlignedSource(BudgetedSource):
             aligner.sync()
         # After a segment's closing timestamp Whisper almost always opens the next segment
         # at the same time: propose that timestamp, then the drafter's words.
-        lead = [gen[-1]] if (gen and gen[-1] >= tb and len(gen) >= 2 and gen[-2] < tb) else []
+        lead = opening_time(gen, tb)
         ready = len(self.stream) - aligner.pos + len(lead)
         if ready <= 0:
             return []

@@ -31,6 +31,15 @@ REPEAT, STREAM = "repeat", "stream"  # where an offer came from
 PRIORS = {REPEAT: REPEAT_PRIOR, STREAM: 0.7}
 
 
+def opening_time(seq: Sequence[int], timestamp_begin: int) -> list[int]:
+    """``[t]`` when ``seq`` ends with a segment's closing timestamp ``t`` (text before it):
+    Whisper nearly always opens the next segment at the same time, so every source offers it
+    first. Empty otherwise."""
+    if len(seq) >= 2 and seq[-1] >= timestamp_begin > seq[-2]:
+        return [seq[-1]]
+    return []
+
+
 class StreamProposer:
     """Candidates for every live hypothesis, from the drafter's stream (AS²D's), aligned to
     *that hypothesis's* text.
@@ -76,7 +85,7 @@ class StreamProposer:
             return []
         self._grow()
         tb = self.tb
-        lead = [seq[-1]] if len(seq) >= 2 and seq[-1] >= tb and seq[-2] < tb else []
+        lead = opening_time(seq, tb)
         text = [t for t in seq if t < self.eot]
         pos = None
         if not text:
@@ -114,7 +123,7 @@ def window_repetition(context: Sequence[int], k: int, timestamp_begin: int) -> l
     be guessed); after a segment's closing timestamp it starts with the same time, which opens
     the next segment. Empty where the window does not repeat itself."""
     tb = timestamp_begin
-    lead = [context[-1]] if len(context) >= 2 and context[-1] >= tb > context[-2] else []
+    lead = opening_time(context, tb)
     guess = repetition(list(context) + lead, max(1, k - len(lead)),
                        fold=lambda t: -1 if t >= tb else t, counted=lambda t: t < tb)
     cut = next((i for i, t in enumerate(guess) if t >= tb), len(guess))
