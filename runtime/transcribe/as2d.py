@@ -25,8 +25,9 @@ from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.drafter import DrafterWorker
 from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
+from as2d.runtime.transcribe.opening_times import OpeningTimes
 from as2d.runtime.transcribe.strategy import Window
-from as2d.runtime.transcribe.stream_source import opening_time, window_repetition
+from as2d.runtime.transcribe.stream_source import window_repetition
 from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.model import WhisperModel
@@ -53,6 +54,9 @@ class AS2D(DraftingStrategy):
         # thread warms it while the target encodes its first window).
         self.keys = TokenKeys(lambda: tk.token_bytes, tk.encode_piece)
         self.turns = EncoderTurns()
+        # The opening timestamp after a closing one, guessed from the audio (the target's grid
+        # and which guess works are learned across windows and files).
+        self.times = OpeningTimes(tk.timestamp_begin)
         self.worker: DrafterWorker | None = None
         self.stream: CandidateStream | None = None
         self.aligner: Aligner | None = None
@@ -129,6 +133,7 @@ class AS2D(DraftingStrategy):
 
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
+        self.times.audio(mel.samples)
         if not self._drafting:
             self._start_drafting(mel, language, options)
         elif not self.drafter_understands(language):
@@ -221,6 +226,7 @@ class AlignedSource(BudgetedSource):
         self.eot = run.target.tokenizer.eot
         self.aligner.window_start(self.offset)
         self._shadow: int | None = None  # the candidate that was ready but not offered
+        self._openings: dict[str, int] = {}  # the opening times guessed for the pass's start
         self._start: str | None = None  # the kind of start the last proposal was made at
         self._repeats = Budget(prior_acceptance=REPEAT_PRIOR)  # offers of its own repetition
         self._repeats.window_start()
@@ -249,9 +255,10 @@ class AlignedSource(BudgetedSource):
         opening = self._start = self.start_kind(gen)
         if not aligner.synced:
             aligner.sync()
-        # After a segment's closing timestamp Whisper almost always opens the next segment
-        # at the same time: propose that timestamp, then the drafter's words.
-        lead = opening_time(gen, tb)
+        # After a segment's closing timestamp, the opening one (the same time, or where the
+        # audio says speech resumes: see OpeningTimes), then the drafter's words.
+        self._openings = self.run.times.guesses(gen, self.offset)
+        lead = self.run.times.choose(self._openings)
         ready = len(self.stream) - aligner.pos + len(lead)
         if ready <= 0:
             return []
@@ -293,6 +300,8 @@ class AlignedSource(BudgetedSource):
         return self.run.threads_for(offered)
 
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
+        self.run.times.observe(self._openings, verdict.committed)
+        self._openings = {}
         if self._shadow is not None and verdict.committed and (self._repeating or not offered):
             # The drafter's next token, ready but not offered: right or wrong, at no cost.
             self.budget.shadow(verdict.committed[0] == self._shadow)

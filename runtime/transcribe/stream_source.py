@@ -33,8 +33,9 @@ PRIORS = {REPEAT: REPEAT_PRIOR, STREAM: 0.7}
 
 def opening_time(seq: Sequence[int], timestamp_begin: int) -> list[int]:
     """``[t]`` when ``seq`` ends with a segment's closing timestamp ``t`` (text before it):
-    Whisper nearly always opens the next segment at the same time, so every source offers it
-    first. Empty otherwise."""
+    in continuous speech Whisper opens the next segment at the same time, so the sources that
+    have no audio to go by offer it first (AS²D's aligned source guesses from the audio:
+    :mod:`as2d.runtime.transcribe.opening_times`). Empty otherwise."""
     if len(seq) >= 2 and seq[-1] >= timestamp_begin > seq[-2]:
         return [seq[-1]]
     return []
@@ -49,10 +50,10 @@ class StreamProposer:
     (its tokens before the timestamps, without them) is found in the stream by its longest
     suffix of up to ``max_ngram`` tokens (the occurrence nearest where that much text of this
     window should stand), and what follows there is proposed; an empty text starts at the
-    window's first drafted token. After a closing timestamp the same time opens the next
-    segment (as Whisper nearly always writes it), and where the drafter closed a segment its
-    time is guessed as the target's closing timestamp. Wrong guesses cost rows of a pass,
-    never a token: the verification decides.
+    window's first drafted token. After a closing timestamp the same time is offered to open
+    the next segment (as Whisper writes it in continuous speech), and where the drafter closed
+    a segment its time is guessed as the target's closing timestamp. Wrong guesses cost rows
+    of a pass, never a token: the verification decides.
     """
 
     def __init__(self, stream, window_start: float, timestamp_begin: int, eot: int,

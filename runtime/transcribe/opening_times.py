@@ -1,0 +1,170 @@
+"""Where the target opens its next segment after closing one: a guess from the audio.
+
+Whisper ends a segment with a closing timestamp and begins the next with an opening one, each a
+token of its own. The closing time often comes free, verified with the segment's last words;
+the opening time does not: no text candidate knows it, so unless it is guessed exactly it costs
+a target pass of its own. In continuous speech the two times are the same. After a pause they
+are not, and the audio knows where speech starts again where the drafter's times do not (they
+sit on another model's grid). Measured with Whisper base on a 608-s file of clips with pauses
+between them: the opening time equalled the closing one at only 34 of 230 boundaries, and 198
+of AS²D's 985 target passes did nothing but commit an opening timestamp.
+
+The audio's guess: after the closing time, past the last word's tail (sound for at most
+:data:`TAIL`) and a pause (:data:`QUIET` below the speech level: :data:`ONSET_DB` under the
+loudest frame around), where sound lasts again (:data:`SOUND`); moved by the offset the target
+keeps from that sound (learned: it starts at :data:`LEAD` before, and settled near 0.16 s
+before on that file), on the grid the target writes its times on. Whisper base writes 99 % of
+its times on multiples of 0.2 s; a model that writes finer times gets the finer grid, learned
+from the times it commits. Which guess is offered, the same time or the audio's, is learned from
+the openings the target writes in the run. On that file the offered guess named 131 of the 230
+openings (the same time: 34) and AS²D's passes fell from 985 to 869; on 56 boundaries of
+continuous speech (real and synthetic, not used for the choices above but for one: the tail)
+it named 49 (the same time: 53). A wrong guess costs nothing: the pass it rides on was needed
+anyway, and verification keeps only what the target itself computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from as2d.runtime.audio import SAMPLE_RATE
+from as2d.runtime.whisper.tokenizer import TIME_PRECISION
+
+ONSET_DB = 30.0  # speech: within this many dB of the loudest frame around the closing time
+LEAD = 0.1  # seconds the opening time comes before the sound, until the target says
+NEAR = 25  # steps (0.5 s) within which an opening is taken for the sound's
+LOOK_AHEAD = 5.0  # seconds after the closing time searched for the onset
+TAIL = 0.2  # seconds of sound after the closing time that are still the last word's
+QUIET = 0.1  # seconds below the speech level that make a pause
+SOUND = 0.06  # seconds above it that make speech again
+AROUND = 10.0  # seconds either side of the closing time whose loudest frame sets the level
+COARSE = 10  # a coarse grid, in time steps: 0.2 s
+DECAY = 0.9  # of the learned counts (recent boundaries weigh more)
+SAME, ONSET = "same", "onset"
+MAX_STEP = 1500  # the last time of a 30-s window, in steps
+GOES_ON = -1  # the sound at a closing time goes on: no pause
+
+
+class OpeningTimes:
+    """Guesses the opening timestamp after a closing one, and learns from what the target writes.
+
+    One per run of a strategy (a decoder's model): the grid and which guess works are the
+    target's habits, and carry from window to window and file to file; the audio is set for
+    each file (:meth:`audio`).
+    """
+
+    def __init__(self, timestamp_begin: int, rate: int = SAMPLE_RATE) -> None:
+        self.tb = timestamp_begin
+        self.rate = rate
+        self.frame = round(TIME_PRECISION * rate)  # samples a time step spans
+        self._samples: np.ndarray | None = None
+        # Decayed counts: committed times on the coarse grid and off it; openings each guess
+        # named exactly. The priors: the coarse grid (base's, and a guess made on it for a model
+        # with finer times is still right where it lands on it), the audio's guess first.
+        self._on_grid, self._off_grid = 1.0, 0.0
+        self._hits = {SAME: 1.0, ONSET: 1.0}
+        # Steps from where sound resumes to the opening time the target writes (negative:
+        # before), learned; and the sound found for the last guess (its closing token, step).
+        self._offset = -LEAD / TIME_PRECISION
+        self._sound: tuple[int, int] | None = None
+        self.openings = 0  # openings the target wrote after a closing time, so far
+        self.named = {SAME: 0, ONSET: 0}  # of those, the ones each guess named exactly
+
+    def audio(self, samples: np.ndarray | None) -> None:
+        """The samples of the file being decoded (16 kHz mono; a memmap is read only around
+        each boundary), or None: no audio guess, the same time only."""
+        self._samples = samples
+
+    @property
+    def grid(self) -> int:
+        """Time steps between the times the target writes: 10 (0.2 s) or 1."""
+        return COARSE if self._on_grid >= 4.0 * self._off_grid else 1
+
+    def guesses(self, context: Sequence[int], window_start: float) -> dict[str, int]:
+        """``{kind: timestamp token}`` for the opening after ``context``'s closing timestamp;
+        empty unless ``context`` ends with one (text before it)."""
+        if len(context) < 2 or not context[-1] >= self.tb > context[-2]:
+            return {}
+        closing = context[-1]
+        out = {SAME: closing}
+        sound = self._resumes(closing - self.tb, window_start)
+        self._sound = None if sound is None or sound == GOES_ON else (closing, sound)
+        if sound == GOES_ON:  # speech goes on: the audio says the same time
+            out[ONSET] = closing
+        elif sound is not None:
+            grid = self.grid
+            step = max(closing - self.tb, int(round((sound + self._offset) / grid)) * grid)
+            if step <= MAX_STEP:
+                out[ONSET] = self.tb + step
+        return out
+
+    def choose(self, guesses: dict[str, int]) -> list[int]:
+        """The guess to offer, ``[token]``, by which kind has named the target's openings
+        more often (the audio's on a tie); empty when there is none."""
+        if not guesses:
+            return []
+        kind = max(guesses, key=lambda k: (self._hits[k], k == ONSET))
+        return [guesses[kind]]
+
+    def observe(self, guesses: dict[str, int], committed: Sequence[int]) -> None:
+        """A pass committed ``committed``; ``guesses``: those made for its start (empty when it
+        did not follow a closing timestamp). Learns the grid from every time committed, and
+        each guess's aim from the opening, if the pass wrote one."""
+        for t in committed:
+            if t >= self.tb:
+                coarse = (t - self.tb) % COARSE == 0
+                self._on_grid = self._on_grid * DECAY + coarse
+                self._off_grid = self._off_grid * DECAY + (not coarse)
+        if guesses and committed and committed[0] >= self.tb:
+            opening = committed[0]
+            self.openings += 1
+            for kind in self._hits:
+                hit = guesses.get(kind) == opening
+                self._hits[kind] = self._hits[kind] * DECAY + hit
+                self.named[kind] += hit
+            if self._sound is not None and self._sound[0] == guesses.get(SAME):
+                gap = opening - self.tb - self._sound[1]
+                if abs(gap) <= NEAR:  # this pause's opening: how far from the sound it sits
+                    self._offset += (1.0 - DECAY) * 2.0 * (gap - self._offset)
+        self._sound = None
+
+    def _resumes(self, closing: int, window_start: float) -> int | None:
+        """The step where sound resumes after the step ``closing`` (window-relative),
+        :data:`GOES_ON` where it does not stop, None where the audio shows no speech within
+        :data:`LOOK_AHEAD` (or no audio was given)."""
+        samples = self._samples
+        if samples is None:
+            return None
+        at = round(window_start / TIME_PRECISION) + closing  # frame of the closing time
+        lo = max(0, at - round(AROUND / TIME_PRECISION))
+        hi = min(len(samples) // self.frame, at + round(AROUND / TIME_PRECISION))
+        end = min(hi, at + round(LOOK_AHEAD / TIME_PRECISION))
+        if end <= at or hi <= lo:
+            return None
+        chunk = np.asarray(samples[lo * self.frame: hi * self.frame], np.float32)
+        power = np.square(chunk.reshape(hi - lo, self.frame), dtype=np.float64).mean(axis=1)
+        level = 10.0 * np.log10(power + 1e-10)
+        speech = level[at - lo: end - lo] > level.max() - ONSET_DB
+        # Sound right at the closing time is the last word's tail; the next segment opens
+        # where sound lasts again after a quiet stretch. Sound that goes on past TAIL with no
+        # quiet is speech that continues: the same time.
+        quiet = _first_run(~speech, round(QUIET / TIME_PRECISION))
+        if quiet is None:
+            return GOES_ON if len(speech) > round(TAIL / TIME_PRECISION) else None
+        if quiet > round(TAIL / TIME_PRECISION):
+            return GOES_ON
+        start = _first_run(speech[quiet:], round(SOUND / TIME_PRECISION))
+        if start is None:
+            return None
+        return closing + quiet + start
+
+
+def _first_run(mask: np.ndarray, n: int) -> int | None:
+    """Where ``mask`` is first true ``n`` times in a row, or None."""
+    if n <= 1:
+        return int(np.argmax(mask)) if mask.any() else None
+    runs = np.convolve(mask.astype(np.int32), np.ones(n, np.int32), "valid")
+    hit = np.flatnonzero(runs == n)
+    return int(hit[0]) if len(hit) else None
