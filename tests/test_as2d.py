@@ -127,6 +127,29 @@ def test_aligner_resynchronises_after_an_edit(edit):
     assert a.candidates(3) == truth[at + 4 : at + 7]
 
 
+def test_aligner_keeps_its_place_where_the_target_spells_a_number_the_drafter_wrote(tokenizers):
+    """tiny.en writes "10 of clubs. 4 of hearts" where base says "Ten of clubs. Four of
+    hearts": a number word and its digits are one key, so the aligner stays on the drafter's
+    text instead of searching for it again."""
+    from as2d.runtime.speculative.align import TokenKeys
+
+    tk = tokenizers[1]
+    keys = TokenKeys(tk.token_bytes, tk.encode_piece)
+    drafted = tk.encode(" 10 of clubs. 4 of hearts")
+    a = Aligner(stream_of(drafted), keys=keys)
+    (ten,) = tk.encode(" Ten")
+    a.observe(ten)
+    assert a.synced
+    assert a.candidates(3) == drafted[1:4]  # " of clubs."
+    for t in drafted[1:4]:
+        a.observe(t)
+    (four,) = tk.encode(" Four")
+    a.observe(four)
+    assert a.synced and a.candidates(2) == drafted[5:7]  # " of hearts"
+    assert keys.key(ten) == keys.key(drafted[0]) == "10"
+    assert keys.key(tk.encode(" ninety")[0]) == "90"
+
+
 def test_aligner_never_jumps_back_to_an_earlier_repetition():
     # "it was the age of wisdom , it was the age of foolishness"
     phrase = [1, 2, 3, 4, 5, 6, 9, 1, 2, 3, 4, 5, 7]

@@ -26,10 +26,19 @@ from as2d.runtime.speculative.stream import CandidateStream
 SENTENCE, SEGMENT = "sentence", "segment"  # kinds of start (see Aligner.candidates)
 
 
+# Numbers one model writes in digits where another spells them ("10 of clubs", "Ten of
+# clubs": tiny.en and base on the same card names): one key, so the aligner keeps its place.
+NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
+NUMBER_WORDS.update({w: str(10 * i) for i, w in enumerate(
+    "thirty forty fifty sixty seventy eighty ninety".split(), start=3)})
+
+
 class TokenKeys:
     """What two spellings of a token share, in one vocabulary: its letters and digits, lower
-    case. Tokens of punctuation and spaces alone (in any script) have no key: the aligner may
-    step over them."""
+    case, a number word read as its digits. Tokens of punctuation and spaces alone (in any
+    script) have no key: the aligner may step over them."""
 
     def __init__(self, token_bytes: Sequence[bytes] | Callable[[], Sequence[bytes]],
                  encode_piece: Callable[[str], Sequence[int]]) -> None:
@@ -67,6 +76,7 @@ class TokenKeys:
                 k = raw.hex()  # a piece of a character: only the same piece matches
             else:
                 k = "".join(c for c in text.lower() if c.isalnum())
+                k = NUMBER_WORDS.get(k, k)
             self._keys[token] = k
         return k
 
