@@ -26,6 +26,7 @@ from as2d.runtime.ask.kinds import (
     NOT_SAID,
     adds_to,
     bound,
+    first_qualifying,
     fits,
     gives_reason,
     names_in,
@@ -182,6 +183,26 @@ def test_only_what_was_said_is_grounded():
     assert not said("Yes.", weather) and not said("Not now.", weather)
     assert said("Not now.", lines("Do you want it?", "Not now."))  # a reply said as it is
     assert content_words("three hundred and five") == ["305"]
+
+
+def test_a_models_own_sentence_may_repeat_the_question_around_what_it_adds():
+    """An instruction model answers "Who signed the letter?" with "The letter was signed by
+    Susan Ford.": the question's words are framing, what the sentence adds must be said, and
+    a sentence that adds nothing, or adds what was never said, is no answer."""
+    letter = lines("Dear parents, the school will close on Friday.", "Yours, Susan Ford.")
+    question = "Who signed the letter?"
+    assert not said("The letter was signed by Susan Ford.", letter)  # a span: words said only
+    assert said("The letter was signed by Susan Ford.", letter, question)
+    assert first_qualifying("The letter was signed by Susan Ford.", question, letter) \
+        == "The letter was signed by Susan Ford."
+    assert first_qualifying("The letter was signed.", question, letter) is None  # adds nothing
+    assert first_qualifying("The letter was signed by Tom Baker.", question, letter) is None
+    assert not qualifies("The letter was signed by Susan Ford.", question, letter)
+    # the question's negation is not the transcript's: a negated answer must be said so
+    assert first_qualifying("Susan Ford did not sign the letter.", "Who did not sign the letter?",
+                            letter) is None
+    assert first_qualifying("The school will not close on Friday.",
+                            "When will the school not close?", letter) is None
 
 
 # -- cut before the object; the phrase next to the thing ----------------------------------------

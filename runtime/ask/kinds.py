@@ -10,6 +10,10 @@ not about any question: they read the answer's words and the transcript's capita
 An answer is *grounded* when every content word it has (stop words aside, a negation counted)
 was said in the transcript, allowing inflections (``-s``, ``-ed``, ``-ing``, common irregular
 forms) and number words for digits; a reply of small words only must be said word for word.
+A model's own sentence (an instruction model's answer) may repeat the question's words around
+what it adds ("Who signed the letter?" → "The letter was signed by Susan Ford."): those words
+are the question's framing, so its premise is taken as given, as an extracted span ("Susan
+Ford") takes it; what the sentence adds must be said, and a negation is never framing.
 An amount must be the one the question is about (:func:`bound`): not another number of the
 same sentence.
 An answer that is neither of the kind asked nor grounded is not given; when nothing
@@ -812,12 +816,16 @@ def adds_to(answer: str, question: str) -> bool:
     return bool(set(mine) - set(content_words(question)))
 
 
-def said(answer: str, spans: Sequence[Span]) -> bool:
+def said(answer: str, spans: Sequence[Span], framing: str = "") -> bool:
     """Every content word of ``answer`` occurs in the transcript (inflections, common irregular
     forms and number words for digits allowed, as :func:`as2d.runtime.ask.passages.content_words`
-    normalises them; a negation counts as a word). An answer of small words only ("No.", "Not
+    normalises them; a negation counts as a word), or in ``framing``: the question, where an
+    answer in a sentence of its own repeats the question's words around what it adds ("The
+    letter was signed by Susan Ford."; what it adds must still be said, and
+    :func:`adds_to` wants something added). An answer of small words only ("No.", "Not
     now.") says nothing checkable word by word, so it must be said as it is, word for word."""
-    have: set[str] = set()
+    # A negation is never framing: "Susan Ford did not sign it." must be said as a negation.
+    have: set[str] = set(_span_words(framing)) - {"not"} if framing else set()
     for s in spans:
         have |= _span_words(s.text)
     claims = _claims(answer)
@@ -830,10 +838,13 @@ def said(answer: str, spans: Sequence[Span]) -> bool:
 
 
 def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str] | None = None,
-              kind: str | None = None, places: set[str] | None = None) -> bool:
+              kind: str | None = None, places: set[str] | None = None,
+              sentence: bool = False) -> bool:
     """Of the kind asked, adding to the question, said in the transcript, where it is an
     amount, the amount the question is about (:func:`bound`), and not said only of the
-    opposite of what is asked (:func:`not_opposed`)."""
+    opposite of what is asked (:func:`not_opposed`). ``sentence``: the answer is a model's
+    own sentence, which may repeat the question's words (see :func:`said`); a span of the
+    transcript is held to the transcript alone."""
     if names is None:
         names = names_in(spans)
     if places is None:
@@ -849,7 +860,8 @@ def qualifies(answer: str, question: str, spans: Sequence[Span], names: set[str]
     return (fits(kind, answer, names, places) and not _bare_phrase(answer, question, kind)
             and _in_the_group(answer, question, kind) and _a_measure(answer, question, kind)
             and adds_to(answer, question)
-            and said(answer, spans) and bound(answer, question, spans, kind)
+            and said(answer, spans, question if sentence else "")
+            and bound(answer, question, spans, kind)
             and not_opposed(answer, question, spans, kind))
 
 
@@ -1050,6 +1062,6 @@ def first_qualifying(answer: str, question: str, spans: Sequence[Span],
     whole = unframed(answer)
     parts = [whole] + [unframed(p) for p in _SENTENCE.split(answer) if p.strip()]
     for part in parts:
-        if part and qualifies(part, question, spans, names, kind):
+        if part and qualifies(part, question, spans, names, kind, sentence=True):
             return part
     return None

@@ -73,10 +73,11 @@ class TokenKeys:
             if not raw:
                 k = f"<{token}>"  # special tokens match only themselves
             elif text is None:
-                k = raw.hex()  # a piece of a character: only the same piece matches
+                k = "x" + raw.hex()  # a piece of a character: only the same piece matches
             else:
                 k = "".join(c for c in text.lower() if c.isalnum())
-                k = NUMBER_WORDS.get(k, k)
+                if raw[:1] == b" ":  # a whole word, not a piece of one
+                    k = NUMBER_WORDS.get(k, k)
             self._keys[token] = k
         return k
 

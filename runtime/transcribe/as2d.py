@@ -25,7 +25,7 @@ from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.drafter import DrafterWorker
 from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
-from as2d.runtime.transcribe.opening_times import OpeningTimes
+from as2d.runtime.transcribe.opening_times import MAX_STEP, OpeningTimes
 from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.transcribe.stream_source import window_repetition
 from as2d.runtime.transcribe.turns import EncoderTurns
@@ -152,6 +152,7 @@ class AS2D(DraftingStrategy):
     def end(self) -> None:
         self._stop_drafting()
         self._drafting = False  # the stream stays readable (as2d ask looks up candidates in it)
+        self.times.audio(None)  # the file's samples (a long file's memmap) are not kept
 
     def close(self) -> None:
         super().close()
@@ -282,7 +283,7 @@ class AlignedSource(BudgetedSource):
         last = cands[-1] if cands else (gen[-1] if gen else tb)
         if at is not None and last < tb and len(cands) < room and aligner.synced:
             step = round((at - self.offset) / TIME_PRECISION)
-            if 0 <= step <= 1500:
+            if 0 <= step <= MAX_STEP:
                 cands.append(tb + step)
         return cands
 

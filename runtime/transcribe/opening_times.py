@@ -40,6 +40,7 @@ TAIL = 0.2  # seconds of sound after the closing time that are still the last wo
 QUIET = 0.1  # seconds below the speech level that make a pause
 SOUND = 0.06  # seconds above it that make speech again
 AROUND = 10.0  # seconds either side of the closing time whose loudest frame sets the level
+SILENCE_DB = -70.0  # no quieter frame (dB of full scale) is speech, however quiet the rest
 COARSE = 10  # a coarse grid, in time steps: 0.2 s
 DECAY = 0.9  # of the learned counts (recent boundaries weigh more)
 SAME, ONSET = "same", "onset"
@@ -120,8 +121,8 @@ class OpeningTimes:
         if guesses and committed and committed[0] >= self.tb:
             opening = committed[0]
             self.openings += 1
-            for kind in self._hits:
-                hit = guesses.get(kind) == opening
+            for kind, guess in guesses.items():  # each counted where it was made
+                hit = guess == opening
                 self._hits[kind] = self._hits[kind] * DECAY + hit
                 self.named[kind] += hit
             if self._sound is not None and self._sound[0] == guesses.get(SAME):
@@ -137,16 +138,19 @@ class OpeningTimes:
         samples = self._samples
         if samples is None:
             return None
-        at = round(window_start / TIME_PRECISION) + closing  # frame of the closing time
-        lo = max(0, at - round(AROUND / TIME_PRECISION))
-        hi = min(len(samples) // self.frame, at + round(AROUND / TIME_PRECISION))
-        end = min(hi, at + round(LOOK_AHEAD / TIME_PRECISION))
-        if end <= at or hi <= lo:
+        # Frames of one time step each, on the grid that starts at the closing time's sample.
+        first = round(window_start * self.rate) + closing * self.frame
+        before = min(first // self.frame, round(AROUND / TIME_PRECISION))
+        after = min((len(samples) - first) // self.frame, round(AROUND / TIME_PRECISION))
+        ahead = min(after, round(LOOK_AHEAD / TIME_PRECISION))
+        if ahead <= 0:
             return None
-        chunk = np.asarray(samples[lo * self.frame: hi * self.frame], np.float32)
-        power = np.square(chunk.reshape(hi - lo, self.frame), dtype=np.float64).mean(axis=1)
+        lo = first - before * self.frame
+        chunk = np.asarray(samples[lo: lo + (before + after) * self.frame], np.float32)
+        power = np.square(chunk.reshape(before + after, self.frame), dtype=np.float64).mean(axis=1)
         level = 10.0 * np.log10(power + 1e-10)
-        speech = level[at - lo: end - lo] > level.max() - ONSET_DB
+        floor = max(level.max() - ONSET_DB, SILENCE_DB)
+        speech = level[before: before + ahead] > floor
         # Sound right at the closing time is the last word's tail; the next segment opens
         # where sound lasts again after a quiet stretch. Sound that goes on past TAIL with no
         # quiet is speech that continues: the same time.
@@ -155,10 +159,10 @@ class OpeningTimes:
             return GOES_ON if len(speech) > round(TAIL / TIME_PRECISION) else None
         if quiet > round(TAIL / TIME_PRECISION):
             return GOES_ON
-        start = _first_run(speech[quiet:], round(SOUND / TIME_PRECISION))
-        if start is None:
+        resumes = _first_run(speech[quiet:], round(SOUND / TIME_PRECISION))
+        if resumes is None:
             return None
-        return closing + quiet + start
+        return closing + quiet + resumes
 
 
 def _first_run(mask: np.ndarray, n: int) -> int | None:
