@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from as2d.runtime.ask.spans import Span, format_time, parse_times
+from as2d.runtime.numbers import NUMBER_WORDS
 
 _STOPWORDS = frozenset("""
 a about above after again against all am an and any are as at be because been before being
@@ -28,12 +29,6 @@ tell told talk talking
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 
-
-NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen".split())}
-NUMBER_WORDS.update({w: str(10 * i) for i, w in enumerate(
-    "twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)})
 _SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
 
 # Common irregular verb forms → the base form, so that "paid" in an answer meets "pay" in the

@@ -21,18 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from as2d.runtime.numbers import NUMBER_WORDS
 from as2d.runtime.speculative.stream import CandidateStream
 
 SENTENCE, SEGMENT = "sentence", "segment"  # kinds of start (see Aligner.candidates)
-
-
-# Numbers one model writes in digits where another spells them ("10 of clubs", "Ten of
-# clubs": tiny.en and base on the same card names): one key, so the aligner keeps its place.
-NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty".split())}
-NUMBER_WORDS.update({w: str(10 * i) for i, w in enumerate(
-    "thirty forty fifty sixty seventy eighty ninety".split(), start=3)})
 
 
 class TokenKeys:
@@ -76,8 +68,8 @@ class TokenKeys:
                 k = "x" + raw.hex()  # a piece of a character: only the same piece matches
             else:
                 k = "".join(c for c in text.lower() if c.isalnum())
-                if raw[:1] == b" ":  # a whole word, not a piece of one
-                    k = NUMBER_WORDS.get(k, k)
+                if raw[:1] == b" ":  # a whole word, not a piece of one: "Ten" is "10"
+                    k = NUMBER_WORDS.get(k, k)  # (tiny.en writes "10 of clubs", base "Ten")
             self._keys[token] = k
         return k
 
