@@ -43,9 +43,20 @@ AROUND = 10.0  # seconds either side of the closing time whose loudest frame set
 SILENCE_DB = -70.0  # no quieter frame (dB of full scale) is speech, however quiet the rest
 COARSE = 10  # a coarse grid, in time steps: 0.2 s
 DECAY = 0.9  # of the learned counts (recent boundaries weigh more)
+OFFSET_RATE = 0.2  # how far each opening moves the learned offset toward its own
 SAME, ONSET = "same", "onset"
 MAX_STEP = 1500  # the last time of a 30-s window, in steps
 GOES_ON = -1  # the sound at a closing time goes on: no pause
+
+
+def opening_time(seq: Sequence[int], timestamp_begin: int) -> list[int]:
+    """``[t]`` when ``seq`` ends with a segment's closing timestamp ``t`` (text before it):
+    in continuous speech Whisper opens the next segment at the same time, so the sources that
+    have no audio to go by offer it first (AS²D's aligned source guesses from the audio:
+    :class:`OpeningTimes`). Empty otherwise."""
+    if len(seq) >= 2 and seq[-1] >= timestamp_begin > seq[-2]:
+        return [seq[-1]]
+    return []
 
 
 class OpeningTimes:
@@ -86,9 +97,10 @@ class OpeningTimes:
     def guesses(self, context: Sequence[int], window_start: float) -> dict[str, int]:
         """``{kind: timestamp token}`` for the opening after ``context``'s closing timestamp;
         empty unless ``context`` ends with one (text before it)."""
-        if len(context) < 2 or not context[-1] >= self.tb > context[-2]:
+        same = opening_time(context, self.tb)
+        if not same:
             return {}
-        closing = context[-1]
+        closing = same[0]
         out = {SAME: closing}
         sound = self._resumes(closing - self.tb, window_start)
         self._sound = None if sound is None or sound == GOES_ON else (closing, sound)
@@ -128,7 +140,7 @@ class OpeningTimes:
             if self._sound is not None and self._sound[0] == guesses.get(SAME):
                 gap = opening - self.tb - self._sound[1]
                 if abs(gap) <= NEAR:  # this pause's opening: how far from the sound it sits
-                    self._offset += (1.0 - DECAY) * 2.0 * (gap - self._offset)
+                    self._offset += OFFSET_RATE * (gap - self._offset)
         self._sound = None
 
     def _resumes(self, closing: int, window_start: float) -> int | None:

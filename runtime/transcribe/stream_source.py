@@ -24,21 +24,12 @@ from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.lookup import REPEAT_PRIOR, repetition
 from as2d.runtime.speculative.verify import Verdict
+from as2d.runtime.transcribe.opening_times import opening_time
 
 # Prior acceptance of each kind of offer, before a decode's own passes say otherwise: a sampled
 # decode strays from the drafter's words more than greedy does.
 REPEAT, STREAM = "repeat", "stream"  # where an offer came from
 PRIORS = {REPEAT: REPEAT_PRIOR, STREAM: 0.7}
-
-
-def opening_time(seq: Sequence[int], timestamp_begin: int) -> list[int]:
-    """``[t]`` when ``seq`` ends with a segment's closing timestamp ``t`` (text before it):
-    in continuous speech Whisper opens the next segment at the same time, so the sources that
-    have no audio to go by offer it first (AS²D's aligned source guesses from the audio:
-    :mod:`as2d.runtime.transcribe.opening_times`). Empty otherwise."""
-    if len(seq) >= 2 and seq[-1] >= timestamp_begin > seq[-2]:
-        return [seq[-1]]
-    return []
 
 
 class StreamProposer:
