@@ -127,7 +127,14 @@ def whisper(bundle):
     def get(name: str, precision: str = "int8", threads: int = 2, role: str = "target"):
         key = (name, precision, threads, role)
         if key not in cache:
-            cache[key] = WhisperModel(bundle(name, precision), threads=threads, role=role)
+            from as2d.models.install import ensure_beam_decoder
+
+            path = bundle(name, precision)
+            model = WhisperModel(path, threads=threads, role=role)
+            # Beam search's batched graph, made on first use, as the loader attaches it (beam
+            # search and a fallback's samples drawn side by side run on it).
+            model.beam_graph = lambda: ensure_beam_decoder(path)
+            cache[key] = model
         return cache[key]
 
     return get

@@ -503,3 +503,94 @@ def test_sampled_decodes_are_exact_whatever_the_candidates(models, librivox):
             assert passes < plain_passes
 
     check()
+
+
+@pytest.mark.slow
+def test_samples_side_by_side_draw_what_they_draw_alone(models, librivox):
+    """A property: ``best_of`` samples decoded as one batch (:mod:`.samples`), each given any
+    candidates at all (its true continuation damaged at random, a loop where there is none,
+    nothing), commit each sample's tokens and log-probability of the same seeded decode alone,
+    in fewer passes than the samples one after another."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from as2d.runtime.rows import beams_exact
+    from as2d.runtime.speculative import candidates as cands
+    from as2d.runtime.speculative.candidates import CandidateSource
+    from as2d.runtime.transcribe.samples import Sample, SampleBatch
+    from as2d.runtime.transcribe.window import WindowState
+    from as2d.runtime.whisper.features import LogMel
+    from as2d.runtime.whisper.logits import LogitRules
+    from tests.helpers import prompt_for
+
+    target, _ = models
+    if not beams_exact(target):
+        pytest.skip("this machine's batched rows differ from single passes: samples are "
+                    "drawn one after another here")
+    tk = target.tokenizer
+    ctx = target.encode(LogMel(load_audio(librivox[1].path), target.dims.n_mels).window(0, 3000))
+    prompt = prompt_for(target, True)
+    rules = LogitRules(tk, target.dims.n_vocab, timestamps=True,
+                       suppress=tuple(tk.suppress_tokens()))
+    draws = 3
+
+    def sampling(draw):
+        return SamplingRules.of(rules, 0.8, window_rng(3, 0, 0.8, draw))
+
+    alone = []
+    for draw in range(draws):
+        state = target.decoder_state(ctx)
+        try:
+            dec = WindowState(state, sampling(draw), prompt, prompt.index(tk.sot), 224, tk.eot)
+            dec.start()
+            cands.run(dec, cands.NO_CANDIDATES)
+            alone.append((list(dec.generated), dec.sum_logprob, dec.completed,
+                          dec.counts.passes))
+        finally:
+            target.release(state)
+    assert len({tuple(a[0]) for a in alone}) == draws  # the samples differ
+
+    class Damaged(CandidateSource):
+        def __init__(self, truth, edits):
+            self.truth, self.edits = truth, edits
+
+        def propose(self, context, room):
+            n = len(context)
+            k, how = self.edits[n % len(self.edits)]
+            out = list(self.truth[n:n + k])
+            if how == "swap" and out:
+                out[len(out) // 2] = (out[len(out) // 2] + 1) % tk.eot
+            elif how == "loop":
+                out = list(context[-k:]) if k else []
+            return out[:room]
+
+    def batch(sources):
+        state = target.beam_state(ctx, draws)
+        try:
+            b = SampleBatch(state, [Sample(sampling(d), src) for d, src in enumerate(sources)],
+                            prompt, prompt.index(tk.sot), 224, tk.eot)
+            b.start()
+            while not b.done:
+                b.step()
+            return b
+        finally:
+            target.release_beams(state)
+
+    plain = batch([cands.NO_CANDIDATES] * draws)
+    assert [(r.tokens, r.sum_logprob, r.completed) for r in plain.results()] == \
+        [a[:3] for a in alone]
+    assert plain.passes == max(a[3] for a in alone)  # one pass per token of the longest
+
+    @settings(max_examples=8, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(st.lists(st.tuples(st.integers(0, 6),
+                                       st.sampled_from(["true", "swap", "loop"])),
+                             min_size=1, max_size=5), min_size=draws, max_size=draws))
+    def check(edits):
+        b = batch([Damaged(a[0], e) for a, e in zip(alone, edits)])
+        assert [(r.tokens, r.sum_logprob, r.completed) for r in b.results()] == \
+            [a[:3] for a in alone]
+        if all(how == "true" and k > 1 for e in edits for k, how in e):
+            assert b.passes < plain.passes
+
+    check()

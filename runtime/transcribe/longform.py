@@ -574,16 +574,28 @@ class LongFormTranscriber:
         if temperature <= 0:
             return runner.decode(window, mel, prompt, rules, sample_len, self.strategy.source,
                                  self._stop, retried=retried)
+        draws = [fallback.SamplingRules.of(rules, temperature, fallback.window_rng(
+            options.seed, window.seek, temperature, 2 * draw + int(retried)))
+            for draw in range(max(1, options.best_of))]
+        batch = self._sample_batching(len(draws))
+        if batch is not None:  # the samples side by side (same tokens, fewer passes)
+            sampled = runner.decode_samples(window, mel, prompt, draws, sample_len,
+                                            [self._sampled_source(window) for _ in draws],
+                                            self._stop, retried, batch)
+            if sampled is None:
+                return None
+            scores = [fallback.ranking_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
+            result, stats = sampled[scores.index(max(scores))]
+            return result, replace(
+                stats, dropped_decodes=len(sampled) - 1,
+                dropped_tokens=sum(s.tokens for _, s in sampled) - stats.tokens,
+                dropped_passes=max(s.passes for _, s in sampled) - stats.passes)
         best = None
         spent = [0.0, 0.0]
         ran = [0, 0, 0]  # decodes, tokens and passes of all the samples
-        for draw in range(max(1, options.best_of)):
-            rng = fallback.window_rng(options.seed, window.seek, temperature,
-                                      2 * draw + int(retried))
-            decoded = runner.decode(window, mel, prompt,
-                                    fallback.SamplingRules.of(rules, temperature, rng),
-                                    sample_len, self._sampled_source, self._stop,
-                                    retried=retried)
+        for draw in draws:
+            decoded = runner.decode(window, mel, prompt, draw, sample_len,
+                                    self._sampled_source, self._stop, retried=retried)
             if decoded is None:
                 return None
             result, stats = decoded
@@ -599,6 +611,25 @@ class LongFormTranscriber:
         return result, replace(stats, encode_seconds=spent[0], decode_seconds=spent[1],
                                dropped_decodes=ran[0] - 1, dropped_tokens=ran[1] - stats.tokens,
                                dropped_passes=ran[2] - stats.passes)
+
+    def _sample_batching(self, samples: int):
+        """How a fallback's samples are drawn side by side (:mod:`.samples`): the pass
+        threads' chooser to use (a callable, or False for the model's own threads), or None
+        to draw them one after another. Side by side needs the batched (beam) decoder and rows
+        in it that are bit for bit those of single passes on this machine (checked once, as
+        for beam search): then every sample draws the same tokens either way."""
+        model = self.model
+        if samples < 2 or not isinstance(model, WhisperModel) or model.beam_graph is None:
+            return None
+        try:
+            model.beam_session()
+        except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
+            return None
+        speculative = self._sampled_candidates
+        threads = self.strategy.pass_threads if speculative else ()
+        if threads and beams_exact(model, threads):
+            return self.strategy.threads_for
+        return (lambda offered: None) if beams_exact(model) else None
 
     def _proposer(self, window: Window) -> StreamProposer | None:
         """Candidates from the drafter's stream for any sequence decoded in ``window`` (None

@@ -34,6 +34,7 @@ from as2d.runtime.speculative import candidates
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow
+from as2d.runtime.transcribe.samples import Sample, SampleBatch
 from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.transcribe.stream_source import StreamProposer
 from as2d.runtime.transcribe.window import DecodingResult, WindowState
@@ -106,7 +107,7 @@ class WindowRunner:
         # Called once, after the next window's encoder run (work that should not compete with
         # the encoder but may overlap the decoding).
         self.after_encode: Callable[[], None] | None = None
-        self._decoder: WindowState | BeamWindow | None = None
+        self._decoder: WindowState | BeamWindow | SampleBatch | None = None
 
     def detect_language(self, mel: LogMel) -> tuple[str, float]:
         """Most probable language of the first window (multilingual models).
@@ -326,17 +327,73 @@ class WindowRunner:
                             self.audio_source, dec.steps)
         return result, stats
 
+    def decode_samples(self, window: Window, mel: LogMel, prompt: list[int],
+                       rules: Sequence[LogitRules], sample_len: int,
+                       sources: Sequence[CandidateSource], stop: threading.Event,
+                       retried: bool = False,
+                       threads_for: Callable[[Sequence[int]], int | None] | None = None
+                       ) -> list[tuple[DecodingResult, WindowStats]] | None:
+        """Decode ``window`` once per rule of ``rules`` (sampling rules, each with its own
+        generator) as one batch (:mod:`.samples`), sample ``i`` with candidates from
+        ``sources[i]``; each sample's result and record (the batch's time in every record,
+        each sample's own passes). None when ``stop`` was set first (then :meth:`partial` has
+        the most probable sample so far)."""
+        encoded = self._begin(window, mel, stop)
+        if encoded is None:
+            return None
+        ctx, encode_seconds = encoded
+        state = self.model.beam_state(ctx, len(rules))
+        tk = self.model.tokenizer
+        batch = SampleBatch(state, [Sample(r, src) for r, src in zip(rules, sources)], prompt,
+                            prompt.index(tk.sot), sample_len, tk.eot)
+        self._decoder = batch
+        t0 = time.perf_counter()
+        try:
+            self._report_batch(window.index, batch.start())
+            while not batch.done:
+                if stop.is_set():
+                    return None
+                self._report_batch(window.index, batch.step(threads_for))
+            seconds = time.perf_counter() - t0
+        finally:
+            for s in batch.samples:
+                s.source.finish(s.generated)
+            self.model.release_beams(state)
+        self._decoder = None
+        out = []
+        for result in batch.results():
+            c = result.counts
+            out.append((result, WindowStats(
+                window.index, window.start, window.end, len(result.tokens) + int(result.completed),
+                c.passes, c.offered, c.accepted, c.alone, encode_seconds, seconds, retried,
+                self.audio_source)))
+        return out
+
     def partial(self) -> DecodingResult | None:
         """What the window a stop interrupted had committed (None: no window was under way)."""
         return self._decoder.result() if self._decoder is not None else None
 
-    def _report(self, window: int, offered: Sequence[int], verdict: Verdict) -> None:
+    def _report_batch(self, window: int, verdicts: list[tuple[list[int], Verdict]]) -> None:
+        """One pass over a batch of samples, as one pass: its counts are every sample's, its
+        texts the first sample's (a view shows one text being decoded)."""
+        if self.emit is ignore or not verdicts:
+            return
+        offered, lead = verdicts[0]
+        merged = Verdict([t for _, v in verdicts for t in v.committed], [],
+                         sum(v.offered for _, v in verdicts),
+                         sum(v.accepted for _, v in verdicts),
+                         sum(v.ran for _, v in verdicts), lead.seconds)
+        self._report(window, offered, merged, lead)
+
+    def _report(self, window: int, offered: Sequence[int], verdict: Verdict,
+                texts: Verdict | None = None) -> None:
         if self.emit is ignore:
             return  # nobody listens: skip decoding the texts
         tk = self.model.tokenizer
-        acc = verdict.committed[: verdict.accepted]
-        own = verdict.committed[verdict.accepted:]
+        shown = texts or verdict  # whose tokens the texts are
+        acc = shown.committed[: shown.accepted]
+        own = shown.committed[shown.accepted:]
         self.emit(Verified(window, verdict.offered, verdict.accepted, tuple(verdict.committed),
                            tk.decode(acc), tk.decode(own),
-                           tk.decode(list(offered[verdict.accepted: verdict.offered])),
+                           tk.decode(list(offered[shown.accepted: shown.offered])),
                            verdict.seconds))

@@ -1,0 +1,201 @@
+"""The ``best_of`` samples of a fallback window, drawn side by side in one batch.
+
+Whisper's temperature fallback draws ``best_of`` samples of a window (:mod:`.fallback`).
+Drawn one after another, each is a decode of its own, a pass per token (fewer with
+candidates); yet a decoder pass over one row is bound by reading the weights and the cross
+keys and values, not by arithmetic, so passes over five rows cost little more than passes over
+one. faster-whisper draws its samples as one batch for that reason. Here they share one
+pooled cache (:class:`~as2d.runtime.whisper.model.BeamDecoderState`, beam search's), one
+hypothesis per sample, and each pass runs every live sample's next rows.
+
+What each sample draws is exactly what it draws alone: sample ``i`` keeps its own seeded
+generator and rules (:class:`~as2d.runtime.transcribe.fallback.SamplingRules`), chooses once
+per committed position, in order, from rows that are bit for bit those of single passes
+(checked on the machine: :func:`as2d.runtime.rows.beams_exact`), so the batch changes the
+number of passes, never a token.
+
+Candidates, lossless as in :func:`~as2d.runtime.speculative.verify.verify`: a pass runs, for
+each sample, its pending token, its *backlog* and its candidates. The pooled cache keeps every
+sample at one length, so a pass can keep only as many positions as the sample that advanced
+least; a sample that advanced further has committed tokens the cache has not taken yet (they
+were chosen from their rows and drawn for, and are never chosen again). Those are its backlog:
+they run again in the next pass, where their rows are the same rows, and its own candidates
+follow them. A sample leaves the batch when it ends (end-of-text or a length limit).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from as2d.runtime.speculative.candidates import CandidateSource
+from as2d.runtime.speculative.verify import PassCounts, Verdict
+from as2d.runtime.transcribe.fallback import ranking_score
+from as2d.runtime.transcribe.window import DecodingResult
+from as2d.runtime.whisper.logits import LogitRules, logprob_of, no_speech_probability
+from as2d.runtime.whisper.model import BeamDecoderState
+
+# Tokens a pass runs for one sample (its pending token, backlog and candidates): a pass over
+# every live sample runs up to this many rows each, so it bounds the pass's cost. Measured on a
+# window of the 608-s file that falls back twice (10 samples, 1423 tokens, AS²D): 2, 3, 4 and 8
+# took 6.5, 6.0, 5.6 and 5.7 s; one after another, 6.9-8.3 s.
+MAX_FED = 4
+
+
+@dataclass
+class Sample:
+    """One sampled decode in the batch: its rules (and generator), candidates and tokens."""
+
+    rules: LogitRules
+    source: CandidateSource
+    generated: list[int] = field(default_factory=list)  # committed, in order
+    sum_logprob: float = 0.0
+    done: bool = False
+    completed: bool = False
+    counts: PassCounts = field(default_factory=PassCounts)
+
+
+@dataclass
+class SampleBatch:
+    """The samples of one window at one temperature, decoded as one batch of hypotheses."""
+
+    state: BeamDecoderState
+    samples: list[Sample]
+    prompt: list[int]
+    sot_index: int
+    sample_len: int
+    eot: int
+    max_fed: int = MAX_FED
+    no_speech_prob: float = 0.0
+    passes: int = 0  # passes of the batch (each sample's counts hold those it took part in)
+    live: list[int] = field(default_factory=list)  # samples in the cache's hypothesis order
+
+    @property
+    def done(self) -> bool:
+        return self.passes > 0 and not self.live
+
+    @property
+    def held(self) -> int:
+        """Generated tokens of every live sample that the cache holds (its pending one not)."""
+        return self.state.length - len(self.prompt)
+
+    def start(self) -> list[tuple[list[int], Verdict]]:
+        """The prompt, run once for every sample, and each sample's first token; what each
+        sample committed (as :meth:`step` returns it)."""
+        t0 = time.perf_counter()
+        row = self.state.forward([self.prompt])[0]
+        self.no_speech_prob = no_speech_probability(row[self.sot_index],
+                                                    self.samples[0].rules.tokenizer.no_speech)
+        last = row[-1]
+        out = []
+        for s in self.samples:
+            masked = last.copy()  # each sample masks (in place) and draws from its own copy
+            token = s.rules.choose(masked, [])
+            self._commit(s, [token], [masked])
+            out.append(([], Verdict([token], [], 0, 0, len(self.prompt), 0.0, s.done)))
+        self.live = [i for i, s in enumerate(self.samples) if not s.done]
+        self.state.reorder([0] * len(self.live))
+        self._count(t0, [(i, 0, 0) for i in range(len(self.samples))], out)
+        return out
+
+    def room(self, sample: Sample) -> int:
+        """Candidates ``sample`` may have run after its pending token and backlog."""
+        backlog = len(sample.generated) - self.held - 1
+        by_len = self.sample_len - len(sample.generated) - 1
+        by_ctx = self.state.capacity - len(self.prompt) - len(sample.generated)
+        return max(0, min(by_len, by_ctx, self.max_fed - 1 - backlog))
+
+    def step(self, threads_for: Callable[[Sequence[int]], int | None] | None = None
+             ) -> list[tuple[list[int], Verdict]]:
+        """One pass over every live sample: its pending token, backlog and candidates; per
+        sample that took part, what it was offered and its verdict (``ran``: its rows)."""
+        if self.done:
+            raise RuntimeError("samples already decoded")
+        t0 = time.perf_counter()
+        m = self.held
+        fed: list[list[int]] = []
+        offers: list[list[int]] = []
+        for i in self.live:
+            s = self.samples[i]
+            room = self.room(s)
+            offer = list(s.source.propose(s.generated, room))[:room] if room else []
+            offers.append(offer)
+            fed.append(s.generated[m:] + offer)
+        width = max(len(f) for f in fed)
+        offered = [t for o in offers for t in o]
+        logits = self.state.forward([f + [self.eot] * (width - len(f)) for f in fed],
+                                    threads_for(offered) if threads_for else None)
+        kept = []  # per live sample: fed positions that are its tokens
+        tally = []
+        out = []
+        for j, i in enumerate(self.live):
+            s, offer = self.samples[i], offers[j]
+            # The row after its last committed token (the backlog's last, else the pending
+            # one) chooses its next token; each accepted candidate's row, the one after.
+            start = len(fed[j]) - len(offer) - 1
+            accepted = 0
+            committed: list[int] = []
+            for r in range(start, len(fed[j])):
+                row = logits[j, r]
+                token = s.rules.choose(row, s.generated)
+                committed.append(token)
+                self._commit(s, [token], [row])
+                if s.done or r - start >= len(offer) or token != offer[r - start]:
+                    break
+                accepted += 1
+            kept.append(start + 1 + accepted)
+            tally.append((i, len(offer), accepted))
+            verdict = Verdict(committed, [], len(offer), accepted, len(fed[j]),
+                              time.perf_counter() - t0, s.done)
+            s.source.observe(offer, verdict)
+            out.append((offer, verdict))
+        # Every sample that goes on keeps the positions the least advanced one can keep.
+        going = [j for j, i in enumerate(self.live) if not self.samples[i].done]
+        if going:
+            self.state.truncate(len(self.prompt) + m + min(kept[j] for j in going))
+            self.state.reorder(going)
+        self.live = [self.live[j] for j in going]
+        self._count(t0, tally, out)
+        return out
+
+    def _commit(self, s: Sample, tokens: list[int], rows: list) -> None:
+        """:class:`~as2d.runtime.transcribe.window.WindowState`'s rule: end-of-text ends the
+        sample (not kept as a token); so do ``sample_len`` tokens, or the context's end."""
+        for token, row in zip(tokens, rows):
+            s.sum_logprob += logprob_of(row, token)
+            if token == self.eot:
+                s.done = s.completed = True
+                return
+            s.generated.append(token)
+            if (len(s.generated) >= self.sample_len
+                    or len(self.prompt) + len(s.generated) > self.state.capacity):
+                s.done = True
+                return
+
+    def _count(self, t0: float, tally: list[tuple[int, int, int]],
+               verdicts: list[tuple[list[int], Verdict]]) -> None:
+        seconds = time.perf_counter() - t0
+        for _, v in verdicts:  # the pass's time, its rules included, for every sample in it
+            v.seconds = seconds
+        self.passes += 1
+        for i, offered, accepted in tally:
+            c = self.samples[i].counts
+            c.passes += 1
+            c.offered += offered
+            c.accepted += accepted
+            c.alone += offered == 0 and self.passes > 1
+            c.seconds += seconds
+
+    def results(self) -> list[DecodingResult]:
+        """Every sample's decode so far (complete once :attr:`done`)."""
+        return [DecodingResult(list(s.generated), s.sum_logprob, self.no_speech_prob,
+                               s.completed, PassCounts(**vars(s.counts)))
+                for s in self.samples]
+
+    def result(self) -> DecodingResult:
+        """The most probable sample so far (whisper's ranking; the first of equals), what a
+        stopped window keeps."""
+        results = self.results()
+        scores = [ranking_score(r.sum_logprob, len(r.tokens)) for r in results]
+        return results[scores.index(max(scores))]
