@@ -537,18 +537,26 @@ def test_samples_side_by_side_draw_what_they_draw_alone(models, librivox):
     def sampling(draw):
         return SamplingRules.of(rules, 0.8, window_rng(3, 0, 0.8, draw))
 
-    alone = []
-    for draw in range(draws):
-        state = target.decoder_state(ctx)
-        try:
-            dec = WindowState(state, sampling(draw), prompt, prompt.index(tk.sot), 224, tk.eot)
-            dec.start()
-            cands.run(dec, cands.NO_CANDIDATES)
-            alone.append((list(dec.generated), dec.sum_logprob, dec.completed,
-                          dec.counts.passes))
-        finally:
-            target.release(state)
+    def decode_alone(sample_len):
+        out = []
+        for draw in range(draws):
+            state = target.decoder_state(ctx)
+            try:
+                dec = WindowState(state, sampling(draw), prompt, prompt.index(tk.sot),
+                                  sample_len, tk.eot)
+                dec.start()
+                cands.run(dec, cands.NO_CANDIDATES)
+                out.append((list(dec.generated), dec.sum_logprob, dec.completed,
+                            dec.counts.passes))
+            finally:
+                target.release(state)
+        return out
+
+    alone = decode_alone(224)
     assert len({tuple(a[0]) for a in alone}) == draws  # the samples differ
+    # A short length limit, reached mid-batch by samples with a backlog: they end as alone.
+    short = decode_alone(9)
+    assert all(len(a[0]) == 9 and not a[2] for a in short)
 
     class Damaged(CandidateSource):
         def __init__(self, truth, edits):
@@ -564,11 +572,11 @@ def test_samples_side_by_side_draw_what_they_draw_alone(models, librivox):
                 out = list(context[-k:]) if k else []
             return out[:room]
 
-    def batch(sources):
+    def batch(sources, sample_len=224):
         state = target.beam_state(ctx, draws)
         try:
             b = SampleBatch(state, [Sample(sampling(d), src) for d, src in enumerate(sources)],
-                            prompt, prompt.index(tk.sot), 224, tk.eot)
+                            prompt, prompt.index(tk.sot), sample_len, tk.eot)
             b.start()
             while not b.done:
                 b.step()
@@ -592,5 +600,40 @@ def test_samples_side_by_side_draw_what_they_draw_alone(models, librivox):
             [a[:3] for a in alone]
         if all(how == "true" and k > 1 for e in edits for k, how in e):
             assert b.passes < plain.passes
+        b = batch([Damaged(a[0], e) for a, e in zip(short, edits)], sample_len=9)
+        assert [(r.tokens, r.sum_logprob, r.completed) for r in b.results()] == \
+            [a[:3] for a in short]
 
     check()
+
+
+@pytest.mark.slow
+def test_samples_side_by_side_or_one_by_one_give_one_text(models, long_clip, monkeypatch):
+    """The whole fallback through the long-form loop (three samples a window at one
+    temperature, AS²D with candidates): the samples drawn side by side keep the same text as
+    drawn one after another, and --stats loses no token and no pass either way."""
+    from as2d.runtime.transcribe.stats import StatsCollector
+
+    target, drafter = models
+    opts = TranscribeOptions(language="en", temperatures=(0.6,), best_of=3, seed=2)
+
+    def transcribe():
+        events: list = []
+        segs = run(target, AS2D(target, drafter), long_clip, opts, events)
+        collector = StatsCollector()
+        for e in events:
+            collector(e)
+        return [s.tokens for s in segs], collector.current.summary(), _verified(events)
+
+    side, s_side, passes_side = transcribe()
+    monkeypatch.setattr(LongFormTranscriber, "_sample_batching", lambda self, n: None)
+    alone, s_alone, passes_alone = transcribe()
+    assert side == alone
+    for s, passes in ((s_side, passes_side), (s_alone, passes_alone)):
+        assert s["dropped_decodes"] == 2 * s["windows"]
+        assert s["committed_tokens"] + s["dropped_tokens"] == sum(len(e.committed)
+                                                                  for e in passes)
+        assert s["target_passes"] + s["dropped_passes"] == len(passes)
+    assert s_side["committed_tokens"] == s_alone["committed_tokens"]
+    assert s_side["dropped_tokens"] == s_alone["dropped_tokens"]
+    assert len(passes_side) < len(passes_alone)

@@ -29,9 +29,9 @@ def print_stats(runs, stream) -> None:
         if s.get("dropped_decodes"):
             console.print(
                 f"  not kept: {s['dropped_decodes']} decodes (temperature fallback, samples, "
-                f"retries), {s['dropped_tokens']} tokens in {s['dropped_passes']} target passes "
-                f"({s['dropped_tokens'] / max(1, s['dropped_passes']):.2f} tokens/pass), "
-                "their time in the decode time")
+                f"retries), {s['dropped_tokens']} tokens, {s['dropped_passes']} target passes "
+                "beyond the kept decodes' (a fallback's samples, decoded side by side, share "
+                "passes), their time in the decode time")
         if s["candidates_offered"]:
             console.print(
                 f"  candidates: {s['candidates_accepted']}/{s['candidates_offered']} accepted "

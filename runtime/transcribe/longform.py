@@ -218,6 +218,8 @@ class LongFormTranscriber:
         # follow (beam hypotheses, sampled fallback decodes); None: none to look up.
         self._stream = None
         self._sampled_candidates = False  # sampled decodes verify candidates (a speculative run)
+        # (model, busy threads) → how a fallback's samples are batched (see _sample_batching)
+        self._batching: dict = {}
         # The current window's proposer, keyed by (stream, window seek).
         self._window_proposer: tuple[tuple[int, int], StreamProposer] | None = None
 
@@ -613,23 +615,34 @@ class LongFormTranscriber:
                                dropped_passes=ran[2] - stats.passes)
 
     def _sample_batching(self, samples: int):
-        """How a fallback's samples are drawn side by side (:mod:`.samples`): the pass
-        threads' chooser to use (a callable, or False for the model's own threads), or None
-        to draw them one after another. Side by side needs the batched (beam) decoder and rows
-        in it that are bit for bit those of single passes on this machine (checked once, as
-        for beam search): then every sample draws the same tokens either way."""
+        """How a fallback's samples are drawn side by side (:mod:`.samples`): the chooser of
+        each pass's session threads (one that always says None where only the model's own
+        session was checked), or None to draw them one after another. Side by side needs the
+        batched (beam) decoder, made on the first fallback (once per bundle), and rows in it
+        that are bit for bit those of single passes on this machine (checked once, as for beam
+        search): then every sample draws the same tokens either way. Decided once per model
+        and set of threads, a failure included (it is not retried every window)."""
         model = self.model
         if samples < 2 or not isinstance(model, WhisperModel) or model.beam_graph is None:
             return None
+        threads = tuple(self.strategy.pass_threads) if self._sampled_candidates else ()
+        key = (id(model), threads)
+        if key not in self._batching:
+            self._batching[key] = self._batching_for(model, threads)
+        return self._batching[key]
+
+    def _batching_for(self, model: WhisperModel, threads: tuple[int, ...]):
         try:
             model.beam_session()
         except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
             return None
-        speculative = self._sampled_candidates
-        threads = self.strategy.pass_threads if speculative else ()
+        if not beams_exact(model):
+            return None
+        # The busy-thread sessions are checked after the model's own (one verdict is kept per
+        # model: a failure there must not hide that its own session is exact).
         if threads and beams_exact(model, threads):
             return self.strategy.threads_for
-        return (lambda offered: None) if beams_exact(model) else None
+        return lambda offered: None
 
     def _proposer(self, window: Window) -> StreamProposer | None:
         """Candidates from the drafter's stream for any sequence decoded in ``window`` (None

@@ -375,7 +375,8 @@ class WindowRunner:
 
     def _report_batch(self, window: int, verdicts: list[tuple[list[int], Verdict]]) -> None:
         """One pass over a batch of samples, as one pass: its counts are every sample's, its
-        texts the first sample's (a view shows one text being decoded)."""
+        texts the first live sample's (a view shows one text being decoded; when that sample
+        ends, the next one's)."""
         if self.emit is ignore or not verdicts:
             return
         offered, lead = verdicts[0]

@@ -15,12 +15,13 @@ per committed position, in order, from rows that are bit for bit those of single
 number of passes, never a token.
 
 Candidates, lossless as in :func:`~as2d.runtime.speculative.verify.verify`: a pass runs, for
-each sample, its pending token, its *backlog* and its candidates. The pooled cache keeps every
-sample at one length, so a pass can keep only as many positions as the sample that advanced
-least; a sample that advanced further has committed tokens the cache has not taken yet (they
-were chosen from their rows and drawn for, and are never chosen again). Those are its backlog:
-they run again in the next pass, where their rows are the same rows, and its own candidates
-follow them. A sample leaves the batch when it ends (end-of-text or a length limit).
+each sample, its *pending* token (the first it committed that the cache lacks), its *backlog*
+(the committed tokens after that one) and its candidates, in that order. The pooled cache
+keeps every sample at one length, so a pass can keep only as many positions as the sample
+that advanced least; a sample that advanced further keeps the tokens it committed beyond
+(chosen from their rows and drawn for, never chosen again) as its backlog, which runs again
+in the next pass, where their rows are the same rows. A sample leaves the batch when it ends
+(end-of-text or a length limit).
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ class SampleBatch:
             masked = last.copy()  # each sample masks (in place) and draws from its own copy
             token = s.rules.choose(masked, [])
             self._commit(s, [token], [masked])
-            out.append(([], Verdict([token], [], 0, 0, len(self.prompt), 0.0, s.done)))
+            out.append(([], Verdict([token], [], 0, 0, len(self.prompt), 0.0,
+                                    token == self.eot)))
+            s.source.observe([], out[-1][1])
         self.live = [i for i, s in enumerate(self.samples) if not s.done]
         self.state.reorder([0] * len(self.live))
         self._count(t0, [(i, 0, 0) for i in range(len(self.samples))], out)
@@ -131,8 +134,8 @@ class SampleBatch:
         out = []
         for j, i in enumerate(self.live):
             s, offer = self.samples[i], offers[j]
-            # The row after its last committed token (the backlog's last, else the pending
-            # one) chooses its next token; each accepted candidate's row, the one after.
+            # The row of its last committed token (the backlog's last; with no backlog, the
+            # pending one's) chooses its next token; each accepted candidate's, the one after.
             start = len(fed[j]) - len(offer) - 1
             accepted = 0
             committed: list[int] = []
@@ -147,7 +150,7 @@ class SampleBatch:
             kept.append(start + 1 + accepted)
             tally.append((i, len(offer), accepted))
             verdict = Verdict(committed, [], len(offer), accepted, len(fed[j]),
-                              time.perf_counter() - t0, s.done)
+                              time.perf_counter() - t0, committed[-1] == self.eot)
             s.source.observe(offer, verdict)
             out.append((offer, verdict))
         # Every sample that goes on keeps the positions the least advanced one can keep.
