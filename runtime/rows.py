@@ -178,11 +178,12 @@ class BeamProbe(RowProbe, Protocol):
 
 def probe_beams(model: BeamProbe, threads: Sequence[int] = ()) -> dict:
     """Beam search's shapes against single-hypothesis passes: the prompt run as one hypothesis,
-    forked into three, a step of one token each, a reorder that drops one and forks another,
-    a block of two tokens each, a truncation and a step again, a rotation and a block of four
-    (a speculative pass). Every row must equal, bit for bit, the row a one-hypothesis state
-    computes for the same sequence one token at a time in the model's own session; the whole
-    sequence runs again in a session of each of ``threads`` (AS²D's while the drafter works)."""
+    forked into five (a beam of 5, or ``best_of`` 5 samples side by side), a step of one token
+    each, a reorder that drops one and forks another, a block of two tokens each, a truncation
+    and a step again, a rotation and blocks of three and four (speculative passes: up to 20
+    rows). Every row must equal, bit for bit, the row a one-hypothesis state computes for the
+    same sequence one token at a time in the model's own session; the whole sequence runs
+    again in a session of each of ``threads`` (AS²D's while the drafter works)."""
     new, tokens, release = model.row_probe()
     new_beams, release_beams = model.beam_probe()
     tokens = list(tokens)
@@ -202,7 +203,8 @@ def probe_beams(model: BeamProbe, threads: Sequence[int] = ()) -> dict:
                 release(s)
         return memo[key]
 
-    conts = [rest, rest[::-1], rest[1:] + rest[:1]]
+    conts = [rest, rest[::-1], rest[1:] + rest[:1], rest[2:] + rest[:2], rest[3:] + rest[:3]]
+    n = len(conts)
     worst = 0.0
     exact = True
 
@@ -212,32 +214,32 @@ def probe_beams(model: BeamProbe, threads: Sequence[int] = ()) -> dict:
         exact = exact and bool(np.array_equal(rows, want))
         worst = max(worst, float(np.max(np.abs(rows.astype(np.float64) - want))))
 
+    def block(b, seqs: list[list[int]], width: int, options: dict) -> None:
+        rows = b.forward([seq[-width:] for seq in seqs], **options)
+        for j, seq in enumerate(seqs):
+            compare(rows[j], seq, width)
+
     def run(options: dict) -> None:
-        b = new_beams(3)
+        b = new_beams(n)
         try:
             compare(b.forward([prompt], **options)[0], prompt, len(prompt))
-            b.reorder([0, 0, 0])
+            b.reorder([0] * n)
             seqs = [prompt + [c[0]] for c in conts]
-            step = b.forward([[c[0]] for c in conts], **options)
-            for j, seq in enumerate(seqs):
-                compare(step[j], seq, 1)
-            src = [2, 0, 0]  # the second hypothesis dropped, the first forked
+            block(b, seqs, 1, options)
+            src = [2, 0, 0, 4, 3]  # the second hypothesis dropped, the first forked
             b.reorder(src)
-            seqs = [seqs[s] + conts[s][1:3] if j < 2 else seqs[s] + conts[1][1:3]
-                    for j, s in enumerate(src)]
-            block = b.forward([seq[-2:] for seq in seqs], **options)
-            for j, seq in enumerate(seqs):
-                compare(block[j], seq, 2)
+            # The fork's two copies go different ways.
+            seqs = [seqs[s] + conts[(s + (j == 2)) % n][1:3] for j, s in enumerate(src)]
+            block(b, seqs, 2, options)
             b.truncate(b.length - 1)
             seqs = [seq[:-1] + [rest[-1]] for seq in seqs]
-            again = b.forward([[seq[-1]] for seq in seqs], **options)
-            for j, seq in enumerate(seqs):
-                compare(again[j], seq, 1)
-            b.reorder([1, 2, 0])  # a rotation, then a block as wide as a speculative pass
-            seqs = [seqs[s] + tokens[:4] for s in (1, 2, 0)]
-            wide = b.forward([seq[-4:] for seq in seqs], **options)
-            for j, seq in enumerate(seqs):
-                compare(wide[j], seq, 4)
+            block(b, seqs, 1, options)
+            rot = [1, 2, 3, 4, 0]  # a rotation, then blocks as wide as speculative passes
+            b.reorder(rot)
+            seqs = [seqs[s] + tokens[:3] for s in rot]
+            block(b, seqs, 3, options)
+            seqs = [seq + conts[j][:4] for j, seq in enumerate(seqs)]
+            block(b, seqs, 4, options)
         finally:
             release_beams(b)
 
@@ -255,7 +257,7 @@ def beams_exact(model: BeamProbe, threads: Sequence[int] = ()) -> bool:
     known = model.beam_check
     if known is not None and not set(wanted) <= set(known.get("threads", [])):
         model.beam_check = None
-    exact = _checked(model, "beam_check", model.beam_memo, _kind("beams3", model, wanted),
+    exact = _checked(model, "beam_check", model.beam_memo, _kind("beams5", model, wanted),
                      lambda m: probe_beams(m, wanted))
     model.beam_check.setdefault("threads", wanted)
     return exact
