@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import PassCounts, Verdict
 from as2d.runtime.transcribe.fallback import ranking_score
-from as2d.runtime.transcribe.window import DecodingResult
-from as2d.runtime.whisper.logits import LogitRules, logprob_of, no_speech_probability
+from as2d.runtime.transcribe.window import DecodingResult, commit
+from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
 
 # Tokens a pass runs for one sample (its pending token, backlog and candidates): a pass over
@@ -93,7 +93,7 @@ class SampleBatch:
         for s in self.samples:
             masked = last.copy()  # each sample masks (in place) and draws from its own copy
             token = s.rules.choose(masked, [])
-            self._commit(s, [token], [masked])
+            self._commit(s, token, masked)
             out.append(([], Verdict([token], [], 0, 0, len(self.prompt), 0.0,
                                     token == self.eot)))
             s.source.observe([], out[-1][1])
@@ -143,7 +143,7 @@ class SampleBatch:
                 row = logits[j, r]
                 token = s.rules.choose(row, s.generated)
                 committed.append(token)
-                self._commit(s, [token], [row])
+                self._commit(s, token, row)
                 if s.done or r - start >= len(offer) or token != offer[r - start]:
                     break
                 accepted += 1
@@ -162,19 +162,8 @@ class SampleBatch:
         self._count(t0, tally, out)
         return out
 
-    def _commit(self, s: Sample, tokens: list[int], rows: list) -> None:
-        """:class:`~as2d.runtime.transcribe.window.WindowState`'s rule: end-of-text ends the
-        sample (not kept as a token); so do ``sample_len`` tokens, or the context's end."""
-        for token, row in zip(tokens, rows):
-            s.sum_logprob += logprob_of(row, token)
-            if token == self.eot:
-                s.done = s.completed = True
-                return
-            s.generated.append(token)
-            if (len(s.generated) >= self.sample_len
-                    or len(self.prompt) + len(s.generated) > self.state.capacity):
-                s.done = True
-                return
+    def _commit(self, s: Sample, token: int, row) -> None:
+        commit(s, token, row, self.eot, self.sample_len, len(self.prompt), self.state.capacity)
 
     def _count(self, t0: float, tally: list[tuple[int, int, int]],
                verdicts: list[tuple[list[int], Verdict]]) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -34,6 +35,29 @@ class DecodingResult:
     @property
     def avg_logprob(self) -> float:
         return self.sum_logprob / (len(self.tokens) + 1)
+
+
+class DecodedTokens(Protocol):
+    """A decode's committed side, what :func:`commit` keeps (a window, a sample of one)."""
+
+    generated: list[int]
+    sum_logprob: float
+    done: bool
+    completed: bool
+
+
+def commit(seq: DecodedTokens, token: int, row: np.ndarray, eot: int, sample_len: int,
+           prompt_len: int, capacity: int) -> None:
+    """Whisper's rule for one chosen token (``row`` masked): its log-probability counts;
+    end-of-text ends the decode (and is not kept as a token); so do ``sample_len`` tokens, or
+    a sequence that outgrows the decoder's context."""
+    seq.sum_logprob += logprob_of(row, token)
+    if token == eot:
+        seq.done = seq.completed = True
+        return
+    seq.generated.append(token)
+    if len(seq.generated) >= sample_len or prompt_len + len(seq.generated) > capacity:
+        seq.done = True
 
 
 @dataclass
@@ -105,15 +129,9 @@ class WindowState:
 
     def _commit(self, tokens: list[int], rows: list[np.ndarray]) -> None:
         for token, row in zip(tokens, rows):
-            self.sum_logprob += logprob_of(row, token)
-            if token == self.eot:
-                self.done = self.completed = True
-                return
-            self.generated.append(token)
-            # Whisper stops at sample_len tokens, or once the sequence outgrows the context.
-            if (len(self.generated) >= self.sample_len
-                    or len(self.prompt) + len(self.generated) > self.state.capacity):
-                self.done = True
+            commit(self, token, row, self.eot, self.sample_len, len(self.prompt),
+                   self.state.capacity)
+            if self.done:
                 return
 
     def result(self) -> DecodingResult:
