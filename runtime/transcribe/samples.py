@@ -89,18 +89,16 @@ class SampleBatch:
         self.no_speech_prob = no_speech_probability(row[self.sot_index],
                                                     self.samples[0].rules.tokenizer.no_speech)
         last = row[-1]
-        out = []
-        for s in self.samples:
+        passed = []
+        for i, s in enumerate(self.samples):
             masked = last.copy()  # each sample masks (in place) and draws from its own copy
             token = s.rules.choose(masked, [])
             self._commit(s, token, masked)
-            out.append(([], Verdict([token], [], 0, 0, len(self.prompt), 0.0,
-                                    token == self.eot)))
-            s.source.observe([], out[-1][1])
+            passed.append((i, [], Verdict([token], [], 0, 0, len(self.prompt), 0.0,
+                                          token == self.eot)))
         self.live = [i for i, s in enumerate(self.samples) if not s.done]
         self.state.reorder([0] * len(self.live))
-        self._count(t0, [(i, 0, 0) for i in range(len(self.samples))], out)
-        return out
+        return self._passed(t0, passed)
 
     def room(self, sample: Sample) -> int:
         """Candidates ``sample`` may have run after its pending token and backlog."""
@@ -130,8 +128,7 @@ class SampleBatch:
         logits = self.state.forward([f + [self.eot] * (width - len(f)) for f in fed],
                                     threads_for(offered) if threads_for else None)
         kept = []  # per live sample: fed positions that are its tokens
-        tally = []
-        out = []
+        passed = []
         for j, i in enumerate(self.live):
             s, offer = self.samples[i], offers[j]
             # The row of its last committed token (the backlog's last; with no backlog, the
@@ -148,36 +145,36 @@ class SampleBatch:
                     break
                 accepted += 1
             kept.append(start + 1 + accepted)
-            tally.append((i, len(offer), accepted))
-            verdict = Verdict(committed, [], len(offer), accepted, len(fed[j]),
-                              time.perf_counter() - t0, committed[-1] == self.eot)
-            s.source.observe(offer, verdict)
-            out.append((offer, verdict))
+            passed.append((i, offer, Verdict(committed, [], len(offer), accepted, len(fed[j]),
+                                             0.0, committed[-1] == self.eot)))
         # Every sample that goes on keeps the positions the least advanced one can keep.
         going = [j for j, i in enumerate(self.live) if not self.samples[i].done]
         if going:
             self.state.truncate(len(self.prompt) + m + min(kept[j] for j in going))
             self.state.reorder(going)
         self.live = [self.live[j] for j in going]
-        self._count(t0, tally, out)
-        return out
+        return self._passed(t0, passed)
 
     def _commit(self, s: Sample, token: int, row) -> None:
         commit(s, token, row, self.eot, self.sample_len, len(self.prompt), self.state.capacity)
 
-    def _count(self, t0: float, tally: list[tuple[int, int, int]],
-               verdicts: list[tuple[list[int], Verdict]]) -> None:
+    def _passed(self, t0: float, passed: list[tuple[int, list[int], Verdict]]
+                ) -> list[tuple[list[int], Verdict]]:
+        """Count a pass for the batch and for each sample in it (``passed``: the sample, its
+        offer and verdict), give every verdict the pass's time (its rules included), tell each
+        sample's source; the offers and verdicts, in the pass's order."""
         seconds = time.perf_counter() - t0
-        for _, v in verdicts:  # the pass's time, its rules included, for every sample in it
-            v.seconds = seconds
         self.passes += 1
-        for i, offered, accepted in tally:
+        for i, offer, v in passed:
+            v.seconds = seconds
             c = self.samples[i].counts
             c.passes += 1
-            c.offered += offered
-            c.accepted += accepted
-            c.alone += offered == 0 and self.passes > 1
+            c.offered += v.offered
+            c.accepted += v.accepted
+            c.alone += v.offered == 0 and self.passes > 1
             c.seconds += seconds
+            self.samples[i].source.observe(offer, v)
+        return [(offer, v) for _, offer, v in passed]
 
     def results(self) -> list[DecodingResult]:
         """Every sample's decode so far (complete once :attr:`done`)."""
