@@ -13,7 +13,9 @@ The same integers through the u8u8 kernel are exact everywhere: it widens both o
 before multiplying. So where a probe shows saturation (:func:`u8s8_saturates`: a product built
 to overflow an int16 pair, run once per process — measured, not read off a CPU flag), each int8
 graph is loaded through a twin whose int8 weights are stored as uint8 plus 128 with a zero point
-of 128 (:func:`exact_graph`). The twin computes what a VNNI CPU computes from the bundle, so a
+of 128 (:func:`exact_graph`); an int8 operand fed at run time (the window's cross-attention keys
+and values, :mod:`as2d.runtime.whisper.cross`) becomes a uint8 input the caller fills the same
+way. The twin computes what a VNNI CPU computes from the bundle, so a
 bundle means one model on every CPU; every row stays independent of the others (AS²D's
 losslessness rests on that, and the row check in :mod:`as2d.runtime.rows` still runs on what
 is loaded). The u8u8 kernel is slower than the saturating one (measured there: 1.1–2× a
@@ -40,13 +42,14 @@ from pathlib import Path
 
 import numpy as np
 
-TWIN_VERSION = 2
+TWIN_VERSION = 3
 PRUNE_AFTER_S = 600.0  # an old twin goes only once it has not been touched for this long
 # op → (index of B, index of B's zero point) among its inputs
 _PRODUCTS = {"MatMulInteger": (1, 3), "MatMulIntegerToFloat": (1, 5),
              "DynamicQuantizeMatMul": (1, 3)}
 # op → index of A's zero point (its type is A's); DynamicQuantizeMatMul quantises A to uint8
 _A_ZERO_POINT = {"MatMulInteger": 2, "MatMulIntegerToFloat": 4}
+_FED_ZERO = "as2d.fed_int8.zero"  # the zero point of int8 inputs a twin reads as uint8
 
 
 @functools.cache
@@ -278,7 +281,10 @@ def _twin(path: Path):
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     unsigned = _uint8_values(model.graph, inits)
+    signed_inputs = {i.name: i for i in graph.input
+                     if i.type.tensor_type.elem_type == TensorProto.INT8}
     made: dict[str, str] = {}
+    fed: set[str] = set()  # int8 graph inputs (a window's keys/values) now read as uint8
     for node in nodes:
         if node.op_type not in _PRODUCTS or node.domain not in ("", "com.microsoft"):
             continue
@@ -289,6 +295,17 @@ def _twin(path: Path):
                        and node.input[a_zero] in unsigned)
                    or node.input[0] in unsigned)
         b = inits.get(node.input[b_index])
+        if a_is_u8 and b is None and node.input[b_index] in signed_inputs:
+            # An int8 operand fed at run time (Whisper's cross-attention keys and values): the
+            # graph takes it as uint8 (+ 128, see as2d.runtime.whisper.cross) with zero point
+            # 128, unless it names a zero point of its own.
+            if len(node.input) > zero_index and node.input[zero_index]:
+                continue
+            while len(node.input) <= zero_index:
+                node.input.append("")
+            node.input[zero_index] = _FED_ZERO
+            fed.add(node.input[b_index])
+            continue
         if not a_is_u8 or b is None or b.data_type != TensorProto.INT8:
             continue
         zero_name = node.input[zero_index] if len(node.input) > zero_index else ""
@@ -308,8 +325,12 @@ def _twin(path: Path):
         while len(node.input) <= zero_index:
             node.input.append("")
         node.input[zero_index] = f"{made[key]}.zero"
-    if not made:
+    if not made and not fed:
         return None, external
+    if fed:
+        graph.initializer.append(numpy_helper.from_array(np.array(128, np.uint8), _FED_ZERO))
+        for name in fed:
+            signed_inputs[name].type.tensor_type.elem_type = TensorProto.UINT8
     _gathers_read_the_copy(model, inits, made)
     used = {name for g in _graphs(graph) for n in g.node for name in n.input}
     used |= {o.name for g in _graphs(graph) for o in g.output}

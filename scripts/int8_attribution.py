@@ -249,6 +249,7 @@ def main() -> None:
     from as2d.runtime.audio import load_audio
     from as2d.runtime.rows import probe
     from as2d.runtime.sessions import make_session
+    from as2d.runtime.whisper.cross import CrossForm, to_form
     from as2d.runtime.whisper.encoders import OpenVINOEncoder, OrtEncoder, openvino_available
     from as2d.runtime.whisper.features import LogMel
     from as2d.runtime.whisper.model import AudioContext, WhisperModel
@@ -287,9 +288,15 @@ def main() -> None:
         mel_all = LogMel(load_audio(path))
         for start in range(0, max(1, mel_all.n_frames), 3000):
             mel = mel_all.window(start)
-            c32 = AudioContext(enc["onnxruntime fp32"].run(mel), mel.shape[-1])
-            c8 = AudioContext(enc["onnxruntime int8"].run(mel), mel.shape[-1])
-            state = m32.decoder_state(c32)
+            # The encoders' fp32 keys/values; each decoder reads them in its own form.
+            c32 = enc["onnxruntime fp32"].run(mel)
+            c8 = enc["onnxruntime int8"].run(mel)
+            n_frames = mel.shape[-1]
+
+            def window(model, cross):
+                return AudioContext(to_form(cross, CrossForm.of(model.decoder)), n_frames)
+
+            state = m32.decoder_state(window(m32, c32))
             logits, ref = state.forward(prompt), []
             while len(ref) < 200 and (nxt := int(np.argmax(logits[-1][:tok.eot + 1]))) != tok.eot:
                 ref.append(nxt)
@@ -299,8 +306,8 @@ def main() -> None:
                 continue
             seq, cut = prompt + ref, slice(len(prompt) - 1, len(prompt) + len(ref) - 1)
 
-            def scores(model, ctx, seq=seq, cut=cut):
-                st = model.decoder_state(ctx)
+            def scores(model, cross, seq=seq, cut=cut):
+                st = model.decoder_state(window(model, cross))
                 out = log_softmax(st.forward(seq)[cut][:, :tok.eot + 1])
                 model.release(st)
                 return out

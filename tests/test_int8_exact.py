@@ -248,6 +248,8 @@ def test_the_real_bundles_twins_leave_no_saturating_product(bundle) -> None:
         twin, _ = _twin(folder / name)
         assert twin is not None, name
         kinds = {t.name: t.data_type for t in twin.graph.initializer}
+        # The window's keys and values (int8 inputs of the target's decoder) are read as uint8.
+        kinds |= {i.name: i.type.tensor_type.elem_type for i in twin.graph.input}
         for node in twin.graph.node:
             if node.op_type in ("MatMulInteger", "MatMulIntegerToFloat",
                                 "DynamicQuantizeMatMul"):
@@ -258,20 +260,52 @@ def test_the_real_bundles_twins_leave_no_saturating_product(bundle) -> None:
         original = onnx.load(str(folder / name))
         feeds = {}
         rng = np.random.default_rng(0)
+        twin_feeds = {}
         for i in _session(original).get_inputs():
             shape = [d if isinstance(d, int) else 2 for d in i.shape]
-            if "int" in i.type:
+            if i.type == "tensor(int8)":  # the twin reads the same integers + 128
+                feeds[i.name] = rng.integers(-127, 128, shape).astype(np.int8)
+                twin_feeds[i.name] = (feeds[i.name].astype(np.int16) + 128).astype(np.uint8)
+            elif "int" in i.type:
                 feeds[i.name] = rng.integers(0, 50, shape).astype(
                     np.int64 if "int64" in i.type else np.int32)
             else:
                 feeds[i.name] = rng.standard_normal(shape).astype(np.float32)
         try:
-            ours = _session(twin).run(None, feeds)
+            ours = _session(twin).run(None, {**feeds, **twin_feeds})
         except Exception:  # noqa: BLE001 - a graph whose inputs need real shapes: loads only
             continue
         if not u8s8_saturates():
             for a, b in zip(ours, _session(original).run(None, feeds)):
                 np.testing.assert_array_equal(a, b)
+
+
+def test_a_fed_int8_operand_is_read_as_uint8_in_the_twin() -> None:
+    """An int8 operand given at run time (a window's cross-attention keys and values): the twin
+    takes it as uint8 with zero point 128, and the same integers give the same exact products,
+    with full-range values that overflow a saturating kernel's int16 pairs."""
+    a, w = _full_range(5, seed=11)
+    nodes = [helper.make_node("MatMulInteger", ["a", "b", "a_zero"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, ["rows", DEPTH]),
+                     helper.make_tensor_value_info("b", TensorProto.INT8, [DEPTH, COLS])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["rows", COLS])],
+        [numpy_helper.from_array(np.array(128, np.uint8), "a_zero"),
+         numpy_helper.from_array(w, "w_unused")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    # A weight product beside it, so that the graph is one the twin rewrites.
+    model.graph.node.append(helper.make_node("MatMulInteger", ["a", "w_unused", "a_zero"],
+                                             ["y2"]))
+    model.graph.output.append(helper.make_tensor_value_info("y2", TensorProto.INT32,
+                                                            ["rows", COLS]))
+    twin, _ = _twin_of(model)
+    fed = {i.name: i.type.tensor_type.elem_type for i in twin.graph.input}
+    assert fed["b"] == TensorProto.UINT8
+    b_u8 = (w.astype(np.int16) + 128).astype(np.uint8)
+    y, y2 = _session(twin).run(None, {"a": a, "b": b_u8})
+    exact = (a.astype(np.int64) - 128) @ w.astype(np.int64)
+    assert np.array_equal(y.astype(np.int64), exact)
+    assert np.array_equal(y2.astype(np.int64), exact)
 
 
 def test_products_inside_subgraphs_are_made_exact_too() -> None:

@@ -227,8 +227,9 @@ class WordAligner:
             from as2d.runtime.sessions import make_session
 
             path = self._graph() if callable(self._graph) else self._graph
-            self._session = make_session(path, self.model.threads)
-            self.model._alignment_session = self._session
+            session = make_session(path, self.model.threads)
+            self.model.check_form(session, "the word-alignment graph")
+            self._session = self.model._alignment_session = session
         return self._session
 
     def timings(self, cross: dict[str, np.ndarray], text_tokens: list[int], num_frames: int

@@ -21,6 +21,7 @@ import numpy as np
 from as2d.runtime.json_files import read_json_capped
 from as2d.runtime.kvcache import KVCache, PooledCache
 from as2d.runtime.sessions import Background, make_session
+from as2d.runtime.whisper.cross import CrossForm, to_form
 from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
@@ -111,6 +112,10 @@ class WhisperModel:
         self.decoder = decoder.result()
         check_against_graphs(self.path, self.dims, self.config, self.decoder,
                              self._decoder_file, self.tokenizer)
+        # How the decoder reads the window's keys and values (fp32, or int8 quantised once per
+        # window by encode; see as2d.runtime.whisper.cross). Every graph of a bundle reads the
+        # same form; check_form refuses one that does not.
+        self.cross_form = CrossForm.of(self.decoder)
         self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         self._lock = threading.Lock()
@@ -160,7 +165,20 @@ class WhisperModel:
         """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even).
 
         ``run_options`` (onnxruntime ``RunOptions``) lets another thread abandon the run."""
-        return AudioContext(self.encoder.run(mel, run_options), mel.shape[-1])
+        return self.context(self.encoder.run(mel, run_options), mel.shape[-1])
+
+    def context(self, cross: dict[str, np.ndarray], n_frames: int) -> AudioContext:
+        """The window of an encoder's fp32 ``cross`` keys/values, in the form this model's
+        decoders read."""
+        return AudioContext(to_form(cross, self.cross_form), n_frames)
+
+    def check_form(self, session, what: str) -> None:
+        """``session`` (a beam or alignment graph of this bundle) reads the window as the
+        decoder does (ValueError otherwise: a graph left from another converter)."""
+        form = CrossForm.of(session)
+        if form is not self.cross_form:
+            raise ValueError(f"{self.name}: {what} reads the audio as {form.value} but the "
+                             f"decoder as {self.cross_form.value}; reinstall the model")
 
     def decoder_state(self, ctx: AudioContext) -> DecoderState:
         """A decoder bound to ``ctx``; caches are recycled between windows."""
@@ -193,6 +211,7 @@ class WhisperModel:
             raise ValueError(f"{self.name}: beam search needs an as2d Whisper bundle "
                              "(a Hugging Face ONNX export decodes greedily only)")
         sess = make_session(self.beam_graph(), threads, self.spin)
+        self.check_form(sess, "the beam-search decoder")
         self._beam_outputs = [o.name for o in sess.get_outputs()]
         with self._lock:
             return sessions.setdefault(threads, sess)

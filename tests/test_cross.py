@@ -1,0 +1,112 @@
+"""The window's keys and values in int8 (as2d.runtime.whisper.cross, whisper_onnx.Cross).
+
+int8 decoders read the window's cross-attention keys and values quantised once per window; these
+tests check the quantisation itself, that the int8 attention stays close to fp32 attention on real
+speech, and that a pass of several rows still gives each row what a pass of one gives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from as2d.runtime.whisper.cross import CrossForm, to_form
+
+
+def _window(seed: int = 0, heads: int = 4, hd: int = 16, frames: int = 50) -> dict:
+    rng = np.random.default_rng(seed)
+    k = rng.standard_normal((heads, hd, frames)).astype(np.float32)
+    v = rng.standard_normal((heads, frames, hd)).astype(np.float32) * 3
+    k[1, :, 7] = 0.0  # a silent frame: scale floor, integers zero
+    return {"cross_k_0": k, "cross_v_0": v}
+
+
+def test_fp32_is_passed_as_it_is() -> None:
+    w = _window()
+    assert to_form(w, CrossForm.FP32) is w
+
+
+def test_keys_per_head_and_frame_values_per_head_and_channel() -> None:
+    w = _window()
+    out = to_form(w, CrossForm.INT8)
+    k, ks = out["cross_k_0"], out["cross_k_scale_0"]
+    v, vs = out["cross_v_0"], out["cross_v_scale_0"]
+    assert k.dtype == v.dtype == np.int8 and ks.dtype == vs.dtype == np.float32
+    assert ks.shape == (4, 1, 50) and vs.shape == (4, 1, 16)
+    for q, s, x in ((k, ks, w["cross_k_0"]), (v, vs, w["cross_v_0"])):
+        assert np.abs(q.astype(np.int32)).max() <= 127
+        # Each slice's largest magnitude is ±127; every value within half a step.
+        peaks = np.abs(q.astype(np.int32)).max(axis=1)
+        loud = np.abs(x).max(axis=1) > 0
+        assert (peaks[loud] == 127).all()
+        assert (np.abs(q * s - x) <= s * 0.5 + 1e-6).all()
+    assert not k[1, :, 7].any() and ks[1, 0, 7] <= 1e-12
+
+
+def test_uint8_is_the_same_integers_plus_128() -> None:
+    w = _window(3)
+    signed, unsigned = to_form(w, CrossForm.INT8), to_form(w, CrossForm.UINT8)
+    assert unsigned["cross_k_0"].dtype == np.uint8
+    for name in ("cross_k_0", "cross_v_0"):
+        assert np.array_equal(unsigned[name].astype(np.int16) - 128,
+                              signed[name].astype(np.int16))
+    for name in ("cross_k_scale_0", "cross_v_scale_0"):
+        assert np.array_equal(unsigned[name], signed[name])
+
+
+def test_the_form_is_read_off_the_graph(whisper) -> None:
+    """Target decoders of int8 bundles attend in int8 (or uint8 where the twin runs); the
+    drafters' decoders and fp32 bundles in fp32; the beam graph reads what the decoder reads."""
+    target = whisper("tiny.en", "int8", threads=1)
+    assert target.cross_form in (CrossForm.INT8, CrossForm.UINT8)
+    assert whisper("tiny.en", "int8", threads=1, role="drafter").cross_form is CrossForm.FP32
+    assert whisper("tiny.en", "fp32", threads=1).cross_form is CrossForm.FP32
+    assert CrossForm.of(target.beam_session()) is target.cross_form
+
+
+@pytest.mark.slow
+def test_int8_attention_stays_close_to_fp32_attention(whisper, librivox, tmp_path,
+                                                      monkeypatch) -> None:
+    """The same int8 decoder built with fp32 cross-attention, teacher-forced on the int8 one's
+    own transcript of real speech: the next token agrees at nearly every position."""
+    import as2d.models.whisper_onnx as W
+    from as2d.models.catalog import lookup
+    from as2d.models.ct2 import load_ct2
+    from as2d.models.graph import save_model
+    from as2d.models.source_packages import assemble
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.sessions import make_session
+    from as2d.runtime.whisper.features import LogMel
+
+    model = whisper("tiny.en", "int8", threads=1)
+    weights = load_ct2(assemble(lookup("tiny.en").source, tmp_path / "model.bin"))
+    monkeypatch.setattr(W, "CROSS_INT8", ())
+    graph, _ = W.build_decoder(weights, "int8", data_path=tmp_path / "fp32x.onnx.data")
+    save_model(graph, tmp_path / "fp32x.onnx")
+    fp32x = make_session(tmp_path / "fp32x.onnx", 1)
+    assert CrossForm.of(fp32x) is CrossForm.FP32
+
+    tk = model.tokenizer
+    agree = total = 0
+    for clip in librivox[:3]:
+        mel = LogMel(load_audio(clip.path)).window(0)
+        raw = model.encoder.run(mel)
+        state = model.decoder_state(model.context(raw, mel.shape[-1]))
+        seq = list(tk.sot_sequence(None)) + [tk.no_timestamps]
+        logits = state.forward(seq)
+        while len(seq) < 60 and (nxt := int(np.argmax(logits[-1]))) != tk.eot:
+            seq.append(nxt)
+            logits = state.forward([nxt])
+        model.release(state)
+        ours = model.decoder_state(model.context(raw, mel.shape[-1]))
+        mine = ours.forward(seq).argmax(-1)
+        model.release(ours)
+        feed = dict(raw, tokens=np.asarray(seq, np.int64))
+        for i in range(model.dims.n_text_layer):
+            feed[f"past_k_{i}"] = np.zeros((0, model.dims.n_text_state), np.float32)
+            feed[f"past_v_{i}"] = np.zeros((0, model.dims.n_text_state), np.float32)
+        theirs = fp32x.run(["logits"], feed)[0].argmax(-1)
+        agree += int((mine == theirs).sum())
+        total += len(seq)
+    assert total > 60
+    assert agree / total >= 0.97, (agree, total)
