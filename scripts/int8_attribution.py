@@ -249,7 +249,7 @@ def main() -> None:
     from as2d.runtime.audio import load_audio
     from as2d.runtime.rows import probe
     from as2d.runtime.sessions import make_session
-    from as2d.runtime.whisper.cross import CrossForm, to_form
+    from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
     from as2d.runtime.whisper.encoders import OpenVINOEncoder, OrtEncoder, openvino_available
     from as2d.runtime.whisper.features import LogMel
     from as2d.runtime.whisper.model import AudioContext, WhisperModel
@@ -281,6 +281,7 @@ def main() -> None:
     paths.setdefault("sense_and_sensibility.wav", ROOT / "samples" / "sense_and_sensibility.wav")
 
     prompt = tok.sot_sequence("en") + [tok.no_timestamps]
+    quantise = CrossQuantiser(t)
     rows = {name: [0, 0, 0.0, 0.0] for name in [*variants, f"int8 encoder, {OLD}",
                                                   f"int8 encoder, {NEW}",
                                                   "int8 encoder, fp32 decoder"]}
@@ -294,7 +295,7 @@ def main() -> None:
             n_frames = mel.shape[-1]
 
             def window(model, cross):
-                return AudioContext(to_form(cross, CrossForm.of(model.decoder)), n_frames)
+                return AudioContext(quantise(cross, CrossForm.of(model.decoder)), n_frames)
 
             state = m32.decoder_state(window(m32, c32))
             logits, ref = state.forward(prompt), []

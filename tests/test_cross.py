@@ -10,7 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from as2d.runtime.whisper.cross import CrossForm, to_form
+from as2d.runtime.whisper import cross as cross_module
+from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
+
+quantise = CrossQuantiser(1)
 
 
 def _window(seed: int = 0, heads: int = 4, hd: int = 16, frames: int = 50) -> dict:
@@ -21,14 +24,23 @@ def _window(seed: int = 0, heads: int = 4, hd: int = 16, frames: int = 50) -> di
     return {"cross_k_0": k, "cross_v_0": v}
 
 
+def test_the_kept_graph_is_the_one_onnx_builds() -> None:
+    """The quantiser runs stored bytes so that no transcription pays for importing onnx."""
+    import base64
+    import zlib
+
+    stored = zlib.decompress(base64.b64decode(cross_module._QUANTISER))
+    assert stored == cross_module.quantiser_model()
+
+
 def test_fp32_is_passed_as_it_is() -> None:
     w = _window()
-    assert to_form(w, CrossForm.FP32) is w
+    assert quantise(w, CrossForm.FP32) is w
 
 
 def test_keys_per_head_and_frame_values_per_head_and_channel() -> None:
     w = _window()
-    out = to_form(w, CrossForm.INT8)
+    out = quantise(w, CrossForm.INT8)
     k, ks = out["cross_k_0"], out["cross_k_scale_0"]
     v, vs = out["cross_v_0"], out["cross_v_scale_0"]
     assert k.dtype == v.dtype == np.int8 and ks.dtype == vs.dtype == np.float32
@@ -45,7 +57,7 @@ def test_keys_per_head_and_frame_values_per_head_and_channel() -> None:
 
 def test_uint8_is_the_same_integers_plus_128() -> None:
     w = _window(3)
-    signed, unsigned = to_form(w, CrossForm.INT8), to_form(w, CrossForm.UINT8)
+    signed, unsigned = quantise(w, CrossForm.INT8), quantise(w, CrossForm.UINT8)
     assert unsigned["cross_k_0"].dtype == np.uint8
     for name in ("cross_k_0", "cross_v_0"):
         assert np.array_equal(unsigned[name].astype(np.int16) - 128,
@@ -110,3 +122,44 @@ def test_int8_attention_stays_close_to_fp32_attention(whisper, librivox, tmp_pat
         total += len(seq)
     assert total > 60
     assert agree / total >= 0.97, (agree, total)
+
+
+@pytest.mark.slow
+def test_the_twin_reads_the_window_as_uint8_and_decodes_the_same(bundle, librivox, tmp_path,
+                                                                 monkeypatch) -> None:
+    """Where the u8s8 kernel saturates, the target's decoder is loaded as its twin: the window's
+    keys and values go in as uint8, and the tokens are those of the int8 graph (bit for bit
+    here, where the u8s8 kernel is exact; on a saturating CPU the twin is what runs)."""
+    import shutil
+
+    from as2d.runtime import int8_exact
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.whisper.features import LogMel
+    from as2d.runtime.whisper.model import WhisperModel
+
+    if int8_exact.u8s8_saturates():
+        pytest.skip("this CPU's u8s8 kernel saturates: the int8 graph is not the reference")
+    folder = tmp_path / "tiny.en-int8"
+    shutil.copytree(bundle("tiny.en", "int8"), folder,
+                    ignore=shutil.ignore_patterns(".*", "*.u8u8-*", "decoder_beam*"))
+
+    def greedy(model: WhisperModel) -> list[list[int]]:
+        tk, out = model.tokenizer, []
+        for clip in librivox[:2]:
+            ctx = model.encode(LogMel(load_audio(clip.path)).window(0))
+            state = model.decoder_state(ctx)
+            seq = list(tk.sot_sequence(None)) + [tk.no_timestamps]
+            logits, n = state.forward(seq), len(seq)
+            while len(seq) < n + 40 and (nxt := int(np.argmax(logits[-1]))) != tk.eot:
+                seq.append(nxt)
+                logits = state.forward([nxt])
+            model.release(state)
+            out.append(seq)
+        return out
+
+    plain = WhisperModel(folder, threads=1, encoder="onnxruntime")
+    assert plain.cross_form is CrossForm.INT8
+    monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
+    twin = WhisperModel(folder, threads=1, encoder="onnxruntime")
+    assert twin.cross_form is CrossForm.UINT8
+    assert greedy(twin) == greedy(plain)

@@ -21,7 +21,7 @@ import numpy as np
 from as2d.runtime.json_files import read_json_capped
 from as2d.runtime.kvcache import KVCache, PooledCache
 from as2d.runtime.sessions import Background, make_session
-from as2d.runtime.whisper.cross import CrossForm, to_form
+from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
 from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
@@ -116,6 +116,7 @@ class WhisperModel:
         # window by encode; see as2d.runtime.whisper.cross). Every graph of a bundle reads the
         # same form; check_form refuses one that does not.
         self.cross_form = CrossForm.of(self.decoder)
+        self._quantiser = CrossQuantiser(encoder_threads or threads)
         self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         self._lock = threading.Lock()
@@ -170,7 +171,7 @@ class WhisperModel:
     def context(self, cross: dict[str, np.ndarray], n_frames: int) -> AudioContext:
         """The window of an encoder's fp32 ``cross`` keys/values, in the form this model's
         decoders read."""
-        return AudioContext(to_form(cross, self.cross_form), n_frames)
+        return AudioContext(self._quantiser(cross, self.cross_form), n_frames)
 
     def check_form(self, session, what: str) -> None:
         """``session`` (a beam or alignment graph of this bundle) reads the window as the
