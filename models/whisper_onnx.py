@@ -125,8 +125,8 @@ class Cross:
     v_scale: str | None = None
 
     @classmethod
-    def inputs(cls, g: Graph, layer: int, heads: int, hd: int, quant: str) -> Cross:
-        if quant not in CROSS_INT8:
+    def inputs(cls, g: Graph, layer: int, heads: int, hd: int, int8: bool) -> Cross:
+        if not int8:
             return cls(g.input(f"cross_k_{layer}", TensorProto.FLOAT, [heads, hd, "audio_ctx"]),
                        g.input(f"cross_v_{layer}", TensorProto.FLOAT, [heads, "audio_ctx", hd]))
         return cls(g.input(f"cross_k_{layer}", TensorProto.INT8, [heads, hd, "audio_ctx"]),
@@ -254,7 +254,7 @@ def _ffn(g: Graph, m: CT2Model, x: str, p: str, name: str, quant: str) -> str:
 def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
                   alignment_heads: list | None = None, data_path=None, *,
                   refine_top: int = REFINE_TOP, refine_dtype=None,
-                  embed_refined: bool = EMBED_REFINED) -> tuple:
+                  embed_refined: bool = EMBED_REFINED, cross_int8: bool | None = None) -> tuple:
     """The decoder graph. ``exact_rows=False`` builds a drafter's decoder: per-tensor int8
     activations and plain attention, faster, but a row's logits then depend on the other rows
     of its pass; only a model used to draft (never to verify) may use it.
@@ -265,7 +265,8 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
     order. It runs once per window over tokens already committed, never to decode.
 
     ``refine_top``, ``refine_dtype``, ``embed_refined``: the int8 logits' refinement
-    (:func:`_refined_logits`) and the input embedding's table (:func:`_embed`); the defaults are
+    (:func:`_refined_logits`) and the input embedding's table (:func:`_embed`); ``cross_int8``:
+    int8 attention to the audio (:class:`Cross`; None: as ``quant`` has it). The defaults are
     what bundles get, other values are for measuring."""
     dims = whisper_dims(m)
     d, heads = dims["n_text_state"], dims["n_text_head"]
@@ -275,7 +276,8 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
     layers = range(dims["n_text_layer"])
     past_k = [g.input(f"past_k_{i}", TensorProto.FLOAT, ["n", d]) for i in layers]
     past_v = [g.input(f"past_v_{i}", TensorProto.FLOAT, ["n", d]) for i in layers]
-    cross = [Cross.inputs(g, i, heads, hd, quant) for i in layers]
+    int8_cross = quant in CROSS_INT8 if cross_int8 is None else cross_int8
+    cross = [Cross.inputs(g, i, heads, hd, int8_cross) for i in layers]
 
     t_len = g.op("Shape", tokens)
     n_past = g.op("Slice", g.op("Shape", past_k[0]), g.const([0]), g.const([1]))
@@ -452,7 +454,7 @@ def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None, *,
     layers = range(dims["n_text_layer"])
     past_k = [g.input(f"past_k_{i}", TensorProto.FLOAT, ["N", d]) for i in layers]
     past_v = [g.input(f"past_v_{i}", TensorProto.FLOAT, ["N", d]) for i in layers]
-    cross = [Cross.inputs(g, i, heads, hd, quant) for i in layers]
+    cross = [Cross.inputs(g, i, heads, hd, quant in CROSS_INT8) for i in layers]
 
     shape = g.op("Shape", tokens)  # [B, T]
     t_len = g.op("Slice", shape, g.const([1]), g.const([2]))

@@ -19,7 +19,9 @@ decoder before it), and compares them with the fp32 decoder on the fp32 encoder'
 
     python scripts/int8_attribution.py                  # base, the default variants
     python scripts/int8_attribution.py --long-form      # and the transcripts
-    python scripts/int8_attribution.py --speed 300      # only OLD vs NEW: load and pass times
+    python scripts/int8_attribution.py --speed 300      # load times (OLD, NEW) and pass
+                                                        # times (NEW beside OLD, fp32 attention
+                                                        # to the audio, ...)
 """
 
 from __future__ import annotations
@@ -38,10 +40,13 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 # name → (linears left in fp32 by name fragment, top-k logits refined, the refine table's
-# dtype, input embedding read from that table rather than the int8 copy)
+# dtype, input embedding read from that table rather than the int8 copy[, int8 attention to the
+# audio: default yes, as bundles have it since converter 10])
 OLD = "int8 (as2d ≤ 0.x)"
 NEW = "int8 + top-8 fp16 (as2d)"
+FP32_AUDIO = "int8 + top-8 fp16, fp32 attention to the audio (converter 9)"
 VARIANTS = {
+    FP32_AUDIO: ((), 8, "float16", True, False),
     OLD: ((), 0, "float16", False),
     "fp32 output projection": (("decoder.projection",), 0, "float16", False),
     "fp32 self-attention": ((".qkv", ".out"), 0, "float16", False),
@@ -59,7 +64,7 @@ VARIANTS = {
 
 
 def build_variant(weights, fp32: tuple[str, ...], refine: int, dtype: str, embed: bool,
-                  dest: Path) -> Path:
+                  *rest) -> Path:
     """as2d's int8 decoder with the linears named by ``fp32`` in fp32, each row's top
     ``refine`` logits recomputed from a ``dtype`` copy of the embedding (0: none), and the input
     embedding read from that copy (``embed``) or from the int8 one: see
@@ -68,6 +73,7 @@ def build_variant(weights, fp32: tuple[str, ...], refine: int, dtype: str, embed
     from as2d.models.graph import save_model
     from as2d.models.whisper_onnx import build_decoder
 
+    *cross, dest = rest  # the optional int8-attention flag, then where to write
     original = graph_mod.Graph.linear
 
     def linear(self, x, weight, bias, prefix, quant="fp32"):
@@ -78,7 +84,8 @@ def build_variant(weights, fp32: tuple[str, ...], refine: int, dtype: str, embed
     graph_mod.Graph.linear = linear
     try:
         graph, _ = build_decoder(weights, "int8", exact_rows=True, refine_top=refine,
-                                 refine_dtype=np.dtype(dtype), embed_refined=embed)
+                                 refine_dtype=np.dtype(dtype), embed_refined=embed,
+                                 cross_int8=cross[0] if cross else None)
     finally:
         graph_mod.Graph.linear = original
     save_model(graph, dest)
@@ -86,9 +93,12 @@ def build_variant(weights, fp32: tuple[str, ...], refine: int, dtype: str, embed
 
 
 def use_decoder(model, session) -> None:
+    from as2d.runtime.whisper.cross import Reads
+
     model.decoder = session
     model._decoders = {model.threads: session}
     model._outputs = [o.name for o in session.get_outputs()]
+    model.cross_reads = Reads.of(session)  # the window as this graph reads it
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -109,7 +119,9 @@ def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
     from as2d.models.graph import save_model
     from as2d.runtime.audio import load_audio
     from as2d.runtime.sessions import make_session
+    from as2d.runtime.whisper.cross import CrossQuantiser, Reads
     from as2d.runtime.whisper.features import LogMel
+    from as2d.runtime.whisper.model import AudioContext
 
     paths = {}
     for name in (OLD, NEW):
@@ -130,12 +142,13 @@ def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
               f"({size_of(paths[name]) / 1e6:.0f} MB)")
     projection_cost(weights, repeats)
     sessions = {n: make_session(paths[n], threads) for n in (OLD, NEW)}
-    for i, n in enumerate(("refined + fp32 self-attention", "refined + fp32 feed-forward")):
+    for i, n in enumerate((FP32_AUDIO, "refined + fp32 self-attention",
+                           "refined + fp32 feed-forward")):
         sessions[n] = make_session(build_variant(weights, *VARIANTS[n], work / f"s{i}.onnx"),
                                    threads)
     rng = np.random.default_rng(0)
-    ctx = model.encode(LogMel(load_audio(ROOT / "samples" / "sense_and_sensibility.wav"))
-                       .window(0))
+    mel = LogMel(load_audio(ROOT / "samples" / "sense_and_sensibility.wav")).window(0)
+    raw, quantise = model.encoder.run(mel), CrossQuantiser(threads)
     tok = model.tokenizer
     past = (tok.sot_sequence("en") + list(rng.integers(400, 20000, 60)))[:60]
     steps = {1: list(rng.integers(400, 20000, 1)), 4: list(rng.integers(400, 20000, 4)),
@@ -145,7 +158,8 @@ def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
     states = {}
     for n, sess in sessions.items():
         use_decoder(model, sess)
-        states[n] = model.decoder_state(ctx)
+        states[n] = model.decoder_state(AudioContext(quantise(raw, Reads.of(sess)),
+                                                     mel.shape[-1]))
         states[n].forward(past)
     for _ in range(repeats):
         for n, sess in sessions.items():
@@ -249,7 +263,7 @@ def main() -> None:
     from as2d.runtime.audio import load_audio
     from as2d.runtime.rows import probe
     from as2d.runtime.sessions import make_session
-    from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
+    from as2d.runtime.whisper.cross import CrossQuantiser, Reads
     from as2d.runtime.whisper.encoders import OpenVINOEncoder, OrtEncoder, openvino_available
     from as2d.runtime.whisper.features import LogMel
     from as2d.runtime.whisper.model import AudioContext, WhisperModel
@@ -295,7 +309,7 @@ def main() -> None:
             n_frames = mel.shape[-1]
 
             def window(model, cross):
-                return AudioContext(quantise(cross, CrossForm.of(model.decoder)), n_frames)
+                return AudioContext(quantise(cross, Reads.of(model.decoder)), n_frames)
 
             state = m32.decoder_state(window(m32, c32))
             logits, ref = state.forward(prompt), []

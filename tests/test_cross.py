@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from as2d.runtime.whisper import cross as cross_module
-from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
+from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser, Reads
 
 quantise = CrossQuantiser(1)
 
@@ -70,15 +70,16 @@ def test_the_form_is_read_off_the_graph(whisper) -> None:
     """Target decoders of int8 bundles attend in int8 (or uint8 where the twin runs); the
     drafters' decoders and fp32 bundles in fp32; the beam graph reads what the decoder reads."""
     target = whisper("tiny.en", "int8", threads=1)
-    assert target.cross_form in (CrossForm.INT8, CrossForm.UINT8)
-    assert whisper("tiny.en", "int8", threads=1, role="drafter").cross_form is CrossForm.FP32
-    assert whisper("tiny.en", "fp32", threads=1).cross_form is CrossForm.FP32
-    assert CrossForm.of(target.beam_session()) is target.cross_form
+    assert target.cross_reads.keys in (CrossForm.INT8, CrossForm.UINT8)
+    assert target.cross_reads.values is target.cross_reads.keys
+    fp32 = Reads(CrossForm.FP32, CrossForm.FP32)
+    assert whisper("tiny.en", "int8", threads=1, role="drafter").cross_reads == fp32
+    assert whisper("tiny.en", "fp32", threads=1).cross_reads == fp32
+    assert Reads.of(target.beam_session()) == target.cross_reads
 
 
 @pytest.mark.slow
-def test_int8_attention_stays_close_to_fp32_attention(whisper, librivox, tmp_path,
-                                                      monkeypatch) -> None:
+def test_int8_attention_stays_close_to_fp32_attention(whisper, librivox, tmp_path) -> None:
     """The same int8 decoder built with fp32 cross-attention, teacher-forced on the int8 one's
     own transcript of real speech: the next token agrees at nearly every position."""
     import as2d.models.whisper_onnx as W
@@ -92,8 +93,8 @@ def test_int8_attention_stays_close_to_fp32_attention(whisper, librivox, tmp_pat
 
     model = whisper("tiny.en", "int8", threads=1)
     weights = load_ct2(assemble(lookup("tiny.en").source, tmp_path / "model.bin"))
-    monkeypatch.setattr(W, "CROSS_INT8", ())
-    graph, _ = W.build_decoder(weights, "int8", data_path=tmp_path / "fp32x.onnx.data")
+    graph, _ = W.build_decoder(weights, "int8", data_path=tmp_path / "fp32x.onnx.data",
+                               cross_int8=False)
     save_model(graph, tmp_path / "fp32x.onnx")
     fp32x = make_session(tmp_path / "fp32x.onnx", 1)
     assert CrossForm.of(fp32x) is CrossForm.FP32
@@ -158,8 +159,8 @@ def test_the_twin_reads_the_window_as_uint8_and_decodes_the_same(bundle, librivo
         return out
 
     plain = WhisperModel(folder, threads=1, encoder="onnxruntime")
-    assert plain.cross_form is CrossForm.INT8
+    assert plain.cross_reads.keys is CrossForm.INT8
     monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
     twin = WhisperModel(folder, threads=1, encoder="onnxruntime")
-    assert twin.cross_form is CrossForm.UINT8
+    assert twin.cross_reads == Reads(CrossForm.UINT8, CrossForm.UINT8)
     assert greedy(twin) == greedy(plain)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import threading
 import zlib
+from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -33,10 +34,27 @@ class CrossForm(Enum):
     UINT8 = "uint8"  # the int8 values + 128 (a twin's input on a saturating CPU)
 
     @classmethod
-    def of(cls, session) -> CrossForm:
-        """The form ``session`` (an onnxruntime decoder session) reads: its ``cross_k_0``."""
-        kind = {i.name: i.type for i in session.get_inputs()}.get("cross_k_0")
+    def of(cls, session, tensor: str = "cross_k_0") -> CrossForm:
+        """The form in which ``session`` (an onnxruntime decoder session) reads ``tensor``."""
+        kind = {i.name: i.type for i in session.get_inputs()}.get(tensor)
         return {"tensor(int8)": cls.INT8, "tensor(uint8)": cls.UINT8}.get(kind, cls.FP32)
+
+
+@dataclass(frozen=True)
+class Reads:
+    """How a decoder graph reads the window: its keys' form and its values'."""
+
+    keys: CrossForm
+    values: CrossForm
+
+    @classmethod
+    def of(cls, session) -> Reads:
+        return cls(CrossForm.of(session, "cross_k_0"), CrossForm.of(session, "cross_v_0"))
+
+    def __str__(self) -> str:
+        if self.keys is self.values:
+            return self.keys.value
+        return f"{self.keys.value} keys, {self.values.value} values"
 
 
 def quantiser_model() -> bytes:
@@ -98,18 +116,22 @@ class CrossQuantiser:
         q, scale = self._session.run(None, {"x": np.ascontiguousarray(x, dtype=np.float32)})
         return q, scale
 
-    def __call__(self, cross: dict[str, np.ndarray], form: CrossForm) -> dict[str, np.ndarray]:
-        """The encoder's ``cross`` (fp32 ``cross_k_i``/``cross_v_i``) in ``form``: as it is
-        for fp32, else each tensor as integers in [-127, 127] (int8, or + 128 as uint8) with
-        its ``cross_k_scale_i`` (one per head and frame) or ``cross_v_scale_i`` (one per head
-        and channel)."""
-        if form is CrossForm.FP32:
+    def __call__(self, cross: dict[str, np.ndarray], reads: Reads | CrossForm
+                 ) -> dict[str, np.ndarray]:
+        """The encoder's ``cross`` (fp32 ``cross_k_i``/``cross_v_i``) as ``reads`` says (one
+        form: keys and values alike): fp32 as it is, else each tensor as integers in
+        [-127, 127] (int8, or + 128 as uint8) with its ``cross_k_scale_i`` (one per head and
+        frame) or ``cross_v_scale_i`` (one per head and channel)."""
+        if isinstance(reads, CrossForm):
+            reads = Reads(reads, reads)
+        if reads.keys is reads.values is CrossForm.FP32:
             return cross
         out: dict[str, np.ndarray] = {}
         for name, x in cross.items():
             kind = "k" if name.startswith("cross_k_") else "v" if name.startswith("cross_v_") \
                 else None
-            if kind is None:
+            form = {"k": reads.keys, "v": reads.values}.get(kind, CrossForm.FP32)
+            if form is CrossForm.FP32:
                 out[name] = x
                 continue
             q, scale = self._run(x)
