@@ -115,8 +115,11 @@ class Cross:
     In int8 each product quantises its left operand per row (the queries of a head to int8
     around 128, as the linear layers do; the attention weights, which lie in [0, 1], to uint8 of
     the row's largest), multiplies in integers and scales back: one row's result never depends
-    on another row, and an integer product is the same on every kernel. Measured on the real
-    clips, Whisper base: the same word error rate as fp32 attention.
+    on another row, and an integer product is the same on every kernel. Measured, Whisper base
+    teacher-forced on every window of 15 real clips against fp32 (scripts/int8_attribution.py):
+    mean KL 0.00104 nats/token against 0.00093 with fp32 attention to the audio (argmax flips
+    3 and 0 of 439); the word error rate of the 17 local clips unchanged. int8 keys with fp32
+    values measured no closer (0.00100), and their one-row fp32 product is not row-exact.
     """
 
     k: str
