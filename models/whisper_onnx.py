@@ -33,8 +33,9 @@ int8 decoders (not the drafters' ``int8-tensor`` ones) also attend to the audio 
 (:mod:`as2d.runtime.whisper.cross`), and both products of cross-attention are integer products.
 Reading the window's fp32 keys and values was half of every decoder pass (Whisper base, one
 row, one thread: 10.6 ms against 5.5 ms with a 10-frame window); in int8 a quarter of the bytes
-are read. Integer products are exact whatever the kernel, so each row stays independent of the
-others as before.
+are read. Integer products are exact (through the int8 twin where a CPU's uint8 × int8 kernel
+saturates, :mod:`as2d.runtime.int8_exact`), so each row stays independent of the others as
+before.
 """
 
 from __future__ import annotations
@@ -115,11 +116,13 @@ class Cross:
     In int8 each product quantises its left operand per row (the queries of a head to int8
     around 128, as the linear layers do; the attention weights, which lie in [0, 1], to uint8 of
     the row's largest), multiplies in integers and scales back: one row's result never depends
-    on another row, and an integer product is the same on every kernel. Measured, Whisper base
+    on another row, and an exact integer product is the same whatever the rows beside it (the
+    twin keeps it exact where the uint8 × int8 kernel saturates). Measured, Whisper base
     teacher-forced on every window of 15 real clips against fp32 (scripts/int8_attribution.py):
     mean KL 0.00104 nats/token against 0.00093 with fp32 attention to the audio (argmax flips
-    3 and 0 of 439); the word error rate of the 17 local clips unchanged. int8 keys with fp32
-    values measured no closer (0.00100), and their one-row fp32 product is not row-exact.
+    3 and 0 of 439); the word error rate of the 12 referenced local clips unchanged. int8 keys
+    with fp32 values measured no closer (0.00100), and their one-row fp32 product is not
+    row-exact.
     """
 
     k: str

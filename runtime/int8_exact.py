@@ -281,32 +281,49 @@ def _twin(path: Path):
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     unsigned = _uint8_values(model.graph, inits)
+
+    def a_is_u8(node) -> bool:
+        a_zero = _A_ZERO_POINT.get(node.op_type)
+        return (node.op_type == "DynamicQuantizeMatMul"
+                or (a_zero is not None and len(node.input) > a_zero
+                    and node.input[a_zero] in unsigned)
+                or node.input[0] in unsigned)
+
+    def takes_fed(node, name: str) -> bool:
+        """``node`` reads ``name`` only as the B of a uint8 product with no zero point of its
+        own: the product that a uint8 input (+ 128, zero point 128) leaves exact."""
+        if node.op_type not in _PRODUCTS or node.domain not in ("", "com.microsoft"):
+            return False
+        b_index, zero_index = _PRODUCTS[node.op_type]
+        return (list(node.input).count(name) == 1 and node.input[b_index] == name
+                and a_is_u8(node)
+                and not (len(node.input) > zero_index and node.input[zero_index]))
+
+    readers: dict[str, list] = {}
+    for node in nodes:
+        for name in set(node.input):
+            readers.setdefault(name, []).append(node)
+    # An int8 input (Whisper's cross-attention keys and values) is read as uint8 only where
+    # every node that reads it can take it so: any other reader would see shifted values.
     signed_inputs = {i.name: i for i in graph.input
-                     if i.type.tensor_type.elem_type == TensorProto.INT8}
+                     if i.type.tensor_type.elem_type == TensorProto.INT8
+                     and all(takes_fed(n, i.name) for n in readers.get(i.name, []))}
     made: dict[str, str] = {}
     fed: set[str] = set()  # int8 graph inputs (a window's keys/values) now read as uint8
     for node in nodes:
         if node.op_type not in _PRODUCTS or node.domain not in ("", "com.microsoft"):
             continue
         b_index, zero_index = _PRODUCTS[node.op_type]
-        a_zero = _A_ZERO_POINT.get(node.op_type)
-        a_is_u8 = (node.op_type == "DynamicQuantizeMatMul"
-                   or (a_zero is not None and len(node.input) > a_zero
-                       and node.input[a_zero] in unsigned)
-                   or node.input[0] in unsigned)
         b = inits.get(node.input[b_index])
-        if a_is_u8 and b is None and node.input[b_index] in signed_inputs:
-            # An int8 operand fed at run time (Whisper's cross-attention keys and values): the
-            # graph takes it as uint8 (+ 128, see as2d.runtime.whisper.cross) with zero point
-            # 128, unless it names a zero point of its own.
-            if len(node.input) > zero_index and node.input[zero_index]:
-                continue
+        if node.input[b_index] in signed_inputs:
+            # A fed operand: the graph takes it as uint8 (+ 128, as2d.runtime.whisper.cross
+            # feeds it so) with zero point 128.
             while len(node.input) <= zero_index:
                 node.input.append("")
             node.input[zero_index] = _FED_ZERO
             fed.add(node.input[b_index])
             continue
-        if not a_is_u8 or b is None or b.data_type != TensorProto.INT8:
+        if not a_is_u8(node) or b is None or b.data_type != TensorProto.INT8:
             continue
         zero_name = node.input[zero_index] if len(node.input) > zero_index else ""
         zero = inits.get(zero_name) if zero_name else None

@@ -1,8 +1,10 @@
 """The window's keys and values in int8 (as2d.runtime.whisper.cross, whisper_onnx.Cross).
 
 int8 decoders read the window's cross-attention keys and values quantised once per window; these
-tests check the quantisation itself, that the int8 attention stays close to fp32 attention on real
-speech, and that a pass of several rows still gives each row what a pass of one gives.
+tests check the quantisation itself, the form each graph reads, that the int8 attention stays
+close to fp32 attention on real speech, and the twin's uint8 feed. That a pass of several rows
+still gives each row what a pass of one gives is checked on these graphs by
+tests/test_row_invariance.py and the load-time row checks.
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ def test_the_twin_reads_the_window_as_uint8_and_decodes_the_same(bundle, librivo
     keys and values go in as uint8, and the tokens are those of the int8 graph (bit for bit
     here, where the u8s8 kernel is exact; on a saturating CPU the twin is what runs)."""
     import shutil
+    import threading
 
     from as2d.runtime import int8_exact
     from as2d.runtime.audio import load_audio
@@ -161,6 +164,8 @@ def test_the_twin_reads_the_window_as_uint8_and_decodes_the_same(bundle, librivo
     plain = WhisperModel(folder, threads=1, encoder="onnxruntime")
     assert plain.cross_reads.keys is CrossForm.INT8
     monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
+    # "a twin ran" is process state (--stats reports it): this one must not leak out.
+    monkeypatch.setattr(int8_exact, "_twinned", threading.Event())
     twin = WhisperModel(folder, threads=1, encoder="onnxruntime")
     assert twin.cross_reads == Reads(CrossForm.UINT8, CrossForm.UINT8)
     assert greedy(twin) == greedy(plain)

@@ -145,13 +145,16 @@ def run(model, decoder, audio, options, events=None):
 
 
 FALLBACK = TranscribeOptions(language="en", temperatures=DEFAULT_TEMPERATURES)
+# The schedule with a bar the noisy window cannot clear on any CPU's rounding (see noisy_clip).
+NOISY_FALLBACK = TranscribeOptions(language="en", temperatures=DEFAULT_TEMPERATURES,
+                                   logprob_threshold=-0.5)
 
 
 @pytest.mark.slow
 def test_a_noisy_window_falls_back_and_every_decoder_agrees(models, noisy_clip):
     target, drafter = models
     events: list = []
-    reference = run(target, TargetOnly(target), noisy_clip, FALLBACK, events)
+    reference = run(target, TargetOnly(target), noisy_clip, NOISY_FALLBACK, events)
     notes = [e.message for e in events if isinstance(e, Note)]
     assert any("decoding it again at temperature 0.2" in n for n in notes), notes
     assert any(s.temperature > 0 for s in reference)
@@ -159,9 +162,10 @@ def test_a_noisy_window_falls_back_and_every_decoder_agrees(models, noisy_clip):
     assert [s.tokens for s in greedy] != [s.tokens for s in reference]
     assert all(s.temperature == 0 for s in greedy)
     tokens = [s.tokens for s in reference]
-    assert [s.tokens for s in run(target, AS2D(target, drafter), noisy_clip, FALLBACK)] == tokens
+    assert [s.tokens for s in run(target, AS2D(target, drafter), noisy_clip,
+                                  NOISY_FALLBACK)] == tokens
     assert [s.tokens for s in run(target, SerialSD(target, drafter), noisy_clip,
-                                  FALLBACK)] == tokens
+                                  NOISY_FALLBACK)] == tokens
 
 
 @pytest.mark.slow

@@ -308,6 +308,28 @@ def test_a_fed_int8_operand_is_read_as_uint8_in_the_twin() -> None:
     assert np.array_equal(y2.astype(np.int64), exact)
 
 
+def test_a_fed_int8_operand_that_something_else_reads_stays_int8() -> None:
+    """Reading the input as uint8 would shift what every reader sees: where another node reads
+    it too, the twin leaves it as it is."""
+    _, w = _full_range(2, seed=12)
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "b", "a_zero"], ["y"]),
+         helper.make_node("Cast", ["b"], ["b_float"], to=TensorProto.FLOAT),
+         helper.make_node("MatMulInteger", ["a", "w", "a_zero"], ["y2"])],
+        "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, ["rows", DEPTH]),
+              helper.make_tensor_value_info("b", TensorProto.INT8, [DEPTH, COLS])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, ["rows", COLS]),
+         helper.make_tensor_value_info("b_float", TensorProto.FLOAT, [DEPTH, COLS]),
+         helper.make_tensor_value_info("y2", TensorProto.INT32, ["rows", COLS])],
+        [numpy_helper.from_array(np.array(128, np.uint8), "a_zero"),
+         numpy_helper.from_array(w, "w")])
+    twin, _ = _twin_of(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    kinds = {i.name: i.type.tensor_type.elem_type for i in twin.graph.input}
+    assert kinds["b"] == TensorProto.INT8
+    product = next(n for n in twin.graph.node if n.output[0] == "y")
+    assert list(product.input) == ["a", "b", "a_zero"]
+
+
 def test_products_inside_subgraphs_are_made_exact_too() -> None:
     """A Hugging Face "merged" decoder keeps its products in the branches of an If, reading
     initializers of the outer graph."""
