@@ -170,7 +170,8 @@ class Cross:
                     self.v_scale)
 
     def attend(self, g: Graph, q: str) -> str:
-        """softmax(q·kᵀ)·v of int8 inputs (fp32 ones go through :func:`_attend_padded`)."""
+        """softmax(q·kᵀ)·v over query rows that never stand alone (one-row fp32 products
+        round differently: see :func:`_attend_padded`; integer products do not)."""
         return self.values(g, g.op("Softmax", self.scores(g, q), axis=-1))
 
 
@@ -499,8 +500,7 @@ def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None, *,
         # rows, not B products against a broadcast copy of the audio's keys.
         q = g.op("Pad", heads_of(q2d, [0, 2, 1, 3]), pad)  # [B, H, T + 1, dh]
         q = g.op("Reshape", g.op("Transpose", q, perm=[1, 0, 2, 3]), g.const([heads, -1, hd]))
-        out = c.attend(g, q) if c.int8 else g.op(
-            "MatMul", g.op("Softmax", g.op("MatMul", q, c.k), axis=-1), c.v)
+        out = c.attend(g, q)
         out = g.op("Reshape", out, g.op("Concat", g.const([heads]), g.op("Slice", shape,
                                                                             g.const([0]),
                                                                             g.const([1])),

@@ -93,12 +93,12 @@ def build_variant(weights, fp32: tuple[str, ...], refine: int, dtype: str, embed
 
 
 def use_decoder(model, session) -> None:
-    from as2d.runtime.whisper.cross import Reads
+    from as2d.runtime.whisper.cross import CrossForm
 
     model.decoder = session
     model._decoders = {model.threads: session}
     model._outputs = [o.name for o in session.get_outputs()]
-    model.cross_reads = Reads.of(session)  # the window as this graph reads it
+    model.cross_form = CrossForm.of(session)  # the window as this graph reads it
 
 
 def log_softmax(x: np.ndarray) -> np.ndarray:
@@ -119,7 +119,7 @@ def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
     from as2d.models.graph import save_model
     from as2d.runtime.audio import load_audio
     from as2d.runtime.sessions import make_session
-    from as2d.runtime.whisper.cross import CrossQuantiser, Reads
+    from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
     from as2d.runtime.whisper.features import LogMel
     from as2d.runtime.whisper.model import AudioContext
 
@@ -158,7 +158,7 @@ def speed(weights, work: Path, model, threads: int, repeats: int) -> None:
     states = {}
     for n, sess in sessions.items():
         use_decoder(model, sess)
-        states[n] = model.decoder_state(AudioContext(quantise(raw, Reads.of(sess)),
+        states[n] = model.decoder_state(AudioContext(quantise(raw, CrossForm.of(sess)),
                                                      mel.shape[-1]))
         states[n].forward(past)
     for _ in range(repeats):
@@ -263,7 +263,7 @@ def main() -> None:
     from as2d.runtime.audio import load_audio
     from as2d.runtime.rows import probe
     from as2d.runtime.sessions import make_session
-    from as2d.runtime.whisper.cross import CrossQuantiser, Reads
+    from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
     from as2d.runtime.whisper.encoders import OpenVINOEncoder, OrtEncoder, openvino_available
     from as2d.runtime.whisper.features import LogMel
     from as2d.runtime.whisper.model import AudioContext, WhisperModel
@@ -309,7 +309,7 @@ def main() -> None:
             n_frames = mel.shape[-1]
 
             def window(model, cross):
-                return AudioContext(quantise(cross, Reads.of(model.decoder)), n_frames)
+                return AudioContext(quantise(cross, CrossForm.of(model.decoder)), n_frames)
 
             state = m32.decoder_state(window(m32, c32))
             logits, ref = state.forward(prompt), []

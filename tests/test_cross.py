@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from as2d.runtime.whisper import cross as cross_module
-from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser, Reads
+from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
 
 quantise = CrossQuantiser(1)
 
@@ -68,16 +68,38 @@ def test_uint8_is_the_same_integers_plus_128() -> None:
         assert np.array_equal(unsigned[name], signed[name])
 
 
+def test_a_graph_reading_keys_and_values_apart_is_refused() -> None:
+    """No as2d graph reads the keys in one form and the values in another: such a graph is a
+    stale or foreign one, refused with a line that says to reinstall."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    def session(v_type: int):
+        graph = helper.make_graph(
+            [helper.make_node("Cast", ["cross_k_0"], ["k"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["cross_v_0"], ["v"], to=TensorProto.FLOAT)], "g",
+            [helper.make_tensor_value_info("cross_k_0", TensorProto.INT8, [2]),
+             helper.make_tensor_value_info("cross_v_0", v_type, [2])],
+            [helper.make_tensor_value_info("k", TensorProto.FLOAT, [2]),
+             helper.make_tensor_value_info("v", TensorProto.FLOAT, [2])])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        return ort.InferenceSession(model.SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+
+    assert CrossForm.of(session(TensorProto.INT8)) is CrossForm.INT8
+    with pytest.raises(ValueError, match="reinstall"):
+        CrossForm.of(session(TensorProto.FLOAT))
+
+
 def test_the_form_is_read_off_the_graph(whisper) -> None:
     """Target decoders of int8 bundles attend in int8 (or uint8 where the twin runs); the
     drafters' decoders and fp32 bundles in fp32; the beam graph reads what the decoder reads."""
     target = whisper("tiny.en", "int8", threads=1)
-    assert target.cross_reads.keys in (CrossForm.INT8, CrossForm.UINT8)
-    assert target.cross_reads.values is target.cross_reads.keys
-    fp32 = Reads(CrossForm.FP32, CrossForm.FP32)
-    assert whisper("tiny.en", "int8", threads=1, role="drafter").cross_reads == fp32
-    assert whisper("tiny.en", "fp32", threads=1).cross_reads == fp32
-    assert Reads.of(target.beam_session()) == target.cross_reads
+    assert target.cross_form in (CrossForm.INT8, CrossForm.UINT8)
+    assert whisper("tiny.en", "int8", threads=1, role="drafter").cross_form is CrossForm.FP32
+    assert whisper("tiny.en", "fp32", threads=1).cross_form is CrossForm.FP32
+    assert CrossForm.of(target.beam_session()) is target.cross_form
 
 
 @pytest.mark.slow
@@ -162,10 +184,10 @@ def test_the_twin_reads_the_window_as_uint8_and_decodes_the_same(bundle, librivo
         return out
 
     plain = WhisperModel(folder, threads=1, encoder="onnxruntime")
-    assert plain.cross_reads.keys is CrossForm.INT8
+    assert plain.cross_form is CrossForm.INT8
     monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
     # "a twin ran" is process state (--stats reports it): this one must not leak out.
     monkeypatch.setattr(int8_exact, "_twinned", threading.Event())
     twin = WhisperModel(folder, threads=1, encoder="onnxruntime")
-    assert twin.cross_reads == Reads(CrossForm.UINT8, CrossForm.UINT8)
+    assert twin.cross_form is CrossForm.UINT8
     assert greedy(twin) == greedy(plain)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import threading
 import zlib
-from dataclasses import dataclass
 from enum import Enum
 
 import numpy as np
@@ -34,27 +33,16 @@ class CrossForm(Enum):
     UINT8 = "uint8"  # the int8 values + 128 (a twin's input on a saturating CPU)
 
     @classmethod
-    def of(cls, session, tensor: str = "cross_k_0") -> CrossForm:
-        """The form in which ``session`` (an onnxruntime decoder session) reads ``tensor``."""
-        kind = {i.name: i.type for i in session.get_inputs()}.get(tensor)
-        return {"tensor(int8)": cls.INT8, "tensor(uint8)": cls.UINT8}.get(kind, cls.FP32)
-
-
-@dataclass(frozen=True)
-class Reads:
-    """How a decoder graph reads the window: its keys' form and its values'."""
-
-    keys: CrossForm
-    values: CrossForm
-
-    @classmethod
-    def of(cls, session) -> Reads:
-        return cls(CrossForm.of(session, "cross_k_0"), CrossForm.of(session, "cross_v_0"))
-
-    def __str__(self) -> str:
-        if self.keys is self.values:
-            return self.keys.value
-        return f"{self.keys.value} keys, {self.values.value} values"
+    def of(cls, session) -> CrossForm:
+        """The form in which ``session`` (an onnxruntime decoder session) reads the window: its
+        keys' and values' (ValueError where they differ: no as2d graph reads them apart)."""
+        kinds = {i.name: i.type for i in session.get_inputs()}
+        keys, values = ({"tensor(int8)": cls.INT8, "tensor(uint8)": cls.UINT8}.get(
+            kinds.get(name), cls.FP32) for name in ("cross_k_0", "cross_v_0"))
+        if keys is not values:
+            raise ValueError(f"a decoder graph that reads the audio's keys as {keys.value} "
+                             f"and its values as {values.value}; reinstall the model")
+        return keys
 
 
 def quantiser_model() -> bytes:
@@ -116,27 +104,22 @@ class CrossQuantiser:
         q, scale = self._session.run(None, {"x": np.ascontiguousarray(x, dtype=np.float32)})
         return q, scale
 
-    def __call__(self, cross: dict[str, np.ndarray], reads: Reads | CrossForm
-                 ) -> dict[str, np.ndarray]:
-        """The encoder's ``cross`` (fp32 ``cross_k_i``/``cross_v_i``) as ``reads`` says (one
-        form: keys and values alike): fp32 as it is, else each tensor as integers in
-        [-127, 127] (int8, or + 128 as uint8) with its ``cross_k_scale_i`` (one per head and
-        frame) or ``cross_v_scale_i`` (one per head and channel)."""
-        if isinstance(reads, CrossForm):
-            reads = Reads(reads, reads)
-        if reads.keys is reads.values is CrossForm.FP32:
+    def __call__(self, cross: dict[str, np.ndarray], form: CrossForm) -> dict[str, np.ndarray]:
+        """The encoder's ``cross`` (fp32 ``cross_k_i``/``cross_v_i``) in ``form``: as it is for
+        fp32, else each tensor as integers in [-127, 127] (int8, or + 128 as uint8) with its
+        ``cross_k_scale_i`` (one per head and frame) or ``cross_v_scale_i`` (one per head and
+        channel)."""
+        if form is CrossForm.FP32:
             return cross
         out: dict[str, np.ndarray] = {}
         for name, x in cross.items():
-            kind = "k" if name.startswith("cross_k_") else "v" if name.startswith("cross_v_") \
-                else None
-            form = {"k": reads.keys, "v": reads.values}.get(kind, CrossForm.FP32)
-            if form is CrossForm.FP32:
+            kind, _, layer = name.removeprefix("cross_").partition("_")
+            if not name.startswith("cross_") or kind not in ("k", "v"):
                 out[name] = x
                 continue
             q, scale = self._run(x)
             if form is CrossForm.UINT8:  # the same integers + 128: flip the sign bit
                 q = q.view(np.uint8) ^ np.uint8(0x80)
             out[name] = q
-            out[f"cross_{kind}_scale_{name[len('cross_k_'):]}"] = scale
+            out[f"cross_{kind}_scale_{layer}"] = scale
         return out

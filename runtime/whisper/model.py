@@ -21,7 +21,7 @@ import numpy as np
 from as2d.runtime.json_files import read_json_capped
 from as2d.runtime.kvcache import KVCache, PooledCache
 from as2d.runtime.sessions import Background, make_session
-from as2d.runtime.whisper.cross import CrossQuantiser, Reads
+from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
 from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
@@ -115,7 +115,7 @@ class WhisperModel:
         # How the decoder reads the window's keys and values (fp32, or int8 quantised once per
         # window by encode; see as2d.runtime.whisper.cross). Every graph of a bundle reads the
         # same form; check_form refuses one that does not.
-        self.cross_reads = Reads.of(self.decoder)
+        self.cross_form = CrossForm.of(self.decoder)
         self._quantiser = CrossQuantiser(encoder_threads or threads)
         self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
@@ -171,15 +171,15 @@ class WhisperModel:
     def context(self, cross: dict[str, np.ndarray], n_frames: int) -> AudioContext:
         """The window of an encoder's fp32 ``cross`` keys/values, in the form this model's
         decoders read."""
-        return AudioContext(self._quantiser(cross, self.cross_reads), n_frames)
+        return AudioContext(self._quantiser(cross, self.cross_form), n_frames)
 
     def check_form(self, session, what: str) -> None:
         """``session`` (a beam or alignment graph of this bundle) reads the window as the
         decoder does (ValueError otherwise: a graph left from another converter)."""
-        reads = Reads.of(session)
-        if reads != self.cross_reads:
-            raise ValueError(f"{self.name}: {what} reads the audio as {reads} but the "
-                             f"decoder as {self.cross_reads}; reinstall the model")
+        form = CrossForm.of(session)
+        if form is not self.cross_form:
+            raise ValueError(f"{self.name}: {what} reads the audio as {form.value} but the "
+                             f"decoder as {self.cross_form.value}; reinstall the model")
 
     def decoder_state(self, ctx: AudioContext) -> DecoderState:
         """A decoder bound to ``ctx``; caches are recycled between windows."""
