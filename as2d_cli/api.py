@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from as2d.engine import Engine, EngineSpec
-from as2d.runtime.audio import Audio, load_audio
+from as2d.runtime.audio import Audio, declared_seconds, load_audio
 from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
 from as2d.runtime.transcribe.longform import (
@@ -52,6 +52,15 @@ from as2d.runtime.transcribe.vad_filter import VadParameters
 AudioInput = str | Path | np.ndarray
 
 __all__ = ["Transcriber", "transcribe", "ask", "Segment", "TranscriptionInfo"]
+
+
+def _length(audio: AudioInput | Audio, sample_rate: int) -> float | None:
+    """Seconds of ``audio`` known before decoding it (a file's header), else None."""
+    if isinstance(audio, Audio):
+        return audio.duration
+    if isinstance(audio, np.ndarray):
+        return len(audio) / sample_rate if sample_rate > 0 else None
+    return declared_seconds(audio)
 
 
 def _audio(audio: AudioInput | Audio, sample_rate: int) -> Audio:
@@ -71,7 +80,10 @@ class Transcriber:
     (``"auto"``, ``"onnxruntime"``, ``"openvino"``; None: ``$AS2D_ENCODER`` or auto).
     ``progress`` receives one-line notes (a model being installed on first use);
     ``listener`` receives every engine event
-    (:mod:`as2d.runtime.events`), for a live display or statistics.
+    (:mod:`as2d.runtime.events`), for a live display or statistics. ``recording_seconds``: the
+    length of the one recording a transcriber is made for, if that is all it is for (the
+    one-shot :func:`transcribe` passes it): ``drafter="auto"`` then loads no drafter for one
+    window, where it cannot pay for its load (:func:`as2d.engine.lone_window`).
     """
 
     def __init__(self, model: str = "base", *, drafter: str = "auto",
@@ -79,13 +91,15 @@ class Transcriber:
                  drafter_threads: int = 0, budget: int | None = None,
                  encoder: str | None = None, models_dir: str | Path | None = None,
                  progress: Callable[[str], None] | None = None,
-                 listener: Listener | None = None) -> None:
+                 listener: Listener | None = None,
+                 recording_seconds: float | None = None) -> None:
         self.engine = Engine(EngineSpec(model=model, precision=precision, drafter=drafter,
                                         decoder=decoder, budget=budget, threads=threads,
                                         drafter_threads=drafter_threads, encoder=encoder,
-                                        models_dir=models_dir),
+                                        models_dir=models_dir,
+                                        recording_seconds=recording_seconds),
                              progress=progress, listener=listener)
-        self.decoder = self.engine.spec.decoder
+        self.decoder = self.engine.decoder
         self.model = self.engine.target
 
     def transcribe(self, audio: AudioInput, *, sample_rate: int = 16000,
@@ -180,10 +194,13 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
 
     Loads the models for this call (use :class:`Transcriber` to load them once for many
     files). ``options`` are those of :meth:`Transcriber.transcribe` (``language``, ``task``,
-    ``timestamps``, ``initial_prompt``, ...).
+    ``timestamps``, ``initial_prompt``, ...). As ``as2d transcribe FILE`` does, a recording of
+    one window is decoded by the target alone unless a drafter is named (the same text).
     """
     transcriber = Transcriber(model, drafter=drafter, decoder=decoder, precision=precision,
-                              threads=threads, encoder=encoder, models_dir=models_dir)
+                              threads=threads, encoder=encoder, models_dir=models_dir,
+                              recording_seconds=_length(audio,
+                                                        options.get("sample_rate", 16000)))
     try:
         segments, info = transcriber.transcribe(audio, **options)
     except BaseException:
@@ -224,17 +241,17 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
         opts.max_tokens = max_tokens
     # The answering model loads beside the speech models and the transcription, and the
     # answerer reads its stored prompt head meanwhile (as ``as2d ask`` does).
-    spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
-                      models_dir=models_dir, llm=llm)
-    with Engine(spec) as engine:
-        pending = engine.prepare_answerer(opts, question=question)
-        clip = _audio(audio, 16000)
-        try:
+    clip = _audio(audio, 16000)  # a bad file costs nothing else
+    try:
+        spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
+                          models_dir=models_dir, llm=llm, recording_seconds=clip.duration)
+        with Engine(spec) as engine:
+            pending = engine.prepare_answerer(opts, question=question)
             segments = list(engine.transcribe(clip, TranscribeOptions(language=language)))
-        finally:
-            if clip is not audio:
-                clip.close()
-        spans = spans_from_segments(segments)
-        if not spans:
-            raise ValueError("no speech found: there is nothing to answer from")
-        return pending.result().ask(spans, question, engine.drafted_text())
+            spans = spans_from_segments(segments)
+            if not spans:
+                raise ValueError("no speech found: there is nothing to answer from")
+            return pending.result().ask(spans, question, engine.drafted_text())
+    finally:
+        if clip is not audio:
+            clip.close()

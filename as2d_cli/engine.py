@@ -10,6 +10,9 @@ decisions live, so that no face can differ from another by omission:
   cores to itself (``shares_cores`` is False and the target decodes alone);
 - what loads beside what: the drafter and the answering model load on threads while the
   target loads here (onnxruntime builds sessions without the GIL);
+- whether a drafter pays at all: ``--drafter auto`` leaves it out of a one-shot run of one
+  recording that fits in one window (:func:`lone_window`), where its load costs more than it
+  can save;
 - the row check (:func:`as2d.runtime.rows.rows_exact`) before any speculation: a target whose
   passes are not row-exact decodes alone, with a note, because speculation could change its
   text;
@@ -35,11 +38,12 @@ from as2d.runtime.option_errors import OptionError
 from as2d.runtime.sessions import Background, cpu_count
 
 __all__ = ["Decoder", "Engine", "EngineSpec", "ModelError", "SharedModels", "ThreadPlan",
-           "plan_threads", "MAX_BUDGET"]
+           "lone_window", "plan_threads", "MAX_BUDGET", "ONE_WINDOW_SECONDS"]
 
 MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candidates
 AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_drafter)
 FIRST_DRAFTER = "tiny.en"  # auto's drafter until the language is known
+ONE_WINDOW_SECONDS = 30.0  # the audio one Whisper window holds
 
 
 class Decoder(StrEnum):
@@ -125,12 +129,35 @@ class EngineSpec:
     vad: bool = False  # Silero VAD (transcribe's vad_filter, live sessions)
     word_timestamps: bool = False  # the alignment graph, made and loaded before decoding
     shares_cores: bool = False  # a microphone, a VAD or other workers share the cores
+    # The length of the one recording a one-shot run (`as2d transcribe FILE`, `as2d ask`)
+    # decodes, where it is known before the models load; None for an engine that serves many.
+    recording_seconds: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
         parse_budget(self.budget)
         if self.threads < 0 or self.drafter_threads < 0:
             raise OptionError("threads", "and {0} cannot be negative", ("drafter_threads",))
+
+
+def lone_window(spec: EngineSpec) -> str | None:
+    """Why ``spec``'s run decodes with the target alone although it asks for AS²D (a note for
+    the user), or None when the drafter is loaded.
+
+    The automatic drafter is left out of a one-shot run whose only recording fits in one
+    window. The drafter's load (its sessions, its encoder) and its encoder run are a fixed cost
+    paid beside the target's own load and encoder, while the passes it can save are one
+    window's: measured on 2 cores (AMD Zen 4, whole `as2d transcribe` processes, 6 interleaved
+    rounds), a 10-s clip took 1.05 s with the drafter and 0.85 s without, 28 s 1.85 and 1.67 s,
+    a 44-s file (two windows) 1.88 and 1.83 s, 98 s 3.89 and 3.87 s, 196 s 7.03 and 7.53 s.
+    The text is the same either way (lossless); an explicit ``--drafter`` drafts regardless.
+    """
+    seconds = spec.recording_seconds
+    if (spec.drafter != AUTO or spec.decoder != Decoder.AS2D or seconds is None
+            or seconds > ONE_WINDOW_SECONDS):
+        return None
+    return (f"one window of audio ({seconds:.1f} s): the target decodes alone, a drafter would "
+            "cost more than it saves (--drafter tiny.en drafts anyway; the text is the same)")
 
 
 WhisperLoader = Callable[[str, str | None, int, str, bool], object]
@@ -189,7 +216,11 @@ class Engine:
         self.spec = spec
         self.note = progress or (lambda message: None)
         self.listener = listener or ignore
-        self.plan = plan_threads(spec.threads or cpu_count(), spec.decoder,
+        alone = lone_window(spec)
+        # The decoder this engine runs: the spec's, or the target alone where a drafter would
+        # not pay (then planned, spinning included, exactly as `--decoder target`).
+        self.decoder = Decoder.TARGET if alone else spec.decoder
+        self.plan = plan_threads(spec.threads or cpu_count(), self.decoder,
                                  spec.drafter_threads, spec.shares_cores)
         load = self._load = load_whisper or self._load_whisper
         parts = _Parts()
@@ -206,7 +237,9 @@ class Engine:
         try:
             if spec.llm:  # found (or installed) here: a missing package costs nothing else
                 parts.llm = self._start_llm()
-            if spec.decoder != Decoder.TARGET:
+            if alone:
+                self.note(alone)
+            if self.decoder != Decoder.TARGET:
                 first = FIRST_DRAFTER if spec.drafter == AUTO else spec.drafter
                 parts.drafter = Background(load, first, None, self.plan.drafter,
                                            "drafter", False, name="as2d-load-drafter")
@@ -247,7 +280,7 @@ class Engine:
         from as2d.runtime.speculative.budget import Budget
         from as2d.runtime.transcribe.strategy import TargetOnly
 
-        decoder = self.spec.decoder
+        decoder = self.decoder
         if decoder == Decoder.TARGET:
             return TargetOnly(self.target, self.listener)
         busy = (self.plan.busy,) if decoder == Decoder.AS2D and self.plan.busy else ()
@@ -355,7 +388,7 @@ class Engine:
         loaded on first use, or the target alone when nothing smaller would save time (a note
         says why, for ``--stats``). An explicit drafter is used for every language."""
         language = options.language if options is not None else None
-        if (self.spec.drafter != AUTO or self.spec.decoder == Decoder.TARGET
+        if (self.spec.drafter != AUTO or self.decoder == Decoder.TARGET
                 or language is None or self.strategy.drafter_name is None):
             return self.transcriber
         from as2d.runtime.whisper.tokenizer import normalize_language
@@ -437,7 +470,7 @@ class Engine:
         # A transcriber of its own: the session taps its events for the whole session.
         transcriber = LongFormTranscriber(self.target, self.strategy, listener)
         return LiveSession(source, vad or _silero(), transcriber, options, listener,
-                           self.spec.decoder, self.strategy.drafter_name)
+                           self.decoder, self.strategy.drafter_name)
 
     def stop(self) -> None:
         """Stop the transcription in progress after the current pass (thread-safe); nothing

@@ -398,6 +398,26 @@ def load_audio(source: AudioSource, *, fifo_timeout: float | None = None,
         return _load_stream(f, name, False, on_wait)
 
 
+def declared_seconds(source: AudioSource) -> float | None:
+    """The length a regular file's header declares, read by libsndfile without decoding
+    anything; None for whatever cannot say so cheaply and safely (standard input, a pipe or a
+    device, which opening could block or consume; a container only FFmpeg reads; a damaged
+    header). A hint for planning a run, never a check: :func:`load_audio` judges the file."""
+    if hasattr(source, "read") or os.fsdecode(source) == "-":
+        return None
+    import soundfile as sf
+
+    path = Path(os.fsdecode(source))
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        info = sf.info(os.fsencode(path))
+        seconds = info.frames / info.samplerate
+    except Exception:  # noqa: BLE001 - unknown here; load_audio will say what is wrong
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
+
+
 def _is_open_pipe(path: Path) -> bool:
     """Whether ``path`` names a pipe this process already holds (``/dev/stdin``,
     ``/dev/fd/N``, ``/proc/self/fd/N``): opening it never waits for a writer."""

@@ -624,7 +624,9 @@ def test_cli_answer_on_stdout_with_stats_for_both_stages(models, qset):
     assert "better" in r.stdout.lower(), r.stdout
     assert len(r.stdout.strip().splitlines()) == 1
     err = r.stderr
-    assert "decoder=as2d" in err and "real-time factor" in err  # stage 1
+    # stage 1: one window (10 s), so the target transcribes alone (a drafter would not pay)
+    assert "decoder=target" in err and "real-time factor" in err
+    assert "one window of audio (10.0 s): the target decodes alone" in err
     assert "answer  llm=gemma-3-270m-int8" in err and "tokens/s" in err  # stage 2
     assert "transcript" in err and "accept%" in err
     same = cli("ask", qset.clips["beckett"], "How should you fail again?", "--no-candidates",
@@ -645,6 +647,7 @@ def test_cli_json_layout(models, qset):
     assert doc["context"]["selected"] is False and doc["context"]["note"] is None
     assert len(doc["context"]["spans"]) >= 9
     assert doc["candidates"] == "verified"
+    # two windows (44 s): the drafter pays, and its stream is a candidate source
     assert doc["models"] == {"target": "base-int8", "drafter": "tiny.en-int8",
                              "decoder": "as2d", "llm": "gemma-3-270m-int8"}
     tr, an = doc["stats"]["transcription"], doc["stats"]["answer"]

@@ -244,3 +244,28 @@ def test_short_file_log_mel_peak_memory_is_a_few_times_its_result(speech):
     assert mel._cache is not None
     assert peak < 3 * mel._cache.nbytes + 25e6, \
         f"peak {peak / 1e6:.0f} MB for a {mel._cache.nbytes / 1e6:.0f} MB log-mel"
+
+
+def test_declared_seconds_reads_a_header_and_never_a_stream(tmp_path, speech):
+    """The length a run is planned by: a regular file's header says it; standard input, a
+    named pipe nobody writes to (opening it would block), a folder, text and a missing file
+    give None at once, and load_audio still judges each."""
+    import threading
+
+    from as2d.runtime.audio import declared_seconds
+
+    path, samples = speech
+    assert declared_seconds(path) == pytest.approx(len(samples) / SAMPLE_RATE, abs=1e-3)
+    flac = tmp_path / "a.flac"
+    sf.write(flac, samples[:SAMPLE_RATE * 2], SAMPLE_RATE)
+    assert declared_seconds(str(flac)) == pytest.approx(2.0)
+    fifo = tmp_path / "pipe.wav"
+    os.mkfifo(fifo)
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(declared_seconds(fifo)), daemon=True)
+    t.start()
+    t.join(5)
+    assert got == [None], "a named pipe was opened"
+    (tmp_path / "notes.wav").write_text("not audio")
+    for other in ("-", tmp_path, tmp_path / "notes.wav", tmp_path / "missing.wav"):
+        assert declared_seconds(other) is None, other

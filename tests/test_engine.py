@@ -53,3 +53,40 @@ def test_a_language_run_is_made_once_whichever_thread_asks_first(models_root):
     with Engine(EngineSpec(model="base", decoder="target", threads=2,
                            models_dir=models_root)) as alone:
         assert tokens(alone, audio, "de") == german
+
+
+def test_a_one_window_recording_is_decoded_by_the_target_alone_unless_a_drafter_is_named(
+        models_root):
+    """`--drafter auto` loads no drafter for a one-shot run of one window (its load costs more
+    than it can save there): the engine plans and decodes as `--decoder target` does, says so
+    once, and gives the same tokens as a drafting engine. A named drafter drafts anyway; a
+    longer recording, or an engine that serves many (no length), keeps AS²D."""
+    audio = load_audio(CLIP)  # 7 s
+    said: list[str] = []
+    spec = EngineSpec(model="base", threads=2, models_dir=models_root,
+                      recording_seconds=audio.duration)
+    with Engine(spec, progress=said.append) as engine:
+        assert engine.decoder == "target" and engine.drafter_name is None
+        assert engine.plan.spin and engine.plan.busy is None  # target-only's own plan
+        alone = tokens(engine, audio)
+    assert len(said) == 1 and "one window of audio (7.1 s)" in said[0], said
+    assert "--drafter tiny.en" in said[0]
+    with Engine(EngineSpec(model="base", threads=2, drafter="tiny.en", models_dir=models_root,
+                           recording_seconds=audio.duration)) as drafting:
+        assert drafting.decoder == "as2d" and drafting.drafter_name == "tiny.en-int8"
+        assert tokens(drafting, audio) == alone and alone
+
+
+def test_lone_window_is_only_for_auto_s_drafter_on_one_known_window():
+    from as2d.engine import ONE_WINDOW_SECONDS, lone_window
+
+    def why(**kw):
+        return lone_window(EngineSpec(**kw))
+
+    assert why(recording_seconds=ONE_WINDOW_SECONDS) is not None
+    assert why(recording_seconds=0.5) is not None
+    assert why(recording_seconds=ONE_WINDOW_SECONDS + 0.01) is None  # two windows
+    assert why() is None  # an engine for many recordings (the server, the API, mic)
+    assert why(recording_seconds=5, drafter="tiny.en") is None  # asked for by name
+    assert why(recording_seconds=5, decoder="sd") is None
+    assert why(recording_seconds=5, decoder="target") is None  # nothing to leave out

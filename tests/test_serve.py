@@ -675,9 +675,16 @@ def test_ask_answers_as_as2d_ask_json(models_root, tmp_path):
         code, hdrs, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
         assert code == 200, raw
         got = json.loads(raw)
+        # The one-shot command transcribes this one-window clip with the target alone (a
+        # drafter's load would not pay); the server's loaded drafter drafts: the same text,
+        # said in "models".
+        assert want["models"]["decoder"] == "target" and want["models"]["drafter"] is None
+        assert got["models"]["decoder"] == "as2d" and got["models"]["drafter"]
         for doc in (got, want):
             doc.pop("stats")
             doc.pop("source")
+            doc["models"] = {k: v for k, v in doc["models"].items()
+                             if k not in ("decoder", "drafter")}
         assert got == want
         body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name)])
         code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})

@@ -28,12 +28,14 @@ from as2d.runtime.option_errors import as_flags
 
 HELP = """Answer a question about a recording: transcribe it, then ask the answering model.
 
-Both stages are accelerated losslessly: AS²D for the transcript, and candidates from the
-transcript, the drafter's stream and the question for the answer.
+Both stages are accelerated losslessly: AS²D for the transcript (a recording of one
+window, 30 s, is transcribed by the target alone: a drafter costs more than it saves there),
+and candidates from the transcript, the drafter's stream and the question for the answer.
 """
 
 AskModel = opt.reworded(opt.Model, "Speech (target) model: base, tiny.en or a folder.")
-AskDrafter = opt.reworded(opt.Drafter, "Drafter model for the transcription.")
+AskDrafter = opt.reworded(opt.Drafter, "Drafter model for the transcription; auto: none for "
+                                       "a recording of one window (30 s).")
 AskDecoder = opt.reworded(opt.DecoderName, "Transcription decoder: as2d, sd or target (same "
                                            "text).")
 AskPrecision = opt.reworded(opt.Precision, "int8 (default, fastest) or fp32, for the speech "
@@ -147,7 +149,8 @@ def run_ask(req: AskRequest) -> int:
         # costs nothing); the answerer then reads its stored prompt head there too.
         spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
                           decoder=req.decoder, threads=req.threads, encoder=req.encoder,
-                          models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision)
+                          models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision,
+                          recording_seconds=audio.duration)
         engine = build_engine(spec, make_note(req.quiet), listener)
         info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start(str(req.file), audio.duration, req.question)
@@ -197,7 +200,7 @@ def run_ask(req: AskRequest) -> int:
             source=str(req.file), duration=round(audio.duration, 3), language=info.language,
             interrupted=interrupted,  # collect_segments folds info.interrupted in
             models={"target": engine.target.name, "drafter": engine.drafter_name,
-                    "decoder": req.decoder, "llm": lm.name},
+                    "decoder": str(engine.decoder), "llm": lm.name},
             candidates=_candidates_word(answerer, req),
             stats={"transcription": run.summary() if run else None,
                    "answer": answer.stats.to_dict()})

@@ -46,6 +46,7 @@ class BatchRequest(TranscribeRequest):
         show_default=False)] = field(default_factory=list)
     threads: Annotated[int, typer.Option(
         "--threads", "-t", help="Threads per actor (the drafter's included).")] = 1
+    drafter: opt.Drafter = "auto"  # an actor's engine decodes many files: it always drafts
     live: opt.reworded(opt.Live, "Live progress table on stderr (default: when stderr is "
                                  "a terminal; else a plain line per file).") = None
     ray_address: Annotated[str, typer.Option(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -30,6 +30,12 @@ LivePipeline = opt.reworded(opt.Live, "Live pipeline view on stderr (default: wh
                                       "a terminal).")
 
 
+OneShotDrafter = opt.reworded(
+    opt.Drafter, "Drafter model for sd and as2d; auto: tiny.en, or base for a multilingual "
+                 "target from small up on another language, and none for one file of one "
+                 "window (30 s), where a drafter costs more than it saves.")
+
+
 @dataclass
 class TranscribeRequest:
     """Everything ``as2d transcribe`` was asked; each field is also its command-line option."""
@@ -47,7 +53,7 @@ class TranscribeRequest:
         "--output-format", "-f",
         help="txt, srt, vtt, tsv, json or all; repeat or comma-separate. Default txt.")] = None
     decoder: opt.DecoderName = Decoder.AS2D
-    drafter: opt.Drafter = "auto"
+    drafter: OneShotDrafter = "auto"
     budget: opt.Budget = "auto"
     threads: opt.Threads = 0
     drafter_threads: opt.DrafterThreads = 0
@@ -241,7 +247,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
     """Transcribe ``req.files`` in turn; the exit code (1 if a file failed, 130 if stopped)."""
     from as2d.cli.progress import make_reporter
     from as2d.cli.resolve import build_engine
-    from as2d.runtime.audio import load_audio
+    from as2d.runtime.audio import declared_seconds, load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.transcribe.ahead import AudioReader
     from as2d.runtime.transcribe.stats import StatsCollector
@@ -265,9 +271,11 @@ def run_transcribe(req: TranscribeRequest) -> int:
         path, on_wait=lambda note: err(f"as2d: {note}")))
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
+    # One recording whose header gives its length: the engine knows whether a drafter pays.
+    one = declared_seconds(req.files[0]) if len(req.files) == 1 else None
     try:
-        engine = build_engine(engine_spec(req), make_note(req.quiet),
-                              fanout(stats, reporter))
+        engine = build_engine(replace(engine_spec(req), recording_seconds=one),
+                              make_note(req.quiet), fanout(stats, reporter))
     except BaseException:
         reader.close()
         raise
@@ -321,7 +329,8 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
             audio.close()
         interrupted = interrupted or stopped  # stopped already counts info.interrupted
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
-                    "source": source, "model": engine.target.name, "decoder": req.decoder}
+                    "source": source, "model": engine.target.name,
+                    "decoder": str(engine.decoder)}
         if interrupted:
             doc_info["interrupted"] = True
         if to_stdout and not stream_txt:

@@ -1,0 +1,82 @@
+"""Whole `as2d` processes, cold, timed side by side: what a user waits for one command.
+
+Each configuration is an `as2d` command line (after ``as2d``); every round runs each of them
+once, in turn, so that a machine whose speed drifts between minutes (a shared VM) drifts under
+all of them alike. Prints the median, min and max wall time of each and the ratio of each
+median to the first configuration's; ``--json`` keeps every run.
+
+    python scripts/cold_runs.py --rounds 8 \\
+        "auto=transcribe -q clip.wav" "drafter=transcribe -q --drafter tiny.en clip.wav"
+    python scripts/cold_runs.py "ask=ask -q clip.wav 'Who called?'" \\
+        "target=ask -q --decoder target clip.wav 'Who called?'"
+
+A configuration is ``LABEL=ARGS`` (ARGS split like a shell line); a failed run stops the
+benchmark with its stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+
+def parse_config(text: str) -> tuple[str, list[str]]:
+    label, sep, args = text.partition("=")
+    if not sep or not label.strip() or not args.strip():
+        raise argparse.ArgumentTypeError(f"expected LABEL=ARGS, not {text!r}")
+    return label.strip(), shlex.split(args)
+
+
+def run_once(args: list[str], python: str) -> float:
+    t = time.perf_counter()
+    p = subprocess.run([python, "-m", "as2d", *args], capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"cold_runs: `as2d {shlex.join(args)}` failed ({p.returncode}):\n"
+                         f"{p.stderr[-2000:]}")
+    return wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("configs", nargs="+", type=parse_config, metavar="LABEL=ARGS")
+    ap.add_argument("--rounds", type=int, default=6, help="measured rounds (default 6)")
+    ap.add_argument("--warmup", type=int, default=1,
+                    help="rounds run first and discarded (file cache, model memos; default 1)")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter to run as2d")
+    ap.add_argument("--json", metavar="OUT", help="write every run's wall time as JSON")
+    args = ap.parse_args(argv)
+    if args.rounds < 1 or args.warmup < 0:
+        ap.error("--rounds must be 1 or more and --warmup 0 or more")
+    labels = [label for label, _ in args.configs]
+    if len(set(labels)) != len(labels):
+        ap.error("labels must differ")
+    walls: dict[str, list[float]] = {label: [] for label in labels}
+    for r in range(args.warmup + args.rounds):
+        for label, cmd in args.configs:
+            wall = run_once(cmd, args.python)
+            if r >= args.warmup:
+                walls[label].append(wall)
+    base = statistics.median(walls[labels[0]])
+    print(f"{'configuration':24} {'median s':>9} {'min':>7} {'max':>7}  vs {labels[0]}")
+    for label in labels:
+        w = walls[label]
+        med = statistics.median(w)
+        print(f"{label:24} {med:9.3f} {min(w):7.3f} {max(w):7.3f}  {med / base:.2f}x")
+    if args.json:
+        doc = {"rounds": args.rounds, "warmup": args.warmup,
+               "configs": {label: {"args": cmd, "wall_s": walls[label],
+                                   "median_s": statistics.median(walls[label])}
+                           for label, cmd in args.configs}}
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
