@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,7 @@ AudioInput = str | Path | np.ndarray
 __all__ = ["Transcriber", "transcribe", "ask", "Segment", "TranscriptionInfo"]
 
 
-def _length(audio: AudioInput | Audio, sample_rate: int) -> float | None:
+def _recording_seconds(audio: AudioInput | Audio, sample_rate: int) -> float | None:
     """Seconds of ``audio`` known before decoding it (a file's header), else None."""
     if isinstance(audio, Audio):
         return audio.duration
@@ -83,7 +84,7 @@ class Transcriber:
     (:mod:`as2d.runtime.events`), for a live display or statistics. ``recording_seconds``: the
     length of the one recording a transcriber is made for, if that is all it is for (the
     one-shot :func:`transcribe` passes it): ``drafter="auto"`` then loads no drafter for one
-    window, where it cannot pay for its load (:func:`as2d.engine.lone_window`).
+    window, where it cannot pay for its load (:func:`as2d.engine.lone_window_note`).
     """
 
     def __init__(self, model: str = "base", *, drafter: str = "auto",
@@ -199,8 +200,8 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
     """
     transcriber = Transcriber(model, drafter=drafter, decoder=decoder, precision=precision,
                               threads=threads, encoder=encoder, models_dir=models_dir,
-                              recording_seconds=_length(audio,
-                                                        options.get("sample_rate", 16000)))
+                              recording_seconds=_recording_seconds(
+                                  audio, options.get("sample_rate", 16000)))
     try:
         segments, info = transcriber.transcribe(audio, **options)
     except BaseException:
@@ -241,11 +242,11 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
         opts.max_tokens = max_tokens
     # The answering model loads beside the speech models and the transcription, and the
     # answerer reads its stored prompt head meanwhile (as ``as2d ask`` does).
+    spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
+                      models_dir=models_dir, llm=llm)  # a bad option: before the audio
     clip = _audio(audio, 16000)  # a bad file costs nothing else
     try:
-        spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
-                          models_dir=models_dir, llm=llm, recording_seconds=clip.duration)
-        with Engine(spec) as engine:
+        with Engine(replace(spec, recording_seconds=clip.duration)) as engine:
             pending = engine.prepare_answerer(opts, question=question)
             segments = list(engine.transcribe(clip, TranscribeOptions(language=language)))
             spans = spans_from_segments(segments)

@@ -11,7 +11,7 @@ decisions live, so that no face can differ from another by omission:
 - what loads beside what: the drafter and the answering model load on threads while the
   target loads here (onnxruntime builds sessions without the GIL);
 - whether a drafter pays at all: ``--drafter auto`` leaves it out of a one-shot run of one
-  recording that fits in one window (:func:`lone_window`), where its load costs more than it
+  recording that fits in one window (:func:`lone_window_note`), where its load costs more than it
   can save;
 - the row check (:func:`as2d.runtime.rows.rows_exact`) before any speculation: a target whose
   passes are not row-exact decodes alone, with a note, because speculation could change its
@@ -38,7 +38,7 @@ from as2d.runtime.option_errors import OptionError
 from as2d.runtime.sessions import Background, cpu_count
 
 __all__ = ["Decoder", "Engine", "EngineSpec", "ModelError", "SharedModels", "ThreadPlan",
-           "lone_window", "plan_threads", "MAX_BUDGET", "ONE_WINDOW_SECONDS"]
+           "lone_window_note", "plan_threads", "MAX_BUDGET", "ONE_WINDOW_SECONDS"]
 
 MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candidates
 AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_drafter)
@@ -118,7 +118,7 @@ class EngineSpec:
     model: str = "base"
     precision: str | None = None
     drafter: str = AUTO  # or a model: auto drafts with tiny.en, or base on another language
-    decoder: Decoder | str = Decoder.AS2D
+    decoder: Decoder | str = Decoder.AS2D  # asked for; Engine.decoder is what is built
     budget: int | str | None = "auto"  # candidates per verification pass, or auto
     threads: int = 0  # 0: every core
     drafter_threads: int = 0  # 0: one (AS²D) or every core (SD)
@@ -140,16 +140,19 @@ class EngineSpec:
             raise OptionError("threads", "and {0} cannot be negative", ("drafter_threads",))
 
 
-def lone_window(spec: EngineSpec) -> str | None:
+def lone_window_note(spec: EngineSpec) -> str | None:
     """Why ``spec``'s run decodes with the target alone although it asks for AS²D (a note for
     the user), or None when the drafter is loaded.
 
     The automatic drafter is left out of a one-shot run whose only recording fits in one
     window. The drafter's load (its sessions, its encoder) and its encoder run are a fixed cost
     paid beside the target's own load and encoder, while the passes it can save are one
-    window's: measured on 2 cores (AMD Zen 4, whole `as2d transcribe` processes, 6 interleaved
-    rounds), a 10-s clip took 1.05 s with the drafter and 0.85 s without, 28 s 1.85 and 1.67 s,
-    a 44-s file (two windows) 1.88 and 1.83 s, 98 s 3.89 and 3.87 s, 196 s 7.03 and 7.53 s.
+    window's. Measured on 2 cores (AMD Zen 4, whole ``as2d transcribe`` processes, interleaved
+    rounds, medians; ``docs/cold-one-window-zen4-2026-12-04.json``, 6 rounds, and
+    ``docs/cold-break-even-zen4-2026-12-04.json``, 4 rounds): a 10-s clip took 1.04 s with the
+    drafter and 0.87 s without, 28 s 1.81 and 1.66 s; against ``--decoder target``, a 44-s file
+    (two windows) 1.91 and 1.85 s, 98 s 3.98 and 3.94 s, 196 s 7.07 and 7.65 s: drafting pays
+    somewhere between 98 and 196 s, so the line is drawn at one window, where it never does.
     The text is the same either way (lossless); an explicit ``--drafter`` drafts regardless.
     """
     seconds = spec.recording_seconds
@@ -216,9 +219,11 @@ class Engine:
         self.spec = spec
         self.note = progress or (lambda message: None)
         self.listener = listener or ignore
-        alone = lone_window(spec)
+        alone = lone_window_note(spec)
         # The decoder this engine runs: the spec's, or the target alone where a drafter would
-        # not pay (then planned, spinning included, exactly as `--decoder target`).
+        # not pay (then planned, spinning included, exactly as `--decoder target`; beside an
+        # answering model's build in `as2d ask` too: measured on 2 cores, 7 interleaved cold
+        # runs of a 10-s clip, spinning 1.27 s, not spinning 1.30 s, medians).
         self.decoder = Decoder.TARGET if alone else spec.decoder
         self.plan = plan_threads(spec.threads or cpu_count(), self.decoder,
                                  spec.drafter_threads, spec.shares_cores)
@@ -347,6 +352,14 @@ class Engine:
     def drafter_name(self) -> str | None:
         """The drafter of the current (or last) run; None when the target decodes alone."""
         return self._active.strategy.drafter_name
+
+    @property
+    def run_decoder(self) -> str:
+        """The decoder of the current (or last) run, as a report names it: ``decoder``'s, or
+        ``"target"`` where this run's target decodes alone after all (a graph whose rows are
+        not independent, a language no smaller model drafts), so that it always agrees with
+        :attr:`drafter_name`."""
+        return self._active.strategy.name
 
     def add_listener(self, listener: Listener) -> None:
         """Also send every engine event to ``listener``."""

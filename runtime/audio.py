@@ -399,23 +399,46 @@ def load_audio(source: AudioSource, *, fifo_timeout: float | None = None,
 
 
 def declared_seconds(source: AudioSource) -> float | None:
-    """The length a regular file's header declares, read by libsndfile without decoding
-    anything; None for whatever cannot say so cheaply and safely (standard input, a pipe or a
-    device, which opening could block or consume; a container only FFmpeg reads; a damaged
-    header). A hint for planning a run, never a check: :func:`load_audio` judges the file."""
-    if hasattr(source, "read") or os.fsdecode(source) == "-":
-        return None
-    import soundfile as sf
-
-    path = Path(os.fsdecode(source))
+    """The length a regular file declares, read from its header without decoding anything:
+    libsndfile's frame count, or for a container only FFmpeg reads (m4a, mp4, webm, ...) its
+    audio stream's or the container's duration. None for whatever cannot say so cheaply and
+    safely: standard input, a pipe or a device (opening could block or consume them), a file
+    that declares no length, a damaged header, anything that is not a path. A hint for
+    planning a run, never a check: :func:`load_audio` judges the file."""
     try:
-        if not stat.S_ISREG(path.stat().st_mode):
+        path = Path(os.fsdecode(source))
+        if str(path) == "-" or not stat.S_ISREG(path.stat().st_mode):
             return None
+    except (TypeError, ValueError, OSError):  # a file object, a NUL byte, nothing there
+        return None
+    try:
+        import soundfile as sf
+
         info = sf.info(os.fsencode(path))
         seconds = info.frames / info.samplerate
+    except Exception:  # noqa: BLE001 - not libsndfile's: FFmpeg's container may say
+        seconds = _container_seconds(path)
+    return seconds if seconds is not None and 0 <= seconds < float("inf") else None
+
+
+def _container_seconds(path: Path) -> float | None:
+    """The duration an FFmpeg-read container declares for its first audio stream (else for
+    the whole container), from what opening it probes; None where it declares none."""
+    try:
+        import av
+
+        with av.open(str(path), mode="r", metadata_errors="ignore") as container:
+            streams = list(container.streams.audio)
+            if not streams:
+                return None
+            stream = streams[0]
+            if stream.duration is not None and stream.time_base is not None:
+                return float(stream.duration * stream.time_base)
+            if container.duration is not None:
+                return container.duration / av.time_base
     except Exception:  # noqa: BLE001 - unknown here; load_audio will say what is wrong
         return None
-    return seconds if 0 <= seconds < float("inf") else None
+    return None
 
 
 def _is_open_pipe(path: Path) -> bool:

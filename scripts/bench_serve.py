@@ -603,7 +603,10 @@ def basic(args, port: int, server: subprocess.Popen, clip: Path, extra: list[str
            "rss_mb_before": round(rss0, 1), "rss_mb_after": round(rss1, 1)}
     if asked:
         doc.update(ask_p50=round(statistics.median(asked), 3), ask_p90=round(pct(asked, 0.9), 3),
-                   ask_process_p50=round(statistics.median(ask_processes), 3))
+                   ask_requests=len(asked),
+                   ask_process_p50=(round(statistics.median(ask_processes), 3)
+                                    if ask_processes else None),
+                   ask_processes=len(ask_processes))
     return doc
 
 
@@ -620,8 +623,12 @@ def print_basic(doc: dict) -> None:
     print(f"server memory {doc['rss_mb_before']} -> {doc['rss_mb_after']} MB over "
           f"{doc['requests']} requests")
     if "ask_p50" in doc:
-        print(f"/v1/audio/ask         p50 {doc['ask_p50']:.3f} s  p90 {doc['ask_p90']:.3f} s; "
-              f"as2d ask process p50 {doc['ask_process_p50']:.3f} s")
+        line = (f"/v1/audio/ask         p50 {doc['ask_p50']:.3f} s  p90 {doc['ask_p90']:.3f} s"
+                f"  ({doc['ask_requests']} requests)")
+        if doc["ask_processes"]:
+            line += (f"; as2d ask process p50 {doc['ask_process_p50']:.3f} s "
+                     f"({doc['ask_processes']} runs)")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 
 import as2d
-from as2d.runtime.audio import AudioError
+from as2d.runtime.audio import Audio, AudioError
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = ROOT / "samples" / "sense_and_sensibility.wav"
@@ -106,3 +106,31 @@ def test_a_question_that_cannot_be_asked_fails_before_any_model_loads(question, 
     # an empty models folder: a model load would fail otherwise (or install one)
     with pytest.raises(ValueError, match="question"):
         as2d.ask(tmp_path / "never-read.wav", question, models_dir=tmp_path / "models")
+
+
+def test_the_one_shot_calls_plan_by_the_recordings_length(monkeypatch, tmp_path):
+    """``as2d.transcribe`` tells the engine how long its one recording is (an array by its
+    samples, a file by its header), so a one-window recording loads no drafter, as ``as2d
+    transcribe FILE`` does (the engine's side: tests/test_engine.py)."""
+    import as2d.api as api
+
+    seen: list = []
+
+    class Stop(Exception):
+        pass
+
+    def spy(*args, **kw):  # the Transcriber's arguments, and no model loaded
+        seen.append(kw["recording_seconds"])
+        raise Stop
+
+    monkeypatch.setattr(api, "Transcriber", spy)
+    wav = tmp_path / "a.wav"
+    sf.write(wav, np.zeros(16000 * 3, np.float32), 16000)
+    for audio, kw in ((np.zeros(8000 * 5, np.float32), {"sample_rate": 8000}), (wav, {}),
+                      (str(wav), {})):
+        with pytest.raises(Stop):
+            api.transcribe(audio, **kw)
+    assert seen == [5.0, 3.0, 3.0]
+    clip = Audio.from_array(np.zeros(16000, np.float32), 16000)
+    assert api._recording_seconds(clip, 16000) == 1.0
+    clip.close()

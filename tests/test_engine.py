@@ -49,6 +49,7 @@ def test_a_language_run_is_made_once_whichever_thread_asks_first(models_root):
             t.join()
         german = tokens(engine, audio, "de")
         assert engine.drafter_name is None  # base on German: nothing smaller saves time
+        assert engine.decoder == "as2d" and engine.run_decoder == "target"  # as reported
     assert sum("drafter:" in n for n in notes) == 1
     with Engine(EngineSpec(model="base", decoder="target", threads=2,
                            models_dir=models_root)) as alone:
@@ -61,27 +62,39 @@ def test_a_one_window_recording_is_decoded_by_the_target_alone_unless_a_drafter_
     than it can save there): the engine plans and decodes as `--decoder target` does, says so
     once, and gives the same tokens as a drafting engine. A named drafter drafts anyway; a
     longer recording, or an engine that serves many (no length), keeps AS²D."""
+    from as2d.engine import SharedModels
+
     audio = load_audio(CLIP)  # 7 s
     said: list[str] = []
+    shared, roles = SharedModels(models_root), []
+
+    def load(name, precision, threads, role, spin):
+        roles.append(role)
+        return shared(name, precision, threads, role, spin)
+
     spec = EngineSpec(model="base", threads=2, models_dir=models_root,
                       recording_seconds=audio.duration)
-    with Engine(spec, progress=said.append) as engine:
+    with Engine(spec, progress=said.append, load_whisper=load) as engine:
+        assert roles == ["target"], "a drafter was loaded"
         assert engine.decoder == "target" and engine.drafter_name is None
+        assert engine.run_decoder == "target"
         assert engine.plan.spin and engine.plan.busy is None  # target-only's own plan
         alone = tokens(engine, audio)
     assert len(said) == 1 and "one window of audio (7.1 s)" in said[0], said
     assert "--drafter tiny.en" in said[0]
     with Engine(EngineSpec(model="base", threads=2, drafter="tiny.en", models_dir=models_root,
-                           recording_seconds=audio.duration)) as drafting:
+                           recording_seconds=audio.duration), load_whisper=load) as drafting:
+        assert sorted(roles[1:]) == ["drafter", "target"]  # loaded side by side
         assert drafting.decoder == "as2d" and drafting.drafter_name == "tiny.en-int8"
         assert tokens(drafting, audio) == alone and alone
+        assert drafting.run_decoder == "as2d"
 
 
 def test_lone_window_is_only_for_auto_s_drafter_on_one_known_window():
-    from as2d.engine import ONE_WINDOW_SECONDS, lone_window
+    from as2d.engine import ONE_WINDOW_SECONDS, lone_window_note
 
     def why(**kw):
-        return lone_window(EngineSpec(**kw))
+        return lone_window_note(EngineSpec(**kw))
 
     assert why(recording_seconds=ONE_WINDOW_SECONDS) is not None
     assert why(recording_seconds=0.5) is not None

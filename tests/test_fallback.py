@@ -313,12 +313,15 @@ def test_cli_fallback_is_identical_across_decoders_and_reproducible(models_root,
     # A bar the noisy window cannot clear (its average log-probability sits near whisper's
     # default -1.0, on one side or the other depending on the CPU's rounding): it falls back.
     bar = ("--logprob-threshold", "-0.5")
-    outs = [cli("transcribe", path, "-l", "en", "--decoder", d, "-f", "json", "--no-live", *bar,
-                models_dir=models_root) for d in ("as2d", "target", "as2d")]
+    # A named drafter: one window of audio would otherwise be decoded by the target alone.
+    decoders = {"as2d": ("--drafter", "tiny.en"), "target": ()}
+    outs = [cli("transcribe", path, "-l", "en", "--decoder", d, *decoders[d], "-f", "json",
+                "--no-live", *bar, models_dir=models_root) for d in ("as2d", "target", "as2d")]
     assert all(r.exit_code == 0 for r in outs), [r.stderr for r in outs]
     import json
 
     docs = [json.loads(r.stdout) for r in outs]
+    assert [d["decoder"] for d in docs] == ["as2d", "target", "as2d"]
     assert docs[0]["segments"] == docs[1]["segments"] == docs[2]["segments"]
     assert any(s["temperature"] > 0 for s in docs[0]["segments"])
     greedy = cli("transcribe", path, "-l", "en", "-f", "json", "--no-live", *bar,

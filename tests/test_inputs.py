@@ -10,6 +10,7 @@ original's words and that every decoder gives the same tokens from it.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shutil
@@ -488,6 +489,48 @@ def test_every_container_gives_the_words_of_the_original_wav(target_only, contai
     for ext, path in containers.items():
         got = _words(text(path))
         assert edit_distance(got, ref) <= max(1, len(ref) // 20), (ext, got, ref)
+
+
+def test_declared_seconds_of_every_container(clip, containers):
+    """A run is planned by the length a file declares: libsndfile's header, or an FFmpeg
+    container's duration (its audio stream's, else the whole container's) where libsndfile
+    cannot read the file; ADTS AAC declares none and is estimated by FFmpeg from its bit
+    rate, so it gets a looser bound (only speed hangs on it: every decoder gives the same
+    text)."""
+    from as2d.runtime.audio import declared_seconds
+
+    _, x = clip
+    seconds = len(x) / SAMPLE_RATE
+    for ext, path in containers.items():
+        got = declared_seconds(path)
+        assert got is not None, ext
+        # codecs pad a frame or two at each end (priming); a video stream may outlast the audio
+        assert abs(got - seconds) < (2.0 if ext == "aac" else 0.3), (ext, got, seconds)
+
+
+def test_transcribe_of_one_file_plans_by_its_declared_length(models_root, bundle, containers):
+    """`as2d transcribe FILE` of one window decodes with the target alone (no drafter loaded:
+    one stderr line says so, the JSON says `decoder: target`), an m4a as a WAV; the same audio
+    from standard input, whose length is not known before it is read, or with a drafter
+    named, drafts. The text is the same."""
+    bundle("base", "int8")
+    bundle("tiny.en", "int8")
+    m4a = containers["m4a"]
+    json_out = ("-l", "en", "-f", "json", "--no-live")
+    runs = {"file": _as2d(m4a, *json_out, models_root=models_root),
+            "stdin": _as2d("-", *json_out, input=m4a.read_bytes(), models_root=models_root),
+            "named": _as2d(m4a, "--drafter", "tiny.en", *json_out, models_root=models_root)}
+    docs = {}
+    for k, p in runs.items():
+        assert p.returncode == 0, (k, p.stderr.decode())
+        docs[k] = json.loads(p.stdout)
+    alone = runs["file"].stderr.decode()
+    assert docs["file"]["decoder"] == "target" and "one window of audio" in alone, alone
+    for k in ("stdin", "named"):
+        assert docs[k]["decoder"] == "as2d", k
+        assert "one window of audio" not in runs[k].stderr.decode(), k
+    want = [s["tokens"] for s in docs["file"]["segments"]]
+    assert want and all([s["tokens"] for s in d["segments"]] == want for d in docs.values())
 
 
 def test_every_decoder_gives_the_same_tokens_from_a_video(models_root, bundle, containers):

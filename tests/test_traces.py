@@ -53,7 +53,8 @@ def test_a_plain_transcribe_leaves_no_trace_and_opens_no_network_socket(tmp_path
         env["AS2D_ENCODER"] = "openvino"
     log = tmp_path / "strace.txt"
     p = subprocess.run([strace, "-f", "-qq", "-e", "trace=socket,connect", "-o", str(log),
-                        sys.executable, "-m", "as2d", "transcribe", str(SAMPLE)],
+                        sys.executable, "-m", "as2d", "transcribe", str(SAMPLE),
+                        "--drafter", "tiny.en"],  # both models (one window: else no drafter)
                        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "amiable" in p.stdout  # the run really transcribed

@@ -1,8 +1,9 @@
 """``as2d ask FILE QUESTION``: answer a question about a recording, accelerated twice.
 
 Stage 1 transcribes the file as ``as2d transcribe`` does (AS²D: the drafter streams candidates,
-the target verifies). Stage 2 prompts the answering LLM with the transcript and the question and
-generates the answer with candidates looked up in the transcript, the drafter's stream and the
+the target verifies; a recording of one window by the target alone, where a drafter would not
+pay). Stage 2 prompts the answering LLM with the transcript and the question and generates the
+answer with candidates looked up in the transcript, the drafter's stream (when one ran) and the
 question, verified losslessly by the answering model (:mod:`as2d.runtime.ask.answer`). The
 answer goes to stdout (or a JSON document with ``--json``); progress, notes and ``--stats`` to
 stderr.
@@ -200,7 +201,7 @@ def run_ask(req: AskRequest) -> int:
             source=str(req.file), duration=round(audio.duration, 3), language=info.language,
             interrupted=interrupted,  # collect_segments folds info.interrupted in
             models={"target": engine.target.name, "drafter": engine.drafter_name,
-                    "decoder": str(engine.decoder), "llm": lm.name},
+                    "decoder": engine.run_decoder, "llm": lm.name},
             candidates=_candidates_word(answerer, req),
             stats={"transcription": run.summary() if run else None,
                    "answer": answer.stats.to_dict()})

@@ -272,9 +272,9 @@ def run_transcribe(req: TranscribeRequest) -> int:
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
     # One recording whose header gives its length: the engine knows whether a drafter pays.
-    one = declared_seconds(req.files[0]) if len(req.files) == 1 else None
+    recording_seconds = declared_seconds(req.files[0]) if len(req.files) == 1 else None
     try:
-        engine = build_engine(replace(engine_spec(req), recording_seconds=one),
+        engine = build_engine(replace(engine_spec(req), recording_seconds=recording_seconds),
                               make_note(req.quiet), fanout(stats, reporter))
     except BaseException:
         reader.close()
@@ -330,7 +330,7 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
         interrupted = interrupted or stopped  # stopped already counts info.interrupted
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
                     "source": source, "model": engine.target.name,
-                    "decoder": str(engine.decoder)}
+                    "decoder": engine.run_decoder}
         if interrupted:
             doc_info["interrupted"] = True
         if to_stdout and not stream_txt:
