@@ -350,16 +350,22 @@ class Engine:
     # -- what it offers ---------------------------------------------------------------------
     @property
     def drafter_name(self) -> str | None:
-        """The drafter of the current (or last) run; None when the target decodes alone."""
-        return self._active.strategy.drafter_name
+        """The drafter of the current (or last) run; None when the target decodes alone.
+        Before any run, the drafter the engine loaded."""
+        return self._reported()[1]
 
     @property
     def run_decoder(self) -> str:
-        """The decoder of the current (or last) run, as a report names it: ``decoder``'s, or
-        ``"target"`` where this run's target decodes alone after all (a graph whose rows are
-        not independent, a language no smaller model drafts), so that it always agrees with
-        :attr:`drafter_name`."""
-        return self._active.strategy.name
+        """The decoder of the current (or last) run, as its ``--stats`` names it: ``decoder``'s,
+        or ``"target"`` where the run's target decodes alone after all (a graph whose rows are
+        not independent, a language no smaller model drafts, a beam search with no drafter's
+        stream or no exact batched rows), so that it always agrees with :attr:`drafter_name`.
+        Before any run, the decoder the engine loaded."""
+        return self._reported()[0]
+
+    def _reported(self) -> tuple[str, str | None]:
+        run = self._active
+        return run.reported or (run.strategy.name, run.strategy.drafter_name)
 
     def add_listener(self, listener: Listener) -> None:
         """Also send every engine event to ``listener``."""
@@ -483,7 +489,7 @@ class Engine:
         # A transcriber of its own: the session taps its events for the whole session.
         transcriber = LongFormTranscriber(self.target, self.strategy, listener)
         return LiveSession(source, vad or _silero(), transcriber, options, listener,
-                           self.decoder, self.strategy.drafter_name)
+                           self.strategy.name, self.strategy.drafter_name)
 
     def stop(self) -> None:
         """Stop the transcription in progress after the current pass (thread-safe); nothing

@@ -423,11 +423,14 @@ def declared_seconds(source: AudioSource) -> float | None:
 
 def _container_seconds(path: Path) -> float | None:
     """The duration an FFmpeg-read container declares for its first audio stream (else for
-    the whole container), from what opening it probes; None where it declares none."""
+    the whole container), from what opening it probes; None where it declares none. Read
+    through an open file, so that no name is taken for an FFmpeg protocol ("concat:...") and
+    any name works. Some formats declare nothing and FFmpeg estimates from the bit rate (ADTS
+    AAC, a WebM without a duration): a hint still, since only speed hangs on it."""
     try:
         import av
 
-        with av.open(str(path), mode="r", metadata_errors="ignore") as container:
+        with open(path, "rb") as f, av.open(f, mode="r", metadata_errors="ignore") as container:
             streams = list(container.streams.audio)
             if not streams:
                 return None

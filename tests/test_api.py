@@ -134,3 +134,10 @@ def test_the_one_shot_calls_plan_by_the_recordings_length(monkeypatch, tmp_path)
     clip = Audio.from_array(np.zeros(16000, np.float32), 16000)
     assert api._recording_seconds(clip, 16000) == 1.0
     clip.close()
+
+
+def test_ask_refuses_a_bad_option_before_reading_the_audio(tmp_path):
+    """A decoder that does not exist is said before the recording is decoded (which may take
+    long): the missing file is never looked at."""
+    with pytest.raises(ValueError, match="decoder"):
+        as2d.ask(tmp_path / "missing.wav", "What was said?", decoder="fast")

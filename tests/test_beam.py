@@ -271,7 +271,7 @@ def test_the_long_form_loop_decodes_windows_with_the_beam(beam_model):
     segs = list(t.transcribe(clip, TranscribeOptions(beam_size=5, compression_ratio_threshold=None,
                                                      logprob_threshold=None)))
     assert stats.current.summary()["search"] == "beam 5"
-    assert stats.current.summary()["decoder"] == "target"
+    assert stats.current.summary()["decoder"] == "target" and t.reported == ("target", None)
     first_window = [tok for s in segs if s.seek == 0 for tok in s.tokens]
     ctx, prompt, rules = _window(model, path)
     want, _ = reference_beam(model, ctx, prompt, rules, model.dims.n_text_ctx // 2, 5)
@@ -353,6 +353,7 @@ def test_speculative_beam_is_target_only_beam_on_real_clips(beam_model, whisper,
         assert got == want, path.name
         run = stats.current.summary()
         assert run["decoder"] == "as2d" and run["search"] == "beam 5"
+        assert (run["drafter"], run["decoder"]) == (drafter.name, "as2d")
         steps += run["beam_steps"]
         passes += run["target_passes"]
     assert steps > passes  # candidates were verified and beam steps replayed over them

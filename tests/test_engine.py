@@ -103,3 +103,18 @@ def test_lone_window_is_only_for_auto_s_drafter_on_one_known_window():
     assert why(recording_seconds=5, drafter="tiny.en") is None  # asked for by name
     assert why(recording_seconds=5, decoder="sd") is None
     assert why(recording_seconds=5, decoder="target") is None  # nothing to leave out
+
+
+def test_a_run_reports_the_decoder_it_used(models_root):
+    """The JSON outputs' ``decoder`` and ``drafter`` are what the run used (as ``--stats``
+    says), not what was asked for: serial SD with a beam has no drafter's stream to verify
+    beams against, so that run is the target's alone; the next greedy run drafts again."""
+    audio = load_audio(CLIP)
+    with Engine(EngineSpec(model="base", drafter="tiny.en", decoder="sd", threads=2,
+                           models_dir=models_root)) as engine:
+        assert (engine.run_decoder, engine.drafter_name) == ("sd", "tiny.en-int8")  # loaded
+        beam = [s.tokens for s in engine.transcribe(
+            audio, TranscribeOptions(language="en", beam_size=5))]
+        assert beam and (engine.run_decoder, engine.drafter_name) == ("target", None)
+        assert tokens(engine, audio)
+        assert (engine.run_decoder, engine.drafter_name) == ("sd", "tiny.en-int8")

@@ -153,7 +153,7 @@ def create_app(backend: Backend) -> FastAPI:
         doc = {"status": {"ready": "ok"}.get(backend.state, backend.state),
                "model": backend.model_name if backend.state == "ready" else settings.model,
                "drafter": backend.drafter_name,
-               "decoder": str(settings.decoder), "llm": settings.llm,
+               "decoder": backend.decoder_name, "llm": settings.llm,
                "busy": bool(backend.slot and backend.slot.busy),
                "queued": backend.slot.waiting if backend.slot else 0}
         if backend.state == "failed":

@@ -268,7 +268,7 @@ def make_router(backend: Backend) -> APIRouter:
         doc.update(source=req.filename, duration=round(audio.duration, 3),
                    language=info.language, interrupted=info.interrupted,
                    models={"target": engine.target.name, "drafter": engine.drafter_name,
-                           "decoder": str(backend.settings.decoder),
+                           "decoder": engine.run_decoder,
                            "llm": answerer.model.name},
                    candidates="verified" if answerer.lossless else
                    "unavailable: the model's passes are not row-exact",

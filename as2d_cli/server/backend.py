@@ -150,7 +150,7 @@ class Backend:
         self.load_seconds = time.perf_counter() - t0
         self.state = "ready"
         self._loaded.set()
-        drafter = self.engine.drafter_name
+        drafter = self.drafter_name
         self.log(f"as2d: models ready in {self.load_seconds:.2f} s: {self.model_name}"
                  + (f" + drafter {drafter}" if drafter else "")
                  + (f", answering model {self.settings.llm}" if self.settings.llm else ""))
@@ -172,7 +172,17 @@ class Backend:
 
     @property
     def drafter_name(self) -> str | None:
-        return self.engine.drafter_name if self.engine is not None else None
+        """The drafter the server loaded (None: the target decodes alone), not one request's:
+        a request in a language no smaller model drafts runs without it."""
+        return self.engine.strategy.drafter_name if self.engine is not None else None
+
+    @property
+    def decoder_name(self) -> str:
+        """The decoder the server's requests use: the one asked for, or ``"target"`` where
+        the loaded target cannot be verified against (rows not independent)."""
+        if self.engine is None:
+            return str(self.settings.decoder)
+        return self.engine.strategy.name
 
     def require_ready(self) -> None:
         """503 while loading (with Retry-After), failed or shutting down."""

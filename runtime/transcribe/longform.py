@@ -218,6 +218,10 @@ class LongFormTranscriber:
         # follow (beam hypotheses, sampled fallback decodes); None: none to look up.
         self._stream = None
         self._sampled_candidates = False  # sampled decodes verify candidates (a speculative run)
+        # What the current (or last) run said it decodes with, (decoder, drafter), as its
+        # RunStarted did: a beam run without a drafter's stream, or without exact batched
+        # rows, is the target's alone whatever the strategy. None before the first run.
+        self.reported: tuple[str, str | None] | None = None
         # (model, busy threads) → how a fallback's samples are batched (see _sample_batching)
         self._batching: dict = {}
         # The current window's proposer, keyed by (stream, window seek).
@@ -375,9 +379,10 @@ class LongFormTranscriber:
                     self.emit(Note("beam search: this machine computes the batched decoder's "
                                    "rows differently from single passes; the target decodes "
                                    "the beams alone"))
-            self.emit(RunStarted(audio.source, audio.duration,
-                                 decoder.name if speculative else "target", model.name,
-                                 decoder.drafter_name if speculative else None,
+            self.reported = ((decoder.name, decoder.drafter_name) if speculative
+                             else ("target", None))
+            run_decoder, drafter = self.reported
+            self.emit(RunStarted(audio.source, audio.duration, run_decoder, model.name, drafter,
                                  decoder.threads(), model.encoder_name,
                                  describe_search(search)))
             decoder.start_early(mel, language, options)
