@@ -56,7 +56,7 @@ __all__ = ["Transcriber", "transcribe", "ask", "Segment", "TranscriptionInfo"]
 
 
 def _recording_seconds(audio: AudioInput | Audio, sample_rate: int) -> float | None:
-    """Seconds of ``audio`` known before decoding it (a file's header), else None."""
+    """Seconds of ``audio`` known before decoding it (what a file declares), else None."""
     if isinstance(audio, Audio):
         return audio.duration
     if isinstance(audio, np.ndarray):

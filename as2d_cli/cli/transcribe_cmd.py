@@ -271,7 +271,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
         path, on_wait=lambda note: err(f"as2d: {note}")))
     stats = StatsCollector()
     reporter = make_reporter(req.live, req.quiet, sys.stderr)
-    # One recording whose header gives its length: the engine knows whether a drafter pays.
+    # One recording that declares its length: the engine knows whether a drafter pays.
     recording_seconds = declared_seconds(req.files[0]) if len(req.files) == 1 else None
     try:
         engine = build_engine(replace(engine_spec(req), recording_seconds=recording_seconds),
