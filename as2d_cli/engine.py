@@ -221,9 +221,10 @@ class Engine:
         self.listener = listener or ignore
         alone = lone_window_note(spec)
         # The decoder this engine runs: the spec's, or the target alone where a drafter would
-        # not pay (then planned, spinning included, exactly as `--decoder target`; beside an
-        # answering model's build in `as2d ask` too: measured on 2 cores, 7 interleaved cold
-        # runs of a 10-s clip, spinning 1.27 s, not spinning 1.30 s, medians).
+        # not pay, planned (spinning included) exactly as `--decoder target`, also beside an
+        # answering model's build in `as2d ask` (2 cores, 7 interleaved cold runs of a 10-s
+        # clip: spinning 1.27 s, not spinning 1.30 s, medians). Once the target is loaded, a
+        # target whose rows fail the check decodes alone too (below).
         self.decoder = Decoder.TARGET if alone else spec.decoder
         self.plan = plan_threads(spec.threads or cpu_count(), self.decoder,
                                  spec.drafter_threads, spec.shares_cores)
@@ -251,6 +252,8 @@ class Engine:
             self.target = load(spec.model, spec.precision, self.plan.target, "target",
                                self.plan.spin)
             self.strategy = self._strategy(parts.drafter)
+            # What was built: the target alone also where its rows failed the check.
+            self.decoder = Decoder(self.strategy.name)
         except BaseException:
             if parts.llm is not None:
                 _settle(parts.llm)
@@ -348,6 +351,13 @@ class Engine:
         return self.transcriber.voice_detector
 
     # -- what it offers ---------------------------------------------------------------------
+    @property
+    def loaded_drafter(self) -> str | None:
+        """The drafter this engine loaded for its runs (None: the target decodes alone), as
+        :attr:`decoder` is the decoder it built; one run may still go without it (a language
+        the drafter cannot draft), which :attr:`drafter_name` says."""
+        return self.strategy.drafter_name
+
     @property
     def drafter_name(self) -> str | None:
         """The drafter of the current (or last) run; None when the target decodes alone.

@@ -50,6 +50,7 @@ def test_a_language_run_is_made_once_whichever_thread_asks_first(models_root):
         german = tokens(engine, audio, "de")
         assert engine.drafter_name is None  # base on German: nothing smaller saves time
         assert engine.decoder == "as2d" and engine.run_decoder == "target"  # as reported
+        assert engine.loaded_drafter == "tiny.en-int8"  # loaded, unused by this run
     assert sum("drafter:" in n for n in notes) == 1
     with Engine(EngineSpec(model="base", decoder="target", threads=2,
                            models_dir=models_root)) as alone:

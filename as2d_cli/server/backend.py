@@ -174,15 +174,13 @@ class Backend:
     def drafter_name(self) -> str | None:
         """The drafter the server loaded (None: the target decodes alone), not one request's:
         a request in a language no smaller model drafts runs without it."""
-        return self.engine.strategy.drafter_name if self.engine is not None else None
+        return self.engine.loaded_drafter if self.engine is not None else None
 
     @property
     def decoder_name(self) -> str:
         """The decoder the server's requests use: the one asked for, or ``"target"`` where
         the loaded target cannot be verified against (rows not independent)."""
-        if self.engine is None:
-            return str(self.settings.decoder)
-        return self.engine.strategy.name
+        return str(self.settings.decoder if self.engine is None else self.engine.decoder)
 
     def require_ready(self) -> None:
         """503 while loading (with Retry-After), failed or shutting down."""
