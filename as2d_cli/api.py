@@ -42,12 +42,8 @@ from as2d.engine import Engine, EngineSpec
 from as2d.runtime.audio import Audio, declared_seconds, load_audio
 from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
-from as2d.runtime.transcribe.longform import (
-    Segment,
-    TranscribeOptions,
-    TranscriptionInfo,
-    beam_options,
-)
+from as2d.runtime.transcribe.longform import Segment, TranscriptionInfo
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, beam_options
 from as2d.runtime.transcribe.vad_filter import VadParameters
 
 AudioInput = str | Path | np.ndarray

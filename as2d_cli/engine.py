@@ -334,7 +334,7 @@ class Engine:
         return Background(load, name="as2d-load-llm")
 
     def _prepare_alignment(self) -> None:
-        from as2d.runtime.transcribe.longform import TranscribeOptions
+        from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
         from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
 
         try:

@@ -43,7 +43,7 @@ from bench.questions import QUESTIONS, is_correct, load_questions  # noqa: E402
 def transcribe_clips(qset, models_dir, threads: int, quiet: bool) -> dict:
     from as2d.engine import Engine, EngineSpec
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.longform import TranscribeOptions
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     out = {}
     with Engine(EngineSpec(model="base", drafter="tiny.en", threads=threads,

@@ -354,7 +354,8 @@ def _drafter_ahead(clips: list[str]) -> dict:
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import Verified
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     class DrafterFirst(AS2D):
         """AS²D whose target starts a window only once the file's draft is complete."""

@@ -79,7 +79,8 @@ def bench_config(name: str, precision: str, threads: int, audios, mels, repeats:
     from helpers import ct2_folder, greedy_tokens, prompt_for
 
     from as2d.models.install import install
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.whisper.model import WhisperModel
 
     # Alone on the machine, as `as2d transcribe --decoder target` runs it: spinning pools.

@@ -63,7 +63,8 @@ def run(args, work: Path) -> None:
     from as2d.models.bundle import models_dir
     from as2d.models.install import ensure_openvino_graph, install
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.whisper.encoders import OpenVINOEncoder, OrtEncoder
     from as2d.runtime.whisper.model import WhisperModel
     from bench.questions import load_questions, materialize_clip

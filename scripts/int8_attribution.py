@@ -359,8 +359,9 @@ def main() -> None:
         return
     from whisper_normalizer.english import EnglishTextNormalizer
 
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.strategy import TargetOnly
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     norm, opts = EnglishTextNormalizer(), TranscribeOptions(language="en")
 

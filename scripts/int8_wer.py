@@ -62,7 +62,8 @@ def main() -> None:
     from as2d.models.install import install
     from as2d.runtime.audio import load_audio
     from as2d.runtime.sessions import make_session
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.whisper.model import WhisperModel
 
     t = args.threads

@@ -54,7 +54,7 @@ def main() -> int:
     from as2d.runtime.audio import Audio, load_audio
     from as2d.runtime.live.audio_input import FileSource
     from as2d.runtime.live.session import LiveOptions
-    from as2d.runtime.transcribe.longform import TranscribeOptions
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.vad.silero import make_vad
 
     clips = [load_audio(c).samples.astype(np.float32) for c in default_clips()]

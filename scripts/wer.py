@@ -69,7 +69,8 @@ def reference_clips(work: Path) -> list[RefClip]:
 
 def transcribe_all(model, clips: list[RefClip]) -> tuple[list[str], float, float]:
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     transcriber = LongFormTranscriber(model)
     options = TranscribeOptions(language="en")

@@ -28,7 +28,8 @@ def norm(word: str) -> str:
 
 def ours(model, path: str, word_timestamps: bool, decoder=None):
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     audio = load_audio(path)
     t0 = time.perf_counter()

@@ -142,7 +142,8 @@ def audio():
 
 
 def _decode(target, strategy, audio, language="en", timestamps=True):
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     opts = TranscribeOptions(language=language, timestamps=timestamps)
     return [s.tokens for s in LongFormTranscriber(target, strategy).transcribe(audio, opts)]
@@ -265,7 +266,8 @@ def test_every_quantization_decodes_as_faster_whisper_does(arch, quant, folders,
 def test_word_timestamps_come_from_the_folders_alignment_heads(folders, cache_root, audio):
     """The alignment graph of a converted folder is made on first use from the folder (which
     must not have changed), with its weights beside it, and times every word."""
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     folder = folders("tiny.en", "int8")
     model = load_whisper(str(folder), models_dir=cache_root, encoder=ORT)
@@ -526,8 +528,9 @@ def test_drafters_of_other_vocabularies_draft_losslessly_for_a_51866_token_targe
     drafted (the re-tokenised candidates are the target's own ids, not one off)."""
     from as2d.runtime.events import Verified
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.sd import SerialSD
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     peer = ctranslate2.models.Whisper(str(base_in_v3_vocabulary), device="cpu",
                                       compute_type="float32")
@@ -610,7 +613,7 @@ def test_the_engine_drafts_with_a_drafter_for_the_language(folders, models_root,
 
     from as2d.engine import Engine, EngineSpec
     from as2d.runtime.events import Note
-    from as2d.runtime.transcribe.longform import TranscribeOptions
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     def run(engine, language):
         opts = TranscribeOptions(language=language)

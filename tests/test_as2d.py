@@ -25,13 +25,10 @@ from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.transcribe.as2d import AS2D, AlignedSource
 from as2d.runtime.transcribe.drafter import make_retokenizer
-from as2d.runtime.transcribe.longform import (
-    LongFormTranscriber,
-    TranscribeOptions,
-    TranscriptionInfo,
-)
+from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscriptionInfo
 from as2d.runtime.transcribe.sd import SerialSD
 from as2d.runtime.transcribe.strategy import TargetOnly
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
 OPTS = TranscribeOptions(language="en")
 

@@ -62,7 +62,8 @@ def transcripts(whisper, qset):
     from as2d.runtime.audio import load_audio
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     target = whisper("base", "int8", 2)
     drafter = whisper("tiny.en", "int8", 1, role="drafter")

@@ -24,7 +24,7 @@ from typer.testing import CliRunner  # noqa: E402
 from as2d.cli.app import app  # noqa: E402
 from as2d.distributed import WorkerSpec, discover, run_batch  # noqa: E402
 from as2d.engine import EngineSpec  # noqa: E402
-from as2d.runtime.transcribe.longform import TranscribeOptions  # noqa: E402
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions  # noqa: E402
 from as2d.writers import SubtitleOptions  # noqa: E402
 
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")

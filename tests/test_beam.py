@@ -21,11 +21,8 @@ from as2d.runtime.transcribe.beam import (
     select,
     top,
 )
-from as2d.runtime.transcribe.longform import (
-    LongFormTranscriber,
-    TranscribeOptions,
-    beam_options,
-)
+from as2d.runtime.transcribe.longform import LongFormTranscriber
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, beam_options
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from tests.conftest import ROOT

@@ -275,8 +275,9 @@ def _words(text: str) -> list[str]:
 
 def test_the_openvino_encoder_gives_the_same_words_on_clean_clips(ov_models, librivox):
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.strategy import TargetOnly
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.whisper.model import WhisperModel
 
     ov, _ = ov_models
@@ -294,8 +295,9 @@ def test_target_only_and_as2d_stay_identical_with_the_openvino_encoder(ov_models
     from as2d.runtime.audio import load_audio
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.strategy import TargetOnly
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     target, drafter = ov_models
     opts = TranscribeOptions(language="en")

@@ -10,7 +10,7 @@ import pytest
 from as2d.engine import Engine, EngineSpec
 from as2d.runtime.audio import load_audio
 from as2d.runtime.events import Note
-from as2d.runtime.transcribe.longform import TranscribeOptions
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
 CLIP = Path("/usr/share/pocketsphinx/test/data/librivox/"
             "sense_and_sensibility_01_austen_64kb-0870.wav")

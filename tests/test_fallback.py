@@ -26,9 +26,10 @@ from as2d.runtime.transcribe.fallback import (
     temperature_schedule,
     window_rng,
 )
-from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+from as2d.runtime.transcribe.longform import LongFormTranscriber
 from as2d.runtime.transcribe.sd import SerialSD
 from as2d.runtime.transcribe.strategy import TargetOnly
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 from tests.helpers import cli, error_line, write_wav
 
 NEG_INF = np.float32(-np.inf)

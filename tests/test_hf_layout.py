@@ -12,7 +12,8 @@ import shutil
 import pytest
 
 from as2d.runtime.audio import load_audio
-from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+from as2d.runtime.transcribe.longform import LongFormTranscriber
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 from as2d.runtime.whisper.hf_layout import HFLayoutError, HFWhisperModel
 
 

@@ -510,7 +510,8 @@ def test_mutated_audio_bytes_give_a_transcript_or_one_error(fmt, tiny_transcribe
     from hypothesis import strategies as st
 
     from as2d.runtime.audio import AudioError, load_audio
-    from as2d.runtime.transcribe.longform import TranscribeOptions, TranscriptionInfo
+    from as2d.runtime.transcribe.longform import TranscriptionInfo
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     original = _audio_bytes(fmt)
 
@@ -586,7 +587,8 @@ def test_a_signal_while_a_segment_is_printed_stops_the_run_and_keeps_its_segment
     from as2d.cli.decoding import collect_segments
     from as2d.engine import Engine, EngineSpec
     from as2d.runtime.audio import load_audio
-    from as2d.runtime.transcribe.longform import TranscribeOptions, TranscriptionInfo
+    from as2d.runtime.transcribe.longform import TranscriptionInfo
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     class Notes:
         def __init__(self) -> None:

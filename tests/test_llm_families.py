@@ -214,7 +214,8 @@ def transcripts(whisper):
     from as2d.runtime.audio import load_audio
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from bench.questions import load_questions
 
     clips = load_questions().clips

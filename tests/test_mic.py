@@ -405,7 +405,8 @@ def test_paced_dictation_commits_incrementally_and_reports_latency(bundle, tmp_p
     from as2d.runtime.live.session import LiveOptions, LiveSession
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.vad.silero import make_vad
     from as2d.runtime.whisper.model import WhisperModel
 
@@ -463,8 +464,9 @@ def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, draft
     from as2d.runtime.live.hints import HintedStrategy
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.strategy import TargetOnly
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.whisper.model import WhisperModel
 
     target = WhisperModel(bundle("base", "int8"), threads=2)
@@ -569,7 +571,8 @@ def test_endurance_replay_keeps_up_without_drift(bundle, librivox):
     from as2d.runtime.events import fanout
     from as2d.runtime.live.audio_input import FileSource
     from as2d.runtime.live.session import LiveOptions, LiveSession
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.vad.silero import make_vad
     from as2d.runtime.whisper.model import WhisperModel
 

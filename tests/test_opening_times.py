@@ -15,9 +15,10 @@ from as2d.runtime.audio import SAMPLE_RATE, Audio, load_audio
 from as2d.runtime.speculative.align import Aligner
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.transcribe.as2d import AS2D
-from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+from as2d.runtime.transcribe.longform import LongFormTranscriber
 from as2d.runtime.transcribe.opening_times import MAX_STEP, ONSET, SAME, OpeningTimes
 from as2d.runtime.transcribe.strategy import TargetOnly
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
 TB = 50364  # Whisper base's first timestamp token (any value works: times are relative)
 

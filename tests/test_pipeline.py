@@ -21,12 +21,9 @@ from as2d.runtime.events import Drafted, RunStarted
 from as2d.runtime.sessions import Background
 from as2d.runtime.transcribe.ahead import AudioReader
 from as2d.runtime.transcribe.as2d import AS2D
-from as2d.runtime.transcribe.longform import (
-    LongFormTranscriber,
-    TranscribeOptions,
-    TranscriptionInfo,
-)
+from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscriptionInfo
 from as2d.runtime.transcribe.strategy import TargetOnly
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
 OPTS = TranscribeOptions(language="en")
 

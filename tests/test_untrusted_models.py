@@ -354,7 +354,8 @@ def _alarm(seconds: int):
 def _tokens_or_error(spec: str, models: Path, audio):
     """The model's tokens on ``audio``, or the ModelError's one line (anything else fails)."""
     from as2d.loading import ModelError, load_whisper
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     old = _alarm(120)
     try:

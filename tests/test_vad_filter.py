@@ -17,13 +17,10 @@ import pytest
 
 from as2d.runtime.audio import load_audio
 from as2d.runtime.transcribe.as2d import AS2D
-from as2d.runtime.transcribe.longform import (
-    LongFormTranscriber,
-    TranscribeOptions,
-    TranscriptionInfo,
-)
+from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscriptionInfo
 from as2d.runtime.transcribe.sd import SerialSD
 from as2d.runtime.transcribe.strategy import TargetOnly
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 from as2d.runtime.transcribe.vad_filter import (
     SAMPLE_RATE,
     Timeline,

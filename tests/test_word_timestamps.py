@@ -116,7 +116,8 @@ def aligned_model(whisper, bundle, name="base"):
 
 
 def transcribe(model, path, decoder=None, **options):
-    from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscribeOptions
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     opts = TranscribeOptions(language="en", **options)
     return list(LongFormTranscriber(model, decoder).transcribe(load_audio(path), opts))
@@ -203,7 +204,7 @@ def test_word_times_agree_with_faster_whisper_on_the_same_weights(whisper, bundl
 
 
 def test_a_model_without_alignment_heads_is_refused_before_decoding(whisper):
-    from as2d.runtime.transcribe.longform import TranscribeOptions
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
     from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
 
     class NoHeads:

@@ -128,8 +128,9 @@ def run_ask(req: AskRequest) -> int:
     from as2d.runtime.ask.spans import spans_from_segments
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
-    from as2d.runtime.transcribe.longform import TranscribeOptions, TranscriptionInfo
+    from as2d.runtime.transcribe.longform import TranscriptionInfo
     from as2d.runtime.transcribe.stats import StatsCollector
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     validate(req)
     # Read the audio first, then the models: a bad file should cost nothing.

@@ -164,8 +164,8 @@ def run_config(cfg, items: list[Item], models, cores: int, beam_size: int | None
     (``beam_size``: beam search, speculative for AS²D, target-only for the others)."""
     from dataclasses import replace
 
-    from as2d.runtime.transcribe.longform import TranscribeOptions
     from as2d.runtime.transcribe.stats import StatsCollector
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     stats = StatsCollector()
     options = TranscribeOptions(language="en", beam_size=beam_size)

@@ -178,7 +178,7 @@ def run_mic(req: MicRequest) -> int:
     from as2d.runtime.events import fanout
     from as2d.runtime.live.audio_input import AudioInputError, FileSource, MicSource
     from as2d.runtime.live.session import LiveOptions
-    from as2d.runtime.transcribe.longform import resolve_language
+    from as2d.runtime.transcribe.transcribe_options import resolve_language
     from as2d.runtime.vad.silero import VADUnavailable, make_vad
 
     if req.list_devices:

@@ -181,7 +181,7 @@ def validate(req: TranscribeRequest) -> list[str]:
         raise UserError(f"--best-of must be 1 or more, not {req.best_of}", 2)
     if req.seed < 0:
         raise UserError(f"--seed must be 0 or more, not {req.seed}", 2)
-    from as2d.runtime.transcribe.longform import TranscribeOptions, beam_options
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, beam_options
 
     try:
         beam_options(TranscribeOptions(beam_size=req.beam_size, patience=req.patience,
@@ -228,7 +228,7 @@ def engine_spec(req: TranscribeRequest, shares_cores: bool = False):
 
 def transcribe_options(req: TranscribeRequest):
     """The engine's options for a request (``as2d batch`` builds them the same way)."""
-    from as2d.runtime.transcribe.longform import TranscribeOptions
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     return TranscribeOptions(
         language=req.language, task=req.task, timestamps=req.timestamps,

@@ -44,7 +44,7 @@ def engine_options(req: AudioRequest):
     same settings (``--temperature T`` grows into whisper's fallback schedule, ``beam_size``
     is ``--beam-size``)."""
     from as2d.runtime.transcribe.fallback import parse_temperatures
-    from as2d.runtime.transcribe.longform import TranscribeOptions
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     return TranscribeOptions(language=req.language, task=req.task,
                              initial_prompt=req.prompt,
@@ -113,7 +113,7 @@ def make_router(backend: Backend) -> APIRouter:
         return audio
 
     def check_language(req: AudioRequest) -> None:
-        from as2d.runtime.transcribe.longform import resolve_language
+        from as2d.runtime.transcribe.transcribe_options import resolve_language
 
         target = backend.engine.target
         try:

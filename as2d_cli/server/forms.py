@@ -106,7 +106,7 @@ def _beam(upload: Upload, req: AudioRequest) -> None:
     """``beam_size``, ``patience`` and ``length_penalty``: the engine's check
     (:func:`~as2d.runtime.transcribe.longform.beam_options`, the one behind ``as2d
     transcribe --beam-size``), then this server's bounds."""
-    from as2d.runtime.transcribe.longform import TranscribeOptions, beam_options
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, beam_options
 
     size, patience, penalty = (_number(upload, name) for name in BEAM_FIELDS)
     if size is not None and size.is_integer():

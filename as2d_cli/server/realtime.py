@@ -240,7 +240,7 @@ class RealtimeConnection:
             or session.get("input_audio_transcription") or {}
         language = transcription.get("language") if isinstance(transcription, dict) else None
         if language:
-            from as2d.runtime.transcribe.longform import resolve_language
+            from as2d.runtime.transcribe.transcribe_options import resolve_language
 
             try:
                 language = resolve_language(self.backend.engine.target, str(language))

@@ -59,11 +59,8 @@ from as2d.runtime.live.live_events import (
 )
 from as2d.runtime.live.timeline import Buffer, Clock
 from as2d.runtime.rows import rows_exact
-from as2d.runtime.transcribe.longform import (
-    LongFormTranscriber,
-    TranscribeOptions,
-    TranscriptionInfo,
-)
+from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscriptionInfo
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 from as2d.runtime.vad.silero import VoiceDetector
 
 

@@ -1,0 +1,104 @@
+"""What a transcription run is asked for: whisper's and faster-whisper's decoding options.
+
+:class:`TranscribeOptions` is the one record of them that every face fills in (the command
+line, the Python API, the server, batch workers); the long-form loop reads it. The helpers
+beside it turn it into what the loop decodes with (:func:`beam_options`,
+:func:`resolve_language`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from as2d.runtime.option_errors import OptionError
+from as2d.runtime.transcribe import beam
+from as2d.runtime.transcribe import vad_filter as vad
+from as2d.runtime.transcribe.beam import BeamOptions
+from as2d.runtime.whisper.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
+from as2d.runtime.whisper.tokenizer import normalize_language
+
+
+def resolve_language(model, language: str | None) -> str | None:
+    """The language to decode ``model``'s audio in: ``language`` normalized (a name or code →
+    its code), "en" for an English-only model, None (detect) otherwise.
+
+    Raises ValueError for an unknown language, or one an English-only model cannot transcribe.
+    """
+    if language is not None:
+        language = normalize_language(language)
+        if not model.multilingual and language != "en":
+            raise ValueError(f"{model.name} is English-only; it cannot transcribe "
+                             f"language {language!r}")
+    if not model.multilingual:
+        language = "en"
+    return language
+
+
+@dataclass
+class TranscribeOptions:
+    language: str | None = None
+    task: str = "transcribe"
+    timestamps: bool = True
+    condition_on_previous_text: bool = True
+    initial_prompt: str | None = None
+    no_speech_threshold: float | None = 0.6
+    # Silence gate: a window whose samples all stay within this amplitude (2^-10: -60 dBFS,
+    # 32 steps of 16-bit audio) is silence and is not decoded. Whisper normalises each
+    # window's level, so digital silence or dither looks like noise to it and it confidently
+    # writes "you" (the no-speech rule above does not catch it: avg_logprob stays > -1).
+    silence_peak: float | None = 2.0 ** -10
+    logprob_threshold: float | None = -1.0
+    compression_ratio_threshold: float | None = 2.4
+    suppress_blank: bool = True
+    max_initial_timestamp: float = 1.0
+    # Repeated-text guard: a window whose text still compresses too well (a loop) once the
+    # temperature schedule is spent (or with a single temperature) is decoded again without
+    # the previous text as prompt; if it still loops, the repetition is cut.
+    retry_repetitive: bool = True
+    # Temperature fallback (fallback.py). The engine's default is greedy only, which live
+    # dictation, `ask` and the benchmark rely on; `as2d transcribe` and the Python API pass
+    # whisper's schedule (fallback.DEFAULT_TEMPERATURES).
+    temperatures: tuple[float, ...] = (0.0,)
+    best_of: int = 5  # samples drawn at a temperature above 0; the most probable is kept
+    # Beam search at temperature 0 (beam.py, whisper's --beam_size/--patience/--length_penalty):
+    # None or 1 decodes greedily (a beam of one commits greedy's tokens), with the run's
+    # speculative decoder; sampled windows stay best_of samples, as in whisper.
+    beam_size: int | None = None
+    patience: float | None = None
+    length_penalty: float | None = None
+    seed: int = 0  # seeds the sampled windows: same seed, same output
+    # A window decoded above this temperature does not prompt the next one (whisper's 0.5).
+    prompt_reset_on_temperature: float = 0.5
+    hotwords: str | None = None  # faster-whisper's hint phrases, before the previous text
+    # VAD filter (vad_filter.py): decode only the speech chunks; needs a voice detector.
+    vad_filter: bool = False
+    vad_parameters: vad.VadParameters = field(default_factory=vad.VadParameters)
+    # Word timestamps (whisper's --word_timestamps): each window's committed tokens are aligned
+    # to the audio afterwards (as2d.runtime.whisper.alignment); the tokens do not change.
+    word_timestamps: bool = False
+    prepend_punctuations: str = PREPEND_PUNCTUATIONS
+    append_punctuations: str = APPEND_PUNCTUATIONS
+
+
+def beam_options(options: TranscribeOptions) -> BeamOptions | None:
+    """The run's beam search (None: greedy). Raises ValueError for options whisper refuses."""
+    if options.beam_size is None and options.patience is not None:
+        raise OptionError("patience", "needs {0}", others=("beam_size",))
+    if options.beam_size is None and options.length_penalty is not None:
+        raise OptionError("length_penalty", "needs {0}", others=("beam_size",))
+    beam.check(options.beam_size, options.patience, options.length_penalty)
+    if options.beam_size is None or options.beam_size <= 1:
+        return None
+    return BeamOptions(int(options.beam_size), options.patience, options.length_penalty)
+
+
+def describe_search(beam_: BeamOptions | None) -> str:
+    """How windows at temperature 0 are decoded, for --stats and bench."""
+    if beam_ is None:
+        return "greedy"
+    extra = []
+    if beam_.patience is not None:
+        extra.append(f"patience {beam_.patience:g}")
+    if beam_.length_penalty is not None:
+        extra.append(f"length penalty {beam_.length_penalty:g}")
+    return f"beam {beam_.beam_size}" + (f" ({', '.join(extra)})" if extra else "")
