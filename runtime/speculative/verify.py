@@ -1,15 +1,22 @@
-"""The one verification kernel: k candidates checked in one target pass, losslessly.
+"""The one verification kernel: candidates checked in one target pass, losslessly.
 
-Every decoder in as2d (Whisper windows for ``transcribe`` and ``mic``, the answering model for
-``ask``) commits tokens through :func:`verify`. One pass runs ``[pending] + candidates`` after
-the cached tokens; at each position the caller's ``choose`` applies exactly the rule that plain
-greedy decoding would apply with that position's prefix; the longest run of candidates equal to
-those choices is kept together with the target's own next token, and the rejected rows are
-dropped from the cache (a length change). With no candidates the pass *is* a plain greedy step,
-which is why a decoder that verifies is token-for-token the decoder that does not.
+Every decoder in as2d commits tokens through :func:`replay`: greedy Whisper windows and the
+answering model's greedy text (one hypothesis, through :func:`verify`), a fallback's samples side
+by side (each sample a hypothesis of its own) and beam search (a ranked group of hypotheses).
+
+One pass has run, for each hypothesis ``h``, the tokens ``fed[h]``: the token(s) it has chosen
+that the cache lacks, then its candidates. The row after ``fed[h][d]`` is therefore the row a
+plain pass would give hypothesis ``h`` once its text ends in ``fed[h][:d + 1]`` (row exactness,
+:mod:`as2d.runtime.rows`). The decode's own token policy (:class:`Hypotheses`: greedy choice,
+a seeded draw, a beam step) takes one step from the rows under its hypotheses, exactly as it
+would after plain passes; while every hypothesis it then holds continues a computed row (its new
+last token is the next fed token of the hypothesis it came from), the next step is taken from
+those rows too. The first hypothesis off the computed rows ends the pass. So the policy sees
+the rows and prefixes it would see decoding one token a pass, and no candidate source can change
+a token, only how many passes it takes. With no candidates a pass *is* a plain step.
 
 The kernel knows nothing of where candidates come from (see :mod:`.candidates`) nor of the
-model: it sees a cache that can run tokens and be truncated.
+model: :func:`verify` sees a cache that can run tokens and be truncated.
 """
 
 from __future__ import annotations
@@ -62,45 +69,96 @@ class Verdict:
         return self.committed[self.accepted] if self.accepted < len(self.committed) else None
 
 
+class Hypotheses(Protocol):
+    """A decode's token policy over its live hypotheses, as the kernel drives it."""
+
+    done: bool  # the decode has ended (nothing more may be committed)
+
+    def advance(self, rows: np.ndarray) -> Sequence[int]:
+        """One decoding step from each live hypothesis's next-token row (``rows[i]`` for
+        hypothesis ``i``): choose, commit, and return for every hypothesis live afterwards the
+        index of the hypothesis it continues."""
+        ...
+
+    def last(self, i: int) -> int:
+        """The token hypothesis ``i`` ended with in the last step."""
+        ...
+
+
+def replay(logits: np.ndarray, fed: Sequence[Sequence[int]], policy: Hypotheses,
+           starts: Sequence[int] | None = None) -> tuple[int, list[int], list[int]]:
+    """Take as many of ``policy``'s steps as the pass's rows decide.
+
+    ``logits[h, d]``: the row after ``fed[h][d]`` (padding beyond ``len(fed[h])`` is never
+    read as a candidate); the first step reads row ``starts[h]`` of hypothesis ``h`` (default
+    0: the row after its pending token). Returns ``(steps, bases, depths)``: the steps taken,
+    and for each live hypothesis the pass hypothesis whose rows it continues and how many of
+    that one's fed tokens it holds (a cache keeps those rows: reorder by ``bases``, cut after
+    the last ``depth``).
+    """
+    bases = list(range(len(fed)))
+    depths = list(starts) if starts is not None else [0] * len(fed)
+    steps = 0
+    while True:
+        # One hypothesis: its row as a view (no copy of a vocabulary-wide row per token).
+        rows = (logits[bases[0], depths[0]][None] if len(bases) == 1
+                else logits[bases, depths])
+        sources = policy.advance(rows)
+        steps += 1
+        bases = [bases[j] for j in sources]
+        depths = [depths[j] + 1 for j in sources]
+        if policy.done or not all(d < len(fed[b]) and fed[b][d] == policy.last(i)
+                                  for i, (b, d) in enumerate(zip(bases, depths))):
+            return steps, bases, depths
+
+
+class _OneHypothesis:
+    """Greedy choice for one sequence: the token policy of :func:`verify`."""
+
+    def __init__(self, choose: Choose, prefix: list[int], stops: frozenset[int]) -> None:
+        self.choose, self.prefix, self.stops = choose, prefix, stops
+        self.committed: list[int] = []
+        self.rows: list[np.ndarray] = []
+        self.done = False
+
+    def advance(self, rows: np.ndarray) -> list[int]:
+        token = self.choose(rows[0], self.prefix)
+        self.committed.append(token)
+        self.rows.append(rows[0])
+        self.prefix.append(token)
+        self.done = token in self.stops
+        return [0]
+
+    def last(self, i: int) -> int:
+        return self.committed[-1]
+
+
 def verify(cache: TargetCache, pending: int, candidates: Sequence[int], prefix: list[int],
            choose: Choose = argmax, stops: frozenset[int] = frozenset(),
            **forward_options) -> Verdict:
-    """Verify ``candidates`` after the ``pending`` token in one pass over ``cache``.
+    """Verify ``candidates`` after the ``pending`` token in one pass over ``cache``: the
+    one-hypothesis case of :func:`replay`.
 
-    ``prefix`` holds every token already chosen (the pending one last); it is extended in place
-    with each accepted candidate while later positions are judged, and restored before return,
-    so rules that look at the prefix see exactly what they would see in plain decoding. A
-    candidate equal to a stop token is never "accepted": the stop is committed as the target's
-    own choice and ends the run, as it would in plain decoding.
+    ``prefix`` holds every token already chosen (the pending one last); it grows by each token
+    chosen while later positions are judged, and is restored before return, so rules that look
+    at the prefix see exactly what they would see in plain decoding. A candidate equal to a
+    stop token is never "accepted": the stop is committed as the target's own choice and ends
+    the run, as it would in plain decoding.
     """
     t0 = time.perf_counter()
     base = cache.length
-    cands = list(candidates)
-    logits = cache.forward([pending] + cands, **forward_options)
+    fed = [pending, *candidates]
+    logits = cache.forward(fed, **forward_options)
     n = len(prefix)
-    committed: list[int] = []
-    rows: list[np.ndarray] = []
-    accepted = 0
-    stopped = False
+    policy = _OneHypothesis(choose, prefix, stops)
     try:
-        for i, row in enumerate(logits):
-            token = choose(row, prefix)
-            committed.append(token)
-            rows.append(row)
-            if token in stops:
-                stopped = True
-                break
-            if i < len(cands) and token == cands[i]:
-                accepted += 1
-                prefix.append(token)
-                continue
-            break
+        steps, _, _ = replay(logits[None], [fed], policy)
     finally:
         del prefix[n:]
     # Keep the pending token and the accepted candidates; forget the rows after them.
-    cache.truncate(base + 1 + accepted)
-    return Verdict(committed, rows, len(cands), accepted, 1 + len(cands),
-                   time.perf_counter() - t0, stopped)
+    cache.truncate(base + steps)
+    return Verdict(policy.committed, policy.rows, len(fed) - 1, steps - 1, len(fed),
+                   time.perf_counter() - t0, policy.done)
 
 
 @dataclass

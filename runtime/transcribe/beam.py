@@ -31,11 +31,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from as2d.runtime.option_errors import OptionError
-from as2d.runtime.speculative.verify import PassCounts
+from as2d.runtime.option_errors import OptionError, is_number, shown
+from as2d.runtime.speculative.verify import PassCounts, replay
 from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import BeamDecoderState
+
+# Bounds on one search, for every face alike (the command line, the Python API, the server):
+# each hypothesis is a batch row of every decoder pass and a decoder cache of its own, so a
+# beam of a million asks for hundreds of GiB before anything is decoded. whisper's command line
+# searches with 5; 16 is three times that, where more hypotheses no longer change the text.
+# Patience multiplies the finished hypotheses the search waits for.
+MAX_BEAM_SIZE = 16
+MAX_PATIENCE = 100.0
 
 
 @dataclass(frozen=True)
@@ -56,21 +64,29 @@ class BeamOptions:
 
 
 def check(beam_size: int | None, patience: float | None, length_penalty: float | None) -> None:
-    """Raise :class:`OptionError` for options whisper refuses."""
-    if beam_size is not None and (not np.isfinite(beam_size) or int(beam_size) != beam_size
-                                  or beam_size < 1):
-        raise OptionError("beam_size", f"must be a whole number of 1 or more, not {beam_size}")
-    if patience is not None and not (np.isfinite(patience) and patience > 0):
-        raise OptionError("patience", f"must be more than 0, not {patience}")
-    if patience is not None and not np.isfinite((beam_size or 1) * patience):
-        # round(beam × patience) hypotheses end the search: that count must be a number.
-        raise OptionError("patience", f"{patience:g} with a beam of {beam_size or 1} is too "
-                          "large (the search would wait for infinitely many hypotheses)")
+    """Raise :class:`OptionError` for options whisper refuses, and beyond this engine's bounds
+    (:data:`MAX_BEAM_SIZE`, :data:`MAX_PATIENCE`)."""
+    if beam_size is not None and (not is_number(beam_size) or not np.isfinite(beam_size)
+                                  or int(beam_size) != beam_size or beam_size < 1):
+        raise OptionError("beam_size",
+                          f"must be a whole number of 1 or more, not {shown(beam_size)}")
+    if beam_size is not None and beam_size > MAX_BEAM_SIZE:
+        raise OptionError("beam_size", f"must be at most {MAX_BEAM_SIZE}, not {shown(beam_size)}"
+                          " (every hypothesis is a decoder cache and a row of every pass; "
+                          "whisper's command line uses 5)")
+    if patience is not None and not (is_number(patience) and np.isfinite(patience)
+                                     and patience > 0):
+        raise OptionError("patience", f"must be more than 0, not {shown(patience)}")
+    if patience is not None and patience > MAX_PATIENCE:
+        raise OptionError("patience", f"must be at most {MAX_PATIENCE:g}, not {shown(patience)}"
+                          " (the search waits for beam size × patience finished hypotheses)")
     if patience is not None and (beam_size or 1) * patience < 1 - 1e-9:
         raise OptionError("patience", f"{patience:g} with a beam of {beam_size or 1} would end "
                           "the search before any hypothesis is finished")
-    if length_penalty is not None and not 0 <= length_penalty <= 1:
-        raise OptionError("length_penalty", f"must be between 0 and 1, not {length_penalty}")
+    if length_penalty is not None and not (is_number(length_penalty)
+                                           and 0 <= length_penalty <= 1):
+        raise OptionError("length_penalty",
+                          f"must be between 0 and 1, not {shown(length_penalty)}")
 
 
 def log_softmax(rows: np.ndarray) -> np.ndarray:
@@ -162,7 +178,7 @@ class BeamWindow:
             from as2d.runtime.whisper.logits import no_speech_probability
 
             self.no_speech_prob = no_speech_probability(logits[self.sot_index], tk.no_speech)
-        self.state.reorder(self._update(logits[-1:]))
+        self.state.reorder(self.advance(logits[-1:]))
         self._count(t0, 0, 0)
 
     @property
@@ -180,39 +196,24 @@ class BeamWindow:
         (``proposals[i]`` for hypothesis ``i``; none: one plain beam step). Returns the beam
         steps the pass decided.
 
-        Speculative beam search, lossless: the pass computes, for hypothesis ``i``, the rows
-        after its last token and after each of its candidates. The first beam step uses the
-        first rows, as a plain step does. A hypothesis chosen by that step continues some
-        hypothesis ``i``; if its new token is ``i``'s first candidate, the row after it is
-        computed already. While *every* chosen hypothesis lies on computed rows that way, the
-        next beam step is taken from them, exactly as a plain step would take it (the rows are
-        bit for bit those of plain passes: :func:`as2d.runtime.rows.probe_beams`); the first
-        hypothesis off the computed rows ends the replay, and the cache keeps each chosen
-        hypothesis's computed rows (an index change)."""
+        Speculative beam search, lossless: the pass computes every hypothesis's rows after its
+        last token and after each of its candidates, and the verification kernel
+        (:func:`~as2d.runtime.speculative.verify.replay`) takes beam steps from them while every
+        chosen hypothesis lies on computed rows; the cache keeps each chosen hypothesis's rows
+        (an index change)."""
         if self.done:
             raise RuntimeError("window already decoded")
         t0 = time.perf_counter()
         k = min(max((len(p) for p in proposals), default=0), self.room) if proposals else 0
-        fed = [[seq[-1]] + list(p[:k]) + [self.eot] * (k - len(p[:k]))
-               for seq, p in zip(self.beams, proposals or [()] * len(self.beams))]
-        offered = sum(min(len(p), k) for p in proposals) if proposals else 0
+        fed = [[seq[-1], *p[:k]] for seq, p in zip(self.beams, proposals or [()] * len(self.beams))]
         n = self.state.length
-        logits = self.state.forward(fed, threads)  # [hypotheses, 1 + k, vocab]
-        bases = list(range(len(self.beams)))  # the hypothesis of the pass each one continues
-        depth = [0] * len(bases)  # its tokens after that hypothesis's last one
-        steps = 0
-        while True:
-            sources = self._update(logits[bases, depth])
-            steps += 1
-            bases = [bases[j] for j in sources]
-            depth = [depth[j] + 1 for j in sources]
-            if self.done or not all(d <= k and fed[b][d] == seq[-1]
-                                    for b, d, seq in zip(bases, depth, self.beams)):
-                break
+        # [hypotheses, 1 + k, vocab]; a hypothesis with fewer candidates is padded (never read)
+        logits = self.state.forward([f + [self.eot] * (k + 1 - len(f)) for f in fed], threads)
+        steps, bases, _ = replay(logits, fed, self)
         # Each hypothesis keeps its pass rows up to (not including) its new last token.
         self.state.reorder(bases)
         self.state.truncate(n + steps)
-        self._count(t0, offered, (steps - 1) * len(bases))
+        self._count(t0, sum(len(f) - 1 for f in fed), (steps - 1) * len(bases))
         return steps
 
     def _count(self, t0: float, offered: int, accepted: int) -> None:
@@ -222,7 +223,7 @@ class BeamWindow:
         self.counts.alone += offered == 0
         self.counts.seconds += time.perf_counter() - t0
 
-    def _update(self, rows: np.ndarray) -> list[int]:
+    def advance(self, rows: np.ndarray) -> list[int]:
         """One beam step from each live hypothesis's row (masked in place); returns the
         source of each new hypothesis (the cache is the caller's to reorder)."""
         size = self.options.beam_size
@@ -242,6 +243,9 @@ class BeamWindow:
                 or len(self.prompt) + n > self.state.capacity):
             self.done = True
         return sources
+
+    def last(self, i: int) -> int:
+        return self.beams[i][-1]
 
     def result(self) -> DecodingResult:
         """The winning hypothesis (whisper's ``finalize`` and ranking); callable at any time

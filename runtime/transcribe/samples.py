@@ -14,9 +14,10 @@ per committed position, in order, from rows that are bit for bit those of single
 (checked on the machine: :func:`as2d.runtime.rows.beams_exact`), so the batch changes the
 number of passes, never a token.
 
-Candidates, lossless as in :func:`~as2d.runtime.speculative.verify.verify`: a pass runs, for
-each sample, its *pending* token (the first it committed that the cache lacks), its *backlog*
-(the committed tokens after that one) and its candidates, in that order. The pooled cache
+Candidates go through the verification kernel
+(:func:`~as2d.runtime.speculative.verify.replay`), each sample a hypothesis of its own: a pass
+runs, for each sample, its *pending* token (the first it committed that the cache lacks), its
+*backlog* (the committed tokens after that one) and its candidates, in that order. The pooled cache
 keeps every sample at one length, so a pass can keep only as many positions as the sample
 that advanced least; a sample that advanced further keeps the tokens it committed beyond
 (chosen from their rows and drawn for, never chosen again) as its backlog, which runs again
@@ -31,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from as2d.runtime.speculative.candidates import CandidateSource
-from as2d.runtime.speculative.verify import PassCounts, Verdict
+from as2d.runtime.speculative.verify import PassCounts, Verdict, replay
 from as2d.runtime.transcribe.fallback import ranking_score
 from as2d.runtime.transcribe.window import DecodingResult, commit
 from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
@@ -132,21 +133,13 @@ class SampleBatch:
         for j, i in enumerate(self.live):
             s, offer = self.samples[i], offers[j]
             # The row of its last committed token (the backlog's last; with no backlog, the
-            # pending one's) chooses its next token; each accepted candidate's, the one after.
+            # pending one's) draws its next token; each accepted candidate's, the one after.
             start = len(fed[j]) - len(offer) - 1
-            accepted = 0
-            committed: list[int] = []
-            for r in range(start, len(fed[j])):
-                row = logits[j, r]
-                token = s.rules.choose(row, s.generated)
-                committed.append(token)
-                self._commit(s, token, row)
-                if s.done or r - start >= len(offer) or token != offer[r - start]:
-                    break
-                accepted += 1
-            kept.append(start + 1 + accepted)
-            passed.append((i, offer, Verdict(committed, [], len(offer), accepted, len(fed[j]),
-                                             0.0, committed[-1] == self.eot)))
+            draw = _Drawing(self, s)
+            steps, _, _ = replay(logits[j:j + 1], [fed[j]], draw, [start])
+            kept.append(start + steps)
+            passed.append((i, offer, Verdict(draw.committed, [], len(offer), steps - 1,
+                                             len(fed[j]), 0.0, draw.committed[-1] == self.eot)))
         # Every sample that goes on keeps the positions the least advanced one can keep.
         going = [j for j, i in enumerate(self.live) if not self.samples[i].done]
         if going:
@@ -188,3 +181,26 @@ class SampleBatch:
         results = self.results()
         scores = [ranking_score(r.sum_logprob, len(r.tokens)) for r in results]
         return results[scores.index(max(scores))]
+
+
+class _Drawing:
+    """One sample as the verification kernel's token policy: a draw from its own generator per
+    committed position, committed at once (a hypothesis of one)."""
+
+    def __init__(self, batch: SampleBatch, sample: Sample) -> None:
+        self.batch, self.sample = batch, sample
+        self.committed: list[int] = []
+
+    @property
+    def done(self) -> bool:
+        return self.sample.done
+
+    def advance(self, rows) -> list[int]:
+        s = self.sample
+        token = s.rules.choose(rows[0], s.generated)
+        self.committed.append(token)
+        self.batch._commit(s, token, rows[0])
+        return [0]
+
+    def last(self, i: int) -> int:
+        return self.committed[-1]
