@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from as2d.models.decoder_graph import HeadShapes
-from as2d.models.gguf_reader import GGUFError, GGUFModel
+from as2d.models.gguf_reader import GGUFError, GGUFModel, check_tensors, layout
 
 ARCH = "gemma3"
 # Gemma 3 facts that llama.cpp hard-codes rather than reading from the file.
@@ -58,14 +58,12 @@ def gemma_config(m: GGUFModel) -> GemmaConfig:
     if arch != ARCH:
         raise GGUFError(f"{m.path.name}: architecture {arch!r}, expected {ARCH!r} (Gemma 3)")
     a = f"{arch}."
-    hidden = int(m.require(a + "embedding_length"))
-    heads = int(m.require(a + "attention.head_count"))
-    kv_heads = int(m.meta(a + "attention.head_count_kv", heads))
-    head_dim = int(m.meta(a + "attention.key_length", hidden // heads))
-    if int(m.meta(a + "attention.value_length", head_dim)) != head_dim:
+    hidden, heads, kv_heads, head_dim, layers, trained = layout(m, a)
+    if m.count(a + "attention.value_length", head_dim) != head_dim:
         raise GGUFError("key and value head sizes differ; not a Gemma 3 layout")
-    layers = int(m.require(a + "block_count"))
-    every = int(m.meta(a + "attention.sliding_window_pattern", DEFAULT_GLOBAL_EVERY))
+    check_tensors(m, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                  layers=layers)
+    every = m.count(a + "attention.sliding_window_pattern", DEFAULT_GLOBAL_EVERY)
     if every > 0:
         types = tuple("global" if (i + 1) % every == 0 else "local" for i in range(layers))
     else:
@@ -85,7 +83,7 @@ def gemma_config(m: GGUFModel) -> GemmaConfig:
         num_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=int(m.require(a + "feed_forward_length")),
+        intermediate_size=m.count(a + "feed_forward_length"),
         rms_eps=float(m.meta(a + "attention.layer_norm_rms_epsilon", 1e-6)),
         rope_global_base=float(m.meta(a + "rope.freq_base", 1_000_000.0)),
         rope_local_base=float(m.meta(a + "rope.local.freq_base", DEFAULT_LOCAL_ROPE_BASE)),
@@ -96,6 +94,6 @@ def gemma_config(m: GGUFModel) -> GemmaConfig:
         # other size by head_dim^-0.5 (Gemma 3's query_pre_attn_scalar).
         query_scale=float(hidden // heads if layers == 62 else head_dim) ** -0.5,
         embed_scale=float(np.float32(math.sqrt(hidden))),
-        trained_context=int(m.meta(a + "context_length", 0)),
+        trained_context=trained,
         tied_output="output.weight" not in m.tensors,
     )

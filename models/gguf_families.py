@@ -26,7 +26,7 @@ import numpy as np
 from as2d.models.decoder_graph import DecoderConfig
 from as2d.models.gemma_config import gemma_config
 from as2d.models.gemma_graph import decoder_config as gemma3_decoder_config
-from as2d.models.gguf_reader import GGUFError, GGUFModel
+from as2d.models.gguf_reader import MAX_CONTEXT, GGUFError, GGUFModel, check_tensors, layout
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "phi3": "Phi-3",
             "gemma2": "Gemma 2", "gemma3": "Gemma 3"}
@@ -50,12 +50,8 @@ def decoder_config(m: GGUFModel) -> DecoderConfig:
                         f"this as2d converts {', '.join(FAMILIES.values())} GGUFs")
     a = f"{arch}."
     name = FAMILIES[arch]
-    hidden = int(m.require(a + "embedding_length"))
-    heads = int(m.require(a + "attention.head_count"))
-    kv_heads = int(m.meta(a + "attention.head_count_kv", heads))
-    head_dim = int(m.meta(a + "attention.key_length", hidden // heads))
-    layers = int(m.require(a + "block_count"))
-    if int(m.meta(a + "attention.value_length", head_dim)) != head_dim:
+    hidden, heads, kv_heads, head_dim, layers, trained = layout(m, a)
+    if m.count(a + "attention.value_length", head_dim) != head_dim:
         raise GGUFError(f"key and value head sizes differ; not a {name} layout")
     rope_dims = int(m.meta(a + "rope.dimension_count", head_dim))
     if rope_dims != head_dim:
@@ -63,14 +59,13 @@ def decoder_config(m: GGUFModel) -> DecoderConfig:
                         "are not handled")
     if int(m.meta(a + "expert_count", 0) or 0) > 0:
         raise GGUFError(f"mixture-of-experts {name} models are not handled")
-    trained = int(m.meta(a + "context_length", 0))
     factors, attn_factor = "rope_freqs.weight", 1.0
     if arch == "phi3" and "rope_factors_short.weight" in m.tensors:
         # LongRoPE: the short factors up to the original context, the long ones past it
         # (transformers and llama.cpp switch alike). A bundle holds at most the original
         # context, so the short factors are the only ones it needs.
-        original = int(m.meta(a + "rope.scaling.original_context_length", 0))
-        if original <= 0:
+        original = m.count(a + "rope.scaling.original_context_length", 0)
+        if not 0 < original <= MAX_CONTEXT:
             raise GGUFError("a Phi-3 LongRoPE file without rope.scaling.original_context_length")
         factors, trained = "rope_factors_short.weight", min(trained or original, original)
         attn_factor = float(m.meta(a + "rope.scaling.attn_factor", 1.0))
@@ -78,6 +73,8 @@ def decoder_config(m: GGUFModel) -> DecoderConfig:
     if scaling not in ("none", "linear"):
         raise GGUFError(f"RoPE scaling {scaling!r} is not handled (none or linear are)")
     factor = float(m.meta(a + "rope.scaling.factor", 1.0)) if scaling == "linear" else 1.0
+    check_tensors(m, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                  layers=layers)
     vocab = len(m.require("tokenizer.ggml.tokens"))
     emb = m.tensors.get("token_embd.weight")
     if emb is None or emb.shape != (hidden, vocab):
@@ -94,7 +91,7 @@ def decoder_config(m: GGUFModel) -> DecoderConfig:
     return DecoderConfig(
         architecture=arch, vocab_size=vocab, hidden_size=hidden, num_layers=layers,
         num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=int(m.require(a + "feed_forward_length")),
+        intermediate_size=m.count(a + "feed_forward_length"),
         rms_eps=float(m.meta(a + "attention.layer_norm_rms_epsilon", 1e-6 if gemma else 1e-5)),
         rope_base=base, rope_local_base=base, rope_scale=factor, layer_types=types,
         sliding_window=window, query_scale=float(scale_dim) ** -0.5,

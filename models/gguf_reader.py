@@ -129,6 +129,26 @@ class GGUFModel:
             raise GGUFError(f"{self.path.name}: metadata key {key!r} is missing")
         return self.fields[key]
 
+    def count(self, key: str, default: int | None = None) -> int:
+        """An integer field (a size, a count): a missing key is ``default`` (or an error
+        without one); a value that is not an integer is an error, never a ``TypeError``."""
+        if key not in self.fields and default is not None:
+            return default
+        value = self.require(key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise GGUFError(f"metadata {key!r} is {value!r}, not an integer")
+        return value
+
+    def block_indices(self) -> set[int]:
+        """The layer numbers the tensor directory holds (``blk.N.*``)."""
+        found = set()
+        for name in self.tensors:
+            head, _, rest = name.partition(".")
+            number = rest.partition(".")[0]
+            if head == "blk" and number.isdigit():
+                found.add(int(number))
+        return found
+
     def tensor(self, name: str) -> np.ndarray:
         """The tensor as float32, shaped as numpy sees ggml's layout (``[out, in]``)."""
         t = self.tensors.get(name)
@@ -147,6 +167,77 @@ class GGUFModel:
         if qtype == GGMLQuantizationType.Q8_0:
             return dequantize_q8_0(raw).reshape(shape)
         return np.asarray(dequantize(np.asarray(raw), qtype), dtype=np.float32).reshape(shape)
+
+
+# The longest context a model could plausibly declare: the longest trained context of any
+# published model is 10M tokens (Llama 4 Scout); past this, the number is a lie or damage.
+MAX_CONTEXT = 1 << 24
+MAX_DIM = 1 << 20  # an embedding, feed-forward or head size past a million is not a model
+
+
+def check_layout(m: GGUFModel, *, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                 layers: int, feed_forward: int, context: int) -> None:
+    """The architecture's numbers checked against each other before anything is allocated
+    from them: every size positive and below a million, the key/value heads dividing the
+    query heads, a trained context no longer than any model's (``context_length`` past
+    :data:`MAX_CONTEXT` is refused, not clamped). One :class:`GGUFError` naming the field."""
+    bad = GGUFError  # convert_gguf names the file
+
+    for key, value in (("embedding_length", hidden), ("attention.head_count", heads),
+                       ("attention.head_count_kv", kv_heads), ("head size", head_dim),
+                       ("block_count", layers), ("feed_forward_length", feed_forward)):
+        if value <= 0:
+            raise bad(f"{key} is {value}; it must be positive")
+        if value > MAX_DIM:
+            raise bad(f"{key} is {value}, more than any model has (at most {MAX_DIM})")
+    if heads % kv_heads:
+        raise bad(f"attention.head_count_kv {kv_heads} does not divide "
+                  f"attention.head_count {heads}")
+    if not 0 <= context <= MAX_CONTEXT:
+        raise bad(f"context_length is {context}; a model's context is between 1 and "
+                  f"{MAX_CONTEXT} tokens")
+
+
+
+def check_tensors(m: GGUFModel, *, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                  layers: int) -> None:
+    """The layout (:func:`layout`) against the tensors the file holds, before any is read:
+    as many layers as the file has ``blk.N`` tensor groups, and the query, key and value
+    projections of the shapes the heads say. One :class:`GGUFError` naming the field."""
+    bad = GGUFError  # convert_gguf names the file
+
+    blocks = m.block_indices()
+    if blocks != set(range(layers)):
+        have = f"layers 0-{max(blocks)}" if blocks and blocks == set(range(len(blocks))) \
+            else f"{len(blocks)} numbered blk.N tensor groups"
+        raise bad(f"block_count is {layers} but the file holds {have}")
+    expect = {"blk.0.attn_q.weight": heads * head_dim, "blk.0.attn_k.weight": kv_heads * head_dim,
+              "blk.0.attn_v.weight": kv_heads * head_dim,
+              "blk.0.attn_qkv.weight": (heads + 2 * kv_heads) * head_dim}
+    for tensor, rows in expect.items():
+        t = m.tensors.get(tensor)
+        if t is not None and tuple(t.shape) != (hidden, rows):
+            raise bad(f"{tensor} is {list(t.shape)}, but the heads say [{hidden}, {rows}] "
+                      f"(head_count {heads}, head_count_kv {kv_heads}, head size {head_dim})")
+
+
+def layout(m: GGUFModel, a: str) -> tuple[int, int, int, int, int, int]:
+    """(embedding, heads, key/value heads, head size, layers, trained context) of the family
+    prefix ``a`` (``"qwen2."``), checked against each other and the file's tensors
+    (:func:`check_layout`; :func:`check_tensors` compares them with the tensors)."""
+    hidden = m.count(a + "embedding_length")
+    heads = m.count(a + "attention.head_count")
+    kv_heads = m.count(a + "attention.head_count_kv", heads)
+    if heads > 0 and a + "attention.key_length" not in m.fields and hidden % heads:
+        raise GGUFError(f"attention.head_count {heads} does not divide embedding_length "
+                        f"{hidden}")
+    head_dim = m.count(a + "attention.key_length", hidden // heads if heads > 0 else 0)
+    layers = m.count(a + "block_count")
+    trained = m.count(a + "context_length", 0)
+    check_layout(m, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+                 layers=layers, feed_forward=m.count(a + "feed_forward_length"),
+                 context=trained)
+    return hidden, heads, kv_heads, head_dim, layers, trained
 
 
 def dequantize_q8_0(raw: np.ndarray, chunk: int = 16384) -> np.ndarray:
