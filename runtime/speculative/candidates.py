@@ -5,8 +5,8 @@ stream (AS²D), a drafter re-drafting from the target's prefix (classic SD), an 
 the transcript, the question or the prompt's examples (``ask``). Each implements the same two
 calls, in the spirit of Hugging Face's ``CandidateGenerator``: :meth:`CandidateSource.propose`
 before a pass and :meth:`CandidateSource.observe` after it. :func:`run` is the loop that serves
-them all; which tokens end up committed is decided by the verification kernel alone, so no
-source can change the output, only how many passes it takes.
+them all (:func:`step` is one of its passes); which tokens end up committed is decided by the
+verification kernel alone, so no source can change the output, only how many passes it takes.
 """
 
 from __future__ import annotations
@@ -65,10 +65,22 @@ class Decoding(Protocol):
     def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> Verdict: ...
 
 
+def step(decoding: Decoding, source: CandidateSource,
+         on_pass: Callable[[Sequence[int], Verdict], None] | None = None) -> Verdict:
+    """One pass of ``decoding`` with what ``source`` offers; the source observes the verdict,
+    then ``on_pass`` sees the pass."""
+    offered = list(source.propose(decoding.context, decoding.room))[: decoding.room]
+    verdict = decoding.step(offered, source.pass_threads(offered))
+    source.observe(offered, verdict)
+    if on_pass is not None:
+        on_pass(offered, verdict)
+    return verdict
+
+
 def run(decoding: Decoding, source: CandidateSource,
         on_pass: Callable[[Sequence[int], Verdict], None] | None = None,
         stop: threading.Event | None = None) -> bool:
-    """Drive ``decoding`` to its end with candidates from ``source``.
+    """Drive ``decoding`` to its end with candidates from ``source`` (:func:`step` until done).
 
     Returns False when ``stop`` was set first (what was committed so far stays in
     ``decoding``). ``on_pass`` sees every pass after the source has observed it.
@@ -76,9 +88,5 @@ def run(decoding: Decoding, source: CandidateSource,
     while not decoding.done:
         if stop is not None and stop.is_set():
             return False
-        offered = list(source.propose(decoding.context, decoding.room))[: decoding.room]
-        verdict = decoding.step(offered, source.pass_threads(offered))
-        source.observe(offered, verdict)
-        if on_pass is not None:
-            on_pass(offered, verdict)
+        step(decoding, source, on_pass)
     return True

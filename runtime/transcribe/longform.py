@@ -35,7 +35,7 @@ from as2d.runtime.events import (
 )
 from as2d.runtime.rows import beams_exact
 from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
-from as2d.runtime.transcribe import fallback
+from as2d.runtime.transcribe import fallback, window_task
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
 from as2d.runtime.transcribe.beam import BeamOptions
@@ -489,22 +489,23 @@ class LongFormTranscriber:
         """One decode of ``window`` at ``temperature``: beam search (the run's, if any) or
         greedy through the run's decoder, or the best of ``best_of`` seeded samples."""
         search = self._search
-        if temperature <= 0 and search is not None:
-            proposer = self._proposer(window)
-            return runner.decode_beam(window, mel, prompt, rules, sample_len, search,
-                                      self._stop, retried=retried, proposer=proposer,
-                                      threads_for=self.strategy.threads_for)
         if temperature <= 0:
-            return runner.decode(window, mel, prompt, rules, sample_len, self.strategy.source,
-                                 self._stop, retried=retried)
+            if search is not None:
+                task = window_task.beam(prompt, rules, sample_len, search,
+                                        self._proposer(window), self.strategy.threads_for)
+            else:
+                task = window_task.greedy(prompt, rules, sample_len,
+                                          lambda: self.strategy.source(window))
+            decoded = runner.decode(window, mel, task, self._stop, retried)
+            return decoded[0] if decoded is not None else None
         draws = [fallback.SamplingRules.of(rules, temperature, fallback.window_rng(
             options.seed, window.seek, temperature, 2 * draw + int(retried)))
             for draw in range(max(1, options.best_of))]
         batch = self._sample_batching(len(draws))
         if batch is not None:  # the samples side by side (same tokens, fewer passes)
-            sampled = runner.decode_samples(window, mel, prompt, draws, sample_len,
-                                            [self._sampled_source(window) for _ in draws],
-                                            self._stop, retried, batch)
+            task = window_task.samples(prompt, draws, sample_len,
+                                       [self._sampled_source(window) for _ in draws], batch)
+            sampled = runner.decode(window, mel, task, self._stop, retried)
             if sampled is None:
                 return None
             scores = [fallback.ranking_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
@@ -517,11 +518,12 @@ class LongFormTranscriber:
         spent = [0.0, 0.0]
         ran = [0, 0, 0]  # decodes, tokens and passes of all the samples
         for draw in draws:
-            decoded = runner.decode(window, mel, prompt, draw, sample_len,
-                                    self._sampled_source, self._stop, retried=retried)
+            task = window_task.greedy(prompt, draw, sample_len,
+                                      lambda: self._sampled_source(window))
+            decoded = runner.decode(window, mel, task, self._stop, retried)
             if decoded is None:
                 return None
-            result, stats = decoded
+            (result, stats), = decoded
             spent[0] += stats.encode_seconds
             spent[1] += stats.decode_seconds
             ran[0] += 1

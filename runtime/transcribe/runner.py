@@ -1,9 +1,8 @@
 """One run's window loop body: encode a window once, decode it, report every pass.
 
-:class:`WindowRunner` is shared by every decoder: the target's encoder, the
-:class:`~as2d.runtime.transcribe.window.WindowState`, the one candidate loop
-(:func:`~as2d.runtime.speculative.candidates.run`) and the events. A decoder contributes only the
-window's :class:`~as2d.runtime.speculative.candidates.CandidateSource`.
+:class:`WindowRunner` is shared by every decoder and every search: the target's encoder, one
+loop over a window task's passes (:mod:`.window_task`: greedy, samples side by side or beam
+search, all through the one verification kernel), one stats record per decode, and the events.
 
 It keeps one encoding, keyed by the window it encodes: language detection encodes the first
 window and a repetition retry decodes a window again, and neither should pay for a second
@@ -30,20 +29,12 @@ from as2d.runtime.events import (
     ignore,
 )
 from as2d.runtime.sessions import Background
-from as2d.runtime.speculative import candidates
-from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
-from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow
-from as2d.runtime.transcribe.samples import Sample, SampleBatch
 from as2d.runtime.transcribe.strategy import Window
-from as2d.runtime.transcribe.stream_source import StreamProposer
-from as2d.runtime.transcribe.window import DecodingResult, WindowState
+from as2d.runtime.transcribe.window import DecodingResult
+from as2d.runtime.transcribe.window_task import Open, WindowDecode
 from as2d.runtime.whisper.features import N_FRAMES, LogMel
-from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel
-
-# Speculative beam search: candidates per hypothesis in the first pass, and at most.
-BEAM_BUDGET, MAX_BEAM_BUDGET = 3, 8
 
 
 class AheadEncoding:
@@ -107,7 +98,7 @@ class WindowRunner:
         # Called once, after the next window's encoder run (work that should not compete with
         # the encoder but may overlap the decoding).
         self.after_encode: Callable[[], None] | None = None
-        self._decoder: WindowState | BeamWindow | SampleBatch | None = None
+        self._decoder: WindowDecode | None = None
 
     def detect_language(self, mel: LogMel) -> tuple[str, float]:
         """Most probable language of the first window (multilingual models).
@@ -238,156 +229,43 @@ class WindowRunner:
                 pass
         return encoded
 
-    def decode(self, window: Window, mel: LogMel, prompt: list[int], rules: LogitRules,
-               sample_len: int, source_for: Callable[[Window], CandidateSource],
-               stop: threading.Event, retried: bool = False
-               ) -> tuple[DecodingResult, WindowStats] | None:
-        """Decode ``window`` after ``prompt``; None when ``stop`` was set first (then
-        :meth:`partial` has what was committed)."""
+    def decode(self, window: Window, mel: LogMel, task: Open, stop: threading.Event,
+               retried: bool = False) -> list[tuple[DecodingResult, WindowStats]] | None:
+        """Decode ``window`` with ``task`` (:mod:`.window_task`: greedy, samples side by side or
+        beam search): each of its decodes' result and record (the task's time in every record,
+        each decode's own passes). None when ``stop`` was set first (then :meth:`partial` has
+        what the task kept so far)."""
         encoded = self._begin(window, mel, stop)
         if encoded is None:
             return None
         ctx, encode_seconds = encoded
-        state = self.model.decoder_state(ctx)
-        tk = self.model.tokenizer
-        dec = WindowState(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
-        self._decoder = dec
-        source: CandidateSource | None = None
         # Decode time is the wall time of everything after the target's encoder: serial
         # drafting (SD) and scheduling count, concurrent drafting (AS²D) only as it slows this.
         t0 = time.perf_counter()
-        try:
-            source = source_for(window)
-            on_pass = functools.partial(self._report, window.index)
-            first = dec.start()
-            source.observe([], first)
-            on_pass([], first)
-            if not candidates.run(dec, source, on_pass, stop):
-                return None
-            seconds = time.perf_counter() - t0
-        finally:
-            if source is not None:
-                source.finish(dec.generated)
-            self.model.release(state)
-        self._decoder = None  # complete: nothing partial to recover from this window
-        result = dec.result()
-        c = result.counts
-        stats = WindowStats(window.index, window.start, window.end,
-                            len(result.tokens) + int(result.completed), c.passes, c.offered,
-                            c.accepted, c.alone, encode_seconds, seconds, retried,
-                            self.audio_source)
-        return result, stats
-
-    def decode_beam(self, window: Window, mel: LogMel, prompt: list[int], rules: LogitRules,
-                    sample_len: int, beam: BeamOptions, stop: threading.Event,
-                    retried: bool = False, proposer: StreamProposer | None = None,
-                    threads_for: Callable[[Sequence[int]], int | None] | None = None
-                    ) -> tuple[DecodingResult, WindowStats] | None:
-        """Decode ``window`` with beam search (:mod:`.beam`): one batched pass per beam step,
-        or, with a ``proposer`` (the drafter's stream), speculative beam steps that verify
-        every hypothesis's candidates in one pass and take as many beam steps as the computed
-        rows decide. None when ``stop`` was set first (:meth:`partial` then has the best
-        hypothesis so far). ``threads_for(offered)``: the pass's session threads."""
-        encoded = self._begin(window, mel, stop)
-        if encoded is None:
-            return None
-        ctx, encode_seconds = encoded
-        state = self.model.beam_state(ctx, beam.beam_size)
-        tk = self.model.tokenizer
-        dec = BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, beam)
+        dec = task(self.model, ctx, functools.partial(self._report, window.index))
         self._decoder = dec
-        t0 = time.perf_counter()
-        budget = BEAM_BUDGET  # candidates per hypothesis, grown while all are used
         try:
             dec.start()
             while not dec.done:
                 if stop.is_set():
                     return None
-                props = None
-                if proposer is not None and budget:
-                    k = min(budget, dec.room)
-                    props = [proposer.propose(seq, k) for seq in dec.beams]
-                    if not any(props):
-                        props = None
-                offered = [t for p in props or () for t in p]
-                steps = dec.step(props, threads_for(offered) if threads_for else None)
-                if props:
-                    k = max(len(p) for p in props)
-                    budget = (min(budget + 1, MAX_BEAM_BUDGET) if steps > k
-                              else max(1, min(budget, steps)))
+                dec.step()
             seconds = time.perf_counter() - t0
         finally:
-            self.model.release_beams(state)
-        self._decoder = None
-        result = dec.result()
-        c = result.counts
-        stats = WindowStats(window.index, window.start, window.end,
-                            len(result.tokens) + int(result.completed), c.passes, c.offered,
-                            c.accepted, c.alone, encode_seconds, seconds, retried,
-                            self.audio_source, dec.steps)
-        return result, stats
-
-    def decode_samples(self, window: Window, mel: LogMel, prompt: list[int],
-                       rules: Sequence[LogitRules], sample_len: int,
-                       sources: Sequence[CandidateSource], stop: threading.Event,
-                       retried: bool = False,
-                       threads_for: Callable[[Sequence[int]], int | None] | None = None
-                       ) -> list[tuple[DecodingResult, WindowStats]] | None:
-        """Decode ``window`` once per rule of ``rules`` (sampling rules, each with its own
-        generator) as one batch (:mod:`.samples`), sample ``i`` with candidates from
-        ``sources[i]``; each sample's result and record (the batch's time in every record,
-        each sample's own passes). None when ``stop`` was set first (then :meth:`partial` has
-        the most probable sample so far)."""
-        encoded = self._begin(window, mel, stop)
-        if encoded is None:
-            return None
-        ctx, encode_seconds = encoded
-        state = self.model.beam_state(ctx, len(rules))
-        tk = self.model.tokenizer
-        batch = SampleBatch(state, [Sample(r, src) for r, src in zip(rules, sources)], prompt,
-                            prompt.index(tk.sot), sample_len, tk.eot)
-        self._decoder = batch
-        t0 = time.perf_counter()
-        try:
-            self._report_batch(window.index, batch.start())
-            while not batch.done:
-                if stop.is_set():
-                    return None
-                self._report_batch(window.index, batch.step(threads_for))
-            seconds = time.perf_counter() - t0
-        finally:
-            for s in batch.samples:
-                s.source.finish(s.generated)
-            self.model.release_beams(state)
-        self._decoder = None
-        out = []
-        for result in batch.results():
-            c = result.counts
-            out.append((result, WindowStats(
-                window.index, window.start, window.end, len(result.tokens) + int(result.completed),
-                c.passes, c.offered, c.accepted, c.alone, encode_seconds, seconds, retried,
-                self.audio_source)))
-        return out
+            dec.close()
+        self._decoder = None  # complete: nothing partial to recover from this window
+        return [(r, WindowStats(window.index, window.start, window.end,
+                                len(r.tokens) + int(r.completed), r.counts.passes,
+                                r.counts.offered, r.counts.accepted, r.counts.alone,
+                                encode_seconds, seconds, retried, self.audio_source, dec.steps))
+                for r in dec.results()]
 
     def partial(self) -> DecodingResult | None:
         """What the window a stop interrupted had committed (None: no window was under way)."""
         return self._decoder.result() if self._decoder is not None else None
 
-    def _report_batch(self, window: int, verdicts: list[tuple[list[int], Verdict]]) -> None:
-        """One pass over a batch of samples, as one pass: its counts are every sample's, its
-        texts the first live sample's (a view shows one text being decoded; when that sample
-        ends, the next one's)."""
-        if self.emit is ignore or not verdicts:
-            return
-        offered, lead = verdicts[0]
-        merged = Verdict([t for _, v in verdicts for t in v.committed], [],
-                         sum(v.offered for _, v in verdicts),
-                         sum(v.accepted for _, v in verdicts),
-                         sum(v.ran for _, v in verdicts), lead.seconds)
-        self._report(window, offered, merged, lead)
-
     def _report(self, window: int, offered: Sequence[int], verdict: Verdict,
-                texts: Verdict | None = None) -> None:
+                texts: Verdict | None) -> None:
         if self.emit is ignore:
             return  # nobody listens: skip decoding the texts
         tk = self.model.tokenizer

@@ -4,8 +4,8 @@
 verification kernel (:func:`~as2d.runtime.speculative.verify.verify`) with Whisper's logit rules
 as the greedy choice and end-of-text as the stop. With no candidates a pass *is* a plain greedy
 step, so whatever proposes candidates, the window commits what target-only decoding commits. It
-satisfies :class:`~as2d.runtime.speculative.candidates.Decoding`, so the one candidate loop
-(:func:`~as2d.runtime.speculative.candidates.run`) drives it.
+satisfies :class:`~as2d.runtime.speculative.candidates.Decoding`, so the one candidate step
+(:func:`~as2d.runtime.speculative.candidates.step`) drives it (:mod:`.window_task`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,227 @@
+"""One decode of one window, whatever the search: the seam between the runner and the decoders.
+
+A window is decoded greedily (one hypothesis, candidates from the run's source: AS²D's aligned
+stream, SD's re-drafts or none), as a fallback's samples side by side (``best_of`` hypotheses,
+each drawn from its own seeded generator, :mod:`.samples`) or by beam search (a ranked group,
+candidates from the drafter's stream, :mod:`.beam`). Each commits through the one verification
+kernel (:func:`~as2d.runtime.speculative.verify.replay`). The runner
+(:class:`~as2d.runtime.transcribe.runner.WindowRunner`) encodes the window, opens one of these
+tasks over the encoding, runs its passes until it is done and makes the one stats record; it
+does not know which search it drives.
+
+A task is a function ``open(model, ctx, report) -> WindowDecode``, made by :func:`greedy`,
+:func:`samples` or :func:`beam` from what the long-form loop decided for the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from as2d.runtime.speculative import candidates
+from as2d.runtime.speculative.candidates import CandidateSource
+from as2d.runtime.speculative.verify import Verdict
+from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow
+from as2d.runtime.transcribe.samples import Sample, SampleBatch
+from as2d.runtime.transcribe.stream_source import StreamProposer
+from as2d.runtime.transcribe.window import DecodingResult, WindowState
+from as2d.runtime.whisper.logits import LogitRules
+from as2d.runtime.whisper.model import AudioContext, WhisperModel
+
+# Speculative beam search: candidates per hypothesis in the first pass, and at most. A pass's
+# rows grow with the beam, so the budget starts small and grows only while every hypothesis's
+# candidates were used.
+BEAM_BUDGET, MAX_BEAM_BUDGET = 3, 8
+
+# (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event
+Report = Callable[[Sequence[int], Verdict, Verdict | None], None]
+ThreadsFor = Callable[[Sequence[int]], int | None]
+
+
+class WindowDecode(Protocol):
+    """One window's decode as the runner drives it: a prompt pass, passes until done."""
+
+    done: bool
+    steps: int  # beam steps taken (0 where each committed token is a step)
+
+    def start(self) -> None: ...
+
+    def step(self) -> None:
+        """One target pass (with whatever candidates the decode's sources offer)."""
+
+    def results(self) -> list[DecodingResult]:
+        """Every decode of the task (each sample; else the one)."""
+
+    def result(self) -> DecodingResult:
+        """The decode kept so far (the best sample, the best hypothesis): what a stop keeps."""
+
+    def close(self) -> None:
+        """Done, stopped or failed: release the cache, tell the sources."""
+
+
+Open = Callable[[WhisperModel, AudioContext, Report], WindowDecode]
+
+
+def greedy(prompt: list[int], rules: LogitRules, sample_len: int,
+           source_for: Callable[[], CandidateSource]) -> Open:
+    """Greedy decoding (or one seeded sample: ``rules`` draws), candidates from
+    ``source_for()`` (made once the window is encoded)."""
+
+    def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
+        tk = model.tokenizer
+        state = model.decoder_state(ctx)
+        window = WindowState(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
+        try:
+            source = source_for()
+        except BaseException:
+            model.release(state)
+            raise
+        return _Greedy(window, source, report, lambda: model.release(state))
+
+    return open_
+
+
+def samples(prompt: list[int], rules: Sequence[LogitRules], sample_len: int,
+            sources: Sequence[CandidateSource], threads_for: ThreadsFor | None) -> Open:
+    """``len(rules)`` seeded samples side by side, sample ``i`` with ``sources[i]``'s
+    candidates; ``threads_for(offered)``: the pass's session threads."""
+
+    def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
+        tk = model.tokenizer
+        state = model.beam_state(ctx, len(rules))
+        batch = SampleBatch(state, [Sample(r, src) for r, src in zip(rules, sources)], prompt,
+                            prompt.index(tk.sot), sample_len, tk.eot)
+        return _Samples(batch, report, threads_for, lambda: model.release_beams(state))
+
+    return open_
+
+
+def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOptions,
+         proposer: StreamProposer | None, threads_for: ThreadsFor | None) -> Open:
+    """Beam search; with a ``proposer`` (the drafter's stream), speculative beam steps."""
+
+    def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
+        tk = model.tokenizer
+        state = model.beam_state(ctx, options.beam_size)
+        search = BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot,
+                            options)
+        return _Beam(search, proposer, threads_for, lambda: model.release_beams(state))
+
+    return open_
+
+
+class _Greedy:
+    def __init__(self, window: WindowState, source: CandidateSource, report: Report,
+                 release: Callable[[], None]) -> None:
+        self.window, self.source, self.report, self.release = window, source, report, release
+        self.steps = 0
+
+    @property
+    def done(self) -> bool:
+        return self.window.done
+
+    def start(self) -> None:
+        first = self.window.start()
+        self.source.observe([], first)
+        self.report([], first, None)
+
+    def step(self) -> None:
+        candidates.step(self.window, self.source,
+                        lambda offered, verdict: self.report(offered, verdict, None))
+
+    def results(self) -> list[DecodingResult]:
+        return [self.window.result()]
+
+    def result(self) -> DecodingResult:
+        return self.window.result()
+
+    def close(self) -> None:
+        try:
+            self.source.finish(self.window.generated)
+        finally:
+            self.release()
+
+
+class _Samples:
+    def __init__(self, batch: SampleBatch, report: Report, threads_for: ThreadsFor | None,
+                 release: Callable[[], None]) -> None:
+        self.batch, self.report, self.threads_for, self.release = (batch, report, threads_for,
+                                                                   release)
+        self.steps = 0
+
+    @property
+    def done(self) -> bool:
+        return self.batch.done
+
+    def start(self) -> None:
+        self._report(self.batch.start())
+
+    def step(self) -> None:
+        self._report(self.batch.step(self.threads_for))
+
+    def _report(self, verdicts: list[tuple[list[int], Verdict]]) -> None:
+        """One pass over the samples, reported as one pass: its counts are every sample's, its
+        texts the first live sample's (a view shows one text being decoded)."""
+        if not verdicts:
+            return
+        offered, lead = verdicts[0]
+        merged = Verdict([t for _, v in verdicts for t in v.committed], [],
+                         sum(v.offered for _, v in verdicts),
+                         sum(v.accepted for _, v in verdicts),
+                         sum(v.ran for _, v in verdicts), lead.seconds)
+        self.report(offered, merged, lead)
+
+    def results(self) -> list[DecodingResult]:
+        return self.batch.results()
+
+    def result(self) -> DecodingResult:
+        return self.batch.result()
+
+    def close(self) -> None:
+        try:
+            for s in self.batch.samples:
+                s.source.finish(s.generated)
+        finally:
+            self.release()
+
+
+class _Beam:
+    def __init__(self, search: BeamWindow, proposer: StreamProposer | None,
+                 threads_for: ThreadsFor | None, release: Callable[[], None]) -> None:
+        self.search, self.proposer, self.threads_for, self.release = (search, proposer,
+                                                                      threads_for, release)
+        self.budget = BEAM_BUDGET  # candidates per hypothesis, grown while all are used
+
+    @property
+    def done(self) -> bool:
+        return self.search.done
+
+    @property
+    def steps(self) -> int:
+        return self.search.steps
+
+    def start(self) -> None:
+        self.search.start()
+
+    def step(self) -> None:
+        search, props = self.search, None
+        if self.proposer is not None and self.budget:
+            k = min(self.budget, search.room)
+            props = [self.proposer.propose(seq, k) for seq in search.beams]
+            if not any(props):
+                props = None
+        offered = [t for p in props or () for t in p]
+        steps = search.step(props, self.threads_for(offered) if self.threads_for else None)
+        if props:
+            k = max(len(p) for p in props)
+            self.budget = (min(self.budget + 1, MAX_BEAM_BUDGET) if steps > k
+                           else max(1, min(self.budget, steps)))
+
+    def results(self) -> list[DecodingResult]:
+        return [self.search.result()]
+
+    def result(self) -> DecodingResult:
+        return self.search.result()
+
+    def close(self) -> None:
+        self.release()
