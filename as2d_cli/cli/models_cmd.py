@@ -68,15 +68,47 @@ def _kind_of(manifest: dict) -> str:
 
 
 def _encoder_here(bundle_dir: Path) -> str:
-    """The encoder back ends `auto` chose for this bundle on this machine, per thread count
-    ("openvino bf16 ×1, ×2"), or "" when it has not measured them yet."""
+    """The encoder back end `auto` chose for this bundle's model on this machine (one for
+    every thread count; kept across re-installs), or "" when it has not measured it yet."""
     from as2d.runtime.whisper.encoder_choice import remembered_here
+    from as2d.runtime.whisper.encoders import model_identity
 
-    by_choice: dict[str, list[int]] = {}
-    for c in remembered_here(bundle_dir):
-        by_choice.setdefault(c.name, []).append(c.threads)
-    return ", ".join(f"{name} ({', '.join(map(str, t))} thread{'s' if t != [1] else ''})"
-                     for name, t in by_choice.items())
+    try:
+        manifest = load_bundle(bundle_dir).manifest
+        choices = remembered_here(model_identity(manifest, bundle_dir), bundle_dir)
+    except (BundleError, KeyError, TypeError):
+        return ""
+    return ", ".join(dict.fromkeys(c.name for c in choices))
+
+
+def measure_encoders(names: list[str], root: Path | None) -> None:
+    """``as2d models measure-encoder NAME…``: forget the encoder back end ``--encoder auto``
+    chose for each model on this machine and measure again now (from the default: the
+    bundle's own onnxruntime graph, which a challenger must beat by the margin)."""
+    from as2d.loading import ModelError, resolve_bundle_dir
+    from as2d.models.install import ensure_openvino_graph
+    from as2d.runtime.sessions import cpu_count
+    from as2d.runtime.whisper.encoder_choice import forget
+    from as2d.runtime.whisper.encoders import EncoderError, make_encoder, model_identity
+
+    for name in names:
+        try:
+            path = resolve_bundle_dir(name, None, root, progress=lambda m: err(f"  {m}"),
+                                      kind="whisper")
+        except ModelError as exc:
+            raise UserError(str(exc)) from None
+        if not (path / "manifest.json").is_file():
+            raise UserError(f"{name}: a Hugging Face ONNX export runs its encoder in "
+                            "onnxruntime only; there is nothing to measure")
+        manifest = load_bundle(path).manifest
+        forget(model_identity(manifest, path), path)
+        try:
+            enc = make_encoder(path, manifest, cpu_count(), "auto",
+                               ov_graph=lambda kind, p=path: ensure_openvino_graph(p, kind),
+                               warn=lambda m: err(f"  {m}"), name=manifest.get("model"))
+        except EncoderError as exc:
+            raise UserError(str(exc)) from None
+        err(f"{manifest.get('name', path.name)}: encoder {enc.choice.describe()}")
 
 
 def install_folder_model(spec: str, precision: str, force: bool, root: Path | None) -> None:
@@ -315,6 +347,15 @@ def _export(
     guarded(lambda: export_hf_layout(name, out, source, progress=lambda m: err(f"  {m}")))
 
 
+def _measure_encoder(
+    names: Annotated[list[str], typer.Argument(
+        help="Whisper models (e.g. base, base-fp32, or a folder).", show_default=False)],
+    models_dir: opt.ModelsDir = None,
+) -> None:
+    """Measure again which encoder back end --encoder auto uses for these models here."""
+    guarded(lambda: measure_encoders(names, models_dir))
+
+
 def _remove(
     names: Annotated[list[str], typer.Argument(
         help="Bundles to delete (e.g. base-fp32).", show_default=False)],
@@ -331,6 +372,7 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="List, install, verify and locate models.", no_args_is_help=True,
                         rich_markup_mode=None)
     for name, fn in (("list", _list), ("install", _install), ("verify", _verify),
-                     ("path", _path), ("export", _export), ("remove", _remove)):
+                     ("path", _path), ("export", _export), ("remove", _remove),
+                     ("measure-encoder", _measure_encoder)):
         group.command(name, short_help=summary(fn.__doc__ or ""))(fn)
     app.add_typer(group, name="models")

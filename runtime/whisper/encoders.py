@@ -1,12 +1,14 @@
 """Encoder back ends: the same Whisper encoder graph run by onnxruntime or by OpenVINO.
 
 The encoder runs once per 30-s window and, on two cores, dominates end-to-end time. Which back
-end runs it fastest depends on the CPU, the libraries and the thread count, and no CPU flag
-predicts it (see :mod:`.encoder_choice`): ``auto`` (the default) times the candidates once per
-machine and model and remembers the fastest. Only the encoder moves: decoders stay in
-onnxruntime, whose row-exact kernels keep speculative verification lossless. Target-only
-decoding and AS²D consume the same encoder output (the remembered choice is fixed), so they
-still give identical transcripts with any back end.
+end runs it fastest depends on the CPU and the libraries, and no CPU flag predicts it (see
+:mod:`.encoder_choice`): ``auto`` (the default) times the candidates once per machine and model
+and remembers its choice, for every thread count and across re-installs. Only the encoder
+moves: decoders stay in onnxruntime, whose row-exact kernels keep speculative verification
+lossless. Back ends differ in the last bits of their outputs, which can flip a near-tie between
+two words, so one choice per machine and model is what keeps the words the same: target-only
+decoding and AS²D, ``-t 1`` and ``-t 2``, ``transcribe`` and ``batch`` consume the same encoder
+output and give identical transcripts with any back end.
 
 ``$AS2D_ENCODER`` (or ``encoder=``) overrides ``auto``; ``$AS2D_OPENVINO_PRECISION`` fixes what
 OpenVINO computes in (else that is measured too). OpenVINO runs the fp32 graph in f32 or bf16
@@ -263,6 +265,22 @@ class OpenVINOEncoder:
 
 # -- factory ----------------------------------------------------------------------------------
 
+def model_identity(manifest: dict, bundle_dir: str | Path | None = None) -> dict:
+    """What a bundle's encoder is, whatever folder holds it: its graph's sha256 and the
+    converter version that made it (and the graphs OpenVINO compiles, made from the same
+    weights). The same weights re-installed are the same model; the key of ``auto``'s choice
+    (:func:`as2d.runtime.whisper.encoder_choice.key`). A manifest without the graph's digest
+    is named by its folder instead."""
+    enc_file = manifest["files"]["encoder"]
+    sha = manifest.get("sha256", {}).get(enc_file, "")
+    if not sha and bundle_dir is not None:
+        sha = f"folder {Path(bundle_dir).resolve()}"
+    return {"encoder": sha,
+            "converter": manifest.get("converter_version"),
+            "precision": manifest.get("precision", "fp32")}
+
+
+
 def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
                  encoder: str | None = None, ov_graph: Callable[[str], Path] | None = None,
                  warn: Callable[[str], None] | None = None, spin: bool = False,
@@ -273,8 +291,8 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     ``onnxruntime`` runs the bundle's own graph. ``openvino`` compiles the graph of
     ``$AS2D_OPENVINO_PRECISION`` (:data:`OV_GRAPH_KIND`), else of whichever of f32, bf16 and
     (int8 bundles) int8 is fastest here (measured once). ``auto`` measures the bundle's
-    onnxruntime graph against OpenVINO (where it imports) once per machine, model and thread
-    count, and keeps the fastest
+    onnxruntime graph against OpenVINO (where it imports) once per machine and model, for every
+    thread count, and keeps the fastest by a clear margin
     (:mod:`.encoder_choice`; ``warn`` says once that it is measuring, and why a candidate was
     left out). ``ov_graph(kind)`` returns the bundle's graph that OpenVINO compiles, ``fp32``
     or ``int8w`` (:data:`OV_GRAPH_KIND`), making it if need be (bundles made before it was
@@ -310,22 +328,18 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     if len(candidates) == 1:  # nothing to measure
         return _with_choice(_build(candidates[0], bundle_dir, manifest, threads, spin,
                                    graphs_here), candidates[0].name)
-    # The bundle's encoder graph names the weights (the graphs OpenVINO compiles are made from
-    # the same ones, perhaps later: their arrival must not measure again).
-    enc_file = manifest["files"]["encoder"]
-    graphs = {enc_file: manifest.get("sha256", {}).get(enc_file, "")}
     # Compile settings a candidate's speed depends on beyond its name.
     settings = ({"openvino int8 group": OV_INT8_GROUP}
                 if EncoderCandidate("openvino", "int8") in candidates else {})
 
-    def build(c: EncoderCandidate):  # as measured: never spinning (the key holds no spin)
-        return _build(c, bundle_dir, manifest, threads, False, graphs_here)
+    def build(c: EncoderCandidate, n: int):  # as measured: never spinning
+        return _build(c, bundle_dir, manifest, n, False, graphs_here)
 
     try:
-        choice, built = choose(bundle_dir, candidates, threads, graphs, build,
-                               int(manifest["dims"]["n_mels"]), note=warn,
-                               model_name=name or manifest.get("model", bundle_dir.name),
-                               settings=settings)
+        choice = choose(bundle_dir, candidates, model_identity(manifest, bundle_dir), build,
+                        int(manifest["dims"]["n_mels"]), note=warn,
+                        model_name=name or manifest.get("model", bundle_dir.name),
+                        settings=settings)
     except RuntimeError as exc:
         if asked != "auto":
             raise EncoderError(str(exc)) from None
@@ -336,9 +350,7 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
         warn("encoder back ends left out: " + "; ".join(f"{n} ({why})" for n, why in
                                                         choice.skipped.items()))
     c = choice.candidate
-    if built is not None and not (spin and c.backend == "onnxruntime"):
-        return _with_choice(built, choice)
-    try:
+    try:  # built afresh: measured with its own thread count, and freed
         return _with_choice(_build(c, bundle_dir, manifest, threads, spin, graphs_here), choice)
     except EncoderError as exc:  # remembered, but cannot be built now (a graph removed)
         if asked != "auto":
