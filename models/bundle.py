@@ -121,33 +121,6 @@ def verified_cache(root: Path | None = None) -> VerifiedCache:
         return VerifiedCache(None)
 
 
-ROW_CHECKS = ".row-checks.json"  # in the models folder: (graph, onnxruntime, CPU) → exact?
-
-
-def remembered_check(key: str, compute, root: Path | None = None) -> bool:
-    """``compute()`` (a yes/no check that costs time) remembered under ``key`` in the models
-    folder, so it runs once per key; an unwritable folder only means it runs every time."""
-    try:
-        folder = Path(root) if root is not None else models_dir()
-        path = folder / ROW_CHECKS if folder.is_dir() else None
-    except Exception:  # noqa: BLE001 - no memory is always acceptable
-        path = None
-    known: dict = {}
-    if path is not None:
-        try:
-            data = json.loads(path.read_text())
-            known = data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            pass
-    if isinstance(known.get(key), bool):
-        return known[key]
-    result = bool(compute())
-    if path is not None:
-        known[key] = result
-        _write_json(path, known)
-    return result
-
-
 _HEX = frozenset("0123456789abcdef")
 MAX_MANIFEST = 16 << 20  # bytes; a real manifest is a few kB
 

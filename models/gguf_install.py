@@ -29,11 +29,6 @@ OLLAMA_PREFIX = "ollama:"
 _OLLAMA_MODEL = "application/vnd.ollama.image.model"
 
 
-def is_gguf_spec(spec: str) -> bool:
-    """``--llm`` names a GGUF file (``*.gguf``) or a model in Ollama's store (``ollama:NAME``)."""
-    return spec.startswith(OLLAMA_PREFIX) or spec.lower().endswith(".gguf")
-
-
 def ollama_blob(spec: str, home: Path | None = None) -> Path:
     """The GGUF blob of ``ollama:NAME[:TAG]`` in Ollama's store (``$OLLAMA_MODELS`` or
     ``~/.ollama/models``): the tag's manifest names the model layer's digest, and the layer is

@@ -3,10 +3,12 @@
 Audio of any length is decoded in 30-s windows. After each window the next one starts at the
 last complete segment's end timestamp (as openai-whisper does), so words are not cut at window
 edges. Each window is encoded and decoded by a
-:class:`~as2d.runtime.transcribe.runner.WindowRunner` with the candidates of the run's
-:class:`~as2d.runtime.transcribe.strategy.Decoder` (target-only, serial speculative decoding or
-AS²D); they all commit the same tokens, so this loop and its outputs do not depend on which one
-runs.
+:class:`~as2d.runtime.transcribe.runner.WindowRunner` through a window task
+(:mod:`.window_task`: greedy with the candidates of the run's
+:class:`~as2d.runtime.transcribe.strategy.DecodeStrategy` — target-only, serial speculative
+decoding or AS²D —, beam search, or a fallback's samples); they all commit the tokens the target
+alone commits, so this loop and its outputs do not depend on which decoder runs. The loop keeps
+seeking, the temperature fallback and the windows; it does not know how a window is decoded.
 
 Segments are produced lazily: :meth:`LongFormTranscriber.transcribe` is a generator that a live
 display or a writer can consume while decoding goes on in a worker thread.
