@@ -16,15 +16,16 @@ The pieces:
   (:class:`as2d.writers.FileOutputs`: temp file + rename), to the shared output folder.
 - :func:`run_batch` keeps one file in flight per actor; a file that raises is retried
   (``retries``) and then recorded as ``failed``; an actor that dies is replaced and its file
-  retried; a first KeyboardInterrupt stops dispatching and waits for the files in flight
-  (each is written and recorded), a second one gives them up (nothing half-written is left,
-  and none of them is recorded, so the next run does them).
+  retried; a first Ctrl-C, SIGTERM or SIGHUP stops dispatching and waits for the files in
+  flight (each is written and recorded), a second one gives them up (nothing half-written is
+  left, and none of them is recorded, so the next run does them).
 
 Ray is imported here only; the engine (:mod:`as2d.runtime`) knows nothing of it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -249,6 +250,7 @@ class BatchResult:
     done: int = 0
     failed: int = 0
     interrupted: bool = False
+    signal: int | None = None  # the signal that stopped the run (SIGINT, SIGTERM, SIGHUP)
     audio_seconds: float = 0.0
     wall: float = 0.0
     rows: list[dict] = field(default_factory=list)
@@ -267,11 +269,73 @@ def ray_init(address: str | None, num_cpus: int | None = None) -> bool:
     import logging
 
     kwargs = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    if address:
-        ray.init(address=address, **kwargs)
-    else:
-        ray.init(num_cpus=num_cpus, **kwargs)
+    with keep_signal_handlers(ray):
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=num_cpus, **kwargs)
     return True
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def keep_signal_handlers(ray):
+    """``ray.init`` that leaves this process's handlers of SIGINT, SIGTERM and SIGHUP as they
+    were, and holds those signals while Ray starts.
+
+    Ray's start-up installs its own SIGTERM handlers (``sys.exit(15)`` while it starts, then
+    one that ends its processes and exits 1), and its core worker installs a C-level
+    failure handler that prints a stack dump (``*** SIGTERM received at time=...``). Either
+    would stop ``as2d batch`` without the files in flight finishing, with 15 or 1 for an
+    exit code. Here, in this process only (the actors keep theirs), Ray's Python handlers
+    are not set while it starts (its ``ray._private`` helper is passed over) nor its C-level
+    one (``RAY_DISABLE_FAILURE_SIGNAL_HANDLER``, read from ``ray._private.ray_constants``),
+    where this Ray has them, and the handlers that were there before are set again
+    afterwards. A signal that arrives during the start-up is held until Ray has started (a
+    start-up cut anywhere leaves Ray's state half made, and its shutdown may crash); Ray is
+    then shut down and the signal raised again, for the command's own handler (exit ``128 +
+    signal``). A second signal stops the start-up at once."""
+    pending: list[int] = []
+
+    def defer(signum, frame) -> None:
+        if pending:  # a second one: stop now, whatever state Ray's start-up is in
+            raise KeyboardInterrupt
+        pending.append(signum)
+
+    saved = {}
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None and threading.current_thread() is threading.main_thread() \
+                and signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays so
+            saved[sig] = signal.signal(sig, defer)
+    private = getattr(ray, "_private", None)
+    utils = getattr(private, "utils", None)
+    constants = getattr(private, "ray_constants", None)
+    setter = getattr(utils, "set_sigterm_handler", None)
+    if setter is not None:
+        utils.set_sigterm_handler = lambda handler: None
+    dump = getattr(constants, "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", None)
+    if dump is not None:  # this process only (read when its core worker starts)
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    try:
+        yield
+    except BaseException:  # stopped (or failed) mid-start: leave nothing of Ray running
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        raise
+    finally:
+        if setter is not None:
+            utils.set_sigterm_handler = setter
+        if dump is not None:
+            constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = dump
+        for sig, handler in saved.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    if pending:  # stopped while Ray started: end it, then the signal takes its usual course
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        signal.raise_signal(pending[0])
 
 
 def default_actors(threads: int) -> int:
@@ -352,11 +416,13 @@ def run_batch(jobs: list[BatchJob], spec: WorkerSpec, *, actors: int, retries: i
     interrupts: list[int] = []
 
     def on_sigint(signum, frame) -> None:
-        # First Ctrl-C: a flag the loop reads between files (so no row is cut in half);
-        # second: KeyboardInterrupt, which drops the files in flight.
+        # First Ctrl-C, SIGTERM or SIGHUP: a flag the loop reads between files (so no row is
+        # cut in half and the files in flight finish); second: KeyboardInterrupt, which drops
+        # the files in flight.
         if interrupts:
             raise KeyboardInterrupt
         interrupts.append(signum)
+        result.signal = signum
 
     def stop() -> None:
         nonlocal stopping
@@ -364,21 +430,18 @@ def run_batch(jobs: list[BatchJob], spec: WorkerSpec, *, actors: int, retries: i
         result.interrupted = True
         on_event(Event("stopping", text=f"{len(inflight)} file(s) in flight"))
 
-    previous = None
+    previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        for name in STOP_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:  # nohup
+                previous[sig] = signal.signal(sig, on_sigint)
     try:
         dispatch()
         while inflight:
             if interrupts and not stopping:
                 stop()
-            try:
-                ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
-            except KeyboardInterrupt:  # SIGTERM/SIGHUP (the command line's handlers)
-                if stopping:
-                    raise
-                stop()
-                continue
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
             for ref in ready:
                 name, job = inflight.pop(ref)
                 try:
@@ -412,8 +475,8 @@ def run_batch(jobs: list[BatchJob], spec: WorkerSpec, *, actors: int, retries: i
     except KeyboardInterrupt:
         result.interrupted = True  # second interrupt: what is in flight is given up
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         _retire(ray, live, busy={name for name, _ in inflight.values()})
         live.clear()
         result.wall = time.perf_counter() - started

@@ -22,7 +22,7 @@ import typer
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
 from as2d.cli.decoding import parse_decoder
-from as2d.cli.errors import UserError, err, interrupt_code
+from as2d.cli.errors import UserError, err, interrupt_code, stopped_by
 from as2d.cli.resolve import make_note
 from as2d.engine import Decoder
 from as2d.runtime.option_errors import as_flags
@@ -178,6 +178,12 @@ def run_ask(req: AskRequest) -> int:
                                                     TranscribeOptions(language=req.language),
                                                     info, reporter, answerer_failed)
                 spans = spans_from_segments(segments)
+                if not spans and interrupted:
+                    # Stopped before a window was committed: no answer, and the exit code
+                    # says it was a signal (130, 143, 129), not that the audio had no speech.
+                    err(f"as2d: {stopped_by()} before any speech was transcribed: no "
+                        "answer")
+                    return interrupt_code(130)
                 if not spans:
                     raise UserError(f"{req.file}: no speech found: there is nothing to "
                                     "answer from")

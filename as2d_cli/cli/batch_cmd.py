@@ -132,6 +132,8 @@ def run_batch_command(req: BatchRequest) -> int:
             ray.shutdown()
     display.summary(result, Path(req.output_dir) / "manifest.jsonl")
     if result.interrupted:
-        return interrupt_code(130)
+        # 128 + the signal that stopped it (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), as
+        # `as2d transcribe` exits.
+        return 128 + result.signal if result.signal else interrupt_code(130)
     return 1 if result.failed else 0
 

@@ -63,6 +63,14 @@ def interrupt_code(default: int = 130) -> int:
     return 128 + _received[-1] if _received else default
 
 
+def stopped_by() -> str:
+    """What stopped the command, as its last line says it: ``interrupted`` (Ctrl-C) or
+    ``stopped by SIGTERM`` / ``SIGHUP``."""
+    if not _received:
+        return "interrupted"
+    return f"stopped by {signal.Signals(_received[-1]).name}"
+
+
 class UserError(Exception):
     """A mistake or missing piece the user can fix; printed as one line, no traceback."""
 
