@@ -1,5 +1,5 @@
 """``--encoder auto``: the encoder back end is chosen by timing the candidates, once per machine
-and model (not per thread count), and remembered in the user cache, outside the bundle folder.
+and model (not per thread count), and remembered in the models folder, outside the bundle.
 
 Speed cannot be asserted in a test, so the timings are scripted: every candidate is a real
 encoder (onnxruntime, OpenVINO f32, bf16 and int8 on the real tiny.en bundle) that really runs on a
@@ -31,7 +31,8 @@ needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
 @pytest.fixture(autouse=True)
 def _auto(monkeypatch, tmp_path):
     """`auto` as a user has it (the suite's conftest asks for onnxruntime), a user cache of the
-    test's own (where the memo lives), and no choice kept in this process from another test."""
+    test's own (where a read-only models folder's memo goes), and no choice kept in this
+    process from another test."""
     monkeypatch.delenv(encoders.ENV_ENCODER, raising=False)
     monkeypatch.delenv(encoders.ENV_OV_PRECISION, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "user-cache"))
@@ -96,10 +97,10 @@ def _load(path, threads=1, **kw):
     return model, notes
 
 
-def _memo(path=None) -> dict:
-    """The memo's entries (it is one file for every model, in the user cache)."""
+def _memo(path) -> dict:
+    """The memo's entries: one file for every model of the models folder, beside the bundle."""
     memo = encoder_choice.memo_path(path)
-    assert memo is not None and memo.parent.name == "as2d" and "user-cache" in str(memo)
+    assert memo == path.parent / ".encoder-choice.json"
     return json.loads(memo.read_text())["entries"]
 
 
@@ -166,6 +167,21 @@ def test_candidates_are_built_timed_and_freed_one_at_a_time(monkeypatch):
     assert encoder_choice.thread_invariant(cands[2], lambda c, n: _Held(c.name),
                                            encoder_choice.window(80), [1, 2]) is None
     assert _Held.most == 1 and _Held.alive == 0
+
+
+def test_the_memo_is_in_the_models_folder_else_the_user_cache(tmp_path, monkeypatch):
+    """Beside the bundle, not in it (a re-install replaces the bundle folder); a read-only
+    models folder keeps its choices in the user cache."""
+    from pathlib import Path
+
+    bundle_dir = tmp_path / "models" / "base-int8"
+    bundle_dir.mkdir(parents=True)
+    assert encoder_choice.memo_path(bundle_dir) == tmp_path / "models" / ".encoder-choice.json"
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != bundle_dir.parent
+                        and real(p, mode, **kw))
+    assert encoder_choice.memo_path(bundle_dir) == (tmp_path / "user-cache" / "as2d"
+                                                    / "encoder-choice.json")
 
 
 def test_a_near_tie_keeps_the_incumbent():

@@ -12,11 +12,12 @@ words depend on, and it is made so that they do not move:
   :func:`measuring_threads` threads (every core this process may use, what ``--threads``
   defaults to) whatever the caller's count, and the key holds no thread count: ``-t 1``,
   ``-t 2``, ``batch``'s one-thread workers and the server all run the same back end.
-- **Kept across re-installs.** The memo lives outside the bundle folder, in the user cache
-  (:func:`memo_path`), keyed by the model's content (its encoder graph's sha256 and the
-  converter version), the CPU's model name and flags, and the onnxruntime and OpenVINO versions:
-  ``as2d models install --force`` or deleting the bundle does not forget it; a new library, CPU
-  or model measures again, and ``as2d models measure-encoder NAME`` does when asked.
+- **Kept across re-installs.** The memo lives outside the bundle folder, in the models folder
+  that holds it (:func:`memo_path`; the user cache where that is read-only), keyed by the
+  model's content (its encoder graph's sha256 and the converter version), the CPU's model name
+  and flags, and the onnxruntime and OpenVINO versions: ``as2d models install --force`` or
+  deleting the bundle does not forget it; a new library, CPU or model measures again, and
+  ``as2d models measure-encoder NAME`` does when asked.
 - **A near-tie never flips it.** The incumbent (the back end chosen before for this model, on an
   earlier library or CPU; else the bundle's own onnxruntime graph) keeps its place unless the
   fastest challenger beats it by :data:`MARGIN`.
@@ -56,8 +57,8 @@ import numpy as np
 
 from as2d.runtime.files import write_replacing
 
-MEMO_NAME = "encoder-choice.json"  # in the user cache (else the models folder, hidden)
-LEGACY_MEMO_FILE = ".encoder-choice.json"  # in a bundle folder: as2d before choices per model
+MEMO_FILE = ".encoder-choice.json"  # in the models folder (else the user cache, unhidden)
+LEGACY_MEMO_FILE = MEMO_FILE  # in a bundle folder: as2d before one choice per model
 MEMO_VERSION = 2  # 1: per thread count, in the bundle folder
 MAX_ENTRIES = 64  # models × machines × library versions seen
 MARGIN = 0.10  # a challenger replaces the incumbent only when this much faster
@@ -198,22 +199,23 @@ def _writable_folder(folder: Path) -> bool:
 
 
 def memo_path(bundle_dir: Path | None = None) -> Path | None:
-    """The memo file, one for every model of this user: ``encoder-choice.json`` in the user
-    cache (``~/.cache/as2d/``), outside any bundle folder so that a re-install keeps it; where
-    that cannot be written, a hidden one in the models folder (``bundle_dir``'s parent); None
-    when neither can (then a choice lasts as long as the process)."""
+    """The memo file, one for every model of a models folder: ``.encoder-choice.json`` in the
+    folder that holds the bundle (beside the models folder's other memos), outside the bundle
+    folder so that a re-install keeps it; where that cannot be written, ``encoder-choice.json``
+    in the user cache (``~/.cache/as2d/``); None when neither can (then a choice lasts as long
+    as the process)."""
+    if bundle_dir is not None:
+        parent = Path(bundle_dir).resolve().parent
+        if os.access(parent, os.W_OK | os.X_OK):
+            return parent / MEMO_FILE
     try:
         from platformdirs import user_cache_dir
 
         folder = Path(user_cache_dir("as2d", appauthor=False))
         if _writable_folder(folder):
-            return folder / MEMO_NAME
-    except Exception:  # noqa: BLE001 - no user cache: the models folder
+            return folder / MEMO_FILE.lstrip(".")
+    except Exception:  # noqa: BLE001 - no user cache: a choice per process
         pass
-    if bundle_dir is not None:
-        parent = Path(bundle_dir).resolve().parent
-        if os.access(parent, os.W_OK | os.X_OK):
-            return parent / f".{MEMO_NAME}"
     return None
 
 
@@ -340,9 +342,9 @@ _chosen: dict[tuple[str, str], EncoderChoice] = {}  # (memo location, key digest
 
 
 def _lock_path(memo: Path | None) -> Path | None:
-    """One lock beside the memo: two models measured at once (two workers, the drafter beside
-    the target) would each slow the other's candidates."""
-    return memo.with_name(memo.name + ".lock") if memo is not None else None
+    """One lock beside the memo (``.encoder-choice.lock``): two models measured at once (two
+    workers, the drafter beside the target) would each slow the other's candidates."""
+    return memo.with_suffix(".lock") if memo is not None else None
 
 
 @contextmanager
