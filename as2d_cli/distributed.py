@@ -215,7 +215,7 @@ class BatchWorker:
             segments = list(self.engine.transcribe(audio, self.spec.options, info))
             doc = {"language": info.language, "duration": round(info.duration, 3),
                    "source": display_name(source), "model": self.engine.target.name,
-                   "decoder": self.engine.run_decoder}
+                   "decoder": info.plan.decoder}
             # FileOutputs names files by the stem of what it is given: the archive's stem.
             written = self.outputs.write(f"{stem}.audio", segments, doc)
         except Exception as exc:

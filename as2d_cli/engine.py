@@ -231,8 +231,12 @@ class Engine:
         load = self._load = load_whisper or self._load_whisper
         parts = _Parts()
         self.strategy = self._llm = None
+        # Why this engine's runs decode with less than the spec asks for (None: as asked):
+        # carried into every run's plan (as2d.runtime.transcribe.plan).
+        self._reason: str | None = alone
         # auto: other drafters for languages tiny.en cannot draft (made on first use)
         self._by_language: dict[str | None, object] = {}
+        self._reasons: dict[str | None, str | None] = {}  # why each of them decodes alone
         # The run in progress (stop() reaches it and nothing else: a stop with no run going
         # on must not stop the next one), and what may be made from another thread (a
         # prefetch comes from the reader's).
@@ -251,7 +255,8 @@ class Engine:
                                            "drafter", False, name="as2d-load-drafter")
             self.target = load(spec.model, spec.precision, self.plan.target, "target",
                                self.plan.spin)
-            self.strategy = self._strategy(parts.drafter)
+            self.strategy, reason = self._strategy(parts.drafter)
+            self._reason = self._reason or reason
             # What was built: the target alone also where its rows failed the check.
             self.decoder = Decoder(self.strategy.name)
         except BaseException:
@@ -283,33 +288,35 @@ class Engine:
                                     spin=spin)
 
     def _strategy(self, drafter: Background | None):
-        """The run strategy the spec's decoder means, on this target."""
+        """``(strategy, reason)``: the run strategy the spec's decoder means on this target,
+        and why it is the target alone where the spec asked for a drafter (else None)."""
         from as2d.runtime.rows import rows_exact
         from as2d.runtime.speculative.budget import Budget
         from as2d.runtime.transcribe.strategy import TargetOnly
 
         decoder = self.decoder
         if decoder == Decoder.TARGET:
-            return TargetOnly(self.target, self.listener)
+            return TargetOnly(self.target, self.listener), None
         busy = (self.plan.busy,) if decoder == Decoder.AS2D and self.plan.busy else ()
         if not rows_exact(self.target, busy):
             # Verifying k tokens in one pass must give what k single passes give, whatever
             # the pass's session threads; this graph (or this onnxruntime on this CPU)
             # rounds differently, so speculation could change the text.
-            self.note(f"{self.target.name}: this model's graph does not compute rows "
+            reason = (f"{self.target.name}: this model's graph does not compute rows "
                       "independently, so speculative decoding could change its output; "
                       "decoding with the target alone")
-            return TargetOnly(self.target, self.listener)
+            self.note(reason)
+            return TargetOnly(self.target, self.listener), reason
         draft_model = drafter.result() if isinstance(drafter, Background) else drafter
         budget = Budget(fixed=parse_budget(self.spec.budget))
         if decoder == Decoder.AS2D:
             from as2d.runtime.transcribe.as2d import AS2D
 
             return AS2D(self.target, draft_model, self.listener, budget,
-                        busy_threads=self.plan.busy)
+                        busy_threads=self.plan.busy), None
         from as2d.runtime.transcribe.sd import SerialSD
 
-        return SerialSD(self.target, draft_model, self.listener, budget)
+        return SerialSD(self.target, draft_model, self.listener, budget), None
 
     def _start_llm(self) -> Background:
         """The answering model, loaded and row-checked on a thread, beside the speech models
@@ -355,27 +362,8 @@ class Engine:
     def loaded_drafter(self) -> str | None:
         """The drafter this engine loaded for its runs (None: the target decodes alone), as
         :attr:`decoder` is the decoder it built; one run may still go without it (a language
-        the drafter cannot draft), which :attr:`drafter_name` says."""
+        the drafter cannot draft), which that run's plan says (``TranscriptionInfo.plan``)."""
         return self.strategy.drafter_name
-
-    @property
-    def drafter_name(self) -> str | None:
-        """The drafter of the current (or last) run; None when the target decodes alone.
-        Before any run, the drafter the engine loaded."""
-        return self._reported()[1]
-
-    @property
-    def run_decoder(self) -> str:
-        """The decoder of the current (or last) run, as its ``--stats`` names it: ``decoder``'s,
-        or ``"target"`` where the run's target decodes alone after all (a graph whose rows are
-        not independent, a language no smaller model drafts, a beam search with no drafter's
-        stream or no exact batched rows), so that it always agrees with :attr:`drafter_name`.
-        Before any run, the decoder the engine loaded."""
-        return self._reported()[0]
-
-    def _reported(self) -> tuple[str, str | None]:
-        run = self._active
-        return run.reported or (run.strategy.name, run.strategy.drafter_name)
 
     def add_listener(self, listener: Listener) -> None:
         """Also send every engine event to ``listener``."""
@@ -393,13 +381,13 @@ class Engine:
         VAD now."""
         if options is not None and options.vad_filter:
             self.voice_detector()
-        run = self._for_language(options)
+        run, reason = self._for_language(options)
 
         def segments() -> Iterator:
             with self._lock:
                 self._running = self._active = run
             try:
-                yield from run.transcribe(audio, options, info)
+                yield from run.transcribe(audio, options, info, reason)
             finally:
                 with self._lock:
                     self._running = None
@@ -409,30 +397,34 @@ class Engine:
     def prefetch(self, audio, options=None) -> None:
         """``audio`` is the next recording: its log-mel and the drafter's head start begin now
         (thread-safe; call it while the current one is decoded)."""
-        self._for_language(options).prefetch(audio, options)
+        self._for_language(options)[0].prefetch(audio, options)
 
     def _for_language(self, options):
-        """The transcriber whose drafter suits ``options.language`` (auto drafter only): tiny.en
-        for English or an unknown language, else :func:`as2d.loading.choose_drafter`'s choice,
-        loaded on first use, or the target alone when nothing smaller would save time (a note
-        says why, for ``--stats``). An explicit drafter is used for every language."""
+        """``(transcriber, reason)``: the transcriber whose drafter suits ``options.language``
+        (auto drafter only): tiny.en for English or an unknown language, else
+        :func:`as2d.loading.choose_drafter`'s choice, loaded on first use, or the target alone
+        when nothing smaller would save time; and why its runs decode with less than the spec
+        asks for (None: as asked), for their plans. An explicit drafter is used for every
+        language."""
         language = options.language if options is not None else None
         if (self.spec.drafter != AUTO or self.decoder == Decoder.TARGET
                 or language is None or self.strategy.drafter_name is None):
-            return self.transcriber
+            return self.transcriber, self._reason
         from as2d.runtime.whisper.tokenizer import normalize_language
 
         try:
             language = normalize_language(language)
         except ValueError:
-            return self.transcriber  # the run says so, in its place
+            return self.transcriber, self._reason  # the run says so, in its place
         name, why = loading.choose_drafter(self.target, language)
         if name == FIRST_DRAFTER:
-            return self.transcriber
+            return self.transcriber, self._reason
         with self._lock:  # one run per language, whichever thread asks first
             if self._closed:
                 raise RuntimeError("the engine is closed")
-            return self._by_language.get(language) or self._make_run(language, name, why)
+            if language not in self._by_language:
+                self._make_run(language, name, why)
+            return self._by_language[language], self._reasons[language]
 
     def _make_run(self, language: str, name: str | None, why: str):
         """A transcriber with the drafter ``name`` (None: the target alone) for ``language``
@@ -443,14 +435,14 @@ class Engine:
 
         self.listener(Note(f"drafter: {why}"))
         if name is None:
-            strategy = TargetOnly(self.target, self.listener)
+            strategy, reason = TargetOnly(self.target, self.listener), f"drafter: {why}"
         else:
-            strategy = self._strategy(self._load(name, None, self.plan.drafter,
-                                                 "drafter", False))
+            strategy, reason = self._strategy(self._load(name, None, self.plan.drafter,
+                                                         "drafter", False))
         run = LongFormTranscriber(self.target, strategy, self.listener)
         run.voice_detector = self.transcriber.voice_detector
         self._by_language[language] = run
-        return run
+        self._reasons[language] = reason
 
     def drafted_text(self) -> str | None:
         """The drafter's own transcript of the last decode (its candidate stream, in the target

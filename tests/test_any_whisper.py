@@ -616,8 +616,10 @@ def test_the_engine_drafts_with_a_drafter_for_the_language(folders, models_root,
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     def run(engine, language):
-        opts = TranscribeOptions(language=language)
-        return [s.tokens for s in engine.transcribe(audio, opts)], engine.drafter_name
+        from as2d.runtime.transcribe.longform import TranscriptionInfo
+
+        opts, info = TranscribeOptions(language=language), TranscriptionInfo(None, 0.0, 0.0)
+        return [s.tokens for s in engine.transcribe(audio, opts, info)], info.plan.drafter
 
     notes: list[str] = []
 

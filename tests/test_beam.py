@@ -21,7 +21,7 @@ from as2d.runtime.transcribe.beam import (
     select,
     top,
 )
-from as2d.runtime.transcribe.longform import LongFormTranscriber
+from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscriptionInfo
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, beam_options
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.logits import LogitRules
@@ -265,10 +265,12 @@ def test_the_long_form_loop_decodes_windows_with_the_beam(beam_model):
     t = LongFormTranscriber(model, listener=stats)
     path = SAMPLE.parent / "sense_and_sensibility.wav"
     clip = load_audio(str(path))
+    info = TranscriptionInfo(None, 0.0, clip.duration)
     segs = list(t.transcribe(clip, TranscribeOptions(beam_size=5, compression_ratio_threshold=None,
-                                                     logprob_threshold=None)))
+                                                     logprob_threshold=None), info))
     assert stats.current.summary()["search"] == "beam 5"
-    assert stats.current.summary()["decoder"] == "target" and t.reported == ("target", None)
+    assert stats.current.summary()["decoder"] == "target"
+    assert (info.plan.decoder, info.plan.drafter) == ("target", None)
     first_window = [tok for s in segs if s.seek == 0 for tok in s.tokens]
     ctx, prompt, rules = _window(model, path)
     want, _ = reference_beam(model, ctx, prompt, rules, model.dims.n_text_ctx // 2, 5)

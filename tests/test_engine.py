@@ -10,6 +10,7 @@ import pytest
 from as2d.engine import Engine, EngineSpec
 from as2d.runtime.audio import load_audio
 from as2d.runtime.events import Note
+from as2d.runtime.transcribe.longform import TranscriptionInfo
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
 CLIP = Path("/usr/share/pocketsphinx/test/data/librivox/"
@@ -19,7 +20,13 @@ pytestmark = pytest.mark.slow
 
 
 def tokens(engine: Engine, audio, language: str = "en") -> list:
-    return [s.tokens for s in engine.transcribe(audio, TranscribeOptions(language=language))]
+    return planned(engine, audio, TranscribeOptions(language=language))[0]
+
+
+def planned(engine: Engine, audio, options):
+    """The run's tokens and its plan (what it decoded with)."""
+    info = TranscriptionInfo(None, 0.0, audio.duration)
+    return [s.tokens for s in engine.transcribe(audio, options, info)], info.plan
 
 
 def test_a_stop_with_no_run_in_progress_does_not_stop_the_next_one(models_root):
@@ -47,9 +54,10 @@ def test_a_language_run_is_made_once_whichever_thread_asks_first(models_root):
             t.start()
         for t in threads:
             t.join()
-        german = tokens(engine, audio, "de")
-        assert engine.drafter_name is None  # base on German: nothing smaller saves time
-        assert engine.decoder == "as2d" and engine.run_decoder == "target"  # as reported
+        german, plan = planned(engine, audio, TranscribeOptions(language="de"))
+        assert plan.drafter is None  # base on German: nothing smaller saves time
+        assert engine.decoder == "as2d" and plan.decoder == "target"  # as reported
+        assert plan.reason.startswith("drafter: ") and plan.language == "de"
         assert engine.loaded_drafter == "tiny.en-int8"  # loaded, unused by this run
     assert sum("drafter:" in n for n in notes) == 1
     with Engine(EngineSpec(model="base", decoder="target", threads=2,
@@ -77,18 +85,20 @@ def test_a_one_window_recording_is_decoded_by_the_target_alone_unless_a_drafter_
                       recording_seconds=audio.duration)
     with Engine(spec, progress=said.append, load_whisper=load) as engine:
         assert roles == ["target"], "a drafter was loaded"
-        assert engine.decoder == "target" and engine.drafter_name is None
-        assert engine.run_decoder == "target"
+        assert engine.decoder == "target" and engine.loaded_drafter is None
         assert engine.plan.spin and engine.plan.busy is None  # target-only's own plan
-        alone = tokens(engine, audio)
+        alone, plan = planned(engine, audio, TranscribeOptions(language="en"))
+        assert (plan.decoder, plan.drafter) == ("target", None)
+        assert plan.reason.startswith("one window of audio")
     assert len(said) == 1 and "one window of audio (7.1 s)" in said[0], said
     assert "--drafter tiny.en" in said[0]
     with Engine(EngineSpec(model="base", threads=2, drafter="tiny.en", models_dir=models_root,
                            recording_seconds=audio.duration), load_whisper=load) as drafting:
         assert sorted(roles[1:]) == ["drafter", "target"]  # loaded side by side
-        assert drafting.decoder == "as2d" and drafting.drafter_name == "tiny.en-int8"
-        assert tokens(drafting, audio) == alone and alone
-        assert drafting.run_decoder == "as2d"
+        assert drafting.decoder == "as2d" and drafting.loaded_drafter == "tiny.en-int8"
+        drafted, plan = planned(drafting, audio, TranscribeOptions(language="en"))
+        assert drafted == alone and alone
+        assert (plan.decoder, plan.drafter, plan.reason) == ("as2d", "tiny.en-int8", None)
 
 
 def test_lone_window_is_only_for_auto_s_drafter_on_one_known_window():
@@ -113,9 +123,9 @@ def test_a_run_reports_the_decoder_it_used(models_root):
     audio = load_audio(CLIP)
     with Engine(EngineSpec(model="base", drafter="tiny.en", decoder="sd", threads=2,
                            models_dir=models_root)) as engine:
-        assert (engine.run_decoder, engine.drafter_name) == ("sd", "tiny.en-int8")  # loaded
-        beam = [s.tokens for s in engine.transcribe(
-            audio, TranscribeOptions(language="en", beam_size=5))]
-        assert beam and (engine.run_decoder, engine.drafter_name) == ("target", None)
-        assert tokens(engine, audio)
-        assert (engine.run_decoder, engine.drafter_name) == ("sd", "tiny.en-int8")
+        assert (engine.decoder, engine.loaded_drafter) == ("sd", "tiny.en-int8")  # loaded
+        beam, plan = planned(engine, audio, TranscribeOptions(language="en", beam_size=5))
+        assert beam and (plan.decoder, plan.drafter) == ("target", None)
+        assert "no drafter's stream" in plan.reason and plan.search_name == "beam 5"
+        greedy, plan = planned(engine, audio, TranscribeOptions(language="en"))
+        assert greedy and (plan.decoder, plan.drafter) == ("sd", "tiny.en-int8")

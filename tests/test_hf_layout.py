@@ -78,7 +78,7 @@ def test_a_graph_that_is_not_row_exact_is_not_used_for_speculation(hf_folder, cl
     engine = Engine(EngineSpec(model=str(hf_folder), decoder="as2d", threads=2),
                     progress=notes.append)
     with engine:
-        assert isinstance(engine.strategy, TargetOnly) and engine.drafter_name is None
+        assert isinstance(engine.strategy, TargetOnly) and engine.loaded_drafter is None
     assert any("target alone" in n for n in notes)
 
 

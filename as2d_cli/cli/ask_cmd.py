@@ -207,8 +207,8 @@ def run_ask(req: AskRequest) -> int:
         doc.update(
             source=str(req.file), duration=round(audio.duration, 3), language=info.language,
             interrupted=interrupted,  # collect_segments folds info.interrupted in
-            models={"target": engine.target.name, "drafter": engine.drafter_name,
-                    "decoder": engine.run_decoder, "llm": lm.name},
+            models={"target": engine.target.name, "drafter": info.plan.drafter,
+                    "decoder": info.plan.decoder, "llm": lm.name},
             candidates=_candidates_word(answerer, req),
             stats={"transcription": run.summary() if run else None,
                    "answer": answer.stats.to_dict()})

@@ -330,7 +330,7 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
         interrupted = interrupted or stopped  # stopped already counts info.interrupted
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
                     "source": source, "model": engine.target.name,
-                    "decoder": engine.run_decoder}
+                    "decoder": info.plan.decoder}
         if interrupted:
             doc_info["interrupted"] = True
         if to_stdout and not stream_txt:

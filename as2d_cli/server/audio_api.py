@@ -267,8 +267,8 @@ def make_router(backend: Backend) -> APIRouter:
         doc = result.to_dict()
         doc.update(source=req.filename, duration=round(audio.duration, 3),
                    language=info.language, interrupted=info.interrupted,
-                   models={"target": engine.target.name, "drafter": engine.drafter_name,
-                           "decoder": engine.run_decoder,
+                   models={"target": engine.target.name, "drafter": info.plan.drafter,
+                           "decoder": info.plan.decoder,
                            "llm": answerer.model.name},
                    candidates="verified" if answerer.lossless else
                    "unavailable: the model's passes are not row-exact",

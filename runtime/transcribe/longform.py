@@ -42,13 +42,13 @@ from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
 from as2d.runtime.transcribe.beam import BeamOptions
 from as2d.runtime.transcribe.drafting import DraftingStrategy
+from as2d.runtime.transcribe.plan import RunPlan
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
 from as2d.runtime.transcribe.strategy import DecodeStrategy, TargetOnly, Window
 from as2d.runtime.transcribe.stream_source import SampledSource, StreamProposer
 from as2d.runtime.transcribe.transcribe_options import (
     TranscribeOptions,
     beam_options,
-    describe_search,
     resolve_language,
 )
 from as2d.runtime.transcribe.window import DecodingResult
@@ -105,6 +105,7 @@ class TranscriptionInfo:
     interrupted: bool = False
     language_detected: bool = False
     extra: dict = field(default_factory=dict)
+    plan: RunPlan | None = None  # the run's decisions, once it has started
 
 
 def _silent(audio: Audio, window: Window, peak: float | None) -> bool:
@@ -131,15 +132,11 @@ class LongFormTranscriber:
         self.run_options = _run_options()
         self.ahead = Lookahead(self.strategy, model.dims.n_mels)
         self._runner: WindowRunner | None = None  # the current run's
-        self._search: BeamOptions | None = None  # the current run's beam search, if any
+        self._plan: RunPlan | None = None  # the current run's
         # The drafter's stream of the current run, for the decodes its aligner does not
         # follow (beam hypotheses, sampled fallback decodes); None: none to look up.
         self._stream = None
         self._sampled_candidates = False  # sampled decodes verify candidates (a speculative run)
-        # What the current (or last) run said it decodes with, (decoder, drafter), as its
-        # RunStarted did: a beam run without a drafter's stream, or without exact batched
-        # rows, is the target's alone whatever the strategy. None before the first run.
-        self.reported: tuple[str, str | None] | None = None
         # (model, busy threads) → how a fallback's samples are batched (see _sample_batching)
         self._batching: dict = {}
         # The current window's proposer, keyed by (stream, window seek).
@@ -182,10 +179,13 @@ class LongFormTranscriber:
         self.ahead.add(audio, language, options)
 
     def transcribe(self, audio: Audio | np.ndarray, options: TranscribeOptions | None = None,
-                   info: TranscriptionInfo | None = None) -> Iterator[Segment]:
+                   info: TranscriptionInfo | None = None, reason: str | None = None
+                   ) -> Iterator[Segment]:
         """Segments of ``audio`` as they are decoded (in a worker thread).
 
-        ``info`` (optional) is filled in as decoding goes (language, duration, interruption).
+        ``info`` (optional) is filled in as decoding goes (the run's plan, language, duration,
+        interruption). ``reason``: why this transcriber's decoder is less than the user asked
+        for (the engine's choice), carried into the plan.
         Closing the generator early, or an exception in the consumer, stops the workers.
         """
         options = options or TranscribeOptions()
@@ -202,9 +202,12 @@ class LongFormTranscriber:
                 speech, timeline = audio, None
                 if options.vad_filter:
                     speech, timeline = self._speech_only(audio, options, info)
-                    if timeline is None:
-                        return  # no speech at all: nothing to decode
-                for seg in self._run(speech, options, info, timeline):
+                    if timeline is None:  # no speech at all: nothing to decode
+                        info.plan = self._make_plan(resolve_language(self.model,
+                                                                     options.language),
+                                                    None, options, reason)
+                        return
+                for seg in self._run(speech, options, info, timeline, reason):
                     out.put(seg)
                 finished.append(not info.interrupted)
             except BaseException as exc:  # handed to the consumer, re-raised there
@@ -255,7 +258,8 @@ class LongFormTranscriber:
 
     # -- the window loop ----------------------------------------------------------------------
     def _run(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo,
-             timeline: vad.Timeline | None = None) -> Iterator[Segment]:
+             timeline: vad.Timeline | None = None, reason: str | None = None
+             ) -> Iterator[Segment]:
         """The segments of ``audio``; with a ``timeline`` (VAD filter), ``audio`` is the
         joined speech and every time is put back on the original recording."""
         model, tk, decoder = self.model, self.model.tokenizer, self.strategy
@@ -264,7 +268,7 @@ class LongFormTranscriber:
         mel, encoding = self.ahead.run_started(audio)
         try:
             language = resolve_language(model, options.language)
-            search = self._search = beam_options(options)
+            search = beam_options(options)
         except BaseException:
             if encoding is not None:
                 encoding.abandon()
@@ -282,27 +286,11 @@ class LongFormTranscriber:
         # From here an encoder thread, and soon the drafter, may be running: whatever fails
         # before the window loop (its own try ends them) must end them too.
         try:
-            # Speculative beam search needs a drafter's stream and batched rows that are the
-            # rows of single passes (checked once on this machine); otherwise beam windows are
-            # decoded by the target alone, and the run says so.
-            speculative = search is None
-            if search is not None:
-                if not isinstance(model, WhisperModel):  # a Hugging Face ONNX export
-                    raise ValueError(f"{model.name}: beam search needs an as2d Whisper model "
-                                     "(a Hugging Face ONNX export decodes greedily only)")
-                model.beam_session()  # made (and its graph added) before the first window
-                exact = beams_exact(model, decoder.pass_threads)
-                speculative = exact and decoder.streams
-                if not exact:
-                    self.emit(Note("beam search: this machine computes the batched decoder's "
-                                   "rows differently from single passes; the target decodes "
-                                   "the beams alone"))
-            self.reported = ((decoder.name, decoder.drafter_name) if speculative
-                             else ("target", None))
-            run_decoder, drafter = self.reported
-            self.emit(RunStarted(audio.source, audio.duration, run_decoder, model.name, drafter,
-                                 decoder.threads(), model.encoder_name,
-                                 describe_search(search)))
+            plan = self._plan = self._make_plan(language, search, options, reason)
+            info.plan = plan
+            self.emit(RunStarted(audio.source, audio.duration, plan.decoder, model.name,
+                                 plan.drafter, decoder.threads(), model.encoder_name,
+                                 plan.search_name))
             decoder.start_early(mel, language, options)
             self.ahead.run_begun()  # the drafter may go on to the next files when done here
             if language is None:
@@ -339,11 +327,11 @@ class LongFormTranscriber:
             aligner = WordAligner.for_run(model, language, options) \
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
-            self._stream = decoder.candidate_stream() if speculative else None
+            self._stream = decoder.candidate_stream() if plan.speculative else None
             self._window_proposer = None
             # Sampled decodes verify candidates in a speculative run (its target passed the
             # row check); a run that reports itself target-only decodes them alone too.
-            self._sampled_candidates = speculative and isinstance(decoder, DraftingStrategy)
+            self._sampled_candidates = plan.speculative and isinstance(decoder, DraftingStrategy)
             if search is not None and self._stream is None:
                 # Beam windows by the target alone, and so sampled ones: a drafter would only
                 # take the cores.
@@ -419,6 +407,32 @@ class LongFormTranscriber:
                 runner.close()
         self.emit(RunDone(time.perf_counter() - t_run))
 
+    def _make_plan(self, language: str | None, search: BeamOptions | None,
+                   options: TranscribeOptions, reason: str | None) -> RunPlan:
+        """The run's decisions, made once (:mod:`.plan`). The decoder is the strategy's, except
+        that speculative beam search needs a drafter's stream and batched rows that are the
+        rows of single passes (checked once on this machine): otherwise the target decodes the
+        beams alone, and the plan says why."""
+        model, decoder = self.model, self.strategy
+        name, drafter = decoder.name, decoder.drafter_name
+        if search is not None:
+            if not isinstance(model, WhisperModel):  # a Hugging Face ONNX export
+                raise ValueError(f"{model.name}: beam search needs an as2d Whisper model "
+                                 "(a Hugging Face ONNX export decodes greedily only)")
+            model.beam_session()  # made (and its graph added) before the first window
+            exact = beams_exact(model, decoder.pass_threads)
+            if not exact:
+                self.emit(Note("beam search: this machine computes the batched decoder's "
+                               "rows differently from single passes; the target decodes "
+                               "the beams alone"))
+            if drafter is not None and not (exact and decoder.streams):
+                reason = ("beam search: the batched decoder's rows are not those of single "
+                          "passes on this machine" if not exact else
+                          f"beam search: the {name} decoder has no drafter's stream to take "
+                          "candidates from")
+                name, drafter = "target", None
+        return RunPlan(name, drafter, reason, language, search, options)
+
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                 rules: LogitRules, sample_len: int, options: TranscribeOptions,
                 bare: list[int] | None = None
@@ -490,7 +504,7 @@ class LongFormTranscriber:
                  temperature: float, retried: bool):
         """One decode of ``window`` at ``temperature``: beam search (the run's, if any) or
         greedy through the run's decoder, or the best of ``best_of`` seeded samples."""
-        search = self._search
+        search = self._plan.search
         if temperature <= 0:
             if search is not None:
                 task = window_task.beam(prompt, rules, sample_len, search,
