@@ -107,8 +107,10 @@ def _start(models_root: Path, tmp: Path, *args: str) -> Server:
 
 @pytest.fixture(scope="module")
 def server(models_root, tmp_path_factory):
+    # --idle-timeout: the queue test holds a live session without audio on purpose
+    # (tests/test_serve_hostile.py tests the timeout).
     srv = _start(models_root, tmp_path_factory.mktemp("serve"), "--api-key", KEY,
-                 "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1")
+                 "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1", "--idle-timeout", "120")
     yield srv
     if srv.proc.poll() is None:
         srv.proc.send_signal(signal.SIGTERM)
@@ -839,6 +841,10 @@ def test_serve_refuses_bad_settings_in_one_line(tmp_path):
     error_line(cli("serve", "--max-upload-mb", "0"), 2, "--max-upload-mb")
     error_line(cli("serve", "--decoder", "fast"), 2, "--decoder")
     error_line(cli("serve", "--cors-origin", "evil"), 2, "--cors-origin")
+    error_line(cli("serve", "--idle-timeout", "0"), 2, "--idle-timeout")
+    error_line(cli("serve", "--idle-timeout", "nan"), 2, "--idle-timeout")
+    error_line(cli("serve", "--api-key", "two\nlines"), 2, "--api-key")
+    error_line(cli("serve", "--api-key", " padded"), 2, "--api-key")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen(1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -54,6 +55,10 @@ class ServeRequest:
         "--max-upload-mb", help="Largest upload accepted, in MB.")] = 25.0
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Requests that may wait for the decoder before 429.")] = 8
+    idle_timeout: Annotated[float, typer.Option(
+        "--idle-timeout", metavar="SECONDS",
+        help="End a live session that sends no audio for this long, freeing the decoder "
+             "for other requests.")] = 10.0
     cors_origin: Annotated[list[str] | None, typer.Option(
         "--cors-origin", help="Allow browser pages from this origin (repeat for several; "
                               "default: none).")] = None
@@ -75,6 +80,8 @@ def validate(req: ServeRequest) -> None:
         raise UserError(f"--port must be between 1 and 65535, not {req.port}", 2)
     if req.api_key is not None and not req.api_key.strip():
         raise UserError("--api-key is empty", 2)
+    if req.api_key is not None:
+        check_api_key(req.api_key)
     if not is_loopback(req.host) and not req.api_key:
         raise UserError(f"--host {req.host} is reachable from other machines: give an "
                         "--api-key (or set AS2D_API_KEY), or serve on 127.0.0.1", 2)
@@ -82,12 +89,30 @@ def validate(req: ServeRequest) -> None:
         raise UserError("--max-upload-mb must be more than 0 and at most 4096", 2)
     if not 0 <= req.max_queue <= 1000:
         raise UserError("--max-queue must be between 0 and 1000", 2)
+    if not 0.5 <= req.idle_timeout <= 3600:  # NaN included
+        raise UserError("--idle-timeout must be between 0.5 and 3600 seconds", 2)
     if req.threads < 0:
         raise UserError("--threads cannot be negative", 2)
     for origin in req.cors_origin or []:
         if origin != "*" and not origin.startswith(("http://", "https://")):
             raise UserError(f"--cors-origin takes an origin such as http://localhost:3000, "
                             f"not {origin!r}", 2)
+
+
+def check_api_key(key: str) -> None:
+    """A key a client can send: valid text (clients send it as UTF-8; bytes that are not
+    UTF-8 in the command line or $AS2D_API_KEY are refused), no control characters (an HTTP
+    header cannot carry them) and no spaces around it (a header's value is trimmed)."""
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UserError("--api-key is not valid UTF-8 text", 2) from None
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise UserError("--api-key holds a control character, which an HTTP header cannot "
+                        "carry", 2)
+    if key != key.strip():
+        raise UserError("--api-key starts or ends with a space, which an HTTP header loses",
+                        2)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -133,6 +158,7 @@ def run_serve(req: ServeRequest) -> int:
         threads=req.threads, encoder=req.encoder,
         models_dir=str(req.models_dir) if req.models_dir else None, llm=req.llm,
         max_upload_mb=req.max_upload_mb, max_queue=req.max_queue, api_key=req.api_key,
+        idle_timeout=req.idle_timeout,
         cors_origins=tuple(req.cors_origin or ()))
 
     def note(message: str) -> None:
@@ -140,6 +166,12 @@ def run_serve(req: ServeRequest) -> int:
             print(message, file=sys.stderr, flush=True)
 
     backend = Backend(settings, log=note)
+    from as2d.server.uploads import remove_stale_uploads
+
+    stale = remove_stale_uploads()
+    if stale:
+        note(f"as2d: removed {stale} upload file(s) a stopped server left in "
+             f"{tempfile.gettempdir()}")
     shown = f"[{req.host}]" if ":" in req.host else req.host
     note(f"as2d: serving on http://{shown}:{req.port} (pid {os.getpid()}); loading "
          f"{req.model}" + (f" + {req.drafter}" if req.decoder != "target" else "")

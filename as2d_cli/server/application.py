@@ -4,13 +4,14 @@ Security by default: the server binds to loopback; another host needs an API key
 constant time, ``Authorization: Bearer KEY``); CORS headers are sent only for the origins
 given with ``--cors-origin``; the page and the API load nothing from anywhere else.
 
-SIGTERM (or Ctrl-C) stops taking new connections, lets the requests in flight finish, and the
-process exits 0 (uvicorn's graceful shutdown; its habit of re-raising the signal afterwards
+SIGTERM, SIGHUP (or Ctrl-C) stops taking new connections, lets the requests in flight finish,
+and the process exits 0 (uvicorn's graceful shutdown; its habit of re-raising the signal afterwards
 is turned off, since that would end the process with 143 after a clean stop).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import ipaddress
@@ -43,7 +44,12 @@ def is_loopback(host: str) -> bool:
 
 
 def key_ok(expected: str | None, header: str | None) -> bool:
-    """``Authorization: Bearer KEY`` matches, compared in constant time."""
+    """``Authorization: Bearer KEY`` matches, compared in constant time.
+
+    ``header`` is the value as Starlette gives it, its bytes decoded as latin-1 (ASGI's
+    headers are bytes); those bytes are compared with the key's UTF-8 bytes, so a key that
+    is not ASCII matches when the client sends it as UTF-8 (what curl, browsers and OpenAI's
+    clients send), and only then."""
     if not expected:
         return True
     if not header:
@@ -51,7 +57,11 @@ def key_ok(expected: str | None, header: str | None) -> bool:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer":
         return False
-    return hmac.compare_digest(token.strip().encode(), expected.encode())
+    try:
+        sent = token.strip().encode("latin-1")  # the bytes on the wire
+    except UnicodeEncodeError:  # not from a header (a caller's own str): its UTF-8
+        sent = token.strip().encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(sent, expected.encode("utf-8", "surrogateescape"))
 
 
 def _ws_key(ws: WebSocket) -> str | None:
@@ -202,6 +212,59 @@ _CSP = ("default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data: b
         "media-src 'self' blob:; style-src 'self'; script-src 'self'; worker-src 'self' blob:")
 
 
+DRAIN_SECONDS = 2.0  # how long a connection refused with 400 is read (and dropped) before closing
+
+
+def http_protocol() -> type:
+    """uvicorn's h11 protocol, less two habits of its answer to a request h11 cannot parse (a
+    malformed ``Content-Length``, a bad request line): that 400 is OpenAI's JSON error like
+    every other refusal, not a plain-text line, and the connection is half-closed and its
+    remaining input read and dropped for up to :data:`DRAIN_SECONDS` before it is closed.
+    uvicorn closes at once, and a socket closed with the client's body still arriving is
+    reset (RST), so the client saw "connection reset" instead of the 400. The refusal happens
+    inside uvicorn, below the application, which never sees the request."""
+    import json
+
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    body = json.dumps(error_body(400, "the request is not valid HTTP/1.1 (a malformed "
+                                      "header, such as Content-Length, or request line)",
+                                 code="invalid_request")).encode()
+
+    class JSONErrorH11Protocol(H11Protocol):
+        draining = False
+
+        def send_400_response(self, msg: str) -> None:
+            headers = [(b"content-type", b"application/json"),
+                       (b"content-length", str(len(body)).encode()),
+                       (b"connection", b"close")]
+            try:
+                out = self.conn.send(h11.Response(status_code=400, headers=headers,
+                                                  reason=b"Bad Request"))
+                out += self.conn.send(h11.Data(data=body)) or b""
+                out += self.conn.send(h11.EndOfMessage()) or b""
+            except h11.LocalProtocolError:  # h11 cannot answer in this state: uvicorn's way
+                super().send_400_response(msg)
+                return
+            self.transport.write(out)
+            self.draining = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            loop = asyncio.get_running_loop()
+            loop.call_later(DRAIN_SECONDS, self.transport.close)
+
+        def data_received(self, data: bytes) -> None:
+            if not self.draining:
+                super().data_received(data)
+
+        def eof_received(self) -> None:
+            if self.draining:
+                self.transport.close()
+
+    return JSONErrorH11Protocol
+
+
 def run(backend: Backend, sock, log_level: str = "info") -> int:
     """Serve on the listening socket ``sock`` until SIGTERM/SIGINT; the exit code (1 when
     the models failed to load)."""
@@ -221,7 +284,7 @@ def run(backend: Backend, sock, log_level: str = "info") -> int:
                 yield
                 return
             originals = {sig: signal.signal(sig, self.handle_exit)
-                         for sig in uvicorn.server.HANDLED_SIGNALS}
+                         for sig in _stop_signals(uvicorn.server.HANDLED_SIGNALS)}
             try:
                 yield
             finally:
@@ -233,6 +296,7 @@ def run(backend: Backend, sock, log_level: str = "info") -> int:
     app = create_app(backend)
     config = uvicorn.Config(app, log_level=log_level, access_log=True,
                             lifespan="on", timeout_graceful_shutdown=300,
+                            http=http_protocol(),
                             ws_max_size=24 * 1024 * 1024, server_header=False,
                             log_config=_log_config())
     server = Server(config)
@@ -252,6 +316,18 @@ def run(backend: Backend, sock, log_level: str = "info") -> int:
         print(f"as2d: error: {failed[0]}", file=sys.stderr)
         return 1
     return 0 if server.started else 1
+
+
+def _stop_signals(handled) -> list:
+    """The signals that stop the server gracefully: uvicorn's (SIGINT, SIGTERM) and SIGHUP,
+    the terminal closed, which would otherwise reach the command line's handler and end the
+    requests in flight with a 500; a SIGHUP ignored when the process started (``nohup``)
+    stays ignored."""
+    sigs = list(handled)
+    hup = getattr(signal, "SIGHUP", None)
+    if hup is not None and hup not in sigs and signal.getsignal(hup) is not signal.SIG_IGN:
+        sigs.append(hup)
+    return sigs
 
 
 def _log_config() -> dict:

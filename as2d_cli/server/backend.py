@@ -41,6 +41,9 @@ class ServeSettings:
     max_queue: int = 8  # requests waiting for the decode slot before 429
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
+    # A live session that gets no audio for this long is ended (its utterance finished and
+    # sent) and the decoder freed: an idle socket kept open must not hold it from others.
+    idle_timeout: float = 10.0
     word_timestamps: bool = True  # prepare the alignment graph at start
 
 

@@ -14,8 +14,11 @@ VAD, endpointing, LocalAgreement, speculative finals), and its events go back as
 
 as2d's own client event ``input_audio_buffer.end`` says no more audio will come: the
 utterance in progress is finished, its events are sent, and the server closes the socket
-(1000). With ``?hypotheses=1`` the server also sends ``as2d.hypothesis`` (the tentative tail
-of each decode), ``as2d.level`` and ``as2d.note`` events, which the browser page draws.
+(1000). A session that gets no audio for ``--idle-timeout`` seconds (10) ends the same way,
+after an ``error`` event with the code ``idle_timeout``: an idle socket kept open does not
+hold the decoder from the other requests. With ``?hypotheses=1`` the server also sends
+``as2d.hypothesis`` (the tentative tail of each decode), ``as2d.level`` and ``as2d.note``
+events, which the browser page draws.
 
 Browsers cannot set an ``Authorization`` header on a WebSocket; as OpenAI does, the key may
 come as the subprotocol ``openai-insecure-api-key.<key>``.
@@ -71,6 +74,7 @@ class RealtimeConnection:
         self._last_item: str | None = None
         self.holding_slot = False
         self.ended = False
+        self.last_audio = self.loop.time()
 
     # -- what the client sees ---------------------------------------------------------------
     def session_doc(self) -> dict:
@@ -257,7 +261,28 @@ class RealtimeConnection:
         reply = kind.replace(".update", ".updated")
         await self.send({"type": reply, "session": self.session_doc()})
 
+    def idle_deadline(self) -> float | None:
+        """When the session will have been idle too long (loop time), or None when it holds
+        no decoder (no audio yet, or already ending)."""
+        if not self.holding_slot or self.ended or self.source is None:
+            return None
+        return self.last_audio + self.backend.settings.idle_timeout
+
+    async def end_idle(self) -> None:
+        """No audio for ``--idle-timeout`` seconds: say so, then end the session as
+        ``input_audio_buffer.end`` does (what was sent is decoded and its events sent; the
+        socket is then closed and the decoder freed for the requests waiting)."""
+        seconds = self.backend.settings.idle_timeout
+        await self.send(_error(f"no audio for {seconds:g} s: the live session ends, and the "
+                               "decoder is freed for other requests (as2d serve "
+                               "--idle-timeout)", "idle_timeout"))
+        self.backend.log(f"as2d: live session {self.id} sent no audio for {seconds:g} s; "
+                         "ending it")
+        self.ended = True
+        self.source.end()
+
     async def append_pcm(self, pcm: bytes, eid) -> None:
+        self.last_audio = self.loop.time()
         if self.ended:
             await self.send(_error("input_audio_buffer.end was sent: no more audio is taken",
                                    "input_ended", None, eid))
@@ -270,6 +295,7 @@ class RealtimeConnection:
             if not await self.start_session():
                 return
         samples = np.frombuffer(pcm, dtype="<i2")
+        self.last_audio = self.loop.time()  # again: the first audio may have waited its turn
         if not self.source.push(samples):
             await self.send(_error("the decoder is behind: audio was dropped", "audio_dropped",
                                    None, eid))
@@ -357,10 +383,18 @@ async def serve_realtime(ws: WebSocket, backend: Backend) -> None:
             await conn.send(event)
 
     sender = asyncio.ensure_future(pump())
+    receive = None
     try:
         while True:
-            receive = asyncio.ensure_future(ws.receive())
-            done, _ = await asyncio.wait({receive, sender}, return_when=asyncio.FIRST_COMPLETED)
+            if receive is None:
+                receive = asyncio.ensure_future(ws.receive())
+            deadline = conn.idle_deadline()
+            wait = None if deadline is None else max(0.0, deadline - conn.loop.time())
+            done, _ = await asyncio.wait({receive, sender}, timeout=wait,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if not done:  # no audio for --idle-timeout seconds: free the decoder
+                await conn.end_idle()
+                continue
             if sender in done:
                 receive.cancel()
                 with contextlib.suppress(BaseException):
@@ -370,6 +404,7 @@ async def serve_realtime(ws: WebSocket, backend: Backend) -> None:
                     await ws.close(1000)
                 return
             message = receive.result()
+            receive = None
             if message["type"] == "websocket.disconnect":
                 return
             data = message.get("text")
@@ -387,8 +422,9 @@ async def serve_realtime(ws: WebSocket, backend: Backend) -> None:
                 "message": f"the live session failed ({type(exc).__name__})"}})
             await ws.close(1011)
     finally:
-        if not sender.done():
-            sender.cancel()
-            with contextlib.suppress(BaseException):
-                await sender
+        for task in (sender, receive):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
         await conn.release()

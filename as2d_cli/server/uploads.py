@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import stat
 import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -43,6 +45,59 @@ class Upload:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         self.files.clear()
+
+
+UPLOAD_PREFIX = "as2d-upload-"
+_STALE = re.compile(r"as2d-upload-(\d+)-[A-Za-z0-9_]+")
+
+
+def upload_prefix() -> str:
+    """Temporary upload files are named ``as2d-upload-PID-XXXXXXXX``: the server's process id
+    says, after a crash, whose they were (:func:`remove_stale_uploads`)."""
+    return f"{UPLOAD_PREFIX}{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):  # another user's; a pid no system has
+        return True  # either way: not ours to judge, left alone
+    return True
+
+
+def remove_stale_uploads(tmpdir: str | None = None) -> int:
+    """Delete the upload files a server killed without its cleanup (SIGKILL, a crash) left
+    in the temporary folder; how many. Only this program's files are touched: named
+    ``as2d-upload-PID-…`` as :func:`upload_prefix` names them, regular files (not links),
+    owned by this user, of a process that no longer runs (a live server's uploads, this
+    one's included, are left alone)."""
+    folder = tmpdir or tempfile.gettempdir()
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    me = os.getpid()
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    for name in names:
+        m = _STALE.fullmatch(name)
+        if m is None:
+            continue
+        pid = int(m.group(1))
+        if pid == me or _alive(pid):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+            if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
+                continue
+            os.unlink(path)  # a link put there meanwhile is unlinked, never followed
+            removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def _limit_error(limit: int) -> APIError:
@@ -105,7 +160,7 @@ async def read_multipart(content_type: str | None, content_length: str | None,
             if state.name in upload.files:
                 raise APIError(400, f"more than one file in field {state.name!r}",
                                param=state.name, code="invalid_multipart")
-            fd, path = tempfile.mkstemp(prefix="as2d-upload-", dir=tmpdir)
+            fd, path = tempfile.mkstemp(prefix=upload_prefix(), dir=tmpdir)
             state.file = os.fdopen(fd, "wb")
             upload.files[state.name] = (path, opts[b"filename"].decode("utf-8", "replace"))
         else:
