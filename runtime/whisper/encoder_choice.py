@@ -21,9 +21,9 @@ words depend on, and it is made so that they do not move:
 - **A near-tie never flips it.** The incumbent (the back end chosen before for this model, on an
   earlier library or CPU; else the bundle's own onnxruntime graph) keeps its place unless the
   fastest challenger beats it by :data:`MARGIN`.
-- **No back end whose numbers depend on the thread count.** The winner is run at 1 and at
-  :func:`check_threads` threads on the same window; unless the outputs are bit-identical it is
-  left out (remembered as skipped, with why) and the next is taken. Measured on base and
+- **No back end whose numbers depend on the thread count.** The winner's outputs at 1 thread
+  and at :func:`check_threads` threads (its warm-up's) on the same window must be bit-identical,
+  or it is left out (remembered as skipped, with why) and the next is taken. Measured on base and
   tiny.en (a real 30-s window, an Intel Xeon with AMX): onnxruntime int8 and OpenVINO f32, bf16
   and int8 give bit-identical outputs at 1, 2, 3, 4 and 8 threads.
 
@@ -378,14 +378,37 @@ def time_run(encoder, mel: np.ndarray) -> float:
     return time.perf_counter() - t0
 
 
-def outputs_digest(encoder, mel: np.ndarray) -> str:
-    """A digest of every output of one run of ``mel``, bit for bit."""
+def _digest(outputs: dict) -> str:
+    """A digest of every output of one run, bit for bit."""
     h = hashlib.sha256()
-    for name, value in sorted(encoder.run(mel).items()):
+    for name, value in sorted(outputs.items()):
         a = np.ascontiguousarray(value)
         h.update(f"{name} {a.dtype} {a.shape}".encode())
         h.update(a.tobytes())
     return h.hexdigest()
+
+
+def outputs_digest(encoder, mel: np.ndarray) -> str:
+    """A digest of every output of one run of ``mel``, bit for bit."""
+    return _digest(encoder.run(mel))
+
+
+class _Recording:
+    """An encoder whose runs also keep a digest of their outputs (the warm-up's is what the
+    thread check compares, so the count timed needs no second build)."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder = encoder
+        self.digest: str | None = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.encoder, name)
+
+    def run(self, mel: np.ndarray, run_options=None) -> dict:
+        out = self.encoder.run(mel, run_options) if run_options is not None else \
+            self.encoder.run(mel)
+        self.digest = _digest(out)
+        return out
 
 
 def window(n_mels: int) -> np.ndarray:
@@ -403,8 +426,8 @@ Build = Callable[[EncoderCandidate, int], object]  # (candidate, threads) → en
 
 
 def measure(candidates: Sequence[EncoderCandidate], build: Build, mel: np.ndarray,
-            threads: int, runs: int | None = None, budget_s: float | None = None
-            ) -> tuple[dict[str, float], dict[str, str]]:
+            threads: int, runs: int | None = None, budget_s: float | None = None,
+            digests: dict[str, str] | None = None) -> tuple[dict[str, float], dict[str, str]]:
     """Time each candidate on ``mel`` with ``threads`` threads, **one at a time**: build it, run
     it once (a warm-up: first runs allocate, OpenVINO's more than onnxruntime's), then up to
     ``runs`` timed runs (past the first, only within its share of ``budget_s``), and free it
@@ -414,7 +437,8 @@ def measure(candidates: Sequence[EncoderCandidate], build: Build, mel: np.ndarra
     A candidate whose warm-up took :data:`WARMUP_DROP` times the best warm-up so far is not
     timed (its time is its warm-up's), and one whose timed run is :data:`ROUND_DROP` times the
     best so far is not timed again: it cannot win, and the first use of a model should not wait
-    on it. Returns each candidate's time (seconds per window) and the skipped ones with why.
+    on it. Returns each candidate's time (seconds per window) and the skipped ones with why;
+    ``digests``, when given, receives each candidate's warm-up outputs' digest.
     """
     runs = RUNS if runs is None else runs
     budget_s = BUDGET_S if budget_s is None else budget_s
@@ -423,11 +447,15 @@ def measure(candidates: Sequence[EncoderCandidate], build: Build, mel: np.ndarra
     seconds: dict[str, float] = {}
     best_warm = best = math.inf
     for c in candidates:
-        enc = None
+        enc = rec = None
         try:
             start = time.perf_counter()
             enc = build(c, threads)
-            warm = time_run(enc, mel)
+            rec = _Recording(enc)
+            warm = time_run(rec, mel)
+            if digests is not None and rec.digest is not None:
+                digests[c.name] = rec.digest
+            rec = None
             best_warm = min(best_warm, warm)
             seconds[c.name] = warm
             if warm > WARMUP_DROP * best_warm:
@@ -443,7 +471,7 @@ def measure(candidates: Sequence[EncoderCandidate], build: Build, mel: np.ndarra
             skipped[c.name] = _why(exc)
             seconds.pop(c.name, None)
         finally:
-            enc = None  # its sessions, compiled model and thread pools go before the next
+            enc = rec = None  # its sessions, compiled model and thread pools go before the next
             gc.collect()
     return seconds, skipped
 
@@ -465,11 +493,14 @@ def pick(seconds: dict[str, float], order: Sequence[EncoderCandidate], incumbent
 
 
 def thread_invariant(c: EncoderCandidate, build: Build, mel: np.ndarray,
-                     counts: Sequence[int]) -> str | None:
+                     counts: Sequence[int], known: dict[int, str] | None = None) -> str | None:
     """None when ``c``'s outputs on ``mel`` are bit-identical at each thread count of
-    ``counts`` (built and freed one at a time), else why not."""
-    seen: dict[int, str] = {}
+    ``counts`` (built and freed one at a time) and those ``known`` (thread count → digest),
+    else why not."""
+    seen: dict[int, str] = dict(known or {})
     for t in counts:
+        if t in seen:
+            continue
         enc = None
         try:
             enc = build(c, t)
@@ -478,7 +509,7 @@ def thread_invariant(c: EncoderCandidate, build: Build, mel: np.ndarray,
             enc = None
             gc.collect()
     if len(set(seen.values())) > 1:
-        return ("its output depends on the thread count (" + " and ".join(map(str, seen))
+        return ("its output depends on the thread count (" + " and ".join(map(str, sorted(seen)))
                 + " threads differ)")
     return None
 
@@ -537,15 +568,17 @@ def _measure_and_pick(bundle_dir: Path, path: Path | None,
              f"{', '.join(c.name for c in order)} on a 30-s window, {threads} "
              f"thread{'s' if threads != 1 else ''}{busy}")
     mel = window(n_mels)
-    seconds, skipped = measure(order, build, mel, threads)
+    digests: dict[str, str] = {}
+    seconds, skipped = measure(order, build, mel, threads, digests=digests)
     counts = sorted({1, check_threads()})
     while True:
         best = pick(seconds, candidates, held)
         if best is None:
             raise RuntimeError("no encoder back end runs here: " + "; ".join(
                 f"{n}: {why}" for n, why in skipped.items()))
+        known = {threads: digests[best]} if best in digests else {}
         try:
-            why = thread_invariant(EncoderCandidate.parse(best), build, mel, counts)
+            why = thread_invariant(EncoderCandidate.parse(best), build, mel, counts, known)
         except Exception as exc:  # noqa: BLE001 - ran while timed, fails now: not to trust
             why = _why(exc)
         if why is None:
