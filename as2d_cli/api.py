@@ -22,14 +22,23 @@ known and a bad file fails early); nothing is decoded until you iterate. One
 :class:`Transcriber` runs one transcription at a time. Every
 decoder (``"as2d"``, ``"sd"``, ``"target"``) gives the same tokens; they differ only in speed.
 
-Audio is a path (anything libsndfile reads: wav, flac, ogg, mp3) or a numpy array of float
-samples (16 kHz unless ``sample_rate`` says otherwise; stereo is mixed down). Models are catalog
+Audio is a path (anything libsndfile reads: wav, flac, ogg, mp3) or a numpy array of samples
+(16 kHz unless ``sample_rate`` says otherwise): float in ±1, or int8/int16/int32/uint8 PCM
+scaled as soundfile reads it; mono ``(frames,)`` or ``(frames, channels)``, mixed down (a
+channels-first ``(channels, frames)`` array is refused: pass ``samples.T``). Models are catalog
 names (``"base"``, ``"tiny.en"``, ``"base-fp32"``) installed on first use into the user's
 cache, or folders.
+
+Options are checked where they are made, as for every face (:class:`TranscribeOptions`, the
+same bounds as ``as2d transcribe`` and the server): a bad one raises ``OptionError`` (a
+``ValueError``) naming it, before anything is decoded. A transcriber that is never closed is
+closed when the interpreter exits, after its transcription in progress stops: no decoding
+thread is left inside onnxruntime then (that aborts the process).
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -39,11 +48,11 @@ from typing import Any
 import numpy as np
 
 from as2d.engine import Engine, EngineSpec
-from as2d.runtime.audio import Audio, declared_seconds, load_audio
+from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
 from as2d.runtime.transcribe.longform import Segment, TranscriptionInfo
-from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, beam_options
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, check_model
 from as2d.runtime.transcribe.vad_filter import VadParameters
 
 AudioInput = str | Path | np.ndarray
@@ -51,21 +60,58 @@ AudioInput = str | Path | np.ndarray
 __all__ = ["Transcriber", "transcribe", "ask", "Segment", "TranscriptionInfo"]
 
 
-def _recording_seconds(audio: AudioInput | Audio, sample_rate: int) -> float | None:
-    """Seconds of ``audio`` known before decoding it (what a file declares), else None."""
-    if isinstance(audio, Audio):
-        return audio.duration
-    if isinstance(audio, np.ndarray):
-        return len(audio) / sample_rate if sample_rate > 0 else None
-    return declared_seconds(audio)
-
-
 def _audio(audio: AudioInput | Audio, sample_rate: int) -> Audio:
     if isinstance(audio, Audio):
         return audio
     if isinstance(audio, np.ndarray):
         return Audio.from_array(audio, sample_rate)
+    if not isinstance(audio, (str, os.PathLike)):
+        raise TypeError("audio must be a file path or a numpy array of samples, not "
+                        f"{type(audio).__name__}")
     return load_audio(Path(audio))
+
+
+def _options(language: str | None = None, task: str = "transcribe", timestamps: bool = True,
+             initial_prompt: str | None = None, condition_on_previous_text: bool = True,
+             no_speech_threshold: float | None = 0.6, logprob_threshold: float | None = -1.0,
+             compression_ratio_threshold: float | None = 2.4,
+             temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
+             temperature_increment_on_fallback: float | None = None, best_of: int = 5,
+             seed: int = 0, hotwords: str | None = None, prompt_reset_on_temperature: float = 0.5,
+             vad_filter: bool = False, vad_parameters: VadParameters | dict | None = None,
+             beam_size: int | None = None, patience: float | None = None,
+             length_penalty: float | None = None) -> TranscribeOptions:
+    """:meth:`Transcriber.transcribe`'s keywords as the engine's options; every bound is
+    :class:`TranscribeOptions`' own (an ``OptionError`` names the keyword)."""
+    return TranscribeOptions(language=language, task=task, timestamps=timestamps,
+                             initial_prompt=initial_prompt,
+                             condition_on_previous_text=condition_on_previous_text,
+                             no_speech_threshold=no_speech_threshold,
+                             logprob_threshold=logprob_threshold,
+                             compression_ratio_threshold=compression_ratio_threshold,
+                             temperatures=temperature_schedule(
+                                 temperature, temperature_increment_on_fallback),
+                             best_of=best_of, seed=seed, hotwords=hotwords,
+                             prompt_reset_on_temperature=prompt_reset_on_temperature,
+                             vad_filter=vad_filter,
+                             vad_parameters=VadParameters.parse(vad_parameters),
+                             beam_size=beam_size, patience=patience,
+                             length_penalty=length_penalty)
+
+
+def _shut(engine: Engine, runs: weakref.WeakSet) -> None:
+    """Close ``engine`` after the transcriptions still open on it: run by
+    :meth:`Transcriber.close`, when the transcriber is collected, or at the interpreter's exit
+    (a script that never closed it, or stopped iterating after an error). A decoding thread
+    still inside onnxruntime when the interpreter finalizes aborts the whole process
+    ("terminate called without an active exception"), so every one is stopped and joined."""
+    engine.stop()
+    for gen in list(runs):
+        try:
+            gen.close()  # its worker stops after the current pass and is joined
+        except ValueError:  # running in another thread right now: the engine's close waits
+            pass
+    engine.close()
 
 
 class Transcriber:
@@ -98,6 +144,10 @@ class Transcriber:
                              progress=progress, listener=listener)
         self.decoder = self.engine.decoder
         self.model = self.engine.target
+        # Transcriptions not yet run to their end; closed with the transcriber, at the latest at
+        # the interpreter's exit (weakref.finalize's own atexit hook).
+        self._runs: weakref.WeakSet = weakref.WeakSet()
+        self._closer = weakref.finalize(self, _shut, self.engine, self._runs)
 
     def transcribe(self, audio: AudioInput, *, sample_rate: int = 16000,
                    language: str | None = None,
@@ -125,6 +175,11 @@ class Transcriber:
         signal handler) ends it after the current target pass, keeping what was committed.
         Raises ``ValueError`` for a language the model cannot transcribe.
 
+        Raises ``OptionError`` (a ``ValueError``) for an option out of its bounds (``beam_size``
+        and ``best_of`` at most 16, thresholds finite, ``task`` transcribe or translate; a
+        translation needs a multilingual model), TypeError for audio that is not a path or an
+        array of samples.
+
         ``temperature``: the fallback schedule (whisper's 0, 0.2, ... 1.0 by default; a single
         number with ``temperature_increment_on_fallback`` grows into one, alone it means no
         fallback); sampled windows draw ``best_of`` samples seeded by ``seed``.
@@ -134,27 +189,15 @@ class Transcriber:
         speculative decoders speed up), ``patience`` and ``length_penalty`` as in whisper;
         raises ``ValueError`` for values whisper refuses.
         """
-        if best_of < 1:
-            raise ValueError(f"best_of must be 1 or more, not {best_of}")
-        if seed < 0:
-            raise ValueError(f"seed must be 0 or more, not {seed}")
+        options = _options(language, task, timestamps, initial_prompt,
+                           condition_on_previous_text, no_speech_threshold, logprob_threshold,
+                           compression_ratio_threshold, temperature,
+                           temperature_increment_on_fallback, best_of, seed, hotwords,
+                           prompt_reset_on_temperature, vad_filter, vad_parameters, beam_size,
+                           patience, length_penalty)
+        check_model(self.model, options)  # an English-only model cannot translate, ...
         if vad_filter:
             self.engine.voice_detector()  # a ModelError now rather than at the first segment
-        options = TranscribeOptions(language=language, task=task, timestamps=timestamps,
-                                    initial_prompt=initial_prompt,
-                                    condition_on_previous_text=condition_on_previous_text,
-                                    no_speech_threshold=no_speech_threshold,
-                                    logprob_threshold=logprob_threshold,
-                                    compression_ratio_threshold=compression_ratio_threshold,
-                                    temperatures=temperature_schedule(
-                                        temperature, temperature_increment_on_fallback),
-                                    best_of=best_of, seed=seed, hotwords=hotwords,
-                                    prompt_reset_on_temperature=prompt_reset_on_temperature,
-                                    vad_filter=vad_filter,
-                                    vad_parameters=VadParameters.parse(vad_parameters),
-                                    beam_size=beam_size, patience=patience,
-                                    length_penalty=length_penalty)
-        beam_options(options)  # a ValueError now rather than at the first segment
         clip = _audio(audio, sample_rate)
         info = TranscriptionInfo(None, 0.0, clip.duration, source=clip.source)
 
@@ -162,6 +205,7 @@ class Transcriber:
             yield from self.engine.transcribe(clip, options, info)
 
         gen = segments()
+        self._runs.add(gen)
         if clip is not audio:
             # The decoded file (a temporary memmap for long audio) goes with the generator,
             # whether it was run to the end, closed early or never started.
@@ -173,8 +217,9 @@ class Transcriber:
         self.engine.stop()
 
     def close(self) -> None:
-        """End the drafter's worker thread. The models are freed with the object."""
-        self.engine.close()
+        """Stop the transcriptions still open and end the worker threads (once; the models
+        are freed with the object). Done at the interpreter's exit if never called."""
+        self._closer()
 
     def __enter__(self) -> Transcriber:
         return self
@@ -194,15 +239,26 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
     ``timestamps``, ``initial_prompt``, ...). As ``as2d transcribe FILE`` does, a recording of
     one window is decoded by the target alone unless a drafter is named (the same text).
     """
-    transcriber = Transcriber(model, drafter=drafter, decoder=decoder, precision=precision,
-                              threads=threads, encoder=encoder, models_dir=models_dir,
-                              recording_seconds=_recording_seconds(
-                                  audio, options.get("sample_rate", 16000)))
+    sample_rate = options.pop("sample_rate", 16000)
+    _options(**options)  # a bad option: before the audio and the models
+    clip = _audio(audio, sample_rate)  # a bad file or array: before the models
     try:
-        segments, info = transcriber.transcribe(audio, **options)
+        transcriber = Transcriber(model, drafter=drafter, decoder=decoder, precision=precision,
+                                  threads=threads, encoder=encoder, models_dir=models_dir,
+                                  recording_seconds=clip.duration)
+    except BaseException:
+        if clip is not audio:
+            clip.close()
+        raise
+    try:
+        segments, info = transcriber.transcribe(clip, **options)
     except BaseException:
         transcriber.close()
+        if clip is not audio:
+            clip.close()
         raise
+    if clip is not audio:
+        weakref.finalize(segments, clip.close)
 
     def owned() -> Iterator[Segment]:
         try:
@@ -224,18 +280,22 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     catalog's Gemma 3 270M, or a Hugging Face ONNX folder) answers from the transcript, with
     lossless candidates from the transcript itself unless ``candidates=False``. Raises
     ``ValueError`` for a question that cannot be asked (empty, wordless or too long: before
-    any model loads) and when there is no speech to answer from.
+    any model loads), an option out of bounds (``max_tokens`` below 1: ``OptionError``) and
+    when there is no speech to answer from; TypeError for a question that is not text.
     """
     from as2d.runtime.ask.answer import AskOptions
     from as2d.runtime.ask.kinds import question_error
     from as2d.runtime.ask.spans import spans_from_segments
 
+    if not isinstance(question, str):
+        raise TypeError(f"question must be text, not {type(question).__name__}")
     problem = question_error(question)
     if problem:
         raise ValueError(problem)
-    opts = AskOptions(candidates=candidates)
-    if max_tokens is not None:
-        opts.max_tokens = max_tokens
+    # Every option checked before anything loads (an OptionError names it).
+    opts = AskOptions(candidates=candidates) if max_tokens is None else \
+        AskOptions(candidates=candidates, max_tokens=max_tokens)
+    options = TranscribeOptions(language=language)
     # The answering model loads beside the speech models and the transcription, and the
     # answerer reads its stored prompt head meanwhile (as ``as2d ask`` does).
     spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
@@ -244,7 +304,8 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     try:
         with Engine(replace(spec, recording_seconds=clip.duration)) as engine:
             pending = engine.prepare_answerer(opts, question=question)
-            segments = list(engine.transcribe(clip, TranscribeOptions(language=language)))
+            check_model(engine.target, options)
+            segments = list(engine.transcribe(clip, options))
             spans = spans_from_segments(segments)
             if not spans:
                 raise ValueError("no speech found: there is nothing to answer from")

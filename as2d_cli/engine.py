@@ -34,7 +34,7 @@ from pathlib import Path
 from as2d import loading
 from as2d.loading import ModelError, Progress
 from as2d.runtime.events import Listener, fanout, ignore
-from as2d.runtime.option_errors import OptionError
+from as2d.runtime.option_errors import OptionError, check_name
 from as2d.runtime.sessions import Background, cpu_count
 
 __all__ = ["Decoder", "Engine", "EngineSpec", "ModelError", "SharedModels", "ThreadPlan",
@@ -138,6 +138,9 @@ class EngineSpec:
         parse_budget(self.budget)
         if self.threads < 0 or self.drafter_threads < 0:
             raise OptionError("threads", "and {0} cannot be negative", ("drafter_threads",))
+        for name in ("model", "drafter", "llm"):  # before any of them is looked up as a path
+            if name != "llm" or self.llm is not None:
+                check_name(name, getattr(self, name))
 
 
 def lone_window_note(spec: EngineSpec) -> str | None:
@@ -384,6 +387,10 @@ class Engine:
         run, reason = self._for_language(options)
 
         def segments() -> Iterator:
+            if options is not None:  # raised where the run's own checks are: on iteration
+                from as2d.runtime.transcribe.transcribe_options import check_model
+
+                check_model(self.target, options)  # an English-only model cannot translate
             with self._lock:
                 self._running = self._active = run
             try:

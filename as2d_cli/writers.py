@@ -248,7 +248,17 @@ def parse_formats(values: list[str] | None) -> list[str]:
 
 @dataclass
 class FileOutputs:
-    """Writes ``<dir>/<stem>.<fmt>`` for each format, atomically (tmp file + rename)."""
+    """Writes ``<dir>/<stem>.<fmt>`` for each format, atomically (tmp file + rename).
+
+    The naming rule, the same for ``transcribe`` and ``batch``: an output is named after its
+    input's file name (``talk.wav`` → ``talk.txt``). Within one run, a second input with a
+    name already taken (``a/x.wav b/x.wav``) gets ``<stem>-2``, never the first's file. An
+    output that already exists when it is written — from an earlier run, or from another
+    process writing into the same folder at the same time — is replaced, as whisper does, but
+    never silently: :attr:`replaced` lists the files the last :meth:`write` replaced, and the
+    commands say so. Each process writes its own temporary file (``<name>.<pid>.part``), so
+    two processes writing the same name never mix their bytes: one whole transcript wins.
+    """
 
     directory: Path
     formats: list[str]
@@ -256,6 +266,7 @@ class FileOutputs:
 
     def __post_init__(self) -> None:
         self._stems: dict[str, str] = {}  # stem → the source that took it in this run
+        self.replaced: list[Path] = []  # what the last write() replaced
 
     def paths(self, source: str) -> dict[str, Path]:
         """The output files of ``source``: ``<stem>.<fmt>``; a second source with the same
@@ -282,17 +293,38 @@ class FileOutputs:
         self.directory.mkdir(parents=True, exist_ok=True)
         paths = self.paths(source)
         texts = {f: render(f, segments, info, self.options) for f in paths}  # before writing
-        written = []
+        written: list[Path] = []
+        self.replaced = []
         for fmt, path in paths.items():
-            tmp = path.with_name(path.name + ".part")
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.part")
             try:
                 # newline="": lines end with \n on every platform.
                 with open(tmp, "w", encoding="utf-8", newline="") as fh:
                     fh.write(texts[fmt])
-                tmp.replace(path)
+                if _publish(tmp, path):
+                    self.replaced.append(path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
             written.append(path)
         self._stems[next(iter(paths.values())).stem] = source
         return written
+
+
+def _publish(tmp: Path, path: Path) -> bool:
+    """Move ``tmp`` to ``path`` atomically; True when ``path`` existed and was replaced.
+
+    A hard link creates ``path`` only if nothing is there, in one step, so a file another
+    process wrote a moment ago is known to be replaced, not guessed from a check that races
+    with it; where links are not supported, the check is made just before the rename."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        os.replace(tmp, path)
+        return True
+    except OSError:  # no hard links on this file system (FAT, some network shares)
+        existed = os.path.lexists(path)
+        os.replace(tmp, path)
+        return existed
+    tmp.unlink(missing_ok=True)
+    return False

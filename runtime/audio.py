@@ -112,20 +112,46 @@ class Audio:
 
     @classmethod
     def from_array(cls, samples: np.ndarray, rate: int = SAMPLE_RATE) -> Audio:
-        """Samples in memory (mono, or frames × channels), sanitised like a file's."""
-        x = np.asarray(samples)
+        """Samples in memory, sanitised like a file's: mono ``(frames,)`` or channels-last
+        ``(frames, channels)`` as soundfile returns them; float (full scale ±1) or integer
+        PCM, scaled as soundfile reads it (int8/int16/int32 by 2^7/2^15/2^31, uint8 offset
+        by 128). Raises TypeError for samples that are not numbers (bool, complex, int64,
+        object, ...) and AudioError for a shape that is not one of those (a channels-first
+        ``(channels, frames)`` array: transpose it) or audio over the length limit, before
+        anything is copied."""
+        if not isinstance(samples, np.ndarray):
+            raise TypeError("audio array: expected a numpy array of samples, not "
+                            f"{type(samples).__name__}")
+        x = samples
+        kind = _ARRAY_KINDS.get(x.dtype.str[1:]) if x.dtype.kind in "iu" else None
+        if x.dtype.kind != "f" and kind is None:
+            raise TypeError(f"audio array: samples of dtype {x.dtype} are not audio (give "
+                            "float samples in ±1, or int8/int16/int32/uint8 PCM)")
         if x.ndim not in (1, 2) or x.size == 0:
             raise AudioError(f"audio array: expected samples or frames × channels, "
                              f"got shape {x.shape}")
+        if x.ndim == 2 and (x.shape[1] > x.shape[0] or x.shape[1] > MAX_CHANNELS):
+            raise AudioError(f"audio array: shape {x.shape} has more channels than frames; "
+                             "give frames × channels, as soundfile returns them (for "
+                             "channels-first samples, pass samples.T)")
         _check_rate("audio array", rate)
-        if not np.issubdtype(x.dtype, np.floating):
-            x = x.astype(np.float32)
+        if x.shape[0] / rate > MAX_HOURS * 3600:  # before any copy
+            raise AudioError(f"audio array: {x.shape[0] / rate / 3600:.1f} h of audio is more "
+                             f"than {MAX_HOURS:g} h (the limit; AS2D_MAX_AUDIO_HOURS changes it)")
+        if kind is not None:
+            offset, scale = kind
+            x = (x.astype(np.float32) - np.float32(offset)) * np.float32(1.0 / scale)
         block = x if x.ndim == 2 else x[:, None]
         mono, clipped = _sanitise(block, "audio array")
         if rate != SAMPLE_RATE:
             mono = resample(mono, rate)
         return cls(np.ascontiguousarray(mono), source_rate=rate,
                    source_channels=block.shape[1], clipped=clipped)
+
+
+# Integer PCM as soundfile reads it into floats: (offset, full scale) per dtype.
+_ARRAY_KINDS = {"i1": (0, 2.0 ** 7), "i2": (0, 2.0 ** 15), "i4": (0, 2.0 ** 31),
+                "u1": (128, 2.0 ** 7)}
 
 
 def resample(x: np.ndarray, rate: int) -> np.ndarray:

@@ -132,7 +132,9 @@ def test_the_one_shot_calls_plan_by_the_recordings_length(monkeypatch, tmp_path)
             api.transcribe(audio, **kw)
     assert seen == [5.0, 3.0, 3.0]
     clip = Audio.from_array(np.zeros(16000, np.float32), 16000)
-    assert api._recording_seconds(clip, 16000) == 1.0
+    with pytest.raises(Stop):
+        api.transcribe(clip)  # an Audio: its own length
+    assert seen[-1] == 1.0
     clip.close()
 
 
@@ -141,3 +143,116 @@ def test_ask_refuses_a_bad_option_before_reading_the_audio(tmp_path):
     long): the missing file is never looked at."""
     with pytest.raises(ValueError, match="decoder"):
         as2d.ask(tmp_path / "missing.wav", "What was said?", decoder="fast")
+
+
+# -- arrays and options, checked before anything loads (issue #45) ----------------------------
+def _speech() -> np.ndarray:
+    x, _ = sf.read(SAMPLE, dtype="float32")
+    return x
+
+
+@pytest.mark.parametrize("dtype", ["int16", "int32"])
+def test_integer_pcm_is_scaled_as_soundfile_reads_it(dtype):
+    """int16/int32 samples are PCM: scaled to ±1 exactly as soundfile reads the same file,
+    not taken as floats and clipped (which gave garbage text with no error)."""
+    pcm, _ = sf.read(SAMPLE, dtype=dtype)
+    as_float, _ = sf.read(SAMPLE, dtype="float32")
+    clip = Audio.from_array(pcm)
+    assert clip.clipped == 0
+    np.testing.assert_allclose(clip.samples, as_float, atol=1e-7)
+
+
+def test_uint8_is_offset_binary_and_int8_signed():
+    x = np.array([0, 64, 128, 192, 255], np.uint8)
+    np.testing.assert_allclose(Audio.from_array(x).samples,
+                               [-1.0, -0.5, 0.0, 0.5, 127 / 128])
+    np.testing.assert_allclose(Audio.from_array(np.array([-128, 0, 64], np.int8)).samples,
+                               [-1.0, 0.0, 0.5])
+
+
+@pytest.mark.parametrize("samples", [np.zeros(16000, bool), np.zeros(16000, np.int64),
+                                     np.zeros(16000, np.complex64), np.zeros(16000, object),
+                                     np.array(["a"] * 100)])
+def test_samples_that_are_not_audio_are_a_type_error_naming_the_dtype(samples):
+    with pytest.raises(TypeError, match=str(samples.dtype)):
+        Audio.from_array(samples)
+
+
+def test_channels_first_is_refused_with_the_way_out():
+    x = np.zeros((2, 32000), np.float32)
+    with pytest.raises(AudioError, match=r"samples\.T"):
+        Audio.from_array(x)
+    assert Audio.from_array(x.T).source_channels == 2  # channels last, as soundfile gives
+
+
+def test_a_recording_over_the_limit_is_refused_before_any_copy():
+    """50 hours as a zero-stride view (no memory): refused from its shape, not after copying
+    10.7 GiB; integer PCM likewise, before its conversion."""
+    for dtype in (np.float32, np.int16):
+        huge = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape=(50 * 3600 * 16000,),
+                                               strides=(0,))
+        with pytest.raises(AudioError, match="more than 48 h"):
+            Audio.from_array(huge)
+
+
+@pytest.mark.parametrize("kw,error,fragment", [
+    ({"task": "summarize"}, ValueError, "task must be transcribe or translate"),
+    ({"beam_size": 1_000_000}, ValueError, "beam_size must be at most 16"),
+    ({"temperature": 0.5, "best_of": 100_000}, ValueError, "best_of must be at most 16"),
+    ({"temperature": float("nan")}, ValueError, "temperature must be a finite number"),
+    ({"no_speech_threshold": float("nan")}, ValueError, "no_speech_threshold"),
+    ({"unknown_option": 1}, TypeError, "unknown_option"),
+])
+def test_a_bad_option_fails_before_the_audio_and_the_models(kw, error, fragment, tmp_path):
+    # A missing file and an empty models folder: either would fail otherwise.
+    with pytest.raises(error, match=fragment):
+        as2d.transcribe(tmp_path / "missing.wav", models_dir=tmp_path / "models", **kw)
+
+
+@pytest.mark.parametrize("audio,error,fragment", [
+    (np.zeros((2, 32000), np.float32), AudioError, "transpose|samples.T"),
+    (np.zeros(16000, bool), TypeError, "bool"),
+    (42, TypeError, "int"),
+    ([0.0] * 100, TypeError, "list"),
+])
+def test_bad_audio_fails_before_the_models(audio, error, fragment, tmp_path):
+    with pytest.raises(error, match=fragment):
+        as2d.transcribe(audio, models_dir=tmp_path / "models")
+
+
+def test_ask_refuses_a_question_that_is_not_text_and_no_tokens(tmp_path):
+    with pytest.raises(TypeError, match="question must be text, not int"):
+        as2d.ask(tmp_path / "missing.wav", 42)
+    with pytest.raises(ValueError, match="max_tokens must be a whole number of 1 or more"):
+        as2d.ask(tmp_path / "missing.wav", "Who is it?", max_tokens=0,
+                 models_dir=tmp_path / "models")
+
+
+@pytest.mark.slow
+def test_integer_arrays_transcribe_as_the_file_does(models_root):
+    """int16, int32, uint8 and channels-last stereo give the file's text (int16 used to give
+    garbage, uint8 nothing)."""
+    def text(audio):
+        segments, _ = as2d.transcribe(audio, model="tiny.en", decoder="target",
+                                      models_dir=models_root)
+        return "".join(s.text for s in segments)
+
+    x = _speech()
+    reference = text(SAMPLE)
+    assert "Dashwood" in reference
+    pcm16, _ = sf.read(SAMPLE, dtype="int16")
+    assert text(pcm16) == reference
+    pcm32, _ = sf.read(SAMPLE, dtype="int32")
+    assert text(pcm32) == reference
+    assert text(np.stack([x, x], axis=1)) == reference
+    u8 = (np.round(x * 127) + 128).astype(np.uint8)
+    assert "Dashwood" in text(u8)
+
+
+@pytest.mark.slow
+def test_an_english_only_model_refuses_to_translate(models_root):
+    """tiny.en has no translate task: refused (as the server's 400), not silently
+    transcribed."""
+    with as2d.Transcriber("tiny.en", decoder="target", models_dir=models_root) as t:
+        with pytest.raises(ValueError, match="task translate needs a multilingual model"):
+            t.transcribe(SAMPLE, task="translate")

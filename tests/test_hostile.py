@@ -454,6 +454,40 @@ def test_same_stem_twice_in_one_folder_keeps_both(tmp_path, env):
     assert first != second and "Dashwood" in first and "Dashwood" in second
 
 
+def test_two_processes_writing_one_name_say_which_file_they_replaced(tmp_path, env):
+    """Two recordings named x.wav from two folders, transcribed by two processes at once into
+    one -o folder: one whole x.txt is kept (never bytes of both) and a process that replaced
+    an existing x.txt says so on stderr, even with -q. Re-running over an output replaces it,
+    as whisper does, and says so too."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    shutil.copy(SPEECH, a / "x.wav")
+    x, _ = sf.read(SPEECH, dtype="float32")
+    sf.write(b / "x.wav", x[: len(x) // 2], 16000)
+    out = tmp_path / "out"
+    argv = [*TINY, "-o", out, "-q"]
+    procs = [subprocess.Popen([sys.executable, "-m", "as2d", "transcribe", f, *map(str, argv)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=env) for f in (a / "x.wav", b / "x.wav")]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    notes = [e for e in errs if "replaced existing" in e]
+    assert len(notes) == 1 and str(out / "x.txt") in notes[0], errs
+    texts = {as2d("transcribe", f, *TINY, env=env).stdout for f in (a / "x.wav", b / "x.wav")}
+    assert (out / "x.txt").read_text() in texts  # one recording's whole transcript
+    assert not list(out.glob("*.part"))
+    again = as2d("transcribe", a / "x.wav", *argv, env=env)
+    assert again.returncode == 0 and "replaced existing" in again.stderr
+
+
+def test_an_english_only_model_refuses_to_translate(env):
+    """The server answers 400 for it; the command line said nothing and transcribed."""
+    p = as2d("transcribe", SPEECH, *TINY, "--task", "translate", env=env)
+    one_error_line(p, "--task translate needs a multilingual model", code=2)
+    assert p.stdout == ""
+
+
 def test_disk_full_mid_batch_leaves_no_part_and_goes_on(tmp_path, env):
     def small_files():  # writes past 300 bytes fail with EFBIG, as on a full disk
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

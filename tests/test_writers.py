@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,59 @@ def test_file_outputs_refuse_a_file_as_the_output_folder(tmp_path):
     f.write_text("x")
     with pytest.raises(OSError):
         writers.FileOutputs(f, ["txt"]).prepare()
+
+
+# -- the naming rule across runs and processes (issue #45) ------------------------------------
+def test_an_existing_output_is_replaced_and_said_so(tmp_path):
+    """Re-running over an output replaces it (as whisper does), never silently: ``replaced``
+    names it, whoever wrote it (an earlier run, another process writing the same name)."""
+    out = writers.FileOutputs(tmp_path, ["txt", "srt"])
+    (tmp_path / "x.txt").write_text("another recording's transcript\n")
+    written = out.write("/b/x.wav", SEGMENTS, {})
+    assert out.replaced == [tmp_path / "x.txt"]
+    assert written[0].read_text() == writers.to_txt(SEGMENTS)
+    again = writers.FileOutputs(tmp_path, ["txt", "srt"])
+    again.write("/b/x.wav", SEGMENTS, {})
+    assert again.replaced == written
+    fresh = writers.FileOutputs(tmp_path / "new", ["txt"])
+    fresh.write("/b/x.wav", SEGMENTS, {})
+    assert fresh.replaced == []
+    assert not list(tmp_path.rglob("*.part"))
+
+
+def test_without_hard_links_the_rule_is_the_same(tmp_path, monkeypatch):
+    def no_links(*args):
+        raise PermissionError(1, "operation not permitted")
+
+    monkeypatch.setattr(writers.os, "link", no_links)
+    out = writers.FileOutputs(tmp_path, ["txt"])
+    out.write("/a/x.wav", SEGMENTS, {})
+    assert out.replaced == []
+    writers.FileOutputs(tmp_path, ["txt"]).write("/b/x.wav", SEGMENTS, {})
+    second = writers.FileOutputs(tmp_path, ["txt"])
+    second.write("/c/x.wav", SEGMENTS, {})
+    assert second.replaced == [tmp_path / "x.txt"]
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_each_process_writes_its_own_temporary_file(tmp_path, monkeypatch):
+    """Two processes writing ``x.txt`` at once never share a ``.part`` file (their bytes would
+    mix): the temporary name holds the process id."""
+    opened = []
+    real_open = open
+
+    def spy(path, *args, **kw):
+        opened.append(Path(path).name)
+        return real_open(path, *args, **kw)
+
+    monkeypatch.setattr("builtins.open", spy)
+    writers.FileOutputs(tmp_path, ["txt"]).write("/a/x.wav", SEGMENTS, {})
+    assert opened == [f"x.txt.{os.getpid()}.part"]
+
+
+def test_one_run_never_writes_two_inputs_into_one_file(tmp_path):
+    out = writers.FileOutputs(tmp_path, ["txt"])
+    first = out.write("/a/x.wav", SEGMENTS, {})
+    second = out.write("/b/x.wav", SEGMENTS[:1], {})
+    assert [p.name for p in first + second] == ["x.txt", "x-2.txt"]
+    assert out.replaced == []

@@ -91,7 +91,7 @@ def _long_item(minutes: float) -> Item:
     gap = np.zeros(SAMPLE_RATE // 2, np.float32)
     out: list = []
     total = 0
-    want = int(minutes * 60 * SAMPLE_RATE)
+    want = max(1, int(minutes * 60 * SAMPLE_RATE))  # --long-minutes 1e-9: one sample
     while total < want:
         for p in parts:
             out += [np.asarray(p), gap]
@@ -271,6 +271,27 @@ def register(app: typer.Typer) -> None:
     add_command(app, "bench", BenchRequest, run_bench, HELP)
 
 
+# The long set is built in memory (4 bytes a sample) and decoded by every configuration on
+# every repeat: ten hours is 2.3 GB of samples, and already days of benchmarking.
+MAX_LONG_MINUTES = 600.0
+MAX_REPEATS = 100
+
+
+def _check_numbers(req: BenchRequest) -> None:
+    """The numeric options, one line and exit code 2 each; the beam's bounds are the engine's
+    (:class:`TranscribeOptions`, as for ``as2d transcribe --beam-size``)."""
+    from as2d.runtime.option_errors import as_flags, check_finite, check_whole
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+
+    try:
+        check_whole("repeats", req.repeats, 1, MAX_REPEATS)
+        check_whole("warmup", req.warmup, 0, MAX_REPEATS)
+        check_finite("long_minutes", req.long_minutes, 0.0, MAX_LONG_MINUTES, above=True)
+        TranscribeOptions(language="en", beam_size=req.beam_size)
+    except ValueError as exc:
+        raise UserError(as_flags(exc), 2) from None
+
+
 def run_bench(req: BenchRequest) -> int:
     """Run every configuration over the audio, print the comparison; the exit code."""
     from as2d.engine import plan_threads
@@ -280,10 +301,7 @@ def run_bench(req: BenchRequest) -> int:
     note = make_note(req.quiet)
     budgets = req.budget_list()
     targets, drafters = req.target_list(), req.drafter_list()
-    if req.repeats < 1:
-        raise UserError("--repeats must be at least 1", 2)
-    if req.beam_size is not None and req.beam_size < 1:
-        raise UserError(f"--beam-size must be 1 or more, not {req.beam_size}", 2)
+    _check_numbers(req)
     from as2d.cli.decoding import check_decoder_options
 
     check_decoder_options("as2d", threads=req.threads)  # -t within what the machine can use

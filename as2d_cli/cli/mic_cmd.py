@@ -27,7 +27,7 @@ from as2d.cli.errors import UserError, interrupt_code
 from as2d.cli.paths import write_json
 from as2d.cli.resolve import make_note
 from as2d.engine import Decoder
-from as2d.runtime.option_errors import as_flags
+from as2d.runtime.option_errors import as_flags, check_finite
 
 HELP = """Live dictation: speak, and committed text appears within about a second.
 
@@ -127,9 +127,10 @@ def validate(req: MicRequest):
                           req.language)
     if req.vad not in ("silero", "energy"):
         raise UserError(f"--vad must be silero or energy, not {req.vad!r}", 2)
-    if req.speed < 0:
-        raise UserError("--speed cannot be negative (0 plays the file as fast as it is "
-                        "decoded)", 2)
+    try:
+        check_finite("speed", req.speed, 0.0, what=" (0 plays the file as fast as it is decoded)")
+    except ValueError as exc:
+        raise UserError(as_flags(exc), 2) from None
     if req.input is None and req.speed != 1.0:
         raise UserError("--speed applies to --input FILE only", 2)
     if req.input is not None and req.device is not None:

@@ -162,8 +162,6 @@ def validate(req: TranscribeRequest) -> list[str]:
         formats = writers.parse_formats(req.output_format)
     except ValueError as exc:
         raise UserError(as_flags(exc), 2) from None
-    if req.task not in ("transcribe", "translate"):
-        raise UserError(f"--task must be transcribe or translate, not {req.task!r}", 2)
     check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
                           req.language)
     if not req.timestamps and any(f in ("srt", "vtt") for f in formats):
@@ -175,17 +173,9 @@ def validate(req: TranscribeRequest) -> list[str]:
         req.temperatures = parse_temperatures(req.temperature,
                                               req.temperature_increment_on_fallback)
         req.vad = VadParameters.parse(req.vad_parameters)
-    except ValueError as exc:
-        raise UserError(as_flags(exc), 2) from None
-    if req.best_of < 1:
-        raise UserError(f"--best-of must be 1 or more, not {req.best_of}", 2)
-    if req.seed < 0:
-        raise UserError(f"--seed must be 0 or more, not {req.seed}", 2)
-    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, beam_options
-
-    try:
-        beam_options(TranscribeOptions(beam_size=req.beam_size, patience=req.patience,
-                                       length_penalty=req.length_penalty))
+        # Every decoding option's bounds (finite thresholds, --best-of, --beam-size, ...) are
+        # TranscribeOptions' own, the same for the API, the server and batch.
+        transcribe_options(req)
     except ValueError as exc:
         raise UserError(as_flags(exc), 2) from None
     _check_word_options(req)
@@ -251,6 +241,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
     from as2d.runtime.events import fanout
     from as2d.runtime.transcribe.ahead import AudioReader
     from as2d.runtime.transcribe.stats import StatsCollector
+    from as2d.runtime.transcribe.transcribe_options import check_model
 
     formats = validate(req)
     to_stdout = req.output_dir is None or str(req.output_dir) == "-"
@@ -283,6 +274,12 @@ def run_transcribe(req: TranscribeRequest) -> int:
     # Each next file decodes (and its log-mel and draft start) while this one is transcribed.
     reader.ready = lambda audio: engine.prefetch(audio, options)
     with engine:  # closed on errors too: the strategy's worker threads must not linger
+        try:
+            # What this model cannot do (an English-only model translating), before any file.
+            check_model(engine.target, options)
+        except ValueError as exc:
+            reader.close()
+            raise UserError(as_flags(exc), 2) from None
         try:
             return _run_files(req, formats, to_stdout, files_out, engine, stats, reporter,
                               options, reader)
@@ -355,6 +352,11 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
                 written = []
             if written and not req.quiet:
                 err("as2d: wrote " + ", ".join(str(p) for p in written))
+            if written and files_out.replaced:
+                # Re-running over an output replaces it (as whisper does), never silently: it
+                # may be another recording's of the same name, written by another process.
+                err("as2d: note: replaced existing " + ", ".join(
+                    str(p) for p in files_out.replaced))
         if not segments and not interrupted:
             err(f"as2d: {path}: no speech found")
         if interrupted:

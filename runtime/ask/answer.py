@@ -72,7 +72,7 @@ from as2d.runtime.ask.tree import score as tree_score
 from as2d.runtime.ask.yesno import yes_no_answer
 from as2d.runtime.events import Listener, Note, fanout, ignore
 from as2d.runtime.llm.prefix_cache import for_model as prefix_cache_for
-from as2d.runtime.option_errors import OptionError
+from as2d.runtime.option_errors import OptionError, check_whole
 from as2d.runtime.speculative.lookup import LookupSource
 
 DEFAULT_MAX_TOKENS = 48
@@ -120,6 +120,13 @@ class AskOptions:
     # The few-shot head's KV rows are stored beside the model and loaded by later runs
     # (:mod:`as2d.runtime.llm.prefix_cache`): 0.3 s less prefill, the same answer.
     prefix_cache: bool = True
+
+    def __post_init__(self) -> None:
+        """Checked once here for every face (``as2d ask``, ``as2d.ask``, the server): an
+        :class:`OptionError` names the field (``--max-tokens`` on the command line). A
+        ``max_tokens`` too large for the model's context is refused once the answerer knows
+        the model (:class:`Answerer`)."""
+        check_whole("max_tokens", self.max_tokens, 1)
 
 
 @dataclass

@@ -28,6 +28,7 @@ Positions are sample indices from the start of the stream.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from as2d.runtime.option_errors import OptionError
@@ -56,6 +57,11 @@ class EndpointConfig:
 
     def validate(self) -> None:
         """Raise ValueError for values that cannot work (the CLI reports them)."""
+        for name in ("threshold", "neg_threshold", "min_speech", "min_silence", "pad", "tail",
+                     "settle", "max_utterance", "cut_search"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):  # NaN passes every comparison
+                raise OptionError(name, f"must be a finite number, not {value}", flags=_FLAGS)
         if not 0.0 < self.threshold < 1.0:
             raise ValueError("the speech threshold must be between 0 and 1")
         neg = self.negative

@@ -28,11 +28,16 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from as2d.runtime.option_errors import OptionError
+from as2d.runtime.option_errors import OptionError, is_number, shown
 from as2d.runtime.whisper.logits import LogitRules
 
 # openai-whisper's default schedule: --temperature 0 --temperature_increment_on_fallback 0.2.
 DEFAULT_TEMPERATURES: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+
+
+# The most temperatures one schedule may hold: each may decode a window again (best_of times),
+# and an increment of 1e-9 would otherwise make a billion of them before anything is decoded.
+MAX_TEMPERATURES = 100
 
 
 def temperature_schedule(temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
@@ -41,27 +46,46 @@ def temperature_schedule(temperature: float | Sequence[float] = DEFAULT_TEMPERAT
 
     A sequence is used as given. A single value with an ``increment`` (> 0) grows into
     ``temperature, temperature + increment, ...`` up to 1.0, as openai-whisper's command line
-    does; without one it is the only temperature (no fallback). Raises ValueError for a
-    negative temperature or an empty schedule.
+    does; without one it is the only temperature (no fallback). Raises :class:`OptionError`
+    (a ValueError) for a temperature that is not a finite number of 0 or more, an empty
+    schedule or one of more than :data:`MAX_TEMPERATURES`.
     """
-    if isinstance(temperature, (int, float)):
+    if increment is not None and not (is_number(increment) and np.isfinite(increment)
+                                      and increment >= 0):
+        raise OptionError("temperature_increment_on_fallback",
+                          f"must be a number of 0 or more, not {shown(increment)}")
+    if is_number(temperature):
         t0 = float(temperature)
-        if increment is not None and increment < 0:
-            raise ValueError(f"the temperature increment must be positive, not {increment}")
+        _check_temperature(t0)
         if increment:
+            if (1.0 + 1e-6 - t0) / float(increment) >= MAX_TEMPERATURES:  # may be inf
+                raise OptionError("temperature_increment_on_fallback",
+                                  f"{shown(increment)} makes a schedule of more than "
+                                  f"{MAX_TEMPERATURES} temperatures from {t0:g} to 1 (each may "
+                                  "decode a window again; whisper's has 6)")
             temps = tuple(round(float(t), 6)
                           for t in np.arange(t0, 1.0 + 1e-6, float(increment)))
             temps = temps or (t0,)  # a start above 1.0: that one temperature
         else:
             temps = (t0,)
+    elif isinstance(temperature, (str, bytes)) or not isinstance(temperature, Sequence):
+        raise OptionError("temperature", "takes a number or a sequence of numbers, not "
+                          f"{shown(temperature)}")
     else:
+        if len(temperature) > MAX_TEMPERATURES:
+            raise OptionError("temperature", f"holds {len(temperature)} temperatures (at most "
+                              f"{MAX_TEMPERATURES}: each may decode a window again)")
+        for t in temperature:
+            _check_temperature(t)
         temps = tuple(float(t) for t in temperature)
     if not temps:
-        raise ValueError("the temperature schedule is empty")
-    bad = [t for t in temps if not np.isfinite(t) or t < 0]
-    if bad:
-        raise ValueError(f"temperatures must be 0 or more, not {bad[0]}")
+        raise OptionError("temperature", "is an empty schedule (give at least one temperature)")
     return temps
+
+
+def _check_temperature(t) -> None:
+    if not (is_number(t) and np.isfinite(t) and t >= 0):
+        raise OptionError("temperature", f"must be a finite number of 0 or more, not {shown(t)}")
 
 
 def parse_temperatures(text: str, increment: float | None) -> tuple[float, ...]:

@@ -10,12 +10,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from as2d.runtime.option_errors import OptionError
+from as2d.runtime.option_errors import OptionError, check_finite, check_whole, shown
 from as2d.runtime.transcribe import beam
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.beam import BeamOptions
+from as2d.runtime.transcribe.fallback import temperature_schedule
 from as2d.runtime.whisper.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from as2d.runtime.whisper.tokenizer import normalize_language
+
+TASKS = ("transcribe", "translate")
+# Samples drawn per fallback temperature: each is a row of every decoder pass and a decoder
+# cache of its own (they decode as one batch), so 100,000 asked for 85 GiB before anything was
+# decoded. whisper's default is 5; 16 leaves three times that. The beam's bound,
+# beam.MAX_BEAM_SIZE, is the same for the same reason.
+MAX_BEST_OF = 16
 
 
 def resolve_language(model, language: str | None) -> str | None:
@@ -32,6 +40,17 @@ def resolve_language(model, language: str | None) -> str | None:
     if not model.multilingual:
         language = "en"
     return language
+
+
+def check_model(model, options: TranscribeOptions) -> str | None:
+    """What ``model`` cannot do of ``options``, refused before anything is decoded: a language
+    it does not know or cannot transcribe, a translation by an English-only model (it has no
+    translate task: it would silently transcribe). Returns the language to decode in (as
+    :func:`resolve_language`); raises :class:`OptionError` (a ValueError)."""
+    if options.task == "translate" and not model.multilingual:
+        raise OptionError("task", f"translate needs a multilingual model: {model.name} is "
+                          "English-only and cannot translate (use base, small, ... without .en)")
+    return resolve_language(model, options.language)
 
 
 @dataclass
@@ -79,9 +98,50 @@ class TranscribeOptions:
     prepend_punctuations: str = PREPEND_PUNCTUATIONS
     append_punctuations: str = APPEND_PUNCTUATIONS
 
+    def __post_init__(self) -> None:
+        """Every option is checked here, once, for every face (the command line, the Python
+        API, the server, batch): an :class:`OptionError` names the option as its field, and
+        each face words it (``--best-of`` on the command line, ``best_of`` elsewhere)."""
+        if self.task not in TASKS:
+            raise OptionError("task", f"must be transcribe or translate, not {shown(self.task)}")
+        for name in ("language", "initial_prompt", "hotwords"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise OptionError(name, f"must be text, not {shown(value)}")
+        _optional(self, "no_speech_threshold", 0.0, 1.0, " (a probability)")
+        _optional(self, "silence_peak", 0.0, 1.0, " (an amplitude; 1 is full scale)")
+        _optional(self, "logprob_threshold", None, 0.0, " (an average log-probability)")
+        _optional(self, "compression_ratio_threshold", 0.0, None, " (a compression ratio)",
+                  above=True)
+        check_finite("max_initial_timestamp", self.max_initial_timestamp, 0.0)
+        check_finite("prompt_reset_on_temperature", self.prompt_reset_on_temperature, 0.0)
+        self.temperatures = temperature_schedule(tuple(self.temperatures)
+                                                 if isinstance(self.temperatures, list)
+                                                 else self.temperatures)
+        check_whole("best_of", self.best_of, 1, MAX_BEST_OF,
+               " (every sample is a decoder cache and a row of every pass; whisper's "
+               "default is 5)")
+        check_whole("seed", self.seed, 0)
+        if self.beam_size is None and self.patience is not None:
+            raise OptionError("patience", "needs {0}", others=("beam_size",))
+        if self.beam_size is None and self.length_penalty is not None:
+            raise OptionError("length_penalty", "needs {0}", others=("beam_size",))
+        beam.check(self.beam_size, self.patience, self.length_penalty)
+        if not isinstance(self.vad_parameters, vad.VadParameters):
+            raise OptionError("vad_parameters", "must be VadParameters (or use "
+                              f"VadParameters.parse), not {shown(self.vad_parameters)}")
+
+
+def _optional(options: TranscribeOptions, name: str, low: float | None, high: float | None,
+              what: str = "", above: bool = False) -> None:
+    value = getattr(options, name)
+    if value is not None:  # None: the rule is off
+        check_finite(name, value, low, high, what, above)
+
 
 def beam_options(options: TranscribeOptions) -> BeamOptions | None:
-    """The run's beam search (None: greedy). Raises ValueError for options whisper refuses."""
+    """The run's beam search (None: greedy). Raises ValueError for options whisper refuses
+    (checked by :class:`TranscribeOptions` already, again here for options changed since)."""
     if options.beam_size is None and options.patience is not None:
         raise OptionError("patience", "needs {0}", others=("beam_size",))
     if options.beam_size is None and options.length_penalty is not None:
