@@ -474,6 +474,9 @@ def test_models_measure_encoder_forgets_the_choice_and_measures_again(tiny, cloc
     c.calls.clear()
     model, _ = _load(tiny, threads=2)
     assert model.encoder.detail == "onnxruntime int8" and not c.calls
+    # A catalog model that is not installed is not converted to be measured.
+    r = cli("models", "measure-encoder", "base", models_dir=tiny.parent / "none")
+    assert r.exit_code != 0 and "base-int8 is not installed" in r.stderr
 
 
 @needs_openvino

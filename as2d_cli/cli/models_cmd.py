@@ -92,6 +92,16 @@ def measure_encoders(names: list[str], root: Path | None) -> None:
     from as2d.runtime.whisper.encoders import EncoderError, make_encoder, model_identity
 
     for name in names:
+        if _is_catalog_name(name) and not Path(name).expanduser().exists():
+            entry, prec = catalog_entry(name)
+            try:
+                found = find_installed(entry.name, prec or entry.default_precision,
+                                       models_dir(root))
+            except BundleError:
+                found = None
+            if found is None:  # measuring is no reason to convert a model
+                raise UserError(f"{entry.name}-{prec or entry.default_precision} is not "
+                                f"installed; run `as2d models install {name}`")
         try:
             path = resolve_bundle_dir(name, None, root, progress=lambda m: err(f"  {m}"),
                                       kind="whisper")

@@ -24,8 +24,9 @@ words depend on, and it is made so that they do not move:
 - **No back end whose numbers depend on the thread count.** The winner's outputs at 1 thread
   and at :func:`check_threads` threads (its warm-up's) on the same window must be bit-identical,
   or it is left out (remembered as skipped, with why) and the next is taken. Measured on base and
-  tiny.en (a real 30-s window, an Intel Xeon with AMX): onnxruntime int8 and OpenVINO f32, bf16
-  and int8 give bit-identical outputs at 1, 2, 3, 4 and 8 threads.
+  tiny.en (real speech, an Intel Xeon with AMX): onnxruntime int8 and OpenVINO f32, bf16 and
+  int8 give bit-identical outputs at 1, 2, 3, 4 and 8 threads on a 30-s window, and at 1, 2 and
+  4 threads on windows of 200 to 3000 frames.
 
 Candidates are built, timed and freed one at a time (a warm-up, then up to :data:`RUNS` timed
 runs within a share of :data:`BUDGET_S`), so that the first use of a large model never holds
