@@ -225,15 +225,21 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
         except Exception as exc:  # a damaged graph or config
             raise ModelError(f"{spec}: cannot load this Hugging Face ONNX model "
                              f"({_first_line(exc)})") from None
+    # The batched decoder (beam search, a fallback's samples side by side) is made when a
+    # bundle is installed; a bundle installed before that gets it on its first load, never in
+    # the middle of a file. One that cannot be made (its source is gone) leaves the model
+    # without it: samples are then drawn one after another, and beam search says why.
     try:
-        model = WhisperModel(path, threads=threads, role=role, encoder=encoder, spin=spin,
-                             progress=progress,
-                             ov_graph=lambda kind: ensure_openvino_graph(path, kind, progress))
-        # Word timestamps' graph, added to the bundle the first time they are asked for.
-        model.alignment_graph = lambda: _alignment_graph(path, progress)
-        # Beam search's decoder graph, likewise (--beam-size).
-        model.beam_graph = lambda: _beam_graph(path, progress)
-        return model
+        _beam_graph(path, progress)
+    except ModelError as exc:
+        if progress:
+            progress(str(exc))
+    try:
+        return WhisperModel(path, threads=threads, role=role, encoder=encoder, spin=spin,
+                            progress=progress,
+                            ov_graph=lambda kind: ensure_openvino_graph(path, kind, progress),
+                            # word timestamps' graph, added the first time they are asked for
+                            alignment_graph=lambda: _alignment_graph(path, progress))
     except (EncoderError, ValueError) as exc:  # a back end that cannot run here
         raise ModelError(str(exc)) from None
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph

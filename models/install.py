@@ -167,6 +167,10 @@ def install(name: str, precision: str | None = None, root: Path | None = None,
         return manifest
 
     bundle, built = build_once(root, name, force, name, convert)
+    if entry.kind == "whisper":
+        # Every run that falls back to sampling draws its samples side by side on the batched
+        # decoder, and beam search runs on it: made now rather than in the middle of a file.
+        ensure_beam_decoder(bundle.path, progress)
     if built and progress:
         progress(f"installed {name} in {time.perf_counter() - t0:.1f} s → {bundle.path}")
     return bundle

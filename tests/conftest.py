@@ -127,14 +127,9 @@ def whisper(bundle):
     def get(name: str, precision: str = "int8", threads: int = 2, role: str = "target"):
         key = (name, precision, threads, role)
         if key not in cache:
-            from as2d.models.install import ensure_beam_decoder
-
-            path = bundle(name, precision)
-            model = WhisperModel(path, threads=threads, role=role)
-            # Beam search's batched graph, made on first use, as the loader attaches it (beam
-            # search and a fallback's samples drawn side by side run on it).
-            model.beam_graph = lambda: ensure_beam_decoder(path)
-            cache[key] = model
+            # Installed with its batched graph (beam search, samples side by side), which the
+            # model declares from its manifest.
+            cache[key] = WhisperModel(bundle(name, precision), threads=threads, role=role)
         return cache[key]
 
     return get

@@ -159,14 +159,12 @@ def reference_beam(model, ctx, prompt, rules, sample_len, beam_size, patience=No
 
 # -- real models ----------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def beam_model(whisper, bundle):
-    """``beam_model("tiny.en")``: a loaded target whose beam graph is added on first use."""
-    from as2d.models.install import ensure_beam_decoder
+def beam_model(whisper):
+    """``beam_model("tiny.en")``: a loaded target with its batched (beam) graph."""
 
     def get(name: str):
         model = whisper(name, "int8", threads=2)
-        path = bundle(name, "int8")
-        model.beam_graph = lambda: ensure_beam_decoder(path)
+        assert model.beam_graph is not None  # made when the bundle was installed
         return model
 
     return get

@@ -106,13 +106,20 @@ def test_punctuation_joins_its_neighbour():
 
 
 # -- on real audio ----------------------------------------------------------------------------
-def aligned_model(whisper, bundle, name="base"):
-    from as2d.models.install import ensure_alignment
+_ALIGNED: dict = {}
 
-    model = whisper(name, "int8")
-    path = bundle(name, "int8")
-    model.alignment_graph = lambda: ensure_alignment(path)
-    return model
+
+def aligned_model(whisper, bundle, name="base"):
+    """A model declaring word timestamps' graph as the loader makes it: the bundle's, else
+    added on first use."""
+    from as2d.models.install import ensure_alignment
+    from as2d.runtime.whisper.model import WhisperModel
+
+    if name not in _ALIGNED:
+        path = bundle(name, "int8")
+        _ALIGNED[name] = WhisperModel(path, threads=2,
+                                      alignment_graph=lambda: ensure_alignment(path))
+    return _ALIGNED[name]
 
 
 def transcribe(model, path, decoder=None, **options):
@@ -208,7 +215,7 @@ def test_a_model_without_alignment_heads_is_refused_before_decoding(whisper):
     from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
 
     class NoHeads:
-        name, config, manifest, threads = "hf-export", {}, {"files": {}}, 1
+        name, config, alignment_graph, threads = "hf-export", {}, None, 1  # declares none
 
     with pytest.raises(AlignmentError, match="cannot give word timestamps"):
         WordAligner.for_run(NoHeads(), "en", TranscribeOptions())

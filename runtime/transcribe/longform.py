@@ -416,7 +416,7 @@ class LongFormTranscriber:
         model, decoder = self.model, self.strategy
         name, drafter = decoder.name, decoder.drafter_name
         if search is not None:
-            if not isinstance(model, WhisperModel):  # a Hugging Face ONNX export
+            if model.beam_graph is None:  # a Hugging Face ONNX export
                 raise ValueError(f"{model.name}: beam search needs an as2d Whisper model "
                                  "(a Hugging Face ONNX export decodes greedily only)")
             model.beam_session()  # made (and its graph added) before the first window
@@ -562,7 +562,7 @@ class LongFormTranscriber:
         search): then every sample draws the same tokens either way. Decided once per model
         and set of threads, a failure included (it is not retried every window)."""
         model = self.model
-        if samples < 2 or not isinstance(model, WhisperModel) or model.beam_graph is None:
+        if samples < 2 or model.beam_graph is None:
             return None
         threads = tuple(self.strategy.pass_threads) if self._sampled_candidates else ()
         key = (id(model), threads)

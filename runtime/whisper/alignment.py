@@ -190,7 +190,7 @@ class WordAligner:
     def __init__(self, model, graph: Path | Callable[[], Path] | None, language: str | None,
                  task: str = "transcribe", prepend: str = PREPEND_PUNCTUATIONS,
                  append: str = APPEND_PUNCTUATIONS) -> None:
-        heads = getattr(model, "config", {}).get("alignment_heads")
+        heads = model.config.get("alignment_heads")
         if graph is None or not heads:
             raise AlignmentError(f"{model.name} cannot give word timestamps (it has no "
                                  "alignment heads or graph; use a catalog model such as base)")
@@ -206,14 +206,10 @@ class WordAligner:
 
     @classmethod
     def for_run(cls, model, language: str | None, options) -> WordAligner:
-        """The aligner of one transcription run (``options``: its TranscribeOptions). The
-        graph is the model's ``alignment_graph`` (a callable the loader attaches, which adds
-        the graph to the bundle on first use), else the bundle's own ``alignment`` file."""
-        graph = getattr(model, "alignment_graph", None)
-        files = getattr(model, "manifest", {}).get("files", {})
-        if graph is None and files.get("alignment"):
-            graph = Path(model.path) / files["alignment"]
-        aligner = cls(model, graph, language, options.task, options.prepend_punctuations,
+        """The aligner of one transcription run (``options``: its TranscribeOptions), on the
+        model's declared ``alignment_graph`` (the bundle's, or made on first use)."""
+        aligner = cls(model, model.alignment_graph, language, options.task,
+                      options.prepend_punctuations,
                       options.append_punctuations)
         _ = aligner.session  # made now: a model that cannot align fails before decoding
         return aligner
@@ -222,14 +218,14 @@ class WordAligner:
     def session(self):
         """The alignment graph's session, made once per model (kept on the model)."""
         if self._session is None:
-            self._session = getattr(self.model, "_alignment_session", None)
+            self._session = self.model.alignment_session
         if self._session is None:
             from as2d.runtime.sessions import make_session
 
             path = self._graph() if callable(self._graph) else self._graph
             session = make_session(path, self.model.threads)
             self.model.check_form(session, "the word-alignment graph")
-            self._session = self.model._alignment_session = session
+            self._session = self.model.alignment_session = session
         return self._session
 
     def timings(self, cross: dict[str, np.ndarray], text_tokens: list[int], num_frames: int

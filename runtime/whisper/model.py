@@ -61,7 +61,8 @@ class WhisperModel:
                  encoder_threads: int | None = None, name: str | None = None,
                  role: str = "target", encoder: str | None = None,
                  progress: Callable[[str], None] | None = None,
-                 ov_graph: Callable[[str], Path] | None = None, spin: bool = False) -> None:
+                 ov_graph: Callable[[str], Path] | None = None, spin: bool = False,
+                 alignment_graph: Callable[[], Path] | None = None) -> None:
         self.path = Path(bundle_dir)
         manifest = read_json_capped(self.path / "manifest.json")
         self.manifest = manifest
@@ -121,6 +122,18 @@ class WhisperModel:
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         self._lock = threading.Lock()
         self._free: list[DecoderState] = []
+        # What the model can do besides greedy decoding, declared here from the bundle: beam
+        # search and a fallback's samples side by side run on the batched decoder graph (made
+        # when the bundle is installed); word timestamps on the alignment graph, the bundle's
+        # or made on first use by ``alignment_graph()`` (the loader's, which adds it).
+        beam = files.get("decoder_beam")
+        self.beam_graph: Path | None = self.path / beam if beam else None
+        aligned = files.get("alignment")
+        self.alignment_graph: Path | Callable[[], Path] | None = (
+            self.path / aligned if aligned else alignment_graph)
+        self.alignment_session = None  # made by the first word aligner
+        self._beam_sessions: dict[int, object] = {}
+        self._free_beams: dict[int, list[BeamDecoderState]] = {}
 
     @property
     def multilingual(self) -> bool:
@@ -195,23 +208,20 @@ class WhisperModel:
         with self._lock:
             self._free.append(state)
 
-    # Beam search's decoder graph (a path, made on first use): the loader attaches a callable
-    # that adds it to the bundle (as2d.models.install.ensure_beam_decoder); None: no beams.
-    beam_graph: Callable[[], Path] | None = None
     beam_check: dict | None = None  # as2d.runtime.rows.probe_beams' verdict, once checked
 
     def beam_session(self, threads: int | None = None):
         """The beam-search decoder session with ``threads`` intra-op threads (None: the
         model's own), made on first use (ValueError if this model has no beam graph)."""
         threads = threads or self.threads
-        sessions = self.__dict__.setdefault("_beam_sessions", {})
+        sessions = self._beam_sessions
         sess = sessions.get(threads)
         if sess is not None:
             return sess
         if self.beam_graph is None:
-            raise ValueError(f"{self.name}: beam search needs an as2d Whisper bundle "
-                             "(a Hugging Face ONNX export decodes greedily only)")
-        sess = make_session(self.beam_graph(), threads, self.spin)
+            raise ValueError(f"{self.name}: this bundle has no batched decoder for beam search "
+                             "(reinstall it with `as2d models install NAME --force`)")
+        sess = make_session(self.beam_graph, threads, self.spin)
         self.check_form(sess, "the beam-search decoder")
         self._beam_outputs = [o.name for o in sess.get_outputs()]
         with self._lock:
@@ -237,7 +247,7 @@ class WhisperModel:
         """A decoder of up to ``slots`` hypotheses bound to ``ctx`` (one empty hypothesis)."""
         self.beam_session()
         with self._lock:
-            free = getattr(self, "_free_beams", {}).get(slots)
+            free = self._free_beams.get(slots)
             state = free.pop() if free else None
         if state is None:
             state = BeamDecoderState(self, slots)
@@ -247,8 +257,6 @@ class WhisperModel:
     def release_beams(self, state: BeamDecoderState) -> None:
         state.feed = {}
         with self._lock:
-            if not hasattr(self, "_free_beams"):
-                self._free_beams = {}
             self._free_beams.setdefault(state.slots, []).append(state)
 
 
