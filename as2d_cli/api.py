@@ -284,7 +284,7 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     when there is no speech to answer from; TypeError for a question that is not text.
     """
     from as2d.runtime.ask.answer import AskOptions
-    from as2d.runtime.ask.kinds import question_error
+    from as2d.runtime.ask.question import question_error
     from as2d.runtime.ask.spans import spans_from_segments
 
     if not isinstance(question, str):

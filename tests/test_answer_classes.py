@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import pytest
 
-from as2d.runtime.ask.extract import _OPEN, candidates, count_answer, objects
-from as2d.runtime.ask.kinds import (
+from as2d.runtime.ask.english.extract import _OPEN, candidates, count_answer, objects
+from as2d.runtime.ask.english.kinds import (
     NOT_SAID,
     adds_to,
     bound,
@@ -35,6 +35,7 @@ from as2d.runtime.ask.kinds import (
     question_kind,
     said,
 )
+from as2d.runtime.ask.english.yesno import yes_no_answer
 from as2d.runtime.ask.passages import (
     content_words,
     numbers_as_digits,
@@ -44,7 +45,6 @@ from as2d.runtime.ask.passages import (
 )
 from as2d.runtime.ask.prompt import asks_about_time, without_clock
 from as2d.runtime.ask.spans import Span
-from as2d.runtime.ask.yesno import yes_no_answer
 
 
 def lines(*texts: str) -> list[Span]:
@@ -326,14 +326,13 @@ def test_a_person_after_to_or_at_is_not_a_place():
 
 
 def test_a_who_fallback_without_names_is_not_refused():
-    from as2d.runtime.ask.answer import fallback
+    from as2d.runtime.ask.english.rules import ENGLISH_POLICY
 
     spans = lines("He gave the letter to Marianne.")
     question = "Who received the letter?"
     found = [c for c in candidates(spans, question) if c.origin not in ("name", "before")]
-    names = names_in(spans)
-    assert fallback("Marianne.", question, spans, names, "who", found) == "Marianne."
-    assert fallback("Marianne.", question, spans, names, "who", []) == "Marianne."
+    assert ENGLISH_POLICY.fallback("Marianne.", question, spans, found) == "Marianne."
+    assert ENGLISH_POLICY.fallback("Marianne.", question, spans, []) == "Marianne."
 
 
 def test_an_amount_in_a_paraphrased_statement_is_bound():
@@ -878,11 +877,11 @@ def test_a_reason_said_as_one_is_a_cause_not_a_time():
 def _choose(spans, question, ranked_first=()):
     """The answer ``choose`` gives where the candidates whose text starts with one of
     ``ranked_first`` scored best (the model's ranking, made up)."""
-    from as2d.runtime.ask.answer import Answerer
+    from as2d.runtime.ask.english.rules import ENGLISH_POLICY
 
     found = [c for c in candidates(spans, question) if qualifies(c.text, question, spans)]
     found.sort(key=lambda c: not c.text.lower().startswith(ranked_first))
-    pick = Answerer.choose("", spans, question, found, spans)
+    pick = ENGLISH_POLICY.choose(found, spans, question, spans)
     return pick.text if pick is not None else None
 
 
@@ -1065,7 +1064,7 @@ def test_a_second_review_of_the_batch_5_classes():
     # a condition is asked only by "in what situation / under what circumstances"
     assert question_kind("In what condition was the car when it arrived?") != "condition"
     assert question_kind("What circumstances led to the fire?") != "condition"
-    from as2d.runtime.ask.kinds import states_condition
+    from as2d.runtime.ask.english.kinds import states_condition
     assert not states_condition("Call us when you can.")
     assert states_condition("Only if it rains.") and states_condition("Had he married her.")
     # a month may be a name, "St" names a church, a surname may be a place word

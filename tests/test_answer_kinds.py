@@ -1,19 +1,20 @@
-"""Answers of the kind asked (:mod:`as2d.runtime.ask.kinds`): the question's kind from its first
-wh-phrase, answers that fit it, add to the question and were said; otherwise none is given."""
+"""Answers of the kind asked (:mod:`as2d.runtime.ask.english.kinds`): the question's kind from its
+first wh-phrase, answers that fit it, add to the question and were said; otherwise none is
+given."""
 
 from __future__ import annotations
 
 import pytest
 
-from as2d.runtime.ask.kinds import (
+from as2d.runtime.ask.english.kinds import (
     NOT_SAID,
     adds_to,
     fits,
     names_in,
     qualifies,
-    question_error,
     question_kind,
 )
+from as2d.runtime.ask.question import question_error
 from as2d.runtime.ask.spans import Span
 
 SPANS = [Span(0.0, 4.0, "And Mr. John Dashwood had then leisure to consider how much there "
@@ -62,7 +63,7 @@ def test_a_restatement_adds_nothing_and_unsaid_words_are_not_given():
 
 
 def test_an_instruction_models_first_qualifying_sentence_is_its_answer():
-    from as2d.runtime.ask.kinds import first_qualifying, unframed
+    from as2d.runtime.ask.english.kinds import first_qualifying, unframed
 
     q = "Who had leisure to consider how much there might be in his power?"
     assert unframed("The answer to this question is: \"3 dollars.\"") == "3 dollars."

@@ -22,9 +22,9 @@ from as2d.cli.ask_cmd import register
 from as2d.runtime.ask.answer import Answerer, AskOptions
 from as2d.runtime.ask.answer_events import AnswerStep
 from as2d.runtime.ask.answer_sources import PRIOR_ACCEPTANCE
-from as2d.runtime.ask.extract import candidates, count_answer
+from as2d.runtime.ask.english.extract import candidates, count_answer
+from as2d.runtime.ask.english.kinds import NOT_SAID
 from as2d.runtime.ask.generate import SpeculativeGenerator
-from as2d.runtime.ask.kinds import NOT_SAID
 from as2d.runtime.ask.passages import focus, grounded, rank_spans, select_spans
 from as2d.runtime.ask.prompt import asks_about_time
 from as2d.runtime.ask.spans import Span, format_time, spans_from_segments

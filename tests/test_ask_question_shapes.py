@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import pytest
 
-from as2d.runtime.ask.extract import candidates, pinned
-from as2d.runtime.ask.kinds import adds_to, fits, order, qualifies, set_aside
+from as2d.runtime.ask.english.extract import candidates, pinned
+from as2d.runtime.ask.english.kinds import adds_to, fits, order, qualifies, set_aside
+from as2d.runtime.ask.english.sequence import sequence_answer
 from as2d.runtime.ask.passages import rank_spans
 from as2d.runtime.ask.prompt import without_clock
-from as2d.runtime.ask.sequence import sequence_answer
 from as2d.runtime.ask.spans import Span
 
 
@@ -402,6 +402,6 @@ def test_a_negated_clause_before_x_is_not_said_to_be_done():
     (DOOR, "What happens after the storm?", False),  # X is never said: nothing to go past
 ])
 def test_a_question_past_the_recordings_end_is_said_to_be_beyond_it(spans, question, beyond):
-    from as2d.runtime.ask.extract import said_nothing_beyond
+    from as2d.runtime.ask.english.extract import said_nothing_beyond
 
     assert said_nothing_beyond(spans, question) is beyond

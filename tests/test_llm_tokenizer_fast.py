@@ -24,7 +24,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre
 
 from as2d.runtime.ask.answer_sources import source_texts
 from as2d.runtime.ask.codec import Codec
-from as2d.runtime.ask.extract import candidates
+from as2d.runtime.ask.english.extract import candidates
 from as2d.runtime.ask.prompt import STYLES, PromptBuilder
 from as2d.runtime.ask.spans import Span, transcript_lines
 from as2d.runtime.llm import lean_tokenizer

@@ -98,8 +98,8 @@ def register(app: typer.Typer) -> None:
 
 
 def validate(req: AskRequest) -> None:
-    from as2d.runtime.ask.kinds import question_error
     from as2d.runtime.ask.prompt import STYLES
+    from as2d.runtime.ask.question import question_error
 
     problem = question_error(req.question)
     if problem:

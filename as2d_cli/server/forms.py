@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from as2d.runtime.ask.kinds import question_error
+from as2d.runtime.ask.question import question_error
 from as2d.runtime.option_errors import OptionError
 from as2d.server.api_errors import APIError
 from as2d.server.uploads import Upload

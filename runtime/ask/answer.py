@@ -11,8 +11,11 @@ with the transcript and the question. The pieces, one module each:
   drafter, question, examples);
 * :mod:`~as2d.runtime.ask.generate` — generation by verified passes, token-identical to plain
   greedy generation.
-* :mod:`~as2d.runtime.ask.extract` — candidate answers taken from the transcript, scored by
-  the model under the same prompt (the answer is the best one), and counted "how many times".
+* :mod:`~as2d.runtime.ask.policy` — the answer policy: the hand-written rules of one language
+  (:mod:`~as2d.runtime.ask.english`: the kind of answer asked, candidate answers taken from the
+  transcript and scored by the model under the same prompt, counts, yes/no readings), picked
+  from the transcript's language once per answer; none for a language they were not written
+  for (the model's own answer then).
 
 This module puts them together: an :class:`Answerer` turns spans and a question into an
 :class:`Answer` with its evidence, its context and its statistics.
@@ -32,44 +35,15 @@ from as2d.runtime.ask.answer_sources import (
     source_texts,
 )
 from as2d.runtime.ask.codec import Codec
-from as2d.runtime.ask.extract import (
-    Candidate,
-    candidates,
-    count_answer,
-    pinned,
-    said_nothing_beyond,
-)
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
-from as2d.runtime.ask.kinds import (
-    NOT_SAID,
-    first_qualifying,
-    gives_reason,
-    names_in,
-    places_in,
-    qualifies,
-    question_error,
-    question_kind,
-    states_condition,
-)
-from as2d.runtime.ask.passages import (
-    best_sentence,
-    content_words,
-    evidence,
-    rank_spans,
-    within,
-)
-from as2d.runtime.ask.prompt import (
-    DEFAULT_STYLE,
-    PromptBuilder,
-    PromptPlan,
-    asks_about_time,
-    without_clock,
-)
-from as2d.runtime.ask.sequence import sequence_answer
+from as2d.runtime.ask.passages import evidence, rank_spans
+from as2d.runtime.ask.policies import policy_for
+from as2d.runtime.ask.policy import Candidate
+from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, without_clock
+from as2d.runtime.ask.question import question_error
 from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.ask.tree import TreeSource
 from as2d.runtime.ask.tree import score as tree_score
-from as2d.runtime.ask.yesno import yes_no_answer
 from as2d.runtime.events import Listener, Note, fanout, ignore
 from as2d.runtime.llm.prefix_cache import for_model as prefix_cache_for
 from as2d.runtime.option_errors import OptionError, check_whole
@@ -99,11 +73,11 @@ class AskOptions:
     locate: bool = True
     # Answers are held to the question's kind (who → a person, how many → a count, when → a
     # time, ...), must add to the question's words, and every content word must be said in
-    # the transcript (:mod:`as2d.runtime.ask.kinds`); when none qualifies the answer is "The
-    # recording does not say."
+    # the transcript (:mod:`as2d.runtime.ask.english.kinds`); when none qualifies the answer
+    # is "The recording does not say." (English transcripts: the answer policy's rules)
     check: bool = True
     # Candidate answers taken from the transcript are scored by the model under the same
-    # prompt (:mod:`as2d.runtime.ask.extract`); see :meth:`Answerer.choose` for which answer
+    # prompt (:mod:`as2d.runtime.ask.english.extract`); see :meth:`Answerer.choose` for which answer
     # is given. "How many times ..." about a phrase found in the transcript is counted.
     extract: bool = True
     count: bool = True
@@ -231,24 +205,29 @@ class Answerer:
             key = self._folded[tid] = piece.lower() if piece is not None else f"#{tid}"
         return key
 
-    def ask(self, spans: Sequence[Span], question: str, drafter_text: str | None = None) -> Answer:
+    def ask(self, spans: Sequence[Span], question: str, drafter_text: str | None = None,
+            language: str | None = None) -> Answer:
+        """The answer to ``question`` about the transcript ``spans``. ``language`` (the
+        transcript's, a Whisper code) picks the answer policy (:func:`~.policies.policy_for`):
+        the English rules for English or an unknown language, none for another (the model's
+        own answer, and the answer's note says the rules were off)."""
         problem = question_error(question)
         if problem:
             raise ValueError(problem)
         o = self.options
+        policy = policy_for(language)
         collector = AnswerStatsCollector()
         emit = fanout(collector, self.emit)
-        if o.locate and self.builder.style != "instruct" and asks_about_time(question):
+        if policy.note:
+            emit(Note(policy.note, "info"))
+        if o.locate and self.builder.style != "instruct" and policy.asks_about_time(question):
             located = self.locate(spans, question, collector, emit)
             if located is not None:
                 return located
         if o.count and self.builder.style != "instruct":
-            for method, read in (("counted", count_answer), ("read", sequence_answer),
-                                 ("confirmed", yes_no_answer)):
-                counted = read(spans, question)
-                if counted is None:
-                    continue
-                text, where = counted
+            reading = policy.read(spans, question)
+            if reading is not None:
+                method, text, where = reading
                 emit(AskStarted(question, self.model.name, 0, 0, len(spans), len(spans), False,
                                 False))
                 emit(AnswerDone(text, 0, method, 0.0))
@@ -257,13 +236,14 @@ class Answerer:
         plan = self.prompt(spans, question)
         if plan.note:
             emit(Note(plan.note, "warning"))
+        note = "; ".join(n for n in (plan.note, policy.note) if n) or None
         use = o.candidates and self.lossless
         if o.candidates and not self.lossless:
             emit(Note(f"{self.model.name}: its graph does not compute each token independently "
                       "of the others in a pass, so verified candidates could change the answer; "
                       "generating without candidates", "warning"))
         extract = o.extract and self.builder.style != "instruct"
-        found = candidates(plan.spans, question) if extract else []
+        found = policy.candidates(plan.spans, question) if extract else []
         sources = self.sources(spans, question, drafter_text, plan) if use else None
         if use and found and "answers" in o.sources and self.model.trees:
             # The scored candidates' tree predicts where the greedy answer goes (verified;
@@ -310,31 +290,26 @@ class Answerer:
         text = self.answer_text(result.tokens, plan)
         scored.sort(key=rank)
         method, generated, used = "generated", None, evidence(text, plan.spans)
-        if o.check:
-            # Only answers of the kind asked, adding to the question, every word said.
-            kind, names, places = question_kind(question), names_in(spans), places_in(spans)
-            fitting = [c for c in scored
-                       if qualifies(c.text, question, spans, names, kind, places)]
-        else:
-            fitting = scored
-        pick = self.choose(text, spans, question, fitting, plan.spans)
+        check = o.check and policy.not_said is not None
+        # Only answers of the kind asked, adding to the question, every word said.
+        fitting = policy.fitting(scored, question, spans) if check else scored
+        pick = policy.choose(fitting, spans, question, plan.spans)
         if pick is not None:
             method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
-        elif o.check and (own := fallback(text, question, spans, names, kind,
-                                          found)) is not None:
+        elif check and (own := policy.fallback(text, question, spans, found)) is not None:
             text = own
             used = evidence(text, plan.spans) or plan.focus[:1]
-        elif o.check:
+        elif check:
             # Not of the kind asked, a restatement, or words the speaker never said: no
             # answer rather than a guess.
             method, generated, used = "not said", text, []
-            text = NOT_SAID
+            text = policy.not_said
         elif not used and plan.focus:
             used = plan.focus[:1]
         tokens, stopped = ([], "extracted") if skipped else (result.tokens, result.stopped)
         emit(AnswerDone(text, len(tokens), stopped, result.prefill_seconds + result.seconds))
-        return Answer(question, text, tokens, used, plan.spans, plan.selected, plan.note,
+        return Answer(question, text, tokens, used, plan.spans, plan.selected, note,
                       stopped, collector.current, plan, method, generated, scored)
 
     def calibrate(self, state, plan: PromptPlan, scored: list[Candidate],
@@ -367,39 +342,6 @@ class Answerer:
             c.score = c.likelihood - a * prior
         scored.sort(key=rank)
 
-    @staticmethod
-    def choose(generated: str, spans: Sequence[Span], question: str,
-               scored: Sequence[Candidate],
-               context: Sequence[Span] | None = None) -> Candidate | None:
-        """The scored candidate to answer with instead of the generated answer, or None.
-
-        On the dev split the best-scored candidate always (22/31) beat keeping a generated
-        answer found word for word in the transcript (21/31), the generated answer scored as one
-        more candidate (21/31, greedy text is nearly always the likeliest) and a 2-nat margin for
-        it (21/31); so the generated answer is given only when no candidate was found."""
-        if not scored or said_nothing_beyond(spans, question):
-            return None
-        # a question ending on its preposition or verb asks for its object, "besides X" for
-        # the item listed with X, "what kind of X" for what is said of X, "From whom ...?"
-        # for its slot, "what after X" for what comes next (:func:`pinned`); "who did it" for
-        # the subject the transcript gives the question's words, when that is a person; "why"
-        # and "in what situation" for a reason or condition said in the question's sentence
-        shaped = pinned(scored)
-        kind = question_kind(question)
-        if not shaped and kind == "who":  # a letter's writer, else the subject
-            shaped = [c for c in scored if c.origin == "signed"] or \
-                [c for c in scored if c.origin == "before"]
-        elif not shaped and kind in ("reason", "condition"):
-            # what a "so" clause saying the question's words follows from, a reason said as one
-            # ("so that it ...") or a condition ("if you get a rash") in the sentence that says
-            # the question's words most, not one of something else said elsewhere
-            sentence = best_sentence(context if context is not None else spans, question)
-            shaped = [c for c in scored if c.origin == "reason" or (
-                sentence is not None and within(c.text, sentence)
-                and (states_condition(c.text) if kind == "condition"
-                     else gives_reason(c.text)))]
-        return shaped[0] if shaped else scored[0]
-
     def locate(self, spans: Sequence[Span], question: str, collector: AnswerStatsCollector,
                emit: Listener) -> Answer | None:
         """The answer to a question about the recording's clock: the start of the span that
@@ -421,21 +363,6 @@ class Answerer:
         if plan.one_line:
             text = text.split("\n", 1)[0]
         return text.strip()
-
-
-def fallback(generated: str, question: str, spans: Sequence[Span], names: set[str], kind: str,
-             found: Sequence[Candidate]) -> str | None:
-    """The model's own answer where no candidate qualified: its first part that qualifies
-    (:func:`first_qualifying`), and for *who*, only someone the transcript ties to the question
-    (sharing a word with a name or subject among the candidates, when there are such): a name
-    said elsewhere is not who did it."""
-    text = first_qualifying(generated, question, spans, names, kind)
-    if text is None or kind != "who":
-        return text
-    people = {w for c in found if c.origin in ("name", "before") for w in content_words(c.text)}
-    if people and not people & set(content_words(text)):
-        return None
-    return text
 
 
 def rank(c: Candidate) -> tuple[bool, float]:

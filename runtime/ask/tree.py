@@ -1,11 +1,11 @@
 """Candidate answers as one tree: scored in one pass, and a drafter for the generated answer.
 
-Scoring a short list of transcript spans as answers (:mod:`as2d.runtime.ask.extract`) used to
-take one pass of the answering model per branch of their prefix trie, ~20 ms each whatever its
-length (the pass is bound by reading the weights). The Gemma graph also takes each token's
-position and what it sees (:mod:`as2d.models.gemma_graph`), so the whole trie runs as one pass
-whose rows attend only to their own ancestors: :func:`score`. A graph without those inputs (a
-bundle from before them, a Hugging Face export) is scored branch by branch as before.
+Scoring a short list of transcript spans as answers (:mod:`as2d.runtime.ask.english.extract`)
+used to take one pass of the answering model per branch of their prefix trie, ~20 ms each
+whatever its length (the pass is bound by reading the weights). The Gemma graph also takes each
+token's position and what it sees (:mod:`as2d.models.gemma_graph`), so the whole trie runs as
+one pass whose rows attend only to their own ancestors: :func:`score`. A graph without those
+inputs (a bundle from before them, a Hugging Face export) is scored branch by branch as before.
 
 The same rows say where the model's greedy answer goes while it follows a candidate, which is
 what :class:`TreeSource` proposes to the generator. A tree pass is not bit-identical to a

@@ -46,7 +46,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from as2d.runtime.ask.kinds import (
+from as2d.runtime.ask.english.kinds import (
     BESIDES,
     DESCRIBED_SIZES,
     is_person,
@@ -63,6 +63,7 @@ from as2d.runtime.ask.passages import (
     stem,
     without_answer_type,
 )
+from as2d.runtime.ask.policy import Candidate
 from as2d.runtime.ask.spans import Span
 
 _NUM = NUMBER_WORDS
@@ -85,30 +86,6 @@ class TranscriptWord:
     text: str  # as the transcript writes it, punctuation included
     norm: str
     span: int  # index of its span
-
-
-@dataclass
-class Candidate:
-    text: str  # as an answer: capitalised, with an end mark
-    origin: str  # "after" (follows the question's words), "line", "name", "position"
-    spans: tuple[int, ...]  # transcript spans it comes from
-    score: float = float("nan")  # what candidates are ranked by (higher is better)
-    tokens: int = 0
-    likelihood: float = float("nan")  # log-likelihood as the answer, its end included
-    prior: float | None = None  # the same under a neutral question (when calibrated)
-    # For "what ... after X" ("before X"): how many parts of a clause (cut at "and", "but",
-    # "then") lie between this one and the part that says X, on the side asked (0: the next
-    # part), None when it is not on that side or the question asks nothing of the kind.
-    follows: int | None = None
-
-    def to_dict(self, spans: Sequence[Span] | None = None) -> dict:
-        d = {"text": self.text, "origin": self.origin, "score": round(float(self.score), 3),
-             "likelihood": round(float(self.likelihood), 3), "tokens": self.tokens}
-        if self.prior is not None:
-            d["prior"] = round(float(self.prior), 3)
-        if spans is not None:
-            d["spans"] = [spans[i].to_dict() for i in self.spans]
-        return d
 
 
 def words_of(spans: Sequence[Span]) -> list[TranscriptWord]:

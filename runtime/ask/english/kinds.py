@@ -35,7 +35,7 @@ _WORD = re.compile(r"[A-Za-z0-9]+(?:'[A-Za-z]+)?")
 
 # Adjectives of size that "how ...?" asks about ("How big is the hotel?", "How tall ..."):
 # answered by a word of size or an amount (:func:`fits`), found in what is said of the thing
-# (the answer's candidates, :mod:`as2d.runtime.ask.extract`).
+# (the answer's candidates, :mod:`as2d.runtime.ask.english.extract`).
 SIZE_ADJECTIVES = ("big", "large", "small", "tall", "high", "wide", "deep", "heavy", "thick",
                    "short")
 # Of those, the ones a description answers ("a *small* hotel"); the others ask for a measure
@@ -223,24 +223,6 @@ def _claims(text: str) -> list[str]:
 @lru_cache(maxsize=4096)
 def _span_words(text: str) -> frozenset[str]:
     return frozenset(content_words(text))
-
-
-MAX_QUESTION_CHARS = 2000  # a question, not a document: the prompt must stay a prompt
-
-
-def question_error(question: str) -> str | None:
-    """Why ``question`` cannot be asked, None when it can: it is empty, or it has no word at
-    all ("?", "..."), so that nothing in the transcript can be looked for and any answer would
-    be a guess; or it is longer than :data:`MAX_QUESTION_CHARS` (pasted text, not a question:
-    it would fill the answering model's context before the transcript). Every face (the
-    command line, the server, the Python API) asks this one rule."""
-    if not question.strip():
-        return "the question is empty"
-    if not any(ch.isalnum() for ch in question):
-        return "the question has no words"
-    if len(question) > MAX_QUESTION_CHARS:
-        return f"the question is too long (at most {MAX_QUESTION_CHARS} characters)"
-    return None
 
 
 def question_kind(question: str) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from as2d.runtime.ask.kinds import said_by_someone_else
+from as2d.runtime.ask.english.kinds import said_by_someone_else
 from as2d.runtime.ask.passages import NUMBER_WORDS, content_words, numbers_as_digits, stem
 from as2d.runtime.ask.spans import Span
 
