@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from as2d import loading
 from as2d.loading import ModelError, Progress
@@ -37,8 +38,9 @@ from as2d.runtime.events import Listener, fanout, ignore
 from as2d.runtime.option_errors import OptionError, check_name
 from as2d.runtime.sessions import Background, cpu_count
 
-__all__ = ["Decoder", "Engine", "EngineSpec", "ModelError", "SharedModels", "ThreadPlan",
-           "lone_window_note", "plan_threads", "MAX_BUDGET", "ONE_WINDOW_SECONDS"]
+__all__ = ["AnswerError", "AskResult", "Decoder", "Engine", "EngineSpec", "ModelError",
+           "SharedModels", "ThreadPlan", "lone_window_note", "plan_threads", "MAX_BUDGET",
+           "ONE_WINDOW_SECONDS"]
 
 MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candidates
 AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_drafter)
@@ -164,6 +166,60 @@ def lone_window_note(spec: EngineSpec) -> str | None:
         return None
     return (f"one window of audio ({seconds:.1f} s): the target decodes alone, a drafter would "
             "cost more than it saves (--drafter tiny.en drafts anyway; the text is the same)")
+
+
+@dataclass
+class AskResult:
+    """One ``ask`` run's answer document (:meth:`Engine.ask`), which every face renders:
+    ``as2d ask`` prints :attr:`answer`'s text (or :meth:`to_dict` with ``--json``),
+    ``as2d.ask`` returns :attr:`answer`, the server's ``/v1/audio/ask`` responds
+    :meth:`to_dict`."""
+
+    question: str
+    source: str  # the recording, as the document names it
+    duration: float  # the whole recording's length, in seconds
+    info: Any  # the transcription's TranscriptionInfo: language, plan (decoder, drafter)
+    spans: list  # the transcript answered from (as2d.runtime.ask.spans.Span)
+    interrupted: bool  # the transcription was stopped before the end (a signal, a cancel)
+    target: str  # the speech model
+    # The Answer (as2d.runtime.ask.answer.Answer); None: nothing to answer from (no speech,
+    # or stopped before a window was committed) or a run cancelled before answering.
+    answer: Any = None
+    llm: str | None = None  # the answering model, once it answered
+    candidates: str = "off"  # "verified", "off", or "unavailable: ..." (not row-exact)
+    transcription: Any = None  # the transcription's RunStats, where a collector listened
+
+    @property
+    def transcribed(self) -> float:
+        """Seconds of the recording the spans reach (all of it, unless interrupted)."""
+        return self.spans[-1].end if self.spans else 0.0
+
+    def to_dict(self) -> dict:
+        """The JSON document (``as2d ask --json``, the server's response): the answer's own
+        fields, then the run's."""
+        doc = self.answer.to_dict()
+        doc.update(
+            source=self.source, duration=round(self.duration, 3), language=self.info.language,
+            interrupted=self.interrupted,
+            models={"target": self.target, "drafter": self.info.plan.drafter,
+                    "decoder": self.info.plan.decoder, "llm": self.llm},
+            candidates=self.candidates,
+            stats={"transcription": self.transcription.summary()
+                   if self.transcription is not None else None,
+                   "answer": self.answer.stats.to_dict()})
+        return doc
+
+
+class AnswerError(ValueError):
+    """:meth:`Engine.ask` could not answer, after the transcription: ``stage`` is
+    ``"answerer"`` (options the answering model cannot honour: a prompt style it has no
+    template for) or ``"answer"`` (this question under this model: no room for the prompt,
+    ...). ``error`` is the ValueError raised (an OptionError names its option); the message is
+    its message."""
+
+    def __init__(self, stage: str, error: ValueError) -> None:
+        super().__init__(str(error))
+        self.stage, self.error = stage, error
 
 
 WhisperLoader = Callable[[str, str | None, int, str, bool], object]
@@ -355,7 +411,7 @@ class Engine:
     def voice_detector(self):
         """Silero VAD for transcribe's ``vad_filter`` (made once per engine)."""
         if self.transcriber.voice_detector is None:
-            self.transcriber.voice_detector = _silero()
+            self.transcriber.voice_detector = _voice_detector()
             for run in self._by_language.values():
                 run.voice_detector = self.transcriber.voice_detector
         return self.transcriber.voice_detector
@@ -481,23 +537,113 @@ class Engine:
         self._answerers.append(pending)  # settled by close()
         return pending
 
+    def ask(self, audio, question: str, options=None, transcribe_options=None, *,
+            source: str | None = None, listener: Listener | None = None, stats=None,
+            on_interrupt: Callable[[], None] | None = None,
+            cancelled: Callable[[], bool] | None = None) -> AskResult:
+        """Transcribe ``audio`` (an :class:`~as2d.runtime.audio.Audio`) and answer ``question``
+        from what it says: the run's :class:`AskResult`, with no answer when there was nothing
+        to answer from.
+
+        The answerer is made (and its prompt head read) beside the transcription, and one
+        that cannot be made fails as soon as that is known, not after the whole recording.
+        ``options``: an ``AskOptions`` (default: its defaults); ``transcribe_options``: a
+        ``TranscribeOptions``; ``source``: the recording's name in the document (default:
+        ``audio.source``). ``listener`` receives the answer's events (the transcription's go
+        to the engine's listener); ``stats``: the ``StatsCollector`` listening to this engine,
+        whose run becomes the document's transcription statistics.
+
+        Stopping: with ``on_interrupt``, a first KeyboardInterrupt (Ctrl-C; ``as2d`` raises one
+        for SIGTERM and SIGHUP too) during the transcription stops it after the current pass,
+        calls ``on_interrupt`` and answers from what was transcribed; a second one, or any
+        without ``on_interrupt``, propagates. ``cancelled`` is asked after each segment and
+        before answering: true stops the transcription and leaves the answer out.
+
+        Raises what the transcription raises (ValueError for options the model cannot
+        honour), a :class:`ModelError` for an answering model that cannot load, and
+        :class:`AnswerError` when the answer cannot be made."""
+        from as2d.runtime.ask.answer import AskOptions
+        from as2d.runtime.ask.spans import spans_from_segments
+        from as2d.runtime.events import Note
+        from as2d.runtime.transcribe.longform import TranscriptionInfo
+
+        options = options or AskOptions()
+        info = TranscriptionInfo(None, 0.0, audio.duration)
+        pending = self.prepare_answerer(options, listener, question)
+        try:
+            segments, interrupted = self._hear(audio, transcribe_options, info, pending,
+                                               on_interrupt, cancelled)
+            run = stats.runs[-1] if stats is not None and stats.runs else None
+            result = AskResult(question, audio.source if source is None else source,
+                               audio.duration, info, spans_from_segments(segments),
+                               interrupted, self.target.name, transcription=run)
+            if not result.spans or (cancelled is not None and cancelled()):
+                return result
+            if interrupted:
+                (listener or ignore)(Note("transcription interrupted: answering from the "
+                                          f"{result.transcribed:.0f} s transcribed so far"))
+            answerer = _answerer(pending)
+            result.llm = answerer.model.name
+            result.candidates = ("off" if not options.candidates else "verified"
+                                 if answerer.lossless else
+                                 "unavailable: the model's passes are not row-exact")
+            try:
+                result.answer = answerer.ask(result.spans, question, self.drafted_text())
+            except ValueError as exc:
+                raise AnswerError("answer", exc) from None
+            return result
+        finally:
+            _settle(pending)  # not needed (no speech, an error): nor is its error
+            if pending in self._answerers:  # a server asks many times: settled, forgotten
+                self._answerers.remove(pending)
+
+    def _hear(self, audio, options, info, pending: Background,
+              on_interrupt: Callable[[], None] | None,
+              cancelled: Callable[[], bool] | None) -> tuple[list, bool]:
+        """``ask``'s transcription: ``(segments, interrupted)``."""
+        segments: list = []
+        interrupted = False
+        run = self.transcribe(audio, options, info)
+        try:
+            while True:
+                # A signal may arrive while a segment is kept, not only while the next one
+                # is awaited: both are inside the try.
+                try:
+                    for segment in run:
+                        segments.append(segment)
+                        if cancelled is not None and cancelled():
+                            self.stop()  # (a stop reaches only a run in progress)
+                        if pending.done():  # an answering model that cannot load: say so now
+                            _answerer(pending)
+                    break
+                except KeyboardInterrupt:
+                    if on_interrupt is None or interrupted:
+                        raise
+                    interrupted = True
+                    self.stop()
+                    on_interrupt()
+        finally:
+            run.close()
+        return segments, interrupted or info.interrupted
+
     def answerer(self, options=None, listener: Listener | None = None):
         """The answerer, once the answering model has loaded (waits for it)."""
         return self.prepare_answerer(options, listener).result()
 
     def live_session(self, source, options=None, listener: Listener | None = None,
-                     vad=None):
+                     vad: str = "silero"):
         """A live session (:class:`~as2d.runtime.live.session.LiveSession`) over ``source``:
         the growing utterance decoded by this engine's models. ``listener`` receives the
         session's events and its decodes' (committed words among them; the strategy's go to
-        the engine's listener, as for files). ``vad``: a voice detector (default: the
-        engine's Silero VAD)."""
+        the engine's listener, as for files). ``vad``: the voice detector, ``silero`` or
+        ``energy``, made here with a state of its own for this session (a
+        :class:`ModelError` when it cannot run)."""
         from as2d.runtime.live.session import LiveSession
         from as2d.runtime.transcribe.longform import LongFormTranscriber
 
         # A transcriber of its own: the session taps its events for the whole session.
         transcriber = LongFormTranscriber(self.target, self.strategy, listener)
-        return LiveSession(source, vad or _silero(), transcriber, options, listener,
+        return LiveSession(source, _voice_detector(vad), transcriber, options, listener,
                            self.strategy.name, self.strategy.drafter_name)
 
     def stop(self) -> None:
@@ -530,13 +676,23 @@ class Engine:
         self.close()
 
 
-def _silero():
-    from as2d.runtime.vad.silero import SileroVAD, VADUnavailable
+def _voice_detector(kind: str = "silero"):
+    """A voice detector (``silero`` or ``energy``): the engine makes every one, for
+    transcribe's VAD filter and each live session."""
+    from as2d.runtime.vad.silero import VADUnavailable, make_vad
 
     try:
-        return SileroVAD()
+        return make_vad(kind)
     except VADUnavailable as exc:
         raise ModelError(f"voice activity detection: {exc}") from None
+
+
+def _answerer(pending: Background):
+    """The answerer ``pending`` made; options the model cannot honour as an AnswerError."""
+    try:
+        return pending.result()
+    except ValueError as exc:
+        raise AnswerError("answerer", exc) from None
 
 
 def _settle(pending: Background) -> None:

@@ -55,7 +55,6 @@ def main() -> int:
     from as2d.runtime.live.audio_input import FileSource
     from as2d.runtime.live.session import LiveOptions
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
-    from as2d.runtime.vad.silero import make_vad
 
     clips = [load_audio(c).samples.astype(np.float32) for c in default_clips()]
     pause = np.zeros(16000, np.float32)
@@ -69,7 +68,7 @@ def main() -> int:
                                models_dir=args.models_dir, shares_cores=True))
     stats = MicStats()
     session = engine.live_session(FileSource(Audio(audio, source="joined"), args.speed),
-                                  LiveOptions(language="en"), stats, make_vad("silero"))
+                                  LiveOptions(language="en"), stats, "silero")
     t0 = time.perf_counter()
     session.start()
     samples = []

@@ -122,7 +122,6 @@ def main() -> int:
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
     from as2d.runtime.live.audio_input import FileSource
-    from as2d.runtime.vad.silero import make_vad
 
     if args.clips:
         clips = args.clips
@@ -152,7 +151,7 @@ def main() -> int:
         for d in decoders:
             stats = MicStats()
             session = engines[d].live_session(FileSource(audio, args.speed), options[d],
-                                              fanout(stats, pooled[d]), make_vad(args.vad))
+                                              fanout(stats, pooled[d]), args.vad)
             session.start()
             session.wait()
             if session.hinted is not None:

@@ -59,7 +59,8 @@ def test_the_public_api_names_resolve():
 # face may put them together itself: every command, the API, batch and the server build one
 # through as2d.engine.Engine, so they cannot drift apart by omission.
 ASSEMBLY = {"AS2D", "SerialSD", "TargetOnly", "LongFormTranscriber", "LiveSession", "Answerer",
-            "WordAligner", "SileroVAD", "load_whisper", "load_llm", "rows_exact"}
+            "WordAligner", "SileroVAD", "EnergyVAD", "make_vad", "load_whisper", "load_llm",
+            "rows_exact"}
 FRONT_DOOR = {"as2d_cli/engine.py", "as2d_cli/loading.py"}
 
 
@@ -86,7 +87,7 @@ def test_the_engine_is_assembled_in_one_place():
     assert offenders == {}
     # ... and the front door does assemble them (the check above is not vacuous).
     assert {"AS2D", "SerialSD", "TargetOnly", "LongFormTranscriber", "LiveSession",
-            "Answerer", "rows_exact"} <= _calls(ROOT / "as2d_cli/engine.py")
+            "Answerer", "rows_exact", "make_vad"} <= _calls(ROOT / "as2d_cli/engine.py")
 
 
 def test_no_two_modules_or_public_classes_share_a_name():

@@ -180,16 +180,11 @@ def run_mic(req: MicRequest) -> int:
     from as2d.runtime.live.audio_input import AudioInputError, FileSource, MicSource
     from as2d.runtime.live.session import LiveOptions
     from as2d.runtime.transcribe.transcribe_options import resolve_language
-    from as2d.runtime.vad.silero import VADUnavailable, make_vad
 
     if req.list_devices:
         return list_devices()
     endpoint = validate(req)
     note = make_note(req.quiet)
-    try:
-        vad = make_vad(req.vad)
-    except VADUnavailable as exc:
-        raise UserError(str(exc)) from None
 
     # The input first: a missing microphone should not cost a model load.
     if req.input is not None:
@@ -226,7 +221,7 @@ def run_mic(req: MicRequest) -> int:
         options = LiveOptions(endpoint=endpoint, interval=req.interval,
                               agreement=req.agreement, language=language, prompt=req.prompt,
                               hints=req.hints)
-        session = engine.live_session(source, options, fanout(writer, stats, reporter), vad)
+        session = engine.live_session(source, options, fanout(writer, stats, reporter), req.vad)
         code = _listen(session, reporter, writer)
     if req.stats:
         print_mic_stats(stats, sys.stderr)

@@ -303,9 +303,9 @@ class RealtimeConnection:
     async def start_session(self) -> bool:
         """The live session, made when the first audio comes (the rate is settled by then).
         It holds the decode slot until it ends."""
+        from as2d.engine import ModelError
         from as2d.runtime.live.audio_input import PushSource
         from as2d.runtime.live.session import LiveOptions
-        from as2d.runtime.vad.silero import VADUnavailable, make_vad
 
         backend = self.backend
         if backend.live_active:
@@ -322,14 +322,13 @@ class RealtimeConnection:
             await self.ws.close(1013)
             return False
         self.holding_slot = True
-        try:
-            vad = make_vad("silero")  # a fresh detector state per session, as `as2d mic`
-        except VADUnavailable as exc:
-            await self.send(_error(str(exc), "vad_unavailable"))
-            return False
         self.source = PushSource(self.rate, name=f"websocket {self.id}")
         options = LiveOptions(language=self.language)
-        self.session = backend.engine.live_session(self.source, options, self.on_event, vad)
+        try:  # the engine makes the session's voice detector (a state of its own)
+            self.session = backend.engine.live_session(self.source, options, self.on_event)
+        except ModelError as exc:
+            await self.send(_error(str(exc), "vad_unavailable"))
+            return False
         self.session.start()
         return True
 
