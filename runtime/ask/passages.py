@@ -13,58 +13,17 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from as2d.runtime.ask.english.lexicon import (
+    IRREGULAR,
+    NEGATIONS,
+    SENTENCE_BREAK,
+)
+from as2d.runtime.ask.english.lexicon import NUMBER_SCALES as _SCALES
+from as2d.runtime.ask.english.lexicon import STOP_WORDS as _STOPWORDS
 from as2d.runtime.ask.spans import Span, format_time, parse_times
 from as2d.runtime.numbers import NUMBER_WORDS
 
-_STOPWORDS = frozenset("""
-a about above after again against all am an and any are as at be because been before being
-below between both but by can did do does doing down during each few for from further had has
-have having he her here hers herself him himself his how i if in into is it its itself just me
-more most my myself no nor not now of off on once only or other our ours out over own same she
-should so some such than that the their theirs them themselves then there these they this those
-through to too under until up very was we were what when where which while who whom why will
-with would you your yours say says said speaker recording audio transcript mention mentioned
-tell told talk talking
-""".split())
-
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-
-_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
-
-# Common irregular verb forms → the base form, so that "paid" in an answer meets "pay" in the
-# transcript and "went" in a question meets "go" in an answer (a restatement in other tenses
-# is still a restatement; a word said in another tense is still said). Regular inflections are
-# :func:`stem`'s.
-IRREGULAR = {form: base for base, forms in (
-    ("be", "am is are was were been being"), ("have", "has had having"),
-    ("do", "does did done doing"), ("go", "goes went gone going"),
-    ("say", "says said"), ("make", "made"), ("take", "took taken"), ("come", "came"),
-    ("see", "saw seen"), ("give", "gave given"), ("get", "got gotten"), ("pay", "paid"),
-    ("buy", "bought"), ("bring", "brought"), ("think", "thought"), ("tell", "told"),
-    ("find", "found"), ("leave", "left"), ("keep", "kept"), ("feel", "felt"),
-    ("meet", "met"), ("sell", "sold"), ("send", "sent"), ("spend", "spent"),
-    ("build", "built"), ("hold", "held"), ("stand", "stood"), ("sit", "sat"),
-    ("lose", "lost"), ("win", "won"), ("run", "ran"), ("eat", "ate eaten"),
-    ("drink", "drank drunk"), ("write", "wrote written"), ("speak", "spoke spoken"),
-    ("know", "knew known"), ("grow", "grew grown"), ("throw", "threw thrown"),
-    ("fly", "flew flown"), ("draw", "drew drawn"), ("drive", "drove driven"),
-    ("ride", "rode ridden"), ("rise", "rose risen"), ("choose", "chose chosen"),
-    ("break", "broke broken"), ("wake", "woke woken"), ("wear", "wore worn"),
-    ("tear", "tore torn"), ("begin", "began begun"), ("sing", "sang sung"),
-    ("swim", "swam swum"), ("ring", "rang rung"), ("sink", "sank sunk"),
-    ("fall", "fell fallen"), ("forget", "forgot forgotten"), ("hide", "hid hidden"),
-    ("bite", "bit bitten"), ("lead", "led"), ("feed", "fed"), ("read", "read"),
-    ("hear", "heard"), ("teach", "taught"), ("catch", "caught"), ("fight", "fought"),
-    ("seek", "sought"), ("sleep", "slept"), ("sweep", "swept"), ("weep", "wept"),
-    ("lend", "lent"), ("bend", "bent"), ("mean", "meant"), ("deal", "dealt"),
-    ("lay", "laid"), ("lie", "lain"), ("stick", "stuck"), ("strike", "struck"),
-    ("swing", "swung"), ("hang", "hung"), ("dig", "dug"), ("shine", "shone"),
-    ("shoot", "shot"), ("slide", "slid"), ("light", "lit"), ("burn", "burnt"),
-    ("learn", "learnt"), ("dream", "dreamt"), ("become", "became"), ("understand", "understood"),
-    ("child", "children"), ("man", "men"), ("woman", "women"), ("person", "people"),
-    ("foot", "feet"), ("tooth", "teeth"), ("mouse", "mice"),
-) for form in forms.split()}
-
 
 def numbers_as_digits(words: list[str]) -> list[str]:
     """Runs of number words as one number in digits ("twenty two" → "22", "three hundred and
@@ -120,14 +79,13 @@ def content_words(text: str) -> list[str]:
             words.append(w.split("'")[0])
     out = []
     for w in numbers_as_digits(words):
-        if w in _NEGATIONS:
+        if w in NEGATIONS:
             out.append("not")
         elif w and w not in _STOPWORDS:
             out.append(w if w.isdigit() else stem(w))
     return out
 
 
-_NEGATIONS = frozenset("not no never nor none nothing nobody".split())
 
 
 def stem(w: str) -> str:
@@ -320,8 +278,7 @@ def rank_spans(spans: Sequence[Span], question: str) -> list[tuple[float, int]]:
 
 
 # (not after a title: "Mr. Price was angry" is one sentence)
-_SENTENCE_END = re.compile(r"(?<=[.?!])(?<!\bMr\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)(?<!\bMrs\.)"
-                           r"\s+")
+_SENTENCE_END = re.compile(SENTENCE_BREAK)
 
 
 def best_sentence(spans: Sequence[Span], question: str) -> str | None:

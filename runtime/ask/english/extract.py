@@ -54,8 +54,24 @@ from as2d.runtime.ask.english.kinds import (
     question_kind,
     said_by_someone_else,
 )
+from as2d.runtime.ask.english.lexicon import (
+    ARTICLES,
+    AUXILIARIES,
+    CLAUSE_ENDS,
+    DEFINITE,
+    DEMONSTRATIVES,
+    DETERMINERS,
+    DO_FORMS,
+    MODALS,
+    POSSESSIVES,
+    PREPOSITIONS,
+    SENTENCE_ENDS,
+    SUBJECT_PRONOUNS,
+    TITLE_END,
+    alternation,
+)
+from as2d.runtime.ask.english.lexicon import STOP_WORDS as _STOPWORDS
 from as2d.runtime.ask.passages import (
-    _STOPWORDS,
     NUMBER_WORDS,
     content_words,
     quoted,
@@ -69,8 +85,8 @@ from as2d.runtime.ask.spans import Span
 _NUM = NUMBER_WORDS
 _TOKEN = re.compile(r"\S+")
 _NORM = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_CLAUSE_END = re.compile(r"[,;:.?!]$")
-_SENTENCE_END = re.compile(r"[.?!]$")
+_CLAUSE_END = re.compile(f"[{re.escape(CLAUSE_ENDS)}]$")
+_SENTENCE_END = re.compile(f"[{re.escape(SENTENCE_ENDS)}]$")
 
 
 def _norm(word: str) -> str:
@@ -585,8 +601,7 @@ afternoons week weeks month months year years while
 # What may stand between the connective and X: a determiner or a subject pronoun ("before
 # *you* leave", "after *the* party"); anything else ("and", another connective, "that") ends
 # the search.
-_BETWEEN = frozenset("the a an this these those his her their its my your our i you he she we "
-                     "they".split())
+_BETWEEN = (ARTICLES | DEMONSTRATIVES | POSSESSIVES | SUBJECT_PRONOUNS) - {"that", "it"}
 # "What comes after the bridge?": the next thing in a sequence, whatever the connective says.
 _SEQUENCE = re.compile(r"\b(?:comes?|came|follows?|followed)\b", re.I)
 
@@ -826,9 +841,9 @@ def _slot(words: Sequence[TranscriptWord], question: str,
     return out
 
 
-_AUX_WORDS = r"do|does|did|should|would|could|can|will|might|must|may|shall"
+_AUX_WORDS = "|".join(sorted(DO_FORMS | MODALS))
 _AUX = r"(?:" + _AUX_WORDS + r")"
-_SUBJECT = (r"(?:i|you|he|she|it|we|they|(?:the|a|an|this|that|his|her|their|our|my|your)\s+"
+_SUBJECT = (r"(?:" + "|".join(sorted(SUBJECT_PRONOUNS)) + "|" + alternation(DEFINITE) + r"\s+"
             r"[A-Za-z'-]+(?:\s+[A-Za-z'-]+)?)")
 # (an adverb may stand before the verb: "What did she *nearly* hit?")
 _VERB_LAST = re.compile(r"^\W*what\s+" + _AUX + r"(n['’]t)?\s+" + _SUBJECT
@@ -883,8 +898,7 @@ _ITEM = re.compile(r"\b(?:which|what)\s+(?!(?:is|was|are|were|do|does|did|comes?
 _JOINS = frozenset({"and", "but", "then"})
 # A verb the part after "and <determiner>" says when it is a clause ("and the dog *was* fed"),
 # not a noun phrase listed with the one before it ("the flour and the sugar").
-_AUXILIARIES = frozenset("is was are were be been has have had will would can could should "
-                         "must may might shall do does did".split())
+_AUXILIARIES = AUXILIARIES
 
 
 def _joins_nouns(words: Sequence[TranscriptWord], i: int, b: int) -> bool:
@@ -1070,7 +1084,7 @@ def _parallel(words: Sequence[TranscriptWord], clauses: list[tuple[int, int]], i
     return out
 
 
-_THE = r"(?:(?:an?|the|this|that|these|those|his|her|their|its|my|your|our)\s+)?"
+_THE = r"(?:" + alternation(DEFINITE) + r"\s+)?"
 # "What kind (sort, type, colour, size) of X?": X is the word after "of".
 _KIND_OF = re.compile(r"\b(?:what|which)\s+(?:kind|sort|type|colou?r|size)s?\s+of\s+" + _THE
                       + r"([A-Za-z'-]+)", re.I)
@@ -1149,12 +1163,10 @@ def _predicates(words: Sequence[TranscriptWord], question: str,
 
 
 _COPULAS = frozenset("is was are were looked looks seemed seems".split())
-_PREPOSITIONS = frozenset("in on at behind near beside by under over inside outside across "
-                          "into onto from to with without for about".split())
+_PREPOSITIONS = PREPOSITIONS
 
 
-_DETERMINERS = frozenset("a an the this that these those his her their its my your our some "
-                         "any every each no".split())
+_DETERMINERS = DETERMINERS
 
 
 def objects(found: Sequence[Candidate]) -> list[Candidate]:
@@ -1182,7 +1194,7 @@ def pinned(found: Sequence[Candidate]) -> list[Candidate]:
     return [c for c in found if c.follows == min(after)] if after else []
 
 
-_TITLE = re.compile(r"(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|Prof)\.$")
+_TITLE = TITLE_END
 _STRANDED = re.compile(r"\b(about|of|for|with|to|from|at|on|in|into|opposite|behind|near|under|"
                        r"over|by|after|before|beside|like)\W*$", re.I)
 _WH = frozenset("who whom whose what which when where why how".split())

@@ -26,6 +26,19 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from functools import lru_cache
 
+from as2d.runtime.ask.english.lexicon import (
+    DEFINITE,
+    DETERMINERS,
+    MONTHS,
+    ORDINALS,
+    PLACE_PREPOSITIONS,
+    SENTENCE_BREAK,
+    SENTENCE_ENDS,
+    SUBJECT_PRONOUNS,
+    TITLE_END,
+    WEEKDAYS,
+    alternation,
+)
 from as2d.runtime.ask.passages import NUMBER_WORDS, content_words, numbers_as_digits
 from as2d.runtime.ask.spans import Span
 
@@ -163,14 +176,8 @@ dad mum mom grandma grandpa granny rival rivals manager coworker co-worker roomm
 classmate married engaged stepbrother stepsister godfather godmother godson goddaughter
 """.split())
 
-_MONTHS = frozenset("""
-january february march april may june july august september october november december
-""".split())
-
-_ORDINALS = frozenset("""
-first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth
-fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth thirtieth
-""".split())
+_MONTHS = MONTHS
+_ORDINALS = frozenset(ORDINALS)
 
 # How big (tall, heavy, ...) is answered by an amount or by a word of size.
 _SIZES = frozenset(SIZE_ADJECTIVES) | frozenset("""
@@ -271,15 +278,15 @@ def names_in(spans: Iterable[Span]) -> set[str]:
             w = "".join(_WORD.findall(t))
             if not w or not w[0].isupper() or w == "I" or i == 0:
                 continue
-            if tokens[i - 1].rstrip("\"'”’)").endswith((".", "?", "!")) and \
-                    not re.search(r"(?:Mr|Mrs|Ms|Dr|St)\.$", tokens[i - 1]):
+            if tokens[i - 1].rstrip("\"'”’)").endswith(tuple(SENTENCE_ENDS)) and \
+                    not TITLE_END.search(tokens[i - 1]):
                 continue
             out.add(w.lower())
     return out
 
 
-_NAME_OF = re.compile(r"\bnames?\s+of\s+(?:(?:the|a|an|his|her|their|its|my|your|our|this|"
-                      r"that)\s+)?([^?,;]+)|\b([A-Za-z-]+)['\u2019]s\s+(?:first |last |full |sur)?"
+_NAME_OF = re.compile(r"\bnames?\s+of\s+(?:" + alternation(DEFINITE) + r"\s+)?([^?,;]+)|"
+                      r"\b([A-Za-z-]+)['\u2019]s\s+(?:first |last |full |sur)?"
                       r"names?\b", re.I)
 
 
@@ -308,7 +315,7 @@ def named_with(answer: str, question: str, spans: Sequence[Span]) -> bool:
 
 # Titles of a person (not "St", "Lady", "Father": a church, a ship, a pub take them too).
 _TITLES = frozenset("mr mrs ms miss dr doctor sir madam professor prof captain".split())
-_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
+_WEEKDAYS = WEEKDAYS
 
 
 def names_kind(answer: str, question: str, names: set[str], places: set[str]) -> bool:
@@ -442,7 +449,7 @@ village country church chapel school college university garden market station sh
 office sea river lake mountain hill field forest wood woods island beach coast harbour harbor
 port bridge bay valley islands palace tower hotel inn
 """.split())
-_TITLE_END = re.compile(r"(?:Mr|Mrs|Ms|Dr|St)\.$")
+_TITLE_END = TITLE_END
 
 
 def _name_runs(text: str) -> Iterator[tuple[str | None, list[str]]]:
@@ -494,13 +501,9 @@ def places_in(spans: Iterable[Span]) -> set[str]:
 _WHO_WORDS = 3
 
 
-_PLACE_PREPOSITIONS_ALL = frozenset("""
-in at on to from near by into onto under over across behind inside outside beside beyond
-through within among amid amidst beneath underneath below above between upon throughout
-opposite along around toward towards
-""".split())
-_DETERMINER_WORDS = frozenset("a an the this that these those his her their its my your our "
-                              "some every each old new".split())
+_PLACE_PREPOSITIONS_ALL = PLACE_PREPOSITIONS
+# (and "old", "new": "in the *old* town" is still a place after its preposition)
+_DETERMINER_WORDS = DETERMINERS | {"old", "new"}
 
 
 def _thing_after(words: Sequence[str], i: int) -> bool:
@@ -610,7 +613,7 @@ def states_condition(answer: str) -> bool:
     situation" asks for."""
     return bool(_CONDITION.match(answer))
 _BARE_WORDS = 4  # a phrase, not a clause ("Over night it turns much colder" says more)
-_SUBJECTS = frozenset("i you he she it we they there".split())
+_SUBJECTS = SUBJECT_PRONOUNS | {"there"}
 
 
 def _bare(words: Sequence[str], openers: frozenset[str]) -> bool:
@@ -864,7 +867,7 @@ def _segments(text: str) -> list[list[str]]:
             for part in _SEGMENT.split(text) if part.strip()]
 
 
-_SENTENCE_END = re.compile(r"[.?!]+")
+_SENTENCE_END = re.compile(f"[{re.escape(SENTENCE_ENDS)}]+")
 
 
 @lru_cache(maxsize=1024)
@@ -1030,8 +1033,7 @@ def bound(answer: str, question: str, spans: Sequence[Span], kind: str | None = 
 
 
 # Sentence ends (not a title's full stop: "Mr. John Dashwood") and line breaks.
-_SENTENCE = re.compile(r"(?<!\bMr\.)(?<!\bMrs\.)(?<!\bMs\.)(?<!\bDr\.)(?<!\bSt\.)"
-                       r"(?<=[.!?])\s+|\n+")
+_SENTENCE = re.compile(SENTENCE_BREAK + r"|\n+")
 
 
 def first_qualifying(answer: str, question: str, spans: Sequence[Span],

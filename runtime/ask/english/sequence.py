@@ -21,12 +21,12 @@ import re
 from collections.abc import Sequence
 
 from as2d.runtime.ask.english.kinds import said_by_someone_else
+from as2d.runtime.ask.english.lexicon import ORDINALS
 from as2d.runtime.ask.passages import NUMBER_WORDS, content_words, numbers_as_digits, stem
 from as2d.runtime.ask.spans import Span
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_ORDINALS = {"first": 0, "second": 1, "third": 2, "fourth": 3, "fifth": 4, "last": -1,
-             "final": -1}
+_ORDINALS = {w: i for i, w in enumerate(ORDINALS[:5])} | {"last": -1, "final": -1}
 # (one item: "the first word"; "the first words" are the opening clause, not read off here)
 _ORDINAL_Q = re.compile(r"\b(first|second|third|fourth|fifth|last|final)\s+(digit|number|word)\b",
                         re.I)

@@ -18,10 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from as2d.runtime.ask.english.lexicon import BE_FORMS, DO_FORMS, HAVE_FORMS, alternation
 from as2d.runtime.ask.passages import content_words
 from as2d.runtime.ask.spans import Span
 
-_AUX = r"(?:did|does|do|is|was|are|were|has|have|had|can|could|will|would|should)"
+# (not "might", "must", "may", "shall": "May I ...?" asks leave, not whether it is so)
+_YES_NO_AUX = DO_FORMS | BE_FORMS | HAVE_FORMS | {"can", "could", "will", "would", "should"}
+_AUX = alternation(_YES_NO_AUX)
 # An auxiliary first (after a lead-in clause: "According to the speaker, does ...?"), not
 # negated ("Didn't she ...?", "Did she say she would not come?": left to the ordinary answer).
 _YES_NO = re.compile(r"^\W*(?:[^,?]{0,60},\s*)?" + _AUX + r"\b(?!n['\u2019]t)\s+", re.I)
@@ -36,8 +39,7 @@ _PARTS = re.compile(r"\b(?:but|and|although|though|while|whereas|because|so|yet)
 _VERB_NEGATION = re.compile(r"\b(?:not|never)\b(?!\s+only\b)|n['\u2019]t\b", re.I)
 # "wants to buy", "is going to buy": a verb intended, not done.
 _INTENDED = re.compile(r"\bto\s+([A-Za-z']+)", re.I)
-_AUX_STEMS = frozenset(content_words("did does do is was are were has have had can could will "
-                                     "would should"))
+_AUX_STEMS = frozenset(content_words(" ".join(sorted(_YES_NO_AUX))))
 
 
 def is_yes_no(question: str) -> bool:
