@@ -84,8 +84,8 @@ class PreviousDecodeSource(CandidateSource):
         # drafter's stream), whoever proposed.
         self.inner.observe(offered, verdict)
 
-    def pass_threads(self, offered: Sequence[int]) -> int | None:
-        return self.inner.pass_threads(offered)
+    def threads_for(self, offered: Sequence[int]) -> int | None:
+        return self.inner.threads_for(offered)
 
     def finish(self, context: Sequence[int]) -> None:
         try:

@@ -33,7 +33,7 @@ class CandidateSource:
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
         """The target's verdict on the pass that ran ``offered``."""
 
-    def pass_threads(self, offered: Sequence[int]) -> int | None:
+    def threads_for(self, offered: Sequence[int]) -> int | None:
         """Threads the target should use for the pass that runs ``offered`` (None: its own).
 
         A source that keeps a concurrent worker busy (the AS²D drafter) may leave it a core.
@@ -70,7 +70,7 @@ def step(decoding: Decoding, source: CandidateSource,
     """One pass of ``decoding`` with what ``source`` offers; the source observes the verdict,
     then ``on_pass`` sees the pass."""
     offered = list(source.propose(decoding.context, decoding.room))[: decoding.room]
-    verdict = decoding.step(offered, source.pass_threads(offered))
+    verdict = decoding.step(offered, source.threads_for(offered))
     source.observe(offered, verdict)
     if on_pass is not None:
         on_pass(offered, verdict)

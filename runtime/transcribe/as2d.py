@@ -297,7 +297,7 @@ class AlignedSource(BudgetedSource):
         text = [t for t in gen[-8:] if t < self.eot]
         return SENTENCE if not text or keys.ends_sentence(text[-1]) else SEGMENT
 
-    def pass_threads(self, offered: Sequence[int]) -> int | None:
+    def threads_for(self, offered: Sequence[int]) -> int | None:
         return self.run.threads_for(offered)
 
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:

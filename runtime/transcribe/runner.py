@@ -98,7 +98,7 @@ class WindowRunner:
         # Called once, after the next window's encoder run (work that should not compete with
         # the encoder but may overlap the decoding).
         self.after_encode: Callable[[], None] | None = None
-        self._decoder: WindowDecode | None = None
+        self._task: WindowDecode | None = None
 
     def detect_language(self, mel: LogMel) -> tuple[str, float]:
         """Most probable language of the first window (multilingual models).
@@ -214,7 +214,7 @@ class WindowRunner:
         encoder run) and run the one-shot ``after_encode`` hook (a head start for the next
         file, whose failure costs only that head start)."""
         self.emit(WindowStarted(window.index, window.start, window.end))
-        self._decoder = None  # nothing of this window committed yet
+        self._task = None  # nothing of this window committed yet
         try:
             encoded = self.encode(window, mel)
         except Exception:
@@ -243,7 +243,7 @@ class WindowRunner:
         # drafting (SD) and scheduling count, concurrent drafting (AS²D) only as it slows this.
         t0 = time.perf_counter()
         dec = task(self.model, ctx, functools.partial(self._report, window.index))
-        self._decoder = dec
+        self._task = dec
         try:
             dec.start()
             while not dec.done:
@@ -253,7 +253,7 @@ class WindowRunner:
             seconds = time.perf_counter() - t0
         finally:
             dec.close()
-        self._decoder = None  # complete: nothing partial to recover from this window
+        self._task = None  # complete: nothing partial to recover from this window
         return [(r, WindowStats(window.index, window.start, window.end,
                                 len(r.tokens) + int(r.completed), r.counts.passes,
                                 r.counts.offered, r.counts.accepted, r.counts.alone,
@@ -262,7 +262,7 @@ class WindowRunner:
 
     def partial(self) -> DecodingResult | None:
         """What the window a stop interrupted had committed (None: no window was under way)."""
-        return self._decoder.result() if self._decoder is not None else None
+        return self._task.result() if self._task is not None else None
 
     def _report(self, window: int, offered: Sequence[int], verdict: Verdict,
                 texts: Verdict | None) -> None:

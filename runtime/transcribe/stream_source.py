@@ -136,7 +136,7 @@ class SampledSource(CandidateSource):
                  threads_for: Callable[[Sequence[int]], int | None] | None = None) -> None:
         self.proposer = proposer
         self.tb = timestamp_begin
-        self.threads_for = threads_for
+        self._threads_for = threads_for
         self.budgets = {kind: Budget(prior_acceptance=p) for kind, p in PRIORS.items()}
         for b in self.budgets.values():
             b.window_start()
@@ -167,5 +167,5 @@ class SampledSource(CandidateSource):
             for b in self.budgets.values():
                 b.record(0, 0, verdict.ran, verdict.seconds)
 
-    def pass_threads(self, offered: Sequence[int]) -> int | None:
-        return self.threads_for(offered) if self.threads_for is not None else None
+    def threads_for(self, offered: Sequence[int]) -> int | None:
+        return self._threads_for(offered) if self._threads_for is not None else None
