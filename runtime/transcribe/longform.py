@@ -472,8 +472,7 @@ class LongFormTranscriber:
             result, stats = decoded
             if i + 1 == len(temps):
                 break
-            verdict = fallback.judge(result.avg_logprob,
-                                     compression_ratio(tk.decode(result.tokens)),
+            verdict = fallback.judge(result.avg_logprob, self._compression(result),
                                      result.no_speech_prob, thr, options.logprob_threshold,
                                      options.no_speech_threshold)
             if not verdict.needs_fallback:
@@ -481,7 +480,7 @@ class LongFormTranscriber:
             self.emit(Note(f"window at {window.start:.1f}s: {verdict.reason}; decoding it again "
                            f"at temperature {temps[i + 1]:g}"))
         if (options.retry_repetitive and thr is not None and bare is not None
-                and compression_ratio(tk.decode(result.tokens)) > thr):
+                and self._compression(result) > thr):
             # Whisper's loop failure feeds on the previous text: decode again without it.
             self.emit(Note(f"window at {window.start:.1f}s repeats itself; decoding it again "
                            "without the previous text"))
@@ -493,11 +492,19 @@ class LongFormTranscriber:
         stats = replace(stats, encode_seconds=spent[0], decode_seconds=spent[1],
                         dropped_decodes=ran[0] - 1, dropped_tokens=ran[1] - stats.tokens,
                         dropped_passes=ran[2] - stats.passes)
-        if thr is not None and compression_ratio(tk.decode(result.tokens)) > thr:
+        if thr is not None and self._compression(result) > thr:
             result.tokens = cut_repetition(result.tokens, tk.timestamp_begin)
+            result.compression = None
             stats = replace(stats, tokens=len(result.tokens) + int(result.completed))
         self.emit(WindowDone(stats))
         return result, stats.retried, temperature
+
+    def _compression(self, result: DecodingResult) -> float:
+        """The gzip compression ratio of a decode's text (whisper's loop measure), measured
+        once per decode: the fallback, the repetition guard and the segments all read it."""
+        if result.compression is None:
+            result.compression = compression_ratio(self.model.tokenizer.decode(result.tokens))
+        return result.compression
 
     def _attempt(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                  rules: LogitRules, sample_len: int, options: TranscribeOptions,
@@ -641,7 +648,7 @@ class LongFormTranscriber:
                 and result.no_speech_prob > options.no_speech_threshold
                 and (options.logprob_threshold is None or avg_lp < options.logprob_threshold)):
             return [], window.size
-        cr = compression_ratio(tk.decode(result.tokens))
+        cr = self._compression(result)
         pieces, advance = split_window(result.tokens, tk.timestamp_begin, window.size,
                                        options.timestamps, final)
         segs = []

@@ -31,6 +31,7 @@ class DecodingResult:
     no_speech_prob: float
     completed: bool  # ended with end-of-text (not cut at the length limit)
     counts: PassCounts = field(default_factory=PassCounts)
+    compression: float | None = None  # the text's compression ratio, once measured
 
     @property
     def avg_logprob(self) -> float:
