@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from as2d.engine import Engine, EngineSpec
+from as2d.engine import AnswerError, Engine, EngineSpec
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
@@ -285,7 +285,6 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     """
     from as2d.runtime.ask.answer import AskOptions
     from as2d.runtime.ask.question import question_error
-    from as2d.runtime.ask.spans import spans_from_segments
 
     if not isinstance(question, str):
         raise TypeError(f"question must be text, not {type(question).__name__}")
@@ -303,13 +302,13 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     clip = _audio(audio, 16000)  # a bad file costs nothing else
     try:
         with Engine(replace(spec, recording_seconds=clip.duration)) as engine:
-            pending = engine.prepare_answerer(opts, question=question)
-            check_model(engine.target, options)
-            segments = list(engine.transcribe(clip, options))
-            spans = spans_from_segments(segments)
-            if not spans:
+            try:
+                result = engine.ask(clip, question, opts, options)
+            except AnswerError as exc:
+                raise exc.error from None
+            if result.answer is None:
                 raise ValueError("no speech found: there is nothing to answer from")
-            return pending.result().ask(spans, question, engine.drafted_text())
+            return result.answer
     finally:
         if clip is not audio:
             clip.close()

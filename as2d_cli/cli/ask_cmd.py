@@ -64,8 +64,11 @@ class AskRequest:
                       "folder (as2d bundle, or a Hugging Face ONNX export with model.onnx + "
                       "tokenizer.json).")] = "gemma-3-270m"
     precision: AskPrecision = None
-    max_tokens: Annotated[int, typer.Option(
-        "--max-tokens", "-n", help="Longest answer, in tokens.")] = 48
+    # None: AskOptions' answer length, every face's (shown here for --help; a test holds
+    # the two together, without loading the answerer's code for every command).
+    max_tokens: Annotated[int | None, typer.Option(
+        "--max-tokens", "-n", help="Longest answer, in tokens.  [default: 48]",
+        show_default=False)] = None
     threads: opt.Threads = 0
     encoder: opt.Encoder = None
     json: Annotated[bool, typer.Option(
@@ -109,7 +112,7 @@ def validate(req: AskRequest) -> None:
     check_decoder_options(req.decoder, threads=req.threads, language=req.language)
     if req.precision not in (None, "int8", "fp32"):
         raise UserError(f"--precision must be int8 or fp32, not {req.precision!r}", 2)
-    if req.max_tokens < 1:
+    if req.max_tokens is not None and req.max_tokens < 1:
         raise UserError("--max-tokens must be at least 1", 2)
     if req.style is not None and req.style not in STYLES:
         raise UserError(f"--prompt-style must be one of {', '.join(STYLES)}, not {req.style!r}",
@@ -123,12 +126,9 @@ def run_ask(req: AskRequest) -> int:
     from as2d.cli.ask_display import make_ask_reporter, print_answer_stats
     from as2d.cli.resolve import build_engine
     from as2d.engine import EngineSpec
-    from as2d.loading import ModelError
     from as2d.runtime.ask.answer import AskOptions
-    from as2d.runtime.ask.spans import spans_from_segments
     from as2d.runtime.audio import load_audio
     from as2d.runtime.events import fanout
-    from as2d.runtime.transcribe.longform import TranscriptionInfo
     from as2d.runtime.transcribe.stats import StatsCollector
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
@@ -138,14 +138,16 @@ def run_ask(req: AskRequest) -> int:
     try:
         if audio.truncated:
             err(f"as2d: warning: {req.file}: the file is truncated; using the "
-                 f"{audio.duration:.1f} s that are there")
+                f"{audio.duration:.1f} s that are there")
         stats = StatsCollector()
         reporter = make_ask_reporter(req.live, req.quiet, sys.stderr)
         listener = fanout(stats, reporter)
         # --json shows the model's own answer beside an extracted one (``generated``); a
-        # plain answer does not generate what it would throw away.
-        options = AskOptions(max_tokens=req.max_tokens, candidates=not req.no_candidates,
-                             style=req.style, context_tokens=req.context, compare=req.json)
+        # plain answer does not generate what it would throw away. No --max-tokens: the
+        # answer length every face has (AskOptions').
+        length = {} if req.max_tokens is None else {"max_tokens": req.max_tokens}
+        options = AskOptions(candidates=not req.no_candidates, style=req.style,
+                             context_tokens=req.context, compare=req.json, **length)
         # The answering model loads on a thread beside the speech models and the
         # transcription (the engine finds or installs it first, so a missing package still
         # costs nothing); the answerer then reads its stored prompt head there too.
@@ -154,66 +156,31 @@ def run_ask(req: AskRequest) -> int:
                           models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision,
                           recording_seconds=audio.duration)
         engine = build_engine(spec, make_note(req.quiet), listener)
-        info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start(str(req.file), audio.duration, req.question)
         with engine:
             try:
-                pending = engine.prepare_answerer(options, listener, req.question)
-
-                def ready_answerer():
-                    try:
-                        return pending.result()
-                    except ModelError as exc:
-                        raise UserError(str(exc)) from None
-                    except ValueError as exc:  # options this model cannot honour
-                        raise UserError(as_flags(exc), 2) from None
-
-                def answerer_failed(_segment) -> None:
-                    # An answering model that cannot load (a damaged folder) is said as soon
-                    # as it is known, not after a whole transcription.
-                    if pending.done():
-                        ready_answerer()
-
-                segments, interrupted = _transcribe(engine, audio,
-                                                    TranscribeOptions(language=req.language),
-                                                    info, reporter, answerer_failed)
-                spans = spans_from_segments(segments)
-                if not spans and interrupted:
+                result = _ask(engine, audio, req, options,
+                              TranscribeOptions(language=req.language), listener, stats,
+                              lambda: reporter.note(INTERRUPTED))
+                if result.answer is None and result.interrupted:
                     # Stopped before a window was committed: no answer, and the exit code
                     # says it was a signal (130, 143, 129), not that the audio had no speech.
                     err(f"as2d: {stopped_by()} before any speech was transcribed: no "
                         "answer")
                     return interrupt_code(130)
-                if not spans:
+                if result.answer is None:
                     raise UserError(f"{req.file}: no speech found: there is nothing to "
                                     "answer from")
-                if interrupted:
-                    reporter.note("transcription interrupted: answering from the "
-                                  f"{spans[-1].end:.0f} s transcribed so far")
-                answerer = ready_answerer()
-                lm = answerer.model
-                try:
-                    answer = answerer.ask(spans, req.question, engine.drafted_text())
-                except ValueError as exc:
-                    raise UserError(as_flags(exc)) from None
             finally:
                 reporter.stop()
     finally:
         audio.close()
 
+    answer = result.answer
     if req.json:
-        run = stats.runs[-1] if stats.runs else None
-        doc = answer.to_dict()
-        doc.update(
-            source=str(req.file), duration=round(audio.duration, 3), language=info.language,
-            interrupted=interrupted,  # collect_segments folds info.interrupted in
-            models={"target": engine.target.name, "drafter": info.plan.drafter,
-                    "decoder": info.plan.decoder, "llm": lm.name},
-            candidates=_candidates_word(answerer, req),
-            stats={"transcription": run.summary() if run else None,
-                   "answer": answer.stats.to_dict()})
         try:  # NaN is not JSON: refused with one line, never written
-            text = json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+            text = json.dumps(result.to_dict(), indent=2, ensure_ascii=False,
+                              allow_nan=False) + "\n"
         except ValueError:
             raise UserError("the answer holds a number that is not finite (NaN or "
                             "infinity), which JSON cannot carry") from None
@@ -225,23 +192,26 @@ def run_ask(req: AskRequest) -> int:
 
         print_stats(stats.runs, sys.stderr)
         print_answer_stats(answer.stats, sys.stderr)
-    return interrupt_code(130) if interrupted else 0
+    return interrupt_code(130) if result.interrupted else 0
 
 
-def _candidates_word(answerer, req: AskRequest) -> str:
-    if req.no_candidates:
-        return "off"
-    if not answerer.lossless:
-        return "unavailable: the model's passes are not row-exact"
-    return "verified"
+INTERRUPTED = ("interrupted: finishing the current pass, then answering from what was "
+               "transcribed (Ctrl-C again to quit)")
 
 
-def _transcribe(transcriber, audio, options, info, reporter, on_segment=None
-                ) -> tuple[list, bool]:
-    """All segments; a first Ctrl-C stops transcribing and keeps what was decoded."""
-    from as2d.cli.decoding import collect_segments
+def _ask(engine, audio, req: AskRequest, options, transcribe_options, listener, stats,
+         on_interrupt):
+    """:meth:`Engine.ask`, its errors as the command line words them."""
+    from as2d.engine import AnswerError
+    from as2d.loading import ModelError
 
-    return collect_segments(transcriber, audio, options, info, reporter, on_segment,
-                            interrupt_note="interrupted: finishing the current pass, then "
-                                           "answering from what was transcribed (Ctrl-C again "
-                                           "to quit)")
+    try:
+        return engine.ask(audio, req.question, options, transcribe_options,
+                          source=str(req.file), listener=listener, stats=stats,
+                          on_interrupt=on_interrupt)
+    except AnswerError as exc:  # exit 2: options this model cannot honour
+        raise UserError(as_flags(exc.error), 2 if exc.stage == "answerer" else 1) from None
+    except ModelError as exc:  # the answering model cannot load
+        raise UserError(str(exc)) from None
+    except ValueError as exc:  # transcription options the model cannot honour
+        raise UserError(as_flags(exc)) from None

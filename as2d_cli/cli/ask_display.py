@@ -82,7 +82,8 @@ class AskState:
                 self.position = max(self.position, min(event.stats.end, self.duration))
                 self.window_text = ""
             elif isinstance(event, RunDone):
-                self.position = self.duration
+                if not event.interrupted:  # stopped: where the committed text reaches
+                    self.position = self.duration
                 self.transcribe_seconds = event.wall_seconds
             elif isinstance(event, AskStarted):
                 self.stage = 2
@@ -218,11 +219,20 @@ class PlainAskReporter(PlainView):
         elif isinstance(event, WindowDone):
             self.window_progress(event, st.duration, "transcribing")
         elif isinstance(event, RunDone):
-            self.note(f"transcribed {st.duration:.1f} s of audio in {event.wall_seconds:.1f} s")
+            self.note(transcribed_note(st, event))
         elif isinstance(event, AskStarted):
             how = "with candidates from " + ", ".join(event.sources) if event.candidates \
                 else "without candidates"
             self.note(f"answering with {event.llm} ({event.prompt_tokens}-token prompt, {how})")
+
+
+def transcribed_note(st: AskState, event: RunDone) -> str:
+    """What the transcription covered: the whole recording, or (stopped by a signal) the
+    seconds its committed text reaches."""
+    if event.interrupted:
+        return (f"transcribed {st.position:.1f} s of {st.duration:.1f} s of audio in "
+                f"{event.wall_seconds:.1f} s (stopped)")
+    return f"transcribed {st.duration:.1f} s of audio in {event.wall_seconds:.1f} s"
 
 
 def make_ask_reporter(live: bool | None, quiet: bool, stream=sys.stderr):

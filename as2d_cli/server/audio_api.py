@@ -11,7 +11,6 @@ prints for the same file and options. ``stream=true`` answers Server-Sent Events
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import math
 import os
@@ -240,40 +239,28 @@ def make_router(backend: Backend) -> APIRouter:
             upload.close()
 
     def answer(req: AudioRequest, audio) -> dict:
-        """What ``as2d ask --json`` prints for the same file and question."""
+        """What ``as2d ask --json`` prints for the same file and question (the model's own
+        answer, ``generated``, beside an extracted one included: ``compare``)."""
+        from as2d.engine import AnswerError
         from as2d.runtime.ask.answer import AskOptions
-        from as2d.runtime.ask.spans import spans_from_segments
 
-        engine = backend.engine
-        # as2d ask's defaults; compare: the model's own answer too where it was replaced (--json)
-        pending = engine.prepare_answerer(AskOptions(max_tokens=48, compare=True), None,
-                                          req.question)
-        segments, info = decode(req, audio)
-        spans = spans_from_segments(segments)
+        try:
+            result = backend.engine.ask(audio, req.question, AskOptions(compare=True),
+                                        engine_options(req), source=req.filename,
+                                        cancelled=backend.cancelled)
+        except AnswerError as exc:
+            if exc.stage != "answer":
+                raise exc.error from None
+            raise APIError(422, str(exc), param="question", code="invalid_value") from None
+        except ValueError as exc:  # options the model cannot honour
+            param = exc.option if isinstance(exc, OptionError) else None
+            raise APIError(400, str(exc), param=param, code="invalid_value") from None
         if backend.cancelled():  # the client went away: no answer to make for anyone
-            with contextlib.suppress(BaseException):
-                pending.result()
             raise ClientGone
-        if not spans:
-            with contextlib.suppress(BaseException):
-                pending.result()
+        if result.answer is None:
             raise APIError(422, "no speech found: there is nothing to answer from",
                            param="file", code="no_speech")
-        answerer = pending.result()
-        try:
-            result = answerer.ask(spans, req.question, engine.drafted_text())
-        except ValueError as exc:
-            raise APIError(422, str(exc), param="question", code="invalid_value") from None
-        doc = result.to_dict()
-        doc.update(source=req.filename, duration=round(audio.duration, 3),
-                   language=info.language, interrupted=info.interrupted,
-                   models={"target": engine.target.name, "drafter": info.plan.drafter,
-                           "decoder": info.plan.decoder,
-                           "llm": answerer.model.name},
-                   candidates="verified" if answerer.lossless else
-                   "unavailable: the model's passes are not row-exact",
-                   stats={"transcription": None, "answer": result.stats.to_dict()})
-        return doc
+        return result.to_dict()
 
     def model_card(name: str) -> dict:
         created = int(time.time() - (time.monotonic() - backend.started_monotonic))
