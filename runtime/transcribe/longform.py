@@ -16,6 +16,7 @@ display or a writer can consume while decoding goes on in a worker thread.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -322,7 +323,7 @@ class LongFormTranscriber:
             # every window's prompt.
             hot = (tk.encode(" " + options.hotwords.strip())[: n_ctx // 2 - 1]
                    if options.hotwords and options.hotwords.strip() else [])
-            seek, index, seg_id = 0, 0, 0
+            seek, index, ids = 0, 0, itertools.count()
             content = mel.n_frames
             aligner = WordAligner.for_run(model, language, options) \
                 if options.word_timestamps else None
@@ -371,13 +372,7 @@ class LongFormTranscriber:
                     seg.temperature = temperature
                 if aligner is not None:  # words of the committed tokens; they stay as they are
                     aligner.align(segs, runner.encoding(window, mel).cross, window.size)
-                for seg in segs:
-                    seg.id = seg_id
-                    seg_id += 1
-                    if timeline is not None:
-                        timeline.restore(seg)
-                    self.emit(SegmentDone(seg))
-                    yield seg
+                yield from self._emitted(segs, ids, timeline)
                 all_tokens.extend(t for s in segs for t in s.tokens)
                 seek += max(advance, 1)
                 index += 1
@@ -391,12 +386,8 @@ class LongFormTranscriber:
                 window = Window(index, seek, min(N_FRAMES, content - seek))
                 segs, _ = self._segments(partial, window, options, final=True)
                 for seg in segs:
-                    seg.id, seg.partial = seg_id, True
-                    seg_id += 1
-                    if timeline is not None:
-                        timeline.restore(seg)
-                    self.emit(SegmentDone(seg))
-                    yield seg
+                    seg.partial = True
+                yield from self._emitted(segs, ids, timeline)
             info.interrupted = True
             self.emit(RunDone(time.perf_counter() - t_run, interrupted=True))
             return
@@ -406,6 +397,16 @@ class LongFormTranscriber:
             finally:
                 runner.close()
         self.emit(RunDone(time.perf_counter() - t_run))
+
+    def _emitted(self, segs: list[Segment], ids: Iterator[int],
+                 timeline: vad.Timeline | None) -> Iterator[Segment]:
+        """``segs`` numbered, put back on the recording's times (VAD filter) and announced."""
+        for seg in segs:
+            seg.id = next(ids)
+            if timeline is not None:
+                timeline.restore(seg)
+            self.emit(SegmentDone(seg))
+            yield seg
 
     def _make_plan(self, language: str | None, search: BeamOptions | None,
                    options: TranscribeOptions, reason: str | None) -> RunPlan:
