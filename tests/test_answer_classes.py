@@ -1,55 +1,50 @@
-"""Answers of the kind asked, on questions nobody tuned for: class probes.
+"""Answers of the kind asked, on questions nobody tuned for: the English answer policy, probed
+by class in one table.
 
-Each class of wrong answer seen on held-out questions has its probes here, on short transcripts
-written for them (plain sentences, one a LibriVox line), with the question phrased several ways:
+Each class of wrong answer seen on held-out questions has its cases here, on short transcripts
+written for them (plain sentences, one a LibriVox line), with the question phrased several
+ways. A case is ``(transcript, question, expected)``: ``expected`` is what the policy
+(:class:`~as2d.runtime.ask.english.rules.EnglishPolicy`, the seam the pipeline calls) says,
+probe by probe (:data:`PROBES`):
 
-* a *who* answered with a number or a clause, a *how many* with another number of the same
-  sentence, a *how long* with an unrelated clause (:func:`kinds.fits`, :func:`kinds.bound`);
-* an answer that restates the question (:func:`kinds.adds_to`, across inflections and
-  irregular forms);
-* an answer with words the speaker never said (:func:`kinds.said`: negations count, number
-  words meet digits, small-word replies must be said as they are);
-* an answer cut before its object, or the phrase next to the thing asked for
-  (:func:`extract.candidates`: candidates end where a phrase can; a subject before the
-  question's words; the object of a question's last preposition; a quote pins the place).
+* the kind a question asks for (``kind``), and whether an answer is of a kind (``fits``), bound
+  to what is asked (``bound``), adds to the question (``adds``), said (``said``), and all of
+  these (``qualifies``); the model's own answer cut to what qualifies (``first_qualifying``);
+* the candidates taken from the transcript (``candidate``, by origin: ``origin``), those the
+  question's shape pins (``objects``), none cut before its object (``closed``);
+* answers read without the model (``read``: counts, yes/no), the clock questions
+  (``clock``), the choice among scored candidates (``choose``) and the fallback (``fallback``);
+* the words a transcript and an answer are compared by (``words``, ``digits``), which the
+  passage ranking shares (``ranked_first``, ``without_answer_type``).
 
-The rules are checked without a model; the last tests ask the real answering model (Gemma 3
-270M int8) and check the *kind and grounding* of what it answers, never its exact words.
+The rules are checked without a model; the last test asks the real answering model (Gemma 3
+270M int8) and checks the *kind and grounding* of what it answers, never its exact words.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import pytest
 
-from as2d.runtime.ask.english.extract import _OPEN, candidates, count_answer, objects
-from as2d.runtime.ask.english.kinds import (
-    NOT_SAID,
-    adds_to,
-    bound,
-    first_qualifying,
-    fits,
-    gives_reason,
-    names_in,
-    places_in,
-    qualifies,
-    question_kind,
-    said,
-)
-from as2d.runtime.ask.english.yesno import yes_no_answer
+from as2d.runtime.ask.english.extract import _OPEN
+from as2d.runtime.ask.english.rules import ENGLISH_POLICY as POLICY
 from as2d.runtime.ask.passages import (
     content_words,
     numbers_as_digits,
     rank_spans,
-    stem,
     without_answer_type,
 )
-from as2d.runtime.ask.prompt import asks_about_time, without_clock
+from as2d.runtime.ask.prompt import without_clock
 from as2d.runtime.ask.spans import Span
 
 
-def lines(*texts: str) -> list[Span]:
-    return [Span(3.0 * i, 3.0 * i + 3.0, t) for i, t in enumerate(texts)]
+def lines(*texts: str) -> tuple[Span, ...]:
+    return tuple(Span(3.0 * i, 3.0 * i + 3.0, t) for i, t in enumerate(texts))
 
+
+NONE: tuple[Span, ...] = ()  # no transcript: a probe of words alone
 
 TRIP = lines("My uncle Robert stayed twelve days in Lisbon last spring.",
              "He paid three dollars for the tram and forty dollars for the hotel.",
@@ -69,317 +64,859 @@ AUSTEN = lines("And Mr. John Dashwood had then leisure to consider how much ther
                "He was not an ill-disposed young man.",
                "Had he married a more amiable woman, he might have been made still more "
                "respectable than he was.")
+GARAGE = lines("Hi, this is Maria from Baker's Garage, calling about your van.",
+               "We open at seven thirty and close at five on weekdays.",
+               "The repair will take two days and cost four hundred dollars.",
+               "Your cousin Peter picked up the keys on the third of May.",
+               "The van is a large white one, parked behind the shop.")
+COMPANY = lines("The company was founded in 1987 by two engineers, Lisa Chen and Mark Owens.",
+                "It started in a garage in Bristol with only three employees.",
+                "Today it employs more than four hundred people in six countries.")
+CALL = lines("Hi Mum, it's Ellie. Just calling to say I passed my driving test this morning!",
+             "Before that I was a teacher for three years, but I didn't enjoy it.",
+             "The examiner was really nice.")
+ICE = lines("The roads were covered in ice this morning, so the school closed early.",
+            "Mrs. Hale locked the shed with a padlock, so that nobody could take the bikes.",
+            "I am late because the bus broke down near the bridge.")
+MILL = lines("For nine years she worked at the cotton mill on the river.",
+             "She moved to Leeds in 1952 and opened a bakery there.",
+             "Every day she baked two hundred loaves, six days a week.")
+WEATHER = lines("Saturday starts sunny, with temperatures reaching about 19 degrees by lunchtime.",
+                "From around four, heavy showers move in, and the tower on the hill is lit.",
+                "You will need a ladder and a small hammer.")
 
 
-# -- the kind a question asks for, however it is phrased ---------------------------------------
+# -- the probes: what the policy says of a transcript and a question ------------------------------
 
-@pytest.mark.parametrize("question,kind", [
-    ("Whom did he meet on the way back?", "who"),
-    ("For whom were the loaves bought?", "who"),
-    ("Whose daughter milks the cows?", "who"),
-    ("How many cows does the farmer have?", "count"),
-    ("How much did the tram cost?", "count"),
-    ("What number of chickens does the farmer keep?", "count"),
-    ("Which number is said twice?", "count"),
-    ("How long did the fisherman wait?", "duration"),
-    ("For how long did he stay in Lisbon?", "duration"),
-    ("How old was the sailor?", "age"),
-    ("How far is the island?", "distance"),
-    ("In what year did the barn burn down?", "time"),
-    ("On which day were the loaves sold?", "time"),
-    ("In what place did he stay twelve days?", "place"),
-    ("Which city did he stay in?", "place"),
-    ("What kind of woman might he have married?", "what"),
-])
-def test_the_kind_asked_whatever_the_phrasing(question, kind):
-    assert question_kind(question) == kind
+def _texts(spans, question, origin=None) -> list[str]:
+    return [c.text for c in POLICY.candidates(spans, question)
+            if origin is None or c.origin == origin]
 
 
-# -- who: a person, not a number, a place or a clause --------------------------------------------
-
-def test_who_is_a_person_in_a_few_words():
-    names, places = names_in(TRIP + SHOP), places_in(TRIP + SHOP)
-    assert "lisbon" in places and "robert" not in places and "mill" in places
-    for answer in ("Robert.", "My uncle.", "A sailor called Pedro.", "The old fisherman.",
-                   "A sailor.", "Mrs. Green."):
-        assert fits("who", answer, names, places), answer
-    for answer in ("Twelve.", "12.", "Lisbon.", "On Mill Street.", "The hotel.",
-                   "At dawn his son rowed out to the island with a basket."):
-        assert not fits("who", answer, names, places), answer
+def _qualifying(spans, question) -> list[str]:
+    return [c.text for c in POLICY.candidates(spans, question)
+            if POLICY.qualifies(c.text, question, spans)]
 
 
-# -- amounts: the number the question is about ---------------------------------------------------
+def _closed(spans, question, never) -> bool:
+    """No candidate ends on a word that leads on (a determiner, a preposition, ...) unless the
+    speaker's own clause ends there, and none of ``never`` is a candidate."""
+    marked = {w.strip(",;:.?!").lower() for s in spans for w in s.text.split()
+              if w[-1] in ",;:.?!"}  # where the speaker's own clause ends, anything may
+    texts = _texts(spans, question)
+    return all(t.rstrip(".?!").lower().split()[-1] not in _OPEN
+               or t.rstrip(".?!").lower().split()[-1] in marked for t in texts) \
+        and not set(texts) & set(never)
 
-@pytest.mark.parametrize("spans,question,right,wrong", [
-    (TRIP, "How much did the tram cost?", ["Three dollars.", "3."], ["Forty dollars.", "40."]),
+
+def _choose(spans, question, ranked_first) -> str | None:
+    """The answer the policy chooses where the qualifying candidates whose text starts with
+    one of ``ranked_first`` scored best (the model's ranking, made up)."""
+    found = [c for c in POLICY.candidates(spans, question)
+             if POLICY.qualifies(c.text, question, spans)]
+    found.sort(key=lambda c: not c.text.lower().startswith(ranked_first))
+    pick = POLICY.choose(found, spans, question, spans)
+    return pick.text if pick is not None else None
+
+
+def _read(spans, question):
+    """``(method, answer)`` read off the transcript without the model, or None."""
+    got = POLICY.read(spans, question)
+    return (got[0], got[1]) if got else None
+
+
+def _read_head(spans, question):
+    """``(method, first word, quotes its clause, every evidence span is the transcript's)``."""
+    got = POLICY.read(spans, question)
+    if got is None:
+        return None
+    method, text, where = got
+    return method, text.split()[0], "\u201c" in text, \
+        bool(where) and all(0 <= i < len(spans) for i in where)
+
+
+def _about(spans, question) -> list[str]:
+    """What is said about Y: the pinned objects, else the candidates said "about" Y."""
+    found = POLICY.candidates(spans, question)
+    return [c.text for c in POLICY.objects(found)] or \
+        [c.text for c in found if c.origin == "about"]
+
+
+def _nearest(spans, question) -> list[str]:
+    """For "what ... after X": the candidates in the part of a clause right after X's."""
+    return [c.text for c in POLICY.candidates(spans, question) if c.follows == 0]
+
+
+# name → f(transcript, question, argument); a case expects its value (``has``: a word every
+# text of a non-empty list holds; ``lacks``: a word no text holds)
+PROBES: dict[str, Callable] = {
+    "kind": lambda s, q, a: POLICY.kind(a or q),
+    "fits": lambda s, q, a: POLICY.fits(a[0], a[1], s),
+    "bound": lambda s, q, a: POLICY.bound(a, q, s),
+    "adds": lambda s, q, a: POLICY.adds_to(a, q),
+    "said": lambda s, q, a: POLICY.said(a, s),
+    "said_framed": lambda s, q, a: POLICY.said(a, s, q),
+    "qualifies": lambda s, q, a: POLICY.qualifies(a, q, s),
+    "first_qualifying": lambda s, q, a: POLICY.first_qualifying(a, q, s),
+    "qualifying": lambda s, q, a: [t for t in a if POLICY.qualifies(t, q, s)],
+    "qualifying_candidates": lambda s, q, a: _qualifying(s, q),
+    "place": lambda s, q, a: a in POLICY.places(s),
+    "candidate": lambda s, q, a: a in _texts(s, q),
+    "origin": lambda s, q, a: _texts(s, q, a),
+    "first_candidate": lambda s, q, a: (lambda f: (f[0].origin, f[0].text) if f else None)(
+        POLICY.candidates(s, q)),
+    "objects": lambda s, q, a: {c.text for c in POLICY.objects(POLICY.candidates(s, q))},
+    "nearest": lambda s, q, a: _nearest(s, q),
+    "about": lambda s, q, a: _about(s, q),
+    "closed": lambda s, q, a: _closed(s, q, a),
+    "read": lambda s, q, a: _read(s, q),
+    "read_head": lambda s, q, a: _read_head(s, q),
+    "clock": lambda s, q, a: POLICY.asks_about_time(q),
+    "without_clock": lambda s, q, a: without_clock(q),
+    "choose": lambda s, q, a: _choose(s, q, a),
+    "fallback": lambda s, q, a: POLICY.fallback(a[0], q, s, [
+        c for c in POLICY.candidates(s, q) if c.origin not in a[1]] if a[1] else []),
+    "gives_reason": lambda s, q, a: POLICY.gives_reason(a),
+    "states_condition": lambda s, q, a: POLICY.states_condition(a),
+    "words": lambda s, q, a: content_words(a),
+    "digits": lambda s, q, a: numbers_as_digits(a.split()),
+    "ranked_first": lambda s, q, a: rank_spans(list(s), q)[0][1],
+    "without_answer_type": lambda s, q, a: without_answer_type(q),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    transcript: tuple[Span, ...]
+    question: str | None
+    expected: tuple  # (probe, argument, value) triples; value ``has(w)``/``lacks(w)`` matches
+
+
+@dataclass(frozen=True)
+class Has:
+    """A non-empty list (or set) of texts each of which holds ``word`` (case aside)."""
+    word: str
+
+    def __eq__(self, got) -> bool:
+        return bool(got) and all(self.word in t.lower() for t in got)
+
+
+@dataclass(frozen=True)
+class Any_:
+    """A list (or set) of texts one of which holds ``word``; ``none``: none of them does."""
+    word: str
+    none: bool = False
+
+    def __eq__(self, got) -> bool:
+        return any(self.word in t.lower() for t in got) != self.none
+
+
+@dataclass(frozen=True)
+class Starts:
+    prefix: str
+
+    def __eq__(self, got) -> bool:
+        return isinstance(got, str) and got.startswith(self.prefix)
+
+
+@dataclass(frozen=True)
+class Holds:
+    """A collection that holds ``item`` (``not_``: does not)."""
+    item: object
+    not_: bool = False
+
+    def __eq__(self, got) -> bool:
+        return (self.item in got) != self.not_
+
+
+class Not:
+    """Anything but ``value``."""
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+    def __eq__(self, got) -> bool:
+        return got != self.value
+
+    def __repr__(self) -> str:
+        return f"Not({self.value!r})"
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """A collection that holds one of ``items`` at least."""
+    items: tuple
+
+    def __init__(self, *items) -> None:
+        object.__setattr__(self, "items", items)
+
+    def __eq__(self, got) -> bool:
+        return any(i in got for i in self.items)
+
+
+@dataclass(frozen=True)
+class Ends:
+    """Texts one of which ends with one of ``suffixes`` (``none``: none does)."""
+    suffixes: tuple
+    none: bool = False
+
+    def __eq__(self, got) -> bool:
+        return any(t.endswith(self.suffixes) for t in got) != self.none
+
+
+@dataclass(frozen=True)
+class Lacks:
+    """A text that does not hold ``word``."""
+    word: str
+
+    def __eq__(self, got) -> bool:
+        return isinstance(got, str) and self.word not in got
+
+
+class OneOf:
+    """One of the values given."""
+
+    def __init__(self, *values) -> None:
+        self.values = values
+
+    def __eq__(self, got) -> bool:
+        return got in self.values
+
+    def __repr__(self) -> str:
+        return f"OneOf{self.values!r}"
+
+
+def yes(probe, *args):
+    """The probe holds (True) for each argument."""
+    return tuple((probe, a, True) for a in args)
+
+
+def no(probe, *args):
+    """The probe does not hold (False) for each argument."""
+    return tuple((probe, a, False) for a in args)
+
+
+def fits(kind, right=(), wrong=()):
+    return yes("fits", *[(kind, a) for a in right]) + no("fits", *[(kind, a) for a in wrong])
+
+
+def flat(*groups) -> tuple:
+    out: list = []
+    for g in groups:
+        out.extend(g if isinstance(g, tuple) and (not g or isinstance(g[0], tuple)) else [g])
+    return tuple(out)
+
+
+def c(transcript, question, *groups) -> Case:
+    return Case(tuple(transcript), question, flat(*groups))
+
+
+TRAIN = lines("The train to Glasgow leaves at seven fifteen from platform four.")
+LETTER = lines("I arrived in Paris on Tuesday evening.", "Then I went to Rome.")
+WEATHER_22 = lines("The temperature was twenty-two degrees.", "We waited forty minutes.",
+                   "Nobody came. He didn't go.")
+SIGNED = lines("Dear parents, the school will close on Friday.", "Yours, Susan Ford.")
+GARDEN = lines("Last year my grandmother planted forty tulips along the fence.")
+CAVES = lines("My brother Tom and I explored the caves near Granada in June.",
+              "The guide told us the deepest cave is two hundred meters long.")
+BUTTER = lines("First melt fifty grams of butter in a small pan.")
+COLD_HEARTED = lines("He was not an ill-disposed young man, unless to be rather cold-hearted "
+                     "and rather selfish is to be ill-disposed.")
+PEOPLE_PLACES = lines("He gave the letter to Marianne.",
+                      "They arrived at Barton. Elinor was tired.",
+                      "Later Marianne smiled at Elinor.")
+SHOP_LISBON = lines("The bakery is on Mill Street. Anna works there.", "They live in Lisbon.")
+OPENS = lines("The shop opens at nine in the morning on Saturdays.",
+              "This week we have fresh bread.")
+INTERVIEW = ("Interviewer: So how long have you been a nurse?",
+             "Before that I was a teacher for three years.",
+             "My daughter is training to be a doctor.")
+PILLS = lines("Take one tablet three times a day with food.",
+              "Take the tablet with water, and keep the tablet dry.")
+RASH = lines("Keep taking it even if you feel better.",
+             "But if you get a rash, stop taking it and call us.")
+EMAIL = lines("Dear Mr. Cole, thank you for your order of two chairs from Anna Price.",
+              "They will arrive on Monday.", "Best wishes, Tom Baker.")
+ORDER = lines("Hi, this is Maria from Green Valley Kitchen, calling about your order.",
+              "We are out of orange juice today, so I replaced it with apple juice.",
+              "The total comes to thirty dollars.")
+SNOW = lines("Prices in the city are very high this year.",
+             "Last night it was bitterly cold, minus five by midnight.",
+             "The snow was knee-deep in the village.")
+NAMES = lines("Our neighbour's daughter, June, started school this week.",
+              "The church, St Mary's, is on the corner.", "Her husband, Mr Hill, bakes.")
+POST = lines("Tom from Leeds sent us a jar of honey.", "He fixed it with a strap.",
+             "Her favourite book is On the Road.", "The best way there is by train.")
+HARBOUR = lines("The harbour master wants boats to stay in port until Monday.",
+                "The ferry to Castle Island is cancelled.",
+                "Your doctor, Dr Rivera, has prescribed an antibiotic for you.")
+MATCH = lines("In the Cup Final the Riverside Rovers beat the Northgate Lions.",
+              "The defender Sam Wilson added a third.",
+              "The Lions goalkeeper was sent off in the 70th minute.")
+PUPPY = lines("We got a puppy last week.", "Rex is a golden retriever.", "Every morning he barks.")
+NEVER = ("The blue.", "For a long.", "A more amiable.", "On the pier for a long.")
+WHY = "Why did the school close early?"
+CLOSING = ("Who signed the letter?", "Who wrote the email?", "Who is the email from?")
+
+
+def kinds(*pairs):
+    """``(question, kind)`` pairs, one case each."""
+    return [c(NONE, q, ("kind", None, k)) for q, k in pairs]
+
+
+def amount(spans, question, right, wrong):
+    return c(spans, question, yes("bound", *right), yes("qualifies", *right),
+             no("qualifies", *wrong))
+
+
+def yes_no(spans, question, head):
+    return c(spans, question, ("read_head", None, None if head is None else
+                               ("confirmed", head, True, True)))
+
+
+CASES: list[Case] = [
+    # -- the kind a question asks for, however it is phrased -------------------------------------
+    *kinds(("Whom did he meet on the way back?", "who"),
+           ("For whom were the loaves bought?", "who"),
+           ("Whose daughter milks the cows?", "who"),
+           ("How many cows does the farmer have?", "count"),
+           ("How much did the tram cost?", "count"),
+           ("What number of chickens does the farmer keep?", "count"),
+           ("Which number is said twice?", "count"),
+           ("How long did the fisherman wait?", "duration"),
+           ("For how long did he stay in Lisbon?", "duration"),
+           ("How old was the sailor?", "age"),
+           ("How far is the island?", "distance"),
+           ("In what year did the barn burn down?", "time"),
+           ("On which day were the loaves sold?", "time"),
+           ("In what place did he stay twelve days?", "place"),
+           ("Which city did he stay in?", "place"),
+           ("What kind of woman might he have married?", "what")),
+    # -- who: a person, not a number, a place or a clause -----------------------------------------
+    c(TRIP + SHOP, None, yes("place", "lisbon", "mill"), no("place", "robert"),
+      fits("who", ["Robert.", "My uncle.", "A sailor called Pedro.", "The old fisherman.",
+                   "A sailor.", "Mrs. Green."],
+           ["Twelve.", "12.", "Lisbon.", "On Mill Street.", "The hotel.",
+            "At dawn his son rowed out to the island with a basket."])),
+    # -- amounts: the number the question is about -----------------------------------------------
+    amount(TRIP, "How much did the tram cost?", ["Three dollars.", "3."],
+           ["Forty dollars.", "40."]),
     # (three dollars is paid too: a tie of one shared word each, left to the model)
-    (TRIP, "How much did he pay for the hotel?", ["Forty dollars.", "Three dollars."], []),
-    (TRIP, "How many days did he stay in Lisbon?", ["Twelve.", "12 days."], ["Nine years."]),
-    (TRIP, "For how many years had the sailor sailed?", ["Nine years."], ["Twelve."]),
-    (TRIP, "How long did Robert stay in Lisbon?", ["Twelve days."], ["Nine years."]),
-    (TRIP, "How many children does Robert have?", [], ["Twelve.", "Nine.", "Three."]),
-    (FARM, "How many horses are there?", ["Two.", "Two horses."], ["Six.", "Thirty."]),
-    (FARM, "What number of chickens does the farmer keep?", ["About thirty chickens."],
-     ["Six.", "Two."]),
-    (FARM, "How many cows does the farmer have?", ["Six."], ["Two.", "Thirty."]),
-    (FARM, "In what year did the barn burn down?", ["1998."], ["Three months."]),
-    (FARM, "How long did it take to rebuild the barn?", ["Three months."], ["Six.", "1998."]),
-    (SHOP, "How many loaves of bread were sold on Saturday?", ["Eighty."], ["Five."]),
-])
-def test_an_amount_is_the_one_bound_to_what_is_asked(spans, question, right, wrong):
-    for answer in right:
-        assert bound(answer, question, spans) and qualifies(answer, question, spans), answer
-    for answer in wrong:
-        assert not qualifies(answer, question, spans), answer
-
-
-def test_a_count_of_something_never_mentioned_is_not_said():
-    train = lines("The train to Glasgow leaves at seven fifteen from platform four.")
-    for answer in ("Four.", "Seven.", "Fifteen."):
-        assert not qualifies(answer, "How many passengers are on the train?", train), answer
-    assert qualifies("Four.", "Which platform number?", train)
-
-
-def test_a_time_is_not_a_place():
-    letter = lines("I arrived in Paris on Tuesday evening.", "Then I went to Rome.")
-    names, places = names_in(letter), places_in(letter)
-    assert not fits("place", "On Tuesday evening.", names, places)
-    assert not fits("place", "In the morning.", names, places)
-    assert fits("place", "To Rome.", names, places) and fits("place", "In Paris.", names, places)
-
-
-def test_a_duration_has_a_unit_and_a_count_a_number():
-    names = names_in(PIER)
-    assert fits("duration", "For a long time.", names) and fits("duration", "An hour.", names)
-    for answer in ("On the pier for a long.", "On the pier.", "3.", "At dawn."):
-        assert not fits("duration", answer, names), answer
-    assert fits("age", "Nine.", names) and fits("distance", "Ten miles.", names)
-    assert not fits("count", "The pier.", names)
-
-
-# -- restatements ------------------------------------------------------------------------------
-
-@pytest.mark.parametrize("question,answer", [
-    ("Who paid for the tram?", "He pays for the tram."),           # a regular inflection
-    ("Who pays for the tram?", "He paid for the tram."),           # an irregular one
-    ("Where did the stalls move?", "The stalls moved."),           # -e verbs
-    ("What did the cities build?", "The city built."),             # -ies plurals, irregular
-    ("Who was not an ill-disposed young man?", "He was not an ill disposed young man."),
-])
-def test_a_restatement_in_other_forms_adds_nothing(question, answer):
-    assert not adds_to(answer, question)
-
-
-# -- said: grounding -----------------------------------------------------------------------------
-
-def test_only_what_was_said_is_grounded():
-    weather = lines("The temperature was twenty-two degrees.", "We waited forty minutes.",
-                    "Nobody came. He didn't go.")
-    assert said("22 degrees.", weather) and said("Forty minutes.", weather)
-    assert said("40 minutes.", weather) and said("He did not go.", weather)
-    assert said("He moves.", lines("He moved inside.")) and said("She paid.", lines("She pays."))
-    assert not said("Twenty degrees.", weather)      # another number
-    assert not said("It was not warm.", lines("It was warm."))  # a negation added
-    assert not said("Yes.", weather) and not said("Not now.", weather)
-    assert said("Not now.", lines("Do you want it?", "Not now."))  # a reply said as it is
-    assert content_words("three hundred and five") == ["305"]
-
-
-def test_a_models_own_sentence_may_repeat_the_question_around_what_it_adds():
-    """An instruction model answers "Who signed the letter?" with "The letter was signed by
-    Susan Ford.": the question's words are framing, what the sentence adds must be said, and
-    a sentence that adds nothing, or adds what was never said, is no answer."""
-    letter = lines("Dear parents, the school will close on Friday.", "Yours, Susan Ford.")
-    question = "Who signed the letter?"
-    assert not said("The letter was signed by Susan Ford.", letter)  # a span: words said only
-    assert said("The letter was signed by Susan Ford.", letter, question)
-    assert first_qualifying("The letter was signed by Susan Ford.", question, letter) \
-        == "The letter was signed by Susan Ford."
-    assert first_qualifying("The letter was signed.", question, letter) is None  # adds nothing
-    assert first_qualifying("The letter was signed by Tom Baker.", question, letter) is None
-    assert not qualifies("The letter was signed by Susan Ford.", question, letter)
+    amount(TRIP, "How much did he pay for the hotel?", ["Forty dollars.", "Three dollars."], []),
+    amount(TRIP, "How many days did he stay in Lisbon?", ["Twelve.", "12 days."], ["Nine years."]),
+    amount(TRIP, "For how many years had the sailor sailed?", ["Nine years."], ["Twelve."]),
+    amount(TRIP, "How long did Robert stay in Lisbon?", ["Twelve days."], ["Nine years."]),
+    amount(TRIP, "How many children does Robert have?", [], ["Twelve.", "Nine.", "Three."]),
+    amount(FARM, "How many horses are there?", ["Two.", "Two horses."], ["Six.", "Thirty."]),
+    amount(FARM, "What number of chickens does the farmer keep?", ["About thirty chickens."],
+           ["Six.", "Two."]),
+    amount(FARM, "How many cows does the farmer have?", ["Six."], ["Two.", "Thirty."]),
+    amount(FARM, "In what year did the barn burn down?", ["1998."], ["Three months."]),
+    amount(FARM, "How long did it take to rebuild the barn?", ["Three months."],
+           ["Six.", "1998."]),
+    amount(SHOP, "How many loaves of bread were sold on Saturday?", ["Eighty."], ["Five."]),
+    # a count of something never mentioned is not said
+    c(TRAIN, "How many passengers are on the train?", no("qualifies", "Four.", "Seven.",
+                                                          "Fifteen.")),
+    c(TRAIN, "Which platform number?", yes("qualifies", "Four.")),
+    # a time is not a place
+    c(LETTER, None, fits("place", ["To Rome.", "In Paris."],
+                         ["On Tuesday evening.", "In the morning."])),
+    # a duration has a unit and a count a number
+    c(PIER, None, fits("duration", ["For a long time.", "An hour."],
+                       ["On the pier for a long.", "On the pier.", "3.", "At dawn."]),
+      fits("age", ["Nine."]), fits("distance", ["Ten miles."]), fits("count", [], ["The pier."])),
+    # -- restatements in other forms add nothing ------------------------------------------------
+    c(NONE, "Who paid for the tram?", no("adds", "He pays for the tram.")),  # regular
+    c(NONE, "Who pays for the tram?", no("adds", "He paid for the tram.")),  # irregular
+    c(NONE, "Where did the stalls move?", no("adds", "The stalls moved.")),  # -e verbs
+    c(NONE, "What did the cities build?", no("adds", "The city built.")),  # -ies, irregular
+    c(NONE, "Who was not an ill-disposed young man?",
+      no("adds", "He was not an ill disposed young man.")),
+    # -- said: grounding -------------------------------------------------------------------------
+    c(WEATHER_22, None, yes("said", "22 degrees.", "Forty minutes.", "40 minutes.",
+                            "He did not go."),
+      no("said", "Twenty degrees.", "Yes.", "Not now.")),  # another number; small words
+    c(lines("He moved inside."), None, yes("said", "He moves.")),
+    c(lines("She pays."), None, yes("said", "She paid.")),
+    c(lines("It was warm."), None, no("said", "It was not warm.")),  # a negation added
+    c(lines("Do you want it?", "Not now."), None, yes("said", "Not now.")),  # said as it is
+    c(NONE, None, ("words", "three hundred and five", ["305"])),
+    # a model's own sentence may repeat the question around what it adds: the question's
+    # words are framing, what the sentence adds must be said
+    c(SIGNED, "Who signed the letter?",
+      no("said", "The letter was signed by Susan Ford."),  # a span: words said only
+      yes("said_framed", "The letter was signed by Susan Ford."),
+      ("first_qualifying", "The letter was signed by Susan Ford.",
+       "The letter was signed by Susan Ford."),
+      ("first_qualifying", "The letter was signed.", None),  # adds nothing
+      ("first_qualifying", "The letter was signed by Tom Baker.", None),
+      no("qualifies", "The letter was signed by Susan Ford.")),
     # the question's negation is not the transcript's: a negated answer must be said so
-    assert first_qualifying("Susan Ford did not sign the letter.", "Who did not sign the letter?",
-                            letter) is None
-    assert first_qualifying("The school will not close on Friday.",
-                            "When will the school not close?", letter) is None
-
-
-# -- cut before the object; the phrase next to the thing ----------------------------------------
-
-QUESTIONS = [
-    (PIER, "How long did the fisherman wait?"), (PIER, "What colour was the boat that sank?"),
-    (PIER, "When did the son row out?"), (AUSTEN, "What kind of woman could he have married?"),
-    (AUSTEN, "Besides cold-hearted, what else would make a man ill-disposed?"),
-    (SHOP, "Where is the bakery?"), (TRIP, "What did Robert pay forty dollars for?"),
+    c(SIGNED, "Who did not sign the letter?",
+      ("first_qualifying", "Susan Ford did not sign the letter.", None)),
+    c(SIGNED, "When will the school not close?",
+      ("first_qualifying", "The school will not close on Friday.", None)),
+    # -- cut before the object; the phrase next to the thing -------------------------------------
+    *[c(spans, q, ("closed", NEVER, True)) for spans, q in (
+        (PIER, "How long did the fisherman wait?"), (PIER, "What colour was the boat that sank?"),
+        (PIER, "When did the son row out?"), (AUSTEN, "What kind of woman could he have married?"),
+        (AUSTEN, "Besides cold-hearted, what else would make a man ill-disposed?"),
+        (SHOP, "Where is the bakery?"), (TRIP, "What did Robert pay forty dollars for?"))],
+    # the subject before the question's words is a candidate
+    c(PIER, "Who waited on the pier?", yes("candidate", "The old fisherman.")),
+    c(FARM, "What burned down?", yes("candidate", "The barn.")),
+    c(PIER, "When did the son row out?", yes("candidate", "At dawn.")),
+    c(GARDEN, "Who planted the tulips?", yes("candidate", "My grandmother.")),
+    # one shared word is not what the question says of someone
+    c(TRIP, "Who is Robert's wife?", no("candidate", "My uncle.")),
+    # a question ending on its preposition asks for its object
+    *[c(spans, q, ("objects", None, Holds(thing)), ("objects", None, Holds("The tram.", True)),
+        ("objects", None, Holds("On Mill Street.", True))) for spans, q, thing in (
+        (PIER, "What did they talk about?", "The storm."),
+        (SHOP, "What is the bakery opposite?", "The old church."),
+        (TRIP, "What did Robert pay forty dollars for?", "The hotel."))],
+    # besides X asks for the item listed with X
+    *[c(spans, q, ("objects", None, Holds(thing)), ("objects", None, Holds("Six cows.", True)))
+      for spans, q, thing in (
+        (FARM, "Besides horses, what animals does the farmer have?", "About thirty chickens."),
+        (FARM, "Apart from the chickens, what does the farmer keep?", "Two horses."),
+        (COLD_HEARTED, "Besides cold-hearted, what else would make a man ill-disposed?",
+         "Rather selfish."))],
+    # what kind of X asks for what is said of X
+    *[c(spans, q, ("objects", None, Holds(thing)), ("objects", None, Holds("First.", True)))
+      for spans, q, thing in (
+        (BUTTER, "What kind of pan is used?", "Small."),
+        (AUSTEN, "What kind of woman could he have married?", "Amiable."),
+        (AUSTEN, "What kind of young man was he not?", "Ill-disposed."))],
+    # the subject of the question's verb is who did it
+    c(CAVES, "Who told them about the deepest cave?",
+      ("origin", "before", Holds("The guide.")), ("origin", "before", Holds("Tom.", True))),
+    c(lines("The storm lasted three days.",
+            "The mayor said that the new sea wall had saved the town."),
+      "Who said the sea wall saved the town?", ("origin", "before", Holds("The mayor."))),
+    # an amount stated of something else is not bound
+    c(lines("On Sundays the doors open at ten, and entry is free for children."),
+      "How much does entry cost for adults?", no("qualifies", "Ten.")),
+    c(lines("In 1998, the barn burned down."), "In what year did the barn burn down?",
+      yes("qualifies", "1998.")),
+    c(lines("The guide told us the deepest cave is two hundred meters long."),
+      "How long is the deepest cave?", yes("qualifies", "Two hundred meters.")),
+    # a phrase is not cut before its head
+    c(AUSTEN, "What might he have been made?", no("candidate", "Still.", "He might."),
+      yes("candidate", "Still more respectable.")),
+    # a quote said in full pins what follows it (not the list after another "go")
+    c(lines("Go forward 10 meters.", "Go somewhere and do something.", "33, 4, 6, 92."),
+      "What does the speaker say after 'Go forward'?",
+      yes("candidate", "Go somewhere and do something."), no("candidate", "33, 4, 6, 92.")),
+    # -- review of 2026-12-02: people are not places, paraphrases, stems, number words -----------
+    c(PEOPLE_PLACES, None, no("place", "marianne", "elinor")),
+    c(PEOPLE_PLACES, "Who received the letter?", yes("qualifies", "Marianne.")),
+    c(PEOPLE_PLACES, "Who was tired?", yes("qualifies", "Elinor.")),
+    # a place word makes "to"/"at"/"on" introduce a place; a sentence's end ends it
+    c(SHOP_LISBON, None, yes("place", "mill", "street", "lisbon"), no("place", "anna")),
+    # a name said outside any place context is not a place, wherever else it is
+    c(lines("We drove to Robert.", "Robert was glad."), None, no("place", "robert")),
+    # a who fallback without names is not refused
+    c(lines("He gave the letter to Marianne."), "Who received the letter?",
+      ("fallback", ("Marianne.", ("name", "before")), "Marianne."),
+      ("fallback", ("Marianne.", None), "Marianne.")),
+    # an amount in a paraphrased statement is bound
+    c(lines("The concert was great. It began at eight."), "When did the concert start?",
+      yes("bound", "At eight."), yes("qualifies", "At eight.")),
+    # but a number another statement outscores is still not the answer
+    c(TRIP, "How much did the tram cost?", no("bound", "Forty.")),
+    # a who question after a clause takes names first
+    c(lines("The old fisherman waited on the pier.", "Later his son rowed out to the island.",
+            "There a boy named Luis fed the goats."), "He rowed out, and who fed the goats?",
+      ("first_candidate", None, OneOf(("name", "Luis."), ("before", "Luis.")))),
+    # a thing is not a person; a person noun is
+    c(NONE, None, fits("who", [], [f"The {w}." for w in "tower computer restaurant business "
+                                   "dress mattress elephant plant monster finger shoulder "
+                                   "theater quarter ladder hammer".split()])),
+    c(NONE, None, fits("who", [f"The {w}." for w in "fisherman fishermen pianist musician "
+                               "farmer sailors servant hostess".split()])),
+    # a base meets its inflections; lay and laid meet, lie keeps lain
+    *[c(NONE, None, ("words", inflected, content_words(base))) for base, inflected in (
+        ("cliff", "cliffs"), ("stuff", "stuffed"), ("buzz", "buzzed"), ("stop", "stopped"),
+        ("kiss", "kissed"), ("fill", "filled"), ("lay", "laid"), ("lie", "lain"))],
+    # number words with "and"
+    *[c(NONE, None, ("digits", words, digits)) for words, digits in (
+        ("two thousand and five", ["2005"]), ("three hundred and five", ["305"]),
+        ("one thousand and twenty two", ["1022"]), ("two and five", ["2", "and", "5"]))],
+    # -- a "what" of a closed class, and other typed questions ---------------------------------
+    *kinds(("What colour is the van?", "colour"), ("Which color was the car?", "colour"),
+           ("What is the name of the garage?", "name"), ("What was the caller's name?", "name"),
+           ("What's her name?", "name"),
+           ("On which day of the month were the keys picked up?", "date"),
+           ("What date did Peter come?", "date"),
+           ("In which month were the keys picked up?", "month"),
+           ("How big is the van?", "size"), ("How tall was the tower?", "size"),
+           ("How is Peter related to you?", "relation"),
+           ("What is Peter's relationship to the listener?", "relation"),
+           ("What time does the garage close?", "time")),
+    c(GARAGE, None,
+      fits("colour", ["White.", "A large white one."], ["Large.", "5.", "Behind the shop."]),
+      fits("name", ["Maria.", "Baker's Garage."], ["Your van.", "A large white one."]),
+      fits("date", ["The third of May.", "The 3rd.", "3."], ["May.", "On weekdays."]),
+      fits("month", ["May."], ["The third.", "Two days."]),
+      fits("size", ["Large.", "A large white one.", "Ten metres.", "Five hundred people."],
+           ["Behind the shop.", "Your van."]),
+      fits("relation", ["Your cousin.", "Cousin."], ["Peter.", "The keys."])),
+    # a name or colour never said is not said (not the phrase that describes her)
+    c(AUSTEN, "What was the name of the woman he married?", ("qualifying_candidates", None, [])),
+    c(AUSTEN, "What colour was her dress?", ("qualifying_candidates", None, [])),
+    # "being" and "one" are a person only as the head
+    c(NONE, None, fits("who", ["A human being.", "The noisiest authorities.", "The plumber.",
+                               "The engineer."],
+                       ["It being received for good.", "One of the best."])),
+    # an unnamed person is a who candidate; the head alone only where nothing leads up to it
+    c(AUSTEN[1:2], "Who is being described?",
+      ("origin", None, Holds("Man.", True)),
+      ("origin", None, AnyOf("Young man.", "Ill-disposed young man."))),
+    # a relation is answered by the relation word
+    c(GARAGE, "How is Peter related to the listener?", ("qualifying_candidates", None,
+                                                        Has("cousin"))),
+    # how big asks for what is said of X
+    c(GARAGE, "How big is the van?", ("objects", None, Any_("large"))),
+    c(GARAGE, "What is the van like?", ("objects", None, Any_("large"))),
+    # an amount keeps what it is of: "two cans | of tomatoes"
+    c(lines("Add the garlic, then after a minute pour in two cans of tomatoes and some stock."),
+      "What is poured in after the garlic?", ("origin", None, Any_("tomatoes")),
+      no("candidate", "2 cans.", "Two cans.")),
+    # of several mentions of X, the one said with the question's words
+    c(lines("First, chop the onions and the garlic.",
+            "Warm some oil in a pot and cook the onions until soft.",
+            "Then add the garlic, and after one more minute pour in the tomatoes."),
+      "What goes into the pot a minute after the garlic?",
+      ("nearest", None, Any_("tomatoes")), ("nearest", None, Any_("oil", none=True))),
+    # the opposite of what is asked is no answer (only the opening hour is said)
+    *[c(OPENS, q, ("qualifying_candidates", None, []), no("qualifies", "At nine in the morning."))
+      for q in ("What time does the shop close?", "When does the shop shut?")],
+    # said both ways: each answers its own question
+    c(lines("We open at seven thirty and close at five."), "What time do they close?",
+      yes("qualifies", "At five."), no("qualifies", "At seven thirty.")),
+    # -- a review's probes: where those rules must not reach -------------------------------------
+    c(lines("The story starts in a small village.", "Finally the boy marries the princess."),
+      "What happens at the end of the story?",
+      ("qualifying", ["The boy marries the princess."], ["The boy marries the princess."])),
+    c(lines("The store is open until nine tonight."), "What time does the store close?",
+      ("qualifying", ["Until nine tonight."], ["Until nine tonight."])),
+    c(lines("We open at nine and shut at five."), "When does the shop close?",
+      ("qualifying", ["At five.", "At nine."], ["At five."])),
+    c(lines("They arrived at noon.", "Before leaving, we paid the bill."),
+      "What did they do when they arrived?",
+      ("qualifying", ["We paid the bill."], ["We paid the bill."])),
+    # a name may open a sentence, and is a name in a few words
+    c(PUPPY, "What is the puppy's name?",
+      ("qualifying", ["Rex.", "Every morning.", "A golden retriever."], ["Rex."])),
+    *kinds(("What is the name of the game about?", "what")),
+    # a relation between things is no relation between people
+    c(NONE, "How is the rain related to the flooding?", ("kind", None, Not("relation"))),
+    c(NONE, "What is the relation between price and demand?", ("kind", None, Not("relation"))),
+    c(lines("Tom and Jerry are business rivals, not friends."),
+      "What is the relationship between Tom and Jerry?",
+      ("qualifying", ["Business rivals.", "Not friends."], ["Business rivals."])),
+    # a size may be an amount
+    c(lines("About five hundred people came to the wedding."), "How big was the wedding?",
+      yes("qualifies", "About five hundred people.")),
+    # one is no person
+    c(NONE, None, fits("who", [], ["A much faster one."])),
+    c(lines("I bought a new computer last week, a much faster one."), "Who bought a computer?",
+      ("origin", "person", Any_("one", none=True))),
+    # what X is said to be is not a passive verb or a place
+    c(lines("The van was parked behind the shop.", "It is a large white one."),
+      "What is the van like?", ("objects", None, Any_("parked", none=True))),
+    # an amount runs to the end of what it is of
+    c(lines("He drank three cups of strong black coffee and left."),
+      "How much coffee did he drink?",
+      ("origin", None, AnyOf("3 cups of strong black coffee.",
+                             "Three cups of strong black coffee.")),
+      ("origin", None, Ends(("strong.", "black."), none=True))),
+    # a mention talked about is not the event
+    c(lines("The children went to school at eight.",
+            "They had lunch at noon and then played football.",
+            "In the evening the children told their parents about the lunch, and about school."),
+      "What did the children do at school after the lunch?",
+      ("nearest", None, Any_("football"))),
+    # -- when: the recording's clock only where the question speaks of the recording ----------
+    *[c(NONE, q, ("clock", None, False)) for q in (
+        "At what time does the concert start?", "When does the film end?", "When did they talk?",
+        "When was the baby named?", "When is the meeting called?",
+        "When did the speaker start his business?", "When did the host call the police?",
+        "When did they sing 'Happy Birthday' to him?",
+        "At what point in the story does the hero die?")],
+    *[c(NONE, q, ("clock", None, True), ("without_clock", None, Lacks("announcement")))
+      for q in ("When does the speaker start talking?",
+                "At what time does the reader mention the famine?",
+                "When is the famine first mentioned?", "When does she mention the party?",
+                "When does someone answer 'Not now'?",
+                "At what point in the announcement is the reason for the delay given?")],
+    c(NONE, "When did the speaker stop?", ("clock", None, True)),
+    # a wh-word with its own noun has no slot
+    c(lines("The service to Edinburgh, calling at York and Newcastle, leaves from platform nine.",
+            "The first class coaches are at the front of the train."),
+      "At which stations does the train call on the way to Edinburgh?", ("origin", "slot", [])),
+    # what is said about Y is the sentence that says Y
+    c(ORDER, "What does Maria say about the orange juice?", ("about", None, Has("juice"))),
+    # one word of two ("beauty's rows" for "beauty's rose") pins nothing
+    c(lines("That thereby beauty's rows might never die.", "His tender air might bear his "
+            "memory."), "What did the reader say about beauty's rose?", ("origin", "about", [])),
+    # a name is the name of what is asked
+    c(MATCH, "What is the name of the Lions goalkeeper?",
+      ("qualifying", ["In the Cup Final.", "Sam Wilson.", "Northgate Lions."], [])),
+    c(MATCH, "What is the defender's name?", ("qualifying", ["Sam Wilson."], ["Sam Wilson."])),
+    # -- paraphrase probes: a question need not use the transcript's words -----------------------
+    c(COMPANY, "How many staff does it have now?",
+      yes("qualifies", "Four hundred people.", "Three employees."),
+      no("qualifies", "Six countries.")),
+    c(COMPANY, "How many workers were there at first?", yes("qualifies", "Three.")),
+    # children are people, but "people" does not count them
+    c(COMPANY, "How many children work there?", no("qualifies", "Four hundred people.")),
+    # a place is a thing after its preposition
+    c(COMPANY, None, fits("place", ["In a garage in Bristol.", "At my place."],
+                          ["In 1987 by two engineers.", "By two engineers."])),
+    # how heavy asks for a measure, not a description
+    c(lines("Last summer she won first prize for the biggest tomato.",
+            "It weighed almost two kilos."), "How heavy was the tomato?",
+      ("objects", None, Any_("biggest", none=True)), yes("qualifies", "Almost two kilos.")),
+    # a condition answers when
+    c(lines("The alarm goes off if someone opens the door."), "When does the alarm go off?",
+      yes("qualifies", "If someone opens the door.")),
+    # a name opening a sentence may be who; a verb opening one is no one
+    c(lines("Okay everyone, let's start.",
+            "Priya will write the press release, and James will test the page.",
+            "Bring a dish if you can."), "Who will write the press release?",
+      yes("qualifies", "Priya.")),
+    c(lines("Okay everyone, let's start.",
+            "Priya will write the press release, and James will test the page.",
+            "Bring a dish if you can."), "Who should bring something?",
+      no("qualifies", "Bring a dish.")),
+    # a list's first step is no time
+    c(NONE, None, fits("time", ["Then.", "At first."], ["First.", "Finally."])),
+    # -- yes/no questions: yes or no with its clause --------------------------------------------
+    yes_no(CALL, "Did Ellie pass her driving test?", "Yes."),
+    yes_no(CALL, "Did Ellie enjoy it?", "No."),
+    yes_no(CALL, "Was the examiner nice?", "Yes."),
+    # polarity is the verb's: "no" before a noun, a double negation and a "but" part do not
+    # turn yes into no; a verb only intended, a missing word, an echoed question and a negated
+    # question give no reading
+    yes_no(lines("I passed the exam and it was no problem at all."), "Did she pass the exam?",
+           "Yes."),
+    yes_no(lines("I have no doubt the car is fine."), "Is the car fine?", "Yes."),
+    yes_no(lines("It is not true that the shop never opens on Sunday."),
+           "Does the shop open on Sunday?", "Yes."),
+    yes_no(lines("The museum is not open on Mondays."), "Is the museum open on Mondays?", "No."),
+    yes_no(lines("Tom wants to buy a car but he has no money."), "Did Tom buy a car?", None),
+    yes_no(lines("Tom bought a red car last week."), "Did Tom buy a blue car?", None),
+    yes_no(lines("The museum is closed on Mondays."), "Is the museum open on Mondays?", None),
+    yes_no(lines("Was the film a success?", "Absolutely, it was."), "Was the film a success?",
+           None),
+    yes_no(lines("She said she would not come to the party."),
+           "Did she say she would not come to the party?", None),
+    # not a yes/no reading: an alternative, a wh-word inside, negated, one content word, not
+    # said, a wh-question
+    *[yes_no(CALL, q, None) for q in (
+        "Did she pass or fail?", "Did she say what she will do next?",
+        "Didn't she enjoy teaching?", "Is it raining?", "Did she buy a new car?",
+        "Who passed the test?")],
+    # -- a job is a word for what a person is ----------------------------------------------------
+    *kinds(("What was her job before nursing?", "job"),
+           ("What does his father do for a living?", "job")),
+    c(lines(*INTERVIEW), None, fits("job", ["A teacher.", "A nurse."])),
+    c(lines(*INTERVIEW, "We met Sophie there."), None,
+      fits("job", [], ["My daughter.", "Sophie.", "A man."])),
+    c(lines(*INTERVIEW), "What was her job before nursing?",
+      ("origin", None, AnyOf("Teacher.", "A teacher."))),
+    # the object of a verb after an adverb ("What did she nearly hit?")
+    c(lines("The examiner was nice, although I nearly hit a cyclist on the roundabout."),
+      "What did she nearly hit?", ("objects", None, Has("cyclist"))),
+    # -- a review of the paraphrase rules --------------------------------------------------------
+    # another group of people is not counted for the one asked
+    c(lines("The shop has 5000 customers a day."), "How many employees does the shop have?",
+      no("qualifies", "5000.")),
+    c(lines("The shop employs 40 people."), "How many staff does it have?",
+      yes("qualifies", "40.")),
+    # a name for X in other words is not refused
+    c(PUPPY[:2], "What is the name of the dog?", yes("qualifies", "Rex.")),
+    # "the job" is no person's job
+    c(NONE, "What job did she apply for?", ("kind", None, Not("job"))),
+    c(NONE, "What is the job of the heart?", ("kind", None, Not("job"))),
+    *kinds(("What is Tom's job?", "job")),
+    # said about Y: only clauses that say Y
+    c(lines("Maria said the orange juice was gone, and she was sorry."),
+      "What does Maria say about the orange juice?", ("origin", "about", Has("juice"))),
+    # -- why, the answer's own noun, how often, a bare phrase for "what" (batch-5 dev classes) ---
+    *kinds(*[(q, "reason") for q in (
+        "Why did the school close early?", "How come the school closed early?",
+        "For what reason did the school close early?", "What was the reason the school closed?",
+        "What's the main reason she left?", "What reasons did she give?")]),
+    # a phrase of place, means or time is no reason; a clause that opens with such a word and
+    # the phrases that do give a reason may be
+    c(NONE, None, fits("reason", ["Because the bus broke down.", "To buy milk.", "For a foul.",
+                                  "So that nobody could take the bikes.", "By accident.",
+                                  "In memory of his wife.", "On account of the rain.",
+                                  "From the frost.", "In March it froze.",
+                                  "Over night it turns much colder, down to three degrees."],
+                       ["With a padlock.", "In the shed.", "On Monday.", "Near the bridge.",
+                        "By train."])),
+    # a reason said as one is a cause, not a time
+    c(NONE, None, yes("gives_reason", "So that nobody could take the bikes.", "As it was late.",
+                      "Since he was ill."),
+      no("gives_reason", "As soon as the shop opened.", "As well as the bread.", "Since Monday.",
+         "Since 1990.")),
+    # why takes the reason said as one in the question's own sentence: scored higher, the
+    # padlock's phrase and another sentence's "because the bus broke down" lose
+    c(ICE, "Why did Mrs. Hale lock the shed?",
+      ("qualifying_candidates", None, Holds("With a padlock.", True)),
+      ("choose", ("the shed", "a padlock", "because"), Starts("So that nobody could take"))),
+    # one segment, two sentences: the other sentence's "because" is not why the school closed
+    c(lines("The school closed early on Friday. Mr. Price was angry because the bus broke "
+            "down, and parents waited for an hour."), WHY,
+      ("choose", ("parents",), Lacks("because"))),
+    # why over a consequence is what its sentence says before it
+    c(ICE, WHY, ("origin", "reason", ["The roads were covered in ice this morning."]),
+      yes("qualifies", "The roads were covered in ice this morning."),
+      ("choose", ("the school",), "The roads were covered in ice this morning.")),
+    c(lines("The heating failed. That is why the school closed early."), WHY,
+      ("origin", "reason", ["The heating failed."])),
+    # a filler before "so" is no reason, nor what another "so" clause follows from that shares
+    # one word with the question ("we all left *early*")
+    *[c(spoken, WHY, ("origin", "reason", []),
+        ("choose", ("right", "it was raining"), Starts("Because the heat"))) for spoken in (
+        lines("Right, so the school closed early because the heating failed."),
+        lines("It was raining, so we all left early.",
+              "The school closed early because the heating failed."))],
+    # the noun that names the answer is not where the answer is; a topic noun stays
+    c(lines("For nine years she tested her ideas in the evenings.", "She died in 1961."),
+      "In what year did she die?", ("ranked_first", None, 1), ("origin", None, Any_("1961")),
+      ("without_answer_type", None, "In what did she die?")),
+    c(MILL, "On what day did she move?", ("ranked_first", None, 1)),
+    *[c(NONE, q, ("without_answer_type", None, q)) for q in (
+        "What did she do that year?", "What time zone is it in?", "Which year group is she in?",
+        "What day-trip did they take?")],
+    # short inflections meet their base
+    *[c(NONE, None, ("words", form, content_words(base))) for base, form in (
+        ("die", "died"), ("die", "dies"), ("lie", "lied"), ("tie", "ties"))],
+    c(lines("She will die."), None, yes("said", "She died.")),
+    # how often something is done is not how often it is said
+    *[c(PILLS, q, ("read", None, None)) for q in (
+        "How many times a day should a tablet be taken?",
+        "How often should you take the tablet?",
+        "How many times a day does the speaker take the tablet?")],
+    *[c(PILLS, q, ("read", None, Not(None))) for q in (
+        "How many times is the tablet mentioned?", "How many times is the tablet brought up?")],
+    c(PILLS, "How many times does she say 'tablet'?", ("read", None, ("counted", "Three times."))),
+    # a bare phrase of origin is no thing; a phrase that holds its preposition may be
+    c(POST, "What did Tom send to the show?", no("qualifies", "From Leeds."),
+      yes("qualifies", "A jar of honey.")),
+    c(POST, "What did he fix it with?", yes("qualifies", "With a strap.")),
+    c(POST, "What is her favourite book?", yes("qualifies", "On the Road.")),
+    c(POST, "What is the best way there?", yes("qualifies", "By train.")),
+    # how warm asks for a temperature, how tall for a measure
+    c(WEATHER, "How warm will it get on Saturday?", no("qualifies", "Four."),
+      yes("qualifies", "About 19 degrees.")),
+    c(WEATHER, "How tall is the tower?",
+      no("qualifies", "You will need a ladder and a small hammer.")),
+    c(WEATHER, "How big is the hammer?", yes("qualifies", "Small.")),
+    # who in her family is a relative
+    c(lines("Edith Marsh was born in a fishing town.",
+            "Her father mended nets, and her mother worked at the fish market."),
+      "Who in her family worked at the fish market?",
+      ("origin", "before", Holds("Her mother.")), yes("qualifies", "Her mother."),
+      no("qualifies", "Edith Marsh.")),
+    # a name is of the kind of thing asked: a person's name no place's or day's, a thing's
+    # name no titled person's
+    *kinds(("What is the harbour master's name?", "name")),
+    c(HARBOUR, "What is the harbour master's name?",
+      no("qualifies", "Castle.", "The ferry to Castle Island.", "Stay in port until Monday.")),
+    c(HARBOUR, "What is the name of the antibiotic?", no("qualifies", "Dr Rivera.")),
+    c(HARBOUR, "What is the name of the doctor?", yes("qualifies", "Dr Rivera.")),
+    # in what situation asks for a condition
+    *kinds(("In what situation should you stop taking it and call?", "condition")),
+    c(RASH, "In what situation should you stop taking it and call?",
+      yes("qualifies", "If you get a rash."), no("qualifies", "Call us."),
+      ("choose", ("even if",), Starts("But if you get a rash"))),
+    c(lines("Had he married a more amiable woman, he might have been more respectable."),
+      "Under what condition might he have been more respectable?",
+      yes("qualifies", "Had he married a more amiable woman.")),
+    # who wrote a letter is the name under its closing; a question about no letter, or a
+    # letter with no closing, takes nothing from this rule
+    *[c(EMAIL, q, ("origin", "signed", ["Tom Baker."]), yes("qualifies", "Tom Baker."))
+      for q in CLOSING],
+    c(EMAIL, "Who sent the chairs?", ("origin", "signed", [])),
+    c(lines("Dear Mr. Cole, your chairs will arrive on Monday."), "Who wrote the letter?",
+      ("origin", "signed", [])),
+    # -- a second review of the batch-5 classes: each rule stays inside its class --------------
+    *[c(lines("Dear Mr. Cole,", "thank you for the two chairs.", "They arrived on Monday.",
+              "Kind regards, Susan Ford."), q, ("origin", "signed", [])) for q in (
+        "Who was the letter sent to?", "Who did she write the letter to?",
+        "Where does the woman who wrote the letter live?")],
+    c(lines("Thanks, Mary.", "The postman brought a card from the bank this morning.",
+            "Tom opened it at lunch."), "Who sent the card?", ("origin", "signed", [])),
+    # words said are a *what* a phrase may answer
+    c(lines("When he asked her to dance, she said: With pleasure."), "What did she say?",
+      yes("qualifies", "With pleasure.")),
+    # a measure: the adjective itself, a signed number; "how high" and "how short" are free
+    c(SNOW, "How high are prices in the city?", yes("qualifies", "Very high this year.")),
+    c(SNOW, "How deep was the snow in the village?", yes("qualifies", "Knee-deep in the village.")),
+    c(SNOW, "How cold was it last night?", yes("qualifies", "Minus five.")),
+    # a condition is asked only by "in what situation / under what circumstances"
+    c(NONE, "In what condition was the car when it arrived?", ("kind", None, Not("condition"))),
+    c(NONE, "What circumstances led to the fire?", ("kind", None, Not("condition"))),
+    c(NONE, None, no("states_condition", "Call us when you can."),
+      yes("states_condition", "Only if it rains.", "Had he married her.")),
+    # a month may be a name, "St" names a church, a surname may be a place word
+    c(NAMES, "What is her daughter's name?", yes("qualifies", "June.")),
+    c(NAMES, "What is the name of the church?", yes("qualifies", "St Mary's.")),
+    c(NAMES, "What is her husband's name?", yes("qualifies", "Mr Hill.")),
+    # one content word before "so" is a reason
+    c(lines("It snowed, so the school closed early.", "Parents waited at the gate."), WHY,
+      ("origin", "reason", ["It snowed."])),
+    # the name of a word is a mention
+    c(lines("Tablet one, tablet two, tablet three."),
+      "How many times does the name Tablet appear?", ("read", None, Not(None))),
+    # who *from Leeds* sent the honey: the place picks the sender
+    c(lines("On Monday, Anna from York sent the honey.",
+            "On Tuesday, Tom from Leeds sent the honey too."), "Who from Leeds sent the honey?",
+      ("choose", ("anna", "york"), "Tom.")),
 ]
 
 
-@pytest.mark.parametrize("spans,question", QUESTIONS)
-def test_no_candidate_is_cut_before_its_object(spans, question):
-    marked = {w.strip(",;:.?!").lower() for s in spans for w in s.text.split()
-              if w[-1] in ",;:.?!"}  # where the speaker's own clause ends, anything may
-    for c in candidates(spans, question):
-        last = c.text.rstrip(".?!").lower().split()[-1]
-        assert last not in _OPEN or last in marked, c.text
-    texts = {c.text for c in candidates(spans, question)}
-    assert not texts & {"The blue.", "For a long.", "A more amiable.", "On the pier for a long."}
+def _id(case: Case) -> str:
+    probes = sorted({p for p, _a, _v in case.expected})
+    return f"{case.question or '-'} [{','.join(probes)}]"
 
 
-def test_the_subject_before_the_questions_words_is_a_candidate():
-    assert "The old fisherman." in {c.text for c in candidates(PIER, "Who waited on the pier?")}
-    assert "The barn." in {c.text for c in candidates(FARM, "What burned down?")}
-    assert "At dawn." in {c.text for c in candidates(PIER, "When did the son row out?")}
-    garden = lines("Last year my grandmother planted forty tulips along the fence.")
-    assert "My grandmother." in {c.text for c in candidates(garden, "Who planted the tulips?")}
-    # one shared word is not what the question says of someone
-    assert "My uncle." not in {c.text for c in candidates(TRIP, "Who is Robert's wife?")}
+def test_the_cases_are_unique():
+    ids = [_id(k) + repr(k.transcript) + repr(k.expected) for k in CASES]
+    assert len(ids) == len(set(ids))
 
 
-@pytest.mark.parametrize("spans,question,thing", [
-    (PIER, "What did they talk about?", "The storm."),
-    (SHOP, "What is the bakery opposite?", "The old church."),
-    (TRIP, "What did Robert pay forty dollars for?", "The hotel."),
-])
-def test_a_question_ending_on_its_preposition_asks_for_its_object(spans, question, thing):
-    pinned = {c.text for c in objects(candidates(spans, question))}
-    assert thing in pinned
-    assert "The tram." not in pinned and "On Mill Street." not in pinned
+@pytest.mark.parametrize("case", CASES, ids=[_id(k) for k in CASES])
+def test_the_english_policy(case: Case):
+    """Every probe of the case says what the case expects."""
+    wrong = []
+    for probe, arg, want in case.expected:
+        got = PROBES[probe](case.transcript, case.question, arg)
+        if not want == got:  # (the matcher's __eq__ first)
+            wrong.append((probe, arg, want, got))
+    assert not wrong
 
 
-@pytest.mark.parametrize("spans,question,thing", [
-    (FARM, "Besides horses, what animals does the farmer have?", "About thirty chickens."),
-    (FARM, "Apart from the chickens, what does the farmer keep?", "Two horses."),
-    (lines("He was not an ill-disposed young man, unless to be rather cold-hearted and rather "
-           "selfish is to be ill-disposed."),
-     "Besides cold-hearted, what else would make a man ill-disposed?", "Rather selfish."),
-])
-def test_besides_x_asks_for_the_item_listed_with_x(spans, question, thing):
-    pinned = {c.text for c in objects(candidates(spans, question))}
-    assert thing in pinned and "Six cows." not in pinned
+def test_the_prompts_examples_keep_their_clock_questions():
+    """The few-shot prompt is split by the clock rule: its two clock questions stay clock
+    questions whatever the rule's wording (a changed split changes every answer)."""
+    from as2d.runtime.ask.prompt import _EXAMPLES
+
+    clock = [q for _lines, qas in _EXAMPLES for q, _a in qas if POLICY.asks_about_time(q)]
+    assert clock == ["When does the captain mention the weather?",
+                     "When does the speaker talk about the apple tree?"]
 
 
-@pytest.mark.parametrize("spans,question,thing", [
-    (lines("First melt fifty grams of butter in a small pan."), "What kind of pan is used?",
-     "Small."),
-    (AUSTEN, "What kind of woman could he have married?", "Amiable."),
-    (AUSTEN, "What kind of young man was he not?", "Ill-disposed."),
-])
-def test_what_kind_of_x_asks_for_what_is_said_of_x(spans, question, thing):
-    pinned = {c.text for c in objects(candidates(spans, question))}
-    assert thing in pinned and "First." not in pinned
-
-
-def test_the_subject_of_the_questions_verb_is_who_did_it():
-    caves = lines("My brother Tom and I explored the caves near Granada in June.",
-                  "The guide told us the deepest cave is two hundred meters long.")
-    found = candidates(caves, "Who told them about the deepest cave?")
-    subjects = {c.text for c in found if c.origin == "before"}
-    assert "The guide." in subjects and "Tom." not in subjects
-    storm = lines("The storm lasted three days.",
-                  "The mayor said that the new sea wall had saved the town.")
-    found = candidates(storm, "Who said the sea wall saved the town?")
-    assert "The mayor." in {c.text for c in found if c.origin == "before"}
-
-
-def test_an_amount_stated_of_something_else_is_not_bound():
-    museum = lines("On Sundays the doors open at ten, and entry is free for children.")
-    assert not qualifies("Ten.", "How much does entry cost for adults?", museum)
-    barn = lines("In 1998, the barn burned down.")
-    assert qualifies("1998.", "In what year did the barn burn down?", barn)
-    cave = lines("The guide told us the deepest cave is two hundred meters long.")
-    assert qualifies("Two hundred meters.", "How long is the deepest cave?", cave)
-
-
-def test_a_phrase_is_not_cut_before_its_head():
-    texts = {c.text for c in candidates(AUSTEN, "What might he have been made?")}
-    assert "Still." not in texts and "He might." not in texts
-    assert "Still more respectable." in texts
-
-
-def test_a_quote_said_in_full_pins_what_follows_it():
-    spans = lines("Go forward 10 meters.", "Go somewhere and do something.", "33, 4, 6, 92.")
-    texts = {c.text for c in candidates(spans, "What does the speaker say after 'Go forward'?")}
-    assert "Go somewhere and do something." in texts
-    assert "33, 4, 6, 92." not in texts  # the list after another "go"
-
-
-# -- the real answering model ------------------------------------------------------------------
+# -- the real answering model --------------------------------------------------------------------
 
 LLM = "gemma-3-270m"
-
-
-# -- review of 2026-12-02: people are not places, paraphrases, stems, number words -----------
-
-def test_a_person_after_to_or_at_is_not_a_place():
-    spans = lines("He gave the letter to Marianne.", "They arrived at Barton. Elinor was tired.",
-                  "Later Marianne smiled at Elinor.")
-    assert places_in(spans) & {"marianne", "elinor"} == set()
-    assert qualifies("Marianne.", "Who received the letter?", spans)
-    assert qualifies("Elinor.", "Who was tired?", spans)
-    # a place word makes "to"/"at"/"on" introduce a place; a sentence's end ends it
-    shop = lines("The bakery is on Mill Street. Anna works there.", "They live in Lisbon.")
-    assert {"mill", "street", "lisbon"} <= places_in(shop)
-    assert "anna" not in places_in(shop)
-    # a name said outside any place context is not a place, wherever else it is
-    assert "robert" not in places_in(lines("We drove to Robert.", "Robert was glad."))
-
-
-def test_a_who_fallback_without_names_is_not_refused():
-    from as2d.runtime.ask.english.rules import ENGLISH_POLICY
-
-    spans = lines("He gave the letter to Marianne.")
-    question = "Who received the letter?"
-    found = [c for c in candidates(spans, question) if c.origin not in ("name", "before")]
-    assert ENGLISH_POLICY.fallback("Marianne.", question, spans, found) == "Marianne."
-    assert ENGLISH_POLICY.fallback("Marianne.", question, spans, []) == "Marianne."
-
-
-def test_an_amount_in_a_paraphrased_statement_is_bound():
-    concert = lines("The concert was great. It began at eight.")
-    assert bound("At eight.", "When did the concert start?", concert)
-    assert qualifies("At eight.", "When did the concert start?", concert)
-    # but a number another statement outscores is still not the answer
-    assert not bound("Forty.", "How much did the tram cost?", TRIP)
-
-
-def test_a_who_question_after_a_clause_takes_names_first():
-    spans = lines("The old fisherman waited on the pier.", "Later his son rowed out to the island.",
-                  "There a boy named Luis fed the goats.")
-    found = candidates(spans, "He rowed out, and who fed the goats?")
-    assert found and found[0].origin in ("name", "before") and found[0].text == "Luis."
-
-
-@pytest.mark.parametrize("word", "tower computer restaurant business dress mattress elephant "
-                         "plant monster finger shoulder theater quarter ladder hammer".split())
-def test_a_thing_is_not_a_person(word):
-    assert not fits("who", f"The {word}.", set())
-
-
-@pytest.mark.parametrize("word", "fisherman fishermen pianist musician farmer sailors servant "
-                         "hostess".split())
-def test_a_person_noun_is_a_person(word):
-    assert fits("who", f"The {word}.", set())
-
-
-@pytest.mark.parametrize("base,inflected", [("cliff", "cliffs"), ("stuff", "stuffed"),
-                                            ("buzz", "buzzed"), ("stop", "stopped"),
-                                            ("kiss", "kissed"), ("fill", "filled")])
-def test_a_base_meets_its_inflections(base, inflected):
-    assert content_words(base) == content_words(inflected)
-
-
-def test_lay_and_laid_meet_and_lie_keeps_lain():
-    assert content_words("lay") == content_words("laid")
-    assert content_words("lie") == content_words("lain")
-
-
-@pytest.mark.parametrize("words,digits", [("two thousand and five", ["2005"]),
-                                          ("three hundred and five", ["305"]),
-                                          ("one thousand and twenty two", ["1022"]),
-                                          ("two and five", ["2", "and", "5"])])
-def test_number_words_with_and(words, digits):
-    assert numbers_as_digits(words.split()) == digits
 
 
 @pytest.fixture(scope="module")
@@ -403,15 +940,10 @@ ASKED = [
     (PIER, "How long did the fisherman wait?", ("long time",)),
     (PIER, "What did they talk about?", ("storm",)),
     (AUSTEN, "How much money did Dashwood have?", None),
-    (lines("The train to Glasgow leaves at seven fifteen from platform four."),
-     "How many passengers are on the train?", None),
-    (lines("Last year my grandmother planted forty tulips along the fence."),
-     "Who planted the tulips?", ("grandmother",)),
-    (lines("My brother Tom and I explored the caves near Granada in June.",
-           "The guide told us the deepest cave is two hundred meters long."),
-     "Who told them about the deepest cave?", ("guide",)),
-    (lines("First melt fifty grams of butter in a small pan."), "What kind of pan is used?",
-     ("small",)),
+    (TRAIN, "How many passengers are on the train?", None),
+    (GARDEN, "Who planted the tulips?", ("grandmother",)),
+    (CAVES, "Who told them about the deepest cave?", ("guide",)),
+    (BUTTER, "What kind of pan is used?", ("small",)),
 ]
 
 
@@ -421,671 +953,14 @@ def test_the_models_answers_are_of_the_kind_asked_and_said(answerer):
     (every qualifying candidate holds one); otherwise only the kind and the grounding."""
     wrong = []
     for spans, question, want in ASKED:
-        a = answerer.ask(spans, question)
+        a = answerer.ask(list(spans), question)
         if want is None:
-            ok = a.text == NOT_SAID
+            ok = a.text == POLICY.not_said
         else:
-            fitting = [c.text for c in candidates(spans, question) if qualifies(c.text, question,
-                                                                                spans)]
+            fitting = _qualifying(spans, question)
             forced = fitting and all(any(w in t.lower() for w in want) for t in fitting)
-            ok = a.text != NOT_SAID and qualifies(a.text, question, spans) \
+            ok = a.text != POLICY.not_said and POLICY.qualifies(a.text, question, spans) \
                 and (not forced or any(w in a.text.lower() for w in want))
         if not ok:
             wrong.append((question, a.text))
     assert not wrong
-
-
-# -- a "what" of a closed class, and other typed questions ----------------------------------------
-
-GARAGE = lines("Hi, this is Maria from Baker's Garage, calling about your van.",
-               "We open at seven thirty and close at five on weekdays.",
-               "The repair will take two days and cost four hundred dollars.",
-               "Your cousin Peter picked up the keys on the third of May.",
-               "The van is a large white one, parked behind the shop.")
-
-
-@pytest.mark.parametrize("question,kind", [
-    ("What colour is the van?", "colour"),
-    ("Which color was the car?", "colour"),
-    ("What is the name of the garage?", "name"),
-    ("What was the caller's name?", "name"),
-    ("What's her name?", "name"),
-    ("On which day of the month were the keys picked up?", "date"),
-    ("What date did Peter come?", "date"),
-    ("In which month were the keys picked up?", "month"),
-    ("How big is the van?", "size"),
-    ("How tall was the tower?", "size"),
-    ("How is Peter related to you?", "relation"),
-    ("What is Peter's relationship to the listener?", "relation"),
-    ("What time does the garage close?", "time"),
-])
-def test_a_closed_class_what_is_its_own_kind(question, kind):
-    assert question_kind(question) == kind
-
-
-def test_an_answer_of_a_closed_class_is_of_that_class():
-    names, places = names_in(GARAGE), places_in(GARAGE)
-    for kind, right, wrong in (
-            ("colour", ["White.", "A large white one."], ["Large.", "5.", "Behind the shop."]),
-            ("name", ["Maria.", "Baker's Garage."], ["Your van.", "A large white one."]),
-            ("date", ["The third of May.", "The 3rd.", "3."], ["May.", "On weekdays."]),
-            ("month", ["May."], ["The third.", "Two days."]),
-            ("size", ["Large.", "A large white one.", "Ten metres.", "Five hundred people."],
-             ["Behind the shop.", "Your van."]),
-            ("relation", ["Your cousin.", "Cousin."], ["Peter.", "The keys."])):
-        for answer in right:
-            assert fits(kind, answer, names, places), (kind, answer)
-        for answer in wrong:
-            assert not fits(kind, answer, names, places), (kind, answer)
-
-
-def test_a_name_or_colour_never_said_is_not_said():
-    """"What was the name of the woman he married?" over a line that names no one: no answer
-    qualifies (the recording does not say), not the phrase that describes her."""
-    for question in ("What was the name of the woman he married?", "What colour was her dress?"):
-        assert not [c.text for c in candidates(AUSTEN, question)
-                    if qualifies(c.text, question, AUSTEN)], question
-
-
-def test_being_and_one_are_a_person_only_as_the_head():
-    for answer in ("It being received for good.", "One of the best."):
-        assert not fits("who", answer, set()), answer
-    for answer in ("A human being.", "The noisiest authorities.", "The plumber.",
-                   "The engineer."):
-        assert fits("who", answer, set()), answer
-
-
-def test_an_unnamed_person_is_a_who_candidate():
-    """"Who is being described?" over "He was not an ill-disposed young man.": the person
-    phrase, though no one is named."""
-    found = {c.text for c in candidates(AUSTEN[1:2], "Who is being described?")}
-    assert "Young man." in found or "Ill-disposed young man." in found
-    assert "Man." not in found  # the head alone only where nothing leads up to it
-
-
-def test_a_relation_is_answered_by_the_relation_word():
-    found = [c.text for c in candidates(GARAGE, "How is Peter related to the listener?")
-             if qualifies(c.text, "How is Peter related to the listener?", GARAGE)]
-    assert found and all("cousin" in t.lower() for t in found)
-
-
-def test_how_big_asks_for_what_is_said_of_x():
-    for question in ("How big is the van?", "What is the van like?"):
-        pinned = {c.text for c in objects(candidates(GARAGE, question))}
-        assert any("large" in t.lower() for t in pinned), (question, pinned)
-
-
-def test_an_amount_keeps_what_it_is_of():
-    """"Two cans | of tomatoes" is an amount of tomatoes: never cut before "of"."""
-    soup = lines("Add the garlic, then after a minute pour in two cans of tomatoes and some "
-                 "stock.")
-    found = {c.text for c in candidates(soup, "What is poured in after the garlic?")}
-    assert any("tomatoes" in t.lower() for t in found)
-    assert "2 cans." not in found and "Two cans." not in found
-
-
-def test_of_several_mentions_x_is_the_one_said_with_the_questions_words():
-    """"What goes into the pot a minute after the garlic?": the garlic said with "minute", not
-    the first mention of garlic."""
-    recipe = lines("First, chop the onions and the garlic.",
-                   "Warm some oil in a pot and cook the onions until soft.",
-                   "Then add the garlic, and after one more minute pour in the tomatoes.")
-    question = "What goes into the pot a minute after the garlic?"
-    found = candidates(recipe, question)
-    nearest = [c.text for c in found if c.follows == 0]
-    assert any("tomatoes" in t.lower() for t in nearest), nearest
-    assert not any("oil" in t.lower() for t in nearest)
-
-
-@pytest.mark.parametrize("question", ["What time does the shop close?",
-                                      "When does the shop shut?"])
-def test_the_opposite_of_what_is_asked_is_no_answer(question):
-    """Only the opening hour is said: nothing answers when it closes."""
-    shop = lines("The shop opens at nine in the morning on Saturdays.",
-                 "This week we have fresh bread.")
-    assert not [c.text for c in candidates(shop, question) if qualifies(c.text, question, shop)]
-    assert not qualifies("At nine in the morning.", question, shop)
-    # said both ways: each answers its own question
-    both = lines("We open at seven thirty and close at five.")
-    assert qualifies("At five.", "What time do they close?", both)
-    assert not qualifies("At seven thirty.", "What time do they close?", both)
-
-
-# -- a review's probes: where those rules must not reach ----------------------------------------
-
-def qualifying(texts, question, answers):
-    spans = lines(*texts)
-    return [a for a in answers if qualifies(a, question, spans)]
-
-
-def test_a_side_word_as_a_noun_or_said_with_until_is_no_opposite():
-    assert qualifying(["The story starts in a small village.",
-                       "Finally the boy marries the princess."],
-                      "What happens at the end of the story?", ["The boy marries the princess."])
-    assert qualifying(["The store is open until nine tonight."],
-                      "What time does the store close?", ["Until nine tonight."])
-    assert qualifying(["We open at nine and shut at five."], "When does the shop close?",
-                      ["At five.", "At nine."]) == ["At five."]
-    assert qualifying(["They arrived at noon.", "Before leaving, we paid the bill."],
-                      "What did they do when they arrived?", ["We paid the bill."])
-
-
-def test_a_name_may_open_a_sentence_and_is_a_name_in_a_few_words():
-    assert qualifying(["We got a puppy last week.", "Rex is a golden retriever.",
-                       "Every morning he barks."], "What is the puppy's name?",
-                      ["Rex.", "Every morning.", "A golden retriever."]) == ["Rex."]
-    assert question_kind("What is the name of the game about?") == "what"
-
-
-def test_a_relation_between_things_is_no_relation_between_people():
-    assert question_kind("How is the rain related to the flooding?") != "relation"
-    assert question_kind("What is the relation between price and demand?") != "relation"
-    rivals = ["Tom and Jerry are business rivals, not friends."]
-    assert qualifying(rivals, "What is the relationship between Tom and Jerry?",
-                      ["Business rivals.", "Not friends."]) == ["Business rivals."]
-
-
-def test_a_size_may_be_an_amount():
-    assert qualifying(["About five hundred people came to the wedding."],
-                      "How big was the wedding?", ["About five hundred people."])
-
-
-def test_one_is_no_person():
-    computer = lines("I bought a new computer last week, a much faster one.")
-    assert not fits("who", "A much faster one.", set())
-    assert not [c.text for c in candidates(computer, "Who bought a computer?")
-                if "one" in c.text.lower() and c.origin == "person"]
-
-
-def test_what_x_is_said_to_be_is_not_a_passive_verb_or_a_place():
-    van = lines("The van was parked behind the shop.", "It is a large white one.")
-    pinned = {c.text for c in objects(candidates(van, "What is the van like?"))}
-    assert not any("parked" in t.lower() for t in pinned), pinned
-
-
-def test_an_amount_runs_to_the_end_of_what_it_is_of():
-    coffee = lines("He drank three cups of strong black coffee and left.")
-    found = {c.text for c in candidates(coffee, "How much coffee did he drink?")}
-    assert "3 cups of strong black coffee." in found or \
-        "Three cups of strong black coffee." in found
-    assert not any(t.endswith(("strong.", "black.")) for t in found), found
-
-
-def test_a_mention_talked_about_is_not_the_event():
-    school = lines("The children went to school at eight.",
-                   "They had lunch at noon and then played football.",
-                   "In the evening the children told their parents about the lunch, and about "
-                   "school.")
-    nearest = [c.text for c in candidates(school, "What did the children do at school after "
-                                                  "the lunch?") if c.follows == 0]
-    assert any("football" in t.lower() for t in nearest), nearest
-
-
-# -- when: the recording's clock only where the question speaks of the recording ---------------
-
-@pytest.mark.parametrize("question,clock", [
-    ("At what time does the concert start?", False),
-    ("When does the film end?", False),
-    ("When did they talk?", False),
-    ("When was the baby named?", False),
-    ("When is the meeting called?", False),
-    ("When does the speaker start talking?", True),
-    ("At what time does the reader mention the famine?", True),
-    ("When is the famine first mentioned?", True),
-    ("When does she mention the party?", True),
-    ("When does someone answer 'Not now'?", True),
-    ("At what point in the announcement is the reason for the delay given?", True),
-])
-def test_a_content_when_is_not_the_recordings_clock(question, clock):
-    assert asks_about_time(question) is clock
-    if clock:
-        assert "announcement" not in without_clock(question)
-
-
-def test_a_wh_word_with_its_own_noun_has_no_slot():
-    """"At which stations does the train call?" asks for stations: not "the front" of "at the
-    front of the train" (a slot pinned for "From whom do we ...?")."""
-    train = lines("The service to Edinburgh, calling at York and Newcastle, leaves from "
-                  "platform nine.", "The first class coaches are at the front of the train.")
-    found = candidates(train, "At which stations does the train call on the way to Edinburgh?")
-    assert not [c.text for c in found if c.origin == "slot"]
-
-
-def test_what_is_said_about_y_is_the_sentence_that_says_y():
-    order = lines("Hi, this is Maria from Green Valley Kitchen, calling about your order.",
-                  "We are out of orange juice today, so I replaced it with apple juice.",
-                  "The total comes to thirty dollars.")
-    question = "What does Maria say about the orange juice?"
-    pinned_texts = [c.text for c in objects(candidates(order, question))] or \
-        [c.text for c in candidates(order, question) if c.origin == "about"]
-    assert pinned_texts and all("juice" in t.lower() for t in pinned_texts), pinned_texts
-    # one word of two ("beauty's rows" for "beauty's rose") pins nothing
-    rose = lines("That thereby beauty's rows might never die.", "His tender air might bear "
-                 "his memory.")
-    assert not [c for c in candidates(rose, "What did the reader say about beauty's rose?")
-                if c.origin == "about"]
-
-
-def test_a_name_is_the_name_of_what_is_asked():
-    match = lines("In the Cup Final the Riverside Rovers beat the Northgate Lions.",
-                  "The defender Sam Wilson added a third.",
-                  "The Lions goalkeeper was sent off in the 70th minute.")
-    assert not qualifying([s.text for s in match], "What is the name of the Lions goalkeeper?",
-                          ["In the Cup Final.", "Sam Wilson.", "Northgate Lions."])
-    assert qualifying([s.text for s in match], "What is the defender's name?", ["Sam Wilson."])
-
-
-# -- paraphrase probes: a question need not use the transcript's words ---------------------------
-
-COMPANY = lines("The company was founded in 1987 by two engineers, Lisa Chen and Mark Owens.",
-                "It started in a garage in Bristol with only three employees.",
-                "Today it employs more than four hundred people in six countries.")
-
-
-def test_a_count_of_the_same_things_in_other_words_is_bound():
-    """"How many staff ...?" is counted by "employees" or "people" (not by countries)."""
-    for answer in ("Four hundred people.", "Three employees."):
-        assert qualifies(answer, "How many staff does it have now?", COMPANY), answer
-    assert not qualifies("Six countries.", "How many staff does it have now?", COMPANY)
-    assert qualifies("Three.", "How many workers were there at first?", COMPANY)
-    # children are people, but "people" does not count them
-    assert not qualifies("Four hundred people.", "How many children work there?", COMPANY)
-
-
-def test_a_place_is_a_thing_after_its_preposition():
-    names = names_in(COMPANY)
-    assert fits("place", "In a garage in Bristol.", names)
-    assert fits("place", "At my place.", names)
-    assert not fits("place", "In 1987 by two engineers.", names)
-    assert not fits("place", "By two engineers.", names)
-
-
-def test_how_heavy_asks_for_a_measure_not_a_description():
-    tomato = lines("Last summer she won first prize for the biggest tomato.",
-                   "It weighed almost two kilos.")
-    pinned_texts = {c.text for c in objects(candidates(tomato, "How heavy was the tomato?"))}
-    assert not any("biggest" in t.lower() for t in pinned_texts), pinned_texts
-    assert qualifies("Almost two kilos.", "How heavy was the tomato?", tomato)
-
-
-def test_a_condition_answers_when():
-    alarm = lines("The alarm goes off if someone opens the door.")
-    assert qualifies("If someone opens the door.", "When does the alarm go off?", alarm)
-
-
-def test_a_name_opening_a_sentence_may_be_who():
-    """"Priya will write the press release": Priya opens the sentence, yet is who will write
-    it; a verb opening one ("Bring a dish") is no one."""
-    meeting = lines("Okay everyone, let's start.",
-                    "Priya will write the press release, and James will test the page.",
-                    "Bring a dish if you can.")
-    question = "Who will write the press release?"
-    assert qualifies("Priya.", question, meeting)
-    assert not qualifies("Bring a dish.", "Who should bring something?", meeting)
-
-
-def test_a_lists_first_step_is_no_time():
-    assert not fits("time", "First.", set()) and not fits("time", "Finally.", set())
-    assert fits("time", "Then.", set()) and fits("time", "At first.", set())
-
-
-# -- yes/no questions ------------------------------------------------------------------------------
-
-CALL = lines("Hi Mum, it's Ellie. Just calling to say I passed my driving test this morning!",
-             "Before that I was a teacher for three years, but I didn't enjoy it.",
-             "The examiner was really nice.")
-
-
-@pytest.mark.parametrize("question,answer", [
-    ("Did Ellie pass her driving test?", "Yes."),
-    ("Did Ellie enjoy it?", "No."),
-    ("Was the examiner nice?", "Yes."),
-])
-def test_a_yes_no_question_is_answered_yes_or_no_with_its_clause(question, answer):
-    text, where = yes_no_answer(CALL, question)
-    assert text.startswith(answer) and "\u201c" in text, text
-    assert where and all(0 <= i < len(CALL) for i in where)
-
-
-@pytest.mark.parametrize("lines_,question,answer", [
-    (["I passed the exam and it was no problem at all."], "Did she pass the exam?", "Yes."),
-    (["I have no doubt the car is fine."], "Is the car fine?", "Yes."),
-    (["It is not true that the shop never opens on Sunday."], "Does the shop open on Sunday?",
-     "Yes."),
-    (["The museum is not open on Mondays."], "Is the museum open on Mondays?", "No."),
-    (["Tom wants to buy a car but he has no money."], "Did Tom buy a car?", None),
-    (["Tom bought a red car last week."], "Did Tom buy a blue car?", None),
-    (["The museum is closed on Mondays."], "Is the museum open on Mondays?", None),
-    (["Was the film a success?", "Absolutely, it was."], "Was the film a success?", None),
-    (["She said she would not come to the party."],
-     "Did she say she would not come to the party?", None),
-])
-def test_yes_no_polarity_is_the_verbs(lines_, question, answer):
-    """A review's probes: "no" before a noun, a double negation and a "but" part do not turn
-    yes into no; a verb only intended, a missing word, an echoed question and a negated
-    question give no reading."""
-    got = yes_no_answer(lines(*lines_), question)
-    assert (got[0].split()[0] if got else None) == answer, got
-
-
-@pytest.mark.parametrize("question", [
-    "Did she pass or fail?",                  # an alternative, not yes/no
-    "Did she say what she will do next?",     # a wh-word inside
-    "Didn't she enjoy teaching?",             # negated: left to the ordinary answer
-    "Is it raining?",                         # one content word: nothing to confirm
-    "Did she buy a new car?",                 # not said: no clause says it
-    "Who passed the test?",
-])
-def test_not_a_yes_no_reading(question):
-    assert yes_no_answer(CALL, question) is None
-
-
-def test_a_job_is_a_word_for_what_a_person_is():
-    interview = lines("Interviewer: So how long have you been a nurse?",
-                      "Before that I was a teacher for three years.",
-                      "My daughter is training to be a doctor.")
-    assert question_kind("What was her job before nursing?") == "job"
-    assert question_kind("What does his father do for a living?") == "job"
-    names = names_in(interview)
-    assert fits("job", "A teacher.", names) and fits("job", "A nurse.", names)
-    for answer in ("My daughter.", "Sophie.", "A man."):
-        assert not fits("job", answer, names | {"sophie"}), answer
-    found = {c.text for c in candidates(interview, "What was her job before nursing?")}
-    assert "Teacher." in found or "A teacher." in found
-
-
-def test_the_object_of_a_verb_after_an_adverb():
-    """"What did she nearly hit?" asks for what "nearly hit" takes, not a phrase further on."""
-    drive = lines("The examiner was nice, although I nearly hit a cyclist on the roundabout.")
-    pinned_texts = [c.text for c in objects(candidates(drive, "What did she nearly hit?"))]
-    assert pinned_texts and all("cyclist" in t.lower() for t in pinned_texts), pinned_texts
-
-
-def test_a_review_of_the_paraphrase_rules():
-    # another group of people is not counted for the one asked
-    assert not qualifying(["The shop has 5000 customers a day."],
-                          "How many employees does the shop have?", ["5000."])
-    assert qualifying(["The shop employs 40 people."], "How many staff does it have?", ["40."])
-    # a content "when" with the speaker as subject is no clock question
-    for question in ("When did the speaker start his business?",
-                     "When did the host call the police?",
-                     "When did they sing 'Happy Birthday' to him?",
-                     "At what point in the story does the hero die?"):
-        assert not asks_about_time(question), question
-    assert asks_about_time("When did the speaker stop?")
-    # a name for X in other words is not refused
-    assert qualifying(["We got a puppy last week.", "Rex is a golden retriever."],
-                      "What is the name of the dog?", ["Rex."])
-    # "the job" is no person's job
-    assert question_kind("What job did she apply for?") != "job"
-    assert question_kind("What is the job of the heart?") != "job"
-    assert question_kind("What is Tom's job?") == "job"
-    # said about Y: only clauses that say Y
-    order = lines("Maria said the orange juice was gone, and she was sorry.")
-    about = [c.text for c in candidates(order, "What does Maria say about the orange juice?")
-             if c.origin == "about"]
-    assert about and all("juice" in t.lower() for t in about), about
-
-
-def test_the_prompts_examples_keep_their_clock_questions():
-    """The few-shot prompt is split by :func:`asks_about_time`: its two clock questions stay
-    clock questions whatever the rule's wording (a changed split changes every answer)."""
-    from as2d.runtime.ask.prompt import _EXAMPLES
-
-    clock = [q for _lines, qas in _EXAMPLES for q, _a in qas if asks_about_time(q)]
-    assert clock == ["When does the captain mention the weather?",
-                     "When does the speaker talk about the apple tree?"]
-
-
-# -- why, the answer's own noun, how often, a bare phrase for "what" (batch-5 dev classes) ------
-
-ICE = lines("The roads were covered in ice this morning, so the school closed early.",
-            "Mrs. Hale locked the shed with a padlock, so that nobody could take the bikes.",
-            "I am late because the bus broke down near the bridge.")
-
-
-@pytest.mark.parametrize("question", [
-    "Why did the school close early?", "How come the school closed early?",
-    "For what reason did the school close early?", "What was the reason the school closed?",
-    "What's the main reason she left?", "What reasons did she give?"])
-def test_why_asks_for_a_reason(question):
-    assert question_kind(question) == "reason"
-
-
-def test_a_phrase_of_place_means_or_time_is_no_reason():
-    """"With a padlock." says how, "In the shed." where, "On Monday." when: none says why; a
-    clause that opens with such a word ("In March it froze.") and the phrases that do give a
-    reason ("By accident.", "In memory of his wife.") may."""
-    for answer in ("With a padlock.", "In the shed.", "On Monday.", "Near the bridge."):
-        assert not fits("reason", answer, set()), answer
-    for answer in ("Because the bus broke down.", "To buy milk.", "For a foul.",
-                   "So that nobody could take the bikes.", "By accident.",
-                   "In memory of his wife.", "On account of the rain.", "From the frost.",
-                   "In March it froze.",
-                   "Over night it turns much colder, down to three degrees."):
-        assert fits("reason", answer, set()), answer
-
-
-def test_a_reason_said_as_one_is_a_cause_not_a_time():
-    assert gives_reason("So that nobody could take the bikes.")
-    assert gives_reason("As it was late.") and gives_reason("Since he was ill.")
-    for answer in ("As soon as the shop opened.", "As well as the bread.", "Since Monday.",
-                   "Since 1990."):
-        assert not gives_reason(answer), answer
-
-
-def _choose(spans, question, ranked_first=()):
-    """The answer ``choose`` gives where the candidates whose text starts with one of
-    ``ranked_first`` scored best (the model's ranking, made up)."""
-    from as2d.runtime.ask.english.rules import ENGLISH_POLICY
-
-    found = [c for c in candidates(spans, question) if qualifies(c.text, question, spans)]
-    found.sort(key=lambda c: not c.text.lower().startswith(ranked_first))
-    pick = ENGLISH_POLICY.choose(found, spans, question, spans)
-    return pick.text if pick is not None else None
-
-
-def test_why_takes_the_reason_said_as_one_in_the_questions_own_sentence():
-    question = "Why did Mrs. Hale lock the shed?"
-    assert "With a padlock." not in [c.text for c in candidates(ICE, question)
-                                     if qualifies(c.text, question, ICE)]
-    # scored higher: the padlock's phrase, and another sentence's "because the bus broke down"
-    # (which of its prefixes is the model's to score)
-    assert _choose(ICE, question, ("the shed", "a padlock", "because")).startswith(
-        "So that nobody could take")
-    # one segment, two sentences: the other sentence's "because" is not why the school closed
-    two = lines("The school closed early on Friday. Mr. Price was angry because the bus broke "
-                "down, and parents waited for an hour.")
-    assert "because" not in _choose(two, "Why did the school close early?", ("parents",))
-
-
-def test_why_over_a_consequence_is_what_its_sentence_says_before_it():
-    """"The roads were icy, *so* the school closed early": why it closed is the first part;
-    so is the sentence before "That is why ..."."""
-    question = "Why did the school close early?"
-    reasons = [c for c in candidates(ICE, question) if c.origin == "reason"]
-    assert [c.text for c in reasons] == ["The roads were covered in ice this morning."]
-    assert qualifies(reasons[0].text, question, ICE)
-    assert _choose(ICE, question, ("the school",)) == reasons[0].text
-    why = lines("The heating failed. That is why the school closed early.")
-    assert [c.text for c in candidates(why, question) if c.origin == "reason"] == \
-        ["The heating failed."]
-
-
-@pytest.mark.parametrize("spoken", [
-    lines("Right, so the school closed early because the heating failed."),
-    lines("It was raining, so we all left early.",
-          "The school closed early because the heating failed.")])
-def test_a_spoken_so_or_another_consequence_gives_no_reason(spoken):
-    """A filler before "so" is no reason, nor what another "so" clause follows from that
-    shares one word with the question ("we all left *early*")."""
-    question = "Why did the school close early?"
-    assert not [c for c in candidates(spoken, question) if c.origin == "reason"]
-    assert _choose(spoken, question, ("right", "it was raining")).startswith("Because the heat")
-
-
-MILL = lines("For nine years she worked at the cotton mill on the river.",
-             "She moved to Leeds in 1952 and opened a bakery there.",
-             "Every day she baked two hundred loaves, six days a week.")
-
-
-def test_the_noun_that_names_the_answer_is_not_where_the_answer_is():
-    """"In what *year* ..." is answered where the question's other words are said ("She died
-    in 1961"), not where "years" is ("For nine years she ..."); a noun that is the topic
-    ("what time zone", "which year group") stays."""
-    died = lines("For nine years she tested her ideas in the evenings.", "She died in 1961.")
-    assert rank_spans(died, "In what year did she die?")[0][1] == 1
-    assert any("1961" in c.text for c in candidates(died, "In what year did she die?"))
-    assert rank_spans(MILL, "On what day did she move?")[0][1] == 1
-    assert without_answer_type("In what year did she die?") == "In what did she die?"
-    for kept in ("What did she do that year?", "What time zone is it in?",
-                 "Which year group is she in?", "What day-trip did they take?"):
-        assert without_answer_type(kept) == kept
-
-
-def test_short_inflections_meet_their_base():
-    for base, form in (("die", "died"), ("die", "dies"), ("lie", "lied"), ("tie", "ties")):
-        assert stem(base) == stem(form), form
-    assert said("She died.", lines("She will die."))
-
-
-def test_how_often_something_is_done_is_not_how_often_it_is_said():
-    pills = lines("Take one tablet three times a day with food.",
-                  "Take the tablet with water, and keep the tablet dry.")
-    for question in ("How many times a day should a tablet be taken?",
-                     "How often should you take the tablet?",
-                     "How many times a day does the speaker take the tablet?"):
-        assert count_answer(pills, question) is None, question
-    assert count_answer(pills, "How many times is the tablet mentioned?") is not None
-    assert count_answer(pills, "How many times is the tablet brought up?") is not None
-    assert count_answer(pills, "How many times does she say 'tablet'?")[0] == "Three times."
-
-
-def test_a_bare_phrase_of_origin_is_no_thing():
-    """"What did Tom send?" is not answered "From Leeds." (where from); "What did he fix it
-    with?" holds its preposition, and a title or a way may be a phrase ("On the Road", "By
-    train")."""
-    post = lines("Tom from Leeds sent us a jar of honey.", "He fixed it with a strap.",
-                 "Her favourite book is On the Road.", "The best way there is by train.")
-    assert not qualifies("From Leeds.", "What did Tom send to the show?", post)
-    assert qualifies("A jar of honey.", "What did Tom send to the show?", post)
-    assert qualifies("With a strap.", "What did he fix it with?", post)
-    assert qualifies("On the Road.", "What is her favourite book?", post)
-    assert qualifies("By train.", "What is the best way there?", post)
-
-
-WEATHER = lines("Saturday starts sunny, with temperatures reaching about 19 degrees by lunchtime.",
-                "From around four, heavy showers move in, and the tower on the hill is lit.",
-                "You will need a ladder and a small hammer.")
-
-
-def test_how_warm_asks_for_a_temperature_and_how_tall_for_a_measure():
-    question = "How warm will it get on Saturday?"
-    assert not qualifies("Four.", question, WEATHER)
-    assert qualifies("About 19 degrees.", question, WEATHER)
-    assert not qualifies("You will need a ladder and a small hammer.", "How tall is the tower?",
-                         WEATHER)
-    assert qualifies("Small.", "How big is the hammer?", WEATHER)
-
-
-def test_who_in_her_family_is_a_relative():
-    family = lines("Edith Marsh was born in a fishing town.",
-                   "Her father mended nets, and her mother worked at the fish market.")
-    question = "Who in her family worked at the fish market?"
-    assert "Her mother." in [c.text for c in candidates(family, question) if c.origin == "before"]
-    assert qualifies("Her mother.", question, family)
-    assert not qualifies("Edith Marsh.", question, family)
-
-
-def test_a_name_is_of_the_kind_of_thing_asked():
-    """A person's name is no place's or day's, a thing's name no titled person's."""
-    harbour = lines("The harbour master wants boats to stay in port until Monday.",
-                    "The ferry to Castle Island is cancelled.",
-                    "Your doctor, Dr Rivera, has prescribed an antibiotic for you.")
-    assert question_kind("What is the harbour master's name?") == "name"
-    assert not qualifies("Castle.", "What is the harbour master's name?", harbour)
-    assert not qualifies("The ferry to Castle Island.", "What is the harbour master's name?",
-                         harbour)
-    assert not qualifies("Stay in port until Monday.", "What is the harbour master's name?",
-                         harbour)
-    assert not qualifies("Dr Rivera.", "What is the name of the antibiotic?", harbour)
-    assert qualifies("Dr Rivera.", "What is the name of the doctor?", harbour)
-
-
-def test_in_what_situation_asks_for_a_condition():
-    pills = lines("Keep taking it even if you feel better.",
-                  "But if you get a rash, stop taking it and call us.")
-    question = "In what situation should you stop taking it and call?"
-    assert question_kind(question) == "condition"
-    assert qualifies("If you get a rash.", question, pills)
-    assert not qualifies("Call us.", question, pills)
-    assert _choose(pills, question, ("even if",)).startswith("But if you get a rash")
-    austen = lines("Had he married a more amiable woman, he might have been more respectable.")
-    assert qualifies("Had he married a more amiable woman.",
-                     "Under what condition might he have been more respectable?", austen)
-
-
-def test_who_wrote_a_letter_is_the_name_under_its_closing():
-    """"Who signed the letter?" / "Who is the email from?": the name after "Best wishes,"; a
-    question about no letter, or a letter with no closing, takes nothing from this rule."""
-    email = lines("Dear Mr. Cole, thank you for your order of two chairs from Anna Price.",
-                  "They will arrive on Monday.", "Best wishes, Tom Baker.")
-    for question in ("Who signed the letter?", "Who wrote the email?",
-                     "Who is the email from?"):
-        signed = [c.text for c in candidates(email, question) if c.origin == "signed"]
-        assert signed == ["Tom Baker."], question
-        assert qualifies("Tom Baker.", question, email)
-    assert not [c for c in candidates(email, "Who sent the chairs?") if c.origin == "signed"]
-    plain = lines("Dear Mr. Cole, your chairs will arrive on Monday.")
-    assert not [c for c in candidates(plain, "Who wrote the letter?") if c.origin == "signed"]
-
-
-def test_a_second_review_of_the_batch_5_classes():
-    """A reviewer's probes: each rule stays inside its class."""
-    letter = lines("Dear Mr. Cole,", "thank you for the two chairs.", "They arrived on Monday.",
-                   "Kind regards, Susan Ford.")
-    for question in ("Who was the letter sent to?", "Who did she write the letter to?",
-                     "Where does the woman who wrote the letter live?"):
-        assert not [c for c in candidates(letter, question) if c.origin == "signed"], question
-    card = lines("Thanks, Mary.", "The postman brought a card from the bank this morning.",
-                 "Tom opened it at lunch.")
-    assert not [c for c in candidates(card, "Who sent the card?") if c.origin == "signed"]
-    # words said are a *what* a phrase may answer
-    said_ = lines("When he asked her to dance, she said: With pleasure.")
-    assert qualifies("With pleasure.", "What did she say?", said_)
-    # a measure: the adjective itself, a signed number; "how high" and "how short" are free
-    snow = lines("Prices in the city are very high this year.",
-                 "Last night it was bitterly cold, minus five by midnight.",
-                 "The snow was knee-deep in the village.")
-    assert qualifies("Very high this year.", "How high are prices in the city?", snow)
-    assert qualifies("Knee-deep in the village.", "How deep was the snow in the village?", snow)
-    assert qualifies("Minus five.", "How cold was it last night?", snow)
-    assert not fits("reason", "By train.", set())
-    # a condition is asked only by "in what situation / under what circumstances"
-    assert question_kind("In what condition was the car when it arrived?") != "condition"
-    assert question_kind("What circumstances led to the fire?") != "condition"
-    from as2d.runtime.ask.english.kinds import states_condition
-    assert not states_condition("Call us when you can.")
-    assert states_condition("Only if it rains.") and states_condition("Had he married her.")
-    # a month may be a name, "St" names a church, a surname may be a place word
-    names = lines("Our neighbour's daughter, June, started school this week.",
-                  "The church, St Mary's, is on the corner.", "Her husband, Mr Hill, bakes.")
-    assert qualifies("June.", "What is her daughter's name?", names)
-    assert qualifies("St Mary's.", "What is the name of the church?", names)
-    assert qualifies("Mr Hill.", "What is her husband's name?", names)
-    # one content word before "so" is a reason
-    snowed = lines("It snowed, so the school closed early.", "Parents waited at the gate.")
-    assert [c.text for c in candidates(snowed, "Why did the school close early?")
-            if c.origin == "reason"] == ["It snowed."]
-    # the name of a word is a mention
-    pills = lines("Tablet one, tablet two, tablet three.")
-    assert count_answer(pills, "How many times does the name Tablet appear?") is not None
-
-
-def test_who_from_a_place_keeps_the_place():
-    """"Who *from Leeds* sent the honey?" is not "who sent the honey": the place picks the
-    sender; only a group of people ("who in her family", "who among the boys") is part of the
-    wh-phrase."""
-    honey = lines("On Monday, Anna from York sent the honey.",
-                  "On Tuesday, Tom from Leeds sent the honey too.")
-    assert _choose(honey, "Who from Leeds sent the honey?", ("anna", "york")) == "Tom."

@@ -12,17 +12,22 @@ from collections.abc import Sequence
 from as2d.runtime.ask.english.extract import (
     candidates,
     count_answer,
+    objects,
     pinned,
     said_nothing_beyond,
 )
 from as2d.runtime.ask.english.kinds import (
     NOT_SAID,
+    adds_to,
+    bound,
     first_qualifying,
+    fits,
     gives_reason,
     names_in,
     places_in,
     qualifies,
     question_kind,
+    said,
     states_condition,
 )
 from as2d.runtime.ask.english.sequence import sequence_answer
@@ -61,10 +66,49 @@ class EnglishPolicy:
     def candidates(self, spans: Sequence[Span], question: str) -> list[Candidate]:
         return candidates(spans, question)
 
+    # -- typing an answer: the checks :meth:`fitting` and :meth:`fallback` make, one by one --
+
     def qualifies(self, answer: str, question: str, spans: Sequence[Span]) -> bool:
         """Whether ``answer`` is of the kind asked, adds to the question and is said."""
-        return qualifies(answer, question, spans, names_in(spans), question_kind(question),
-                         places_in(spans))
+        return qualifies(answer, question, spans)
+
+    def fits(self, kind: str, answer: str, spans: Sequence[Span] = ()) -> bool:
+        """Whether ``answer`` is of ``kind`` (the transcript's names and places known)."""
+        return fits(kind, answer, names_in(spans), places_in(spans))
+
+    def bound(self, answer: str, question: str, spans: Sequence[Span]) -> bool:
+        """Whether an amount is the one the question is about."""
+        return bound(answer, question, spans)
+
+    def said(self, answer: str, spans: Sequence[Span], framing: str = "") -> bool:
+        """Whether every content word of ``answer`` is said (or is ``framing``'s)."""
+        return said(answer, spans, framing)
+
+    def adds_to(self, answer: str, question: str) -> bool:
+        """Whether ``answer`` says something ``question`` does not."""
+        return adds_to(answer, question)
+
+    def first_qualifying(self, answer: str, question: str, spans: Sequence[Span]) -> str | None:
+        """The model's answer, or its first sentence, that qualifies."""
+        return first_qualifying(answer, question, spans)
+
+    def places(self, spans: Sequence[Span]) -> set[str]:
+        """The transcript's names that are places."""
+        return places_in(spans)
+
+    def gives_reason(self, answer: str) -> bool:
+        return gives_reason(answer)
+
+    def states_condition(self, answer: str) -> bool:
+        return states_condition(answer)
+
+    def pinned(self, found: Sequence[Candidate]) -> list[Candidate]:
+        """The candidates the question's shape points at (:func:`~.extract.pinned`)."""
+        return pinned(found)
+
+    def objects(self, found: Sequence[Candidate]) -> list[Candidate]:
+        """The objects of the question's last preposition, "besides X", "what kind of X"."""
+        return objects(found)
 
     def fitting(self, scored: Sequence[Candidate], question: str,
                 spans: Sequence[Span]) -> list[Candidate]:
