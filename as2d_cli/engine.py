@@ -588,8 +588,7 @@ class Engine:
                                  if answerer.lossless else
                                  "unavailable: the model's passes are not row-exact")
             try:
-                result.answer = answerer.ask(result.spans, question, self.drafted_text(),
-                                             language=info.language)
+                result.answer = answerer.ask(result.spans, question, self.drafted_text())
             except ValueError as exc:
                 raise AnswerError("answer", exc) from None
             return result
