@@ -13,6 +13,9 @@
 * :mod:`~as2d.runtime.ask.english.rules` — :class:`EnglishPolicy`, the one seam the pipeline
   calls.
 
-Nothing outside this package reads English words to answer, except what the prompt and the
-passage ranking share with it through the lexicon (stop words and stems).
+Outside this package, English is read in two places the policy reaches but does not own: the
+prompt's clock questions (:func:`as2d.runtime.ask.prompt.asks_about_time`, which the English
+policy answers with and which also picks the prompt's timed examples) and the passage ranking's
+content words (:mod:`as2d.runtime.ask.passages`: stems, number words, the answer-type nouns),
+which read their word lists from :mod:`~as2d.runtime.ask.english.lexicon`.
 """
