@@ -588,7 +588,8 @@ class Engine:
                                  if answerer.lossless else
                                  "unavailable: the model's passes are not row-exact")
             try:
-                result.answer = answerer.ask(result.spans, question, self.drafted_text())
+                result.answer = answerer.ask(result.spans, question, self.drafted_text(),
+                                               language=info.language)
             except ValueError as exc:
                 raise AnswerError("answer", exc) from None
             return result
