@@ -14,9 +14,13 @@ The pieces:
   :mod:`as2d.engine`, like every face), runs the
   same engine as ``as2d transcribe`` and writes the outputs itself, atomically
   (:class:`as2d.writers.FileOutputs`: temp file + rename), to the shared output folder.
-- :func:`run_batch` keeps one file in flight per actor; a file that raises is retried
-  (``retries``) and then recorded as ``failed``; an actor that dies is replaced and its file
-  retried; a first Ctrl-C, SIGTERM or SIGHUP stops dispatching and waits for the files in
+- :func:`run_batch` keeps one file in flight per actor, and sends files only to actors that
+  are up (models loaded); a file that raises is retried (``retries``) and then recorded as
+  ``failed``; an actor that dies or cannot be reached (killed, out of memory, its node lost)
+  is given up for good, its file goes back to the front of the queue for the actors that
+  are up, and a replacement is started (one Ray cannot place, on a cluster that lost a node,
+  holds no file and is ended with the run); every file is recorded once, by the driver;
+  a first Ctrl-C, SIGTERM or SIGHUP stops dispatching and waits for the files in
   flight (each is written and recorded), a second one gives them up (nothing half-written is
   left, and none of them is recorded, so the next run does them).
 
@@ -348,10 +352,15 @@ def default_actors(threads: int) -> int:
 
 def run_batch(jobs: list[BatchJob], spec: WorkerSpec, *, actors: int, retries: int = 2,
               on_event: Callable[[Event], None] = lambda e: None,
-              handles: dict | None = None) -> BatchResult:
+              handles: dict | None = None, note_after: float = 60.0) -> BatchResult:
     """Transcribe ``jobs`` (those not done yet) on ``actors`` Ray actors; every outcome goes
     to ``OUT/manifest.jsonl`` as it happens. ``handles``, when given, is filled with the live
-    actors by name (tests use it to kill one)."""
+    actors by name (tests use it to kill one).
+
+    A file is only ever sent to an actor that is up (its models loaded), so an actor Ray
+    cannot place (a replacement on a cluster that lost a node, more actors than CPUs) holds
+    no file: the others take them all, and it is ended with the run. Waiting that long
+    (``note_after`` seconds) with files left and no actor up is said once (a ``note``)."""
     import ray
     from ray.exceptions import RayActorError, RayError
 
@@ -368,25 +377,29 @@ def run_batch(jobs: list[BatchJob], spec: WorkerSpec, *, actors: int, retries: i
     remote = ray.remote(num_cpus=max(1, spec.engine.threads))(BatchWorker)
     live = handles if handles is not None else {}
     serial = 0
+    starting: dict = {}  # ident ObjectRef -> name: actors being placed or loading the models
+    idle: list[str] = []  # actors that are up and have no file
+    inflight: dict = {}  # transcribe ObjectRef -> (worker name, job)
+    ever_up = False  # an actor has loaded the models: a later start failure is not fatal
+    start_failures = 0  # actors that died before they were up, since one last came up
+    stopping = False
+    started = time.perf_counter()
+    waiting_since: float | None = None  # files left, none in flight, no actor up
+    noted = False
 
-    def start_actor() -> str:
+    def start_actor() -> None:
         nonlocal serial
         serial += 1
         name = f"w{serial}"
         live[name] = remote.remote(spec, name)
-        return name
+        starting[live[name].ident.remote()] = name
 
-    idle = [start_actor() for _ in range(min(actors, len(queue)))]
-    try:  # the first actors must load the models: a model that cannot load is one error
-        for name in idle:
-            on_event(Event("worker", name, text=ray.get(live[name].ident.remote())))
-    except RayActorError as exc:
-        for handle in live.values():
-            ray.kill(handle)
-        raise BatchError(f"a worker could not load the models: {_cause(exc)}") from None
-    inflight: dict = {}  # ObjectRef -> (worker name, job, started)
-    stopping = False
-    started = time.perf_counter()
+    def forget(name: str) -> None:
+        """An actor that is gone (or given up on): killed for good, in case it is not."""
+        handle = live.pop(name, None)
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                ray.kill(handle, no_restart=True)
 
     def record(job: BatchJob, row: dict, name: str) -> None:
         full = {"path": job.path, "size": job.size, "mtime_ns": job.mtime_ns,
@@ -404,14 +417,83 @@ def run_batch(jobs: list[BatchJob], spec: WorkerSpec, *, actors: int, retries: i
             result.failed += 1
         on_event(Event("end", name, job, full))
 
-    def dispatch() -> None:
+    def dispatch(announce: bool = True) -> list[Event]:
+        """A file to each idle actor; the ``start`` events, sent (or, not ``announce``d,
+        returned)."""
+        sent = []
         while idle and queue and not stopping and not interrupts:
             name = idle.pop(0)
             job = queue.pop(0)
             job.attempts += 1
             ref = live[name].transcribe.remote(job.path, job.stem, job.source)
             inflight[ref] = (name, job)
-            on_event(Event("start", name, job))
+            sent.append(Event("start", name, job))
+            if announce:
+                on_event(sent[-1])
+        return sent
+
+    def came_up(ref) -> None:
+        """An actor's ``ident`` answered: it is up (it takes a file at once), or it died."""
+        nonlocal ever_up, start_failures
+        name = starting.pop(ref)
+        try:
+            ident = ray.get(ref)
+        except RayError as exc:
+            if not ever_up and (getattr(exc, "actor_init_failed", True)
+                                or not isinstance(exc, RayActorError)):
+                # The models cannot load (on the first actors): one error, not a retry loop.
+                raise BatchError(f"a worker could not load the models: {_cause(exc)}"
+                                 ) from None
+            forget(name)
+            start_failures += 1
+            replace = not stopping and queue and start_failures <= retries + actors
+            on_event(Event("note", name, text=f"worker {name} died before it was up "
+                                               f"({_cause(exc)})"
+                                               + ("; starting another" if replace else "")))
+            if replace:
+                start_actor()
+            return
+        ever_up = True
+        start_failures = 0
+        if stopping or interrupts or not queue:  # nothing for it: ended now, not at the end
+            forget(name)
+            return
+        idle.append(name)
+        # Its file is sent before it is said to be up (a signal sent on seeing "ready" finds
+        # the file in flight), and said to start after.
+        sent = dispatch(announce=False)
+        on_event(Event("worker", name, text=ident))
+        for event in sent:
+            on_event(event)
+
+    def finished(ref) -> None:
+        name, job = inflight.pop(ref)
+        try:
+            row = ray.get(ref)
+        except RayActorError as exc:
+            # The actor died (killed, out of memory, its node lost) or cannot be reached: it
+            # is given up for good, and the file is tried again on another one. The file is
+            # recorded once, by this loop, whatever the lost actor may still have written
+            # (each output is replaced whole, never half-written).
+            job.lost_on.append(name)
+            forget(name)
+            on_event(Event("lost", name, job, text=str(exc).splitlines()[0]))
+            if job.attempts <= retries:
+                queue.insert(0, job)
+            else:
+                record(job, {"status": "failed", "worker": name,
+                             "error": f"worker died {job.attempts} times on it"}, name)
+            if not stopping and queue:
+                start_actor()
+            return
+        except RayError as exc:
+            row = {"status": "failed", "worker": name, "retry": True,
+                   "error": str(exc).splitlines()[0]}
+        if row["status"] == "failed" and row.get("retry") and job.attempts <= retries:
+            queue.insert(0, job)
+        else:
+            record(job, row, name)
+        idle.append(name)
 
     interrupts: list[int] = []
 
@@ -437,47 +519,42 @@ def run_batch(jobs: list[BatchJob], spec: WorkerSpec, *, actors: int, retries: i
             if sig is not None and signal.getsignal(sig) is not signal.SIG_IGN:  # nohup
                 previous[sig] = signal.signal(sig, on_sigint)
     try:
-        dispatch()
-        while inflight:
+        for _ in range(min(actors, len(queue))):
+            start_actor()
+        while inflight or (queue and starting and not stopping):
             if interrupts and not stopping:
                 stop()
-            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=0.5)
+                continue
+            ready, _ = ray.wait([*inflight, *starting], num_returns=1, timeout=0.5)
             for ref in ready:
-                name, job = inflight.pop(ref)
-                try:
-                    row = ray.get(ref)
-                except RayActorError as exc:
-                    # The actor died (killed, out of memory, node lost): replace it, try the
-                    # file again on another one.
-                    job.lost_on.append(name)
-                    live.pop(name, None)
-                    on_event(Event("lost", name, job, text=str(exc).splitlines()[0]))
-                    if job.attempts <= retries:
-                        queue.insert(0, job)
-                    else:
-                        record(job, {"status": "failed", "worker": name,
-                                     "error": f"worker died {job.attempts} times on it"},
-                               name)
-                    if not stopping:
-                        idle.append(start_actor())
-                    continue
-                except RayError as exc:
-                    row = {"status": "failed", "worker": name, "retry": True,
-                           "error": str(exc).splitlines()[0]}
-                if row["status"] == "failed" and row.get("retry") and job.attempts <= retries:
-                    queue.insert(0, job)
+                if ref in starting:
+                    came_up(ref)
                 else:
-                    record(job, row, name)
-                idle.append(name)
+                    finished(ref)
             dispatch()
+            if queue and not inflight and not stopping:
+                waiting_since = waiting_since or time.perf_counter()
+                if not noted and time.perf_counter() - waiting_since > note_after:
+                    noted = True
+                    on_event(Event("note", text=(
+                        f"waiting for the cluster to start a worker ({len(starting)} "
+                        f"asked, {max(1, spec.engine.threads)} CPU each; "
+                        f"{len(queue)} file(s) left)")))
+            else:
+                waiting_since = None
         if interrupts or (queue and stopping):
             result.interrupted = True
+        elif queue:  # every actor died before it was up, and no more are started
+            raise BatchError(f"no worker is left to do {len(queue)} file(s): each one "
+                             "started died before it was up")
     except KeyboardInterrupt:
         result.interrupted = True  # second interrupt: what is in flight is given up
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _retire(ray, live, busy={name for name, _ in inflight.values()})
+        # Actors in flight (a second Ctrl-C) or never up are killed at once; idle ones close.
+        _retire(ray, live, busy={name for name, _ in inflight.values()} | set(
+            starting.values()))
         live.clear()
         result.wall = time.perf_counter() - started
     return result

@@ -131,6 +131,31 @@ def test_killed_actor_is_replaced_and_its_file_done_once(cluster, archive, model
     assert retried[0]["attempts"] == 2 and not retried[0]["worker"].startswith(killed[0] + "@")
 
 
+def test_an_actor_ray_cannot_place_holds_no_file(cluster, archive, models_root, tmp_path):
+    """Three actors of one CPU on a two-CPU cluster (as after a lost node, when the lost
+    actor's replacement finds no room): the third is never up, so it is given no file, and
+    the run ends with the other two. (It used to wait for the third for ever.)"""
+    out = tmp_path / "out"
+    jobs = discover([archive])
+    events: list = []
+
+    def too_long(signum, frame):
+        raise TimeoutError("run_batch waited for an actor Ray cannot place")
+
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(180)
+    try:
+        result = run_batch(jobs, _spec(out, models_root), actors=3, on_event=events.append)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert result.done == len(CLIPS) and result.failed == 0 and not result.interrupted
+    _done_once(out, jobs)
+    assert {r["worker"].split("@")[0] for r in _rows(out)} <= {"w1", "w2"}
+    assert "w3" not in {e.worker for e in events if e.kind in ("worker", "start")}
+    assert not [e for e in events if e.kind == "lost"]
+
+
 def test_interrupt_then_resume_redoes_nothing_and_loses_nothing(cluster, archive, models_root,
                                                                tmp_path):
     out = tmp_path / "out"

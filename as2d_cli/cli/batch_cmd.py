@@ -81,6 +81,14 @@ def _spec(req: BatchRequest, formats: list[str]):
                       subtitle=subtitle_options(req))
 
 
+def _show(display, event) -> None:
+    """An event to the display; a ``note`` (a worker that died before it was up, a cluster
+    with no room for one) is also one line."""
+    display.event(event)
+    if event.kind == "note" and event.text:
+        display.line(f"note: {event.text}", always=True)
+
+
 def run_batch_command(req: BatchRequest) -> int:
     from as2d.cli.batch_display import make_display
     from as2d.distributed import BatchError, default_actors, discover, ray_init, run_batch
@@ -124,7 +132,7 @@ def run_batch_command(req: BatchRequest) -> int:
         display.begin(actors)
         with display:
             result = run_batch(jobs, spec, actors=actors, retries=req.retries,
-                               on_event=display.event)
+                               on_event=lambda e: _show(display, e))
     except BatchError as exc:
         raise UserError(str(exc)) from None
     finally:
