@@ -113,7 +113,7 @@ class PlainBatchDisplay(BatchDisplay):
             self.line(f"error: {e.job.source}: {e.row.get('error')}", always=True)
         elif e.kind == "lost":
             self.line(f"warning: worker {e.worker} died on {e.job.source} ({e.text}); "
-                      "the file is tried again on a new worker", always=True)
+                      "the file is tried again on another worker", always=True)
         elif e.kind == "stopping":
             self.line(f"interrupted: finishing the {e.text} (Ctrl-C again to drop them)",
                       always=True)
