@@ -98,6 +98,11 @@ class CrossQuantiser:
                 so.inter_op_num_threads = 1
                 so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 so.log_severity_level = 3
+                from as2d.runtime.sessions import shared_arena
+
+                so.enable_mem_pattern = False  # see as2d.runtime.sessions.shared_arena
+                if shared_arena():  # the process's one arena
+                    so.add_session_config_entry("session.use_env_allocators", "1")
                 self._session = ort.InferenceSession(
                     zlib.decompress(base64.b64decode(_QUANTISER)), so,
                     providers=["CPUExecutionProvider"])
