@@ -141,8 +141,9 @@ class EngineSpec:
         if self.threads < 0 or self.drafter_threads < 0:
             raise OptionError("threads", "and {0} cannot be negative", ("drafter_threads",))
         for name in ("model", "drafter", "llm"):  # before any of them is looked up as a path
-            if name != "llm" or self.llm is not None:
-                check_name(name, getattr(self, name))
+            if getattr(self, name) is None and (name == "llm" or self.decoder == Decoder.TARGET):
+                continue  # none is needed: no answering model, or the target decodes alone
+            check_name(name, getattr(self, name))
 
 
 def lone_window_note(spec: EngineSpec) -> str | None:

@@ -402,7 +402,7 @@ def test_unreadable_manifest_is_reported_by_verify_and_transcribe(bundle_copy, s
 # -- options the user got wrong ---------------------------------------------------------------
 @pytest.mark.parametrize("args,code,fragments", [
     (["-l", "klingon"], 2, ["unknown language", "klingon"]),
-    (["-l", "fr"], 1, ["English-only"]),
+    (["-l", "fr"], 2, ["English-only"]),  # the model refuses the option, before any decoding
     (["-f", "docx"], 2, ["docx", "txt, srt"]),
     (["-f", "all"], 2, ["-o"]),
     (["-f", "srt", "--no-timestamps"], 2, ["timestamps"]),
