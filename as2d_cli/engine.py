@@ -603,6 +603,22 @@ class Engine:
               on_interrupt: Callable[[], None] | None,
               cancelled: Callable[[], bool] | None) -> tuple[list, bool]:
         """``ask``'s transcription: ``(segments, interrupted)``."""
+
+        def kept(segment) -> None:
+            if cancelled is not None and cancelled():
+                self.stop()  # (a stop reaches only a run in progress)
+            if pending.done():  # an answering model that cannot load: say so now
+                _answerer(pending)
+
+        return self.collect(audio, options, info, on_segment=kept, on_interrupt=on_interrupt)
+
+    def collect(self, audio, options=None, info=None, *,
+                on_segment: Callable[[object], None] | None = None,
+                on_interrupt: Callable[[], None] | None = None) -> tuple[list, bool]:
+        """Run a transcription to its end: ``(segments, interrupted)``. With ``on_interrupt``,
+        a first KeyboardInterrupt (Ctrl-C, or a signal turned into one) stops the run after the
+        current pass, calls it and keeps every segment decoded so far; a second one, or any
+        without ``on_interrupt``, propagates. ``on_segment`` sees each segment as it is kept."""
         segments: list = []
         interrupted = False
         run = self.transcribe(audio, options, info)
@@ -613,10 +629,8 @@ class Engine:
                 try:
                     for segment in run:
                         segments.append(segment)
-                        if cancelled is not None and cancelled():
-                            self.stop()  # (a stop reaches only a run in progress)
-                        if pending.done():  # an answering model that cannot load: say so now
-                            _answerer(pending)
+                        if on_segment is not None:
+                            on_segment(segment)
                     break
                 except KeyboardInterrupt:
                     if on_interrupt is None or interrupted:
@@ -626,7 +640,7 @@ class Engine:
                     on_interrupt()
         finally:
             run.close()
-        return segments, interrupted or info.interrupted
+        return segments, interrupted or (info is not None and info.interrupted)
 
     def answerer(self, options=None, listener: Listener | None = None):
         """The answerer, once the answering model has loaded (waits for it)."""

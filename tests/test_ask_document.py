@@ -84,6 +84,7 @@ class FakeEngine:
         self._answerer, self._answerer_error = answerer or FakeAnswerer(), answerer_error
         self.ask = types.MethodType(Engine.ask, self)
         self._hear = types.MethodType(Engine._hear, self)
+        self.collect = types.MethodType(Engine.collect, self)
 
     def prepare_answerer(self, options, listener=None, question=None):
         def make():

@@ -52,34 +52,14 @@ def check_decoder_options(decoder: Decoder | str, budget: str = "auto", threads:
             raise UserError(as_flags(exc), 2) from None
 
 
-def collect_segments(transcriber, audio, options, info, reporter, on_segment=None,
+def collect_segments(engine, audio, options, info, reporter, on_segment=None,
                      interrupt_note: str = "interrupted: finishing the current pass and "
                                            "keeping what was transcribed"):
-    """Run a transcription to the end; a first Ctrl-C stops it after the current pass and
-    keeps every segment decoded so far (a second one quits). Returns (segments, interrupted).
-    """
-    segments: list = []
-    interrupted = False
-    gen = transcriber.transcribe(audio, options, info)
+    """Run a transcription to the end (:meth:`as2d.engine.Engine.collect`); a first Ctrl-C
+    stops it after the current pass and keeps every segment decoded so far (a second one
+    quits). Returns (segments, interrupted)."""
     try:
-        while True:
-            # A signal may arrive while a segment is being kept or printed, not only while
-            # the next one is awaited: both are inside the try, so none escapes unhandled
-            # (and the segments decoded so far are still written).
-            try:
-                for seg in gen:
-                    segments.append(seg)
-                    if on_segment is not None:
-                        on_segment(seg)
-                break
-            except KeyboardInterrupt:
-                if interrupted:
-                    raise
-                interrupted = True
-                transcriber.stop()
-                reporter.note(interrupt_note)
+        return engine.collect(audio, options, info, on_segment=on_segment,
+                              on_interrupt=lambda: reporter.note(interrupt_note))
     except ValueError as exc:  # options the model cannot honour (e.g. a language)
         raise UserError(as_flags(exc)) from None
-    finally:
-        gen.close()
-    return segments, interrupted or info.interrupted
