@@ -197,7 +197,9 @@ class AskResult:
 
     def to_dict(self) -> dict:
         """The JSON document (``as2d ask --json``, the server's response): the answer's own
-        fields, then the run's."""
+        fields, then the run's. ValueError when there is no answer (nothing was heard)."""
+        if self.answer is None:
+            raise ValueError("no answer: nothing was transcribed to answer from")
         doc = self.answer.to_dict()
         doc.update(
             source=self.source, duration=round(self.duration, 3), language=self.info.language,
@@ -286,7 +288,7 @@ class Engine:
         # clip: spinning 1.27 s, not spinning 1.30 s, medians). Once the target is loaded, a
         # target whose rows fail the check decodes alone too (below).
         self.decoder = Decoder.TARGET if alone else spec.decoder
-        self.plan = plan_threads(spec.threads or cpu_count(), self.decoder,
+        self.thread_plan = plan_threads(spec.threads or cpu_count(), self.decoder,
                                  spec.drafter_threads, spec.shares_cores)
         load = self._load = load_whisper or self._load_whisper
         parts = _Parts()
@@ -311,10 +313,10 @@ class Engine:
                 self.note(alone)
             if self.decoder != Decoder.TARGET:
                 first = FIRST_DRAFTER if spec.drafter == AUTO else spec.drafter
-                parts.drafter = Background(load, first, None, self.plan.drafter,
+                parts.drafter = Background(load, first, None, self.thread_plan.drafter,
                                            "drafter", False, name="as2d-load-drafter")
-            self.target = load(spec.model, spec.precision, self.plan.target, "target",
-                               self.plan.spin)
+            self.target = load(spec.model, spec.precision, self.thread_plan.target, "target",
+                               self.thread_plan.spin)
             self.strategy, reason = self._strategy(parts.drafter)
             self._reason = self._reason or reason
             # What was built: the target alone also where its rows failed the check.
@@ -357,7 +359,7 @@ class Engine:
         decoder = self.decoder
         if decoder == Decoder.TARGET:
             return TargetOnly(self.target, self.listener), None
-        busy = (self.plan.busy,) if decoder == Decoder.AS2D and self.plan.busy else ()
+        busy = (self.thread_plan.busy,) if decoder == Decoder.AS2D and self.thread_plan.busy else ()
         if not rows_exact(self.target, busy):
             # Verifying k tokens in one pass must give what k single passes give, whatever
             # the pass's session threads; this graph (or this onnxruntime on this CPU)
@@ -373,7 +375,7 @@ class Engine:
             from as2d.runtime.transcribe.as2d import AS2D
 
             return AS2D(self.target, draft_model, self.listener, budget,
-                        busy_threads=self.plan.busy), None
+                        busy_threads=self.thread_plan.busy), None
         from as2d.runtime.transcribe.sd import SerialSD
 
         return SerialSD(self.target, draft_model, self.listener, budget), None
@@ -387,7 +389,7 @@ class Engine:
         if not Path(name).expanduser().is_dir():
             name = str(loading.resolve_bundle_dir(name, spec.llm_precision, spec.models_dir,
                                                   progress=self.note, kind="llm"))
-        threads = self.plan.total
+        threads = self.thread_plan.total
 
         def load():
             lm = loading.load_llm(name, spec.llm_precision, spec.models_dir, threads,
@@ -442,6 +444,8 @@ class Engine:
         if options is not None and options.vad_filter:
             self.voice_detector()
         run, reason = self._for_language(options)
+        if info is not None:  # read by the faces even when the run never starts (a Ctrl-C)
+            info.plan = run.plan_ahead(options or _default_options(), reason)
 
         def segments() -> Iterator:
             if options is not None:  # raised where the run's own checks are: on iteration
@@ -501,7 +505,7 @@ class Engine:
         if name is None:
             strategy, reason = TargetOnly(self.target, self.listener), f"drafter: {why}"
         else:
-            strategy, reason = self._strategy(self._load(name, None, self.plan.drafter,
+            strategy, reason = self._strategy(self._load(name, None, self.thread_plan.drafter,
                                                          "drafter", False))
         run = LongFormTranscriber(self.target, strategy, self.listener)
         run.voice_detector = self.transcriber.voice_detector
@@ -720,3 +724,9 @@ def _settle(pending: Background) -> None:
         raise
     except BaseException:  # noqa: BLE001 - not needed: neither is its error
         pass
+
+
+def _default_options():
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+
+    return TranscribeOptions()

@@ -229,11 +229,13 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
     # bundle is installed; a bundle installed before that gets it on its first load, never in
     # the middle of a file. One that cannot be made (its source is gone) leaves the model
     # without it: samples are then drawn one after another, and beam search says why.
-    try:
-        _beam_graph(path, progress)
-    except ModelError as exc:
-        if progress:
-            progress(str(exc))
+    if role == "target" and path not in _NO_BEAM_GRAPH:  # a drafter never decodes a beam
+        try:
+            _beam_graph(path, progress)
+        except ModelError as exc:
+            _NO_BEAM_GRAPH.add(path)  # said once a process, not at every load
+            if progress:
+                progress(str(exc))
     try:
         return WhisperModel(path, threads=threads, role=role, encoder=encoder, spin=spin,
                             progress=progress,
@@ -245,6 +247,9 @@ def load_whisper(spec: str, precision: str | None = None, models_dir: PathLike |
     except Exception as exc:  # onnxruntime raises plain RuntimeError/Fail on a damaged graph
         raise ModelError(f"model at {path} cannot be loaded ({_first_line(exc)}); "
                          "reinstall it with `as2d models install NAME --force`") from None
+
+
+_NO_BEAM_GRAPH: set[Path] = set()  # bundles whose batched decoder could not be made
 
 
 def _alignment_graph(path: Path, progress: Progress | None) -> Path:

@@ -432,9 +432,10 @@ def ensure_beam_decoder(bundle_dir: Path, progress: Progress | None = None) -> P
     """The beam-search decoder of a Whisper bundle (``--beam-size``), made on first use.
 
     The decoder at the bundle's precision with a hypothesis dimension and a pooled cache
-    (:func:`as2d.models.whisper_onnx.build_beam_decoder`), made the first time a run decodes
-    with a beam or draws a fallback window's samples side by side; the graphs that decode
-    greedily are not touched.
+    (:func:`as2d.models.whisper_onnx.build_beam_decoder`), on which beam search and a fallback
+    window's samples side by side run: made when the bundle is installed (:func:`install`), or
+    on the first load of a bundle installed before; the graphs that decode greedily are not
+    touched.
     """
     precision = load_bundle(Path(bundle_dir)).manifest.get("precision", "fp32")
 

@@ -119,6 +119,8 @@ class Audio:
         object, ...) and AudioError for a shape that is not one of those (a channels-first
         ``(channels, frames)`` array: transpose it) or audio over the length limit, before
         anything is copied."""
+        if isinstance(samples, (list, tuple)):  # numbers, read as float samples (as always)
+            samples = np.asarray(samples, dtype=np.float32)
         if not isinstance(samples, np.ndarray):
             raise TypeError("audio array: expected a numpy array of samples, not "
                             f"{type(samples).__name__}")

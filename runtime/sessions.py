@@ -70,7 +70,7 @@ SESSION_SETTINGS = f"{_OPTIMIZATION.name} {_EXECUTION.name}"
 # allocated on the second run of a shape beside the chunks the first run left in the arena,
 # which doubled an encoder's activations (+46 MB Whisper base, +35 MB tiny.en) and gained no
 # measurable speed. On a 689-s file (AS²D, base-int8 + tiny.en-int8, 2 cores) peak RSS went
-# from 1.38-1.41 GB to about 0.9 GB, as fast; where memory lives changes no result (the same
+# from 1.42-1.45 GB to 0.91-0.96 GB, as fast; where memory lives changes no result (the same
 # kernels compute the same bits). $AS2D_SHARED_ARENA=0: an arena per session.
 _ARENA_LOCK = threading.Lock()
 _shared_arena: bool | None = None

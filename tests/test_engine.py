@@ -86,7 +86,7 @@ def test_a_one_window_recording_is_decoded_by_the_target_alone_unless_a_drafter_
     with Engine(spec, progress=said.append, load_whisper=load) as engine:
         assert roles == ["target"], "a drafter was loaded"
         assert engine.decoder == "target" and engine.loaded_drafter is None
-        assert engine.plan.spin and engine.plan.busy is None  # target-only's own plan
+        assert engine.thread_plan.spin and engine.thread_plan.busy is None  # target-only's own plan
         alone, plan = planned(engine, audio, TranscribeOptions(language="en"))
         assert (plan.decoder, plan.drafter) == ("target", None)
         assert plan.reason.startswith("one window of audio")
@@ -129,3 +129,8 @@ def test_a_run_reports_the_decoder_it_used(models_root):
         assert "no drafter's stream" in plan.reason and plan.search_name == "beam 5"
         greedy, plan = planned(engine, audio, TranscribeOptions(language="en"))
         assert greedy and (plan.decoder, plan.drafter) == ("sd", "tiny.en-int8")
+        # The plan is there before the run starts: a face reading it after a Ctrl-C that
+        # came before the first window finds what the run would have used.
+        info = TranscriptionInfo(None, 0.0, audio.duration)
+        engine.transcribe(audio, TranscribeOptions(language="en", beam_size=5), info).close()
+        assert (info.plan.decoder, info.plan.search_name) == ("sd", "beam 5")

@@ -193,6 +193,8 @@ class LongFormTranscriber:
         if not isinstance(audio, Audio):
             audio = Audio.from_array(audio)
         info = info if info is not None else TranscriptionInfo(None, 0.0, audio.duration)
+        if info.plan is None:
+            info.plan = self.plan_ahead(options, reason)
         info.duration, info.source = audio.duration, audio.source
         out: queue.Queue = queue.Queue(maxsize=64)
         done = object()
@@ -203,11 +205,8 @@ class LongFormTranscriber:
                 speech, timeline = audio, None
                 if options.vad_filter:
                     speech, timeline = self._speech_only(audio, options, info)
-                    if timeline is None:  # no speech at all: nothing to decode
-                        info.plan = self._make_plan(resolve_language(self.model,
-                                                                     options.language),
-                                                    None, options, reason)
-                        return
+                    if timeline is None:  # no speech at all: nothing to decode (the plan
+                        return  # made ahead stands)
                 for seg in self._run(speech, options, info, timeline, reason):
                     out.put(seg)
                 finished.append(not info.interrupted)
@@ -287,7 +286,7 @@ class LongFormTranscriber:
         # From here an encoder thread, and soon the drafter, may be running: whatever fails
         # before the window loop (its own try ends them) must end them too.
         try:
-            plan = self._plan = self._make_plan(language, search, options, reason)
+            plan = self._plan = self._make_plan(language, search, reason)
             info.plan = plan
             self.emit(RunStarted(audio.source, audio.duration, plan.decoder, model.name,
                                  plan.drafter, decoder.threads(), model.encoder_name,
@@ -408,8 +407,19 @@ class LongFormTranscriber:
             self.emit(SegmentDone(seg))
             yield seg
 
+    def plan_ahead(self, options: TranscribeOptions, reason: str | None = None) -> RunPlan:
+        """The plan of a run of ``options`` as far as it is known before the run starts (no
+        check is run; a bad option is the run's to report): the run's own plan replaces it,
+        and differs only where a beam search leaves the target alone."""
+        try:
+            language, search = resolve_language(self.model, options.language), \
+                beam_options(options)
+        except ValueError:
+            language = search = None
+        return RunPlan(self.strategy.name, self.strategy.drafter_name, reason, language, search)
+
     def _make_plan(self, language: str | None, search: BeamOptions | None,
-                   options: TranscribeOptions, reason: str | None) -> RunPlan:
+                   reason: str | None) -> RunPlan:
         """The run's decisions, made once (:mod:`.plan`). The decoder is the strategy's, except
         that speculative beam search needs a drafter's stream and batched rows that are the
         rows of single passes (checked once on this machine): otherwise the target decodes the
@@ -432,7 +442,7 @@ class LongFormTranscriber:
                           f"beam search: the {name} decoder has no drafter's stream to take "
                           "candidates from")
                 name, drafter = "target", None
-        return RunPlan(name, drafter, reason, language, search, options)
+        return RunPlan(name, drafter, reason, language, search)
 
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                 rules: LogitRules, sample_len: int, options: TranscribeOptions,

@@ -2,10 +2,11 @@
 
 A run's decisions used to be made where each was needed and reported back afterwards; now the
 transcriber makes one :class:`RunPlan` when a run starts, from the options, the model and the
-decoder it was built with, and everything downstream reads it: the window loop (the language,
-the search, whether candidates are verified), the run's :class:`~as2d.runtime.events.RunStarted`
-(so ``--stats``), and the faces' JSON documents (through ``TranscriptionInfo.plan``). Nothing
-decides again and nothing is read back from the engine.
+decoder it was built with, and everything downstream reads it: the window loop (the search,
+whether candidates are verified), the run's :class:`~as2d.runtime.events.RunStarted` (so
+``--stats``), and the faces' JSON documents and API callers (through
+``TranscriptionInfo.plan``, which the engine fills in before the run starts, so a face never
+finds it empty). Nothing decides again and nothing is read back from the engine.
 
 The decoder and drafter are what the run *uses*, with the reason when that is less than was
 asked for: a recording of one window (no drafter is loaded), a target whose passes are not
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from as2d.runtime.transcribe.beam import BeamOptions
-from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, describe_search
+from as2d.runtime.transcribe.transcribe_options import describe_search
 
 
 @dataclass(frozen=True)
@@ -28,9 +29,8 @@ class RunPlan:
     decoder: str  # "as2d", "sd" or "target": what decodes the run
     drafter: str | None  # the drafter's model (None: the target decodes alone)
     reason: str | None  # why the run decodes with less than was asked for (None: as asked)
-    language: str | None  # a language code; None: detected from the first window
+    language: str | None  # the language asked for; None: detected (TranscriptionInfo says which)
     search: BeamOptions | None  # beam search at temperature 0; None: greedy
-    options: TranscribeOptions
 
     @property
     def speculative(self) -> bool:
@@ -40,7 +40,3 @@ class RunPlan:
     @property
     def search_name(self) -> str:
         return describe_search(self.search)
-
-    def to_dict(self) -> dict:
-        return {"decoder": self.decoder, "drafter": self.drafter, "reason": self.reason,
-                "language": self.language, "search": self.search_name}

@@ -242,7 +242,8 @@ class WindowRunner:
         # Decode time is the wall time of everything after the target's encoder: serial
         # drafting (SD) and scheduling count, concurrent drafting (AS²D) only as it slows this.
         t0 = time.perf_counter()
-        dec = task(self.model, ctx, functools.partial(self._report, window.index))
+        report = None if self.emit is ignore else functools.partial(self._report, window.index)
+        dec = task(self.model, ctx, report)
         self._task = dec
         try:
             dec.start()
@@ -266,8 +267,7 @@ class WindowRunner:
 
     def _report(self, window: int, offered: Sequence[int], verdict: Verdict,
                 texts: Verdict | None) -> None:
-        if self.emit is ignore:
-            return  # nobody listens: skip decoding the texts
+        """One pass as a Verified event (made only where somebody listens: see decode)."""
         tk = self.model.tokenizer
         shown = texts or verdict  # whose tokens the texts are
         acc = shown.committed[: shown.accepted]

@@ -140,13 +140,8 @@ def _optional(options: TranscribeOptions, name: str, low: float | None, high: fl
 
 
 def beam_options(options: TranscribeOptions) -> BeamOptions | None:
-    """The run's beam search (None: greedy). Raises ValueError for options whisper refuses
-    (checked by :class:`TranscribeOptions` already, again here for options changed since)."""
-    if options.beam_size is None and options.patience is not None:
-        raise OptionError("patience", "needs {0}", others=("beam_size",))
-    if options.beam_size is None and options.length_penalty is not None:
-        raise OptionError("length_penalty", "needs {0}", others=("beam_size",))
-    beam.check(options.beam_size, options.patience, options.length_penalty)
+    """The run's beam search (None: greedy), from options :class:`TranscribeOptions` checked
+    when it was made (a ``BeamOptions`` checks its own numbers again)."""
     if options.beam_size is None or options.beam_size <= 1:
         return None
     return BeamOptions(int(options.beam_size), options.patience, options.length_penalty)

@@ -33,8 +33,9 @@ from as2d.runtime.whisper.model import AudioContext, WhisperModel
 # candidates were used.
 BEAM_BUDGET, MAX_BEAM_BUDGET = 3, 8
 
-# (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event
-Report = Callable[[Sequence[int], Verdict, Verdict | None], None]
+# (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event;
+# None where nobody listens (no verdict is assembled for nobody)
+Report = Callable[[Sequence[int], Verdict, Verdict | None], None] | None
 ThreadsFor = Callable[[Sequence[int]], int | None]
 
 
@@ -89,8 +90,14 @@ def samples(prompt: list[int], rules: Sequence[LogitRules], sample_len: int,
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
         state = model.beam_state(ctx, len(rules))
-        batch = SampleBatch(state, [Sample(r, src) for r, src in zip(rules, sources)], prompt,
-                            prompt.index(tk.sot), sample_len, tk.eot)
+        try:
+            batch = SampleBatch(state, [Sample(r, src) for r, src in zip(rules, sources)],
+                                prompt, prompt.index(tk.sot), sample_len, tk.eot)
+        except BaseException:
+            model.release_beams(state)
+            for src in sources:
+                src.finish([])
+            raise
         return _Samples(batch, report, threads_for, lambda: model.release_beams(state))
 
     return open_
@@ -103,8 +110,12 @@ def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOpt
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
         state = model.beam_state(ctx, options.beam_size)
-        search = BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot,
-                            options)
+        try:
+            search = BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot,
+                                options)
+        except BaseException:
+            model.release_beams(state)
+            raise
         return _Beam(search, proposer, threads_for, lambda: model.release_beams(state))
 
     return open_
@@ -123,11 +134,13 @@ class _Greedy:
     def start(self) -> None:
         first = self.window.start()
         self.source.observe([], first)
-        self.report([], first, None)
+        if self.report is not None:
+            self.report([], first, None)
 
     def step(self) -> None:
-        candidates.step(self.window, self.source,
-                        lambda offered, verdict: self.report(offered, verdict, None))
+        report = self.report
+        candidates.step(self.window, self.source, None if report is None else
+                        lambda offered, verdict: report(offered, verdict, None))
 
     def results(self) -> list[DecodingResult]:
         return [self.window.result()]
@@ -162,7 +175,7 @@ class _Samples:
     def _report(self, verdicts: list[tuple[list[int], Verdict]]) -> None:
         """One pass over the samples, reported as one pass: its counts are every sample's, its
         texts the first live sample's (a view shows one text being decoded)."""
-        if not verdicts:
+        if not verdicts or self.report is None:
             return
         offered, lead = verdicts[0]
         merged = Verdict([t for _, v in verdicts for t in v.committed], [],
