@@ -118,7 +118,6 @@ class Backend:
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="as2d-serve")
         self._busy: RequestJob | None = None  # the job on the worker thread now
         self._busy_lock = threading.Lock()
-        self._loaded = threading.Event()
         self._load_thread: threading.Thread | None = None
         self.on_failed: Callable[[str], None] | None = None
         self.stopping = False
@@ -152,7 +151,6 @@ class Backend:
             return
         self.load_seconds = time.perf_counter() - t0
         self.state = "ready"
-        self._loaded.set()
         drafter = self.drafter_name
         self.log(f"as2d: models ready in {self.load_seconds:.2f} s: {self.model_name}"
                  + (f" + drafter {drafter}" if drafter else "")
@@ -160,12 +158,8 @@ class Backend:
 
     def _failed(self, message: str) -> None:
         self.state, self.error = "failed", message
-        self._loaded.set()
         if self.on_failed is not None:
             self.on_failed(message)
-
-    def wait_loaded(self, timeout: float | None = None) -> bool:
-        return self._loaded.wait(timeout)
 
     @property
     def model_name(self) -> str:
