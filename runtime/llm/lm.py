@@ -187,6 +187,7 @@ class LMBackend:
     """
 
     stop_ids: tuple[int, ...] = ()
+    manifest: dict | None = None  # an as2d bundle's (a Hugging Face folder has none)
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

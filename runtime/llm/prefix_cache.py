@@ -121,11 +121,8 @@ def for_model(model, threads: int | None = None) -> PrefixCache | None:
     """The head cache of an as2d LLM bundle (keyed by its graph's sha256), or None for models
     whose states do not keep plain KV rows (Hugging Face folders) or whose rows are not
     computed independently."""
-    manifest = getattr(model, "manifest", None)
-    folder = getattr(model, "path", None)
-    if not isinstance(manifest, dict) or folder is None:
-        return None
-    if not model.lossless:
+    manifest = model.manifest
+    if manifest is None or not model.lossless:
         return None
     digests = manifest.get("sha256")
     if not isinstance(digests, dict) or not digests.get(manifest.get("files", {}).get("decoder")):
@@ -136,6 +133,6 @@ def for_model(model, threads: int | None = None) -> PrefixCache | None:
     # that wrote them; then what computes the bits: onnxruntime, the CPU, threads, settings.
     model_key = hashlib.sha256(repr((sorted(digests.items()),
                                      manifest.get("converter_version"))).encode()).hexdigest()
-    threads = getattr(model, "threads", None) if threads is None else threads
-    return PrefixCache(Path(folder), f"{model_key}|{runtime_identity()}|threads {threads}|"
-                                     f"{SESSION_SETTINGS}")
+    threads = model.threads if threads is None else threads
+    return PrefixCache(Path(model.path),
+                       f"{model_key}|{runtime_identity()}|threads {threads}|{SESSION_SETTINGS}")

@@ -70,8 +70,8 @@ class AS2D(DraftingStrategy):
         # thread (onnxruntime builds it without the GIL) rather than on the first such pass,
         # where it cost a short clip 90 ms of its decoding.
         self._session = None
-        make = getattr(target, "decoder_session", None)  # (a Hugging Face folder: per pass)
-        if make is not None and busy_threads not in (None, getattr(target, "threads", None)):
+        make = target.decoder_session  # None: a Hugging Face folder makes them per pass
+        if make is not None and busy_threads not in (None, target.threads):
             from as2d.runtime.sessions import Background
 
             self._session = Background(make, busy_threads, name="as2d-session")

@@ -65,6 +65,7 @@ class Encoder(Protocol):
     backend: str  # "onnxruntime" or "openvino"
     detail: str  # back end and precision ("onnxruntime int8", "openvino bf16")
     output_names: list[str]
+    mel_bands: int | None  # the mel bands its graph takes (None: a dynamic axis)
 
     def run(self, mel: np.ndarray, run_options=None) -> dict[str, np.ndarray]: ...
 
@@ -117,6 +118,8 @@ class OrtEncoder:
         self.path = Path(path)
         self.session = make_session(self.path, threads, spin)
         self.output_names = [o.name for o in self.session.get_outputs()]
+        bands = self.session.get_inputs()[0].shape[1]
+        self.mel_bands = bands if isinstance(bands, int) else None
         self.precision = precision
         self.detail = f"onnxruntime {precision}".strip()
 
@@ -221,6 +224,8 @@ class OpenVINOEncoder:
             raise EncoderError(f"OpenVINO cannot compile {self.path.name} ({why})") from None
         self._outputs = [(o.get_any_name(), o) for o in self.compiled.outputs]
         self.output_names = [name for name, _ in self._outputs]
+        bands = self.compiled.inputs[0].get_partial_shape()[1]
+        self.mel_bands = bands.get_length() if bands.is_static else None
         self.detail = f"openvino {self.precision}"
         self._free: list = []
         self._lock = threading.Lock()

@@ -146,6 +146,7 @@ class HFWhisperModel:
     encoder_name = "onnxruntime"  # its encoder graph runs nowhere else
     # What it can do besides greedy decoding (as WhisperModel declares it): nothing.
     beam_graph = None
+    decoder_session = None  # its decoder graphs per thread count are made per pass (graphs())
     alignment_graph = None
     alignment_session = None
 

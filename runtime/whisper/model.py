@@ -96,10 +96,9 @@ class WhisperModel:
                                     ov_graph=ov_graph, warn=progress, spin=spin,
                                     name=manifest.get("model", self.name))
         self._encoder_outputs = list(self.encoder.output_names)
-        session = getattr(self.encoder, "session", None)
-        mel_dim = session.get_inputs()[0].shape[1] if session is not None else None
-        if isinstance(mel_dim, int) and mel_dim != self.dims.n_mels:
-            session = self.encoder = None  # freed now: its threads must not outlive the error
+        mel_dim = self.encoder.mel_bands
+        if mel_dim is not None and mel_dim != self.dims.n_mels:
+            self.encoder = None  # freed now: its threads must not outlive the error
             try:  # nor may the decoder session still being built (an abort at exit)
                 decoder.result()
             except Exception:  # noqa: BLE001 - the mismatch is the error to report
