@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # graphs) on the onnxruntime encoder; on a CPU with AMX, `auto` would pick OpenVINO. Tests of the
 # OpenVINO back end (tests/test_encoders.py) ask for it by name.
 os.environ.setdefault("AS2D_ENCODER", "onnxruntime")
+# A developer's own ~/.config/as2d/config.toml must not change what the commands do here.
+os.environ["AS2D_CONFIG"] = os.devnull
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
 

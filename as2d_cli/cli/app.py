@@ -1,7 +1,7 @@
 """The ``as2d`` command line: the app, its ``--version``, and the console-script entry point.
 
-The commands (transcribe, bench, mic, ask, models) are declared in their own modules and
-registered here; none of them imports this module.
+The commands (transcribe, batch, bench, mic, ask, serve, models, config) are declared in
+their own modules and registered here; none of them imports this module.
 
 Conventions follow whisper / faster-whisper / whisper.cpp: transcript text on stdout, progress
 and diagnostics on stderr, ``-o/--output-dir`` and ``-f/--output-format`` for files, a user cache
@@ -17,7 +17,16 @@ from typing import Annotated
 
 import typer
 
-from as2d.cli import ask_cmd, batch_cmd, bench_cmd, mic_cmd, models_cmd, serve_cmd, transcribe_cmd
+from as2d.cli import (
+    ask_cmd,
+    batch_cmd,
+    bench_cmd,
+    config_cmd,
+    mic_cmd,
+    models_cmd,
+    serve_cmd,
+    transcribe_cmd,
+)
 
 app = typer.Typer(
     name="as2d",
@@ -25,7 +34,7 @@ app = typer.Typer(
          "answering, accelerated by AS²D (a small drafter and a larger target decoding "
          "concurrently, output identical to the target alone).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (typer's own)
     pretty_exceptions_enable=False,
     # click's own help layout: long option names get a line of their own instead of being cut
     # to "--condition-on-pr…" by a table squeezed into 80 columns.
@@ -51,7 +60,8 @@ def main(version: Annotated[bool, typer.Option(
 
 # The commands live in their modules; this is the one place that puts them together (in the
 # order `as2d --help` lists them). No command module imports this one.
-for _module in (transcribe_cmd, batch_cmd, bench_cmd, mic_cmd, ask_cmd, serve_cmd, models_cmd):
+for _module in (transcribe_cmd, batch_cmd, bench_cmd, mic_cmd, ask_cmd, serve_cmd, models_cmd,
+                config_cmd):
     _module.register(app)
 
 
@@ -69,6 +79,25 @@ def _quiet_stdout() -> None:
         sys.stdout = open(os.devnull, "w")
     except OSError:
         pass
+
+
+def _run():
+    """The command line, with the config file's values as click's defaults (command line >
+    environment > file > built-in; see :mod:`as2d.cli.config`). A bad file is one line naming
+    it; ``as2d config path`` still answers, so the user can find it."""
+    import typer.main
+
+    from as2d.cli import config
+
+    command = typer.main.get_command(app)
+    try:
+        defaults = config.default_map(command)
+    except config.ConfigError as exc:
+        if sys.argv[1:3] != ["config", "path"]:
+            print(f"as2d: error: {exc}", file=sys.stderr)
+            sys.exit(2)
+        defaults = {}
+    return command.main(prog_name="as2d", standalone_mode=False, default_map=defaults)
 
 
 def entry() -> None:
@@ -90,7 +119,7 @@ def entry() -> None:
             sys.exit(1)
         sys.stdout = open(os.devnull, "w")  # the results go to the -o files
     try:
-        code = app(standalone_mode=False)
+        code = _run()
     except KeyboardInterrupt:  # pragma: no cover - outside any command
         try:
             print("as2d: interrupted", file=sys.stderr)
