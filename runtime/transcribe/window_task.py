@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from as2d.runtime.speculative import candidates
+from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow
@@ -28,10 +29,22 @@ from as2d.runtime.transcribe.window import DecodingResult, WindowState
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel
 
-# Speculative beam search: candidates per hypothesis in the first pass, and at most. A pass's
-# rows grow with the beam, so the budget starts small and grows only while every hypothesis's
-# candidates were used.
-BEAM_BUDGET, MAX_BEAM_BUDGET = 3, 8
+# Speculative beam search: candidates per hypothesis, at most.
+MAX_BEAM_BUDGET = 8
+
+
+def beam_budget(beam_size: int) -> Budget:
+    """The :class:`Budget` of a speculative beam search: how many candidates each hypothesis
+    gets is chosen as for every other source, from acceptance and the measured cost of a row.
+    Its units are per hypothesis (``k`` candidates each, a pass of ``1 + k`` rows each); a
+    beam step taken beyond the plain pass's one is an accepted candidate. One more candidate
+    each adds ``beam_size`` rows to a pass of ``beam_size``, so its prior cost relative to the
+    plain pass is ``n·s / (1 + (n-1)·s)`` for a row's ``s`` (0.30 for a beam of 5: the first
+    pass offers 3, as measured best before), and the fit may take it up to a whole pass."""
+    row = Budget.prior_slope
+    n = max(1, beam_size)
+    return Budget(k_max=MAX_BEAM_BUDGET, prior_slope=n * row / (1 + (n - 1) * row),
+                  max_slope=1.0)
 
 # (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event;
 # None where nobody listens (no verdict is assembled for nobody)
@@ -116,7 +129,8 @@ def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOpt
         except BaseException:
             model.release_beams(state)
             raise
-        return _Beam(search, proposer, threads_for, lambda: model.release_beams(state))
+        return _Beam(search, proposer, threads_for, lambda: model.release_beams(state),
+                     beam_budget(options.beam_size))
 
     return open_
 
@@ -200,10 +214,12 @@ class _Samples:
 
 class _Beam:
     def __init__(self, search: BeamWindow, proposer: StreamProposer | None,
-                 threads_for: ThreadsFor | None, release: Callable[[], None]) -> None:
+                 threads_for: ThreadsFor | None, release: Callable[[], None],
+                 budget: Budget) -> None:
         self.search, self.proposer, self.threads_for, self.release = (search, proposer,
                                                                       threads_for, release)
-        self.budget = BEAM_BUDGET  # candidates per hypothesis, grown while all are used
+        self.budget = budget
+        budget.window_start()
 
     @property
     def done(self) -> bool:
@@ -217,18 +233,17 @@ class _Beam:
         self.search.start()
 
     def step(self) -> None:
-        search, props = self.search, None
-        if self.proposer is not None and self.budget:
-            k = min(self.budget, search.room)
-            props = [self.proposer.propose(seq, k) for seq in search.beams]
-            if not any(props):
-                props = None
+        search, props, k = self.search, None, 0
+        if self.proposer is not None:
+            room = min(search.room, self.budget.k_max)
+            guesses = [self.proposer.propose(seq, room) for seq in search.beams]
+            k = self.budget.choose(max(map(len, guesses), default=0))
+            props = [g[:k] for g in guesses] if k else None
         offered = [t for p in props or () for t in p]
+        spent = search.counts.seconds
         steps = search.step(props, self.threads_for(offered) if self.threads_for else None)
-        if props:
-            k = max(len(p) for p in props)
-            self.budget = (min(self.budget + 1, MAX_BEAM_BUDGET) if steps > k
-                           else max(1, min(self.budget, steps)))
+        if self.proposer is not None:  # a plain pass measures the cost a row adds to
+            self.budget.record(k, min(steps - 1, k), 1 + k, search.counts.seconds - spent)
 
     def results(self) -> list[DecodingResult]:
         return [self.search.result()]
