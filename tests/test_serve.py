@@ -107,10 +107,11 @@ def _start(models_root: Path, tmp: Path, *args: str) -> Server:
 
 @pytest.fixture(scope="module")
 def server(models_root, tmp_path_factory):
-    # --idle-timeout: the queue test holds a live session without audio on purpose
+    # --idle-timeout: the sharing test holds a live session without speech on purpose
     # (tests/test_serve_hostile.py tests the timeout).
     srv = _start(models_root, tmp_path_factory.mktemp("serve"), "--api-key", KEY,
-                 "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1", "--idle-timeout", "120")
+                 "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1", "--idle-timeout", "120",
+                 "--max-sessions", "3")
     yield srv
     if srv.proc.poll() is None:
         srv.proc.send_signal(signal.SIGTERM)
@@ -562,40 +563,73 @@ def test_realtime_refuses_a_wrong_key_and_intent(server):
 
 
 # -- many clients --------------------------------------------------------------------------------
-def test_full_queue_is_429_and_a_second_live_session_is_refused(server):
-    """A live session holds the decoder: one request may wait (--max-queue 1), the next is
-    refused with 429 and Retry-After; a second live session is refused; once the live session
-    ends, the waiting request is served."""
+def test_live_sessions_share_the_engine_with_requests(server):
+    """Two people dictate at once while a third socket stays open and silent and an HTTP
+    request comes in: both get their text, the request is answered meanwhile, the silent
+    session caused no decode (with ``hypotheses=1`` each decode is an ``as2d.hypothesis``),
+    and a fourth socket is refused (--max-sessions 3)."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+
     async def run():
-        headers = {"Authorization": f"Bearer {KEY}"}
-        async with websockets.connect(_ws_url(server), additional_headers=headers) as ws:
-            await _recv(ws)
-            await ws.send(json.dumps({"type": "input_audio_buffer.append",
-                                      "audio": base64.b64encode(b"\0\0" * 2400).decode()}))
-            loop = asyncio.get_running_loop()
-            deadline = time.monotonic() + 60
-            while not server.health()["busy"]:
-                assert time.monotonic() < deadline
+        loop = asyncio.get_running_loop()
+        async with websockets.connect(_ws_url(server, "intent=transcription&hypotheses=1"),
+                                      additional_headers=headers) as idle:
+            assert json.loads(await _recv(idle))["type"] == "session.created"
+            await idle.send(json.dumps({"type": "input_audio_buffer.append",
+                                        "audio": base64.b64encode(b"\0\0" * 24000).decode()}))
+            speakers = [asyncio.ensure_future(_replay(server, SHORT)) for _ in range(2)]
+            while server.health()["live_sessions"] < 3:
                 await asyncio.sleep(0.05)
+            async with websockets.connect(_ws_url(server), additional_headers=headers) as extra:
+                refused = json.loads(await _recv(extra))
+                assert refused["error"]["code"] == "too_many_sessions", refused
+                with pytest.raises(websockets.ConnectionClosed):
+                    await _recv(extra, 30)
+                assert extra.close_code == 1013
             body, ctype = _multipart(_form())
-            waiting = loop.run_in_executor(None, lambda: server.request(
+            t0 = time.perf_counter()
+            code, _, raw = await loop.run_in_executor(None, lambda: server.request(
                 "POST", "/v1/audio/transcriptions", body, {"Content-Type": ctype}))
-            while server.health()["queued"] < 1:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
-            code, hdrs, raw = server.request("POST", "/v1/audio/transcriptions", body,
-                                             {"Content-Type": ctype})
-            assert code == 429 and int(hdrs["retry-after"]) >= 1, raw
-            assert json.loads(raw)["error"]["type"] == "rate_limit_error"
-            async with websockets.connect(_ws_url(server), additional_headers=headers) as ws2:
-                await _recv(ws2)
-                await ws2.send(json.dumps({"type": "input_audio_buffer.append",
-                                           "audio": base64.b64encode(b"\0\0" * 2400).decode()}))
-                assert json.loads(await _recv(ws2))["error"]["code"] == "session_busy"
-            await ws.send(json.dumps({"type": "input_audio_buffer.end"}))
-            async for _ in ws:
-                pass
-            code, _, raw = await waiting
+            answered = time.perf_counter() - t0
+            assert code == 200 and "Dashwood" in json.loads(raw)["text"], raw
+            done = await asyncio.gather(*speakers)
+            await idle.send(json.dumps({"type": "input_audio_buffer.end"}))
+            seen = [json.loads(m) async for m in idle]
+        return answered, done, seen
+
+    answered, done, seen = asyncio.run(asyncio.wait_for(run(), 300))
+    for events in done:
+        text = " ".join(e["transcript"] for e in events if e["type"].endswith(
+            "transcription.completed"))
+        assert "Dashwood" in text and not [e for e in events if e["type"] == "error"], events
+    assert not [e for e in seen if e["type"] == "as2d.hypothesis"], seen
+    assert answered < 60
+
+
+def test_full_queue_is_429(server):
+    """One request decodes, one may wait (--max-queue 1), the next is refused with 429 and
+    Retry-After; the waiting one is then served."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + 120
+        long_body, long_type = _multipart(_form(file=(LONG.read_bytes(), LONG.name)))
+        first = loop.run_in_executor(None, lambda: server.request(
+            "POST", "/v1/audio/transcriptions", long_body, {"Content-Type": long_type}))
+        while not server.health()["busy"]:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        body, ctype = _multipart(_form())
+        waiting = loop.run_in_executor(None, lambda: server.request(
+            "POST", "/v1/audio/transcriptions", body, {"Content-Type": ctype}))
+        while server.health()["queued"] < 1:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        code, hdrs, raw = server.request("POST", "/v1/audio/transcriptions", body,
+                                         {"Content-Type": ctype})
+        assert code == 429 and int(hdrs["retry-after"]) >= 1, raw
+        assert json.loads(raw)["error"]["type"] == "rate_limit_error"
+        for pending in (first, waiting):
+            code, _, raw = await pending
             assert code == 200 and "Dashwood" in json.loads(raw)["text"]
 
     asyncio.run(asyncio.wait_for(run(), 300))

@@ -55,10 +55,13 @@ class ServeRequest:
         "--max-upload-mb", help="Largest upload accepted, in MB.")] = 25.0
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Requests that may wait for the decoder before 429.")] = 8
+    max_sessions: Annotated[int, typer.Option(
+        "--max-sessions", help="Live sessions (realtime sockets, the page) open at once; "
+                               "one more is refused.")] = 8
     idle_timeout: Annotated[float, typer.Option(
         "--idle-timeout", metavar="SECONDS",
-        help="End a live session that sends no audio for this long, freeing the decoder "
-             "for other requests.")] = 10.0
+        help="End a live session that sends no audio for this long, freeing its place.")
+    ] = 10.0
     cors_origin: Annotated[list[str] | None, typer.Option(
         "--cors-origin", help="Allow browser pages from this origin (repeat for several; "
                               "default: none).")] = None
@@ -89,6 +92,8 @@ def validate(req: ServeRequest) -> None:
         raise UserError("--max-upload-mb must be more than 0 and at most 4096", 2)
     if not 0 <= req.max_queue <= 1000:
         raise UserError("--max-queue must be between 0 and 1000", 2)
+    if not 1 <= req.max_sessions <= 1000:
+        raise UserError("--max-sessions must be between 1 and 1000", 2)
     if not 0.5 <= req.idle_timeout <= 3600:  # NaN included
         raise UserError("--idle-timeout must be between 0.5 and 3600 seconds", 2)
     if req.threads < 0:
@@ -158,7 +163,7 @@ def run_serve(req: ServeRequest) -> int:
         threads=req.threads, encoder=req.encoder,
         models_dir=str(req.models_dir) if req.models_dir else None, llm=req.llm,
         max_upload_mb=req.max_upload_mb, max_queue=req.max_queue, api_key=req.api_key,
-        idle_timeout=req.idle_timeout,
+        idle_timeout=req.idle_timeout, max_sessions=req.max_sessions,
         cors_origins=tuple(req.cors_origin or ()))
 
     def note(message: str) -> None:

@@ -164,8 +164,10 @@ def create_app(backend: Backend) -> FastAPI:
                "model": backend.model_name if backend.state == "ready" else settings.model,
                "drafter": backend.drafter_name,
                "decoder": backend.decoder_name, "llm": settings.llm,
-               "busy": bool(backend.slot and backend.slot.busy),
-               "queued": backend.slot.waiting if backend.slot else 0}
+               "busy": bool(backend.slot and backend.slot.busy) or backend.gate.holder is not None,
+               "queued": backend.slot.waiting if backend.slot else 0,
+               "live_sessions": len(backend.sessions),
+               "decoding": backend.gate.holder, "waiting_decodes": backend.gate.waiting}
         if backend.state == "failed":
             doc["error"] = backend.error
         if backend.stopping:

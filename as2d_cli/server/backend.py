@@ -1,9 +1,13 @@
-"""The server's one engine and the one decode slot every request queues for.
+"""The server's one engine, and how its users take turns on it.
 
 Models load once, on a thread, while the server already answers (``/health`` says
 ``loading``). Decoding is serialised: the target's sessions use every core, and two decodes
-at once would only make both slower, so requests wait their turn in a bounded FIFO queue
-(:class:`DecodeSlot`); beyond it a request is refused with 429 and ``Retry-After``.
+at once would only make both slower. HTTP requests wait their turn in a bounded FIFO queue
+(:class:`DecodeSlot`); beyond it a request is refused with 429 and ``Retry-After``. The
+request that leaves that queue and the live sessions' decodes then take turns on the engine
+through one :class:`~as2d.runtime.live.decode_gate.DecodeGate` (end-of-speech decodes first,
+then round robin by owner, a request that waited too long promoted): a live session holds the
+engine only while one of its decodes runs, so an idle one costs nothing but its socket.
 
 A decode runs on a worker thread (onnxruntime releases the GIL; the event loop keeps serving
 health checks, queued clients and the socket). A client that goes away cancels its work:
@@ -39,10 +43,11 @@ class ServeSettings:
     llm: str | None = None
     max_upload_mb: float = 25.0
     max_queue: int = 8  # requests waiting for the decode slot before 429
+    max_sessions: int = 8  # live sessions open at once; the next is refused
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     # A live session that gets no audio for this long is ended (its utterance finished and
-    # sent) and the decoder freed: an idle socket kept open must not hold it from others.
+    # sent) and its place freed for another (--max-sessions).
     idle_timeout: float = 10.0
     word_timestamps: bool = True  # prepare the alignment graph at start
 
@@ -60,7 +65,8 @@ def make_engine(settings: ServeSettings, progress: Callable[[str], None]):
 
 
 class DecodeSlot:
-    """One decode at a time, FIFO, at most ``max_queue`` waiting (then 429)."""
+    """One HTTP request at a time, FIFO, at most ``max_queue`` waiting (then 429); the one
+    let through then takes its turn on the engine with the live sessions (the gate)."""
 
     def __init__(self, max_queue: int) -> None:
         self.max_queue = max_queue
@@ -122,7 +128,10 @@ class Backend:
         self.on_failed: Callable[[str], None] | None = None
         self.stopping = False
         self.load_started = False
-        self.live_active = False  # a realtime session holds the slot
+        from as2d.runtime.live.decode_gate import DecodeGate
+
+        self.gate = DecodeGate()  # HTTP requests and live sessions take turns here
+        self.sessions: set[str] = set()  # live sessions open now
         self.started_monotonic = time.monotonic()
 
     # -- loading --------------------------------------------------------------------------------
@@ -252,15 +261,20 @@ class Backend:
         job = RequestJob()
 
         def run():
-            with self._busy_lock:
-                if job.cancelled:
-                    raise ClientGone
-                self._busy = job
-            try:
-                return work()
-            finally:
+            from as2d.runtime.live.decode_gate import REQUEST
+
+            with self.gate.hold(f"request-{id(job)}", REQUEST,
+                                abandon=lambda: job.cancelled) as turn:
                 with self._busy_lock:
-                    self._busy = None
+                    if job.cancelled or turn is None:
+                        raise ClientGone
+                    self._busy = job
+                try:
+                    return work()
+                finally:
+                    with self._busy_lock:
+                        self._busy = None
+                    self.gate.forget(f"request-{id(job)}")
 
         job.future = self.pool.submit(run)
         return job
