@@ -48,6 +48,7 @@ def _free_port() -> int:
 class Server:
     def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
         self.proc, self.port, self.log = proc, port, log
+        self.wyoming: int | None = None
         self.url = f"http://127.0.0.1:{port}"
 
     def client(self, key: str = KEY, **kw):
@@ -109,9 +110,11 @@ def _start(models_root: Path, tmp: Path, *args: str) -> Server:
 def server(models_root, tmp_path_factory):
     # --idle-timeout: the sharing test holds a live session without speech on purpose
     # (tests/test_serve_hostile.py tests the timeout).
+    wyoming = _free_port()
     srv = _start(models_root, tmp_path_factory.mktemp("serve"), "--api-key", KEY,
                  "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1", "--idle-timeout", "120",
-                 "--max-sessions", "3")
+                 "--max-sessions", "3", "--wyoming", f"tcp://127.0.0.1:{wyoming}")
+    srv.wyoming = wyoming
     yield srv
     if srv.proc.poll() is None:
         srv.proc.send_signal(signal.SIGTERM)
@@ -606,6 +609,58 @@ def test_live_sessions_share_the_engine_with_requests(server):
     assert answered < 60
 
 
+async def _wyoming(server: Server, events: list, until: str = "transcript-stop") -> list:
+    """Send ``events`` with the wyoming library's own client; what comes back, to ``until``."""
+    from wyoming.client import AsyncTcpClient
+
+    got = []
+    async with AsyncTcpClient("127.0.0.1", server.wyoming) as client:
+        for event in events:
+            await client.write_event(event)
+        while (event := await asyncio.wait_for(client.read_event(), 120)) is not None:
+            got.append(event)
+            if event.type in (until, "error"):
+                break
+    return got
+
+
+def test_wyoming_describe_and_transcribe(server, reference):
+    """Home Assistant's protocol, through the wyoming library's client: ``info`` names the
+    model; a 44.1-kHz stereo recording comes back as the words ``as2d transcribe`` writes,
+    streamed (transcript-start, the final transcript, transcript-stop); a language the
+    model does not know is an ``error`` event."""
+    pytest.importorskip("wyoming")
+    import soundfile as sf
+    import soxr
+    from wyoming.asr import Transcribe
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.info import Describe, Info
+
+    (info,) = asyncio.run(_wyoming(server, [Describe().event()], until="info"))
+    program = Info.from_event(info).asr[0]
+    assert program.supports_transcript_streaming
+    assert program.models[0].name == server.health()["model"]
+    assert {"en", "de"} <= set(program.models[0].languages)
+
+    x, rate = sf.read(str(SHORT), dtype="float32")
+    y = soxr.resample(x, rate, 44100)
+    pcm = (np.clip(np.stack([y, y], axis=1), -1, 1) * 32767).astype("<i2").tobytes()
+    step = 44100 * 4 // 10
+    chunks = [AudioChunk(44100, 2, 2, pcm[i:i + step]).event()
+              for i in range(0, len(pcm), step)]
+    got = asyncio.run(_wyoming(server, [Transcribe(language="en").event(),
+                                        AudioStart(44100, 2, 2).event(), *chunks,
+                                        AudioStop().event()]))
+    kinds = [e.type for e in got]
+    assert kinds[0] == "transcript-start" and kinds[-2:] == ["transcript", "transcript-stop"]
+    assert set(kinds[1:-2]) <= {"transcript-chunk"}, kinds
+    want = json.loads(reference[(SHORT, ("--word-timestamps",))]["json"])["text"].strip()
+    assert got[-2].data["text"] == want and got[-2].data["language"] == "en"
+
+    bad = asyncio.run(_wyoming(server, [Transcribe(language="klingon").event()]))
+    assert bad[-1].type == "error" and bad[-1].data["code"] == "invalid_language"
+
+
 def test_full_queue_is_429(server):
     """One request decodes, one may wait (--max-queue 1), the next is refused with 429 and
     Retry-After; the waiting one is then served."""
@@ -877,6 +932,9 @@ def test_serve_refuses_bad_settings_in_one_line(tmp_path):
     error_line(cli("serve", "--cors-origin", "evil"), 2, "--cors-origin")
     error_line(cli("serve", "--idle-timeout", "0"), 2, "--idle-timeout")
     error_line(cli("serve", "--idle-timeout", "nan"), 2, "--idle-timeout")
+    error_line(cli("serve", "--max-sessions", "0"), 2, "--max-sessions")
+    error_line(cli("serve", "--wyoming", "udp://127.0.0.1:1"), 2, "--wyoming")
+    error_line(cli("serve", "--wyoming", "tcp://127.0.0.1"), 2, "--wyoming")
     error_line(cli("serve", "--api-key", "two\nlines"), 2, "--api-key")
     error_line(cli("serve", "--api-key", " padded"), 2, "--api-key")
     with socket.socket() as s:

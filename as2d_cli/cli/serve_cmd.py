@@ -62,6 +62,10 @@ class ServeRequest:
         "--idle-timeout", metavar="SECONDS",
         help="End a live session that sends no audio for this long, freeing its place.")
     ] = 10.0
+    wyoming: Annotated[str | None, typer.Option(
+        "--wyoming", metavar="tcp://HOST:PORT",
+        help="Also serve Home Assistant's Wyoming protocol there (speech to text, "
+             "streaming transcripts; Wyoming has no authentication).")] = None
     cors_origin: Annotated[list[str] | None, typer.Option(
         "--cors-origin", help="Allow browser pages from this origin (repeat for several; "
                               "default: none).")] = None
@@ -96,6 +100,8 @@ def validate(req: ServeRequest) -> None:
         raise UserError("--max-sessions must be between 1 and 1000", 2)
     if not 0.5 <= req.idle_timeout <= 3600:  # NaN included
         raise UserError("--idle-timeout must be between 0.5 and 3600 seconds", 2)
+    if req.wyoming is not None:
+        _wyoming_address(req.wyoming)
     if req.threads < 0:
         raise UserError("--threads cannot be negative", 2)
     for origin in req.cors_origin or []:
@@ -140,24 +146,41 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _check_installed() -> None:
+def _wyoming_address(uri: str) -> tuple[str, int]:
+    from as2d.server.wyoming import parse_uri
+
+    try:
+        return parse_uri(uri)
+    except ValueError as exc:
+        raise UserError(str(exc), 2) from None
+
+
+def _check_installed(wyoming: bool = False) -> None:
     import importlib.util
 
-    missing = [name for name, module in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"),
-                                         ("python-multipart", "python_multipart"),
-                                         ("websockets", "websockets"))
-               if importlib.util.find_spec(module) is None]
+    needed = [("fastapi", "fastapi"), ("uvicorn", "uvicorn"),
+              ("python-multipart", "python_multipart"), ("websockets", "websockets")]
+    if wyoming:
+        needed.append(("wyoming", "wyoming"))
+    missing = [name for name, module in needed if importlib.util.find_spec(module) is None]
     if missing:
         raise UserError(f"as2d serve needs {', '.join(missing)}: pip install 'as2d[serve]'")
 
 
 def run_serve(req: ServeRequest) -> int:
-    _check_installed()
+    _check_installed(req.wyoming is not None)
     validate(req)
     from as2d.server.application import run
     from as2d.server.backend import Backend, ServeSettings
 
     sock = listen(req.host, req.port)
+    wyoming_sock = None
+    if req.wyoming is not None:
+        try:
+            wyoming_sock = listen(*_wyoming_address(req.wyoming))
+        except BaseException:
+            sock.close()
+            raise
     settings = ServeSettings(
         model=req.model, drafter=req.drafter, decoder=req.decoder, precision=req.precision,
         threads=req.threads, encoder=req.encoder,
@@ -181,4 +204,7 @@ def run_serve(req: ServeRequest) -> int:
     note(f"as2d: serving on http://{shown}:{req.port} (pid {os.getpid()}); loading "
          f"{req.model}" + (f" + {req.drafter}" if req.decoder != "target" else "")
          + (f" and {req.llm}" if req.llm else "") + "...")
-    return run(backend, sock, log_level="warning" if req.quiet else "info")
+    if wyoming_sock is not None:
+        note(f"as2d: Wyoming (Home Assistant) on {req.wyoming}")
+    return run(backend, sock, log_level="warning" if req.quiet else "info",
+               wyoming_sock=wyoming_sock)
