@@ -10,7 +10,8 @@ One warm server (base, AS²D, the defaults). Each round runs, one after the othe
 - **four**: four such sessions at once (each its own clip order, started 0.7 s apart), plus an
   **idle** session that streams only near-silence (a phone left on the table) with
   ``?hypotheses=1``, so every decode it caused would show as an ``as2d.hypothesis`` event, plus
-  a client sending ``POST /v1/audio/transcriptions`` (a 7-s clip) one after the other.
+  a client sending ``POST /v1/audio/transcriptions`` (a 7-s clip) every ``--http-every``
+  seconds (5; the next waits for the previous answer).
 
 Per utterance the latency is the wall time from the end of speech (the server's
 ``speech_stopped.audio_end_ms``, mapped to when that sample was sent) to its ``completed``
@@ -119,11 +120,14 @@ async def session(port: int, audio: np.ndarray, delay: float, hypotheses: bool =
             "errors": counts["errors"]}
 
 
-def http_client(port: int, clip: Path, stop_at: threading.Event, out: list) -> None:
+def http_client(port: int, clip: Path, every: float, stop_at: threading.Event,
+                out: list) -> None:
+    """One request every ``every`` seconds (the next waits for the previous answer)."""
     while not stop_at.is_set():
+        t = time.perf_counter()
         seconds, text = post(port, clip)
         out.append({"seconds": round(seconds, 4), "text": text.strip()})
-        stop_at.wait(1.0)
+        stop_at.wait(max(0.0, t + every - time.perf_counter()))
 
 
 def summary(latencies: list[float]) -> dict:
@@ -131,7 +135,8 @@ def summary(latencies: list[float]) -> dict:
             "p90": round(pct(latencies, 0.9), 3)} if latencies else {"n": 0}
 
 
-async def scenario(port: int, clips: list[Path], sessions: int, extras: bool) -> dict:
+async def scenario(port: int, clips: list[Path], sessions: int, extras: bool,
+                   every: float) -> dict:
     orders = [clips[i:] + clips[:i] for i in range(sessions)]
     tasks = [session(port, playlist(o), 0.7 * i) for i, o in enumerate(orders)]
     http: list = []
@@ -142,7 +147,7 @@ async def scenario(port: int, clips: list[Path], sessions: int, extras: bool) ->
         rng = np.random.default_rng(0)
         silence = (rng.standard_normal(int(seconds * RATE)) * 10 ** (-60 / 20)).astype(np.float32)
         idle_task = asyncio.ensure_future(session(port, silence, 0.0, hypotheses=True))
-        thread = threading.Thread(target=http_client, args=(port, clips[0], halt, http),
+        thread = threading.Thread(target=http_client, args=(port, clips[0], every, halt, http),
                                   daemon=True)
         thread.start()
     results = await asyncio.gather(*tasks)
@@ -168,6 +173,8 @@ def main() -> int:
     ap.add_argument("--models-dir", type=Path, default=None)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--http-every", type=float, default=5.0,
+                    help="seconds between the HTTP requests sent during the four sessions")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     clips = sorted(LIBRIVOX.glob("*.wav"))
@@ -180,14 +187,15 @@ def main() -> int:
                               env=dict(os.environ, PYTHONUNBUFFERED="1"),
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     doc: dict = {"cores": os.cpu_count(), "load_average_start": load_average(),
-                 "clips": [c.name for c in clips], "gap_seconds": GAP, "rounds": []}
+                 "clips": [c.name for c in clips], "gap_seconds": GAP,
+                 "http_every_seconds": args.http_every, "rounds": []}
     try:
         wait_ready(server, port, "the server")
         asyncio.run(session(port, playlist(clips[:1]), 0.0))  # warm-up, not counted
         for r in range(args.rounds):
             for name, n, extras in (("single", 1, False), ("four", args.sessions, True)):
                 t = time.perf_counter()
-                got = asyncio.run(scenario(port, clips, n, extras))
+                got = asyncio.run(scenario(port, clips, n, extras, args.http_every))
                 got.update(scenario=name, round=r, load_average=load_average(),
                            seconds=round(time.perf_counter() - t, 1))
                 doc["rounds"].append(got)

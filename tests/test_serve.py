@@ -626,9 +626,9 @@ async def _wyoming(server: Server, events: list, until: str = "transcript-stop")
 
 def test_wyoming_describe_and_transcribe(server, reference):
     """Home Assistant's protocol, through the wyoming library's client: ``info`` names the
-    model; a 44.1-kHz stereo recording comes back as the words ``as2d transcribe`` writes,
-    streamed (transcript-start, the final transcript, transcript-stop); a language the
-    model does not know is an ``error`` event."""
+    model; a 44.1-kHz stereo recording (then silence) comes back as the words ``as2d
+    transcribe`` writes for the recording, streamed (transcript-start, the final transcript,
+    transcript-stop); a language the model does not know is an ``error`` event."""
     pytest.importorskip("wyoming")
     import soundfile as sf
     import soxr
@@ -643,7 +643,9 @@ def test_wyoming_describe_and_transcribe(server, reference):
     assert {"en", "de"} <= set(program.models[0].languages)
 
     x, rate = sf.read(str(SHORT), dtype="float32")
-    y = soxr.resample(x, rate, 44100)
+    # a second of silence after the speech, as a satellite sends before its VAD ends the
+    # command: the transcript decoded when the speech ended is the one kept
+    y = np.concatenate([soxr.resample(x, rate, 44100), np.zeros(44100, np.float32)])
     pcm = (np.clip(np.stack([y, y], axis=1), -1, 1) * 32767).astype("<i2").tobytes()
     step = 44100 * 4 // 10
     chunks = [AudioChunk(44100, 2, 2, pcm[i:i + step]).event()

@@ -221,7 +221,8 @@ class Backend:
             raise
 
     async def start(self, work: Callable[[], Any], disconnected: Callable[[], Any] | None = None,
-                    cleanup: Callable[[], None] | None = None) -> RequestJob:
+                    cleanup: Callable[[], None] | None = None, kind: str = "request"
+                    ) -> RequestJob:
         """Take the slot and start ``work`` on the worker thread. The slot is released, and
         ``cleanup`` called (on the event loop), when the worker is done with it, not when the
         request ends: a request cancelled mid-decode must not let the next decode onto the
@@ -243,7 +244,7 @@ class Backend:
 
         try:
             self.require_ready()
-            job = self._submit(work)
+            job = self._submit(work, kind)
         except BaseException:
             finished()
             raise
@@ -257,13 +258,12 @@ class Backend:
         job.future.add_done_callback(done)
         return job
 
-    def _submit(self, work: Callable[[], Any]) -> RequestJob:
+    def _submit(self, work: Callable[[], Any], kind: str = "request") -> RequestJob:
+        """``kind``: the gate's class of the decode (``final`` for an end-of-speech decode)."""
         job = RequestJob()
 
         def run():
-            from as2d.runtime.live.decode_gate import REQUEST
-
-            with self.gate.hold(f"request-{id(job)}", REQUEST,
+            with self.gate.hold(f"request-{id(job)}", kind,
                                 abandon=lambda: job.cancelled) as turn:
                 with self._busy_lock:
                     if job.cancelled or turn is None:
@@ -306,11 +306,13 @@ class Backend:
 
     async def run_decode(self, work: Callable[[], Any],
                          disconnected: Callable[[], Any] | None = None,
-                         cleanup: Callable[[], None] | None = None) -> Any:
+                         cleanup: Callable[[], None] | None = None, kind: str = "request"
+                         ) -> Any:
         """Wait for the slot, run ``work`` on the worker thread, and return its result.
         ``disconnected`` (an async callable) is polled; when the client is gone the decode
-        is stopped and :class:`ClientGone` raised. ``cleanup``: see :meth:`start`."""
-        job = await self.start(work, disconnected, cleanup)
+        is stopped and :class:`ClientGone` raised. ``cleanup``, ``kind``: see :meth:`start`
+        and :meth:`_submit`."""
+        job = await self.start(work, disconnected, cleanup, kind)
         future = asyncio.wrap_future(job.future)
         # Read the result even when nobody waits for it any more (no "never retrieved").
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
