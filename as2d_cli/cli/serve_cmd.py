@@ -25,6 +25,7 @@ HELP = """Serve OpenAI's audio API, live transcription and a browser page on thi
 POST /v1/audio/transcriptions and /v1/audio/translations take the requests OpenAI's clients
 send; /v1/realtime?intent=transcription streams live audio; http://HOST:PORT/ is a page that
 transcribes a dropped file or the microphone. Loopback only unless --api-key is given.
+--wyoming tcp://HOST:PORT also speaks Home Assistant's Wyoming protocol.
 """
 
 ServeDecoder = opt.reworded(opt.DecoderName, "as2d, sd or target (all give the same text).")
