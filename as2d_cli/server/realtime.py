@@ -318,9 +318,11 @@ class RealtimeConnection:
         backend = self.backend
         self.source = PushSource(self.rate, name=f"websocket {self.id}")
         options = LiveOptions(language=self.language)
-        try:  # the engine makes the session's voice detector (a state of its own)
-            self.session = backend.engine.live_session(self.source, options, self.on_event,
-                                                       gate=backend.gate, owner=self.id)
+        try:  # the engine makes the session's voice detector (a state of its own; ~0.1 s,
+            # so not on the event loop, which serves the other sessions meanwhile)
+            self.session = await self.loop.run_in_executor(None, lambda: (
+                backend.engine.live_session(self.source, options, self.on_event,
+                                            gate=backend.gate, owner=self.id)))
         except ModelError as exc:
             await self.send(_error(str(exc), "vad_unavailable"))
             return False

@@ -174,17 +174,19 @@ class WyomingHandler(AsyncEventHandler):
         self._chunked = self._chunked_done = False
         await self.write_event(TranscriptStart(language=self.language).event())
         self.pump = asyncio.ensure_future(self._pump())
+        # Voice detectors take ~0.1 s to make: not on the event loop, which serves everyone.
         try:
-            self.speech = _SpeechEnd()
+            self.speech = await self.loop.run_in_executor(None, _SpeechEnd)
         except Exception:  # noqa: BLE001 - no voice detector: decode at audio-stop
             self.speech = None
         self.source = PushSource(RATE, name="wyoming")
         try:
             # The decode at the end of speech is ours (decode_ahead): the preview does not
             # make one of its own.
-            self.preview = self.backend.engine.live_session(
-                self.source, LiveOptions(language=self.language, speculative_final=False),
-                self._on_live, gate=self.backend.gate, owner=f"wyoming-{id(self)}")
+            self.preview = await self.loop.run_in_executor(None, lambda: (
+                self.backend.engine.live_session(
+                    self.source, LiveOptions(language=self.language, speculative_final=False),
+                    self._on_live, gate=self.backend.gate, owner=f"wyoming-{id(self)}")))
         except Exception:  # noqa: BLE001 - no voice detector: the final transcript still comes
             self.source = self.preview = None
             return
