@@ -669,6 +669,12 @@ class Engine:
         return LiveSession(source, _voice_detector(vad), transcriber, options, listener,
                            self.strategy.name, self.strategy.drafter_name, gate, owner)
 
+    def new_voice_detector(self, vad: str = "silero"):
+        """A voice detector with a state of its own (``silero`` or ``energy``), as a live
+        session gets: for a face that follows a stream's speech itself (the Wyoming server
+        finds where a request's speech ends). A :class:`ModelError` when it cannot run."""
+        return _voice_detector(vad)
+
     def stop(self) -> None:
         """Stop the transcription in progress after the current pass (thread-safe); nothing
         when none is in progress (a stop is not kept for the next run)."""

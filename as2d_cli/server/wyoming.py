@@ -176,7 +176,8 @@ class WyomingHandler(AsyncEventHandler):
         self.pump = asyncio.ensure_future(self._pump())
         # Voice detectors take ~0.1 s to make: not on the event loop, which serves everyone.
         try:
-            self.speech = await self.loop.run_in_executor(None, _SpeechEnd)
+            self.speech = await self.loop.run_in_executor(
+                None, lambda: _SpeechEnd(self.backend.engine.new_voice_detector()))
         except Exception:  # noqa: BLE001 - no voice detector: decode at audio-stop
             self.speech = None
         self.source = PushSource(RATE, name="wyoming")
@@ -298,11 +299,10 @@ class _SpeechEnd:
     """Where the request's speech ends: Silero frame by frame and the live endpointer (the
     utterance audio ends ``tail``, 0.05 s, after the last voiced frame)."""
 
-    def __init__(self) -> None:
+    def __init__(self, vad) -> None:
         from as2d.runtime.live.endpoint import Endpointer
-        from as2d.runtime.vad.silero import make_vad
 
-        self.vad = make_vad("silero")
+        self.vad = vad
         self.endpointer = Endpointer(frame=self.vad.frame_samples, rate=RATE)
         self.rest = np.zeros(0, np.float32)
         self.end: int | None = None  # the end of the speech so far (None: none yet)
