@@ -82,3 +82,4 @@ def test_a_growing_utterance_decode_yields_and_a_wait_can_be_abandoned():
     gate.release(partial)
     other.join(5)
     assert gate.free()
+

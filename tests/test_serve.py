@@ -113,7 +113,8 @@ def server(models_root, tmp_path_factory):
     wyoming = _free_port()
     srv = _start(models_root, tmp_path_factory.mktemp("serve"), "--api-key", KEY,
                  "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1", "--idle-timeout", "120",
-                 "--max-sessions", "3", "--wyoming", f"tcp://127.0.0.1:{wyoming}")
+                 "--max-sessions", "3", "--wyoming", f"tcp://127.0.0.1:{wyoming}",
+                 "--model-ttl", "3")
     srv.wyoming = wyoming
     yield srv
     if srv.proc.poll() is None:
@@ -147,7 +148,7 @@ def test_health_models_and_the_page(server):
     assert h["status"] == "ok" and h["drafter"] and h["decoder"] == "as2d"
     client = server.client()
     ids = [m.id for m in client.models.list().data]
-    assert ids == [h["model"]]
+    assert ids[0] == h["model"] and "tiny.en" in ids  # the server's, then the choosable
     assert client.models.retrieve("whisper-1").id == "whisper-1"
     status, headers, body = server.request("GET", "/")
     assert status == 200 and b"<title>as2d</title>" in body
@@ -663,6 +664,23 @@ def test_wyoming_describe_and_transcribe(server, reference):
     assert bad[-1].type == "error" and bad[-1].data["code"] == "invalid_language"
 
 
+def test_a_request_chooses_an_installed_model(server, models_root):
+    """``model="tiny.en"``: loaded for that request, its text is ``as2d transcribe --model
+    tiny.en``'s; unused for --model-ttl (3 s), it is unloaded again."""
+    with open(SHORT, "rb") as f:
+        got = server.client().audio.transcriptions.create(file=f, model="tiny.en",
+                                                           response_format="text")
+    assert "tiny.en-int8" in server.health()["loaded"]
+    r = cli("transcribe", SHORT, "--model", "tiny.en", "--no-live", "-q",
+            models_dir=models_root)
+    assert r.exit_code == 0 and str(got).strip() == r.stdout.strip()
+    deadline = time.monotonic() + 30
+    while "tiny.en-int8" in server.health()["loaded"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert server.health()["loaded"] == [server.health()["model"]]
+
+
 def test_full_queue_is_429(server):
     """One request decodes, one may wait (--max-queue 1), the next is refused with 429 and
     Retry-After; the waiting one is then served."""
@@ -935,6 +953,8 @@ def test_serve_refuses_bad_settings_in_one_line(tmp_path):
     error_line(cli("serve", "--idle-timeout", "0"), 2, "--idle-timeout")
     error_line(cli("serve", "--idle-timeout", "nan"), 2, "--idle-timeout")
     error_line(cli("serve", "--max-sessions", "0"), 2, "--max-sessions")
+    error_line(cli("serve", "--model-ttl", "-1"), 2, "--model-ttl")
+    error_line(cli("serve", "--memory-budget-mb", "0"), 2, "--memory-budget-mb")
     error_line(cli("serve", "--wyoming", "udp://127.0.0.1:1"), 2, "--wyoming")
     error_line(cli("serve", "--wyoming", "tcp://127.0.0.1"), 2, "--wyoming")
     error_line(cli("serve", "--api-key", "two\nlines"), 2, "--api-key")

@@ -63,6 +63,17 @@ class ServeRequest:
         "--idle-timeout", metavar="SECONDS",
         help="End a live session that sends no audio for this long, freeing its place.")
     ] = 10.0
+    preload: Annotated[list[str] | None, typer.Option(
+        "--preload", help="Also load this installed model at start, for requests whose "
+                          "model= names it (repeat for several).")] = None
+    model_ttl: Annotated[float, typer.Option(
+        "--model-ttl", metavar="SECONDS",
+        help="Unload a model requests chose (not --model) after this long unused (0: "
+             "never).")] = 300.0
+    memory_budget_mb: Annotated[float | None, typer.Option(
+        "--memory-budget-mb", metavar="MB",
+        help="Refuse (503) to load a model a request names when the server would pass "
+             "this much resident memory.")] = None
     wyoming: Annotated[str | None, typer.Option(
         "--wyoming", metavar="tcp://HOST:PORT",
         help="Also serve Home Assistant's Wyoming protocol there (speech to text, "
@@ -103,6 +114,10 @@ def validate(req: ServeRequest) -> None:
         raise UserError("--idle-timeout must be between 0.5 and 3600 seconds", 2)
     if req.wyoming is not None:
         _wyoming_address(req.wyoming)
+    if not 0 <= req.model_ttl <= 86400 * 365:  # NaN included
+        raise UserError("--model-ttl must be between 0 and 31536000 seconds", 2)
+    if req.memory_budget_mb is not None and not 0 < req.memory_budget_mb <= 1e7:
+        raise UserError("--memory-budget-mb must be more than 0", 2)
     if req.threads < 0:
         raise UserError("--threads cannot be negative", 2)
     for origin in req.cors_origin or []:
@@ -188,6 +203,8 @@ def run_serve(req: ServeRequest) -> int:
         models_dir=str(req.models_dir) if req.models_dir else None, llm=req.llm,
         max_upload_mb=req.max_upload_mb, max_queue=req.max_queue, api_key=req.api_key,
         idle_timeout=req.idle_timeout, max_sessions=req.max_sessions,
+        preload=tuple(req.preload or ()), model_ttl=req.model_ttl,
+        memory_budget_mb=req.memory_budget_mb,
         cors_origins=tuple(req.cors_origin or ()))
 
     def note(message: str) -> None:

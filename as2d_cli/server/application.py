@@ -124,6 +124,7 @@ def create_app(backend: Backend, wyoming_sock=None) -> FastAPI:
         backend.bind()  # the decode slot lives on this event loop
         if backend.state == "loading" and not backend.load_started:
             backend.start_loading()
+        reaper = asyncio.ensure_future(backend.models.reaper())  # unloads idle models
         wyoming = None
         if wyoming_sock is not None:  # Home Assistant's protocol, on this loop too
             from as2d.server.wyoming import serve_wyoming
@@ -132,6 +133,7 @@ def create_app(backend: Backend, wyoming_sock=None) -> FastAPI:
         try:
             yield
         finally:
+            reaper.cancel()
             if wyoming is not None:
                 wyoming.close()
                 for task in list(wyoming.as2d_tasks):
@@ -178,7 +180,9 @@ def create_app(backend: Backend, wyoming_sock=None) -> FastAPI:
                "busy": bool(backend.slot and backend.slot.busy) or backend.gate.holder is not None,
                "queued": backend.slot.waiting if backend.slot else 0,
                "live_sessions": len(backend.sessions),
-               "decoding": backend.gate.holder, "waiting_decodes": backend.gate.waiting}
+               "decoding": backend.gate.holder, "waiting_decodes": backend.gate.waiting,
+               "loaded": ([backend.model_name] if backend.engine is not None else [])
+               + sorted(backend.models.loaded)}
         if backend.state == "failed":
             doc["error"] = backend.error
         if backend.stopping:

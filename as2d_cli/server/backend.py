@@ -50,6 +50,11 @@ class ServeSettings:
     # sent) and its place freed for another (--max-sessions).
     idle_timeout: float = 10.0
     word_timestamps: bool = True  # prepare the alignment graph at start
+    # A model per request (model_choice.py): loaded at start, unloaded after this idle time
+    # (0: never), and the resident memory a load may not exceed (None: no limit).
+    preload: tuple[str, ...] = ()
+    model_ttl: float = 300.0
+    memory_budget_mb: float | None = None
 
 
 def make_engine(settings: ServeSettings, progress: Callable[[str], None]):
@@ -100,11 +105,12 @@ class DecodeSlot:
 
 class RequestJob:
     """One decode on the worker thread. ``cancelled``: its client went away (the engine is
-    stopped; a job not yet begun does not begin)."""
+    stopped; a job not yet begun does not begin). ``engine``: the one it decodes with."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine=None) -> None:
         self.cancelled = False
         self.future: Future | None = None
+        self.engine = engine
 
 
 class Backend:
@@ -131,6 +137,9 @@ class Backend:
         from as2d.runtime.live.decode_gate import DecodeGate
 
         self.gate = DecodeGate()  # HTTP requests and live sessions take turns here
+        from as2d.server.model_choice import Models
+
+        self.models = Models(self)  # the other installed models a request may name
         self.sessions: set[str] = set()  # live sessions open now
         self.started_monotonic = time.monotonic()
 
@@ -159,6 +168,11 @@ class Backend:
             self._failed(f"the models could not be loaded ({type(exc).__name__}: {exc})")
             return
         self.load_seconds = time.perf_counter() - t0
+        try:
+            self.models.preload(self.settings.preload)
+        except Exception as exc:  # noqa: BLE001 - reported as one line, the server then exits
+            self._failed(f"--preload: {getattr(exc, 'message', exc)}")
+            return
         self.state = "ready"
         drafter = self.drafter_name
         self.log(f"as2d: models ready in {self.load_seconds:.2f} s: {self.model_name}"
@@ -169,6 +183,10 @@ class Backend:
         self.state, self.error = "failed", message
         if self.on_failed is not None:
             self.on_failed(message)
+
+    @property
+    def engine_factory(self):
+        return self._factory
 
     @property
     def model_name(self) -> str:
@@ -221,8 +239,8 @@ class Backend:
             raise
 
     async def start(self, work: Callable[[], Any], disconnected: Callable[[], Any] | None = None,
-                    cleanup: Callable[[], None] | None = None, kind: str = "request"
-                    ) -> RequestJob:
+                    cleanup: Callable[[], None] | None = None, kind: str = "request",
+                    engine=None) -> RequestJob:
         """Take the slot and start ``work`` on the worker thread. The slot is released, and
         ``cleanup`` called (on the event loop), when the worker is done with it, not when the
         request ends: a request cancelled mid-decode must not let the next decode onto the
@@ -244,7 +262,7 @@ class Backend:
 
         try:
             self.require_ready()
-            job = self._submit(work, kind)
+            job = self._submit(work, kind, engine)
         except BaseException:
             finished()
             raise
@@ -258,9 +276,11 @@ class Backend:
         job.future.add_done_callback(done)
         return job
 
-    def _submit(self, work: Callable[[], Any], kind: str = "request") -> RequestJob:
-        """``kind``: the gate's class of the decode (``final`` for an end-of-speech decode)."""
-        job = RequestJob()
+    def _submit(self, work: Callable[[], Any], kind: str = "request", engine=None
+                ) -> RequestJob:
+        """``kind``: the gate's class of the decode (``final`` for an end-of-speech decode);
+        ``engine``: the model it decodes with (None: the server's own)."""
+        job = RequestJob(engine or self.engine)
 
         def run():
             with self.gate.hold(f"request-{id(job)}", kind,
@@ -270,7 +290,8 @@ class Backend:
                         raise ClientGone
                     self._busy = job
                 try:
-                    return work()
+                    with self.models.using(job.engine):
+                        return work()
                 finally:
                     with self._busy_lock:
                         self._busy = None
@@ -286,8 +307,8 @@ class Backend:
             if job.cancelled or job.future is None or job.future.done():
                 return
             job.cancelled = True
-            if self._busy is job and self.engine is not None:
-                self.engine.stop()
+            if self._busy is job and job.engine is not None:
+                job.engine.stop()
         self.log("as2d: a client went away; its decode was stopped")
 
     def cancelled(self) -> bool:
@@ -295,24 +316,26 @@ class Backend:
         job = self._busy
         return job is not None and job.cancelled
 
-    def transcribe(self, audio, options, info) -> Iterator:
-        """The engine's segments for the job on the worker thread. A cancel that came after
-        the job began but before the engine's run did (the engine's stop reaches only a run
-        in progress) stops it at the next pass."""
-        for seg in self.engine.transcribe(audio, options, info):
+    def transcribe(self, audio, options, info, engine=None) -> Iterator:
+        """The engine's segments for the job on the worker thread (``engine``: a model the
+        request chose; None: the server's own). A cancel that came after the job began but
+        before the engine's run did (the engine's stop reaches only a run in progress) stops
+        it at the next pass."""
+        engine = engine or self.engine
+        for seg in engine.transcribe(audio, options, info):
             if self.cancelled():
-                self.engine.stop()
+                engine.stop()
             yield seg
 
     async def run_decode(self, work: Callable[[], Any],
                          disconnected: Callable[[], Any] | None = None,
-                         cleanup: Callable[[], None] | None = None, kind: str = "request"
-                         ) -> Any:
+                         cleanup: Callable[[], None] | None = None, kind: str = "request",
+                         engine=None) -> Any:
         """Wait for the slot, run ``work`` on the worker thread, and return its result.
         ``disconnected`` (an async callable) is polled; when the client is gone the decode
         is stopped and :class:`ClientGone` raised. ``cleanup``, ``kind``: see :meth:`start`
         and :meth:`_submit`."""
-        job = await self.start(work, disconnected, cleanup, kind)
+        job = await self.start(work, disconnected, cleanup, kind, engine)
         future = asyncio.wrap_future(job.future)
         # Read the result even when nobody waits for it any more (no "never retrieved").
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -339,6 +362,7 @@ class Backend:
             with contextlib.suppress(Exception):
                 engine.stop()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.models.close()
         if engine is not None:
             with contextlib.suppress(Exception):
                 engine.close()
