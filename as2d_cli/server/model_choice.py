@@ -139,6 +139,9 @@ class Models:
     def preload(self, names: tuple[str, ...]) -> None:
         """On the loading thread, after the server's own model."""
         for name in names:
+            if name not in self.choosable():
+                raise APIError(503, f"{name} is not an installed Whisper model (as2d models "
+                                    "list shows them; as2d models install NAME adds one)")
             full = self.canonical(name)
             if full is not None and full not in self.loaded:
                 self._load(full)
