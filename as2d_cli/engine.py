@@ -651,20 +651,29 @@ class Engine:
         return self.prepare_answerer(options, listener).result()
 
     def live_session(self, source, options=None, listener: Listener | None = None,
-                     vad: str = "silero"):
+                     vad: str = "silero", gate=None, owner: str = "live"):
         """A live session (:class:`~as2d.runtime.live.session.LiveSession`) over ``source``:
         the growing utterance decoded by this engine's models. ``listener`` receives the
         session's events and its decodes' (committed words among them; the strategy's go to
         the engine's listener, as for files). ``vad``: the voice detector, ``silero`` or
         ``energy``, made here with a state of its own for this session (a
-        :class:`ModelError` when it cannot run)."""
+        :class:`ModelError` when it cannot run). ``gate``: a
+        :class:`~as2d.runtime.live.decode_gate.DecodeGate` the session shares with the other
+        users of this engine (``owner`` names it there); without one it decodes whenever it
+        likes, so the caller runs nothing else on this engine meanwhile."""
         from as2d.runtime.live.session import LiveSession
         from as2d.runtime.transcribe.longform import LongFormTranscriber
 
         # A transcriber of its own: the session taps its events for the whole session.
         transcriber = LongFormTranscriber(self.target, self.strategy, listener)
         return LiveSession(source, _voice_detector(vad), transcriber, options, listener,
-                           self.strategy.name, self.strategy.drafter_name)
+                           self.strategy.name, self.strategy.drafter_name, gate, owner)
+
+    def new_voice_detector(self, vad: str = "silero"):
+        """A voice detector with a state of its own (``silero`` or ``energy``), as a live
+        session gets: for a face that follows a stream's speech itself (the Wyoming server
+        finds where a request's speech ends). A :class:`ModelError` when it cannot run."""
+        return _voice_detector(vad)
 
     def stop(self) -> None:
         """Stop the transcription in progress after the current pass (thread-safe); nothing

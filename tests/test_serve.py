@@ -48,6 +48,7 @@ def _free_port() -> int:
 class Server:
     def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
         self.proc, self.port, self.log = proc, port, log
+        self.wyoming: int | None = None
         self.url = f"http://127.0.0.1:{port}"
 
     def client(self, key: str = KEY, **kw):
@@ -107,10 +108,14 @@ def _start(models_root: Path, tmp: Path, *args: str) -> Server:
 
 @pytest.fixture(scope="module")
 def server(models_root, tmp_path_factory):
-    # --idle-timeout: the queue test holds a live session without audio on purpose
+    # --idle-timeout: the sharing test holds a live session without speech on purpose
     # (tests/test_serve_hostile.py tests the timeout).
+    wyoming = _free_port()
     srv = _start(models_root, tmp_path_factory.mktemp("serve"), "--api-key", KEY,
-                 "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1", "--idle-timeout", "120")
+                 "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1", "--idle-timeout", "120",
+                 "--max-sessions", "3", "--wyoming", f"tcp://127.0.0.1:{wyoming}",
+                 "--model-ttl", "3")
+    srv.wyoming = wyoming
     yield srv
     if srv.proc.poll() is None:
         srv.proc.send_signal(signal.SIGTERM)
@@ -143,7 +148,7 @@ def test_health_models_and_the_page(server):
     assert h["status"] == "ok" and h["drafter"] and h["decoder"] == "as2d"
     client = server.client()
     ids = [m.id for m in client.models.list().data]
-    assert ids == [h["model"]]
+    assert ids[0] == h["model"] and "tiny.en" in ids  # the server's, then the choosable
     assert client.models.retrieve("whisper-1").id == "whisper-1"
     status, headers, body = server.request("GET", "/")
     assert status == 200 and b"<title>as2d</title>" in body
@@ -562,40 +567,144 @@ def test_realtime_refuses_a_wrong_key_and_intent(server):
 
 
 # -- many clients --------------------------------------------------------------------------------
-def test_full_queue_is_429_and_a_second_live_session_is_refused(server):
-    """A live session holds the decoder: one request may wait (--max-queue 1), the next is
-    refused with 429 and Retry-After; a second live session is refused; once the live session
-    ends, the waiting request is served."""
+def test_live_sessions_share_the_engine_with_requests(server):
+    """Two people dictate at once while a third socket stays open and silent and an HTTP
+    request comes in: both get their text, the request is answered meanwhile, the silent
+    session caused no decode (with ``hypotheses=1`` each decode is an ``as2d.hypothesis``),
+    and a fourth socket is refused (--max-sessions 3)."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+
     async def run():
-        headers = {"Authorization": f"Bearer {KEY}"}
-        async with websockets.connect(_ws_url(server), additional_headers=headers) as ws:
-            await _recv(ws)
-            await ws.send(json.dumps({"type": "input_audio_buffer.append",
-                                      "audio": base64.b64encode(b"\0\0" * 2400).decode()}))
-            loop = asyncio.get_running_loop()
-            deadline = time.monotonic() + 60
-            while not server.health()["busy"]:
-                assert time.monotonic() < deadline
+        loop = asyncio.get_running_loop()
+        async with websockets.connect(_ws_url(server, "intent=transcription&hypotheses=1"),
+                                      additional_headers=headers) as idle:
+            assert json.loads(await _recv(idle))["type"] == "session.created"
+            await idle.send(json.dumps({"type": "input_audio_buffer.append",
+                                        "audio": base64.b64encode(b"\0\0" * 24000).decode()}))
+            speakers = [asyncio.ensure_future(_replay(server, SHORT)) for _ in range(2)]
+            while server.health()["live_sessions"] < 3:
                 await asyncio.sleep(0.05)
+            async with websockets.connect(_ws_url(server), additional_headers=headers) as extra:
+                refused = json.loads(await _recv(extra))
+                assert refused["error"]["code"] == "too_many_sessions", refused
+                with pytest.raises(websockets.ConnectionClosed):
+                    await _recv(extra, 30)
+                assert extra.close_code == 1013
             body, ctype = _multipart(_form())
-            waiting = loop.run_in_executor(None, lambda: server.request(
+            t0 = time.perf_counter()
+            code, _, raw = await loop.run_in_executor(None, lambda: server.request(
                 "POST", "/v1/audio/transcriptions", body, {"Content-Type": ctype}))
-            while server.health()["queued"] < 1:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
-            code, hdrs, raw = server.request("POST", "/v1/audio/transcriptions", body,
-                                             {"Content-Type": ctype})
-            assert code == 429 and int(hdrs["retry-after"]) >= 1, raw
-            assert json.loads(raw)["error"]["type"] == "rate_limit_error"
-            async with websockets.connect(_ws_url(server), additional_headers=headers) as ws2:
-                await _recv(ws2)
-                await ws2.send(json.dumps({"type": "input_audio_buffer.append",
-                                           "audio": base64.b64encode(b"\0\0" * 2400).decode()}))
-                assert json.loads(await _recv(ws2))["error"]["code"] == "session_busy"
-            await ws.send(json.dumps({"type": "input_audio_buffer.end"}))
-            async for _ in ws:
-                pass
-            code, _, raw = await waiting
+            answered = time.perf_counter() - t0
+            assert code == 200 and "Dashwood" in json.loads(raw)["text"], raw
+            done = await asyncio.gather(*speakers)
+            await idle.send(json.dumps({"type": "input_audio_buffer.end"}))
+            seen = [json.loads(m) async for m in idle]
+        return answered, done, seen
+
+    answered, done, seen = asyncio.run(asyncio.wait_for(run(), 300))
+    for events in done:
+        text = " ".join(e["transcript"] for e in events if e["type"].endswith(
+            "transcription.completed"))
+        assert "Dashwood" in text and not [e for e in events if e["type"] == "error"], events
+    assert not [e for e in seen if e["type"] == "as2d.hypothesis"], seen
+    assert answered < 60
+
+
+async def _wyoming(server: Server, events: list, until: str = "transcript-stop") -> list:
+    """Send ``events`` with the wyoming library's own client; what comes back, to ``until``."""
+    from wyoming.client import AsyncTcpClient
+
+    got = []
+    async with AsyncTcpClient("127.0.0.1", server.wyoming) as client:
+        for event in events:
+            await client.write_event(event)
+        while (event := await asyncio.wait_for(client.read_event(), 120)) is not None:
+            got.append(event)
+            if event.type in (until, "error"):
+                break
+    return got
+
+
+def test_wyoming_describe_and_transcribe(server, reference):
+    """Home Assistant's protocol, through the wyoming library's client: ``info`` names the
+    model; a 44.1-kHz stereo recording (then silence) comes back as the words ``as2d
+    transcribe`` writes for the recording, streamed (transcript-start, the final transcript,
+    transcript-stop); a language the model does not know is an ``error`` event."""
+    pytest.importorskip("wyoming")
+    import soundfile as sf
+    import soxr
+    from wyoming.asr import Transcribe
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.info import Describe, Info
+
+    (info,) = asyncio.run(_wyoming(server, [Describe().event()], until="info"))
+    program = Info.from_event(info).asr[0]
+    assert program.supports_transcript_streaming
+    assert program.models[0].name == server.health()["model"]
+    assert {"en", "de"} <= set(program.models[0].languages)
+
+    x, rate = sf.read(str(SHORT), dtype="float32")
+    # a second of silence after the speech, as a satellite sends before its VAD ends the
+    # command: the transcript decoded when the speech ended is the one kept
+    y = np.concatenate([soxr.resample(x, rate, 44100), np.zeros(44100, np.float32)])
+    pcm = (np.clip(np.stack([y, y], axis=1), -1, 1) * 32767).astype("<i2").tobytes()
+    step = 44100 * 4 // 10
+    chunks = [AudioChunk(44100, 2, 2, pcm[i:i + step]).event()
+              for i in range(0, len(pcm), step)]
+    got = asyncio.run(_wyoming(server, [Transcribe(language="en").event(),
+                                        AudioStart(44100, 2, 2).event(), *chunks,
+                                        AudioStop().event()]))
+    kinds = [e.type for e in got]
+    assert kinds[0] == "transcript-start" and kinds[-2:] == ["transcript", "transcript-stop"]
+    assert set(kinds[1:-2]) <= {"transcript-chunk"}, kinds
+    want = json.loads(reference[(SHORT, ("--word-timestamps",))]["json"])["text"].strip()
+    assert got[-2].data["text"] == want and got[-2].data["language"] == "en"
+
+    bad = asyncio.run(_wyoming(server, [Transcribe(language="klingon").event()]))
+    assert bad[-1].type == "error" and bad[-1].data["code"] == "invalid_language"
+
+
+def test_a_request_chooses_an_installed_model(server, models_root):
+    """``model="tiny.en"``: loaded for that request, its text is ``as2d transcribe --model
+    tiny.en``'s; unused for --model-ttl (3 s), it is unloaded again."""
+    with open(SHORT, "rb") as f:
+        got = server.client().audio.transcriptions.create(file=f, model="tiny.en",
+                                                           response_format="text")
+    assert "tiny.en-int8" in server.health()["loaded"]
+    r = cli("transcribe", SHORT, "--model", "tiny.en", "--no-live", "-q",
+            models_dir=models_root)
+    assert r.exit_code == 0 and str(got).strip() == r.stdout.strip()
+    deadline = time.monotonic() + 30
+    while "tiny.en-int8" in server.health()["loaded"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert server.health()["loaded"] == [server.health()["model"]]
+
+
+def test_full_queue_is_429(server):
+    """One request decodes, one may wait (--max-queue 1), the next is refused with 429 and
+    Retry-After; the waiting one is then served."""
+    async def run():
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + 120
+        long_body, long_type = _multipart(_form(file=(LONG.read_bytes(), LONG.name)))
+        first = loop.run_in_executor(None, lambda: server.request(
+            "POST", "/v1/audio/transcriptions", long_body, {"Content-Type": long_type}))
+        while not server.health()["busy"]:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        body, ctype = _multipart(_form())
+        waiting = loop.run_in_executor(None, lambda: server.request(
+            "POST", "/v1/audio/transcriptions", body, {"Content-Type": ctype}))
+        while server.health()["queued"] < 1:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.02)
+        code, hdrs, raw = server.request("POST", "/v1/audio/transcriptions", body,
+                                         {"Content-Type": ctype})
+        assert code == 429 and int(hdrs["retry-after"]) >= 1, raw
+        assert json.loads(raw)["error"]["type"] == "rate_limit_error"
+        for pending in (first, waiting):
+            code, _, raw = await pending
             assert code == 200 and "Dashwood" in json.loads(raw)["text"]
 
     asyncio.run(asyncio.wait_for(run(), 300))
@@ -843,6 +952,11 @@ def test_serve_refuses_bad_settings_in_one_line(tmp_path):
     error_line(cli("serve", "--cors-origin", "evil"), 2, "--cors-origin")
     error_line(cli("serve", "--idle-timeout", "0"), 2, "--idle-timeout")
     error_line(cli("serve", "--idle-timeout", "nan"), 2, "--idle-timeout")
+    error_line(cli("serve", "--max-sessions", "0"), 2, "--max-sessions")
+    error_line(cli("serve", "--model-ttl", "-1"), 2, "--model-ttl")
+    error_line(cli("serve", "--memory-budget-mb", "0"), 2, "--memory-budget-mb")
+    error_line(cli("serve", "--wyoming", "udp://127.0.0.1:1"), 2, "--wyoming")
+    error_line(cli("serve", "--wyoming", "tcp://127.0.0.1"), 2, "--wyoming")
     error_line(cli("serve", "--api-key", "two\nlines"), 2, "--api-key")
     error_line(cli("serve", "--api-key", " padded"), 2, "--api-key")
     with socket.socket() as s:

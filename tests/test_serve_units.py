@@ -64,3 +64,17 @@ def test_sighup_stops_the_server_gracefully_unless_ignored():
         assert signal.SIGHUP not in _stop_signals((signal.SIGINT, signal.SIGTERM))
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+def test_a_model_over_the_memory_budget_is_a_503():
+    from as2d.server.api_errors import APIError
+    from as2d.server.model_choice import check_budget
+
+    check_budget(None, 5000, 500, "tiny.en-int8")  # no budget: anything loads
+    check_budget(2000, 900, 300, "tiny.en-int8")  # 900 + 2 x 300 fits
+    try:
+        check_budget(1200, 900, 300, "tiny.en-int8")
+    except APIError as exc:
+        assert exc.status == 503 and exc.code == "memory_budget" and "1200 MB" in exc.message
+    else:
+        raise AssertionError("no 503")

@@ -25,6 +25,7 @@ HELP = """Serve OpenAI's audio API, live transcription and a browser page on thi
 POST /v1/audio/transcriptions and /v1/audio/translations take the requests OpenAI's clients
 send; /v1/realtime?intent=transcription streams live audio; http://HOST:PORT/ is a page that
 transcribes a dropped file or the microphone. Loopback only unless --api-key is given.
+--wyoming tcp://HOST:PORT also speaks Home Assistant's Wyoming protocol.
 """
 
 ServeDecoder = opt.reworded(opt.DecoderName, "as2d, sd or target (all give the same text).")
@@ -55,10 +56,28 @@ class ServeRequest:
         "--max-upload-mb", help="Largest upload accepted, in MB.")] = 25.0
     max_queue: Annotated[int, typer.Option(
         "--max-queue", help="Requests that may wait for the decoder before 429.")] = 8
+    max_sessions: Annotated[int, typer.Option(
+        "--max-sessions", help="Live sessions (realtime sockets, the page) open at once; "
+                               "one more is refused.")] = 8
     idle_timeout: Annotated[float, typer.Option(
         "--idle-timeout", metavar="SECONDS",
-        help="End a live session that sends no audio for this long, freeing the decoder "
-             "for other requests.")] = 10.0
+        help="End a live session that sends no audio for this long, freeing its place.")
+    ] = 10.0
+    preload: Annotated[list[str] | None, typer.Option(
+        "--preload", help="Also load this installed model at start, for requests whose "
+                          "model= names it (repeat for several).")] = None
+    model_ttl: Annotated[float, typer.Option(
+        "--model-ttl", metavar="SECONDS",
+        help="Unload a model requests chose (not --model) after this long unused (0: "
+             "never).")] = 300.0
+    memory_budget_mb: Annotated[float | None, typer.Option(
+        "--memory-budget-mb", metavar="MB",
+        help="Refuse (503) to load a model a request names when the server would pass "
+             "this much resident memory.")] = None
+    wyoming: Annotated[str | None, typer.Option(
+        "--wyoming", metavar="tcp://HOST:PORT",
+        help="Also serve Home Assistant's Wyoming protocol there (speech to text, "
+             "streaming transcripts; Wyoming has no authentication).")] = None
     cors_origin: Annotated[list[str] | None, typer.Option(
         "--cors-origin", help="Allow browser pages from this origin (repeat for several; "
                               "default: none).")] = None
@@ -89,8 +108,16 @@ def validate(req: ServeRequest) -> None:
         raise UserError("--max-upload-mb must be more than 0 and at most 4096", 2)
     if not 0 <= req.max_queue <= 1000:
         raise UserError("--max-queue must be between 0 and 1000", 2)
+    if not 1 <= req.max_sessions <= 1000:
+        raise UserError("--max-sessions must be between 1 and 1000", 2)
     if not 0.5 <= req.idle_timeout <= 3600:  # NaN included
         raise UserError("--idle-timeout must be between 0.5 and 3600 seconds", 2)
+    if req.wyoming is not None:
+        _wyoming_address(req.wyoming)
+    if not 0 <= req.model_ttl <= 86400 * 365:  # NaN included
+        raise UserError("--model-ttl must be between 0 and 31536000 seconds", 2)
+    if req.memory_budget_mb is not None and not 0 < req.memory_budget_mb <= 1e7:
+        raise UserError("--memory-budget-mb must be more than 0", 2)
     if req.threads < 0:
         raise UserError("--threads cannot be negative", 2)
     for origin in req.cors_origin or []:
@@ -135,30 +162,49 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _check_installed() -> None:
+def _wyoming_address(uri: str) -> tuple[str, int]:
+    from as2d.server.wyoming import parse_uri
+
+    try:
+        return parse_uri(uri)
+    except ValueError as exc:
+        raise UserError(str(exc), 2) from None
+
+
+def _check_installed(wyoming: bool = False) -> None:
     import importlib.util
 
-    missing = [name for name, module in (("fastapi", "fastapi"), ("uvicorn", "uvicorn"),
-                                         ("python-multipart", "python_multipart"),
-                                         ("websockets", "websockets"))
-               if importlib.util.find_spec(module) is None]
+    needed = [("fastapi", "fastapi"), ("uvicorn", "uvicorn"),
+              ("python-multipart", "python_multipart"), ("websockets", "websockets")]
+    if wyoming:
+        needed.append(("wyoming", "wyoming"))
+    missing = [name for name, module in needed if importlib.util.find_spec(module) is None]
     if missing:
         raise UserError(f"as2d serve needs {', '.join(missing)}: pip install 'as2d[serve]'")
 
 
 def run_serve(req: ServeRequest) -> int:
-    _check_installed()
+    _check_installed(req.wyoming is not None)
     validate(req)
     from as2d.server.application import run
     from as2d.server.backend import Backend, ServeSettings
 
     sock = listen(req.host, req.port)
+    wyoming_sock = None
+    if req.wyoming is not None:
+        try:
+            wyoming_sock = listen(*_wyoming_address(req.wyoming))
+        except BaseException:
+            sock.close()
+            raise
     settings = ServeSettings(
         model=req.model, drafter=req.drafter, decoder=req.decoder, precision=req.precision,
         threads=req.threads, encoder=req.encoder,
         models_dir=str(req.models_dir) if req.models_dir else None, llm=req.llm,
         max_upload_mb=req.max_upload_mb, max_queue=req.max_queue, api_key=req.api_key,
-        idle_timeout=req.idle_timeout,
+        idle_timeout=req.idle_timeout, max_sessions=req.max_sessions,
+        preload=tuple(req.preload or ()), model_ttl=req.model_ttl,
+        memory_budget_mb=req.memory_budget_mb,
         cors_origins=tuple(req.cors_origin or ()))
 
     def note(message: str) -> None:
@@ -176,4 +222,7 @@ def run_serve(req: ServeRequest) -> int:
     note(f"as2d: serving on http://{shown}:{req.port} (pid {os.getpid()}); loading "
          f"{req.model}" + (f" + {req.drafter}" if req.decoder != "target" else "")
          + (f" and {req.llm}" if req.llm else "") + "...")
-    return run(backend, sock, log_level="warning" if req.quiet else "info")
+    if wyoming_sock is not None:
+        note(f"as2d: Wyoming (Home Assistant) on {req.wyoming}")
+    return run(backend, sock, log_level="warning" if req.quiet else "info",
+               wyoming_sock=wyoming_sock)

@@ -115,7 +115,7 @@ class Guard:
                                    status_code=500)(scope, receive, send)
 
 
-def create_app(backend: Backend) -> FastAPI:
+def create_app(backend: Backend, wyoming_sock=None) -> FastAPI:
     from as2d.server.audio_api import make_router
     from as2d.server.realtime import serve_realtime
 
@@ -124,7 +124,20 @@ def create_app(backend: Backend) -> FastAPI:
         backend.bind()  # the decode slot lives on this event loop
         if backend.state == "loading" and not backend.load_started:
             backend.start_loading()
-        yield
+        reaper = asyncio.ensure_future(backend.models.reaper())  # unloads idle models
+        wyoming = None
+        if wyoming_sock is not None:  # Home Assistant's protocol, on this loop too
+            from as2d.server.wyoming import serve_wyoming
+
+            wyoming = await serve_wyoming(backend, wyoming_sock)
+        try:
+            yield
+        finally:
+            reaper.cancel()
+            if wyoming is not None:
+                wyoming.close()
+                for task in list(wyoming.as2d_tasks):
+                    task.cancel()
 
     app = FastAPI(title="as2d", docs_url=None, redoc_url=None, openapi_url=None,
                   lifespan=lifespan)
@@ -164,8 +177,12 @@ def create_app(backend: Backend) -> FastAPI:
                "model": backend.model_name if backend.state == "ready" else settings.model,
                "drafter": backend.drafter_name,
                "decoder": backend.decoder_name, "llm": settings.llm,
-               "busy": bool(backend.slot and backend.slot.busy),
-               "queued": backend.slot.waiting if backend.slot else 0}
+               "busy": bool(backend.slot and backend.slot.busy) or backend.gate.holder is not None,
+               "queued": backend.slot.waiting if backend.slot else 0,
+               "live_sessions": len(backend.sessions),
+               "decoding": backend.gate.holder, "waiting_decodes": backend.gate.waiting,
+               "loaded": ([backend.model_name] if backend.engine is not None else [])
+               + sorted(backend.models.loaded)}
         if backend.state == "failed":
             doc["error"] = backend.error
         if backend.stopping:
@@ -265,9 +282,9 @@ def http_protocol() -> type:
     return JSONErrorH11Protocol
 
 
-def run(backend: Backend, sock, log_level: str = "info") -> int:
-    """Serve on the listening socket ``sock`` until SIGTERM/SIGINT; the exit code (1 when
-    the models failed to load)."""
+def run(backend: Backend, sock, log_level: str = "info", wyoming_sock=None) -> int:
+    """Serve on the listening socket ``sock`` (and Wyoming on ``wyoming_sock``) until
+    SIGTERM/SIGINT; the exit code (1 when the models failed to load)."""
     import uvicorn
     import uvicorn.server
 
@@ -293,7 +310,7 @@ def run(backend: Backend, sock, log_level: str = "info") -> int:
 
     # python-multipart logs each malformed body it meets; the client gets the 400 already.
     logging.getLogger("python_multipart").setLevel(logging.CRITICAL)
-    app = create_app(backend)
+    app = create_app(backend, wyoming_sock)
     config = uvicorn.Config(app, log_level=log_level, access_log=True,
                             lifespan="on", timeout_graceful_shutdown=300,
                             http=http_protocol(),

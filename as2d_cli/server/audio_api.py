@@ -111,10 +111,10 @@ def make_router(backend: Backend) -> APIRouter:
                            param="file", code="invalid_file_format") from None
         return audio
 
-    def check_language(req: AudioRequest) -> None:
+    def check_language(req: AudioRequest, engine=None) -> None:
         from as2d.runtime.transcribe.transcribe_options import resolve_language
 
-        target = backend.engine.target
+        target = (engine or backend.engine).target
         try:
             resolve_language(target, req.language)
         except ValueError as exc:
@@ -129,30 +129,32 @@ def make_router(backend: Backend) -> APIRouter:
         try:
             req = parse_audio_request(upload, task, backend.settings.decoder)
             backend.require_ready()
-            check_language(req)
+            engine = await backend.models.engine(req.model)  # a model the request names
+            check_language(req, engine)
             audio = await load(req)  # from here the decode's cleanup closes it
             if req.stream:
-                return await stream(request, req, audio)
+                return await stream(request, req, audio, engine)
             segments, info = await backend.run_decode(
-                lambda: decode(req, audio), request.is_disconnected, cleanup=audio.close)
+                lambda: decode(req, audio, engine), request.is_disconnected,
+                cleanup=audio.close, engine=engine)
             return render(req, segments, info)
         except ClientGone:
             return Response(status_code=499)
         finally:
             upload.close()  # the audio is decoded from memory by now
 
-    def decode(req: AudioRequest, audio):
+    def decode(req: AudioRequest, audio, engine=None):
         from as2d.runtime.transcribe.longform import TranscriptionInfo
 
         info = TranscriptionInfo(None, 0.0, audio.duration)
         try:
-            segments = list(backend.transcribe(audio, engine_options(req), info))
+            segments = list(backend.transcribe(audio, engine_options(req), info, engine))
         except ValueError as exc:  # options the model cannot honour
             param = exc.option if isinstance(exc, OptionError) else None
             raise APIError(400, str(exc), param=param, code="invalid_value") from None
         return segments, info
 
-    async def stream(request: Request, req: AudioRequest, audio) -> Response:
+    async def stream(request: Request, req: AudioRequest, audio, engine=None) -> Response:
         """Server-Sent Events, one delta per committed segment. The decode slot is taken
         before the answer starts, so a full queue is still a 429."""
         from as2d.runtime.transcribe.longform import TranscriptionInfo
@@ -164,14 +166,15 @@ def make_router(backend: Backend) -> APIRouter:
 
         def work() -> None:
             try:
-                for seg in backend.transcribe(audio, engine_options(req), info):
+                for seg in backend.transcribe(audio, engine_options(req), info, engine):
                     loop.call_soon_threadsafe(events.put_nowait, seg)
             except BaseException as exc:  # noqa: BLE001 - handed to the event stream
                 loop.call_soon_threadsafe(events.put_nowait, exc)
             finally:
                 loop.call_soon_threadsafe(events.put_nowait, done)
 
-        job = await backend.start(work, request.is_disconnected, cleanup=audio.close)
+        job = await backend.start(work, request.is_disconnected, cleanup=audio.close,
+                                  engine=engine)
 
         async def body():
             text = ""
@@ -270,6 +273,9 @@ def make_router(backend: Backend) -> APIRouter:
     async def models() -> JSONResponse:
         backend.require_ready()
         data = [model_card(backend.model_name)]
+        # the other installed Whisper models a request may name (loaded on first use)
+        data += [model_card(n) for n in sorted(backend.models.choosable())
+                 if backend.models.canonical(n) is not None]
         if backend.settings.llm:
             data.append(model_card(os.path.basename(str(backend.settings.llm))))
         return JSONResponse({"object": "list", "data": data})
@@ -277,7 +283,7 @@ def make_router(backend: Backend) -> APIRouter:
     @router.get("/v1/models/{name}")
     async def model(name: str) -> JSONResponse:
         backend.require_ready()
-        names = {backend.model_name, "whisper-1"}
+        names = {backend.model_name, "whisper-1", *backend.models.choosable()}
         if name not in names:
             raise APIError(404, f"the model {name!r} does not exist here (this server serves "
                                 f"{backend.model_name})", param="model",

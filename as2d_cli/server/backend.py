@@ -1,9 +1,13 @@
-"""The server's one engine and the one decode slot every request queues for.
+"""The server's one engine, and how its users take turns on it.
 
 Models load once, on a thread, while the server already answers (``/health`` says
 ``loading``). Decoding is serialised: the target's sessions use every core, and two decodes
-at once would only make both slower, so requests wait their turn in a bounded FIFO queue
-(:class:`DecodeSlot`); beyond it a request is refused with 429 and ``Retry-After``.
+at once would only make both slower. HTTP requests wait their turn in a bounded FIFO queue
+(:class:`DecodeSlot`); beyond it a request is refused with 429 and ``Retry-After``. The
+request that leaves that queue and the live sessions' decodes then take turns on the engine
+through one :class:`~as2d.runtime.live.decode_gate.DecodeGate` (end-of-speech decodes first,
+then round robin by owner, a request that waited too long promoted): a live session holds the
+engine only while one of its decodes runs, so an idle one costs nothing but its socket.
 
 A decode runs on a worker thread (onnxruntime releases the GIL; the event loop keeps serving
 health checks, queued clients and the socket). A client that goes away cancels its work:
@@ -39,12 +43,18 @@ class ServeSettings:
     llm: str | None = None
     max_upload_mb: float = 25.0
     max_queue: int = 8  # requests waiting for the decode slot before 429
+    max_sessions: int = 8  # live sessions open at once; the next is refused
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
     # A live session that gets no audio for this long is ended (its utterance finished and
-    # sent) and the decoder freed: an idle socket kept open must not hold it from others.
+    # sent) and its place freed for another (--max-sessions).
     idle_timeout: float = 10.0
     word_timestamps: bool = True  # prepare the alignment graph at start
+    # A model per request (model_choice.py): loaded at start, unloaded after this idle time
+    # (0: never), and the resident memory a load may not exceed (None: no limit).
+    preload: tuple[str, ...] = ()
+    model_ttl: float = 300.0
+    memory_budget_mb: float | None = None
 
 
 def make_engine(settings: ServeSettings, progress: Callable[[str], None]):
@@ -60,7 +70,8 @@ def make_engine(settings: ServeSettings, progress: Callable[[str], None]):
 
 
 class DecodeSlot:
-    """One decode at a time, FIFO, at most ``max_queue`` waiting (then 429)."""
+    """One HTTP request at a time, FIFO, at most ``max_queue`` waiting (then 429); the one
+    let through then takes its turn on the engine with the live sessions (the gate)."""
 
     def __init__(self, max_queue: int) -> None:
         self.max_queue = max_queue
@@ -94,11 +105,12 @@ class DecodeSlot:
 
 class RequestJob:
     """One decode on the worker thread. ``cancelled``: its client went away (the engine is
-    stopped; a job not yet begun does not begin)."""
+    stopped; a job not yet begun does not begin). ``engine``: the one it decodes with."""
 
-    def __init__(self) -> None:
+    def __init__(self, engine=None) -> None:
         self.cancelled = False
         self.future: Future | None = None
+        self.engine = engine
 
 
 class Backend:
@@ -122,7 +134,13 @@ class Backend:
         self.on_failed: Callable[[str], None] | None = None
         self.stopping = False
         self.load_started = False
-        self.live_active = False  # a realtime session holds the slot
+        from as2d.runtime.live.decode_gate import DecodeGate
+
+        self.gate = DecodeGate()  # HTTP requests and live sessions take turns here
+        from as2d.server.model_choice import Models
+
+        self.models = Models(self)  # the other installed models a request may name
+        self.sessions: set[str] = set()  # live sessions open now
         self.started_monotonic = time.monotonic()
 
     # -- loading --------------------------------------------------------------------------------
@@ -150,6 +168,11 @@ class Backend:
             self._failed(f"the models could not be loaded ({type(exc).__name__}: {exc})")
             return
         self.load_seconds = time.perf_counter() - t0
+        try:
+            self.models.preload(self.settings.preload)
+        except Exception as exc:  # noqa: BLE001 - reported as one line, the server then exits
+            self._failed(f"--preload: {getattr(exc, 'message', exc)}")
+            return
         self.state = "ready"
         drafter = self.drafter_name
         self.log(f"as2d: models ready in {self.load_seconds:.2f} s: {self.model_name}"
@@ -160,6 +183,10 @@ class Backend:
         self.state, self.error = "failed", message
         if self.on_failed is not None:
             self.on_failed(message)
+
+    @property
+    def engine_factory(self):
+        return self._factory
 
     @property
     def model_name(self) -> str:
@@ -212,7 +239,8 @@ class Backend:
             raise
 
     async def start(self, work: Callable[[], Any], disconnected: Callable[[], Any] | None = None,
-                    cleanup: Callable[[], None] | None = None) -> RequestJob:
+                    cleanup: Callable[[], None] | None = None, kind: str = "request",
+                    engine=None) -> RequestJob:
         """Take the slot and start ``work`` on the worker thread. The slot is released, and
         ``cleanup`` called (on the event loop), when the worker is done with it, not when the
         request ends: a request cancelled mid-decode must not let the next decode onto the
@@ -234,7 +262,7 @@ class Backend:
 
         try:
             self.require_ready()
-            job = self._submit(work)
+            job = self._submit(work, kind, engine)
         except BaseException:
             finished()
             raise
@@ -248,19 +276,26 @@ class Backend:
         job.future.add_done_callback(done)
         return job
 
-    def _submit(self, work: Callable[[], Any]) -> RequestJob:
-        job = RequestJob()
+    def _submit(self, work: Callable[[], Any], kind: str = "request", engine=None
+                ) -> RequestJob:
+        """``kind``: the gate's class of the decode (``final`` for an end-of-speech decode);
+        ``engine``: the model it decodes with (None: the server's own)."""
+        job = RequestJob(engine or self.engine)
 
         def run():
-            with self._busy_lock:
-                if job.cancelled:
-                    raise ClientGone
-                self._busy = job
-            try:
-                return work()
-            finally:
+            with self.gate.hold(f"request-{id(job)}", kind,
+                                abandon=lambda: job.cancelled) as turn:
                 with self._busy_lock:
-                    self._busy = None
+                    if job.cancelled or turn is None:
+                        raise ClientGone
+                    self._busy = job
+                try:
+                    with self.models.using(job.engine):
+                        return work()
+                finally:
+                    with self._busy_lock:
+                        self._busy = None
+                    self.gate.forget(f"request-{id(job)}")
 
         job.future = self.pool.submit(run)
         return job
@@ -272,8 +307,8 @@ class Backend:
             if job.cancelled or job.future is None or job.future.done():
                 return
             job.cancelled = True
-            if self._busy is job and self.engine is not None:
-                self.engine.stop()
+            if self._busy is job and job.engine is not None:
+                job.engine.stop()
         self.log("as2d: a client went away; its decode was stopped")
 
     def cancelled(self) -> bool:
@@ -281,22 +316,26 @@ class Backend:
         job = self._busy
         return job is not None and job.cancelled
 
-    def transcribe(self, audio, options, info) -> Iterator:
-        """The engine's segments for the job on the worker thread. A cancel that came after
-        the job began but before the engine's run did (the engine's stop reaches only a run
-        in progress) stops it at the next pass."""
-        for seg in self.engine.transcribe(audio, options, info):
+    def transcribe(self, audio, options, info, engine=None) -> Iterator:
+        """The engine's segments for the job on the worker thread (``engine``: a model the
+        request chose; None: the server's own). A cancel that came after the job began but
+        before the engine's run did (the engine's stop reaches only a run in progress) stops
+        it at the next pass."""
+        engine = engine or self.engine
+        for seg in engine.transcribe(audio, options, info):
             if self.cancelled():
-                self.engine.stop()
+                engine.stop()
             yield seg
 
     async def run_decode(self, work: Callable[[], Any],
                          disconnected: Callable[[], Any] | None = None,
-                         cleanup: Callable[[], None] | None = None) -> Any:
+                         cleanup: Callable[[], None] | None = None, kind: str = "request",
+                         engine=None) -> Any:
         """Wait for the slot, run ``work`` on the worker thread, and return its result.
         ``disconnected`` (an async callable) is polled; when the client is gone the decode
-        is stopped and :class:`ClientGone` raised. ``cleanup``: see :meth:`start`."""
-        job = await self.start(work, disconnected, cleanup)
+        is stopped and :class:`ClientGone` raised. ``cleanup``, ``kind``: see :meth:`start`
+        and :meth:`_submit`."""
+        job = await self.start(work, disconnected, cleanup, kind, engine)
         future = asyncio.wrap_future(job.future)
         # Read the result even when nobody waits for it any more (no "never retrieved").
         future.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -323,6 +362,7 @@ class Backend:
             with contextlib.suppress(Exception):
                 engine.stop()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.models.close()
         if engine is not None:
             with contextlib.suppress(Exception):
                 engine.close()

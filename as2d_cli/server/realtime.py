@@ -15,8 +15,14 @@ VAD, endpointing, LocalAgreement, speculative finals), and its events go back as
 as2d's own client event ``input_audio_buffer.end`` says no more audio will come: the
 utterance in progress is finished, its events are sent, and the server closes the socket
 (1000). A session that gets no audio for ``--idle-timeout`` seconds (10) ends the same way,
-after an ``error`` event with the code ``idle_timeout``: an idle socket kept open does not
-hold the decoder from the other requests. With ``?hypotheses=1`` the server also sends
+after an ``error`` event with the code ``idle_timeout``, and frees its place.
+
+Many sessions run at once (``--max-sessions``, 8; one more is refused with the error code
+``too_many_sessions`` and closed 1013). A session holds the engine only while one of its
+decodes runs, taking turns with the others and the HTTP requests (see
+:mod:`~as2d.runtime.live.decode_gate`): silence costs its voice detector, never a decode.
+
+With ``?hypotheses=1`` the server also sends
 ``as2d.hypothesis`` (the tentative tail of each decode), ``as2d.level`` and ``as2d.note``
 events, which the browser page draws.
 
@@ -72,7 +78,6 @@ class RealtimeConnection:
         self.loop = asyncio.get_running_loop()
         self._items: dict[int, str] = {}
         self._last_item: str | None = None
-        self.holding_slot = False
         self.ended = False
         self.last_audio = self.loop.time()
 
@@ -262,9 +267,9 @@ class RealtimeConnection:
         await self.send({"type": reply, "session": self.session_doc()})
 
     def idle_deadline(self) -> float | None:
-        """When the session will have been idle too long (loop time), or None when it holds
-        no decoder (no audio yet, or already ending)."""
-        if not self.holding_slot or self.ended or self.source is None:
+        """When the session will have been idle too long (loop time; counted from the
+        connection until audio comes), or None when it is already ending."""
+        if self.ended:
             return None
         return self.last_audio + self.backend.settings.idle_timeout
 
@@ -273,13 +278,16 @@ class RealtimeConnection:
         ``input_audio_buffer.end`` does (what was sent is decoded and its events sent; the
         socket is then closed and the decoder freed for the requests waiting)."""
         seconds = self.backend.settings.idle_timeout
-        await self.send(_error(f"no audio for {seconds:g} s: the live session ends, and the "
-                               "decoder is freed for other requests (as2d serve "
-                               "--idle-timeout)", "idle_timeout"))
+        await self.send(_error(f"no audio for {seconds:g} s: the live session ends and frees "
+                               "its place for another (as2d serve --idle-timeout)",
+                               "idle_timeout"))
         self.backend.log(f"as2d: live session {self.id} sent no audio for {seconds:g} s; "
                          "ending it")
         self.ended = True
-        self.source.end()
+        if self.source is not None:
+            self.source.end()
+        else:
+            self.post(_DONE)
 
     async def append_pcm(self, pcm: bytes, eid) -> None:
         self.last_audio = self.loop.time()
@@ -302,30 +310,19 @@ class RealtimeConnection:
 
     async def start_session(self) -> bool:
         """The live session, made when the first audio comes (the rate is settled by then).
-        It holds the decode slot until it ends."""
+        It takes turns on the engine with the other sessions and requests (the gate)."""
         from as2d.engine import ModelError
         from as2d.runtime.live.audio_input import PushSource
         from as2d.runtime.live.session import LiveOptions
 
         backend = self.backend
-        if backend.live_active:
-            await self.send(_error("another live session is running; this server runs one "
-                                   "at a time", "session_busy"))
-            await self.ws.close(1013)
-            return False
-        backend.live_active = True
-        try:
-            await backend.slot.acquire()
-        except APIError as exc:
-            backend.live_active = False
-            await self.send(_error(exc.message, exc.code or "busy"))
-            await self.ws.close(1013)
-            return False
-        self.holding_slot = True
         self.source = PushSource(self.rate, name=f"websocket {self.id}")
         options = LiveOptions(language=self.language)
-        try:  # the engine makes the session's voice detector (a state of its own)
-            self.session = backend.engine.live_session(self.source, options, self.on_event)
+        try:  # the engine makes the session's voice detector (a state of its own; ~0.1 s,
+            # so not on the event loop, which serves the other sessions meanwhile)
+            self.session = await self.loop.run_in_executor(None, lambda: (
+                backend.engine.live_session(self.source, options, self.on_event,
+                                            gate=backend.gate, owner=self.id)))
         except ModelError as exc:
             await self.send(_error(str(exc), "vad_unavailable"))
             return False
@@ -333,7 +330,7 @@ class RealtimeConnection:
         return True
 
     async def release(self) -> None:
-        """The client is gone or the session ended: stop decoding, free the slot."""
+        """The client is gone or the session ended: stop decoding, free its place."""
         session = self.session
         if session is not None and not session.done:
             if self.ended:
@@ -341,10 +338,8 @@ class RealtimeConnection:
             if not session.done:
                 session.abort()
                 await asyncio.get_running_loop().run_in_executor(None, session.wait, 30)
-        if self.holding_slot:
-            self.holding_slot = False
-            self.backend.live_active = False
-            self.backend.slot.release()
+        self.backend.sessions.discard(self.id)
+        self.backend.gate.forget(self.id)
 
 
 _DONE = {"type": "__done__"}
@@ -368,9 +363,21 @@ async def serve_realtime(ws: WebSocket, backend: Backend) -> None:
         await ws.send_text(json.dumps(_error(exc.message, exc.code or "unavailable")))
         await ws.close(1013)
         return
+    limit = backend.settings.max_sessions
+    if len(backend.sessions) >= limit:
+        await ws.send_text(json.dumps(_error(
+            f"the server already runs {len(backend.sessions)} live sessions, its limit (as2d "
+            "serve --max-sessions); retry later", "too_many_sessions")))
+        await ws.close(1013)
+        return
     hypotheses = ws.query_params.get("hypotheses", "") in ("1", "true")
     conn = RealtimeConnection(ws, backend, hypotheses)
-    await conn.send({"type": "session.created", "session": conn.session_doc()})
+    backend.sessions.add(conn.id)
+    try:
+        await conn.send({"type": "session.created", "session": conn.session_doc()})
+    except BaseException:
+        backend.sessions.discard(conn.id)
+        raise
 
     async def pump() -> None:
         while True:

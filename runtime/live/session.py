@@ -24,6 +24,7 @@ committed words are never withdrawn, so a writer can append them to a file as th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -43,6 +44,7 @@ from as2d.runtime.events import (
 )
 from as2d.runtime.live.agreement import LocalAgreement
 from as2d.runtime.live.audio_input import AudioInputError, AudioSource
+from as2d.runtime.live.decode_gate import FINAL, PARTIAL, DecodeGate
 from as2d.runtime.live.endpoint import Boundary, EndpointConfig, Endpointer
 from as2d.runtime.live.hints import HintedStrategy
 from as2d.runtime.live.jobs import Job, Jobs
@@ -108,8 +110,12 @@ class LiveSession:
 
     def __init__(self, source: AudioSource, vad: VoiceDetector, transcriber: LongFormTranscriber,
                  options: LiveOptions | None = None, listener: Listener | None = None,
-                 decoder: str = "target", drafter: str | None = None) -> None:
+                 decoder: str = "target", drafter: str | None = None,
+                 gate: DecodeGate | None = None, owner: str = "live") -> None:
         self.source = source
+        # Shared with other sessions and requests on the same engine (a server): each decode
+        # holds it while it runs, and nothing else (see decode_gate for who goes next).
+        self.gate, self.owner = gate, owner
         self.vad = vad
         self.options = options or LiveOptions()
         self.emit = listener or ignore
@@ -268,7 +274,7 @@ class LiveSession:
         """Decode the growing utterance only when the decoder is idle, and has been for long
         enough to keep its share of growing-utterance work at ``partial_duty``."""
         jobs = self._jobs
-        if not jobs.idle():
+        if not jobs.idle() or (self.gate is not None and not self.gate.free()):
             return False
         duty = min(1.0, max(0.05, self.options.partial_duty))
         gap = jobs.last_partial_seconds * (1.0 / duty - 1.0)
@@ -401,9 +407,12 @@ class LiveSession:
             self.emit(DecodeStarted(job.utterance, job.start / SAMPLE_RATE,
                                     job.end / SAMPLE_RATE, job.final,
                                     time.perf_counter() - job.submitted, job.urgent))
-            t0 = time.perf_counter()
-            out = self._decode(job)
-            seconds = time.perf_counter() - t0
+            with self._turn(job) as turn:
+                if turn is None:  # stale before its turn came
+                    return
+                t0 = time.perf_counter()
+                out = self._decode(job)
+                seconds = time.perf_counter() - t0
             if out is None:  # cancelled: a newer job made it stale
                 return
             text, tokens, target_s = out
@@ -433,6 +442,21 @@ class LiveSession:
             self.results.append(done)
             self._utts.pop(job.utterance, None)
             self.emit(done)
+
+    def _turn(self, job: Job):
+        """Hold the shared gate (if any) for ``job``'s decode: end-of-speech decodes (finals,
+        speculative finals, settles) go first; a growing-utterance decode may be stopped to
+        let one of them, or a request, go first."""
+        if self.gate is None:
+            return contextlib.nullcontext(True)
+
+        def preempt() -> None:
+            job.cancelled = True
+            self.transcriber.stop()
+
+        kind = FINAL if job.final or job.urgent or job.commit else PARTIAL
+        return self.gate.hold(self.owner, kind, abandon=lambda: job.cancelled,
+                              preempt=preempt)
 
     def _decode(self, job: Job) -> tuple[str, int, float] | None:
         opts = TranscribeOptions(language=self.language, initial_prompt=self._prompt(job),

@@ -1,0 +1,188 @@
+"""A model per request: ``model=`` chooses among the installed Whisper models.
+
+The server's own model (``--model``) stays loaded. Another installed one (a name ``as2d models
+list`` shows: ``tiny.en``, ``base-fp32``, a converted folder's name) is loaded when a request
+first names it, kept while requests use it, and unloaded once nobody has used it for
+``--model-ttl`` seconds (its memory returned to the system). ``--preload`` loads some at start
+(they are unloaded after the TTL like the others). A name that is no installed model (OpenAI's
+``whisper-1``, ...) means the server's own model, as before.
+
+``--memory-budget-mb``: a model is loaded only if the server's resident memory plus the model's
+estimated size (twice its files: weights and the runtime's working buffers) stays within it;
+otherwise the request gets 503 ``memory_budget`` rather than a machine that swaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from as2d.server.api_errors import APIError
+
+
+@dataclass
+class Loaded:
+    engine: object
+    last_used: float
+    in_use: int = 0
+
+
+def rss_mb() -> float:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def installed_whisper(models_dir: str | None) -> dict[str, float]:
+    """The installed Whisper models a request may name → their size in MB (a catalog name
+    without a precision means its default precision)."""
+    from as2d.models.bundle import installed_bundles
+    from as2d.models.bundle import models_dir as root_of
+    from as2d.models.catalog import CATALOG
+
+    out: dict[str, float] = {}
+    for b in installed_bundles(root_of(models_dir)):
+        if b.manifest.get("kind", "whisper") != "whisper":
+            continue
+        out[b.name] = b.size() / 1e6
+    for entry in CATALOG.values():
+        full = f"{entry.name}-{entry.default_precision}"
+        if entry.kind == "whisper" and full in out:
+            out[entry.name] = out[full]
+    return out
+
+
+def check_budget(budget_mb: float | None, resident_mb: float, model_mb: float,
+                 name: str) -> None:
+    """503 when loading ``name`` would take the server past ``--memory-budget-mb``."""
+    if budget_mb is None:
+        return
+    need = resident_mb + 2 * model_mb
+    if need > budget_mb:
+        raise APIError(503, f"loading {name} would take the server to about {need:.0f} MB, "
+                            f"over its memory budget of {budget_mb:.0f} MB (as2d serve "
+                            "--memory-budget-mb); use the server's own model or retry once "
+                            "another model was unloaded", param="model", code="memory_budget",
+                       headers={"Retry-After": "30"})
+
+
+class Models:
+    """The extra models of one server (the backend's own engine is not among them)."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.loaded: dict[str, Loaded] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._listed: tuple[float, dict[str, float]] = (-1e9, {})
+
+    def choosable(self) -> dict[str, float]:
+        """The installed Whisper models (read from disk at most every 10 s)."""
+        at, names = self._listed
+        if time.monotonic() - at > 10:
+            names = installed_whisper(self.backend.settings.models_dir)
+            self._listed = (time.monotonic(), names)
+        return names
+
+    def canonical(self, name: str | None) -> str | None:
+        """The extra model ``name`` means, or None for the server's own."""
+        if not name:
+            return None
+        own = {self.backend.settings.model, self.backend.model_name}
+        sizes = self.choosable()
+        if name not in sizes or name in own:
+            return None
+        from as2d.models.catalog import CATALOG
+
+        entry = CATALOG.get(name)
+        full = f"{name}-{entry.default_precision}" if entry is not None else name
+        return None if full in own else full
+
+    async def engine(self, name: str | None):
+        """The engine for a request's ``model`` (loading it if needed)."""
+        full = self.canonical(name)
+        if full is None:
+            return self.backend.engine
+        lock = self._locks.setdefault(full, asyncio.Lock())
+        async with lock:
+            got = self.loaded.get(full)
+            if got is None:
+                check_budget(self.backend.settings.memory_budget_mb, rss_mb(),
+                             self.choosable().get(full, 0.0), full)
+                got = await asyncio.get_running_loop().run_in_executor(None, self._load, full)
+            got.last_used = time.monotonic()
+            return got.engine
+
+    def _load(self, full: str) -> Loaded:
+        from as2d.loading import ModelError
+
+        t0 = time.perf_counter()
+        try:  # the backend's engine factory (as2d.engine's front door), with this model
+            engine = self.backend.engine_factory(replace(self.backend.settings, model=full),
+                                                 lambda m: self.backend.log(f"as2d: {m}"))
+        except ModelError as exc:
+            raise APIError(503, f"the model {full} could not be loaded: {exc}", param="model",
+                           code="model_unavailable") from None
+        got = self.loaded[full] = Loaded(engine, time.monotonic())
+        self.backend.log(f"as2d: model {full} loaded in {time.perf_counter() - t0:.2f} s "
+                         "(for the requests that name it)")
+        return got
+
+    def preload(self, names: tuple[str, ...]) -> None:
+        """On the loading thread, after the server's own model."""
+        for name in names:
+            if name not in self.choosable():
+                raise APIError(503, f"{name} is not an installed Whisper model (as2d models "
+                                    "list shows them; as2d models install NAME adds one)")
+            full = self.canonical(name)
+            if full is not None and full not in self.loaded:
+                self._load(full)
+
+    @contextlib.contextmanager
+    def using(self, engine):
+        """Mark ``engine`` in use while a decode runs on it (never unloaded meanwhile)."""
+        got = next((g for g in self.loaded.values() if g.engine is engine), None)
+        if got is not None:
+            got.in_use += 1
+        try:
+            yield
+        finally:
+            if got is not None:
+                got.in_use -= 1
+                got.last_used = time.monotonic()
+
+    def unload_idle(self, ttl: float) -> list[str]:
+        """Unload the models nobody used for ``ttl`` seconds; their names."""
+        now = time.monotonic()
+        gone = [n for n, g in self.loaded.items() if g.in_use == 0 and now - g.last_used >= ttl]
+        for name in gone:
+            got = self.loaded.pop(name)
+            with contextlib.suppress(Exception):
+                got.engine.close()
+            del got
+        if gone:
+            gc.collect()
+            with contextlib.suppress(Exception):  # give the freed pages back (glibc)
+                ctypes.CDLL("libc.so.6").malloc_trim(0)
+            self.backend.log(f"as2d: unloaded {', '.join(gone)} (unused for {ttl:g} s)")
+        return gone
+
+    async def reaper(self) -> None:
+        ttl = self.backend.settings.model_ttl
+        while ttl > 0:
+            await asyncio.sleep(min(5.0, max(0.5, ttl / 4)))
+            self.unload_idle(ttl)
+
+    def close(self) -> None:
+        for got in self.loaded.values():
+            with contextlib.suppress(Exception):
+                got.engine.close()
+        self.loaded.clear()
