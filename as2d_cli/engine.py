@@ -191,6 +191,22 @@ class AskResult:
     transcription: Any = None  # the transcription's RunStats, where a collector listened
 
     @property
+    def evidence(self) -> tuple:
+        """The passages the answer rests on, best first (as2d.runtime.ask.evidence.Evidence);
+        () without an answer."""
+        return self.answer.evidence if self.answer is not None else ()
+
+    @property
+    def abstained(self) -> bool:
+        """No answer cleared the bar (the answer's text says the recording does not say)."""
+        return self.answer is not None and self.answer.abstained
+
+    @property
+    def method(self) -> str | None:
+        """How the answer was reached (extracted, generated, not said, ...)."""
+        return self.answer.method if self.answer is not None else None
+
+    @property
     def transcribed(self) -> float:
         """Seconds of the recording the spans reach (all of it, unless interrupted)."""
         return self.spans[-1].end if self.spans else 0.0

@@ -241,7 +241,7 @@ def test_recording_time_is_located_from_the_words_with_the_span_as_evidence(lm, 
         assert a.text.startswith(f"At {format_time(said.start)}: ")
         assert 5.0 <= said.start <= 9.0
         doc = a.to_dict()
-        assert doc["method"] == "located" and doc["spans"][0]["start"] == said.start
+        assert doc["method"] == "located" and doc["evidence"][0]["start"] == said.start
     # a quoted phrase wins over shared words; the earliest span on a tie
     two = [Span(0.0, 2.0, "Do you hear me?"), Span(2.0, 3.0, "Yes."),
            Span(3.0, 5.0, "Do you hear me?"), Span(5.0, 6.0, "What are you talking about?")]
@@ -643,11 +643,11 @@ def test_cli_json_layout(models, qset):
             "--json", "-q", "--language", "en", models_dir=models)
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert {"question", "answer", "spans", "context", "stats", "models", "candidates",
-            "source", "duration", "language"} <= set(doc)
+    assert {"question", "answer", "evidence", "abstained", "context", "stats", "models",
+            "candidates", "source", "duration", "language"} <= set(doc)
     assert "age of" in doc["answer"]
-    assert doc["spans"] and all({"start", "end", "text"} == set(s) for s in doc["spans"])
-    assert all("age of" in s["text"] and s["end"] > s["start"] for s in doc["spans"])
+    assert doc["evidence"] and all({"start", "end", "text"} == set(s) for s in doc["evidence"])
+    assert all("age of" in s["text"] and s["end"] > s["start"] for s in doc["evidence"])
     assert doc["context"]["selected"] is False and doc["context"]["note"] is None
     assert len(doc["context"]["spans"]) >= 9
     assert doc["candidates"] == "verified"

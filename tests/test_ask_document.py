@@ -52,7 +52,8 @@ class FakeAnswer:
 
     def to_dict(self) -> dict:
         return {"question": self.question, "answer": self.text, "method": "extracted",
-                "spans": [], "context": {"selected": False, "note": None, "spans": []},
+                "abstained": False, "evidence": [],
+                "context": {"selected": False, "note": None, "spans": []},
                 "stopped": "stop"}
 
 
@@ -148,7 +149,8 @@ def test_the_document_is_the_answer_then_the_run_in_todays_order():
     assert [s.text for s in result.spans] == ["Mr. John Dashwood had then leisure",
                                               "to consider."]
     doc = result.to_dict()
-    assert list(doc) == ["question", "answer", "method", "spans", "context", "stopped",
+    assert list(doc) == ["question", "answer", "method", "abstained", "evidence", "context",
+                         "stopped",
                          "source", "duration", "language", "interrupted", "models",
                          "candidates", "stats"]
     assert doc["source"] == "talks/clip.wav" and doc["duration"] == 44.0

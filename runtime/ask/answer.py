@@ -35,6 +35,7 @@ from as2d.runtime.ask.answer_sources import (
     source_texts,
 )
 from as2d.runtime.ask.codec import Codec
+from as2d.runtime.ask.evidence import Evidence
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
 from as2d.runtime.ask.passages import evidence, rank_spans
 from as2d.runtime.ask.policies import policy_for
@@ -108,7 +109,6 @@ class Answer:
     question: str
     text: str
     tokens: list[int]
-    evidence: list[Span]  # transcript spans the answer draws on
     context: list[Span]  # transcript spans the prompt held
     selected: bool
     note: str | None
@@ -125,13 +125,23 @@ class Answer:
     method: str = "generated"
     generated: str | None = None  # the model's own answer when it was replaced
     candidates: list[Candidate] = field(default_factory=list)  # scored, best first
+    # The passages the answer rests on, best first (transcript spans are Evidence); when it
+    # abstained, the passages that come closest.
+    evidence: tuple[Evidence, ...] = ()
+    # No answer cleared the bar: ``text`` says the recording does not say (``method``
+    # "not said"), and ``evidence`` holds the closest passages, if any.
+    abstained: bool = False
+
+    def __post_init__(self) -> None:
+        self.evidence = tuple(self.evidence)
 
     def to_dict(self) -> dict:
         return {"question": self.question, "answer": self.text, "method": self.method,
+                "abstained": self.abstained,
+                "evidence": [s.to_dict() for s in self.evidence],
                 **({"generated": self.generated} if self.generated is not None else {}),
                 **({"candidates": [c.to_dict(self.context) for c in self.candidates]}
                    if self.candidates else {}),
-                "spans": [s.to_dict() for s in self.evidence],
                 "context": {"selected": self.selected, "note": self.note,
                             "spans": [s.to_dict() for s in self.context]},
                 "stopped": self.stopped}
@@ -231,8 +241,9 @@ class Answerer:
                 emit(AskStarted(question, self.model.name, 0, 0, len(spans), len(spans), False,
                                 False))
                 emit(AnswerDone(text, 0, method, 0.0))
-                return Answer(question, text, [], [spans[i] for i in where], list(spans), False,
-                              None, method, collector.current, None, method)
+                return Answer(question, text, [], list(spans), False, None, method,
+                              collector.current, None, method,
+                              evidence=[spans[i] for i in where])
         plan = self.prompt(spans, question)
         if plan.note:
             emit(Note(plan.note, "warning"))
@@ -274,10 +285,11 @@ class Answerer:
 
         gen = SpeculativeGenerator(self.model, emit, self.prefix)
 
-        def run(max_new: int):
+        def run(max_new: int, score: bool = True):
+            score = score and bool(found)
             return gen.generate(plan.ids, max_new, plan.stop_ids, sources,
-                                calibrate if found else None, plan.static,
-                                score_candidates if found else None)
+                                calibrate if score else None, plan.static,
+                                score_candidates if score else None)
 
         # Spans to score: the answer will be one of them unless none fits the context, so
         # generate only the token the prefill gives (no pass) unless a comparison is asked.
@@ -285,15 +297,20 @@ class Answerer:
         skipped = bool(scored) and len(result.tokens) < o.max_tokens and not o.compare
         if found and not scored and not o.compare:
             result = run(o.max_tokens)  # no span could be scored: generation is the answer
-        if len(result.tokens) > 1:
-            self.previous.append([t for t in result.tokens if t not in plan.stop_ids])
-        text = self.answer_text(result.tokens, plan)
         scored.sort(key=rank)
-        method, generated, used = "generated", None, evidence(text, plan.spans)
         check = o.check and policy.not_said is not None
         # Only answers of the kind asked, adding to the question, every word said.
         fitting = policy.fitting(scored, question, spans) if check else scored
         pick = policy.choose(fitting, spans, question, plan.spans)
+        if pick is None and skipped:
+            # No span answers: the model's own answer is judged, so it is generated whole,
+            # whether or not a comparison was asked (``compare`` never changes the answer;
+            # the same greedy tokens, the prefill's head from the prefix cache).
+            result, skipped = run(o.max_tokens, score=False), False
+        if len(result.tokens) > 1:
+            self.previous.append([t for t in result.tokens if t not in plan.stop_ids])
+        text = self.answer_text(result.tokens, plan)
+        method, generated, used = "generated", None, evidence(text, plan.spans)
         if pick is not None:
             method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
@@ -309,8 +326,9 @@ class Answerer:
             used = plan.focus[:1]
         tokens, stopped = ([], "extracted") if skipped else (result.tokens, result.stopped)
         emit(AnswerDone(text, len(tokens), stopped, result.prefill_seconds + result.seconds))
-        return Answer(question, text, tokens, used, plan.spans, plan.selected, note,
-                      stopped, collector.current, plan, method, generated, scored)
+        return Answer(question, text, tokens, plan.spans, plan.selected, note, stopped,
+                      collector.current, plan, method, generated, scored, evidence=used,
+                      abstained=method == "not said")
 
     def calibrate(self, state, plan: PromptPlan, scored: list[Candidate],
                   seqs: dict[str, list[int]]) -> None:
@@ -354,8 +372,8 @@ class Answerer:
         text = f"At {format_time(best.start)}: \u201c{best.text.strip()}\u201d"
         emit(AskStarted(question, self.model.name, 0, 0, len(spans), len(spans), False, False))
         emit(AnswerDone(text, 0, "located", 0.0))
-        return Answer(question, text, [], [best], list(spans), False, None, "located",
-                      collector.current, None, "located")
+        return Answer(question, text, [], list(spans), False, None, "located",
+                      collector.current, None, "located", evidence=[best])
 
     def answer_text(self, tokens: Sequence[int], plan: PromptPlan) -> str:
         ids = [t for t in tokens if t not in self.builder.eos_ids]
