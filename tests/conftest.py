@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # graphs) on the onnxruntime encoder; on a CPU with AMX, `auto` would pick OpenVINO. Tests of the
 # OpenVINO back end (tests/test_encoders.py) ask for it by name.
 os.environ.setdefault("AS2D_ENCODER", "onnxruntime")
+# `as2d ask` keeps transcripts in the models folder (as2d.runtime.ask.transcripts): the suite
+# measures transcriptions, so none is taken from another test's run; tests of the cache name
+# a folder of their own.
+os.environ.setdefault("AS2D_TRANSCRIPT_CACHE", "off")
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
 
