@@ -49,8 +49,11 @@ def run(*args, cache=None, models_dir=None, input=None):
 # -- the cache and the transcript reader (no models) ------------------------------------------
 
 def test_the_cache_keeps_finds_bounds_and_clears(tmp_path):
-    cache = TranscriptCache(tmp_path / "c", max_entries=2, memory=0)
     t = Transcript(SPANS, "en", 7.1, "drafted", "base-int8")
+    remembers = TranscriptCache(tmp_path / "m")
+    remembers.put("k", t)
+    assert remembers.get("k").origin == "cache"  # from memory, read as from the folder
+    cache = TranscriptCache(tmp_path / "c", max_entries=2, memory=0)
     assert cache.get("a") is None
     assert cache.put("a", t) and cache.put("b", t)
     got = cache.get("a")

@@ -33,7 +33,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from as2d.runtime.ask.spans import Span, spans_from_segments
@@ -164,7 +164,7 @@ class TranscriptCache:
 
     def put(self, key: str, transcript: Transcript) -> bool:
         """Keep ``transcript`` under ``key``; False when the folder cannot be written."""
-        self._remember(key, transcript)
+        self._remember(key, replace(transcript, origin="cache", key=key))  # as get() reads it
         text = json.dumps(transcript.to_dict(), ensure_ascii=False, allow_nan=False)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
