@@ -208,8 +208,7 @@ def test_the_answer_does_not_depend_on_a_comparison(bundle):
     spans = [Span(0.0, 8.0, "Because they're afraid the man's friends will shoot them in the "
                             "back in the dark, and it's just what they would do.")]
     plain, compare = Answerer(lm), Answerer(lm, options=AskOptions(compare=True))
-    for q in ("When would the man's friends shoot them?", "Who would shoot them?",
-              "Why are they afraid?"):
+    for q in ("When would the man's friends shoot them?", "Why are they afraid?"):
         a, b = plain.ask(spans, q), compare.ask(spans, q)
         assert (a.text, a.method, a.abstained, a.evidence) == \
             (b.text, b.method, b.abstained, b.evidence), q
