@@ -92,10 +92,10 @@ def long_recording(path: Path, seconds: float = 600.0) -> float:
         a = load_audio(c)
         pieces.append(np.asarray(a.samples, np.float32).copy())
         a.close()
-    while total < seconds * 16000:
-        for p in pieces:
-            parts += [p, gap]
-            total += len(p) + len(gap)
+    while total < seconds * 16000:  # whole clips, until the recording reaches ``seconds``
+        p = pieces[len(parts) // 2 % len(pieces)]
+        parts += [p, gap]
+        total += len(p) + len(gap)
     sf.write(path, np.concatenate(parts), 16000, subtype="PCM_16")
     return total / 16000
 
@@ -113,7 +113,9 @@ def run(pkg: Path, args: list[str], env: dict) -> dict:
     return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "answer": p.stdout.strip()}
 
 
-def summary(runs: list[dict]) -> dict:
+def summary(runs: list[dict]) -> dict | None:
+    if not runs:
+        return None
     return {"n": len(runs), "wall_median_s": round(statistics.median(r["wall_s"] for r in runs), 3),
             "wall_min_s": round(min(r["wall_s"] for r in runs), 3),
             "cpu_median_s": round(statistics.median(r["cpu_s"] for r in runs), 3)}
@@ -127,6 +129,11 @@ def main() -> None:
     ap.add_argument("--long-before", type=int, default=1,
                     help="whole re-transcriptions of the long recording to time (before)")
     ap.add_argument("--short", default=str(ROOT / "samples" / "sense_and_sensibility.wav"))
+    ap.add_argument("--contexts", default="",
+                    help="also time follow-ups with --context N for these N (comma-separated): "
+                         "a bounded prompt")
+    ap.add_argument("--skip-first", action="store_true",
+                    help="leave out the first-question comparison on the short clip")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
 
@@ -150,7 +157,7 @@ def main() -> None:
     # warm-up: the OS file cache, the encoder choice, the LLM's stored prompt head
     run(after_pkg, short, {**env, "AS2D_TRANSCRIPT_CACHE": "off"})
     first = {"before": [], "after": []}
-    for i in range(a.rounds):
+    for i in range(0 if a.skip_first else a.rounds):
         cache = work / f"cache-first-{i}"
         order = ("before", "after") if i % 2 == 0 else ("after", "before")
         for which in order:
@@ -158,13 +165,16 @@ def main() -> None:
             first[which].append(run(pkg, short, {**env, "AS2D_TRANSCRIPT_CACHE": str(cache)}))
         print("first", i, first["before"][-1]["wall_s"], first["after"][-1]["wall_s"],
               flush=True)
-    doc["first_question_short_clip"] = {
+    doc["first_question_short_clip"] = None if a.skip_first else {
         "clip": a.short, "question": SHORT_QUESTION,
         "before": summary(first["before"]), "after": summary(first["after"]),
         "after_over_before_wall": round(summary(first["after"])["wall_median_s"]
                                         / summary(first["before"])["wall_median_s"], 3),
-        "same_answers": all(x["answer"] == first["after"][0]["answer"]
-                            for x in first["after"] + first["before"]),
+        "after_over_before_cpu": round(summary(first["after"])["cpu_median_s"]
+                                       / summary(first["before"])["cpu_median_s"], 3),
+        # (the answer's line: after prints its evidence under it)
+        "same_answers": len({x["answer"].splitlines()[0]
+                             for x in first["after"] + first["before"]}) == 1,
         "runs": first}
 
     long = work / "long.wav"
@@ -179,6 +189,15 @@ def main() -> None:
         follow.append({**run(after_pkg, ["-q", "--no-live", str(long), q], lenv),
                        "question": q})
         print("long follow-up (after)", follow[-1]["wall_s"], flush=True)
+    bounded = {}
+    for n in [int(x) for x in a.contexts.split(",") if x.strip()]:
+        bounded[n] = []
+        for i in range(a.rounds):
+            q = LONG_QUESTIONS[1 + i % (len(LONG_QUESTIONS) - 1)]
+            bounded[n].append({**run(after_pkg, ["-q", "--no-live", "--context", str(n),
+                                                 str(long), q], lenv), "question": q})
+            print(f"long follow-up (after, --context {n})", bounded[n][-1]["wall_s"],
+                  flush=True)
     old = []
     for i in range(a.long_before):
         q = LONG_QUESTIONS[1 + i % (len(LONG_QUESTIONS) - 1)]
@@ -188,14 +207,18 @@ def main() -> None:
         "seconds": round(seconds, 1), "clips": [str(c) for c in clips()],
         "first_question_after": cold,
         "follow_up_after": summary(follow), "follow_up_before": summary(old),
+        "follow_up_after_with_context": {str(n): summary(r) for n, r in bounded.items()},
+        "runs_after_with_context": {str(n): r for n, r in bounded.items()},
         "follow_up_before_over_after_wall": round(summary(old)["wall_median_s"]
-                                                  / summary(follow)["wall_median_s"], 1),
+                                                  / summary(follow)["wall_median_s"], 1)
+        if old else None,
         "runs_after": follow, "runs_before": old}
     doc["load_average_at_end"] = os.getloadavg()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
-    print(json.dumps({k: v for k, v in doc["first_question_short_clip"].items() if k != "runs"},
-                     indent=1))
+    if doc["first_question_short_clip"]:
+        print(json.dumps({k: v for k, v in doc["first_question_short_clip"].items()
+                          if k != "runs"}, indent=1))
     print(json.dumps({k: v for k, v in doc["long_recording"].items()
                       if not k.startswith("runs") and k != "clips"}, indent=1))
     shutil.rmtree(work, ignore_errors=True)
