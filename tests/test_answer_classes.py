@@ -135,6 +135,17 @@ def _read_head(spans, question):
         bool(where) and all(0 <= i < len(spans) for i in where)
 
 
+def _decide(spans, question):
+    """``(first word, quotes its clause, its span is the transcript's)`` of the judge's yes/no
+    decision, or None."""
+    got = POLICY.yes_no(spans, question)
+    if got is None:
+        return None
+    text, where = got
+    return text.split()[0], "\u201c" in text, bool(where) and all(0 <= i < len(spans)
+                                                                   for i in where)
+
+
 def _about(spans, question) -> list[str]:
     """What is said about Y: the pinned objects, else the candidates said "about" Y."""
     found = POLICY.candidates(spans, question)
@@ -171,6 +182,7 @@ PROBES: dict[str, Callable] = {
     "closed": lambda s, q, a: _closed(s, q, a),
     "read": lambda s, q, a: _read(s, q),
     "read_head": lambda s, q, a: _read_head(s, q),
+    "decide": lambda s, q, a: _decide(s, q),
     "clock": lambda s, q, a: POLICY.asks_about_time(q),
     "without_clock": lambda s, q, a: without_clock(q),
     "choose": lambda s, q, a: _choose(s, q, a),
@@ -370,8 +382,7 @@ def amount(spans, question, right, wrong):
 
 
 def yes_no(spans, question, head):
-    return c(spans, question, ("read_head", None, None if head is None else
-                               ("confirmed", head, True, True)))
+    return c(spans, question, ("decide", None, None if head is None else (head, True, True)))
 
 
 CASES: list[Case] = [
@@ -924,7 +935,9 @@ def answerer(bundle):
     from as2d.runtime.ask.answer import Answerer, AskOptions
     from as2d.runtime.llm.lm import CausalLM
 
-    return Answerer(CausalLM(bundle(LLM, "int8"), threads=2), options=AskOptions())
+    # the rules' answers as found (the judge, which may withhold them, is tested in
+    # tests/test_ask_judge.py)
+    return Answerer(CausalLM(bundle(LLM, "int8"), threads=2), options=AskOptions(judge=False))
 
 
 # (transcript, question, words of which the answer must hold one; None: not said)

@@ -37,6 +37,7 @@ from as2d.runtime.ask.answer_sources import (
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.evidence import Evidence
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
+from as2d.runtime.ask.judge import ABSTAIN_BELOW, MARGIN, judge
 from as2d.runtime.ask.passages import evidence, rank_spans
 from as2d.runtime.ask.policies import policy_for
 from as2d.runtime.ask.policy import Candidate
@@ -92,6 +93,14 @@ class AskOptions:
     # ``calibrate_top`` likeliest; see :meth:`Answerer.calibrate`. 0 ranks by likelihood alone.
     calibrate: float = 0.75
     calibrate_top: int = 6
+    # Every answer is judged (:mod:`as2d.runtime.ask.judge`): its evidence ordered, and
+    # withheld when it is a span chosen by less than ``abstain_margin`` from a passage that
+    # says less than ``abstain`` of the question's words, it is not of the kind asked, or a
+    # yes/no question is not decided (``abstain`` 0: none withheld for support). ``judge``
+    # False: the answer as found (the bench's "before").
+    judge: bool = True
+    abstain: float = ABSTAIN_BELOW
+    abstain_margin: float = MARGIN
     # The few-shot head's KV rows are stored beside the model and loaded by later runs
     # (:mod:`as2d.runtime.llm.prefix_cache`): 0.3 s less prefill, the same answer.
     prefix_cache: bool = True
@@ -131,6 +140,13 @@ class Answer:
     # No answer cleared the bar: ``text`` says the recording does not say (``method``
     # "not said"), and ``evidence`` holds the closest passages, if any.
     abstained: bool = False
+    # How the judge (:mod:`as2d.runtime.ask.judge`) saw it: the share of the question's words
+    # said around the answer's passage, the answer it withheld or replaced (a yes/no question
+    # answered from its deciding clause), and why it was withheld.
+    confidence: float | None = None
+    margin: float | None = None  # a chosen span's score above the next candidate's
+    withheld: str | None = None
+    reason: str | None = None
 
     def __post_init__(self) -> None:
         self.evidence = tuple(self.evidence)
@@ -217,15 +233,26 @@ class Answerer:
 
     def ask(self, spans: Sequence[Span], question: str, drafter_text: str | None = None,
             language: str | None = None) -> Answer:
-        """The answer to ``question`` about the transcript ``spans``. ``language`` (the
-        transcript's, a Whisper code) picks the answer policy (:func:`~.policies.policy_for`):
-        the English rules for English or an unknown language, none for another (the model's
-        own answer, and the answer's note says the rules were off)."""
+        """The answer to ``question`` about the transcript ``spans``, with its evidence (best
+        first), withheld when it does not stand (:mod:`~as2d.runtime.ask.judge`).
+        ``language`` (the transcript's, a Whisper code) picks the answer policy
+        (:func:`~.policies.policy_for`): the English rules for English or an unknown language,
+        none for another (the model's own answer, and the answer's note says the rules were
+        off)."""
         problem = question_error(question)
         if problem:
             raise ValueError(problem)
-        o = self.options
         policy = policy_for(language)
+        found = self.find(spans, question, drafter_text, policy)
+        if not self.options.judge:
+            return found
+        return judge(found, spans, question, policy, self.options.abstain,
+                     self.options.abstain_margin)
+
+    def find(self, spans: Sequence[Span], question: str, drafter_text: str | None,
+             policy) -> Answer:
+        """The answer as the rules and the model find it, before it is judged."""
+        o = self.options
         collector = AnswerStatsCollector()
         emit = fanout(collector, self.emit)
         if policy.note:

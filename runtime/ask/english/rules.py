@@ -31,14 +31,19 @@ from as2d.runtime.ask.english.kinds import (
     states_condition,
 )
 from as2d.runtime.ask.english.sequence import sequence_answer
-from as2d.runtime.ask.english.yesno import yes_no_answer
+from as2d.runtime.ask.english.yesno import is_yes_no, yes_no_decision
 from as2d.runtime.ask.passages import best_sentence, content_words, within
 from as2d.runtime.ask.policy import Candidate, Reading
 from as2d.runtime.ask.prompt import asks_about_time
 from as2d.runtime.ask.spans import Span
 
+# Words that answer nothing alone ("Well.", "Thing."): a filler, a noun of kind.
+_EMPTY = frozenset(content_words("well okay ok yes thing things way kind sort something "
+                                 "anything everything"))
+
 # The readings tried, in order, before any model runs: (method, reader).
-READERS = (("counted", count_answer), ("read", sequence_answer), ("confirmed", yes_no_answer))
+# (a yes/no question is decided by the judge, :meth:`EnglishPolicy.yes_no`)
+READERS = (("counted", count_answer), ("read", sequence_answer))
 
 
 class EnglishPolicy:
@@ -109,6 +114,26 @@ class EnglishPolicy:
     def objects(self, found: Sequence[Candidate]) -> list[Candidate]:
         """The objects of the question's last preposition, "besides X", "what kind of X"."""
         return objects(found)
+
+    # -- judging a found answer (:mod:`as2d.runtime.ask.judge`) --
+
+    def is_yes_no(self, question: str) -> bool:
+        return is_yes_no(question)
+
+    def yes_no(self, spans: Sequence[Span], question: str,
+               top: Sequence[int] = ()) -> tuple[str, list[int]] | None:
+        """"Yes"/"No" with the deciding clause (:func:`~.yesno.yes_no_decision`), or None."""
+        return yes_no_decision(spans, question)
+
+    def valid(self, answer: str, question: str, spans: Sequence[Span]) -> bool:
+        """Whether a found answer is an answer of the kind asked: of the kind
+        (:func:`~.kinds.fits`), with a content word of its own (not "Well.", not the
+        question's words again)."""
+        kind = question_kind(question)
+        words = set(content_words(answer))
+        if not words or words <= _EMPTY or not adds_to(answer, question):
+            return False
+        return fits(kind, answer, names_in(spans), places_in(spans))
 
     def fitting(self, scored: Sequence[Candidate], question: str,
                 spans: Sequence[Span]) -> list[Candidate]:
