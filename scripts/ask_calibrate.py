@@ -8,8 +8,11 @@ judged (evidence, kind, yes/no) but none withheld for its support, each with its
 the model chose, its ``margin`` over the next candidate. For each pair (support s, margin m)
 a chosen span below both is withheld, and the model's own answer below min(s, 0.5) (the
 readings and located times are not weighed); coverage, precision, answerable hits and
-unanswerable questions recognised are reported. The pair chosen is the one with the most
-right answers among those whose precision reaches ``--target``, else the most precise.
+unanswerable questions recognised are reported. The pair printed as chosen is the one with
+the most right answers among those whose precision reaches ``--target``, else the most
+precise: the answerer's constants (:data:`as2d.runtime.ask.judge.ABSTAIN_BELOW`,
+:data:`~as2d.runtime.ask.judge.MARGIN`) are that pair, chosen on the rows of
+``bench/results/ask-ablation-dev.json`` (``--json bench/results/ask-calibration-dev.json``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def withheld_below(rows: list[dict], t: float, m: float) -> list[dict]:
     for r in rows:
         c, g = r.get("confidence"), r.get("margin")
         if not r["abstained"] and c is not None and (
-                (r["method"] == "extracted" and c < t and (g is None or g < m))
+                (r["method"] == "extracted" and c < t and g is not None and g < m)
                 or (r["method"] == "generated" and c < min(t, GENERATED_BELOW))):
             r = {**r, "answer": NOT_SAID, "abstained": True}
         out.append(r)

@@ -5,11 +5,14 @@ finds them, then judged."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from as2d.runtime.ask.answer import Answer
 from as2d.runtime.ask.answer_events import AnswerStats
 from as2d.runtime.ask.english.rules import ENGLISH_POLICY
 from as2d.runtime.ask.english.yesno import yes_no_decision
 from as2d.runtime.ask.judge import judge, retrieve, support
+from as2d.runtime.ask.policy import Candidate
 from as2d.runtime.ask.spans import Span
 
 SPANS = [
@@ -43,12 +46,20 @@ def test_an_answer_keeps_its_own_passage_first_then_the_closest():
     assert a.confidence == support(q, SPANS, [3]) == 1.0
 
 
-def test_an_answer_from_a_passage_that_says_little_of_the_question_is_withheld():
+def test_a_span_chosen_by_a_hair_from_a_passage_that_says_little_is_withheld():
     q = "What did the mayor promise the fishermen of the harbour?"
-    a = judge(found("Repairs.", where=(1,)), SPANS, q, ENGLISH_POLICY, 0.5)
+    rivals = [Candidate("Repairs.", "line", (1,), score=1.0),
+              Candidate("Six weeks.", "line", (2,), score=0.6)]
+    a = judge(replace(found("Repairs.", where=(1,)), candidates=rivals), SPANS, q,
+              ENGLISH_POLICY, 0.5)
     assert a.abstained and a.method == "not said"
     assert a.text == ENGLISH_POLICY.not_said and a.withheld == "Repairs."
-    assert a.confidence < 0.5
+    assert a.confidence < 0.5 and abs(a.margin - 0.4) < 1e-9
+    # chosen by a wide margin, or with no rival at all, it stands
+    rivals[1].score = -3.0
+    assert not judge(replace(found("Repairs.", where=(1,)), candidates=rivals), SPANS, q,
+                     ENGLISH_POLICY, 0.5).abstained
+    assert not judge(found("Repairs.", where=(1,)), SPANS, q, ENGLISH_POLICY, 0.5).abstained
 
 
 def test_an_answer_not_of_the_kind_asked_is_withheld_with_the_closest_passage():
@@ -88,3 +99,16 @@ def test_a_found_abstention_shows_the_closest_passages():
     a = judge(found(ENGLISH_POLICY.not_said, "not said"), SPANS,
               "What colour is the old footbridge?", ENGLISH_POLICY, 0.5)
     assert a.abstained and a.evidence and a.evidence[0] == SPANS[1]
+
+
+def test_a_who_or_name_answer_names_someone_the_question_does_not():
+    spans = [Span(0.0, 5.0, "But a physician named John Snow thought the illness came from "
+                            "dirty drinking water.")]
+    a = judge(Answer("", "John Snow thought.", [], spans, False, None, "extracted",
+                     AnswerStats(), None, "extracted", evidence=spans), spans,
+              "What was the name of John Snow's wife?", ENGLISH_POLICY, 0.0)
+    assert a.abstained and a.withheld == "John Snow thought."
+    b = judge(Answer("", "John Snow.", [], spans, False, None, "extracted", AnswerStats(),
+                     None, "extracted", evidence=spans), spans,
+              "Who thought the illness came from the water?", ENGLISH_POLICY, 0.7)
+    assert not b.abstained and b.text == "John Snow."

@@ -21,6 +21,7 @@ from as2d.runtime.ask.english.kinds import (
     adds_to,
     bound,
     first_qualifying,
+    first_word_names,
     fits,
     gives_reason,
     names_in,
@@ -128,12 +129,20 @@ class EnglishPolicy:
     def valid(self, answer: str, question: str, spans: Sequence[Span]) -> bool:
         """Whether a found answer is an answer of the kind asked: of the kind
         (:func:`~.kinds.fits`), with a content word of its own (not "Well.", not the
-        question's words again)."""
+        question's words again), a person or name not the question's own."""
         kind = question_kind(question)
         words = set(content_words(answer))
         if not words or words <= _EMPTY or not adds_to(answer, question):
             return False
-        return fits(kind, answer, names_in(spans), places_in(spans))
+        names, places = names_in(spans), places_in(spans)
+        if kind in ("who", "name"):
+            # the person must be one the question does not name already ("What was the name
+            # of John Snow's wife?" is not "John Snow thought.")
+            asked = set(content_words(question))
+            answer = " ".join(w for w in answer.split() if not set(content_words(w)) & asked)
+            if kind == "name":
+                names = names | first_word_names(spans)
+        return bool(answer) and fits(kind, answer, names, places)
 
     def fitting(self, scored: Sequence[Candidate], question: str,
                 spans: Sequence[Span]) -> list[Candidate]:
@@ -162,11 +171,11 @@ class EnglishPolicy:
             shaped = [c for c in scored if c.origin == "signed"] or \
                 [c for c in scored if c.origin == "before"]
         elif not shaped and kind in ("reason", "condition"):
-            # what a "so" clause saying the question's words follows from, a reason said as one
+            # a reason said as one
             # ("so that it ...") or a condition ("if you get a rash") in the sentence that says
             # the question's words most, not one of something else said elsewhere
             sentence = best_sentence(context if context is not None else spans, question)
-            shaped = [c for c in scored if c.origin == "reason" or (
+            shaped = [c for c in scored if (
                 sentence is not None and within(c.text, sentence)
                 and (states_condition(c.text) if kind == "condition"
                      else gives_reason(c.text)))]
