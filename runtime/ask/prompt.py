@@ -360,7 +360,7 @@ class PromptBuilder:
         if len(ids) > budget:
             raise ValueError(f"no transcript passage fits the {budget}-token context")
         note = (f"the transcript ({transcript_tokens} tokens, {format_time(spans[-1].end)}) does "
-                f"not fit the answering model's context ({budget} tokens for the prompt): "
+                f"not fit the {budget} tokens an answer is made from: "
                 f"answering from {len(keep)} of {len(spans)} segments {how} "
                 f"({time_ranges(chosen)})")
         return PromptPlan(ids, "".join(p for p, _ in pieces), chosen, True, note,
