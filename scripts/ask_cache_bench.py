@@ -149,7 +149,9 @@ def main() -> None:
                                env={**env, "PYTHONPATH": str(pkg)}, capture_output=True,
                                text=True, check=True).stdout.strip()
         assert where.startswith(str(pkg)), where
-    doc = {"command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
+    from as2d.runtime.whisper.encoder_choice import cpu_model_name
+
+    doc = {"command": " ".join(sys.argv), "machine": cpu_model_name(),
            "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg(),
            "shared_machine": True, "before": before_commit, "after": after_commit,
            "python": platform.python_version()}
