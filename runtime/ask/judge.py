@@ -7,8 +7,8 @@ model's own words):
 
 * **evidence**: the transcript spans it rests on, best first — the spans it was taken from,
   then the spans that share the most content words with the question (BM25 over the whole
-  transcript, :func:`retrieve`); an answer that is withheld keeps the closest passages, so
-  the user sees where the recording comes closest;
+  transcript, :func:`retrieve`); an answer that is withheld keeps the same passages (the one
+  its guess came from first), so the user sees where the recording comes closest;
 * **support and margin**: the share of the question's content words said in and around the
   answer's passage (:func:`support`), and, for a span the model chose among candidates, how
   far its score stands above the next candidate's (:func:`margin`). A span chosen by a hair
@@ -125,7 +125,10 @@ def judge(answer, spans: Sequence[Span], question: str, policy, threshold: float
     elif why is None and method == "generated" and score < min(threshold, GENERATED_BELOW):
         why = f"the model's own answer, from a passage that says {score:.0%} of the question"
     if why is not None:
-        order = top or own
+        # the passage the withheld answer came from first (where the recording comes
+        # closest: on dev its first passage then holds the answer for 0.88 of the answerable
+        # questions, against 0.84 with the question's best-matching passages first)
+        order = own + [i for i in top if i not in own]
         return replace(answer, text=policy.not_said, method="not said", abstained=True,
                        evidence=[spans[i] for i in order[:EVIDENCE]], confidence=score,
                        margin=gap, withheld=None if answer.abstained else answer.text,
