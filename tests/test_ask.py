@@ -235,7 +235,7 @@ def test_recording_time_is_located_from_the_words_with_the_span_as_evidence(lm, 
     for cand in (True, False):
         a = Answerer(lm, None, AskOptions(candidates=cand)).ask(
             spans, "When does the speaker say 'fail better'?", draft)
-        assert a.method == "located" and len(a.evidence) == 1
+        assert a.method == "located" and a.evidence  # (then the closest others, best first)
         said = a.evidence[0]
         assert said == says[0]  # the first span that says it
         assert a.text.startswith(f"At {format_time(said.start)}: ")
@@ -375,7 +375,8 @@ def test_calibrated_candidates_rank_by_what_the_question_adds(lm):
     # (no shape pins the answer here: "what did she say about the city" would pin the
     # sentence that says the city, whatever the ranking)
     question = "What did she think of the city?"
-    answerer = Answerer(lm, options=AskOptions(calibrate_top=3, compare=True))
+    # (the found answer: the judge, which may withhold it, is tests/test_ask_judge.py's)
+    answerer = Answerer(lm, options=AskOptions(calibrate_top=3, compare=True, judge=False))
     a = answerer.ask(spans, question)
     calibrated = [c for c in a.candidates if c.prior is not None]
     assert 2 <= len(calibrated) <= 3 and a.candidates[:len(calibrated)] == calibrated
@@ -392,7 +393,8 @@ def test_calibrated_candidates_rank_by_what_the_question_adds(lm):
         assert c.prior == pytest.approx(prior, abs=1e-4)
         assert c.score == pytest.approx(c.likelihood - 0.75 * c.prior)
     assert a.text == a.candidates[0].text
-    off = Answerer(lm, options=AskOptions(calibrate=0.0, compare=True)).ask(spans, question)
+    off = Answerer(lm, options=AskOptions(calibrate=0.0, compare=True, judge=False)).ask(
+        spans, question)
     assert all(c.prior is None and c.score == c.likelihood for c in off.candidates)
     assert off.tokens == a.tokens  # the generated answer is the same either way
 

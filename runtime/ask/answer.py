@@ -99,12 +99,12 @@ class AskOptions:
     # yes/no question is not decided (``abstain`` 0: none withheld for support). ``judge``
     # False: the answer as found (the bench's "before").
     judge: bool = True
-    # The most prompt tokens an answer is made from: a transcript longer than this is
+    # The most transcript tokens an answer is made from: a transcript longer than this is
     # answered from its passages that share the most words with the question (retrieval over
     # the whole transcript, then the model on the best passages: on the dev questions asked
     # of one 10-minute recording of their clips, ``scripts/ask_long.py``). Every clip of the
-    # question set (under a minute) fits whole.
-    passage_tokens: int = 1024
+    # question set (under a minute, under 400 tokens) fits whole.
+    passage_tokens: int = 768
     abstain: float = ABSTAIN_BELOW
     abstain_margin: float = MARGIN
     # The few-shot head's KV rows are stored beside the model and loaded by later runs
@@ -217,7 +217,8 @@ class Answerer:
                               f"prompt in the model's {self.capacity}-token context")
         # a long transcript: the passages that share the most words with the question (BM25
         # over the whole of it), not everything the context holds
-        return self.builder.plan(spans, question, min(budget, self.options.passage_tokens))
+        return self.builder.plan(spans, question, budget,
+                                 passage_tokens=self.options.passage_tokens)
 
     def sources(self, spans: Sequence[Span], question: str, drafter_text: str | None,
                 plan: PromptPlan) -> LookupSource:
