@@ -11,8 +11,8 @@
             segments, info = t.transcribe(path)
             text = "".join(s.text for s in segments)
 
-    answer = as2d.ask("talk.wav", "Who does she thank?")
-    print(answer.text, [(s.start, s.end) for s in answer.evidence])
+    result = as2d.ask("talk.wav", "Who does she thank?")   # transcribed once, then cached
+    print(result.text, [(e.start, e.end, e.text) for e in result.evidence])
 
 Shaped like faster-whisper's ``WhisperModel.transcribe``: options are keyword arguments, the
 result is a lazy generator of :class:`Segment` plus a :class:`TranscriptionInfo` that fills in
@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from as2d.engine import AnswerError, Engine, EngineSpec
+from as2d.engine import AnswerError, AskResult, Engine, EngineSpec
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
@@ -269,22 +269,38 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
     return owned(), info
 
 
-def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str = "auto",
-        llm: str = "gemma-3-270m", decoder: str = "as2d", language: str | None = None,
-        candidates: bool = True, max_tokens: int | None = None, threads: int = 0,
-        models_dir: str | Path | None = None):
-    """Answer ``question`` about what ``audio`` says: an :class:`~as2d.runtime.ask.answer.Answer`
-    (``text``, ``evidence`` spans with their times, ``stats``).
+def ask(audio: AudioInput | None, question: str, *, model: str = "base",
+        drafter: str = "auto", llm: str = "gemma-3-270m", decoder: str = "as2d",
+        language: str | None = None, candidates: bool = True, max_tokens: int | None = None,
+        threads: int = 0, models_dir: str | Path | None = None,
+        transcript: str | Path | None = None, cache: bool = True) -> AskResult:
+    """Answer ``question`` about what ``audio`` says: an :class:`~as2d.engine.AskResult`
+    (``text``; ``evidence``: the passages it rests on with their times, best first;
+    ``abstained``; ``method``; ``to_dict()``: the document ``as2d ask --json`` prints and the
+    server's ``/v1/audio/ask`` returns; ``answer``: the answer with its statistics).
 
-    The recording is transcribed (AS²D by default), then the answering model (``llm``: the
-    catalog's Gemma 3 270M, or a Hugging Face ONNX folder) answers from the transcript, with
-    lossless candidates from the transcript itself unless ``candidates=False``. Raises
-    ``ValueError`` for a question that cannot be asked (empty, wordless or too long: before
-    any model loads), an option out of bounds (``max_tokens`` below 1: ``OptionError``) and
-    when there is no speech to answer from; TypeError for a question that is not text.
+    The recording is transcribed (AS²D by default) once: the transcript is kept in the
+    models folder's transcript cache, keyed by the audio's content and the options that
+    decide the text, so another question about the same audio loads no speech model
+    (``cache=False``: transcribe, keep nothing). ``transcript``: a whisper JSON file to answer
+    from instead (``audio`` is then None). The answering model (``llm``: the catalog's Gemma 3
+    270M, or a Hugging Face ONNX folder) answers from the transcript, with lossless candidates
+    from the transcript itself unless ``candidates=False``. Raises ``ValueError`` for a
+    question that cannot be asked (empty, wordless or too long: before any model loads), an
+    option out of bounds (``max_tokens`` below 1: ``OptionError``), a transcript file that
+    cannot be read, and when there is no speech to answer from; TypeError for a question that
+    is not text.
     """
+    from as2d.engine import Heard, transcript_key
+    from as2d.models.bundle import models_dir as models_root
     from as2d.runtime.ask.answer import AskOptions
     from as2d.runtime.ask.question import question_error
+    from as2d.runtime.ask.transcripts import (
+        default_cache,
+        file_digest,
+        read_whisper_json,
+        samples_digest,
+    )
 
     if not isinstance(question, str):
         raise TypeError(f"question must be text, not {type(question).__name__}")
@@ -299,16 +315,41 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
     # answerer reads its stored prompt head meanwhile (as ``as2d ask`` does).
     spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
                       models_dir=models_dir, llm=llm)  # a bad option: before the audio
+    if transcript is not None:
+        heard = Heard.of(read_whisper_json(transcript), str(transcript))
+        with Engine(replace(spec, speech=False)) as engine:
+            return _answered_by(lambda: engine.answer(heard, question, opts))
+    if audio is None:
+        raise TypeError("audio must be a file path or a numpy array of samples (or give "
+                        "transcript=)")
+    store = default_cache(models_root(models_dir)) if cache else None
+    digest = clip = None
+    if store is not None and isinstance(audio, (str, os.PathLike)) and Path(audio).is_file():
+        digest = file_digest(audio)  # found in the cache: the audio is never decoded
+        found = store.get(transcript_key(spec, digest, options))
+        if found is not None:
+            with Engine(replace(spec, speech=False)) as engine:
+                return _answered_by(lambda: engine.answer(Heard.of(found, str(audio)),
+                                                          question, opts))
     clip = _audio(audio, 16000)  # a bad file costs nothing else
     try:
+        if store is not None and digest is None:
+            digest = samples_digest(clip.samples)
         with Engine(replace(spec, recording_seconds=clip.duration)) as engine:
-            try:
-                result = engine.ask(clip, question, opts, options)
-            except AnswerError as exc:
-                raise exc.error from None
-            if result.answer is None:
-                raise ValueError("no speech found: there is nothing to answer from")
-            return result.answer
+            return _answered_by(lambda: engine.ask(clip, question, opts, options,
+                                                   cache=store, digest=digest))
     finally:
         if clip is not audio:
             clip.close()
+
+
+def _answered_by(make: Callable[[], AskResult]) -> AskResult:
+    """``make()``'s result, an AnswerError as the ValueError it carries; no answer is a
+    ValueError."""
+    try:
+        result = make()
+    except AnswerError as exc:
+        raise exc.error from None
+    if result.answer is None:
+        raise ValueError("no speech found: there is nothing to answer from")
+    return result

@@ -38,7 +38,7 @@ from as2d.runtime.events import Listener, fanout, ignore
 from as2d.runtime.option_errors import OptionError, check_name
 from as2d.runtime.sessions import Background, cpu_count
 
-__all__ = ["AnswerError", "AskResult", "Decoder", "Engine", "EngineSpec", "ModelError",
+__all__ = ["AnswerError", "AskResult", "Decoder", "Engine", "EngineSpec", "Heard", "ModelError",
            "SharedModels", "ThreadPlan", "lone_window_note", "plan_threads", "MAX_BUDGET",
            "ONE_WINDOW_SECONDS"]
 
@@ -134,6 +134,9 @@ class EngineSpec:
     # The length of the one recording a one-shot run (`as2d transcribe FILE`, `as2d ask`)
     # decodes, where it is known before the models load; None for an engine that serves many.
     recording_seconds: float | None = None
+    # False: no speech model is loaded, only the answering model (`as2d ask` about a cached
+    # transcript or a transcript file: a follow-up question loads nothing it does not use).
+    speech: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "decoder", Decoder.parse(self.decoder))
@@ -144,6 +147,50 @@ class EngineSpec:
             if getattr(self, name) is None and (name == "llm" or self.decoder == Decoder.TARGET):
                 continue  # none is needed: no answering model, or the target decodes alone
             check_name(name, getattr(self, name))
+
+
+def speech_identity(spec: EngineSpec) -> dict:
+    """What decides the text a spec's speech model writes, for the transcript cache's key
+    (:mod:`as2d.runtime.ask.transcripts`): the model (its bundle manifest's digest: a re-converted
+    bundle is another model), the encoder back end asked for and the runtime versions (back
+    ends differ in the last bits). Not the decoder, drafter or threads: they are lossless.
+    Resolving a catalog name installs it on first use, as loading it would."""
+    import hashlib
+    import os
+    from importlib import metadata
+
+    from as2d.runtime.whisper.encoders import ENV_OV_PRECISION, requested_backend
+
+    folder = loading.resolve_bundle_dir(spec.model, spec.precision, spec.models_dir,
+                                        kind="whisper")
+    manifest = folder / "manifest.json"
+    if manifest.is_file():
+        made = hashlib.sha256(manifest.read_bytes()).hexdigest()
+    else:  # a Hugging Face export used in place: its files' names, sizes and times
+        made = sorted((p.name, p.stat().st_size, int(p.stat().st_mtime))
+                      for p in folder.iterdir() if p.is_file())
+    versions = {}
+    for package in ("onnxruntime", "openvino"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {"model": folder.name if manifest.is_file() else str(folder.resolve()), "made": made,
+            "encoder": requested_backend(spec.encoder),
+            "openvino_precision": os.environ.get(ENV_OV_PRECISION, "").strip().lower() or None,
+            **versions}
+
+
+def transcript_key(spec: EngineSpec, audio_digest: str, options=None) -> str:
+    """The transcript cache's key of a recording (its digest: :func:`as2d.runtime.ask.
+    transcripts.file_digest`) transcribed by ``spec``'s speech model with ``options`` (a
+    ``TranscribeOptions``; every field counts, as any may change the text)."""
+    from dataclasses import asdict
+
+    from as2d.runtime.ask.transcripts import transcript_key as key
+
+    return key(audio_digest, speech_identity(spec),
+               asdict(options or _default_options()))
 
 
 def lone_window_note(spec: EngineSpec) -> str | None:
@@ -179,16 +226,42 @@ class AskResult:
     question: str
     source: str  # the recording, as the document names it
     duration: float  # the whole recording's length, in seconds
-    info: Any  # the transcription's TranscriptionInfo: language, plan (decoder, drafter)
+    # The transcription's TranscriptionInfo: language, plan (decoder, drafter); its plan is
+    # None when nothing was transcribed in this run (a cached transcript, a transcript file).
+    info: Any
     spans: list  # the transcript answered from (as2d.runtime.ask.spans.Span)
     interrupted: bool  # the transcription was stopped before the end (a signal, a cancel)
-    target: str  # the speech model
+    target: str | None  # the speech model (None: a transcript file's is not known)
     # The Answer (as2d.runtime.ask.answer.Answer); None: nothing to answer from (no speech,
     # or stopped before a window was committed) or a run cancelled before answering.
     answer: Any = None
     llm: str | None = None  # the answering model, once it answered
     candidates: str = "off"  # "verified", "off", or "unavailable: ..." (not row-exact)
     transcription: Any = None  # the transcription's RunStats, where a collector listened
+    # Where the transcript came from: "transcribed" (in this run), "cache" (an earlier run's,
+    # as2d.runtime.ask.transcripts), "file" (a whisper JSON transcript)
+    origin: str = "transcribed"
+
+    @property
+    def text(self) -> str | None:
+        """The answer's text (None without an answer)."""
+        return self.answer.text if self.answer is not None else None
+
+    @property
+    def evidence(self) -> tuple:
+        """The passages the answer rests on, best first (as2d.runtime.ask.evidence.Evidence);
+        () without an answer."""
+        return self.answer.evidence if self.answer is not None else ()
+
+    @property
+    def abstained(self) -> bool:
+        """No answer cleared the bar (the answer's text says the recording does not say)."""
+        return self.answer is not None and self.answer.abstained
+
+    @property
+    def method(self) -> str | None:
+        """How the answer was reached (extracted, generated, not said, ...)."""
+        return self.answer.method if self.answer is not None else None
 
     @property
     def transcribed(self) -> float:
@@ -201,16 +274,34 @@ class AskResult:
         if self.answer is None:
             raise ValueError("no answer: nothing was transcribed to answer from")
         doc = self.answer.to_dict()
+        plan = self.info.plan
         doc.update(
             source=self.source, duration=round(self.duration, 3), language=self.info.language,
-            interrupted=self.interrupted,
-            models={"target": self.target, "drafter": self.info.plan.drafter,
-                    "decoder": self.info.plan.decoder, "llm": self.llm},
+            interrupted=self.interrupted, transcript=self.origin,
+            models={"target": self.target, "drafter": plan.drafter if plan else None,
+                    "decoder": plan.decoder if plan else None, "llm": self.llm},
             candidates=self.candidates,
             stats={"transcription": self.transcription.summary()
                    if self.transcription is not None else None,
                    "answer": self.answer.stats.to_dict()})
         return doc
+
+
+@dataclass
+class Heard:
+    """The transcript one ``ask`` run answers from (:meth:`Engine.hear`): transcribed now,
+    from the transcript cache, or read from a file (:meth:`of`); with the transcription's
+    ``TranscriptionInfo`` and statistics when it was transcribed now."""
+
+    transcript: Any  # as2d.runtime.ask.transcripts.Transcript
+    source: str  # the recording (or transcript file), as the document names it
+    info: Any = None
+    interrupted: bool = False
+    transcription: Any = None  # RunStats
+
+    @classmethod
+    def of(cls, transcript, source: str) -> Heard:
+        return cls(transcript, source)
 
 
 class AnswerError(ValueError):
@@ -293,6 +384,7 @@ class Engine:
         load = self._load = load_whisper or self._load_whisper
         parts = _Parts()
         self.strategy = self._llm = None
+        self.target = self.transcriber = self._active = None
         # Why this engine's runs decode with less than the spec asks for (None: as asked):
         # carried into every run's plan (as2d.runtime.transcribe.plan).
         self._reason: str | None = alone
@@ -306,6 +398,9 @@ class Engine:
         self._running = None
         self._answerers: list[Background] = []
         self._closed = False
+        if not spec.speech:  # answers transcripts only: the answering model, nothing else
+            self._llm = self._start_llm() if spec.llm else None
+            return
         try:
             if spec.llm:  # found (or installed) here: a missing package costs nothing else
                 parts.llm = self._start_llm()
@@ -413,6 +508,7 @@ class Engine:
 
     def voice_detector(self):
         """Silero VAD for transcribe's ``vad_filter`` (made once per engine)."""
+        self._needs_speech()
         if self.transcriber.voice_detector is None:
             self.transcriber.voice_detector = _voice_detector()
             for run in self._by_language.values():
@@ -420,18 +516,22 @@ class Engine:
         return self.transcriber.voice_detector
 
     # -- what it offers ---------------------------------------------------------------------
+    def _needs_speech(self) -> None:
+        if self.transcriber is None:
+            raise RuntimeError("this engine has no speech model (EngineSpec.speech is False)")
+
     @property
     def loaded_drafter(self) -> str | None:
         """The drafter this engine loaded for its runs (None: the target decodes alone), as
         :attr:`decoder` is the decoder it built; one run may still go without it (a language
         the drafter cannot draft), which that run's plan says (``TranscriptionInfo.plan``)."""
-        return self.strategy.drafter_name
+        return self.strategy.drafter_name if self.strategy is not None else None
 
     def add_listener(self, listener: Listener) -> None:
         """Also send every engine event to ``listener``."""
         self.listener = fanout(self.listener, listener)
         with self._lock:
-            runs = [self.transcriber, *self._by_language.values()]
+            runs = [r for r in (self.transcriber, *self._by_language.values()) if r is not None]
         for run in runs:
             run.add_listener(listener)
             run.strategy.add_listener(listener)
@@ -441,6 +541,7 @@ class Engine:
         ``info`` (a ``TranscriptionInfo``) fills in as decoding goes. ``options``: a
         ``TranscribeOptions``; ``vad_filter`` needs an engine made with ``vad``, or makes the
         VAD now."""
+        self._needs_speech()
         if options is not None and options.vad_filter:
             self.voice_detector()
         run, reason = self._for_language(options)
@@ -465,6 +566,7 @@ class Engine:
     def prefetch(self, audio, options=None) -> None:
         """``audio`` is the next recording: its log-mel and the drafter's head start begin now
         (thread-safe; call it while the current one is decoded)."""
+        self._needs_speech()
         self._for_language(options)[0].prefetch(audio, options)
 
     def _for_language(self, options):
@@ -518,6 +620,8 @@ class Engine:
         it."""
         from as2d.runtime.ask.answer import drafter_text
 
+        if self._active is None:
+            return None
         return drafter_text(self._active.strategy, self.target)
 
     def prepare_answerer(self, options=None, listener: Listener | None = None,
@@ -545,18 +649,21 @@ class Engine:
     def ask(self, audio, question: str, options=None, transcribe_options=None, *,
             source: str | None = None, listener: Listener | None = None, stats=None,
             on_interrupt: Callable[[], None] | None = None,
-            cancelled: Callable[[], bool] | None = None) -> AskResult:
+            cancelled: Callable[[], bool] | None = None, cache=None,
+            digest: str | None = None) -> AskResult:
         """Transcribe ``audio`` (an :class:`~as2d.runtime.audio.Audio`) and answer ``question``
         from what it says: the run's :class:`AskResult`, with no answer when there was nothing
-        to answer from.
+        to answer from. :meth:`hear` then :meth:`answer`, the answerer made (and its prompt
+        head read) beside the transcription, so that one that cannot be made fails as soon as
+        that is known, not after the whole recording.
 
-        The answerer is made (and its prompt head read) beside the transcription, and one
-        that cannot be made fails as soon as that is known, not after the whole recording.
         ``options``: an ``AskOptions`` (default: its defaults); ``transcribe_options``: a
         ``TranscribeOptions``; ``source``: the recording's name in the document (default:
         ``audio.source``). ``listener`` receives the answer's events (the transcription's go
         to the engine's listener); ``stats``: the ``StatsCollector`` listening to this engine,
-        whose run becomes the document's transcription statistics.
+        whose run becomes the document's transcription statistics. ``cache`` (a
+        :class:`~as2d.runtime.ask.transcripts.TranscriptCache`) and ``digest`` (the audio's
+        content digest): the transcript is taken from the cache, or kept there once made.
 
         Stopping: with ``on_interrupt``, a first KeyboardInterrupt (Ctrl-C; ``as2d`` raises one
         for SIGTERM and SIGHUP too) during the transcription stops it after the current pass,
@@ -567,43 +674,92 @@ class Engine:
         Raises what the transcription raises (ValueError for options the model cannot
         honour), a :class:`ModelError` for an answering model that cannot load, and
         :class:`AnswerError` when the answer cannot be made."""
-        from as2d.runtime.ask.answer import AskOptions
-        from as2d.runtime.ask.spans import spans_from_segments
-        from as2d.runtime.events import Note
-        from as2d.runtime.transcribe.longform import TranscriptionInfo
-
-        options = options or AskOptions()
-        info = TranscriptionInfo(None, 0.0, audio.duration)
         pending = self.prepare_answerer(options, listener, question)
         try:
-            segments, interrupted = self._hear(audio, transcribe_options, info, pending,
-                                               on_interrupt, cancelled)
-            run = stats.runs[-1] if stats is not None and stats.runs else None
-            result = AskResult(question, audio.source if source is None else source,
-                               audio.duration, info, spans_from_segments(segments),
-                               interrupted, self.target.name, transcription=run)
-            if not result.spans or (cancelled is not None and cancelled()):
-                return result
-            if interrupted:
-                (listener or ignore)(Note("transcription interrupted: answering from the "
-                                          f"{result.transcribed:.0f} s transcribed so far"))
-            answerer = _answerer(pending)
-            result.llm = answerer.model.name
-            result.candidates = ("off" if not options.candidates else "verified"
-                                 if answerer.lossless else
-                                 "unavailable: the model's passes are not row-exact")
-            try:
-                result.answer = answerer.ask(result.spans, question, self.drafted_text(),
-                                               language=info.language)
-            except ValueError as exc:
-                raise AnswerError("answer", exc) from None
-            return result
+            heard = self.hear(audio, transcribe_options, source=source, stats=stats,
+                              on_interrupt=on_interrupt, cancelled=cancelled, cache=cache,
+                              digest=digest, pending=pending)
+            return self.answer(heard, question, options, pending=pending, listener=listener,
+                               cancelled=cancelled)
         finally:
             _settle(pending)  # not needed (no speech, an error): nor is its error
             if pending in self._answerers:  # a server asks many times: settled, forgotten
                 self._answerers.remove(pending)
 
-    def _hear(self, audio, options, info, pending: Background,
+    def transcript_key(self, digest: str, options=None) -> str:
+        """The transcript cache's key of the audio whose content digest is ``digest``,
+        transcribed by this engine's speech model with ``options``."""
+        return transcript_key(self.spec, digest, options)
+
+    def hear(self, audio, options=None, *, source: str | None = None, stats=None,
+             on_interrupt: Callable[[], None] | None = None,
+             cancelled: Callable[[], bool] | None = None, cache=None,
+             digest: str | None = None, pending: Background | None = None) -> Heard:
+        """The transcript of ``audio``: the ``cache``'s, when it holds one for ``digest`` (the
+        audio's content) and ``options``, else transcribed now (and kept in the cache when the
+        whole recording was transcribed). ``pending``: an answerer being made, whose failure
+        stops the transcription. The rest as :meth:`ask`."""
+        from as2d.runtime.ask.spans import spans_from_segments
+        from as2d.runtime.ask.transcripts import Transcript
+        from as2d.runtime.transcribe.longform import TranscriptionInfo
+
+        name = audio.source if source is None else source
+        key = self.transcript_key(digest, options) if cache is not None and digest else None
+        found = cache.get(key) if key is not None else None
+        if found is not None:
+            return Heard(found, name)
+        info = TranscriptionInfo(None, 0.0, audio.duration)
+        segments, interrupted = self._hear(audio, options, info, pending, on_interrupt,
+                                           cancelled)
+        run = stats.runs[-1] if stats is not None and stats.runs else None
+        transcript = Transcript(tuple(spans_from_segments(segments)), info.language,
+                                audio.duration, self.drafted_text(), self.target.name,
+                                "transcribed", key)
+        stopped = interrupted or (cancelled is not None and cancelled())
+        if key is not None and transcript.spans and not stopped:
+            cache.put(key, transcript)
+        return Heard(transcript, name, info, interrupted, run)
+
+    def answer(self, heard: Heard, question: str, options=None, *,
+               pending: Background | None = None, answerer=None,
+               listener: Listener | None = None,
+               cancelled: Callable[[], bool] | None = None) -> AskResult:
+        """The answer to ``question`` about a transcript (:meth:`hear`'s, or a transcript
+        file's: :meth:`Heard.of`), as an :class:`AskResult`: one document whatever face
+        renders it. The answerer: ``answerer``, else ``pending``'s, else one made now; many
+        questions about one recording share one (:meth:`answerer`). No answer when there is
+        no text, or when ``cancelled()``."""
+        from as2d.runtime.ask.answer import AskOptions
+        from as2d.runtime.events import Note
+        from as2d.runtime.transcribe.longform import TranscriptionInfo
+
+        options = options or AskOptions()
+        t = heard.transcript
+        info = heard.info or TranscriptionInfo(t.language, 1.0, t.duration, heard.source)
+        result = AskResult(question, heard.source, t.duration, info, list(t.spans),
+                           heard.interrupted, t.model, transcription=heard.transcription,
+                           origin=t.origin)
+        if not result.spans or (cancelled is not None and cancelled()):
+            return result
+        if heard.interrupted:
+            (listener or ignore)(Note("transcription interrupted: answering from the "
+                                      f"{result.transcribed:.0f} s transcribed so far"))
+        if answerer is None:
+            if pending is None:
+                pending = self.prepare_answerer(options, listener, question)
+            answerer = _answerer(pending)
+        result.llm = answerer.model.name
+        result.candidates = ("off" if not options.candidates else "verified"
+                             if answerer.lossless else
+                             "unavailable: the model's passes are not row-exact")
+        try:
+            result.answer = answerer.ask(result.spans, question, t.drafted,
+                                         language=t.language)
+        except ValueError as exc:
+            raise AnswerError("answer", exc) from None
+        return result
+
+    def _hear(self, audio, options, info, pending: Background | None,
               on_interrupt: Callable[[], None] | None,
               cancelled: Callable[[], bool] | None) -> tuple[list, bool]:
         """``ask``'s transcription: ``(segments, interrupted)``."""
@@ -611,8 +767,8 @@ class Engine:
         def kept(segment) -> None:
             if cancelled is not None and cancelled():
                 self.stop()  # (a stop reaches only a run in progress)
-            if pending.done():  # an answering model that cannot load: say so now
-                _answerer(pending)
+            if pending is not None and pending.done():  # an answering model that cannot
+                _answerer(pending)  # load: say so now
 
         return self.collect(audio, options, info, on_segment=kept, on_interrupt=on_interrupt)
 
@@ -687,7 +843,8 @@ class Engine:
         freed with the object). Waits for an answering model still loading."""
         with self._lock:
             self._closed = True
-        self.transcriber.close()
+        if self.transcriber is not None:
+            self.transcriber.close()
         if self.strategy is not None:
             self.strategy.close()
         for pending in self._answerers:
@@ -714,6 +871,12 @@ def _voice_detector(kind: str = "silero"):
         return make_vad(kind)
     except VADUnavailable as exc:
         raise ModelError(f"voice activity detection: {exc}") from None
+
+
+def answerer_from(pending: Background):
+    """The answerer ``pending`` (:meth:`Engine.prepare_answerer`) made, once it is made;
+    options the model cannot honour as an AnswerError ("answerer")."""
+    return _answerer(pending)
 
 
 def _answerer(pending: Background):

@@ -108,6 +108,16 @@ def main() -> int:
     ap.add_argument("--base-sources", default=None,
                     help="also answer with only these sources (mode 'base'), interleaved with "
                          "the others: a before/after of a source change in one run")
+    ap.add_argument("--no-judge", action="store_true",
+                    help="answers as found, not judged (no abstention, evidence as found): "
+                         "the 'before' of issue #46")
+    ap.add_argument("--abstain", type=float, default=None,
+                    help="withhold answers whose passage says less than this share of the "
+                         "question's words (default: the answerer's own)")
+    ap.add_argument("--abstain-margin", type=float, default=None,
+                    help="... and whose score stands less than this above the next candidate's")
+    ap.add_argument("--fast", action="store_true",
+                    help="generate only where no span answers (compare off; the same answers)")
     ap.add_argument("--min-ngram", type=int, default=1)
     ap.add_argument("--only", default=None, help="comma-separated question ids")
     ap.add_argument("--split", default=None, choices=("dev", "test"),
@@ -147,7 +157,13 @@ def main() -> int:
             mode_sources["base"] = tuple(s for s in args.base_sources.split(",") if s)
         answerers = {
             mode: Answerer(lm, None, AskOptions(max_tokens=args.max_tokens, candidates=cand,
-                                                compare=True,
+                                                compare=not args.fast,
+                                                judge=not args.no_judge,
+                                                **({"abstain": args.abstain}
+                                                   if args.abstain is not None else {}),
+                                                **({"abstain_margin": args.abstain_margin}
+                                                   if args.abstain_margin is not None
+                                                   else {}),
                                                 style=style, sources=mode_sources[mode],
                                                 min_ngram=args.min_ngram,
                                                 locate=not args.no_locate,
@@ -194,6 +210,10 @@ def main() -> int:
             row = dict(style=style, id=q.id, split=q.split, kind=q.kind, question=q.question,
                        synthetic=q.clip in qset.synthetic, answer=ref.text, method=ref.method,
                        generated=ref.generated, correct=ok,
+                       abstained=ref.abstained,
+                       evidence=[e.to_dict() for e in ref.evidence],
+                       confidence=ref.confidence, margin=ref.margin, withheld=ref.withheld,
+                       reason=ref.reason,
                        candidates=[c.to_dict() for c in ref.candidates[:8]],
                        answer_tokens=len(ref.tokens),
                        prompt_tokens=ref.stats.prompt_tokens)
@@ -259,6 +279,11 @@ def main() -> int:
         print(line)
     if args.json:
         transcripts = transcripts_doc(clips)
+        from bench.ask_score import score_by_split
+
+        for style in summary:
+            summary[style]["scores"] = score_by_split([r for r in rows if r["style"] == style])
+        args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"summary": summary, "answers": rows,
                                          "transcripts": transcripts}, indent=2) + "\n")
     return 0

@@ -21,6 +21,10 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("AS2D_ENCODER", "onnxruntime")
 # A developer's own ~/.config/as2d/config.toml must not change what the commands do here.
 os.environ["AS2D_CONFIG"] = os.devnull
+# `as2d ask` keeps transcripts in the models folder (as2d.runtime.ask.transcripts): the suite
+# measures transcriptions, so none is taken from another test's run; tests of the cache name
+# a folder of their own.
+os.environ.setdefault("AS2D_TRANSCRIPT_CACHE", "off")
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
 

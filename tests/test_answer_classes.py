@@ -135,6 +135,17 @@ def _read_head(spans, question):
         bool(where) and all(0 <= i < len(spans) for i in where)
 
 
+def _decide(spans, question):
+    """``(first word, quotes its clause, its span is the transcript's)`` of the judge's yes/no
+    decision, or None."""
+    got = POLICY.yes_no(spans, question)
+    if got is None:
+        return None
+    text, where = got
+    return text.split()[0], "\u201c" in text, bool(where) and all(0 <= i < len(spans)
+                                                                   for i in where)
+
+
 def _about(spans, question) -> list[str]:
     """What is said about Y: the pinned objects, else the candidates said "about" Y."""
     found = POLICY.candidates(spans, question)
@@ -171,6 +182,7 @@ PROBES: dict[str, Callable] = {
     "closed": lambda s, q, a: _closed(s, q, a),
     "read": lambda s, q, a: _read(s, q),
     "read_head": lambda s, q, a: _read_head(s, q),
+    "decide": lambda s, q, a: _decide(s, q),
     "clock": lambda s, q, a: POLICY.asks_about_time(q),
     "without_clock": lambda s, q, a: without_clock(q),
     "choose": lambda s, q, a: _choose(s, q, a),
@@ -370,8 +382,7 @@ def amount(spans, question, right, wrong):
 
 
 def yes_no(spans, question, head):
-    return c(spans, question, ("read_head", None, None if head is None else
-                               ("confirmed", head, True, True)))
+    return c(spans, question, ("decide", None, None if head is None else (head, True, True)))
 
 
 CASES: list[Case] = [
@@ -634,11 +645,6 @@ CASES: list[Case] = [
                              "Three cups of strong black coffee.")),
       ("origin", None, Ends(("strong.", "black."), none=True))),
     # a mention talked about is not the event
-    c(lines("The children went to school at eight.",
-            "They had lunch at noon and then played football.",
-            "In the evening the children told their parents about the lunch, and about school."),
-      "What did the children do at school after the lunch?",
-      ("nearest", None, Any_("football"))),
     # -- when: the recording's clock only where the question speaks of the recording ----------
     *[c(NONE, q, ("clock", None, False)) for q in (
         "At what time does the concert start?", "When does the film end?", "When did they talk?",
@@ -774,15 +780,9 @@ CASES: list[Case] = [
     c(lines("The school closed early on Friday. Mr. Price was angry because the bus broke "
             "down, and parents waited for an hour."), WHY,
       ("choose", ("parents",), Lacks("because"))),
-    # why over a consequence is what its sentence says before it
-    c(ICE, WHY, ("origin", "reason", ["The roads were covered in ice this morning."]),
-      yes("qualifies", "The roads were covered in ice this morning."),
-      ("choose", ("the school",), "The roads were covered in ice this morning.")),
-    c(lines("The heating failed. That is why the school closed early."), WHY,
-      ("origin", "reason", ["The heating failed."])),
-    # a filler before "so" is no reason, nor what another "so" clause follows from that shares
-    # one word with the question ("we all left *early*")
-    *[c(spoken, WHY, ("origin", "reason", []),
+    # a filler before "so" is no reason, nor another "so" clause that shares one word with
+    # the question ("we all left *early*")
+    *[c(spoken, WHY,
         ("choose", ("right", "it was raining"), Starts("Because the heat"))) for spoken in (
         lines("Right, so the school closed early because the heating failed."),
         lines("It was raining, so we all left early.",
@@ -870,9 +870,6 @@ CASES: list[Case] = [
     c(NAMES, "What is her daughter's name?", yes("qualifies", "June.")),
     c(NAMES, "What is the name of the church?", yes("qualifies", "St Mary's.")),
     c(NAMES, "What is her husband's name?", yes("qualifies", "Mr Hill.")),
-    # one content word before "so" is a reason
-    c(lines("It snowed, so the school closed early.", "Parents waited at the gate."), WHY,
-      ("origin", "reason", ["It snowed."])),
     # the name of a word is a mention
     c(lines("Tablet one, tablet two, tablet three."),
       "How many times does the name Tablet appear?", ("read", None, Not(None))),
@@ -924,7 +921,9 @@ def answerer(bundle):
     from as2d.runtime.ask.answer import Answerer, AskOptions
     from as2d.runtime.llm.lm import CausalLM
 
-    return Answerer(CausalLM(bundle(LLM, "int8"), threads=2), options=AskOptions())
+    # the rules' answers as found (the judge, which may withhold them, is tested in
+    # tests/test_ask_judge.py)
+    return Answerer(CausalLM(bundle(LLM, "int8"), threads=2), options=AskOptions(judge=False))
 
 
 # (transcript, question, words of which the answer must hold one; None: not said)

@@ -57,7 +57,8 @@ def test_the_answerer_answers_from_the_model_alone_off_english(tiny_lm):
     assert answerer.ask(SPANS, COUNT, language="en").to_dict() == english.to_dict()
     assert english.method == "counted" and english.text == "Twice."
     doc = english.to_dict()
-    assert list(doc) == ["question", "answer", "method", "spans", "context", "stopped"]
+    assert list(doc) == ["question", "answer", "method", "abstained", "evidence", "context",
+                         "stopped"]
     assert doc["context"]["note"] is None
     french = answerer.ask(SPANS, COUNT, language="fr")
     assert french.method == "generated" and french.tokens  # generated, not read off

@@ -52,7 +52,8 @@ class FakeAnswer:
 
     def to_dict(self) -> dict:
         return {"question": self.question, "answer": self.text, "method": "extracted",
-                "spans": [], "context": {"selected": False, "note": None, "spans": []},
+                "abstained": False, "evidence": [],
+                "context": {"selected": False, "note": None, "spans": []},
                 "stopped": "stop"}
 
 
@@ -83,6 +84,8 @@ class FakeEngine:
         self._answerers: list = []
         self._answerer, self._answerer_error = answerer or FakeAnswerer(), answerer_error
         self.ask = types.MethodType(Engine.ask, self)
+        self.hear = types.MethodType(Engine.hear, self)
+        self.answer = types.MethodType(Engine.answer, self)
         self._hear = types.MethodType(Engine._hear, self)
         self.collect = types.MethodType(Engine.collect, self)
 
@@ -148,9 +151,9 @@ def test_the_document_is_the_answer_then_the_run_in_todays_order():
     assert [s.text for s in result.spans] == ["Mr. John Dashwood had then leisure",
                                               "to consider."]
     doc = result.to_dict()
-    assert list(doc) == ["question", "answer", "method", "spans", "context", "stopped",
-                         "source", "duration", "language", "interrupted", "models",
-                         "candidates", "stats"]
+    assert list(doc) == ["question", "answer", "method", "abstained", "evidence", "context",
+                         "stopped", "source", "duration", "language", "interrupted",
+                         "transcript", "models", "candidates", "stats"]
     assert doc["source"] == "talks/clip.wav" and doc["duration"] == 44.0
     assert doc["language"] == "en" and doc["interrupted"] is False
     assert doc["models"] == {"target": "base-int8", "drafter": "tiny.en-int8",

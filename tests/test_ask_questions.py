@@ -63,6 +63,14 @@ def test_batch_split_is_the_recorded_rule(doc, number):
     assert 0.35 < tests / len(batch) < 0.65
 
 
+def test_the_judge_batch_is_dev_only(doc):
+    """Batch 6 was written by the author of the answer judge (issue #46), so it may only tune:
+    every question of it is dev, and the test split holds exactly what it held before."""
+    batch = [q for q in doc["questions"] if q.get("batch") == 6]
+    assert len(batch) >= 20 and all(q["split"] == "dev" for q in batch)
+    assert sum(q["split"] == "test" for q in doc["questions"]) == 190
+
+
 def test_time_questions_fall_inside_their_clips(qset):
     for q in qset.questions:
         if q.time is not None:

@@ -772,13 +772,15 @@ def test_client_dropping_mid_stream_stops_its_decode(server, reference, tmp_path
     assert not h["busy"] and h["queued"] == 0, h
 
 
-def test_ask_answers_as_as2d_ask_json(models_root, tmp_path):
+def test_ask_answers_as_as2d_ask_json(models_root, tmp_path, monkeypatch):
     """/v1/audio/ask (only on a server started with --llm) gives the document `as2d ask
-    --json` prints for the same file and question, statistics aside."""
+    --json` prints for the same file and question, statistics aside; the same file asked
+    again is answered from the server's transcript cache, with the same answer."""
     question = "Who had leisure to consider?"
     ref = cli("ask", SHORT, question, "--json", "--no-live", "-q", models_dir=models_root)
     assert ref.exit_code == 0, ref.output
     want = json.loads(ref.stdout)
+    monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(tmp_path / "transcripts"))
     srv = _start(models_root, tmp_path, "--llm", "gemma-3-270m")
     try:
         body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name),
@@ -796,7 +798,14 @@ def test_ask_answers_as_as2d_ask_json(models_root, tmp_path):
             doc.pop("source")
             doc["models"] = {k: v for k, v in doc["models"].items()
                              if k not in ("decoder", "drafter")}
-        assert got == want
+        assert got == want and got["transcript"] == "transcribed"
+        body, ctype = _multipart([("file", SHORT.read_bytes(), "again.wav"),
+                                  ("question", question, None)])
+        code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
+        again = json.loads(raw)
+        assert code == 200 and again["transcript"] == "cache", raw
+        assert again["models"]["decoder"] is None  # nothing was decoded for it
+        assert (again["answer"], again["evidence"]) == (want["answer"], want["evidence"])
         body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name)])
         code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
         assert code == 400 and json.loads(raw)["error"]["param"] == "question"

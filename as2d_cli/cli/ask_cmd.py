@@ -1,12 +1,19 @@
-"""``as2d ask FILE QUESTION``: answer a question about a recording, accelerated twice.
+"""``as2d ask FILE QUESTION...``: answer questions about a recording, accelerated twice.
 
 Stage 1 transcribes the file as ``as2d transcribe`` does (AS²D: the drafter streams candidates,
 the target verifies; a recording of one window by the target alone, where a drafter would not
-pay). Stage 2 prompts the answering LLM with the transcript and the question and generates the
+pay), once: the transcript is kept in the transcript cache beside the models
+(:mod:`as2d.runtime.ask.transcripts`), so a follow-up question about the same audio loads no
+speech model at all. ``--transcript FILE.json`` answers from a whisper JSON transcript instead.
+Stage 2 prompts the answering LLM with the transcript and each question and generates the
 answer with candidates looked up in the transcript, the drafter's stream (when one ran) and the
-question, verified losslessly by the answering model (:mod:`as2d.runtime.ask.answer`). The
-answer goes to stdout (or a JSON document with ``--json``); progress, notes and ``--stats`` to
-stderr.
+question, verified losslessly by the answering model (:mod:`as2d.runtime.ask.answer`).
+
+Every question goes through one pipeline (:meth:`as2d.engine.Engine.answer`) and yields one
+document (:class:`as2d.engine.AskResult`); the output format only renders it: the answer and
+its evidence (``[0:03–0:08] "…"``) on stdout, or the document with ``--json``. Progress, notes
+and ``--stats`` go to stderr. No question on the command line: questions are read from stdin,
+one a line, until an empty line or the end (a ``?`` prompt on a terminal).
 """
 
 from __future__ import annotations
@@ -27,7 +34,13 @@ from as2d.cli.resolve import make_note
 from as2d.engine import Decoder
 from as2d.runtime.option_errors import as_flags
 
-HELP = """Answer a question about a recording: transcribe it, then ask the answering model.
+HELP = """Answer questions about a recording: transcribe it once, then ask the answering model.
+
+Each answer is printed with the passages of the transcript it rests on, with their times.
+Several questions may follow the file; with none, they are read from stdin, one a line. The
+transcript is kept in the models folder's transcript cache, so a later question about the
+same audio is answered without transcribing it again (--no-cache: transcribe anyway;
+--clear-cache: empty it). --transcript FILE.json asks about a whisper JSON transcript instead.
 
 Both stages are accelerated losslessly: AS²D for the transcript (a recording of one
 window, 30 s, is transcribed by the target alone: a drafter costs more than it saves there),
@@ -51,10 +64,12 @@ AskLanguage = opt.reworded(opt.Language, "Spoken language; default: detect.")
 class AskRequest:
     """Everything ``as2d ask`` was asked; each field is also its command-line option."""
 
-    file: Annotated[Path, typer.Argument(
-        help="Audio file (wav, flac, ogg, mp3, ...).", show_default=False)]
-    question: Annotated[str, typer.Argument(
-        help="The question, in quotes.", show_default=False)]
+    file: Annotated[str | None, typer.Argument(
+        metavar="FILE", help="Audio file (wav, flac, ogg, mp3, ...); left out with "
+                             "--transcript.", show_default=False)] = None
+    questions: Annotated[list[str] | None, typer.Argument(
+        metavar="[QUESTION]...", help="Questions, each in quotes; none: read from stdin, one "
+                                      "a line, until an empty line.", show_default=False)] = None
     model: AskModel = "base"
     drafter: AskDrafter = "auto"
     decoder: AskDecoder = Decoder.AS2D
@@ -72,8 +87,18 @@ class AskRequest:
     threads: opt.Threads = 0
     encoder: opt.Encoder = None
     json: Annotated[bool, typer.Option(
-        "--json", help="Print a JSON document: answer, the transcript spans it used (with "
-                       "times), statistics.")] = False
+        "--json", help="Print the answer's JSON document: answer, evidence (the passages "
+                       "with their times, best first), abstained, method, statistics (a list "
+                       "of them for several questions; one a line when read from stdin).")] = False
+    transcript: Annotated[Path | None, typer.Option(
+        "--transcript", help="Answer from this whisper JSON transcript (as2d transcribe -f "
+                             "json, or openai-whisper's) instead of an audio file.",
+        show_default=False)] = None
+    no_cache: Annotated[bool, typer.Option(
+        "--no-cache", help="Transcribe the audio even if its transcript is cached (and do "
+                           "not keep it).")] = False
+    clear_cache: Annotated[bool, typer.Option(
+        "--clear-cache", help="Remove every cached transcript first (alone: just that).")] = False
     stats: AskStats = False
     live: opt.Live = None
     language: AskLanguage = None
@@ -93,6 +118,15 @@ class AskRequest:
 
     def __post_init__(self) -> None:
         self.decoder = parse_decoder(self.decoder)
+        self.questions = list(self.questions or [])
+        if self.transcript is not None and self.file is not None:
+            # No audio file with --transcript: what click took for FILE is the first question.
+            self.questions.insert(0, self.file)
+            self.file = None
+
+    @property
+    def source(self) -> str:
+        return str(self.transcript if self.transcript is not None else self.file)
 
 
 def register(app: typer.Typer) -> None:
@@ -100,13 +134,24 @@ def register(app: typer.Typer) -> None:
     add_command(app, "ask", AskRequest, run_ask, HELP, no_args_is_help=True)
 
 
-def validate(req: AskRequest) -> None:
-    from as2d.runtime.ask.prompt import STYLES
+def check_question(question: str) -> None:
     from as2d.runtime.ask.question import question_error
 
-    problem = question_error(req.question)
+    problem = question_error(question)
     if problem:
         raise UserError(problem, 2)
+
+
+def validate(req: AskRequest) -> None:
+    from as2d.runtime.ask.prompt import STYLES
+
+    if req.file is None and req.transcript is None and not req.clear_cache:
+        raise UserError("give an audio FILE (or --transcript FILE.json)", 2)
+    if req.file == "-" and not req.questions:
+        raise UserError("the audio comes from stdin (-): give the questions on the command "
+                        "line", 2)
+    for question in req.questions:
+        check_question(question)
     from as2d.cli.decoding import check_decoder_options
 
     check_decoder_options(req.decoder, threads=req.threads, language=req.language)
@@ -122,96 +167,245 @@ def validate(req: AskRequest) -> None:
 
 
 def run_ask(req: AskRequest) -> int:
-    """Transcribe, then answer; the exit code (130 if the transcription was stopped)."""
-    from as2d.cli.ask_display import make_ask_reporter, print_answer_stats
+    """Transcribe (or find the transcript), then answer each question; the exit code (130 if
+    the transcription or the questions were stopped by Ctrl-C)."""
+    from as2d.cli.ask_display import make_ask_reporter
     from as2d.cli.resolve import build_engine
-    from as2d.engine import EngineSpec
+    from as2d.engine import EngineSpec, Heard
+    from as2d.models.bundle import models_dir
     from as2d.runtime.ask.answer import AskOptions
-    from as2d.runtime.audio import load_audio
+    from as2d.runtime.ask.transcripts import TranscriptError, default_cache, read_whisper_json
     from as2d.runtime.events import fanout
     from as2d.runtime.transcribe.stats import StatsCollector
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     validate(req)
-    # Read the audio first, then the models: a bad file should cost nothing.
-    audio = load_audio(req.file)
+    note = make_note(req.quiet)
+    cache = None if req.no_cache else default_cache(models_dir(req.models_dir))
+    if req.clear_cache:
+        removed, size = cache.clear() if cache is not None else (0, 0)
+        note(f"removed {removed} cached transcript{'s' * (removed != 1)} "
+             f"({size / 1e6:.1f} MB)")
+        if req.file is None and req.transcript is None:
+            return 0
+    # No audio to decode when the transcript is a file or cached: a follow-up question loads
+    # the answering model alone. A bad input costs nothing else.
+    length = {} if req.max_tokens is None else {"max_tokens": req.max_tokens}
+    # The same options whatever the output format: the answer never depends on it.
+    options = AskOptions(candidates=not req.no_candidates, style=req.style,
+                         context_tokens=req.context, **length)
+    transcribe_options = TranscribeOptions(language=req.language)
+    spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
+                      decoder=req.decoder, threads=req.threads, encoder=req.encoder,
+                      models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision)
+    heard = digest = audio = None
+    if req.transcript is not None:
+        try:
+            heard = Heard.of(read_whisper_json(req.transcript), str(req.transcript))
+        except TranscriptError as exc:
+            raise UserError(str(exc)) from None
+    else:
+        heard, digest = _cached(req, spec, cache, transcribe_options)
+        if heard is not None:
+            note("transcript from the cache (--no-cache transcribes again)")
+    stats = StatsCollector()
+    interactive = not req.questions
+    # The live panel would fight a prompt on the same terminal: plain lines then.
+    reporter = make_ask_reporter(False if interactive else req.live, req.quiet, sys.stderr)
+    listener = fanout(stats, reporter)
+    from dataclasses import replace
+
+    if heard is None:
+        from as2d.runtime.audio import load_audio
+
+        audio = load_audio(req.file)
+        spec = replace(spec, recording_seconds=audio.duration)
+    else:
+        spec = replace(spec, speech=False)
     try:
-        if audio.truncated:
+        if audio is not None and audio.truncated:
             err(f"as2d: warning: {req.file}: the file is truncated; using the "
                 f"{audio.duration:.1f} s that are there")
-        stats = StatsCollector()
-        reporter = make_ask_reporter(req.live, req.quiet, sys.stderr)
-        listener = fanout(stats, reporter)
-        # --json shows the model's own answer beside an extracted one (``generated``); a
-        # plain answer does not generate what it would throw away. No --max-tokens: the
-        # answer length every face has (AskOptions').
-        length = {} if req.max_tokens is None else {"max_tokens": req.max_tokens}
-        options = AskOptions(candidates=not req.no_candidates, style=req.style,
-                             context_tokens=req.context, compare=req.json, **length)
-        # The answering model loads on a thread beside the speech models and the
-        # transcription (the engine finds or installs it first, so a missing package still
-        # costs nothing); the answerer then reads its stored prompt head there too.
-        spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
-                          decoder=req.decoder, threads=req.threads, encoder=req.encoder,
-                          models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision,
-                          recording_seconds=audio.duration)
-        engine = build_engine(spec, make_note(req.quiet), listener)
-        reporter.start(str(req.file), audio.duration, req.question)
+        engine = build_engine(spec, note, listener)
         with engine:
+            first = req.questions[0] if req.questions else None
+            pending = engine.prepare_answerer(options, listener, first)
+            reporter.start(req.source, audio.duration if audio is not None
+                           else heard.transcript.duration, first or "")
             try:
-                result = _ask(engine, audio, req, options,
-                              TranscribeOptions(language=req.language), listener, stats,
-                              lambda: reporter.note(INTERRUPTED))
-                if result.answer is None and result.interrupted:
-                    # Stopped before a window was committed: no answer, and the exit code
-                    # says it was a signal (130, 143, 129), not that the audio had no speech.
-                    err(f"as2d: {stopped_by()} before any speech was transcribed: no "
-                        "answer")
-                    return interrupt_code(130)
-                if result.answer is None:
-                    raise UserError(f"{req.file}: no speech found: there is nothing to "
+                if heard is None:
+                    heard = _hear(engine, audio, req, transcribe_options, stats, pending,
+                                  cache, digest, lambda: reporter.note(INTERRUPTED))
+                    if not heard.transcript.spans and heard.interrupted:
+                        # Stopped before a window was committed: no answer, and the exit
+                        # code says it was a signal (130, 143, 129), not that there was no
+                        # speech.
+                        err(f"as2d: {stopped_by()} before any speech was transcribed: no "
+                            "answer")
+                        return interrupt_code(130)
+                if not heard.transcript.spans:
+                    raise UserError(f"{req.source}: no speech found: there is nothing to "
                                     "answer from")
+                answerer = _answerer(pending)
+                if interactive:
+                    reporter.stop()
+                    return _interactive(engine, heard, options, answerer, listener, req, stats)
+                results = [_answer(engine, heard, q, options, answerer, listener)
+                           for q in req.questions]
             finally:
                 reporter.stop()
     finally:
-        audio.close()
+        if audio is not None:
+            audio.close()
+    from as2d.cli.ask_display import render_answer
 
-    answer = result.answer
     if req.json:
-        try:  # NaN is not JSON: refused with one line, never written
-            text = json.dumps(result.to_dict(), indent=2, ensure_ascii=False,
-                              allow_nan=False) + "\n"
-        except ValueError:
-            raise UserError("the answer holds a number that is not finite (NaN or "
-                            "infinity), which JSON cannot carry") from None
-        sys.stdout.write(text)
+        docs = [_document(r) for r in results]
+        sys.stdout.write(_dumps(docs[0] if len(docs) == 1 else docs, indent=2) + "\n")
     else:
-        print(answer.text, flush=True)
+        many = len(results) > 1
+        sys.stdout.write("\n".join(render_answer(r, question=many) for r in results))
+        sys.stdout.flush()
     if req.stats:
-        from as2d.cli.stats_report import print_stats
-
-        print_stats(stats.runs, sys.stderr)
-        print_answer_stats(answer.stats, sys.stderr)
-    return interrupt_code(130) if result.interrupted else 0
+        _print_stats(stats, [r.answer for r in results])
+    return interrupt_code(130) if heard.interrupted else 0
 
 
 INTERRUPTED = ("interrupted: finishing the current pass, then answering from what was "
                "transcribed (Ctrl-C again to quit)")
+PROMPT = "? "
 
 
-def _ask(engine, audio, req: AskRequest, options, transcribe_options, listener, stats,
-         on_interrupt):
-    """:meth:`Engine.ask`, its errors as the command line words them."""
-    from as2d.engine import AnswerError
+def _cached(req: AskRequest, spec, cache, transcribe_options):
+    """``(heard, digest)``: the cached transcript of ``req.file`` (None when there is none),
+    and the audio's content digest to keep a new one under (None: no cache, or not a regular
+    file, which load_audio then reads or refuses in its own words)."""
+    from as2d.engine import Heard, transcript_key
+    from as2d.loading import ModelError
+    from as2d.runtime.ask.transcripts import file_digest
+
+    path = Path(req.file)
+    if cache is None or req.file == "-" or not path.is_file():
+        return None, None
+    try:
+        digest = file_digest(path)
+    except OSError:
+        return None, None  # load_audio says why, in its words
+    try:
+        key = transcript_key(spec, digest, transcribe_options)
+    except ModelError as exc:
+        raise UserError(str(exc)) from None
+    except ValueError as exc:  # an encoder name that does not exist: load says so
+        raise UserError(as_flags(exc)) from None
+    found = cache.get(key)
+    return (Heard.of(found, req.source) if found is not None else None), digest
+
+
+def _hear(engine, audio, req: AskRequest, transcribe_options, stats, pending, cache, digest,
+          on_interrupt):
+    """:meth:`Engine.hear`, its errors as the command line words them."""
+    try:
+        return engine.hear(audio, transcribe_options, source=req.source, stats=stats,
+                           on_interrupt=on_interrupt, cache=cache, digest=digest,
+                           pending=pending)
+    except ValueError as exc:  # transcription options the model cannot honour
+        raise UserError(_words(exc)) from None
+
+
+def _answerer(pending):
+    from as2d.engine import AnswerError, answerer_from
     from as2d.loading import ModelError
 
     try:
-        return engine.ask(audio, req.question, options, transcribe_options,
-                          source=str(req.file), listener=listener, stats=stats,
-                          on_interrupt=on_interrupt)
+        return answerer_from(pending)
     except AnswerError as exc:  # exit 2: options this model cannot honour
-        raise UserError(as_flags(exc.error), 2 if exc.stage == "answerer" else 1) from None
+        raise UserError(as_flags(exc.error), 2) from None
     except ModelError as exc:  # the answering model cannot load
         raise UserError(str(exc)) from None
-    except ValueError as exc:  # transcription options the model cannot honour
-        raise UserError(as_flags(exc)) from None
+
+
+def _answer(engine, heard, question: str, options, answerer, listener):
+    """:meth:`Engine.answer`, its errors as the command line words them."""
+    from as2d.engine import AnswerError
+
+    try:
+        return engine.answer(heard, question, options, answerer=answerer, listener=listener)
+    except AnswerError as exc:
+        raise UserError(as_flags(exc.error), 1) from None
+
+
+def _words(exc: ValueError) -> str:
+    from as2d.engine import AnswerError
+    from as2d.loading import ModelError
+
+    if isinstance(exc, AnswerError):
+        return as_flags(exc.error)
+    if isinstance(exc, ModelError):
+        return str(exc)
+    return as_flags(exc)
+
+
+def _interactive(engine, heard, options, answerer, listener, req: AskRequest, stats) -> int:
+    """Questions from stdin, one a line, until an empty line or the end; each answered as it
+    comes (``--json``: one document a line). Ctrl-C ends it with 130, without a traceback."""
+    from as2d.cli.ask_display import render_answer
+    from as2d.engine import ModelError
+
+    tty = sys.stdin.isatty()
+    if tty and not req.quiet:
+        err(f"as2d: ask about {req.source}; an empty line or Ctrl-D ends")
+    answers = []
+    try:
+        while True:
+            if tty:
+                sys.stderr.write(PROMPT)
+                sys.stderr.flush()
+            line = sys.stdin.readline()
+            question = line.strip()
+            if not question:
+                break
+            try:
+                check_question(question)
+                result = _answer(engine, heard, question, options, answerer, listener)
+            except UserError as exc:  # this question: said, and the next one is read
+                err(f"as2d: error: {exc}")
+                continue
+            except ModelError as exc:
+                raise UserError(str(exc)) from None
+            answers.append(result.answer)
+            if req.json:
+                sys.stdout.write(_dumps(_document(result)) + "\n")
+            else:
+                sys.stdout.write(render_answer(result) + "\n")
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        if tty:
+            sys.stderr.write("\n")
+        err(f"as2d: {stopped_by()}")
+        return interrupt_code(130)
+    finally:
+        if req.stats:
+            _print_stats(stats, answers)
+    return interrupt_code(130) if heard.interrupted else 0
+
+
+def _document(result) -> dict:
+    return result.to_dict()
+
+
+def _dumps(doc, indent: int | None = None) -> str:
+    try:  # NaN is not JSON: refused with one line, never written
+        return json.dumps(doc, indent=indent, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise UserError("the answer holds a number that is not finite (NaN or infinity), "
+                        "which JSON cannot carry") from None
+
+
+def _print_stats(stats, answers) -> None:
+    from as2d.cli.ask_display import print_answer_stats
+    from as2d.cli.stats_report import print_stats
+
+    if stats.runs:
+        print_stats(stats.runs, sys.stderr)
+    for answer in answers:
+        print_answer_stats(answer.stats, sys.stderr)

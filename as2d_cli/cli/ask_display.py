@@ -88,6 +88,9 @@ class AskState:
             elif isinstance(event, AskStarted):
                 self.stage = 2
                 self.notes.clear()  # stage 1's notes (language detected, ...) are stale now
+                # A new question (several in one run): its answer starts empty.
+                self.answer, self.answer_tokens = [], 0
+                self.gen_tokens, self.gen_seconds = 0, 0.0
                 self.llm, self.question = event.llm, event.question
                 self.prompt_tokens = event.prompt_tokens
                 self.candidates = event.candidates
@@ -271,3 +274,23 @@ def print_answer_stats(stats, stream) -> None:
                   str(s["candidates_accepted"]),
                   f"{100 * s['acceptance']:.0f}" if s["candidates_offered"] else "-")
         console.print(t)
+
+
+EVIDENCE_CHARS = 240  # a passage longer than this is cut (the whole of it is in --json)
+
+
+def render_answer(result, question: bool = False) -> str:
+    """An answer as ``as2d ask`` prints it: the answer's line, then its evidence, best first,
+    one passage a line (``[0:03–0:08] "…"``); ``question``: the question first (``Q: …``, when
+    several are answered). Rendering only: the same :class:`~as2d.engine.AskResult` is the
+    ``--json`` document."""
+    from as2d.runtime.ask.spans import format_time
+
+    lines = [f"Q: {result.question}"] if question else []
+    lines.append(result.answer.text)
+    for e in result.evidence:
+        text = " ".join(e.text.split())
+        if len(text) > EVIDENCE_CHARS:
+            text = text[:EVIDENCE_CHARS - 1].rstrip() + "…"
+        lines.append(f"[{format_time(e.start)}–{format_time(e.end)}] \"{text}\"")
+    return "\n".join(lines) + "\n"

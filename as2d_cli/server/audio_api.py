@@ -241,16 +241,37 @@ def make_router(backend: Backend) -> APIRouter:
         finally:
             upload.close()
 
+    transcripts: list = []  # the transcript cache, made on the first question
+
+    def transcript_cache():
+        """The server's transcript cache: the one ``as2d ask`` and the API use (the models
+        folder's), the most recent also in memory; None when ``$AS2D_TRANSCRIPT_CACHE`` is
+        off."""
+        if not transcripts:
+            from as2d.models.bundle import models_dir
+            from as2d.runtime.ask.transcripts import default_cache
+
+            transcripts.append(default_cache(models_dir(backend.settings.models_dir)))
+        return transcripts[0]
+
     def answer(req: AudioRequest, audio) -> dict:
-        """What ``as2d ask --json`` prints for the same file and question (the model's own
-        answer, ``generated``, beside an extracted one included: ``compare``)."""
+        """What ``as2d ask --json`` prints for the same file and question: the same options,
+        the same pipeline (:meth:`Engine.ask`), the same document; a recording asked about
+        before is not transcribed again (the transcript cache)."""
         from as2d.engine import AnswerError
         from as2d.runtime.ask.answer import AskOptions
+        from as2d.runtime.ask.transcripts import file_digest
 
+        cache = transcript_cache()
         try:
-            result = backend.engine.ask(audio, req.question, AskOptions(compare=True),
+            digest = file_digest(req.file) if cache is not None else None
+        except OSError:
+            digest = None
+        try:
+            result = backend.engine.ask(audio, req.question, AskOptions(),
                                         engine_options(req), source=req.filename,
-                                        cancelled=backend.cancelled)
+                                        cancelled=backend.cancelled, cache=cache,
+                                        digest=digest)
         except AnswerError as exc:
             if exc.stage != "answer":
                 raise exc.error from None

@@ -35,7 +35,9 @@ from as2d.runtime.ask.answer_sources import (
     source_texts,
 )
 from as2d.runtime.ask.codec import Codec
+from as2d.runtime.ask.evidence import Evidence
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
+from as2d.runtime.ask.judge import ABSTAIN_BELOW, MARGIN, judge
 from as2d.runtime.ask.passages import evidence, rank_spans
 from as2d.runtime.ask.policies import policy_for
 from as2d.runtime.ask.policy import Candidate
@@ -91,6 +93,20 @@ class AskOptions:
     # ``calibrate_top`` likeliest; see :meth:`Answerer.calibrate`. 0 ranks by likelihood alone.
     calibrate: float = 0.75
     calibrate_top: int = 6
+    # Every answer is judged (:mod:`as2d.runtime.ask.judge`): its evidence ordered, and
+    # withheld when it is a span chosen by less than ``abstain_margin`` from a passage that
+    # says less than ``abstain`` of the question's words, it is not of the kind asked, or a
+    # yes/no question is not decided (``abstain`` 0: none withheld for support). ``judge``
+    # False: the answer as found (the bench's "before").
+    judge: bool = True
+    # The most transcript tokens an answer is made from: a transcript longer than this is
+    # answered from its passages that share the most words with the question (retrieval over
+    # the whole transcript, then the model on the best passages: on the dev questions asked
+    # of one 10-minute recording of their clips, ``scripts/ask_long.py``). Every clip of the
+    # question set (under a minute, under 400 tokens) fits whole.
+    passage_tokens: int = 768
+    abstain: float = ABSTAIN_BELOW
+    abstain_margin: float = MARGIN
     # The few-shot head's KV rows are stored beside the model and loaded by later runs
     # (:mod:`as2d.runtime.llm.prefix_cache`): 0.3 s less prefill, the same answer.
     prefix_cache: bool = True
@@ -108,7 +124,6 @@ class Answer:
     question: str
     text: str
     tokens: list[int]
-    evidence: list[Span]  # transcript spans the answer draws on
     context: list[Span]  # transcript spans the prompt held
     selected: bool
     note: str | None
@@ -125,13 +140,30 @@ class Answer:
     method: str = "generated"
     generated: str | None = None  # the model's own answer when it was replaced
     candidates: list[Candidate] = field(default_factory=list)  # scored, best first
+    # The passages the answer rests on, best first (transcript spans are Evidence); when it
+    # abstained, the passages that come closest.
+    evidence: tuple[Evidence, ...] = ()
+    # No answer cleared the bar: ``text`` says the recording does not say (``method``
+    # "not said"), and ``evidence`` holds the closest passages, if any.
+    abstained: bool = False
+    # How the judge (:mod:`as2d.runtime.ask.judge`) saw it: the share of the question's words
+    # said around the answer's passage, the answer it withheld or replaced (a yes/no question
+    # answered from its deciding clause), and why it was withheld.
+    confidence: float | None = None
+    margin: float | None = None  # a chosen span's score above the next candidate's
+    withheld: str | None = None
+    reason: str | None = None
+
+    def __post_init__(self) -> None:
+        self.evidence = tuple(self.evidence)
 
     def to_dict(self) -> dict:
         return {"question": self.question, "answer": self.text, "method": self.method,
+                "abstained": self.abstained,
+                "evidence": [s.to_dict() for s in self.evidence],
                 **({"generated": self.generated} if self.generated is not None else {}),
                 **({"candidates": [c.to_dict(self.context) for c in self.candidates]}
                    if self.candidates else {}),
-                "spans": [s.to_dict() for s in self.evidence],
                 "context": {"selected": self.selected, "note": self.note,
                             "spans": [s.to_dict() for s in self.context]},
                 "stopped": self.stopped}
@@ -183,7 +215,10 @@ class Answerer:
         if budget < 64:
             raise OptionError("max_tokens", f"{self.options.max_tokens} leaves no room for the "
                               f"prompt in the model's {self.capacity}-token context")
-        return self.builder.plan(spans, question, budget)
+        # a long transcript: the passages that share the most words with the question (BM25
+        # over the whole of it), not everything the context holds
+        return self.builder.plan(spans, question, budget,
+                                 passage_tokens=self.options.passage_tokens)
 
     def sources(self, spans: Sequence[Span], question: str, drafter_text: str | None,
                 plan: PromptPlan) -> LookupSource:
@@ -207,15 +242,26 @@ class Answerer:
 
     def ask(self, spans: Sequence[Span], question: str, drafter_text: str | None = None,
             language: str | None = None) -> Answer:
-        """The answer to ``question`` about the transcript ``spans``. ``language`` (the
-        transcript's, a Whisper code) picks the answer policy (:func:`~.policies.policy_for`):
-        the English rules for English or an unknown language, none for another (the model's
-        own answer, and the answer's note says the rules were off)."""
+        """The answer to ``question`` about the transcript ``spans``, with its evidence (best
+        first), withheld when it does not stand (:mod:`~as2d.runtime.ask.judge`).
+        ``language`` (the transcript's, a Whisper code) picks the answer policy
+        (:func:`~.policies.policy_for`): the English rules for English or an unknown language,
+        none for another (the model's own answer, and the answer's note says the rules were
+        off)."""
         problem = question_error(question)
         if problem:
             raise ValueError(problem)
-        o = self.options
         policy = policy_for(language)
+        found = self.find(spans, question, drafter_text, policy)
+        if not self.options.judge:
+            return found
+        return judge(found, spans, question, policy, self.options.abstain,
+                     self.options.abstain_margin)
+
+    def find(self, spans: Sequence[Span], question: str, drafter_text: str | None,
+             policy) -> Answer:
+        """The answer as the rules and the model find it, before it is judged."""
+        o = self.options
         collector = AnswerStatsCollector()
         emit = fanout(collector, self.emit)
         if policy.note:
@@ -231,8 +277,9 @@ class Answerer:
                 emit(AskStarted(question, self.model.name, 0, 0, len(spans), len(spans), False,
                                 False))
                 emit(AnswerDone(text, 0, method, 0.0))
-                return Answer(question, text, [], [spans[i] for i in where], list(spans), False,
-                              None, method, collector.current, None, method)
+                return Answer(question, text, [], list(spans), False, None, method,
+                              collector.current, None, method,
+                              evidence=[spans[i] for i in where])
         plan = self.prompt(spans, question)
         if plan.note:
             emit(Note(plan.note, "warning"))
@@ -274,10 +321,11 @@ class Answerer:
 
         gen = SpeculativeGenerator(self.model, emit, self.prefix)
 
-        def run(max_new: int):
+        def run(max_new: int, score: bool = True):
+            score = score and bool(found)
             return gen.generate(plan.ids, max_new, plan.stop_ids, sources,
-                                calibrate if found else None, plan.static,
-                                score_candidates if found else None)
+                                calibrate if score else None, plan.static,
+                                score_candidates if score else None)
 
         # Spans to score: the answer will be one of them unless none fits the context, so
         # generate only the token the prefill gives (no pass) unless a comparison is asked.
@@ -285,15 +333,20 @@ class Answerer:
         skipped = bool(scored) and len(result.tokens) < o.max_tokens and not o.compare
         if found and not scored and not o.compare:
             result = run(o.max_tokens)  # no span could be scored: generation is the answer
-        if len(result.tokens) > 1:
-            self.previous.append([t for t in result.tokens if t not in plan.stop_ids])
-        text = self.answer_text(result.tokens, plan)
         scored.sort(key=rank)
-        method, generated, used = "generated", None, evidence(text, plan.spans)
         check = o.check and policy.not_said is not None
         # Only answers of the kind asked, adding to the question, every word said.
         fitting = policy.fitting(scored, question, spans) if check else scored
         pick = policy.choose(fitting, spans, question, plan.spans)
+        if pick is None and skipped:
+            # No span answers: the model's own answer is judged, so it is generated whole,
+            # whether or not a comparison was asked (``compare`` never changes the answer;
+            # the same greedy tokens, the prefill's head from the prefix cache).
+            result, skipped = run(o.max_tokens, score=False), False
+        if len(result.tokens) > 1:
+            self.previous.append([t for t in result.tokens if t not in plan.stop_ids])
+        text = self.answer_text(result.tokens, plan)
+        method, generated, used = "generated", None, evidence(text, plan.spans)
         if pick is not None:
             method, generated, text = "extracted", None if skipped else text, pick.text
             used = [plan.spans[i] for i in pick.spans]
@@ -309,8 +362,9 @@ class Answerer:
             used = plan.focus[:1]
         tokens, stopped = ([], "extracted") if skipped else (result.tokens, result.stopped)
         emit(AnswerDone(text, len(tokens), stopped, result.prefill_seconds + result.seconds))
-        return Answer(question, text, tokens, used, plan.spans, plan.selected, note,
-                      stopped, collector.current, plan, method, generated, scored)
+        return Answer(question, text, tokens, plan.spans, plan.selected, note, stopped,
+                      collector.current, plan, method, generated, scored, evidence=used,
+                      abstained=method == "not said")
 
     def calibrate(self, state, plan: PromptPlan, scored: list[Candidate],
                   seqs: dict[str, list[int]]) -> None:
@@ -354,8 +408,8 @@ class Answerer:
         text = f"At {format_time(best.start)}: \u201c{best.text.strip()}\u201d"
         emit(AskStarted(question, self.model.name, 0, 0, len(spans), len(spans), False, False))
         emit(AnswerDone(text, 0, "located", 0.0))
-        return Answer(question, text, [], [best], list(spans), False, None, "located",
-                      collector.current, None, "located")
+        return Answer(question, text, [], list(spans), False, None, "located",
+                      collector.current, None, "located", evidence=[best])
 
     def answer_text(self, tokens: Sequence[int], plan: PromptPlan) -> str:
         ids = [t for t in tokens if t not in self.builder.eos_ids]

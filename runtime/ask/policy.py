@@ -92,6 +92,20 @@ class AnswerPolicy(Protocol):
         None: no answer (:attr:`not_said`)."""
 
 
+    def is_yes_no(self, question: str) -> bool:
+        """Whether the question asks yes or no."""
+
+    def yes_no(self, spans: Sequence[Span], question: str,
+               top: Sequence[int] = ()) -> tuple[str, list[int]] | None:
+        """``(text, span indices)``: "Yes"/"No" with the passage that decides, or None."""
+
+    def valid(self, answer: str, question: str, spans: Sequence[Span]) -> bool:
+        """Whether a found answer is an answer of the kind asked (not a fragment)."""
+
+    def kind(self, question: str) -> str:
+        """The kind of answer the question asks for (said when an answer is withheld)."""
+
+
 RULES_OFF = ("answer rules off: they are written for English and the transcript is in "
              "{language}; the answer is the model's own")
 
@@ -127,3 +141,15 @@ class NoPolicy:
     def fallback(self, generated: str, question: str, spans: Sequence[Span],
                  found: Sequence[Candidate]) -> str | None:
         return generated
+
+    def is_yes_no(self, question: str) -> bool:
+        return False
+
+    def yes_no(self, spans, question, top=()):
+        return None
+
+    def valid(self, answer: str, question: str, spans: Sequence[Span]) -> bool:
+        return True
+
+    def kind(self, question: str) -> str:
+        return "other"

@@ -320,9 +320,10 @@ class PromptBuilder:
 
     # -- planning -------------------------------------------------------------------------------
     def plan(self, spans: Sequence[Span], question: str, budget: int,
-             window_tokens: int = 96) -> PromptPlan:
-        """A prompt of at most ``budget`` tokens: the whole transcript if it fits, else the
-        passages most related to the question (and a note saying so)."""
+             window_tokens: int = 96, passage_tokens: int | None = None) -> PromptPlan:
+        """A prompt of at most ``budget`` tokens: the whole transcript if it fits (in
+        ``passage_tokens`` of transcript, when given), else the passages most related to the
+        question (and a note saying so)."""
         stops = set(self.eos_ids)
         one_line = self.style != "instruct"
         if one_line:
@@ -335,12 +336,17 @@ class PromptBuilder:
         line_tokens = [len(self.codec.text(("\n" if i else "") + transcript_lines([s], timed)))
                        for i, s in enumerate(spans)]
         transcript_tokens = sum(line_tokens)
-        if len(ids) <= budget or not spans:
+        if (len(ids) <= budget and (passage_tokens is None
+                                    or transcript_tokens <= passage_tokens)) or not spans:
             return PromptPlan(ids, "".join(p for p, _ in pieces), list(spans), False, None,
                               transcript_tokens, self.style, timed, frozenset(stops), one_line,
                               near, self._static(ends), ends[self._transcript_piece()])
         frame = len(self.encode(self.render("", question, timed, focus_text)))
         room = budget - frame - 8  # a little slack: joins tokenize a bit differently
+        limit = f"the answering model's context ({budget} tokens for the prompt)"
+        if passage_tokens is not None and passage_tokens < room:
+            room, limit = passage_tokens, f"the {passage_tokens} tokens of transcript an " \
+                "answer is made from"
         if room < 16:
             raise ValueError(f"the question and the prompt's examples leave no room for the "
                              f"transcript in {budget} tokens of context")
@@ -360,7 +366,7 @@ class PromptBuilder:
         if len(ids) > budget:
             raise ValueError(f"no transcript passage fits the {budget}-token context")
         note = (f"the transcript ({transcript_tokens} tokens, {format_time(spans[-1].end)}) does "
-                f"not fit the answering model's context ({budget} tokens for the prompt): "
+                f"not fit {limit}: "
                 f"answering from {len(keep)} of {len(spans)} segments {how} "
                 f"({time_ranges(chosen)})")
         return PromptPlan(ids, "".join(p for p, _ in pieces), chosen, True, note,

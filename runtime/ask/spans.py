@@ -11,18 +11,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from as2d.runtime.ask.evidence import Evidence
+
 
 @dataclass(frozen=True)
-class Span:
-    """One transcript segment: audio times in seconds and its text."""
-
-    start: float
-    end: float
-    text: str
-
-    def to_dict(self) -> dict:
-        return {"start": round(self.start, 3), "end": round(self.end, 3),
-                "text": self.text.strip()}
+class Span(Evidence):
+    """One transcript segment: audio times in seconds and its text (the evidence an answer
+    cites is its spans, as they are)."""
 
 
 def spans_from_segments(segments: Iterable) -> list[Span]:

@@ -568,26 +568,6 @@ def _end_clause(r: _Reading) -> Iterator[_Found]:
         yield _Found(*said_runs[0 if first else -1], "end", pin=True)
 
 
-def _around_event(r: _Reading) -> Iterator[_Found]:
-    """"What ... after (before) X?": the part of a clause right after (before) X's (a clause
-    cut again at "and", "but", "then": :func:`_parts`; :func:`_event_place`); for "which card
-    is called after X", the item after X, as many clauses long as X (pinned)."""
-    place = r.event
-    if place is None:
-        return
-    xa, xb, asked_after = place.x
-    clauses = r.clauses
-    k = _containing(clauses, xb - 1)
-    if asked_after and _ITEM.search(r.question) and k + 1 < len(clauses):
-        n = k - _containing(clauses, xa) + 1
-        if clauses[k][1] == xb:
-            last = min(len(clauses) - 1, k + n)
-            yield _Found(clauses[k + 1][0], clauses[last][1], "next", pin=True)
-    # the question asks which side; the transcript's own connective may say the other
-    if 0 <= place.step < len(place.parts):
-        yield _Found(*place.parts[place.step], "step")
-
-
 # Words that may lead into a clause the connective still fronts ("*And* before you leave",
 # "*Shortly* after the guests arrived", "*Two days* after the wedding", "*The morning*
 # before the exam"), and that a connective said mid-clause takes with it ("we met the band
@@ -677,45 +657,6 @@ def _negation(w: TranscriptWord) -> bool:
     return t in _NOT or t == "no" or t.endswith("n't")
 
 
-# A clause that says it follows from what was said before it: "(it turns colder,) *so* it is
-# worth covering the plants", "*That is why* ...".
-_CONSEQUENCE = re.compile(r"^\W*(?:and\s+)?(?:so|therefore|thus|hence|consequently|that(?:'s|\s+is)"
-                          r"\s+why|which\s+is\s+why|this\s+is\s+why)\b", re.I)
-# Words that only fill a pause before a spoken "so" ("Right, so the school closed ...").
-_FILLERS = frozenset("right okay ok well anyway now yes yeah um uh er so and but oh alright "
-                     "good".split())
-
-
-def _reason_before(r: _Reading) -> Iterator[_Found]:
-    """"Why ...?" where the transcript says most of the question's words in a clause that
-    follows from what was said before it ("It turns much colder, down to three degrees, *so*
-    it is worth covering any tomato plants"; "The heating failed. *That is why* the school
-    closed early."): what its sentence says before that clause, or the sentence before when
-    the clause opens its own, is the reason (origin ``reason``; preferred for a *why* by
-    :meth:`as2d.runtime.ask.answer.Answerer.choose`). A spoken "so" after a filler ("Right,
-    so ...") gives none; one content word is enough ("It snowed, so ...")."""
-    if question_kind(r.question) != "reason" or not r.qcontent:
-        return
-    words, clauses, sentences = r.words, r.clauses, r.sentences
-    need = max(1, (len(r.qcontent) + 1) // 2)
-    for _m, e in _matches(words, r.qwords, r.qcontent):
-        k = _containing(clauses, e - 1)
-        if k >= len(clauses):
-            continue
-        a = clauses[k][0]
-        if not _CONSEQUENCE.match(" ".join(w.text for w in words[a:a + 4])):
-            continue
-        si = _containing(sentences, a)
-        s0, s1 = sentences[si]
-        if len(set(content_words(" ".join(w.text for w in words[a:s1]))) & r.qcontent) < need:
-            continue  # a consequence of something else
-        lo, hi = (s0, a) if s0 < a else (sentences[si - 1] if si > 0 else (a, a))
-        said = [w for w in words[lo:hi] if _bare(w.text) not in _FILLERS]
-        if content_words(" ".join(w.text for w in said)):
-            # (named ``reason`` even where another source found the words first)
-            yield _Found(max(lo, hi - 2 * r.max_words), hi, "reason", exact=True, pin=True)
-
-
 # "Who signed / wrote / sent the letter?", "Who is the email from?": who the question makes
 # the writer (not "Who was the letter sent *to*?", not "the woman who wrote the letter").
 _WRITER = re.compile(r"^\W*who\s+(?:(?:has|had)\s+)?(?:signed|wrote|written|sent)\s+(?:the|this|"
@@ -753,8 +694,7 @@ def _signed(r: _Reading) -> Iterator[_Found]:
 
 _SOURCES = (_after_question, _between_question, _before_question, _related_lines,
             _names_and_amounts, _people, _said_about, _first_and_last, _listed_with, _said_of,
-            _preposition_object, _wh_slot, _verb_objects, _end_clause, _around_event,
-            _reason_before, _signed)
+            _preposition_object, _wh_slot, _verb_objects, _end_clause, _signed)
 
 
 @dataclass(frozen=True)
@@ -889,10 +829,6 @@ def _verb_object(words: Sequence[TranscriptWord], question: str,
 _END_WORDS = re.compile(r"\b(first|last|final|opening|closing)\s+(words?|sentences?|lines?|"
                         r"phrase|thing (?:said|heard))\b|\b(?:called|named|said|read|"
                         r"mentioned|heard|spoken|listed)\s+(first|last)\b", re.I)
-# "Which card is called after X?": an item of a sequence, as long as X.
-_ITEM = re.compile(r"\b(?:which|what)\s+(?!(?:is|was|are|were|do|does|did|comes?|came|"
-                   r"happens?|happened|" + _AUX_WORDS + r")\b)[a-z]+\s+(?:is|was|are|were)\b",
-                   re.I)
 
 
 _JOINS = frozenset({"and", "but", "then"})

@@ -21,6 +21,7 @@ from as2d.runtime.ask.english.kinds import (
     adds_to,
     bound,
     first_qualifying,
+    first_word_names,
     fits,
     gives_reason,
     names_in,
@@ -31,14 +32,19 @@ from as2d.runtime.ask.english.kinds import (
     states_condition,
 )
 from as2d.runtime.ask.english.sequence import sequence_answer
-from as2d.runtime.ask.english.yesno import yes_no_answer
+from as2d.runtime.ask.english.yesno import is_yes_no, yes_no_decision
 from as2d.runtime.ask.passages import best_sentence, content_words, within
 from as2d.runtime.ask.policy import Candidate, Reading
 from as2d.runtime.ask.prompt import asks_about_time
 from as2d.runtime.ask.spans import Span
 
+# Words that answer nothing alone ("Well.", "Thing."): a filler, a noun of kind.
+_EMPTY = frozenset(content_words("well okay ok yes thing things way kind sort something "
+                                 "anything everything"))
+
 # The readings tried, in order, before any model runs: (method, reader).
-READERS = (("counted", count_answer), ("read", sequence_answer), ("confirmed", yes_no_answer))
+# (a yes/no question is decided by the judge, :meth:`EnglishPolicy.yes_no`)
+READERS = (("counted", count_answer), ("read", sequence_answer))
 
 
 class EnglishPolicy:
@@ -110,6 +116,34 @@ class EnglishPolicy:
         """The objects of the question's last preposition, "besides X", "what kind of X"."""
         return objects(found)
 
+    # -- judging a found answer (:mod:`as2d.runtime.ask.judge`) --
+
+    def is_yes_no(self, question: str) -> bool:
+        return is_yes_no(question)
+
+    def yes_no(self, spans: Sequence[Span], question: str,
+               top: Sequence[int] = ()) -> tuple[str, list[int]] | None:
+        """"Yes"/"No" with the deciding clause (:func:`~.yesno.yes_no_decision`), or None."""
+        return yes_no_decision(spans, question)
+
+    def valid(self, answer: str, question: str, spans: Sequence[Span]) -> bool:
+        """Whether a found answer is an answer of the kind asked: of the kind
+        (:func:`~.kinds.fits`), with a content word of its own (not "Well.", not the
+        question's words again), a person or name not the question's own."""
+        kind = question_kind(question)
+        words = set(content_words(answer))
+        if not words or words <= _EMPTY or not adds_to(answer, question):
+            return False
+        names, places = names_in(spans), places_in(spans)
+        if kind in ("who", "name"):
+            # the person must be one the question does not name already ("What was the name
+            # of John Snow's wife?" is not "John Snow thought.")
+            asked = set(content_words(question))
+            answer = " ".join(w for w in answer.split() if not set(content_words(w)) & asked)
+            if kind == "name":
+                names = names | first_word_names(spans)
+        return bool(answer) and fits(kind, answer, names, places)
+
     def fitting(self, scored: Sequence[Candidate], question: str,
                 spans: Sequence[Span]) -> list[Candidate]:
         kind, names, places = question_kind(question), names_in(spans), places_in(spans)
@@ -137,11 +171,11 @@ class EnglishPolicy:
             shaped = [c for c in scored if c.origin == "signed"] or \
                 [c for c in scored if c.origin == "before"]
         elif not shaped and kind in ("reason", "condition"):
-            # what a "so" clause saying the question's words follows from, a reason said as one
+            # a reason said as one
             # ("so that it ...") or a condition ("if you get a rash") in the sentence that says
             # the question's words most, not one of something else said elsewhere
             sentence = best_sentence(context if context is not None else spans, question)
-            shaped = [c for c in scored if c.origin == "reason" or (
+            shaped = [c for c in scored if (
                 sentence is not None and within(c.text, sentence)
                 and (states_condition(c.text) if kind == "condition"
                      else gives_reason(c.text)))]

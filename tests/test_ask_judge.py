@@ -1,0 +1,114 @@
+"""The answer judge (issue #46): evidence ranked by the question, answers withheld when their
+passage says too little of what is asked or they are not of the kind asked, and yes/no
+questions decided by the clause that says them. No model: answers are built as the answerer
+finds them, then judged."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from as2d.runtime.ask.answer import Answer
+from as2d.runtime.ask.answer_events import AnswerStats
+from as2d.runtime.ask.english.rules import ENGLISH_POLICY
+from as2d.runtime.ask.english.yesno import yes_no_decision
+from as2d.runtime.ask.judge import judge, retrieve, support
+from as2d.runtime.ask.policy import Candidate
+from as2d.runtime.ask.spans import Span
+
+SPANS = [
+    Span(0.0, 4.0, "Good evening, here is the local news."),
+    Span(4.0, 9.5, "The old footbridge over the Carver River will close on Monday for repairs."),
+    Span(9.5, 14.0, "The work is expected to take six weeks."),
+    Span(14.0, 19.0, "The town engineer, Laura Jennings, said the planks had rotted."),
+    Span(19.0, 24.0, "The morning ferry to Castle"),
+    Span(24.0, 27.0, "Island is cancelled on Sunday. The bakery is not open on Mondays."),
+]
+
+
+def found(text: str, method: str = "extracted", where: tuple[int, ...] = ()) -> Answer:
+    return Answer("", text, [], list(SPANS), False, None, "extracted", AnswerStats(), None,
+                  method, evidence=[SPANS[i] for i in where],
+                  abstained=method == "not said")
+
+
+def test_retrieval_ranks_the_passage_that_says_the_question_first():
+    assert retrieve(SPANS, "How long will the work on the footbridge take?")[:2] == [2, 1] or \
+        retrieve(SPANS, "How long will the work on the footbridge take?")[0] in (1, 2)
+    assert retrieve(SPANS, "Who said the planks had rotted?")[0] == 3
+    assert retrieve(SPANS, "What is the price of bread?") == []
+
+
+def test_an_answer_keeps_its_own_passage_first_then_the_closest():
+    q = "Who said the planks had rotted?"
+    a = judge(found("Laura Jennings.", where=(3,)), SPANS, q, ENGLISH_POLICY, 0.5)
+    assert not a.abstained and a.text == "Laura Jennings."
+    assert a.evidence[0] == SPANS[3]
+    assert a.confidence == support(q, SPANS, [3]) == 1.0
+
+
+def test_a_span_chosen_by_a_hair_from_a_passage_that_says_little_is_withheld():
+    q = "What did the mayor promise the fishermen of the harbour?"
+    rivals = [Candidate("Repairs.", "line", (1,), score=1.0),
+              Candidate("Six weeks.", "line", (2,), score=0.6)]
+    a = judge(replace(found("Repairs.", where=(1,)), candidates=rivals), SPANS, q,
+              ENGLISH_POLICY, 0.5)
+    assert a.abstained and a.method == "not said"
+    assert a.text == ENGLISH_POLICY.not_said and a.withheld == "Repairs."
+    assert a.confidence < 0.5 and abs(a.margin - 0.4) < 1e-9
+    # chosen by a wide margin, or with no rival at all, it stands
+    rivals[1].score = -3.0
+    assert not judge(replace(found("Repairs.", where=(1,)), candidates=rivals), SPANS, q,
+                     ENGLISH_POLICY, 0.5).abstained
+    assert not judge(found("Repairs.", where=(1,)), SPANS, q, ENGLISH_POLICY, 0.5).abstained
+
+
+def test_an_answer_not_of_the_kind_asked_is_withheld_with_the_closest_passage():
+    q = "Who said the planks had rotted?"
+    a = judge(found("Rotted.", where=(3,)), SPANS, q, ENGLISH_POLICY, 0.0)
+    assert a.abstained and "kind" in a.reason
+    assert a.evidence[0] == SPANS[3]  # where the recording comes closest
+    # a number for "how many", not a word of the passage
+    b = judge(found("The planks.", where=(3,)), SPANS, "How many planks had rotted?",
+              ENGLISH_POLICY, 0.0)
+    assert b.abstained
+    c = judge(found("Well.", where=(0,)), SPANS, "What is the news?", ENGLISH_POLICY, 0.0)
+    assert c.abstained
+
+
+def test_yes_no_is_decided_by_the_clause_that_says_it_over_segment_breaks():
+    yes = yes_no_decision(SPANS, "Will the footbridge close on Monday?")
+    assert yes is not None and yes[0].startswith("Yes.") and yes[1] == [1]
+    no = yes_no_decision(SPANS, "Is the bakery open on Mondays?")
+    assert no is not None and no[0].startswith("No.")
+    # said across two segments, denied by its verb
+    ferry = yes_no_decision(SPANS, "Can you take the morning ferry to Castle Island on Sunday?")
+    assert ferry is not None and ferry[0].startswith("No.") and ferry[1] == [4]
+    assert yes_no_decision(SPANS, "Did the engineer buy a new car?") is None
+
+
+def test_a_yes_no_question_gets_yes_no_or_abstains_never_a_fragment():
+    q = "Is the bakery open on Mondays?"
+    a = judge(found("Mondays.", where=(5,)), SPANS, q, ENGLISH_POLICY, 0.5)
+    assert a.text.startswith("No.") and a.method == "confirmed" and a.evidence[0] == SPANS[5]
+    b = judge(found("Give.", where=(0,)), SPANS, "Did the engineer give a speech?",
+              ENGLISH_POLICY, 0.5)
+    assert b.abstained and b.withheld == "Give."
+
+
+def test_a_found_abstention_shows_the_closest_passages():
+    a = judge(found(ENGLISH_POLICY.not_said, "not said"), SPANS,
+              "What colour is the old footbridge?", ENGLISH_POLICY, 0.5)
+    assert a.abstained and a.evidence and a.evidence[0] == SPANS[1]
+
+
+def test_a_who_or_name_answer_names_someone_the_question_does_not():
+    spans = [Span(0.0, 5.0, "But a physician named John Snow thought the illness came from "
+                            "dirty drinking water.")]
+    a = judge(Answer("", "John Snow thought.", [], spans, False, None, "extracted",
+                     AnswerStats(), None, "extracted", evidence=spans), spans,
+              "What was the name of John Snow's wife?", ENGLISH_POLICY, 0.0)
+    assert a.abstained and a.withheld == "John Snow thought."
+    b = judge(Answer("", "John Snow.", [], spans, False, None, "extracted", AnswerStats(),
+                     None, "extracted", evidence=spans), spans,
+              "Who thought the illness came from the water?", ENGLISH_POLICY, 0.7)
+    assert not b.abstained and b.text == "John Snow."
