@@ -1,0 +1,72 @@
+"""Speaker embeddings: CAM++ over an onnxruntime session, fbank computed here in numpy.
+
+The graph (written by ``as2d.models.campplus_graph``) maps mean-normalised fbank features
+``[batch, frames, 80]`` to ``[batch, 192]``. Clips are embedded independently: features are
+never padded (padding would change the utterance and segment means the network pools over), so
+a batch holds only clips of the same number of frames; ``embed_many`` groups them so, which is
+where a diarizer's many equal-length crops gain.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from as2d.runtime.speakers.fbank import FRAME_LENGTH, FRAME_SHIFT, speaker_features
+
+# The shortest clip embedded: 3 frames (two after the network halves time, as the standard
+# deviation it pools needs). Anything near it is a poor sample of a voice; callers should keep
+# clips of a second or more.
+MIN_SAMPLES = FRAME_LENGTH + 2 * FRAME_SHIFT
+MAX_BATCH_FRAMES = 12_000  # frames per run (memory: about 0.5 GB of activations at the peak)
+
+
+class SpeakerEmbedder:
+    """CAM++ speaker embeddings of 16-kHz mono float32 clips."""
+
+    def __init__(self, path: str | Path, threads: int = 2) -> None:
+        from as2d.runtime.sessions import make_session
+
+        self.path = Path(path)
+        self.session = make_session(self.path, threads)
+        self.dim = int(self.session.get_outputs()[0].shape[-1])
+
+    def _run(self, feats: np.ndarray) -> np.ndarray:
+        return self.session.run(None, {"feats": feats})[0]
+
+    def embed(self, samples: np.ndarray) -> np.ndarray:
+        """The embedding ``(dim,)`` float32 of one clip."""
+        return self.embed_many([samples])[0]
+
+    def embed_many(self, clips: list[np.ndarray]) -> np.ndarray:
+        """Embeddings ``(len(clips), dim)`` float32, in order; clips of equal length share runs.
+        A clip shorter than :data:`MIN_SAMPLES` is a ValueError."""
+        out = np.zeros((len(clips), self.dim), dtype=np.float32)
+        groups: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
+        for i, clip in enumerate(clips):
+            clip = np.asarray(clip, dtype=np.float32).reshape(-1)
+            if clip.size < MIN_SAMPLES:
+                raise ValueError(f"a clip of {clip.size / 16000:.3f} s is too short for a "
+                                 f"speaker embedding (at least {MIN_SAMPLES / 16000:.3f} s)")
+            feats = speaker_features(clip)
+            groups[len(feats)].append((i, feats))
+        for frames, members in groups.items():
+            step = max(1, MAX_BATCH_FRAMES // frames)
+            for start in range(0, len(members), step):
+                part = members[start:start + step]
+                emb = self._run(np.stack([f for _, f in part]))
+                out[[i for i, _ in part]] = emb
+        return out
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
+    """Cosine similarity of two embeddings (a float), or of every row of ``a`` with every row
+    of ``b`` (a matrix) when either is 2-D."""
+    a, b = np.asarray(a, dtype=np.float32), np.asarray(b, dtype=np.float32)
+    na = a / np.maximum(np.linalg.norm(a, axis=-1, keepdims=True), 1e-12)
+    nb = b / np.maximum(np.linalg.norm(b, axis=-1, keepdims=True), 1e-12)
+    if a.ndim == 1 and b.ndim == 1:
+        return float(na @ nb)
+    return np.atleast_2d(na) @ np.atleast_2d(nb).T
