@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from as2d.runtime.option_errors import OptionError
 from as2d.runtime.speakers.segmentation import (
     FRAME_SPAN,
     FRAME_STEP,
@@ -100,15 +101,21 @@ class DiarizationError(ValueError):
     """Diarization cannot be done as asked (bad speaker counts, audio too short)."""
 
 
+class CountError(OptionError, DiarizationError):
+    """A speaker count no diarization can honour (each face names its own flag)."""
+
+
 def check_counts(num: int | None, low: int | None, high: int | None) -> None:
     """The one check of the speaker-count options, whatever the face."""
     for name, v in (("num_speakers", num), ("min_speakers", low), ("max_speakers", high)):
-        if v is not None and v < 1:
-            raise DiarizationError(f"{name} must be 1 or more, not {v}")
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise CountError(name, f"must be a whole number of 1 or more, not {v!r}")
     if low is not None and high is not None and low > high:
-        raise DiarizationError(f"min_speakers ({low}) is more than max_speakers ({high})")
+        raise CountError("min_speakers", f"({low}) is more than {{0}} ({high})",
+                         ("max_speakers",))
     if num is not None and (low is not None or high is not None):
-        raise DiarizationError("give num_speakers, or min_speakers/max_speakers, not both")
+        raise CountError("num_speakers", "cannot be given with {0} or {1}",
+                         ("min_speakers", "max_speakers"))
 
 
 # -- embeddings of local speakers -------------------------------------------------------------
@@ -182,18 +189,41 @@ def diarize_samples(samples: np.ndarray, segmenter, embedder, params: DiarizePar
                     num_speakers: int | None = None, min_speakers: int | None = None,
                     max_speakers: int | None = None) -> Diarization:
     """Diarize 16-kHz mono ``samples`` with a segmenter and a speaker embedder (an object with
-    ``embed_many(list of arrays) -> (n, 512)``)."""
-    from scipy.optimize import linear_sum_assignment
-
+    ``embed_many(list of arrays) -> (n, dim)``)."""
     params = params or DiarizeParams()
     check_counts(num_speakers, min_speakers, max_speakers)
+    return resolve(analyse(samples, segmenter, embedder, params), params, num_speakers,
+                   min_speakers, max_speakers)
+
+
+@dataclass
+class Analysis:
+    """What the models say about a recording (steps 1-2); clustering it is cheap, so the
+    benchmark tries thresholds on one analysis."""
+
+    duration: float
+    seg: LocalActivity
+    clips: list
+    emb: np.ndarray
+
+
+def analyse(samples, segmenter, embedder, params: DiarizeParams) -> Analysis:
     samples = np.asarray(samples, dtype=np.float32)
-    duration = len(samples) / SAMPLE_RATE
     seg = segmenter(samples, params.step)
     clips = list(_local_clips(samples, seg, params))
+    emb = (_normalise(np.asarray(embedder.embed_many([c[3] for c in clips]),
+                                 dtype=np.float64)) if clips else np.zeros((0, 1)))
+    return Analysis(len(samples) / SAMPLE_RATE, seg, clips, emb)
+
+
+def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None,
+            min_speakers: int | None = None, max_speakers: int | None = None) -> Diarization:
+    """Steps 3-5: cluster, match local speakers, aggregate the windows into turns."""
+    from scipy.optimize import linear_sum_assignment
+
+    duration, seg, clips, emb = an.duration, an.seg, an.clips, an.emb
     if not clips:
         return Diarization([], duration)
-    emb = _normalise(np.asarray(embedder.embed_many([c[3] for c in clips]), dtype=np.float64))
     seconds = np.array([len(c[3]) / SAMPLE_RATE for c in clips])
     good = np.array([c[2] for c in clips])
     if not good.any():

@@ -28,6 +28,20 @@ class SpeakerOptions:
             raise DiarizationError("two speaker references have the same name")
 
 
+def from_flags(diarize: bool, num_speakers: int | None = None,
+               min_speakers: int | None = None, max_speakers: int | None = None,
+               speakers: list[str] | tuple = ()) -> SpeakerOptions | None:
+    """The speaker options of a request (None: no diarization); counts or names without
+    ``diarize`` are an error rather than silently ignored."""
+    given = (num_speakers, min_speakers, max_speakers)
+    if not diarize:
+        if any(v is not None for v in given) or speakers:
+            raise DiarizationError("speaker counts and names need --diarize")
+        return None
+    refs = tuple(parse_reference(s) if isinstance(s, str) else tuple(s) for s in speakers or ())
+    return SpeakerOptions(num_speakers, min_speakers, max_speakers, refs)
+
+
 def parse_reference(text: str) -> tuple[str, str]:
     """``"Ann=ann.wav"`` -> ``("Ann", "ann.wav")`` (``--speaker``)."""
     name, sep, path = text.partition("=")
