@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from as2d.engine import AnswerError, Engine, EngineSpec
+from as2d.engine import AnswerError, Engine, EngineSpec, ModelError
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
@@ -309,6 +309,37 @@ def ask(audio: AudioInput, question: str, *, model: str = "base", drafter: str =
             if result.answer is None:
                 raise ValueError("no speech found: there is nothing to answer from")
             return result.answer
+    finally:
+        if clip is not audio:
+            clip.close()
+
+
+def diarize(audio: AudioInput, *, sample_rate: int = 16000, num_speakers: int | None = None,
+            min_speakers: int | None = None, max_speakers: int | None = None,
+            speakers: Sequence[tuple[str, Any]] | Sequence[str] = (), threads: int = 2,
+            models_dir: str | Path | None = None,
+            progress: Callable[[str], None] | None = None):
+    """Who spoke when in ``audio`` (a path or samples): a
+    :class:`~as2d.runtime.speakers.diarize.Diarization` (``turns`` of start, end, speaker;
+    ``speakers``; ``speaking_time()``; ``to_dict()``). ``speakers``: ``("Ann", "ann.wav")``
+    pairs or ``"Ann=ann.wav"`` strings naming people from short clean clips. Raises
+    ``ValueError`` for bad counts, audio too short or a reference clip with no speech, and
+    ``as2d.engine.ModelError`` for a missing or damaged model."""
+    from as2d.models.bundle import BundleError
+    from as2d.models.speakers import install_speaker_models
+    from as2d.runtime.speakers.options import from_flags
+    from as2d.runtime.speakers.pipeline import Diarizer
+
+    options = from_flags(True, num_speakers, min_speakers, max_speakers, tuple(speakers))
+    clip = _audio(audio, sample_rate)
+    try:
+        try:
+            models = install_speaker_models(Path(models_dir) if models_dir else None,
+                                            progress=progress)
+        except BundleError as exc:
+            raise ModelError(str(exc)) from None
+        return Diarizer(models.segmentation, models.embedding, threads).diarize(
+            clip.samples, options)
     finally:
         if clip is not audio:
             clip.close()

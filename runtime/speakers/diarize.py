@@ -83,7 +83,7 @@ class Diarization:
         total: dict[str, float] = {s: 0.0 for s in self.speakers}
         for t in self.turns:
             total[t.speaker] += t.end - t.start
-        return {s: round(v, 3) for s, v in total.items()}
+        return {s: round(float(v), 3) for s, v in total.items()}
 
     def renamed(self, names: dict[str, str]) -> Diarization:
         """The same turns with labels renamed (``names`` maps old labels to new ones)."""
@@ -280,7 +280,7 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     for t in turns:
         first.setdefault(t[2], len(first))
     name = {c: f"SPEAKER_{first[c]:02d}" for c in first}
-    return Diarization([Turn(a, b, name[c]) for a, b, c in turns], duration,
+    return Diarization([Turn(float(a), float(b), name[c]) for a, b, c in turns], duration,
                        {name[c]: cents[c].astype(np.float32) for c in first})
 
 
