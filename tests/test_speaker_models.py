@@ -140,8 +140,14 @@ def test_batched_and_single_embeddings_agree(embedder, speech):
     assert np.abs(batched - single).max() < 1e-4
     mixed = embedder.embed_many([speech, crops[0], speech[:24000]])  # three lengths
     assert np.abs(mixed[1] - single[0]).max() < 1e-4
+    # Crops at multiples of 160 samples are rows of the whole clip's fbank: computed once.
+    whole = fbank(speech)
+    sliced = embedder.embed_fbanks([whole[i * 50:i * 50 + 98] for i in range(4)])
+    assert np.abs(sliced - single).max() < 1e-4
     with pytest.raises(ValueError, match="too short"):
         embedder.embed(speech[:MIN_SAMPLES - 1])
+    with pytest.raises(ValueError, match="frames"):
+        embedder.embed_fbanks([whole[:2]])
 
 
 def _one_line(exc: pytest.ExceptionInfo) -> str:

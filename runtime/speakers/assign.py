@@ -108,3 +108,12 @@ def _most(words) -> str | None:
     for w in words:
         time[w.speaker] = time.get(w.speaker, 0.0) + max(w.end - w.start, 0.01)
     return max(time, key=time.get) if time else None
+
+
+def label_transcript(segments: list, diarization) -> tuple[list, dict]:
+    """Speakers onto a transcript (same tokens) and the document's speaker fields, the same
+    for every face: ``speakers`` (each one's total speaking time, in order of first speech)
+    and ``speaker_turns`` (the turns, overlaps kept: -f rttm's lines)."""
+    doc = {"speakers": diarization.to_dict()["speakers"],
+           "speaker_turns": [t.to_dict() for t in diarization.turns]}
+    return assign_speakers(segments, diarization.turns), doc

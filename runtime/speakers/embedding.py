@@ -4,7 +4,8 @@ The graph (written by ``as2d.models.campplus_graph``) maps mean-normalised fbank
 ``[batch, frames, 80]`` to ``[batch, 192]``. Clips are embedded independently: features are
 never padded (padding would change the utterance and segment means the network pools over), so
 a batch holds only clips of the same number of frames; ``embed_many`` groups them so, which is
-where a diarizer's many equal-length crops gain.
+where a diarizer's many equal-length crops gain (and ``embed_fbanks`` takes crops as rows of one
+fbank of the whole recording, computed once).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from as2d.runtime.speakers.fbank import FRAME_LENGTH, FRAME_SHIFT, speaker_features
+from as2d.runtime.speakers.fbank import FRAME_LENGTH, FRAME_SHIFT, N_MELS, fbank
 
 # The shortest clip embedded: 3 frames (two after the network halves time, as the standard
 # deviation it pools needs). Anything near it is a poor sample of a voice; callers should keep
 # clips of a second or more.
-MIN_SAMPLES = FRAME_LENGTH + 2 * FRAME_SHIFT
+MIN_FRAMES = 3
+MIN_SAMPLES = FRAME_LENGTH + (MIN_FRAMES - 1) * FRAME_SHIFT
 MAX_BATCH_FRAMES = 12_000  # frames per run (memory: about 0.5 GB of activations at the peak)
 
 
@@ -43,21 +45,34 @@ class SpeakerEmbedder:
     def embed_many(self, clips: list[np.ndarray]) -> np.ndarray:
         """Embeddings ``(len(clips), dim)`` float32, in order; clips of equal length share runs.
         A clip shorter than :data:`MIN_SAMPLES` is a ValueError."""
-        out = np.zeros((len(clips), self.dim), dtype=np.float32)
-        groups: dict[int, list[tuple[int, np.ndarray]]] = defaultdict(list)
-        for i, clip in enumerate(clips):
+        feats = []
+        for clip in clips:
             clip = np.asarray(clip, dtype=np.float32).reshape(-1)
             if clip.size < MIN_SAMPLES:
                 raise ValueError(f"a clip of {clip.size / 16000:.3f} s is too short for a "
                                  f"speaker embedding (at least {MIN_SAMPLES / 16000:.3f} s)")
-            feats = speaker_features(clip)
-            groups[len(feats)].append((i, feats))
+            feats.append(fbank(clip))
+        return self.embed_fbanks(feats)
+
+    def embed_fbanks(self, feats: list[np.ndarray]) -> np.ndarray:
+        """Embeddings of clips given as their :func:`fbank` ``[frames, 80]`` (mean not yet
+        subtracted). A caller embedding many crops of one recording can compute the fbank once
+        and slice it: frame ``i`` covers samples ``[160 i, 160 i + 400)``, so a crop starting
+        at a multiple of 160 samples has exactly the rows of its own fbank."""
+        out = np.zeros((len(feats), self.dim), dtype=np.float32)
+        groups: dict[int, list[int]] = defaultdict(list)
+        for i, f in enumerate(feats):
+            if f.ndim != 2 or f.shape[1] != N_MELS or len(f) < MIN_FRAMES:
+                raise ValueError(f"speaker features must be [frames >= {MIN_FRAMES}, {N_MELS}],"
+                                 f" not {list(f.shape)}")
+            groups[len(f)].append(i)
         for frames, members in groups.items():
             step = max(1, MAX_BATCH_FRAMES // frames)
             for start in range(0, len(members), step):
                 part = members[start:start + step]
-                emb = self._run(np.stack([f for _, f in part]))
-                out[[i for i, _ in part]] = emb
+                batch = np.stack([feats[i] for i in part]).astype(np.float32)
+                batch -= batch.mean(axis=1, keepdims=True)
+                out[part] = self._run(batch)
         return out
 
 

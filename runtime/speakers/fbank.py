@@ -61,10 +61,13 @@ def fbank(samples: np.ndarray, n_mels: int = N_MELS) -> np.ndarray:
     if n == 0:
         return np.zeros((0, n_mels), dtype=np.float32)
     frames = np.lib.stride_tricks.sliding_window_view(x, FRAME_LENGTH)[::FRAME_SHIFT][:n]
-    frames = frames - frames.mean(axis=1, keepdims=True)
+    frames = frames - frames.mean(axis=1, keepdims=True)  # a copy, then updated in place
     # Pre-emphasis; the first sample is emphasised against itself, as Kaldi does.
-    shifted = np.concatenate([frames[:, :1], frames[:, :-1]], axis=1)
-    frames = (frames - PREEMPHASIS * shifted) * povey_window()
+    emphasised = frames.copy()
+    emphasised[:, 1:] -= PREEMPHASIS * frames[:, :-1]
+    emphasised[:, 0] -= PREEMPHASIS * frames[:, 0]
+    emphasised *= povey_window()
+    frames = emphasised
     power = np.abs(np.fft.rfft(frames, n=N_FFT, axis=1)) ** 2
     mel = power @ mel_banks(n_mels)
     return np.log(np.maximum(mel, _LOG_FLOOR)).astype(np.float32)
