@@ -313,6 +313,7 @@ def run_transcribe(req: TranscribeRequest) -> int:
 def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, options,
                reader) -> int:
     from as2d.runtime.audio import AudioError, display_name
+    from as2d.runtime.speakers.assign import label_transcript
     from as2d.runtime.transcribe.longform import TranscriptionInfo
 
     failures = 0
@@ -357,7 +358,8 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
                     "decoder": info.plan.decoder}
         if speakers is not None:
             try:
-                segments = _with_speakers(segments, speakers.result(), doc_info)
+                segments, fields = label_transcript(segments, speakers.result())
+                doc_info.update(fields)
             except ValueError as exc:  # too short, a reference clip with no speech
                 err(f"as2d: error: {path}: {exc}")
                 failures += 1
@@ -405,13 +407,3 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
     if interrupted:
         return interrupt_code(130)  # 128 + signal after SIGTERM/SIGHUP
     return 1 if failures else 0
-
-
-def _with_speakers(segments: list, diarization, doc_info: dict) -> list:
-    """Speakers onto the transcript (same tokens), and the document's ``speakers`` (total
-    speaking time each) and ``speaker_turns`` (the turns, overlaps kept; -f rttm's lines)."""
-    from as2d.runtime.speakers.assign import assign_speakers
-
-    doc_info["speakers"] = diarization.to_dict()["speakers"]
-    doc_info["speaker_turns"] = [t.to_dict() for t in diarization.turns]
-    return assign_speakers(segments, diarization.turns)

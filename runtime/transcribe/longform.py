@@ -112,6 +112,8 @@ class TranscriptionInfo:
     language_detected: bool = False
     extra: dict = field(default_factory=dict)
     plan: RunPlan | None = None  # the run's decisions, once it has started
+    # Who spoke when (as2d.runtime.speakers.diarize.Diarization), when diarization was asked.
+    diarization: object = None
 
 
 def _silent(audio: Audio, window: Window, peak: float | None) -> bool:
