@@ -160,3 +160,51 @@ def test_diarize_never_changes_a_token(two_readers, models_root, tmp_path, decod
         [t for s in plain["segments"] for t in s["tokens"]]
     assert {s["speaker"] for s in diarized["segments"]} == {"SPEAKER_00", "SPEAKER_01"}
     assert len(diarized["speakers"]) == 2
+
+
+# -- the server -------------------------------------------------------------------------------
+def test_server_diarized_json_through_the_openai_client(two_readers, models_root, tmp_path):
+    """OpenAI's diarized_json on loopback, the official client: speakers lettered A, B, and
+    named from a known speaker's clip (a data URL)."""
+    import base64
+    import signal
+
+    import soundfile as sf
+
+    from tests.test_serve import _start
+
+    path, ref = two_readers
+    x, rate = sf.read(path, dtype="float32")
+    clip = tmp_path / "ann.wav"  # the first reader's second turn, as a reference
+    write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
+    url = "data:audio/wav;base64," + base64.b64encode(clip.read_bytes()).decode()
+    srv = _start(models_root, tmp_path, "-m", "tiny.en", "--api-key", "k" * 32)
+    try:
+        client = srv.client("k" * 32)
+        with open(path, "rb") as f:
+            plain = client.audio.transcriptions.create(
+                model="whisper-1", file=f, response_format="diarized_json",
+                chunking_strategy="auto")
+        assert {s.speaker for s in plain.segments} == {"A", "B"}
+        assert plain.segments[0].speaker == "A" and plain.segments[0].type == \
+            "transcript.text.segment"
+        with open(path, "rb") as f:
+            named = client.audio.transcriptions.create(
+                model="whisper-1", file=f, response_format="diarized_json",
+                known_speaker_names=["Ann"], known_speaker_references=[url])
+        assert {s.speaker for s in named.segments} == {"Ann", "A"}
+        assert named.segments[0].speaker == "Ann" and named.text == plain.text
+        with open(path, "rb") as f, pytest.raises(openai_errors().BadRequestError):
+            client.audio.transcriptions.create(
+                model="whisper-1", file=f, response_format="diarized_json",
+                known_speaker_names=["Ann", "Bob"], known_speaker_references=[url])
+    finally:
+        srv.proc.send_signal(signal.SIGTERM)
+        srv.proc.wait(60)
+    assert "Traceback" not in srv.stderr(), srv.stderr()
+
+
+def openai_errors():
+    import openai
+
+    return openai
