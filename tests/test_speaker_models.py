@@ -60,14 +60,18 @@ def speech() -> np.ndarray:
     return _load(clip)[: 3 * 16000]
 
 
-def test_installed_models_have_the_documented_shapes(speaker_models, embedder):
+def test_installed_models_have_the_documented_shapes(speaker_models, embedder, speech):
     import onnxruntime as ort
 
     seg = ort.InferenceSession(str(speaker_models.segmentation),
                                providers=["CPUExecutionProvider"])
-    out = seg.run(None, {seg.get_inputs()[0].name: np.zeros((2, 1, 160_000), np.float32)})[0]
+    window = np.zeros((2, 1, 160_000), np.float32)
+    window[0, 0, :speech.size] = speech  # 3 s of reading, then 7 s of silence
+    out = seg.run(None, {seg.get_inputs()[0].name: window})[0]
     assert out.shape == (2, 589, 7)
     assert np.allclose(np.exp(out).sum(-1), 1.0, atol=1e-4)  # powerset log-probabilities
+    active = out.argmax(-1) != 0  # class 0: nobody speaks
+    assert active[0, :170].mean() > 0.5 and not active[0, 250:].any() and not active[1].any()
     assert embedder.dim == speaker_models.embedding_dim == 192
     # Installed already: the second call only checks (and returns the same paths).
     assert install_speaker_models(speaker_models.embedding.parent.parent) == speaker_models
@@ -172,7 +176,8 @@ def test_a_damaged_model_is_one_clear_error(speaker_models, tmp_path):
     assert "missing" in _one_line(exc)
 
 
-def test_a_damaged_archive_or_failed_download_is_one_clear_error(tmp_path, monkeypatch):
+def test_a_damaged_archive_or_failed_download_is_one_clear_error(speaker_models, tmp_path,
+                                                                monkeypatch):
     archives = tmp_path / "archives"
     archives.mkdir()
     shutil.copy(next(ARCHIVES.glob("pyannote*")), archives)
