@@ -157,7 +157,7 @@ def _extract(item: _Archived, archive: Path, dest: Path) -> Path:
 def _convert(work: Path, archives: Path | None, progress: Progress | None) -> dict:
     from as2d.models.campplus_graph import write_campplus
 
-    with tempfile.TemporaryDirectory(prefix=".speaker-archives.", dir=work.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f".{NAME}.archives.", dir=work.parent) as tmp:
         where = archives if archives is not None else Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
         _extract(SEGMENTATION, _fetch(SEGMENTATION, where, progress), work / SEGMENTATION_FILE)
