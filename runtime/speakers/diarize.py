@@ -119,29 +119,51 @@ def check_counts(num: int | None, low: int | None, high: int | None) -> None:
 
 
 # -- embeddings of local speakers -------------------------------------------------------------
-def _local_clips(samples: np.ndarray, seg: LocalActivity, params: DiarizeParams):
-    """(window, local speaker, clean?, clip) for every local speaker active long enough."""
+FBANK_SHIFT, FBANK_LENGTH = 160, 400  # the speaker fbank's frames (10 ms hop, 25 ms long)
+_CHUNK_ROWS = 3000  # fbank rows computed per piece of the recording (30 s)
+
+
+def recording_fbank(samples: np.ndarray) -> np.ndarray:
+    """The speaker fbank of the whole recording, computed once in 30-s pieces (row ``j``
+    covers samples ``[160 j, 160 j + 400)``): each local speaker's clip is a choice of its
+    rows, where cutting the samples would compute the same frames again for every window."""
+    from as2d.runtime.speakers.fbank import fbank
+
+    n_rows = max(0, (len(samples) - FBANK_LENGTH) // FBANK_SHIFT + 1)
+    parts = []
+    for row in range(0, n_rows, _CHUNK_ROWS):
+        rows = min(_CHUNK_ROWS, n_rows - row)
+        a = row * FBANK_SHIFT
+        parts.append(fbank(samples[a:a + (rows - 1) * FBANK_SHIFT + FBANK_LENGTH]))
+    return np.concatenate(parts) if parts else np.zeros((0, 80), dtype=np.float32)
+
+
+def _local_clips(n_samples: int, seg: LocalActivity, params: DiarizeParams):
+    """(window, local speaker, clean?, fbank rows) of every local speaker active long
+    enough: its clean frames (alone), or all its frames where it is never alone long enough."""
     min_active = params.min_active / FRAME_STEP
     min_clean = params.min_clean / FRAME_STEP
     offset = (round(FRAME_SPAN * SAMPLE_RATE) - FRAME_SAMPLES) // 2
-    n = len(samples)
+    n_rows = max(0, (n_samples - FBANK_LENGTH) // FBANK_SHIFT + 1)
     for i, start in enumerate(seg.starts):
         act = seg.activity[i]
         alone = act.sum(axis=1) == 1
+        # the fbank rows whose centre lies in this window, and the frame each falls in
+        first = max(0, -(-(start + offset - FBANK_LENGTH // 2) // FBANK_SHIFT))
+        rows = np.arange(first, n_rows)
+        frame = (rows * FBANK_SHIFT + FBANK_LENGTH // 2 - start - offset) // FRAME_SAMPLES
+        keep = (frame >= 0) & (frame < FRAMES)
+        rows, frame = rows[keep], frame[keep]
         for k in range(act.shape[1]):
             active = act[:, k].astype(bool)
             if active.sum() < min_active:
                 continue
             clean = active & alone
             use = clean if clean.sum() >= min(min_clean, active.sum()) else active
-            # frame f covers samples [f*270 + offset, +270) of the window
-            frames = np.flatnonzero(use)
-            idx = (start + offset + frames[:, None] * FRAME_SAMPLES
-                   + np.arange(FRAME_SAMPLES)[None, :]).ravel()
-            idx = idx[idx < n]
-            if len(idx) < FRAME_SAMPLES:
+            chosen = rows[use[frame]]
+            if len(chosen) < 3:
                 continue
-            yield i, k, bool(clean.sum() >= min_clean), samples[idx]
+            yield i, k, bool(clean.sum() >= min_clean), chosen
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -210,10 +232,13 @@ class Analysis:
 def analyse(samples, segmenter, embedder, params: DiarizeParams) -> Analysis:
     samples = np.asarray(samples, dtype=np.float32)
     seg = segmenter(samples, params.step)
-    clips = list(_local_clips(samples, seg, params))
-    emb = (_normalise(np.asarray(embedder.embed_many([c[3] for c in clips]),
-                                 dtype=np.float64)) if clips else np.zeros((0, 1)))
-    return Analysis(len(samples) / SAMPLE_RATE, seg, clips, emb)
+    clips = list(_local_clips(len(samples), seg, params))
+    if not clips:
+        return Analysis(len(samples) / SAMPLE_RATE, seg, [], np.zeros((0, 1)))
+    feats = recording_fbank(samples)
+    emb = embedder.embed_fbanks([feats[c[3]] for c in clips])
+    return Analysis(len(samples) / SAMPLE_RATE, seg, clips,
+                    _normalise(np.asarray(emb, dtype=np.float64)))
 
 
 def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None,
@@ -224,7 +249,7 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     duration, seg, clips, emb = an.duration, an.seg, an.clips, an.emb
     if not clips:
         return Diarization([], duration)
-    seconds = np.array([len(c[3]) / SAMPLE_RATE for c in clips])
+    seconds = np.array([len(c[3]) * FBANK_SHIFT / SAMPLE_RATE for c in clips])
     good = np.array([c[2] for c in clips])
     if not good.any():
         good = seconds >= seconds.max() * 0.5  # a short recording: take the longest clips
