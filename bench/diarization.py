@@ -234,11 +234,12 @@ def word_accuracy(items, folder, model: str = "base") -> float:
     right = total = 0
     for it in items:
         path = folder / f"{it['name']}.wav"
-        result = transcribe(str(path), model=model, diarize=True, threads=2)
+        segments, info = transcribe(str(path), model=model, diarize=True, threads=2)
+        segments = list(segments)
         ref = [Turn(*t) for t in read_rttm(folder / f"{it['name']}.rttm")]
-        hyp = [(t.start, t.end, t.speaker) for t in result.diarization.turns]
+        hyp = [(t.start, t.end, t.speaker) for t in info.diarization.turns]
         mapping = der([(t.start, t.end, t.speaker) for t in ref], hyp)["mapping"]
-        for seg in result.segments:
+        for seg in segments:
             for w in seg.words or []:
                 truth = speaker_at(ref, w.start, w.end)
                 if truth is None:
