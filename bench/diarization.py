@@ -289,7 +289,7 @@ def main() -> None:
         analysed = time.time() - t
         sweep = {}
         for th in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8):
-            for mcs in (2.0, 4.0, 8.0):
+            for mcs in (1.0, 2.0, 4.0, 8.0):
                 p = replace(dz.params, threshold=th, min_cluster_speech=mcs)
                 hyps = {n: [(t.start, t.end, t.speaker) for t in resolve(an, p).turns]
                         for n, an in analyses.items()}
