@@ -31,7 +31,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMATS = ("txt", "srt", "vtt", "tsv", "json", "rttm")
+FORMATS = ("txt", "srt", "vtt", "tsv", "json")  # whisper's ("all")
+SPEAKER_FORMATS = ("rttm",)  # with speakers (--diarize): "all" includes them then
 # Long pause (seconds) that starts a new cue when cues do not follow segments.
 _LONG_PAUSE = 3.0
 
@@ -256,10 +257,12 @@ def _word_cues(segments: list, options: SubtitleOptions) -> Iterator[list[dict]]
 
 
 # -- formats and files ------------------------------------------------------------------------
-def parse_formats(values: list[str] | None) -> list[str]:
-    """``-f srt -f vtt`` or ``-f srt,vtt`` or ``-f all``; default txt."""
+def parse_formats(values: list[str] | None, speakers: bool = False) -> list[str]:
+    """``-f srt -f vtt`` or ``-f srt,vtt`` or ``-f all``; default txt. ``rttm`` is known
+    always (a run without speakers refuses it); ``all`` includes it when ``speakers``."""
     if not values:
         return ["txt"]
+    known = FORMATS + SPEAKER_FORMATS
     out: list[str] = []
     for v in values:
         for f in v.split(","):
@@ -267,10 +270,11 @@ def parse_formats(values: list[str] | None) -> list[str]:
             if not f:
                 continue
             if f == "all":
-                out.extend(x for x in FORMATS if x not in out)
-            elif f not in FORMATS:
+                out.extend(x for x in FORMATS + (SPEAKER_FORMATS if speakers else ())
+                           if x not in out)
+            elif f not in known:
                 raise ValueError(f"unknown output format {f!r} (choose from "
-                                 f"{', '.join(FORMATS)}, all)")
+                                 f"{', '.join(known)}, all)")
             elif f not in out:
                 out.append(f)
     return out or ["txt"]

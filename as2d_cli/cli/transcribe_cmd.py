@@ -166,7 +166,7 @@ def register(app: typer.Typer) -> None:
 
 def validate(req: TranscribeRequest) -> list[str]:
     try:
-        formats = writers.parse_formats(req.output_format)
+        formats = writers.parse_formats(req.output_format, req.diarize)
     except ValueError as exc:
         raise UserError(as_flags(exc), 2) from None
     check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
