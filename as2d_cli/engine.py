@@ -46,8 +46,10 @@ MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candid
 AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_drafter)
 FIRST_DRAFTER = "tiny.en"  # auto's drafter until the language is known
 ONE_WINDOW_SECONDS = 30.0  # the audio one Whisper window holds
-# Threads of the diarizer: it runs beside the decoding, which keeps the other cores.
-SPEAKER_THREADS = 1
+# Threads of the diarizer, beside the decoding: on 2 cores one thread left diarization the
+# last to finish after a 10.5-min transcription (+101 % wall in a quiet round, against +57 %
+# with two; bench/results/diarization-cost-cpu.json).
+SPEAKER_THREADS = 2
 
 
 class Decoder(StrEnum):
