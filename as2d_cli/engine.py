@@ -47,8 +47,8 @@ AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_draft
 FIRST_DRAFTER = "tiny.en"  # auto's drafter until the language is known
 ONE_WINDOW_SECONDS = 30.0  # the audio one Whisper window holds
 # Threads of the diarizer, beside the decoding: on 2 cores one thread left diarization the
-# last to finish after a 10.5-min transcription (+101 % wall in a quiet round, against +57 %
-# with two; bench/results/diarization-cost-cpu.json).
+# last to finish after a 10.5-min transcription (+101 % wall in the better of two rounds,
+# against +57 % with two threads: bench/results/diarization-cost-cpu.json; shared machine).
 SPEAKER_THREADS = 2
 
 
