@@ -26,10 +26,11 @@ quiet_dependencies()
 
 __version__ = "0.1.0"
 
-__all__ = ["Transcriber", "transcribe", "ask", "Segment", "TranscriptionInfo", "__version__"]
+__all__ = ["Transcriber", "transcribe", "ask", "diarize", "Segment", "TranscriptionInfo",
+           "__version__"]
 
 if TYPE_CHECKING:
-    from as2d.api import Segment, Transcriber, TranscriptionInfo, ask, transcribe
+    from as2d.api import Segment, Transcriber, TranscriptionInfo, ask, diarize, transcribe
 
 
 def __getattr__(name: str) -> Any:

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from as2d.engine import AnswerError, AskResult, Engine, EngineSpec
+from as2d.engine import AnswerError, AskResult, Engine, EngineSpec, ModelError
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener
 from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
@@ -164,6 +164,9 @@ class Transcriber:
                    vad_parameters: VadParameters | dict | None = None,
                    beam_size: int | None = None, patience: float | None = None,
                    length_penalty: float | None = None,
+                   diarize: bool = False, num_speakers: int | None = None,
+                   min_speakers: int | None = None, max_speakers: int | None = None,
+                   speakers: Sequence = (),
                    ) -> tuple[Iterator[Segment], TranscriptionInfo]:
         """Segments of ``audio`` (lazily) and the run's info.
 
@@ -188,13 +191,23 @@ class Transcriber:
         ``beam_size``: beam search at temperature 0 (whisper's; None or 1: greedy, which the
         speculative decoders speed up), ``patience`` and ``length_penalty`` as in whisper;
         raises ``ValueError`` for values whisper refuses.
+        ``diarize``: who speaks (``num_speakers``, or ``min_speakers``/``max_speakers``;
+        ``speakers``: ``("Ann", "ann.wav")`` pairs or ``"Ann=ann.wav"`` naming people from
+        short clips): words are timed, each segment and word gets ``speaker`` and segments
+        split where it changes (the same tokens); ``info.diarization`` holds the turns. The
+        segments then come once the whole recording is decoded and diarized.
         """
+        from as2d.runtime.speakers.options import from_flags
+
+        who = from_flags(diarize, num_speakers, min_speakers, max_speakers, tuple(speakers))
         options = _options(language, task, timestamps, initial_prompt,
                            condition_on_previous_text, no_speech_threshold, logprob_threshold,
                            compression_ratio_threshold, temperature,
                            temperature_increment_on_fallback, best_of, seed, hotwords,
                            prompt_reset_on_temperature, vad_filter, vad_parameters, beam_size,
                            patience, length_penalty)
+        if who is not None:
+            options = replace(options, word_timestamps=True)
         check_model(self.model, options)  # an English-only model cannot translate, ...
         if vad_filter:
             self.engine.voice_detector()  # a ModelError now rather than at the first segment
@@ -202,7 +215,15 @@ class Transcriber:
         info = TranscriptionInfo(None, 0.0, clip.duration, source=clip.source)
 
         def segments() -> Iterator[Segment]:
-            yield from self.engine.transcribe(clip, options, info)
+            if who is None:
+                yield from self.engine.transcribe(clip, options, info)
+                return
+            from as2d.runtime.speakers.assign import assign_speakers
+
+            beside = self.engine.diarize_beside(clip.samples, who)
+            done = list(self.engine.transcribe(clip, options, info))
+            info.diarization = beside.result()
+            yield from assign_speakers(done, info.diarization.turns)
 
         gen = segments()
         self._runs.add(gen)
@@ -240,6 +261,12 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
     one window is decoded by the target alone unless a drafter is named (the same text).
     """
     sample_rate = options.pop("sample_rate", 16000)
+    from as2d.runtime.speakers.options import from_flags
+
+    who = {k: options.pop(k) for k in ("diarize", "num_speakers", "min_speakers",
+                                        "max_speakers", "speakers") if k in options}
+    from_flags(who.get("diarize", False), who.get("num_speakers"), who.get("min_speakers"),
+               who.get("max_speakers"), tuple(who.get("speakers", ())))  # checked first
     _options(**options)  # a bad option: before the audio and the models
     clip = _audio(audio, sample_rate)  # a bad file or array: before the models
     try:
@@ -251,7 +278,7 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
             clip.close()
         raise
     try:
-        segments, info = transcriber.transcribe(clip, **options)
+        segments, info = transcriber.transcribe(clip, **options, **who)
     except BaseException:
         transcriber.close()
         if clip is not audio:
@@ -353,3 +380,34 @@ def _answered_by(make: Callable[[], AskResult]) -> AskResult:
     if result.answer is None:
         raise ValueError("no speech found: there is nothing to answer from")
     return result
+
+
+def diarize(audio: AudioInput, *, sample_rate: int = 16000, num_speakers: int | None = None,
+            min_speakers: int | None = None, max_speakers: int | None = None,
+            speakers: Sequence[tuple[str, Any]] | Sequence[str] = (), threads: int = 2,
+            models_dir: str | Path | None = None,
+            progress: Callable[[str], None] | None = None):
+    """Who spoke when in ``audio`` (a path or samples): a
+    :class:`~as2d.runtime.speakers.diarize.Diarization` (``turns`` of start, end, speaker;
+    ``speakers``; ``speaking_time()``; ``to_dict()``). ``speakers``: ``("Ann", "ann.wav")``
+    pairs or ``"Ann=ann.wav"`` strings naming people from short clean clips. Raises
+    ``ValueError`` for bad counts, audio too short or a reference clip with no speech, and
+    ``as2d.engine.ModelError`` for a missing or damaged model."""
+    from as2d.models.bundle import BundleError
+    from as2d.models.speakers import install_speaker_models
+    from as2d.runtime.speakers.options import from_flags
+    from as2d.runtime.speakers.pipeline import Diarizer
+
+    options = from_flags(True, num_speakers, min_speakers, max_speakers, tuple(speakers))
+    clip = _audio(audio, sample_rate)
+    try:
+        try:
+            models = install_speaker_models(Path(models_dir) if models_dir else None,
+                                            progress=progress)
+        except BundleError as exc:
+            raise ModelError(str(exc)) from None
+        return Diarizer(models.segmentation, models.embedding, threads).diarize(
+            clip.samples, options)
+    finally:
+        if clip is not audio:
+            clip.close()

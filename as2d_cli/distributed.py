@@ -178,6 +178,7 @@ class WorkerSpec:
     output_dir: str
     formats: list[str]
     subtitle: object  # as2d.writers.SubtitleOptions
+    speakers: object = None  # as2d.runtime.speakers.options.SpeakerOptions: diarize each file
 
 
 class BatchWorker:
@@ -216,10 +217,18 @@ class BatchWorker:
                     "wall": round(time.perf_counter() - start, 3)}
         try:
             info = TranscriptionInfo(None, 0.0, audio.duration)
+            speakers = (self.engine.diarize_beside(audio.samples, self.spec.speakers)
+                        if self.spec.speakers is not None else None)
             segments = list(self.engine.transcribe(audio, self.spec.options, info))
             doc = {"language": info.language, "duration": round(info.duration, 3),
                    "source": display_name(source), "model": self.engine.target.name,
                    "decoder": info.plan.decoder}
+            if speakers is not None:
+                from as2d.runtime.speakers.assign import label_transcript
+
+                segments, fields = label_transcript(segments, speakers.result())
+                doc.update(fields)
+                row["speakers"] = len(fields["speakers"])
             # FileOutputs names files by the stem of what it is given: the archive's stem.
             written = self.outputs.write(f"{stem}.audio", segments, doc)
         except Exception as exc:

@@ -46,6 +46,10 @@ MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candid
 AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_drafter)
 FIRST_DRAFTER = "tiny.en"  # auto's drafter until the language is known
 ONE_WINDOW_SECONDS = 30.0  # the audio one Whisper window holds
+# Threads of the diarizer, beside the decoding: on 2 cores one thread left diarization the
+# last to finish after a 10.5-min transcription (+101 % wall in the better of two rounds,
+# against +57 % with two threads: bench/results/diarization-cost-cpu.json; shared machine).
+SPEAKER_THREADS = 2
 
 
 class Decoder(StrEnum):
@@ -130,6 +134,7 @@ class EngineSpec:
     llm_precision: str | None = None
     vad: bool = False  # Silero VAD (transcribe's vad_filter, live sessions)
     word_timestamps: bool = False  # the alignment graph, made and loaded before decoding
+    speakers: bool = False  # the diarization models, loaded beside the speech models
     shares_cores: bool = False  # a microphone, a VAD or other workers share the cores
     # The length of the one recording a one-shot run (`as2d transcribe FILE`, `as2d ask`)
     # decodes, where it is known before the models load; None for an engine that serves many.
@@ -424,6 +429,10 @@ class Engine:
             if parts.drafter is not None:
                 _settle(parts.drafter)  # taken, or not needed: no loader left in onnxruntime
         self._llm = parts.llm
+        # The speaker models load on a thread while the transcription starts.
+        self._speakers: Background | None = (
+            Background(self._load_speakers, name="as2d-load-speakers") if spec.speakers
+            else None)
         from as2d.runtime.transcribe.longform import LongFormTranscriber
 
         self.transcriber = self._active = LongFormTranscriber(self.target, self.strategy,
@@ -496,6 +505,41 @@ class Engine:
             return lm
 
         return Background(load, name="as2d-load-llm")
+
+    def _load_speakers(self):
+        from as2d.models.speakers import install_speaker_models
+        from as2d.runtime.speakers.pipeline import Diarizer
+
+        models = install_speaker_models(
+            Path(self.spec.models_dir).expanduser() if self.spec.models_dir else None,
+            progress=self.note)
+        try:
+            return Diarizer(models.segmentation, models.embedding, SPEAKER_THREADS)
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+
+    def diarizer(self):
+        """The loaded :class:`~as2d.runtime.speakers.pipeline.Diarizer` (loaded now if this
+        engine was not made with ``speakers``); a missing or damaged model is a
+        :class:`ModelError`."""
+        from as2d.models.bundle import BundleError
+
+        with self._lock:
+            if self._speakers is None:
+                self._speakers = Background(self._load_speakers, name="as2d-load-speakers")
+            pending = self._speakers
+        try:
+            return pending.result()
+        except BundleError as exc:
+            raise ModelError(str(exc)) from None
+
+    def diarize_beside(self, samples, options=None) -> Background:
+        """Diarize ``samples`` on a thread (one core) while this engine transcribes them;
+        ``.result()`` is the :class:`~as2d.runtime.speakers.diarize.Diarization`. The
+        transcript is not touched: speakers are put on it afterwards
+        (:func:`as2d.runtime.speakers.assign.assign_speakers`)."""
+        return Background(lambda: self.diarizer().diarize(samples, options),
+                          name="as2d-diarize")
 
     def _prepare_alignment(self) -> None:
         from as2d.runtime.transcribe.transcribe_options import TranscribeOptions

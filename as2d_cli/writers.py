@@ -31,7 +31,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-FORMATS = ("txt", "srt", "vtt", "tsv", "json")
+FORMATS = ("txt", "srt", "vtt", "tsv", "json")  # whisper's ("all")
+SPEAKER_FORMATS = ("rttm",)  # with speakers (--diarize): "all" includes them then
 # Long pause (seconds) that starts a new cue when cues do not follow segments.
 _LONG_PAUSE = 3.0
 
@@ -87,6 +88,8 @@ def segment_dict(seg) -> dict:
     words = _words(seg)
     if words is not None:
         d["words"] = words
+    if getattr(seg, "speaker", None) is not None:
+        d["speaker"] = seg.speaker  # whisperX's key, with --diarize
     if getattr(seg, "partial", False):
         d["partial"] = True  # as2d's: cut short by Ctrl-C
     return d
@@ -102,18 +105,40 @@ def result_dict(segments: list, info: dict) -> dict:
 
 
 # -- documents --------------------------------------------------------------------------------
+def speaker_prefix(speaker: str | None) -> str:
+    """``[SPEAKER_00]: `` before a line of a diarized transcript (whisperX's txt/srt)."""
+    return f"[{speaker}]: " if speaker is not None else ""
+
+
 def to_txt(segments: Iterable) -> str:
-    return "".join(s.text.strip() + "\n" for s in segments)
+    return "".join(speaker_prefix(getattr(s, "speaker", None)) + s.text.strip() + "\n"
+                   for s in segments)
 
 
 def to_srt(segments: Iterable, options: SubtitleOptions | None = None) -> str:
-    return "".join(f"{i}\n{a} --> {b}\n{text}\n\n"
-                   for i, (a, b, text) in enumerate(_cues(list(segments), srt_time, options), 1))
+    return "".join(f"{i}\n{a} --> {b}\n{speaker_prefix(who)}{text}\n\n"
+                   for i, (a, b, text, who) in enumerate(_cues(list(segments), srt_time,
+                                                                 options), 1))
 
 
 def to_vtt(segments: Iterable, options: SubtitleOptions | None = None) -> str:
-    return "WEBVTT\n\n" + "".join(f"{a} --> {b}\n{text}\n\n"
-                                  for a, b, text in _cues(list(segments), vtt_time, options))
+    # WebVTT's voice span names the speaker: <v SPEAKER_00>text
+    return "WEBVTT\n\n" + "".join(
+        f"{a} --> {b}\n{'' if who is None else f'<v {who}>'}{text}\n\n"
+        for a, b, text, who in _cues(list(segments), vtt_time, options))
+
+
+def to_rttm(info: dict) -> str:
+    """NIST RTTM, one ``SPEAKER`` line per speaker turn (file id: the source's stem)."""
+    turns = info.get("speaker_turns")
+    if turns is None:
+        raise ValueError("rttm needs speakers: add --diarize")
+    def one_field(text: str) -> str:  # RTTM fields are separated by spaces
+        return re.sub(r"\s+", "_", text) or "audio"
+
+    uri = one_field(Path(str(info.get("source") or "audio")).stem)
+    return "".join(f"SPEAKER {uri} 1 {t['start']:.3f} {t['end'] - t['start']:.3f} <NA> <NA> "
+                   f"{one_field(t['speaker'])} <NA> <NA>\n" for t in turns)
 
 
 def to_tsv(segments: Iterable) -> str:
@@ -148,22 +173,27 @@ def render(fmt: str, segments: list, info: dict, options: SubtitleOptions | None
         return to_tsv(segments)
     if fmt == "json":
         return to_json(segments, info)
+    if fmt == "rttm":
+        return to_rttm(info)
     raise ValueError(f"unknown output format {fmt!r}")
 
 
 # -- subtitle cues ----------------------------------------------------------------------------
 def _cues(segments: list, fmt, options: SubtitleOptions | None
-          ) -> Iterator[tuple[str, str, str]]:
-    """(start, end, text) of each cue: one per segment, or built from the words."""
+          ) -> Iterator[tuple[str, str, str, str | None]]:
+    """(start, end, text, speaker) of each cue: one per segment, or built from the words (the
+    speaker then is the cue's first word's)."""
     options = options or SubtitleOptions()
     if not segments or _words(segments[0]) is None:
         for s in segments:
-            yield fmt(s.start), fmt(s.end), s.text.strip().replace("-->", "->")
+            yield (fmt(s.start), fmt(s.end), s.text.strip().replace("-->", "->"),
+                   getattr(s, "speaker", None))
         return
     for cue in _word_cues(segments, options):
         text = "".join(w["word"] for w in cue)
+        who = cue[0].get("speaker")
         if not options.highlight_words:
-            yield fmt(cue[0]["start"]), fmt(cue[-1]["end"]), text
+            yield fmt(cue[0]["start"]), fmt(cue[-1]["end"]), text, who
             continue
         # One cue per word with that word underlined; the gaps between words show the line
         # without underline.
@@ -171,9 +201,9 @@ def _cues(segments: list, fmt, options: SubtitleOptions | None
         for i, w in enumerate(cue):
             start, end = fmt(w["start"]), fmt(w["end"])
             if start != last:
-                yield last, start, text
+                yield last, start, text, who
             yield start, end, "".join(_underline(x["word"]) if j == i else x["word"]
-                                      for j, x in enumerate(cue))
+                                      for j, x in enumerate(cue)), who
             last = end
 
 
@@ -206,7 +236,8 @@ def _word_cues(segments: list, options: SubtitleOptions) -> Iterator[list[dict]]
                 w = dict(original)
                 pause = not follow_segments and w["start"] - last > _LONG_PAUSE
                 fits = line_len + len(w["word"]) <= width
-                new_segment = i == 0 and bool(cue) and follow_segments
+                new_segment = ((i == 0 and bool(cue) and follow_segments)
+                               or (bool(cue) and w.get("speaker") != cue[-1].get("speaker")))
                 if line_len > 0 and fits and not pause and not new_segment:
                     line_len += len(w["word"])  # same line, with its space
                 else:
@@ -226,10 +257,12 @@ def _word_cues(segments: list, options: SubtitleOptions) -> Iterator[list[dict]]
 
 
 # -- formats and files ------------------------------------------------------------------------
-def parse_formats(values: list[str] | None) -> list[str]:
-    """``-f srt -f vtt`` or ``-f srt,vtt`` or ``-f all``; default txt."""
+def parse_formats(values: list[str] | None, speakers: bool = False) -> list[str]:
+    """``-f srt -f vtt`` or ``-f srt,vtt`` or ``-f all``; default txt. ``rttm`` is known
+    always (a run without speakers refuses it); ``all`` includes it when ``speakers``."""
     if not values:
         return ["txt"]
+    known = FORMATS + SPEAKER_FORMATS
     out: list[str] = []
     for v in values:
         for f in v.split(","):
@@ -237,10 +270,11 @@ def parse_formats(values: list[str] | None) -> list[str]:
             if not f:
                 continue
             if f == "all":
-                out.extend(x for x in FORMATS if x not in out)
-            elif f not in FORMATS:
+                out.extend(x for x in FORMATS + (SPEAKER_FORMATS if speakers else ())
+                           if x not in out)
+            elif f not in known:
                 raise ValueError(f"unknown output format {f!r} (choose from "
-                                 f"{', '.join(FORMATS)}, all)")
+                                 f"{', '.join(known)}, all)")
             elif f not in out:
                 out.append(f)
     return out or ["txt"]

@@ -78,7 +78,7 @@ def _spec(req: BatchRequest, formats: list[str]):
         engine = replace(engine, models_dir=str(Path(req.models_dir).resolve()))
     return WorkerSpec(engine=engine, options=transcribe_options(req),
                       output_dir=str(Path(req.output_dir).resolve()), formats=formats,
-                      subtitle=subtitle_options(req))
+                      subtitle=subtitle_options(req), speakers=req.speakers)
 
 
 def _show(display, event) -> None:

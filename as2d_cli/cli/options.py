@@ -55,6 +55,20 @@ Encoder = Annotated[str | None, typer.Option(
     help="Encoder back end: auto (the fastest on this CPU, timed once per model and "
          "remembered), onnxruntime or openvino. Decoders always run in onnxruntime.")]
 
+# -- speakers (diarization) -------------------------------------------------------------------
+Diarize = Annotated[bool, typer.Option(
+    "--diarize", help="Say who speaks: speaker labels on segments and words (implies word "
+                      "timestamps), and -f rttm.")]
+NumSpeakers = Annotated[int | None, typer.Option(
+    "--num-speakers", help="With --diarize: the number of speakers, when known.")]
+MinSpeakers = Annotated[int | None, typer.Option(
+    "--min-speakers", help="With --diarize: at least this many speakers.")]
+MaxSpeakers = Annotated[int | None, typer.Option(
+    "--max-speakers", help="With --diarize: at most this many speakers.")]
+SpeakerRefs = Annotated[list[str] | None, typer.Option(
+    "--speaker", metavar="NAME=FILE", help="With --diarize: name the speaker who sounds like "
+                                           "FILE (a short clean clip); repeat per person.")]
+
 # -- what the user sees -----------------------------------------------------------------------
 Live = Annotated[bool | None, typer.Option(
     "--live/--no-live", help="Live view on stderr (default: when stderr is a terminal).")]

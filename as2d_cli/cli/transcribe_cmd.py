@@ -51,7 +51,8 @@ class TranscribeRequest:
         help="Write <name>.<format> files here ('-' for stdout only).")] = None
     output_format: Annotated[list[str] | None, typer.Option(
         "--output-format", "-f",
-        help="txt, srt, vtt, tsv, json or all; repeat or comma-separate. Default txt.")] = None
+        help="txt, srt, vtt, tsv, json, rttm (with --diarize) or all; repeat or "
+             "comma-separate. Default txt.")] = None
     decoder: opt.DecoderName = Decoder.AS2D
     drafter: OneShotDrafter = "auto"
     budget: opt.Budget = "auto"
@@ -133,6 +134,11 @@ class TranscribeRequest:
     highlight_words: Annotated[bool, typer.Option(
         "--highlight-words/--no-highlight-words",
         help="srt/vtt, with --word-timestamps: underline each word as it is spoken.")] = False
+    diarize: opt.Diarize = False
+    num_speakers: opt.NumSpeakers = None
+    min_speakers: opt.MinSpeakers = None
+    max_speakers: opt.MaxSpeakers = None
+    speaker: opt.SpeakerRefs = None
     stats: opt.Stats = False
     stats_json: opt.StatsJson = None
     live: LivePipeline = None
@@ -142,6 +148,7 @@ class TranscribeRequest:
     # Not options: the temperature schedule and VAD settings, parsed by validate().
     temperatures: tuple[float, ...] = field(init=False, default=())
     vad: object = field(init=False, default=None)
+    speakers: object = field(init=False, default=None)  # SpeakerOptions, or None
 
     def __post_init__(self) -> None:
         self.decoder = parse_decoder(self.decoder)
@@ -159,11 +166,26 @@ def register(app: typer.Typer) -> None:
 
 def validate(req: TranscribeRequest) -> list[str]:
     try:
-        formats = writers.parse_formats(req.output_format)
+        formats = writers.parse_formats(req.output_format, req.diarize)
     except ValueError as exc:
         raise UserError(as_flags(exc), 2) from None
     check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
                           req.language)
+    from as2d.runtime.speakers.options import from_flags
+
+    try:
+        req.speakers = from_flags(req.diarize, req.num_speakers, req.min_speakers,
+                                  req.max_speakers, req.speaker or ())
+    except ValueError as exc:
+        raise UserError(as_flags(exc), 2) from None
+    if req.diarize:
+        req.word_timestamps = True  # each word gets its speaker; segments split between them
+        for _, ref in req.speakers.references:
+            if not Path(ref).is_file():
+                raise UserError(f"--speaker: {ref}: no such file", 2)
+    elif "rttm" in formats and not req.diarize:
+        raise UserError("-f rttm needs --diarize", 2)
+
     if not req.timestamps and any(f in ("srt", "vtt") for f in formats):
         raise UserError("srt and vtt need timestamps: drop --no-timestamps", 2)
     from as2d.runtime.transcribe.fallback import parse_temperatures
@@ -213,7 +235,8 @@ def engine_spec(req: TranscribeRequest, shares_cores: bool = False):
                       decoder=req.decoder, budget=req.budget, threads=req.threads,
                       drafter_threads=req.drafter_threads, encoder=req.encoder,
                       models_dir=req.models_dir, vad=req.vad_filter,
-                      word_timestamps=req.word_timestamps, shares_cores=shares_cores)
+                      word_timestamps=req.word_timestamps, shares_cores=shares_cores,
+                      speakers=req.diarize)
 
 
 def transcribe_options(req: TranscribeRequest):
@@ -290,12 +313,14 @@ def run_transcribe(req: TranscribeRequest) -> int:
 def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, options,
                reader) -> int:
     from as2d.runtime.audio import AudioError, display_name
+    from as2d.runtime.speakers.assign import label_transcript
     from as2d.runtime.transcribe.longform import TranscriptionInfo
 
     failures = 0
     interrupted = False
     # Plain text streams to stdout as it is decoded, unless stdout carries another format.
-    stream_txt = not to_stdout or formats == ["txt"]
+    # With speakers, lines are labelled once the recording's speakers are known: at the end.
+    stream_txt = (not to_stdout or formats == ["txt"]) and not req.diarize
     for i, path in enumerate(req.files):
         try:
             audio = reader.take(i)  # decoded ahead, while the last file was transcribed
@@ -316,6 +341,9 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
             failures += 1
         info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start_file(str(path), audio.duration)
+        # Speakers are found on a thread beside the decoding (never touching its tokens).
+        speakers = (engine.diarize_beside(audio.samples, req.speakers) if req.diarize
+                    else None)
         try:
             segments, stopped = collect_segments(
                 engine, audio, options, info, reporter,
@@ -328,6 +356,14 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
                     "source": source, "model": engine.target.name,
                     "decoder": info.plan.decoder}
+        if speakers is not None:
+            try:
+                segments, fields = label_transcript(segments, speakers.result())
+                doc_info.update(fields)
+            except ValueError as exc:  # too short, a reference clip with no speech
+                err(f"as2d: error: {path}: {exc}")
+                failures += 1
+                continue
         if interrupted:
             doc_info["interrupted"] = True
         if to_stdout and not stream_txt:

@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from as2d import writers
+from as2d.loading import ModelError
 from as2d.runtime.option_errors import OptionError
 from as2d.server.api_errors import APIError
 from as2d.server.backend import Backend, ClientGone, RequestJob
@@ -53,6 +54,38 @@ def engine_options(req: AudioRequest):
                              patience=req.patience, length_penalty=req.length_penalty)
 
 
+def diarized(segments: list, info) -> dict:
+    """OpenAI's ``diarized_json``: segments with ``speaker`` lettered A, B, ... in order of
+    first speech, unless named from known speakers."""
+    letters: dict[str, str] = {}
+    unnamed = 0
+    for s in segments:
+        who = s.speaker or "SPEAKER_00"
+        if who not in letters:
+            if who.startswith("SPEAKER_"):
+                letters[who], unnamed = _letter(unnamed), unnamed + 1
+            else:  # named from a known speaker's clip
+                letters[who] = who
+    return {"task": "transcribe", "duration": round(info.duration, 3),
+            "text": "".join(s.text for s in segments).strip(),
+            "segments": [{"type": "transcript.text.segment", "id": f"seg_{i:03d}",
+                          "start": round(s.start, 3), "end": round(s.end, 3),
+                          "text": s.text.strip(),
+                          "speaker": letters[s.speaker or "SPEAKER_00"]}
+                         for i, s in enumerate(segments)],
+            "usage": _usage(info.duration)}
+
+
+def _letter(n: int) -> str:
+    """A, B, ... Z, AA, AB, ..."""
+    out = ""
+    n += 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        out = chr(65 + r) + out
+    return out
+
+
 def _segment(seg) -> dict:
     d = writers.segment_dict(seg)
     d.pop("words", None)
@@ -74,6 +107,8 @@ def render(req: AudioRequest, segments: list, info) -> Response:
         return Response(body, media_type=TEXT_TYPES[fmt])
     if fmt == "json":
         return JSONResponse({"text": text, "usage": _usage(info.duration)})
+    if fmt == "diarized_json":
+        return JSONResponse(diarized(segments, info))
     doc = {"task": req.task,
            "language": "english" if req.task == "translate" else language_name(info.language),
            "duration": round(info.duration, 3), "text": text}
@@ -88,6 +123,25 @@ def render(req: AudioRequest, segments: list, info) -> Response:
     except ValueError as exc:
         raise APIError(500, str(exc), code="not_finite") from None
     return Response(body, media_type="application/json")
+
+
+def _references(options):
+    """The known speakers' clips (bytes of any audio format) as 16-kHz samples."""
+    import io
+    from dataclasses import replace
+
+    from as2d.runtime.audio import AudioError, load_audio
+
+    refs = []
+    for name, data in options.references:
+        try:
+            clip = load_audio(io.BytesIO(data))
+        except AudioError as exc:
+            raise APIError(400, f"the reference of {name!r} cannot be read as audio ({exc})",
+                           param="known_speaker_references", code="invalid_value") from None
+        refs.append((name, clip.samples.copy()))
+        clip.close()
+    return replace(options, references=tuple(refs))
 
 
 def make_router(backend: Backend) -> APIRouter:
@@ -147,10 +201,25 @@ def make_router(backend: Backend) -> APIRouter:
         from as2d.runtime.transcribe.longform import TranscriptionInfo
 
         info = TranscriptionInfo(None, 0.0, audio.duration)
+        options = engine_options(req)
+        beside = None
+        if req.speakers is not None:
+            from dataclasses import replace
+
+            options = replace(options, word_timestamps=True)
+            beside = backend.engine.diarize_beside(audio.samples, _references(req.speakers))
         try:
-            segments = list(backend.transcribe(audio, engine_options(req), info, engine))
-        except ValueError as exc:  # options the model cannot honour
+            segments = list(backend.transcribe(audio, options, info, engine))
+            if beside is not None:
+                from as2d.runtime.speakers.assign import assign_speakers
+
+                segments = assign_speakers(segments, beside.result().turns)
+        except ModelError as exc:  # the speaker models are missing or damaged
+            raise APIError(503, str(exc), code="model_unavailable") from None
+        except ValueError as exc:  # options the model cannot honour, a clip with no speech
             param = exc.option if isinstance(exc, OptionError) else None
+            if beside is not None and param is None:
+                param = "known_speaker_references"
             raise APIError(400, str(exc), param=param, code="invalid_value") from None
         return segments, info
 

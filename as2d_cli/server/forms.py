@@ -6,8 +6,10 @@ them (``file``, ``model``, ``language``, ``prompt``, ``response_format``, ``temp
 ``hotwords``, ``vad_filter`` and beam search (``beam_size``, ``patience``,
 ``length_penalty``, checked by the engine's own rule and bounds, the ones ``as2d transcribe
 --beam-size`` applies). Each bad value is a 400 that names its field, so a client sees which
-one to fix. Fields OpenAI added for other models (``include[]``,
-``chunking_strategy``, ...) are accepted and ignored, as a Whisper model has no use for them.
+one to fix. ``response_format=diarized_json`` says who speaks (OpenAI's
+``known_speaker_names[]``/``known_speaker_references[]`` name them). Fields OpenAI added for
+other models (``include[]``, ``chunking_strategy``, ...) are accepted and ignored: whole files
+are decoded in 30-s windows whatever chunking is asked.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from as2d.runtime.option_errors import OptionError
 from as2d.server.api_errors import APIError
 from as2d.server.uploads import Upload
 
-RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
+MAX_REFERENCES = 4  # OpenAI's limit of known_speaker_references[]
 GRANULARITIES = ("segment", "word")
 DECODERS = ("as2d", "sd", "target")
 BEAM_FIELDS = ("beam_size", "patience", "length_penalty")
@@ -46,6 +49,7 @@ class AudioRequest:
     patience: float | None = None
     length_penalty: float | None = None
     question: str | None = None  # /v1/audio/ask
+    speakers: object = None  # SpeakerOptions, with diarized_json
     extras: dict = field(default_factory=dict)
 
     @property
@@ -203,7 +207,68 @@ def parse_audio_request(upload: Upload, task: str, loaded_decoder: str) -> Audio
     req.hotwords = _text(upload, "hotwords", 1000)
     req.vad_filter = _flag(upload, "vad_filter")
     _beam(upload, req)
+    _speakers(upload, req)
     return req
+
+
+def _count(upload: Upload, name: str) -> int | None:
+    value = _text(upload, name, 10)
+    if value is None or not value.strip():
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise APIError(400, f"{name} must be a whole number, not {value!r}", param=name,
+                       code="invalid_value") from None
+
+
+def _speakers(upload: Upload, req: AudioRequest) -> None:
+    """diarized_json: OpenAI's ``known_speaker_names[]`` with ``known_speaker_references[]``
+    (data URLs of short clips), and as2d's own speaker counts, checked by the one rule every
+    face uses (:func:`as2d.runtime.speakers.options.from_flags`)."""
+    import base64
+    import binascii
+
+    from as2d.runtime.speakers.options import from_flags
+
+    names = upload.get_all("known_speaker_names[]") + upload.get_all("known_speaker_names")
+    refs = upload.get_all("known_speaker_references[]") + upload.get_all(
+        "known_speaker_references")
+    counts = {n: _count(upload, n) for n in ("num_speakers", "min_speakers", "max_speakers")}
+    diarize = req.response_format == "diarized_json"
+    if not diarize and (names or refs or any(v is not None for v in counts.values())):
+        raise APIError(400, "known speakers and speaker counts need response_format "
+                            "diarized_json", param="response_format", code="invalid_value")
+    if not diarize:
+        return
+    if req.stream:
+        raise APIError(400, "stream=true cannot be combined with diarized_json here",
+                       param="stream", code="invalid_value")
+    if len(names) != len(refs):
+        raise APIError(400, f"known_speaker_names[] ({len(names)}) and "
+                            f"known_speaker_references[] ({len(refs)}) must pair up",
+                       param="known_speaker_references", code="invalid_value")
+    if len(names) > MAX_REFERENCES:
+        raise APIError(400, f"at most {MAX_REFERENCES} known speakers",
+                       param="known_speaker_names", code="invalid_value")
+    pairs = []
+    for name, ref in zip(names, refs):
+        head, sep, data = ref.partition(",")
+        if not sep or not head.startswith("data:") or not head.endswith(";base64"):
+            raise APIError(400, f"the reference of {name!r} must be a data URL "
+                                "(data:audio/wav;base64,...)",
+                           param="known_speaker_references", code="invalid_value")
+        try:
+            pairs.append((name, base64.b64decode(data, validate=True)))
+        except (binascii.Error, ValueError):
+            raise APIError(400, f"the reference of {name!r} is not valid base64",
+                           param="known_speaker_references", code="invalid_value") from None
+    try:
+        req.speakers = from_flags(True, counts["num_speakers"], counts["min_speakers"],
+                                  counts["max_speakers"], pairs)
+    except ValueError as exc:
+        raise APIError(400, str(exc), param=getattr(exc, "option", None),
+                       code="invalid_value") from None
 
 
 def parse_ask_request(upload: Upload, loaded_decoder: str) -> AudioRequest:

@@ -21,6 +21,10 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from as2d.server.api_errors import APIError
 
 MAX_FIELD_BYTES = 64 * 1024  # a prompt or a question: a few KB at most
+# A known speaker's clip as a data URL (OpenAI's known_speaker_references[]: 2-10 s of audio;
+# 10 s of 16-bit 16-kHz WAV is 427 KB in base64). The upload limit bounds them all together.
+MAX_REFERENCE_BYTES = 2 * 1024 * 1024
+LARGE_FIELDS = ("known_speaker_references[]", "known_speaker_references")
 MAX_FIELDS = 64
 MAX_HEADER_BYTES = 8 * 1024
 
@@ -172,9 +176,10 @@ async def read_multipart(content_type: str | None, content_length: str | None,
             state.file.write(data[start:end])
         else:
             state.value += data[start:end]
-            if len(state.value) > MAX_FIELD_BYTES:
+            most = MAX_REFERENCE_BYTES if state.name in LARGE_FIELDS else MAX_FIELD_BYTES
+            if len(state.value) > most:
                 raise APIError(400, f"field {state.name!r} is too long (at most "
-                                    f"{MAX_FIELD_BYTES // 1024} KB)", param=state.name,
+                                    f"{most // 1024} KB)", param=state.name,
                                code="field_too_long")
 
     def on_part_end() -> None:

@@ -87,11 +87,16 @@ class Segment:
     temperature: float = 0.0
     partial: bool = False  # cut short by Ctrl-C
     words: list[Word] | None = None  # with word timestamps
+    speaker: str | None = None  # with diarization (as2d.runtime.speakers.assign)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if self.words is None:
             del d["words"]
+        else:
+            d["words"] = [w.to_dict() for w in self.words]
+        if self.speaker is None:
+            del d["speaker"]
         d["start"], d["end"] = round(self.start, 3), round(self.end, 3)
         return d
 
@@ -107,6 +112,8 @@ class TranscriptionInfo:
     language_detected: bool = False
     extra: dict = field(default_factory=dict)
     plan: RunPlan | None = None  # the run's decisions, once it has started
+    # Who spoke when (as2d.runtime.speakers.diarize.Diarization), when diarization was asked.
+    diarization: object = None
 
 
 def _silent(audio: Audio, window: Window, peak: float | None) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -47,10 +47,18 @@ class Word:
     start: float
     end: float
     probability: float
+    # Who says it (set by diarization, as whisperX's words carry it); None: not asked.
+    speaker: str | None = None
+    # The word's text tokens (not written out): a segment split between speakers keeps its
+    # tokens exactly, each piece the tokens of its words.
+    tokens: list[int] = field(default_factory=list, repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return {"word": self.word, "start": self.start, "end": self.end,
-                "probability": self.probability}
+        d = {"word": self.word, "start": self.start, "end": self.end,
+             "probability": self.probability}
+        if self.speaker is not None:
+            d["speaker"] = self.speaker
+        return d
 
 
 @dataclass
@@ -300,7 +308,8 @@ class WordAligner:
                 t = alignment[k]
                 if t.word:
                     words.append(Word(t.word, round(offset + t.start, 2),
-                                      round(offset + t.end, 2), t.probability))
+                                      round(offset + t.end, 2), t.probability,
+                                      tokens=list(t.tokens)))
                 saved += len(t.tokens)
                 k += 1
             if words:

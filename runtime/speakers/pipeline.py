@@ -1,0 +1,89 @@
+"""The loaded diarizer: the two speaker models and what is done with them (diarize a
+recording, name its speakers from reference clips).
+
+One thread by default: it runs beside the transcription, which keeps the other cores.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from as2d.runtime.speakers.diarize import (
+    Diarization,
+    DiarizationError,
+    DiarizeParams,
+    diarize_samples,
+)
+from as2d.runtime.speakers.options import SpeakerOptions
+
+# Cosine similarity a speaker's centroid needs to a reference clip to take its name.
+NAME_THRESHOLD = 0.5
+MIN_SAMPLES = 16000 // 4  # a quarter second: shorter audio holds no word to place
+
+
+class Diarizer:
+    """Segmenter + speaker embedder, loaded once, used for many recordings."""
+
+    def __init__(self, segmentation, embedding, threads: int = 1,
+                 params: DiarizeParams | None = None) -> None:
+        from as2d.runtime.speakers.embedding import SpeakerEmbedder
+        from as2d.runtime.speakers.segmentation import Segmenter
+
+        self.segmenter = Segmenter(segmentation, threads)
+        self.embedder = SpeakerEmbedder(embedding, threads)
+        self.params = params or DiarizeParams()
+
+    def diarize(self, samples: np.ndarray, options: SpeakerOptions | None = None
+                ) -> Diarization:
+        """Turns of 16-kHz mono ``samples``; speakers named when ``options`` has references."""
+        options = options or SpeakerOptions()
+        samples = np.asarray(samples, dtype=np.float32)
+        if len(samples) < MIN_SAMPLES:
+            raise DiarizationError(f"the audio is {len(samples) / 16000:.2f} s long, too short "
+                                   "to tell speakers apart (a word takes at least 0.25 s)")
+        result = diarize_samples(samples, self.segmenter, self.embedder, self.params,
+                                 options.num_speakers, options.min_speakers,
+                                 options.max_speakers)
+        if options.references:
+            result = self.name(result, options.references)
+        return result
+
+    def reference_embedding(self, name: str, samples: np.ndarray) -> np.ndarray:
+        """The embedding of a reference clip's speech (the frames the segmenter hears a
+        voice in); a clip with no speech is a :class:`DiarizationError`."""
+        samples = np.asarray(samples, dtype=np.float32)
+        seg = self.segmenter(samples, self.params.step)
+        speech = []
+        for i, start in enumerate(seg.starts):
+            frames = np.flatnonzero(seg.activity[i].any(axis=1))
+            idx = (start + frames[:, None] * 270 + np.arange(270)[None, :]).ravel()
+            speech.append(samples[idx[idx < len(samples)]])
+        clip = np.concatenate(speech) if speech else samples[:0]
+        if len(clip) < MIN_SAMPLES:
+            raise DiarizationError(f"the reference clip of {name} holds no speech")
+        vec = np.asarray(self.embedder.embed_many([clip])[0], dtype=np.float64)
+        return vec / max(np.linalg.norm(vec), 1e-9)
+
+    def name(self, result: Diarization, references) -> Diarization:
+        """Speakers renamed after the references they match (one to one, cosine similarity
+        over :data:`NAME_THRESHOLD`); the others keep their labels."""
+        from scipy.optimize import linear_sum_assignment
+
+        from as2d.runtime.audio import load_audio
+
+        labels = list(result.centroids)
+        if not labels:
+            return result
+        refs = []
+        for name, audio in references:
+            if isinstance(audio, np.ndarray):
+                samples = audio
+            else:
+                loaded = load_audio(audio)
+                samples = loaded.samples
+            refs.append(self.reference_embedding(name, samples))
+        sim = np.stack([result.centroids[s] for s in labels]) @ np.stack(refs).T
+        rows, cols = linear_sum_assignment(-sim)
+        names = {labels[r]: references[c][0] for r, c in zip(rows, cols)
+                 if sim[r, c] >= NAME_THRESHOLD}
+        return result.renamed(names)
