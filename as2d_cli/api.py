@@ -197,7 +197,7 @@ class Transcriber:
         split where it changes (the same tokens); ``info.diarization`` holds the turns. The
         segments then come once the whole recording is decoded and diarized.
         """
-        from as2d.runtime.speakers.options import from_flags
+        from as2d.runtime.speakers.speaker_options import from_flags
 
         who = from_flags(diarize, num_speakers, min_speakers, max_speakers, tuple(speakers))
         options = _options(language, task, timestamps, initial_prompt,
@@ -261,7 +261,7 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
     one window is decoded by the target alone unless a drafter is named (the same text).
     """
     sample_rate = options.pop("sample_rate", 16000)
-    from as2d.runtime.speakers.options import from_flags
+    from as2d.runtime.speakers.speaker_options import from_flags
 
     who = {k: options.pop(k) for k in ("diarize", "num_speakers", "min_speakers",
                                         "max_speakers", "speakers") if k in options}
@@ -395,8 +395,8 @@ def diarize(audio: AudioInput, *, sample_rate: int = 16000, num_speakers: int | 
     ``as2d.engine.ModelError`` for a missing or damaged model."""
     from as2d.models.bundle import BundleError
     from as2d.models.speakers import install_speaker_models
-    from as2d.runtime.speakers.options import from_flags
     from as2d.runtime.speakers.pipeline import Diarizer
+    from as2d.runtime.speakers.speaker_options import from_flags
 
     options = from_flags(True, num_speakers, min_speakers, max_speakers, tuple(speakers))
     clip = _audio(audio, sample_rate)

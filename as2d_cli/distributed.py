@@ -178,7 +178,7 @@ class WorkerSpec:
     output_dir: str
     formats: list[str]
     subtitle: object  # as2d.writers.SubtitleOptions
-    speakers: object = None  # as2d.runtime.speakers.options.SpeakerOptions: diarize each file
+    speakers: object = None  # runtime.speakers.speaker_options.SpeakerOptions: diarize each file
 
 
 class BatchWorker:

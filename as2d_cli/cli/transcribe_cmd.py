@@ -171,7 +171,7 @@ def validate(req: TranscribeRequest) -> list[str]:
         raise UserError(as_flags(exc), 2) from None
     check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
                           req.language)
-    from as2d.runtime.speakers.options import from_flags
+    from as2d.runtime.speakers.speaker_options import from_flags
 
     try:
         req.speakers = from_flags(req.diarize, req.num_speakers, req.min_speakers,

@@ -225,11 +225,11 @@ def _count(upload: Upload, name: str) -> int | None:
 def _speakers(upload: Upload, req: AudioRequest) -> None:
     """diarized_json: OpenAI's ``known_speaker_names[]`` with ``known_speaker_references[]``
     (data URLs of short clips), and as2d's own speaker counts, checked by the one rule every
-    face uses (:func:`as2d.runtime.speakers.options.from_flags`)."""
+    face uses (:func:`as2d.runtime.speakers.speaker_options.from_flags`)."""
     import base64
     import binascii
 
-    from as2d.runtime.speakers.options import from_flags
+    from as2d.runtime.speakers.speaker_options import from_flags
 
     names = upload.get_all("known_speaker_names[]") + upload.get_all("known_speaker_names")
     refs = upload.get_all("known_speaker_references[]") + upload.get_all(

@@ -32,7 +32,7 @@ _RANK = {FINAL: 0, REQUEST: 1, PARTIAL: 1}
 
 
 @dataclass
-class Turn:
+class DecodeTurn:
     """One decode's claim on the gate (waiting, then holding)."""
 
     owner: str
@@ -58,8 +58,8 @@ class DecodeGate:
     def __init__(self, promote_after: float = 3.0) -> None:
         self.promote_after = promote_after
         self._cond = threading.Condition()
-        self._waiting: list[Turn] = []
-        self._holder: Turn | None = None
+        self._waiting: list[DecodeTurn] = []
+        self._holder: DecodeTurn | None = None
         self._served: dict[str, int] = {}  # owner -> sequence number of its last grant
         self._grants = itertools.count(1)
         self._seq = itertools.count()
@@ -93,12 +93,12 @@ class DecodeGate:
 
     # -- taking turns -----------------------------------------------------------------------
     def acquire(self, owner: str, kind: str, abandon: Callable[[], bool] | None = None,
-                preempt: Callable[[], None] | None = None) -> Turn | None:
+                preempt: Callable[[], None] | None = None) -> DecodeTurn | None:
         """Wait for this decode's turn; None when ``abandon()`` turned true meanwhile.
         ``preempt`` (growing-utterance decodes): how to stop this decode early once it runs."""
         if kind not in _RANK:
             raise ValueError(f"unknown decode kind {kind!r}")
-        turn = Turn(owner, kind, next(self._seq), time.monotonic(),
+        turn = DecodeTurn(owner, kind, next(self._seq), time.monotonic(),
                     preempt if kind == PARTIAL else None)
         with self._cond:
             self._waiting.append(turn)
@@ -114,7 +114,7 @@ class DecodeGate:
                 self._cond.wait(0.05 if abandon is not None else 0.5)
                 self._preempt_holder()
 
-    def release(self, turn: Turn) -> None:
+    def release(self, turn: DecodeTurn) -> None:
         with self._cond:
             if self._holder is turn:
                 self._holder = None
@@ -125,19 +125,19 @@ class DecodeGate:
         return _Held(self, owner, kind, abandon, preempt)
 
     # -- the policy -------------------------------------------------------------------------
-    def _key(self, turn: Turn, now: float) -> tuple:
+    def _key(self, turn: DecodeTurn, now: float) -> tuple:
         rank = _RANK[turn.kind]
         if turn.kind == REQUEST and now - turn.since >= self.promote_after:
             rank = -1  # waited long enough: ahead of the end-of-speech decodes
         return rank, self._served.get(turn.owner, 0), turn.seq
 
-    def _next(self) -> Turn | None:
+    def _next(self) -> DecodeTurn | None:
         if not self._waiting:
             return None
         now = time.monotonic()
         return min(self._waiting, key=lambda t: self._key(t, now))
 
-    def _grant(self, turn: Turn) -> None:
+    def _grant(self, turn: DecodeTurn) -> None:
         self._waiting.remove(turn)
         now = time.monotonic()
         if self._key(turn, now)[0] < 0:
@@ -161,9 +161,9 @@ class DecodeGate:
 class _Held:
     def __init__(self, gate: DecodeGate, owner, kind, abandon, preempt) -> None:
         self.gate, self.args = gate, (owner, kind, abandon, preempt)
-        self.turn: Turn | None = None
+        self.turn: DecodeTurn | None = None
 
-    def __enter__(self) -> Turn | None:
+    def __enter__(self) -> DecodeTurn | None:
         self.turn = self.gate.acquire(*self.args)
         return self.turn
 

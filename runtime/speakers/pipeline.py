@@ -14,7 +14,7 @@ from as2d.runtime.speakers.diarize import (
     DiarizeParams,
     diarize_samples,
 )
-from as2d.runtime.speakers.options import SpeakerOptions
+from as2d.runtime.speakers.speaker_options import SpeakerOptions
 
 # Cosine similarity a speaker's centroid needs to a reference clip to take its name.
 NAME_THRESHOLD = 0.5
