@@ -26,7 +26,7 @@ def load() -> dict[str, dict]:
 
 
 def problems(files: dict[str, dict]) -> list[str]:
-    """Files present but not indexed, and indexed files absent (unless another branch brings them)."""
+    """Files present but not indexed, and indexed files absent (unless a branch brings them)."""
     present = {p.name for p in RESULTS.iterdir() if p.name not in ("index.json", "README.md")}
     out = [f"not in index.json: {n}" for n in sorted(present - files.keys())]
     out += [f"indexed but absent: {n}" for n in sorted(files.keys() - present)
