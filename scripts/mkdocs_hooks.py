@@ -11,6 +11,7 @@ there. Nothing is imported: the docstrings and signatures are read from the sour
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -34,3 +35,12 @@ def lay_out(root: Path = ROOT) -> None:
 # Laid out when MkDocs loads this hook, before any plugin's `config` event: mkdocstrings fixes
 # its search paths then, and a folder that appears later is not seen by every lookup.
 lay_out()
+
+
+# Docstrings cross-reference in Sphinx's roles (":class:`~as2d.api.Transcriber`"), which
+# Markdown renders as the role's name before a code span; the page shows the name alone.
+_ROLE = re.compile(r":(?:class|meth|func|mod|attr|data|exc|obj):<code>(~?)([\w.]+)</code>")
+
+
+def on_page_content(html, **kwargs):
+    return _ROLE.sub(lambda m: f"<code>{m[2].rsplit('.', 1)[-1] if m[1] else m[2]}</code>", html)
