@@ -24,8 +24,6 @@ from as2d.runtime.quiet import quiet_dependencies
 # Before anything imports onnxruntime: its telemetry opt-out is read once, at import.
 quiet_dependencies()
 
-__version__ = "0.1.0"
-
 __all__ = ["Transcriber", "transcribe", "ask", "diarize", "Segment", "TranscriptionInfo",
            "__version__"]
 
@@ -34,6 +32,15 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        # One place holds the version: pyproject.toml, read back from the installed package's
+        # metadata (what `pip show as2d` and `as2d --version` say).
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("as2d")
+        except PackageNotFoundError:  # a source tree that was never installed
+            return "0+unknown"
     if name in __all__:
         from as2d import api
 

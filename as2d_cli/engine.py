@@ -206,10 +206,11 @@ def lone_window_note(spec: EngineSpec) -> str | None:
     window. The drafter's load (its sessions, its encoder) and its encoder run are a fixed cost
     paid beside the target's own load and encoder, while the passes it can save are one
     window's. Measured on 2 cores (AMD Zen 4, whole ``as2d transcribe`` processes, interleaved
-    rounds, medians; ``docs/cold-one-window-zen4-2026-12-04.json``, 6 rounds, and
-    ``docs/cold-break-even-zen4-2026-12-04.json``, 4 rounds): a 10-s clip took 1.04 s with the
-    drafter and 0.87 s without, 28 s 1.81 and 1.66 s; against ``--decoder target``, a 44-s file
-    (two windows) 1.91 and 1.85 s, 98 s 3.98 and 3.94 s, 196 s 7.07 and 7.65 s: drafting pays
+    rounds, medians; ``bench/results/cold-one-window-zen4-2026-12-04.json``, 6 rounds,
+    and ``bench/results/cold-break-even-zen4-2026-12-04.json``, 4 rounds): a 10-s clip took
+    1.04 s with the drafter and 0.87 s without, 28 s 1.81 and 1.66 s; against ``--decoder
+    target``, a 44-s file (two windows) 1.91 and 1.85 s, 98 s 3.98 and 3.94 s, 196 s 7.07 and
+    7.65 s: drafting pays
     somewhere between 98 and 196 s, so the line is drawn at one window, where it never does.
     The text is the same either way (lossless); an explicit ``--drafter`` drafts regardless.
     """

@@ -54,7 +54,7 @@ models: the acceptance of a real small … large-v3 against tiny.en is unknown h
     python scripts/bench_sizes.py --no-fw             # skip faster-whisper
 
 Folders and bundles are cached under ``~/.cache/as2d-bench`` (``--cache``), so later runs skip the
-conversions; the JSON goes to ``docs/bench-sizes-2026-12-02.json`` (``--json``).
+conversions; the JSON goes to ``bench/results/bench-sizes-2026-12-02.json`` (``--json``).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ ROWS = (1, 2, 4, 8, 16)
 KV_GENERATED = 40  # decoder passes timed after the prompt and this many tokens
 FW_LENGTHS = (8, 72)  # faster-whisper per token: slope between these generation lengths
 DEFAULT_CACHE = Path.home() / ".cache" / "as2d-bench"
-DEFAULT_JSON = ROOT / "docs" / "bench-sizes-2026-12-02.json"
+DEFAULT_JSON = ROOT / "bench" / "results" / "bench-sizes-2026-12-02.json"
 THREADS = 2
 
 

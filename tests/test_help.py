@@ -85,7 +85,18 @@ def test_decoding_commands_share_their_option_spelling():
 
 
 def test_version_and_bare_app():
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    import as2d
+
+    # One place holds the version (pyproject.toml); the package metadata, as2d.__version__
+    # and --version say it (an editable install older than pyproject's version fails here).
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    declared = tomllib.loads(pyproject.read_text())["project"]["version"]
+    assert version("as2d") == as2d.__version__ == declared
     v = cli("--version")
-    assert v.exit_code == 0 and v.stdout.startswith("as2d ")
+    assert v.exit_code == 0 and v.stdout == f"as2d {declared}\n"
     bare = cli()
     assert "Usage: as2d" in bare.output and "transcribe" in bare.output
