@@ -52,12 +52,16 @@ def test_a_command_table_wins_over_the_top_level_and_show_says_where(tmp_path):
 
 
 @pytest.mark.parametrize("config, says", [
-    ('threads = "two"\n', "line 1: threads: 'two' is not a valid integer"),
+    ('threads = "two"\n', "line 1: threads: a whole number expected, not 'two'"),
     ('model = "base"\nfoo = 1\n', "line 2: foo: no such option in any command"),
     ('[transcribe]\nport = 1\n', "line 2: [transcribe] port: no such option"),
     ('[nope]\nx = 1\n', "line 1: [nope]: as2d has no such command"),
     ('model = "base\n', "not valid TOML"),
     ('model = ["a", "b"]\n', "line 1: model: one value expected"),
+    ('word_timestamps = 1\n', "line 1: word_timestamps: true or false expected, not 1"),
+    ('threads = 2.9\n', "line 1: threads: a whole number expected, not 2.9"),
+    ('beam_size = true\n', "line 1: beam_size: a whole number expected, not True"),
+    ('model = true\n', "line 1: model: a string expected, not True"),
 ])
 def test_a_bad_value_names_the_file_and_line(tmp_path, config, says):
     import typer.main
@@ -77,8 +81,8 @@ def test_a_bad_file_is_one_line_and_the_file_can_still_be_found(tmp_path):
     out = run(["transcribe", "missing.wav"], tmp_path, config)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     line, = out.stderr.strip().splitlines()
-    assert line == (f"as2d: error: {tmp_path / 'config.toml'} line 1: threads: 'two' is not a "
-                    "valid integer.")
+    assert line == (f"as2d: error: {tmp_path / 'config.toml'} line 1: threads: a whole number "
+                    "expected, not 'two'")
     where = run(["config", "path"], tmp_path, config)
     assert where.returncode == 0 and where.stdout.startswith(str(tmp_path / "config.toml"))
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from typer._click.core import BadParameter, Command, Context
+from typer._click.types import BoolParamType, FloatParamType, IntParamType
 from typer.core import TyperGroup, TyperOption
 
 ENV_CONFIG = "AS2D_CONFIG"
@@ -141,12 +142,34 @@ def _checked(setting: Setting, option: TyperOption, cmd: Command, path: Path) ->
         value = [value]
     if isinstance(value, dict | list) and not option.multiple:
         raise ConfigError(f"{path} line {setting.line}: {setting.key}: one value expected")
+    where = f"{path} line {setting.line}: {setting.key}"
+    for item in value if option.multiple else [value]:
+        want = _toml_kind(option)
+        if not isinstance(item, want) or (bool not in want and isinstance(item, bool)):
+            raise ConfigError(f"{where}: {_KIND_NAMES[want]} expected, not {item!r}")
     try:
-        ctx = Context(cmd)
-        option.type_cast_value(ctx, value)
+        option.type_cast_value(Context(cmd), value)
     except BadParameter as exc:
-        raise ConfigError(f"{path} line {setting.line}: {setting.key}: {exc.message}") from None
+        raise ConfigError(f"{where}: {exc.message}") from None
+    except Exception as exc:  # noqa: BLE001 - a converter's own failure is still a bad value
+        raise ConfigError(f"{where}: not a valid value ({exc})") from None
     return value
+
+
+_KIND_NAMES = {(bool,): "true or false", (int,): "a whole number",
+               (int, float): "a number", (str, int, float): "a string"}
+
+
+def _toml_kind(option: TyperOption) -> tuple[type, ...]:
+    """The TOML value types an option takes: no float becomes an int and no 1 a flag (click
+    would truncate 2.9 threads to 2 and read ``beam_size = true`` as 1)."""
+    if option.is_flag or isinstance(option.type, BoolParamType):
+        return (bool,)
+    if isinstance(option.type, IntParamType):
+        return (int,)
+    if isinstance(option.type, FloatParamType):
+        return (int, float)
+    return (str, int, float)  # a text option reads a number as its text (temperature = 0.2)
 
 
 def default_map(root: TyperGroup, path: Path | None = None) -> dict:
