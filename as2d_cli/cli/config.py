@@ -18,8 +18,8 @@ A key is an option's long name (``output-format`` or ``output_format``). The fil
 supplies defaults, through click's ``default_map`` (typer's vendored click), so click's own
 precedence holds: **command line > environment variable > file > built-in default**. Every
 value is checked against the option's type when the file is read, and a bad one is one line
-naming the file and its line (``as2d: error: config.toml line 3: threads: 'two' is not a
-valid integer``) before any command runs. ``as2d config show`` lists each value and where
+naming the file and its line (``as2d: error: config.toml line 3: threads: a whole number
+expected, not 'two'``) before any command runs. ``as2d config show`` lists each value and where
 it came from.
 
 The Python API and the server's requests do not read this file: a library's behaviour must
