@@ -157,8 +157,8 @@ class EngineSpec:
 def speech_identity(spec: EngineSpec) -> dict:
     """What decides the text a spec's speech model writes, for the transcript cache's key
     (:mod:`as2d.runtime.ask.transcripts`): the model (its bundle manifest's digest: a re-converted
-    bundle is another model), the encoder back end asked for and the runtime versions (back
-    ends differ in the last bits). Not the decoder, drafter or threads: they are lossless.
+    bundle is another model), the encoder back end asked for, the machine that chose and runs
+    it and the runtime versions (back ends differ in the last bits). Not the decoder, drafter or threads: they are lossless.
     Resolving a catalog name installs it on first use, as loading it would."""
     import hashlib
     import os
@@ -180,8 +180,12 @@ def speech_identity(spec: EngineSpec) -> dict:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = None
+    # `auto`'s back end is chosen per machine (CPU, libraries, int8 kernel) and model, and
+    # remembered: the machine keeps a cache shared between machines from mixing their texts.
+    from as2d.runtime.whisper.encoder_choice import machine
+
     return {"model": folder.name if manifest.is_file() else str(folder.resolve()), "made": made,
-            "encoder": requested_backend(spec.encoder),
+            "encoder": requested_backend(spec.encoder), "machine": machine(),
             "openvino_precision": os.environ.get(ENV_OV_PRECISION, "").strip().lower() or None,
             **versions}
 
