@@ -158,8 +158,9 @@ def speech_identity(spec: EngineSpec) -> dict:
     """What decides the text a spec's speech model writes, for the transcript cache's key
     (:mod:`as2d.runtime.ask.transcripts`): the model (its bundle manifest's digest: a re-converted
     bundle is another model), the encoder back end asked for, the machine that chose and runs
-    it and the runtime versions (back ends differ in the last bits). Not the decoder, drafter or threads: they are lossless.
-    Resolving a catalog name installs it on first use, as loading it would."""
+    it and the runtime versions (back ends differ in the last bits). Not the decoder, drafter
+    or threads: they are lossless. Resolving a catalog name installs it on first use, as
+    loading it would."""
     import hashlib
     import os
     from importlib import metadata
