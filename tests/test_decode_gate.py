@@ -83,3 +83,108 @@ def test_a_growing_utterance_decode_yields_and_a_wait_can_be_abandoned():
     other.join(5)
     assert gate.free()
 
+
+
+class _StickyTranscriber:
+    """Like LongFormTranscriber: a stop applies to the run in progress, or to the next run
+    when none is in progress (the run's end clears it)."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def discard_stop(self) -> None:
+        self.stopped = False
+
+    def run(self, during=None):
+        """One decode: None when stopped (a stop left from before included)."""
+        if during is not None:
+            during()
+        out = None if self.stopped else ("text", 1, 0.0)
+        self.stopped = False  # the run's end
+        return out
+
+
+def _session(gate: DecodeGate):
+    from as2d.runtime.live.session import LiveSession
+
+    s = LiveSession.__new__(LiveSession)  # only the decode-turn machinery
+    s.gate, s.owner, s.transcriber = gate, "s1", _StickyTranscriber()
+    s._decoding, s._decoding_lock, s._stop_sent = None, threading.Lock(), False
+    return s
+
+
+def _job(final: bool):
+    import numpy as np
+
+    from as2d.runtime.live.jobs import Job
+
+    return Job(0, 0, 1600, np.zeros(1600, np.float32), final, time.perf_counter())
+
+
+def test_a_preempt_between_decodes_does_not_stop_the_next_decode():
+    """The final arrives after the partial's decode returned but before its turn ended: the
+    partial keeps its result, and no stop is left over for the final's decode."""
+    gate = DecodeGate(promote_after=60)
+    s = _session(gate)
+    s._decode_now = lambda job: s.transcriber.run()
+    partial, final = _job(False), _job(True)
+    results: dict = {}
+    with s._turn(partial) as turn:
+        assert turn is not None
+        results["partial"] = s._decode(partial)
+        t = threading.Thread(target=lambda: results.setdefault("final", _final(s, final)))
+        t.start()
+        while not gate.stats.preempted:  # the final waits: the holder's preempt fired
+            time.sleep(0.001)
+    t.join(5)
+    assert results == {"partial": ("text", 1, 0.0), "final": ("text", 1, 0.0)}
+    assert not s.transcriber.stopped and s._decoding is None
+
+
+def _final(s, job):
+    with s._turn(job) as turn:
+        assert turn is not None
+        return s._decode(job)
+
+
+def test_a_preempt_during_a_decode_stops_it_and_only_it():
+    gate = DecodeGate(promote_after=60)
+    s = _session(gate)
+    partial, final = _job(False), _job(True)
+    running, stopped = threading.Event(), threading.Event()
+
+    def during():
+        running.set()
+        while not s.transcriber.stopped:
+            time.sleep(0.001)
+        stopped.set()
+
+    s._decode_now = lambda job: s.transcriber.run(during if job is partial else None)
+    results: dict = {}
+
+    def run_partial():
+        with s._turn(partial) as turn:
+            assert turn is not None
+            results["partial"] = s._decode(partial)
+
+    t = threading.Thread(target=run_partial)
+    t.start()
+    running.wait(5)
+    results["final"] = _final(s, final)
+    t.join(5)
+    assert stopped.is_set() and partial.cancelled and gate.stats.preempted == 1
+    assert results == {"partial": None, "final": ("text", 1, 0.0)}
+
+
+def test_a_preempt_after_the_turn_began_and_before_the_decode_skips_it():
+    gate = DecodeGate(promote_after=60)
+    s = _session(gate)
+    s._decode_now = lambda job: s.transcriber.run()
+    partial = _job(False)
+    with s._turn(partial):
+        gate._holder.preempt()  # as the gate sends it to its holder
+        assert s._decode(partial) is None
+    assert not s.transcriber.stopped

@@ -137,7 +137,12 @@ class LiveSession:
         self.decoder_name, self.drafter_name = decoder, drafter
         self.endpointer = Endpointer(self.options.endpoint, vad.frame_samples, SAMPLE_RATE)
         self.language = self.options.language
-        self._jobs = Jobs(self.transcriber.stop)
+        # The job whose decode runs now (None: between decodes). A stop reaches the
+        # transcriber only while it runs: one sent between decodes would stop the next one.
+        self._decoding: Job | None = None
+        self._decoding_lock = threading.Lock()
+        self._stop_sent = False  # during the current decode
+        self._jobs = Jobs(self._stop_decode)
         self._buffer = Buffer()
         self._clock = Clock(source.speed)
         self._utts: dict[int, _Utterance] = {}
@@ -451,14 +456,39 @@ class LiveSession:
             return contextlib.nullcontext(True)
 
         def preempt() -> None:
-            job.cancelled = True
-            self.transcriber.stop()
+            self._stop_decode(job)
 
         kind = FINAL if job.final or job.urgent or job.commit else PARTIAL
         return self.gate.hold(self.owner, kind, abandon=lambda: job.cancelled,
                               preempt=preempt)
 
+    def _stop_decode(self, job: Job | None = None) -> None:
+        """Cancel ``job`` (None: the one running) and stop its decode if it runs now; a job
+        whose decode has not begun does not begin, one whose decode returned keeps it."""
+        with self._decoding_lock:
+            if job is not None:
+                job.cancelled = True
+            running = self._decoding
+            if running is not None and (job is None or running is job):
+                running.cancelled = True
+                self._stop_sent = True
+                self.transcriber.stop()
+
     def _decode(self, job: Job) -> tuple[str, int, float] | None:
+        with self._decoding_lock:
+            if job.cancelled:
+                return None
+            self._decoding, self._stop_sent = job, False
+        try:
+            return self._decode_now(job)
+        finally:
+            with self._decoding_lock:
+                self._decoding = None
+                if self._stop_sent:  # it may have come as the run ended, after its reset
+                    self.transcriber.discard_stop()
+                self._stop_sent = False
+
+    def _decode_now(self, job: Job) -> tuple[str, int, float] | None:
         opts = TranscribeOptions(language=self.language, initial_prompt=self._prompt(job),
                                  no_speech_threshold=self.options.no_speech_threshold)
         audio = Audio(job.samples, source=f"utterance {job.utterance}")
@@ -509,7 +539,7 @@ class LiveSession:
         elif isinstance(event, RunStarted):
             job = self._job
             if job is not None and job.cancelled:
-                self.transcriber.stop()  # the cancellation came before the run cleared it
+                self._stop_decode(job)  # the cancellation came before the run cleared it
 
 
 def _without_language_notes(listener: Listener) -> Listener:

@@ -163,6 +163,13 @@ class LongFormTranscriber:
         if runner is not None:
             runner.stop()  # its first window may be encoding on a thread of its own
 
+    def discard_stop(self) -> None:
+        """Forget a stop not yet taken by a run (each run's end does so): for a caller whose
+        stops are meant for one run only (a live session's preempted decode), a stop that
+        came as that run ended must not stop the next one. Call it with no run in progress."""
+        self._stop.clear()
+        self.run_options = _run_options()
+
     def close(self) -> None:
         """Stop the encoder runs started ahead for files not transcribed yet, and wait for
         them (the decoder's threads are its own: see ``DecodeStrategy.close``)."""
@@ -250,8 +257,7 @@ class LongFormTranscriber:
                 # last window) may never be used; it must not outlive the process either.
                 self.ahead.abandon()
             # Ready for the next call (a stop requested before a call still applies to it).
-            self._stop.clear()
-            self.run_options = _run_options()
+            self.discard_stop()
 
     def _encode_first(self, audio: Audio, mel: LogMel, options) -> AheadEncoding | None:
         """Start encoding the first window of a recording transcribed next (None: it is
