@@ -36,6 +36,50 @@ def test_der_hand_worked():
     assert d["total"] == pytest.approx(20.0) and d["missed"] == pytest.approx(5.0)
 
 
+# -- stopping ---------------------------------------------------------------------------------
+def test_a_stopped_diarization_ends_at_its_next_window_and_nobody_waits():
+    """A cancelled transcription stops its diarization: the work checks the flag between
+    windows (segmenter batches, fbank chunks, embedding runs), and the running one returns."""
+    import threading
+    import time
+
+    from as2d.runtime.speakers.diarize import diarize_samples, recording_fbank
+    from as2d.runtime.speakers.pipeline import DiarizationStopped, RunningDiarization
+
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(DiarizationStopped):
+        recording_fbank(np.zeros(16000 * 60, dtype=np.float32), stop)
+    calls = []
+
+    def segmenter(samples, step, stop=None):
+        calls.append(stop)
+        from as2d.runtime.speakers.stop import check_stop
+        check_stop(stop)
+
+    with pytest.raises(DiarizationStopped):
+        diarize_samples(np.zeros(16000 * 20, dtype=np.float32), segmenter, None, stop=stop)
+    assert calls == [stop]
+
+    started = threading.Event()
+
+    class Slow:  # a diarization of a long file: one window a while
+        def diarize(self, samples, options, stop):
+            started.set()
+            for _ in range(600):
+                if stop.wait(0.05):
+                    raise DiarizationStopped("stopped")
+            return "finished"
+
+    running = RunningDiarization(Slow(), np.zeros(16000, dtype=np.float32))
+    assert started.wait(5)
+    t0 = time.perf_counter()
+    running.stop()
+    with pytest.raises(DiarizationStopped):
+        running.result()
+    assert time.perf_counter() - t0 < 2 and running.done()
+
+
 # -- words and segments -----------------------------------------------------------------------
 def _segment(words, tokens_per_word=2):
     ws, toks, t = [], [50364], 100

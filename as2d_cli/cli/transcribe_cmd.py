@@ -342,13 +342,20 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
         info = TranscriptionInfo(None, 0.0, audio.duration)
         reporter.start_file(str(path), audio.duration)
         # Speakers are found on a thread beside the decoding (never touching its tokens).
-        speakers = (engine.diarize_beside(audio.samples, req.speakers) if req.diarize
-                    else None)
+        speakers = None
+        if req.diarize:
+            from as2d.runtime.speakers.pipeline import RunningDiarization
+
+            speakers = RunningDiarization(engine.diarizer, audio.samples, req.speakers)
         try:
             segments, stopped = collect_segments(
                 engine, audio, options, info, reporter,
                 on_segment=(lambda seg: reporter.print_text(seg.text.strip()))
                 if stream_txt else None)
+        except BaseException:
+            if speakers is not None:  # failed or a second Ctrl-C: no wait for the speakers
+                speakers.stop()
+            raise
         finally:
             reporter.end_file()
             audio.close()
@@ -356,7 +363,14 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
         doc_info = {"language": info.language, "duration": round(info.duration, 3),
                     "source": source, "model": engine.target.name,
                     "decoder": info.plan.decoder}
-        if speakers is not None:
+        if speakers is not None and stopped and not speakers.done():
+            # Ctrl-C: the transcript so far is written now, without waiting for the speakers
+            # of the whole file (an -f rttm of it is empty)
+            speakers.stop()
+            doc_info.update(speakers=[], speaker_turns=[])
+            err(f"as2d: note: {path}: interrupted before its speakers were found; the "
+                "transcript has none")
+        elif speakers is not None:
             try:
                 segments, fields = label_transcript(segments, speakers.result())
                 doc_info.update(fields)

@@ -206,10 +206,18 @@ def make_router(backend: Backend) -> APIRouter:
         if req.speakers is not None:
             from dataclasses import replace
 
+            from as2d.runtime.speakers.pipeline import RunningDiarization
+
             options = replace(options, word_timestamps=True)
-            beside = backend.engine.diarize_beside(audio.samples, _references(req.speakers))
+            beside = RunningDiarization(backend.engine.diarizer, audio.samples,
+                                        _references(req.speakers))
         try:
-            segments = list(backend.transcribe(audio, options, info, engine))
+            try:
+                segments = list(backend.transcribe(audio, options, info, engine))
+            except BaseException:  # cancelled (the client went) or failed: the slot is freed
+                if beside is not None:  # now, not after the whole file's diarization
+                    beside.stop()
+                raise
             if beside is not None:
                 from as2d.runtime.speakers.assign import assign_speakers
 

@@ -31,6 +31,7 @@ from as2d.runtime.speakers.segmentation import (
     SAMPLE_RATE,
     LocalActivity,
 )
+from as2d.runtime.speakers.stop import check_stop
 
 FRAME_SAMPLES = 270
 
@@ -129,7 +130,7 @@ FBANK_SHIFT, FBANK_LENGTH = 160, 400  # the speaker fbank's frames (10 ms hop, 2
 _CHUNK_ROWS = 3000  # fbank rows computed per piece of the recording (30 s)
 
 
-def recording_fbank(samples: np.ndarray) -> np.ndarray:
+def recording_fbank(samples: np.ndarray, stop=None) -> np.ndarray:
     """The speaker fbank of the whole recording, computed once in 30-s pieces (row ``j``
     covers samples ``[160 j, 160 j + 400)``): each local speaker's clip is a choice of its
     rows, where cutting the samples would compute the same frames again for every window."""
@@ -138,6 +139,7 @@ def recording_fbank(samples: np.ndarray) -> np.ndarray:
     n_rows = max(0, (len(samples) - FBANK_LENGTH) // FBANK_SHIFT + 1)
     parts = []
     for row in range(0, n_rows, _CHUNK_ROWS):
+        check_stop(stop)
         rows = min(_CHUNK_ROWS, n_rows - row)
         a = row * FBANK_SHIFT
         parts.append(fbank(samples[a:a + (rows - 1) * FBANK_SHIFT + FBANK_LENGTH]))
@@ -215,12 +217,13 @@ def _fold_small(emb, weights, labels, min_speech) -> np.ndarray:
 # -- the pipeline -----------------------------------------------------------------------------
 def diarize_samples(samples: np.ndarray, segmenter, embedder, params: DiarizeParams | None = None,
                     num_speakers: int | None = None, min_speakers: int | None = None,
-                    max_speakers: int | None = None) -> Diarization:
+                    max_speakers: int | None = None, stop=None) -> Diarization:
     """Diarize 16-kHz mono ``samples`` with a segmenter and a speaker embedder (an object with
-    ``embed_many(list of arrays) -> (n, dim)``)."""
+    ``embed_many(list of arrays) -> (n, dim)``). ``stop``: a ``threading.Event`` that, once
+    set, ends the work between windows and chunks with :class:`DiarizationStopped`."""
     params = params or DiarizeParams()
     check_counts(num_speakers, min_speakers, max_speakers)
-    return resolve(analyse(samples, segmenter, embedder, params), params, num_speakers,
+    return resolve(analyse(samples, segmenter, embedder, params, stop), params, num_speakers,
                    min_speakers, max_speakers)
 
 
@@ -235,14 +238,18 @@ class Analysis:
     emb: np.ndarray
 
 
-def analyse(samples, segmenter, embedder, params: DiarizeParams) -> Analysis:
+def analyse(samples, segmenter, embedder, params: DiarizeParams, stop=None) -> Analysis:
     samples = np.asarray(samples, dtype=np.float32)
-    seg = segmenter(samples, params.step)
+    seg = segmenter(samples, params.step, stop) if stop is not None else \
+        segmenter(samples, params.step)
+    check_stop(stop)
     clips = list(_local_clips(len(samples), seg, params))
     if not clips:
         return Analysis(len(samples) / SAMPLE_RATE, seg, [], np.zeros((0, 1)))
-    feats = recording_fbank(samples)
-    emb = embedder.embed_fbanks([feats[c[3]] for c in clips])
+    feats = recording_fbank(samples, stop)
+    fb = [feats[c[3]] for c in clips]
+    emb = embedder.embed_fbanks(fb, stop) if stop is not None else embedder.embed_fbanks(fb)
+    check_stop(stop)
     return Analysis(len(samples) / SAMPLE_RATE, seg, clips,
                     _normalise(np.asarray(emb, dtype=np.float64)))
 

@@ -56,11 +56,14 @@ class SpeakerEmbedder:
             feats.append(fbank(clip))
         return self.embed_fbanks(feats)
 
-    def embed_fbanks(self, feats: list[np.ndarray]) -> np.ndarray:
+    def embed_fbanks(self, feats: list[np.ndarray], stop=None) -> np.ndarray:
         """Embeddings of clips given as their :func:`fbank` ``[frames, 80]`` (mean not yet
         subtracted). A caller embedding many crops of one recording can compute the fbank once
         and slice it: frame ``i`` covers samples ``[160 i, 160 i + 400)``, so a crop starting
-        at a multiple of 160 samples has exactly the rows of its own fbank."""
+        at a multiple of 160 samples has exactly the rows of its own fbank. ``stop`` (a
+        ``threading.Event``), once set, ends the work between runs."""
+        from as2d.runtime.speakers.stop import check_stop
+
         out = np.zeros((len(feats), self.dim), dtype=np.float32)
         groups: dict[int, list[int]] = defaultdict(list)
         for i, f in enumerate(feats):
@@ -71,6 +74,7 @@ class SpeakerEmbedder:
         for frames, members in groups.items():
             step = max(1, MAX_BATCH_FRAMES // frames)
             for start in range(0, len(members), step):
+                check_stop(stop)
                 part = members[start:start + step]
                 batch = np.stack([feats[i] for i in part]).astype(np.float32)
                 batch -= batch.mean(axis=1, keepdims=True)

@@ -6,6 +6,8 @@ One thread by default: it runs beside the transcription, which keeps the other c
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from as2d.runtime.speakers.diarize import (
@@ -15,6 +17,9 @@ from as2d.runtime.speakers.diarize import (
     diarize_samples,
 )
 from as2d.runtime.speakers.speaker_options import SpeakerOptions
+from as2d.runtime.speakers.stop import DiarizationStopped, check_stop
+
+__all__ = ["Diarizer", "DiarizationStopped", "RunningDiarization"]
 
 # Cosine similarity a speaker's centroid needs to a reference clip to take its name.
 NAME_THRESHOLD = 0.5
@@ -33,9 +38,11 @@ class Diarizer:
         self.embedder = SpeakerEmbedder(embedding, threads)
         self.params = params or DiarizeParams()
 
-    def diarize(self, samples: np.ndarray, options: SpeakerOptions | None = None
-                ) -> Diarization:
-        """Turns of 16-kHz mono ``samples``; speakers named when ``options`` has references."""
+    def diarize(self, samples: np.ndarray, options: SpeakerOptions | None = None,
+                stop: threading.Event | None = None) -> Diarization:
+        """Turns of 16-kHz mono ``samples``; speakers named when ``options`` has references.
+        ``stop``, once set, ends the work between windows and chunks with
+        :class:`DiarizationStopped` (see :class:`RunningDiarization`)."""
         options = options or SpeakerOptions()
         samples = np.asarray(samples, dtype=np.float32)
         if len(samples) < MIN_SAMPLES:
@@ -43,7 +50,8 @@ class Diarizer:
                                    "to tell speakers apart (a word takes at least 0.25 s)")
         result = diarize_samples(samples, self.segmenter, self.embedder, self.params,
                                  options.num_speakers, options.min_speakers,
-                                 options.max_speakers)
+                                 options.max_speakers, stop)
+        check_stop(stop)
         if options.references:
             result = self.name(result, options.references)
         return result
@@ -87,3 +95,30 @@ class Diarizer:
         names = {labels[r]: references[c][0] for r, c in zip(rows, cols)
                  if sim[r, c] >= NAME_THRESHOLD}
         return result.renamed(names)
+
+
+class RunningDiarization:
+    """A diarization on its own thread, beside a transcription of the same audio.
+
+    :meth:`result` waits for it; :meth:`stop` (the transcription was cancelled or failed)
+    makes it end at its next window or chunk, and nobody need wait for that: the thread is a
+    daemon whose result is dropped. ``diarizer`` is a Diarizer or a callable giving one
+    (loaded on the thread)."""
+
+    def __init__(self, diarizer, samples: np.ndarray, options: SpeakerOptions | None = None
+                 ) -> None:
+        from as2d.runtime.sessions import Background
+
+        self._stop = threading.Event()
+        get = diarizer if callable(diarizer) else (lambda: diarizer)
+        self._work = Background(lambda: get().diarize(samples, options, self._stop),
+                                name="as2d-diarize")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def done(self) -> bool:
+        return self._work.done()
+
+    def result(self) -> Diarization:
+        return self._work.result()

@@ -74,11 +74,16 @@ class Segmenter:
         self.input = self.session.get_inputs()[0].name
         self.batch = batch
 
-    def __call__(self, samples: np.ndarray, step: float = 1.0) -> LocalActivity:
+    def __call__(self, samples: np.ndarray, step: float = 1.0, stop=None) -> LocalActivity:
+        """The windows' activity; ``stop`` (a ``threading.Event``), once set, ends the work
+        between batches of windows (:class:`~as2d.runtime.speakers.stop.DiarizationStopped`)."""
+        from as2d.runtime.speakers.stop import check_stop
+
         samples = np.asarray(samples, dtype=np.float32)
         starts = window_starts(len(samples), step)
         out = np.zeros((len(starts), FRAMES, LOCAL_SPEAKERS), dtype=np.uint8)
         for at in range(0, len(starts), self.batch):
+            check_stop(stop)
             group = starts[at:at + self.batch]
             x = np.zeros((len(group), 1, WINDOW_SAMPLES), dtype=np.float32)
             for j, s in enumerate(group):
