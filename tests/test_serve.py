@@ -664,6 +664,28 @@ def test_wyoming_describe_and_transcribe(server, reference):
     assert bad[-1].type == "error" and bad[-1].data["code"] == "invalid_language"
 
 
+def test_wyoming_bad_audio_is_an_error_event_and_the_server_goes_on(server):
+    """A chunk that is not whole frames, a rate of 0, a chunk without its width: each an
+    ``error`` event (not an exception that drops the connection unanswered), and the server
+    answers the next connection."""
+    pytest.importorskip("wyoming")
+    from wyoming.audio import AudioChunk, AudioStart
+    from wyoming.event import Event
+    from wyoming.info import Describe
+
+    for events, code in [
+        ([AudioStart(16000, 2, 1).event(), AudioChunk(16000, 2, 1, b"\0" * 3201).event()],
+         "invalid_audio"),
+        ([AudioChunk(0, 2, 1, b"\0" * 3200).event()], "invalid_audio"),
+        ([Event("audio-chunk", {"rate": 16000, "channels": 1}, b"\0" * 3200)], "invalid_event"),
+    ]:
+        got = asyncio.run(_wyoming(server, events))
+        assert got[-1].type == "error" and got[-1].data["code"] == code, got
+    (info,) = asyncio.run(_wyoming(server, [Describe().event()], until="info"))
+    assert info.type == "info"
+    assert server.health()["status"] == "ok"
+
+
 def test_a_request_chooses_an_installed_model(server, models_root):
     """``model="tiny.en"``: loaded for that request, its text is ``as2d transcribe --model
     tiny.en``'s; unused for --model-ttl (3 s), it is unloaded again."""

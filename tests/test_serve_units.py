@@ -4,6 +4,7 @@ tests/test_serve_hostile.py checks the same on a running server."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -78,3 +79,103 @@ def test_a_model_over_the_memory_budget_is_a_503():
         assert exc.status == 503 and exc.code == "memory_budget" and "1200 MB" in exc.message
     else:
         raise AssertionError("no 503")
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def writelines(self, parts) -> None:
+        for p in parts:
+            self.data += p
+
+    def write(self, b) -> None:
+        self.data += b
+
+    async def drain(self) -> None:
+        pass
+
+
+def _wyoming_handler(max_sessions: int = 8, sessions=()):
+    """A Wyoming connection's handler on a backend that never decodes."""
+    from types import SimpleNamespace
+
+    from as2d.server.wyoming import WyomingHandler
+
+    def no_detector():
+        raise RuntimeError("no voice detector here")
+
+    backend = SimpleNamespace(
+        settings=SimpleNamespace(max_sessions=max_sessions), sessions=set(sessions),
+        require_ready=lambda: None, gate=SimpleNamespace(forget=lambda owner: None),
+        engine=SimpleNamespace(new_voice_detector=no_detector, live_session=lambda *a, **k:
+                               SimpleNamespace(start=lambda: None, abort=lambda: None,
+                                               wait=lambda timeout: True)))
+    writer = _Writer()
+    return WyomingHandler(asyncio.StreamReader(), writer, backend), writer, backend
+
+
+def _errors(writer: _Writer) -> list[str]:
+    import json
+
+    lines = [json.loads(x) for x in bytes(writer.data).split(b"\n") if x.startswith(b"{")]
+    return [x.get("code") for x in lines if "code" in x]
+
+
+@pytest.mark.parametrize("data, payload, code", [
+    ({"rate": 16000, "width": 2, "channels": 1}, b"\0\0\0", "invalid_audio"),  # odd bytes
+    ({"rate": 0, "width": 2, "channels": 1}, b"\0\0", "invalid_audio"),
+    ({"rate": 16000, "width": 3, "channels": 2}, b"\0" * 7, "invalid_audio"),
+    ({"rate": 16000, "width": 5, "channels": 1}, b"\0" * 5, "invalid_audio"),
+    ({"rate": 16000, "width": 2, "channels": 3}, b"\0" * 6, "invalid_audio"),
+    ({"rate": 16000, "channels": 1}, b"\0\0", "invalid_event"),  # no width
+])
+def test_a_bad_wyoming_chunk_is_an_error_event(data, payload, code):
+    pytest.importorskip("wyoming")
+    from wyoming.event import Event
+
+    async def go():
+        handler, writer, _ = _wyoming_handler()
+        keep = await handler.handle_event(Event("audio-chunk", data, payload))
+        return keep, writer
+
+    keep, writer = asyncio.run(go())
+    assert keep is False and _errors(writer) == [code]
+
+
+def test_a_bad_audio_start_and_an_unexpected_failure_are_error_events():
+    pytest.importorskip("wyoming")
+    from wyoming.event import Event
+
+    async def go():
+        handler, writer, _ = _wyoming_handler()
+        await handler.handle_event(Event("audio-start", {"rate": 16000, "width": 0,
+                                                         "channels": 1}))
+        handler2, writer2, backend = _wyoming_handler()
+        backend.require_ready = lambda: 1 / 0
+        await handler2.handle_event(Event("describe"))
+        return writer, writer2
+
+    w1, w2 = asyncio.run(go())
+    assert _errors(w1) == ["invalid_audio"] and _errors(w2) == ["server_error"]
+
+
+def test_wyoming_previews_count_against_max_sessions():
+    pytest.importorskip("wyoming")
+    from wyoming.event import Event
+
+    start = Event("audio-start", {"rate": 16000, "width": 2, "channels": 1})
+
+    async def go():
+        full, w_full, _ = _wyoming_handler(max_sessions=1, sessions={"ws-1"})
+        refused = await full.handle_event(start)
+        handler, w_ok, backend = _wyoming_handler(max_sessions=1)
+        ok = await handler.handle_event(start)
+        counted = len(backend.sessions)
+        await handler.disconnect()
+        return refused, w_full, ok, w_ok, counted, backend
+
+    refused, w_full, ok, w_ok, counted, backend = asyncio.run(go())
+    assert refused is False and _errors(w_full) == ["too_many_sessions"]
+    assert ok is True and not _errors(w_ok)
+    assert counted == 1 and not backend.sessions  # counted while it runs, freed after

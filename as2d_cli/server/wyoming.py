@@ -105,13 +105,22 @@ class WyomingHandler(AsyncEventHandler):
         self._winding_down: list = []  # previews aborted, their threads not yet ended
 
     async def handle_event(self, event: Event) -> bool:
+        """One event; whatever goes wrong is an ``error`` event, and the connection closes
+        (the server and its other connections go on)."""
         try:
             return await self._handle(event)
-        except APIError as exc:
-            await self.write_event(Error(exc.message, exc.code).event())
-            return False
         except ClientGone:
             return False
+        except APIError as exc:
+            error = Error(exc.message, exc.code)
+        except (KeyError, TypeError, ValueError) as exc:  # a malformed event's fields
+            error = Error(f"a malformed {event.type} event ({type(exc).__name__}: {exc})",
+                          "invalid_event")
+        except Exception as exc:  # noqa: BLE001 - never out of the handler
+            error = Error(f"the server failed ({type(exc).__name__}: {exc})", "server_error")
+        with contextlib.suppress(Exception):
+            await self.write_event(error.event())
+        return False
 
     async def _handle(self, event: Event) -> bool:
         if Describe.is_type(event.type):
@@ -121,13 +130,17 @@ class WyomingHandler(AsyncEventHandler):
             self.backend.require_ready()
             self.transcribe(Transcribe.from_event(event))
         elif AudioStart.is_type(event.type):
+            start = AudioStart.from_event(event)
+            _check_format(start.rate, start.width, start.channels)
             self.backend.require_ready()
             await self.start()
         elif AudioChunk.is_type(event.type):
+            raw = AudioChunk.from_event(event)
+            _check_format(raw.rate, raw.width, raw.channels, raw.audio)
             if not self.started:  # audio without audio-start: taken as its start
                 self.backend.require_ready()
                 await self.start()
-            chunk = self.converter.convert(AudioChunk.from_event(event))
+            chunk = self.converter.convert(raw)
             self.samples += len(chunk.audio) // 2
             if self.samples > MAX_SECONDS * RATE:
                 raise APIError(413, f"more than {MAX_SECONDS:g} s of audio in one request",
@@ -180,6 +193,12 @@ class WyomingHandler(AsyncEventHandler):
                 None, lambda: _SpeechEnd(self.backend.engine.new_voice_detector()))
         except Exception:  # noqa: BLE001 - no voice detector: decode at audio-stop
             self.speech = None
+        backend, me = self.backend, f"wyoming-{id(self)}"
+        if len(backend.sessions) >= backend.settings.max_sessions:
+            raise APIError(503, f"the server already runs {len(backend.sessions)} live "
+                                "sessions, its limit (as2d serve --max-sessions); retry later",
+                           code="too_many_sessions")
+        backend.sessions.add(me)  # the preview is a live session (freed in stop_preview)
         self.source = PushSource(RATE, name="wyoming")
         try:
             # The decode at the end of speech is ours (decode_ahead): the preview does not
@@ -190,6 +209,7 @@ class WyomingHandler(AsyncEventHandler):
                     self._on_live, gate=self.backend.gate, owner=f"wyoming-{id(self)}")))
         except Exception:  # noqa: BLE001 - no voice detector: the final transcript still comes
             self.source = self.preview = None
+            backend.sessions.discard(me)
             return
         self.preview.start()
 
@@ -212,6 +232,7 @@ class WyomingHandler(AsyncEventHandler):
         down while the final decode waits its turn on the gate (they hold nothing else)."""
         preview, self.preview, self.source = self.preview, None, None
         self._chunked_done = True
+        self.backend.sessions.discard(f"wyoming-{id(self)}")
         if preview is not None:
             preview.abort()
             self._winding_down.append(preview)
@@ -293,6 +314,20 @@ class WyomingHandler(AsyncEventHandler):
         self.drop_ahead()
         with contextlib.suppress(Exception):
             await self.stop_preview()
+
+
+def _check_format(rate, width, channels, audio: bytes | None = None) -> None:
+    """400 ``invalid_audio`` for a format the converter cannot take, or a chunk that is not
+    whole frames."""
+    ok = (isinstance(rate, int) and 8000 <= rate <= 192000 and isinstance(width, int)
+          and 1 <= width <= 4 and isinstance(channels, int) and 1 <= channels <= 2)
+    if not ok:
+        raise APIError(400, f"audio of rate {rate!r}, width {width!r}, channels {channels!r} "
+                            "is not supported (rate 8000..192000 Hz, width 1..4 bytes, "
+                            "channels 1..2)", code="invalid_audio")
+    if audio is not None and (not isinstance(audio, bytes) or len(audio) % (width * channels)):
+        raise APIError(400, f"an audio chunk of {len(audio or b'')} bytes is not whole frames "
+                            f"of {width * channels} bytes", code="invalid_audio")
 
 
 class _SpeechEnd:
