@@ -80,6 +80,24 @@ def test_a_stopped_diarization_ends_at_its_next_window_and_nobody_waits():
     assert time.perf_counter() - t0 < 2 and running.done()
 
 
+def test_speaker_names_and_clip_lengths_are_checked_before_any_model():
+    from as2d.runtime.speakers.diarize import TooShortError
+    from as2d.runtime.speakers.pipeline import Diarizer
+    from as2d.runtime.speakers.speaker_options import SpeakerOptions, name_problem
+
+    assert name_problem("Ann") is None and name_problem("José Ann-Marie") is None
+    for bad in ("<b>Ann", "Ann>", "Ann\nBob", "A" * 101):
+        assert name_problem(bad)
+        with pytest.raises(ValueError):
+            SpeakerOptions(references=((bad, "ann.wav"),))
+    diarizer = object.__new__(Diarizer)  # the checks come before the models are used
+    with pytest.raises(TooShortError) as err:
+        diarizer.diarize(np.zeros(1600, dtype=np.float32))
+    assert err.value.option == "file" and err.value.as_flags().startswith("the audio is 0.10 s")
+    with pytest.raises(ValueError, match="at most 30 s"):
+        diarizer.reference_embedding("Ann", np.zeros(16000 * 31, dtype=np.float32))
+
+
 # -- words and segments -----------------------------------------------------------------------
 def _segment(words, tokens_per_word=2):
     ws, toks, t = [], [50364], 100
@@ -246,6 +264,24 @@ def test_server_diarized_json_through_the_openai_client(two_readers, models_root
             client.audio.transcriptions.create(
                 model="whisper-1", file=f, response_format="diarized_json",
                 known_speaker_names=["Ann", "Bob"], known_speaker_references=[url])
+        # a name that would break a VTT <v name> span or an SRT cue; a reference that is a
+        # recording, not a clip; a main file too short: each a 400 naming the right field
+        long_clip = tmp_path / "long.wav"
+        write_wav(long_clip, np.zeros(16000 * 31, dtype=np.float32))
+        long_url = "data:audio/wav;base64," + base64.b64encode(long_clip.read_bytes()).decode()
+        short = tmp_path / "short.wav"
+        write_wav(short, x[:1600])
+        for file, names, refs, param in (
+                (path, ["Ann</v>"], [url], "known_speaker_names"),
+                (path, ["Ann\nBob"], [url], "known_speaker_names"),
+                (path, ["Ann"], [long_url], "known_speaker_references"),
+                (short, ["Ann"], [url], "file")):
+            with open(file, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
+                client.audio.transcriptions.create(
+                    model="whisper-1", file=f, response_format="diarized_json",
+                    known_speaker_names=names, known_speaker_references=refs)
+            assert err.value.param == param, (names, err.value.body)
+            assert "\n" not in err.value.message
     finally:
         srv.proc.send_signal(signal.SIGTERM)
         srv.proc.wait(60)

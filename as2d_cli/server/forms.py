@@ -229,7 +229,7 @@ def _speakers(upload: Upload, req: AudioRequest) -> None:
     import base64
     import binascii
 
-    from as2d.runtime.speakers.speaker_options import from_flags
+    from as2d.runtime.speakers.speaker_options import from_flags, name_problem
 
     names = upload.get_all("known_speaker_names[]") + upload.get_all("known_speaker_names")
     refs = upload.get_all("known_speaker_references[]") + upload.get_all(
@@ -253,6 +253,9 @@ def _speakers(upload: Upload, req: AudioRequest) -> None:
                        param="known_speaker_names", code="invalid_value")
     pairs = []
     for name, ref in zip(names, refs):
+        problem = name_problem(name) if name.strip() else None
+        if problem:  # the name goes into VTT <v name> spans and SRT cues as it is
+            raise APIError(400, problem, param="known_speaker_names", code="invalid_value")
         head, sep, data = ref.partition(",")
         if not sep or not head.startswith("data:") or not head.endswith(";base64"):
             raise APIError(400, f"the reference of {name!r} must be a data URL "

@@ -108,6 +108,14 @@ class DiarizationError(ValueError):
     """Diarization cannot be done as asked (bad speaker counts, audio too short)."""
 
 
+class TooShortError(OptionError, DiarizationError):
+    """The recording itself is too short to diarize: the server names its ``file`` field, the
+    command line says "the audio" (never a reference clip's field)."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__("file", problem, flags={"file": "the audio"})
+
+
 class CountError(OptionError, DiarizationError):
     """A speaker count no diarization can honour (each face names its own flag)."""
 

@@ -14,6 +14,7 @@ from as2d.runtime.speakers.diarize import (
     Diarization,
     DiarizationError,
     DiarizeParams,
+    TooShortError,
     diarize_samples,
 )
 from as2d.runtime.speakers.speaker_options import SpeakerOptions
@@ -24,6 +25,7 @@ __all__ = ["Diarizer", "DiarizationStopped", "RunningDiarization"]
 # Cosine similarity a speaker's centroid needs to a reference clip to take its name.
 NAME_THRESHOLD = 0.5
 MIN_SAMPLES = 16000 // 4  # a quarter second: shorter audio holds no word to place
+MAX_REFERENCE_SECONDS = 30.0  # a reference is a short clip of one voice, not a recording
 
 
 class Diarizer:
@@ -46,8 +48,8 @@ class Diarizer:
         options = options or SpeakerOptions()
         samples = np.asarray(samples, dtype=np.float32)
         if len(samples) < MIN_SAMPLES:
-            raise DiarizationError(f"the audio is {len(samples) / 16000:.2f} s long, too short "
-                                   "to tell speakers apart (a word takes at least 0.25 s)")
+            raise TooShortError(f"is {len(samples) / 16000:.2f} s long, too short to tell "
+                                "speakers apart (a word takes at least 0.25 s)")
         result = diarize_samples(samples, self.segmenter, self.embedder, self.params,
                                  options.num_speakers, options.min_speakers,
                                  options.max_speakers, stop)
@@ -60,6 +62,10 @@ class Diarizer:
         """The embedding of a reference clip's speech (the frames the segmenter hears a
         voice in); a clip with no speech is a :class:`DiarizationError`."""
         samples = np.asarray(samples, dtype=np.float32)
+        if len(samples) > MAX_REFERENCE_SECONDS * 16000:
+            raise DiarizationError(f"the reference clip of {name} is {len(samples) / 16000:.1f}"
+                                   f" s long; a reference is a short clip of one voice (at "
+                                   f"most {MAX_REFERENCE_SECONDS:.0f} s)")
         seg = self.segmenter(samples, self.params.step)
         speech = []
         for i, start in enumerate(seg.starts):

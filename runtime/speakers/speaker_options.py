@@ -24,8 +24,27 @@ class SpeakerOptions:
         for n in names:
             if not n.strip():
                 raise DiarizationError("a speaker reference needs a name: NAME=FILE")
+            problem = name_problem(n)
+            if problem:
+                raise DiarizationError(problem)
         if len(set(names)) != len(names):
             raise DiarizationError("two speaker references have the same name")
+
+
+MAX_NAME = 100  # characters of a speaker's name
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a speaker, or None. A name goes into subtitles as it is (a VTT
+    ``<v name>`` span, an SRT cue's ``[name]:``), so it is one line without ``<`` or ``>``."""
+    if not isinstance(name, str):
+        return f"a speaker's name must be text, not {type(name).__name__}"
+    if len(name) > MAX_NAME:
+        return f"a speaker's name is at most {MAX_NAME} characters ({name[:40]!r}...)"
+    if any(c in "<>" or not c.isprintable() for c in name):
+        return (f"the speaker name {name[:60]!r} must be one line of printable text without "
+                "< or >")
+    return None
 
 
 def from_flags(diarize: bool, num_speakers: int | None = None,
