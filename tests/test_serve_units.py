@@ -179,3 +179,41 @@ def test_wyoming_previews_count_against_max_sessions():
     assert refused is False and _errors(w_full) == ["too_many_sessions"]
     assert ok is True and not _errors(w_ok)
     assert counted == 1 and not backend.sessions  # counted while it runs, freed after
+
+
+def test_an_end_of_speech_decode_skips_the_request_queue():
+    """The HTTP queue is full (a request decodes, --max-queue 0): a request gets 429, a
+    final (Wyoming's end of speech) still decodes, after the running one (the gate)."""
+    import threading
+
+    from as2d.server.api_errors import APIError
+    from as2d.server.backend import Backend, ServeSettings
+
+    backend = Backend(ServeSettings(max_queue=0), lambda s, p: object(), log=lambda m: None)
+    backend.state = "ready"
+    release, order = threading.Event(), []
+
+    def slow():
+        release.wait(5)
+        order.append("request")
+        return "request"
+
+    async def go():
+        backend.bind()
+        first = asyncio.ensure_future(backend.run_decode(slow))
+        while not backend.slot.busy or backend.gate.holder is None:
+            await asyncio.sleep(0.01)
+        with pytest.raises(APIError) as refused:
+            await backend.run_decode(lambda: "refused")
+        final = asyncio.ensure_future(backend.run_decode(lambda: order.append("final") or "f",
+                                                         kind="final"))
+        while not backend.gate.waiting:
+            await asyncio.sleep(0.01)
+        release.set()
+        return refused.value.status, await first, await final
+
+    try:
+        assert asyncio.run(go()) == (429, "request", "f")
+        assert order == ["request", "final"]
+    finally:
+        backend.close()

@@ -3,7 +3,8 @@
 Models load once, on a thread, while the server already answers (``/health`` says
 ``loading``). Decoding is serialised: the target's sessions use every core, and two decodes
 at once would only make both slower. HTTP requests wait their turn in a bounded FIFO queue
-(:class:`DecodeSlot`); beyond it a request is refused with 429 and ``Retry-After``. The
+(:class:`DecodeSlot`); beyond it a request is refused with 429 and ``Retry-After``
+(end-of-speech decodes, Wyoming's, skip that queue: the gate orders them). The
 request that leaves that queue and the live sessions' decodes then take turns on the engine
 through one :class:`~as2d.runtime.live.decode_gate.DecodeGate` (end-of-speech decodes first,
 then round robin by owner, a request that waited too long promoted): a live session holds the
@@ -128,6 +129,8 @@ class Backend:
         self.load_seconds: float | None = None
         self.slot: DecodeSlot | None = None  # made on the event loop (see bind)
         self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="as2d-serve")
+        self.final_pool = ThreadPoolExecutor(max_workers=max(2, settings.max_sessions),
+                                             thread_name_prefix="as2d-serve-final")
         self._busy: RequestJob | None = None  # the job on the worker thread now
         self._busy_lock = threading.Lock()
         self._load_thread: threading.Thread | None = None
@@ -246,17 +249,23 @@ class Backend:
         request ends: a request cancelled mid-decode must not let the next decode onto the
         same engine, nor free what the decode still reads. ``cleanup`` runs exactly once,
         whatever happens (a 429 and a client gone while waiting included)."""
+        # An end-of-speech decode (Wyoming's) does not queue behind the HTTP requests, nor
+        # count against --max-queue: the gate puts it first, and keeps one decode at a time.
+        from as2d.runtime.live.decode_gate import FINAL
+
+        slot = None if kind == FINAL else self.slot
         try:
             self.require_ready()
-            await self.acquire(disconnected)
+            if slot is not None:
+                await self.acquire(disconnected)
         except BaseException:
             if cleanup is not None:
                 cleanup()
             raise
-        slot = self.slot
 
         def finished() -> None:
-            slot.release()
+            if slot is not None:
+                slot.release()
             if cleanup is not None:
                 cleanup()
 
@@ -280,6 +289,8 @@ class Backend:
                 ) -> RequestJob:
         """``kind``: the gate's class of the decode (``final`` for an end-of-speech decode);
         ``engine``: the model it decodes with (None: the server's own)."""
+        from as2d.runtime.live.decode_gate import FINAL
+
         job = RequestJob(engine or self.engine)
 
         def run():
@@ -297,7 +308,10 @@ class Backend:
                         self._busy = None
                     self.gate.forget(f"request-{id(job)}")
 
-        job.future = self.pool.submit(run)
+        # Finals on threads of their own: they wait at the gate, not behind a request's
+        # worker (nor it behind them, so a long-waiting request can still be promoted).
+        pool = self.final_pool if kind == FINAL else self.pool
+        job.future = pool.submit(run)
         return job
 
     def cancel(self, job: RequestJob) -> None:
@@ -362,6 +376,7 @@ class Backend:
             with contextlib.suppress(Exception):
                 engine.stop()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.final_pool.shutdown(wait=True, cancel_futures=True)
         self.models.close()
         if engine is not None:
             with contextlib.suppress(Exception):
