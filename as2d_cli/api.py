@@ -221,7 +221,11 @@ class Transcriber:
             from as2d.runtime.speakers.assign import assign_speakers
 
             beside = self.engine.diarize_beside(clip.samples, who)
-            done = list(self.engine.transcribe(clip, options, info))
+            try:
+                done = list(self.engine.transcribe(clip, options, info))
+            except BaseException:  # stopped or failed: the rest of the file is not diarized
+                beside.stop()
+                raise
             info.diarization = beside.result()
             yield from assign_speakers(done, info.diarization.turns)
 

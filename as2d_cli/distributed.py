@@ -219,7 +219,12 @@ class BatchWorker:
             info = TranscriptionInfo(None, 0.0, audio.duration)
             speakers = (self.engine.diarize_beside(audio.samples, self.spec.speakers)
                         if self.spec.speakers is not None else None)
-            segments = list(self.engine.transcribe(audio, self.spec.options, info))
+            try:
+                segments = list(self.engine.transcribe(audio, self.spec.options, info))
+            except BaseException:
+                if speakers is not None:  # the file is retried or failed: no diarizing on
+                    speakers.stop()
+                raise
             doc = {"language": info.language, "duration": round(info.duration, 3),
                    "source": display_name(source), "model": self.engine.target.name,
                    "decoder": info.plan.decoder}

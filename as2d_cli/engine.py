@@ -539,13 +539,15 @@ class Engine:
         except BundleError as exc:
             raise ModelError(str(exc)) from None
 
-    def diarize_beside(self, samples, options=None) -> Background:
-        """Diarize ``samples`` on a thread (one core) while this engine transcribes them;
-        ``.result()`` is the :class:`~as2d.runtime.speakers.diarize.Diarization`. The
-        transcript is not touched: speakers are put on it afterwards
-        (:func:`as2d.runtime.speakers.assign.assign_speakers`)."""
-        return Background(lambda: self.diarizer().diarize(samples, options),
-                          name="as2d-diarize")
+    def diarize_beside(self, samples, options=None):
+        """Diarize ``samples`` on a thread while this engine transcribes them: a
+        :class:`~as2d.runtime.speakers.pipeline.RunningDiarization` (``.result()`` the
+        Diarization; ``.stop()`` when the transcription was cancelled or failed, so nobody
+        waits for the rest of the file). The transcript is not touched: speakers are put on it
+        afterwards (:func:`as2d.runtime.speakers.assign.assign_speakers`)."""
+        from as2d.runtime.speakers.pipeline import RunningDiarization
+
+        return RunningDiarization(self.diarizer, samples, options)
 
     def _prepare_alignment(self) -> None:
         from as2d.runtime.transcribe.transcribe_options import TranscribeOptions

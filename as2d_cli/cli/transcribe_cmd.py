@@ -344,9 +344,7 @@ def _run_files(req, formats, to_stdout, files_out, engine, stats, reporter, opti
         # Speakers are found on a thread beside the decoding (never touching its tokens).
         speakers = None
         if req.diarize:
-            from as2d.runtime.speakers.pipeline import RunningDiarization
-
-            speakers = RunningDiarization(engine.diarizer, audio.samples, req.speakers)
+            speakers = engine.diarize_beside(audio.samples, req.speakers)
         try:
             segments, stopped = collect_segments(
                 engine, audio, options, info, reporter,

@@ -206,11 +206,8 @@ def make_router(backend: Backend) -> APIRouter:
         if req.speakers is not None:
             from dataclasses import replace
 
-            from as2d.runtime.speakers.pipeline import RunningDiarization
-
             options = replace(options, word_timestamps=True)
-            beside = RunningDiarization(backend.engine.diarizer, audio.samples,
-                                        _references(req.speakers))
+            beside = backend.engine.diarize_beside(audio.samples, _references(req.speakers))
         try:
             try:
                 segments = list(backend.transcribe(audio, options, info, engine))
