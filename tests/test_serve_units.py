@@ -217,3 +217,56 @@ def test_an_end_of_speech_decode_skips_the_request_queue():
         assert order == ["request", "final"]
     finally:
         backend.close()
+
+
+def test_a_chosen_model_is_not_unloaded_while_a_request_holds_it():
+    """``engine()`` pins the model until the request's task ends, the decode until its
+    cleanup; the reaper unloads it only after both (and logs, not dies, on a failure)."""
+    from types import SimpleNamespace
+
+    from as2d.server.model_choice import Models
+
+    closed, logs = [], []
+
+    class Engine:
+        def close(self):
+            closed.append(self)
+
+    from as2d.server.backend import ServeSettings
+
+    backend = SimpleNamespace(settings=ServeSettings(model_ttl=0.01),
+                              model_name="base-int8", log=logs.append,
+                              engine_factory=lambda settings, progress: Engine())
+    models = Models(backend)
+    models.choosable = lambda: {"tiny": 1.0}
+    models.canonical = lambda name: name
+
+    async def request(hold: asyncio.Event, got: list):
+        got.append(await models.engine("tiny"))
+        await hold.wait()
+
+    async def go():
+        hold, got = asyncio.Event(), []
+        task = asyncio.ensure_future(request(hold, got))
+        while not got:
+            assert not task.done(), task.exception()
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        kept = models.unload_idle(0.0)  # the request still holds it
+        pinned = models.pin(got[0])  # its decode, started before the request ends
+        hold.set()
+        await task
+        await asyncio.sleep(0)
+        kept_by_decode = models.unload_idle(0.0)
+        models.unpin(pinned)
+        gone = models.unload_idle(0.0)
+        models.unload_idle = lambda ttl: 1 / 0
+        reaper = asyncio.ensure_future(models.reaper())
+        await asyncio.sleep(1.2)
+        alive = not reaper.done()
+        reaper.cancel()
+        return kept, kept_by_decode, gone, alive
+
+    kept, kept_by_decode, gone, alive = asyncio.run(go())
+    assert kept == [] and kept_by_decode == [] and gone == ["tiny"] and len(closed) == 1
+    assert alive and any("ZeroDivisionError" in m for m in logs)

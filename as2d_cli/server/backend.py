@@ -254,11 +254,14 @@ class Backend:
         from as2d.runtime.live.decode_gate import FINAL
 
         slot = None if kind == FINAL else self.slot
+        # A model the request chose stays loaded until this decode is done with it.
+        pinned = self.models.pin(engine) if engine is not None else None
         try:
             self.require_ready()
             if slot is not None:
                 await self.acquire(disconnected)
         except BaseException:
+            self.models.unpin(pinned)
             if cleanup is not None:
                 cleanup()
             raise
@@ -266,6 +269,7 @@ class Backend:
         def finished() -> None:
             if slot is not None:
                 slot.release()
+            self.models.unpin(pinned)
             if cleanup is not None:
                 cleanup()
 

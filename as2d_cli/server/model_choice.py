@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,6 +82,9 @@ class Models:
     def __init__(self, backend) -> None:
         self.backend = backend
         self.loaded: dict[str, Loaded] = {}
+        # Guards ``loaded`` and every ``in_use``: the reaper (event loop), the loads (executor
+        # threads) and the decodes (worker threads) all touch them.
+        self._lock = threading.Lock()
         self._locks: dict[str, asyncio.Lock] = {}
         self._listed: tuple[float, dict[str, float]] = (-1e9, {})
 
@@ -107,19 +111,51 @@ class Models:
         return None if full in own else full
 
     async def engine(self, name: str | None):
-        """The engine for a request's ``model`` (loading it if needed)."""
+        """The engine for a request's ``model`` (loading it if needed), pinned (never
+        unloaded) until the calling task ends; the decode started meanwhile pins it again
+        (:meth:`pin`, until the decode's cleanup), so it stays while either needs it."""
         full = self.canonical(name)
         if full is None:
             return self.backend.engine
         lock = self._locks.setdefault(full, asyncio.Lock())
         async with lock:
-            got = self.loaded.get(full)
+            with self._lock:
+                got = self.loaded.get(full)
+                if got is not None:
+                    self._pin(got)
             if got is None:
                 check_budget(self.backend.settings.memory_budget_mb, rss_mb(),
                              self.choosable().get(full, 0.0), full)
                 got = await asyncio.get_running_loop().run_in_executor(None, self._load, full)
+                with self._lock:  # just loaded (last used now): the reaper leaves it
+                    self._pin(got)
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(lambda _: self._unpin(got))
+        else:  # pragma: no cover - always called from a request's task
+            self._unpin(got)
+        return got.engine
+
+    def _pin(self, got: Loaded) -> None:  # under self._lock
+        got.in_use += 1
+        got.last_used = time.monotonic()
+
+    def _unpin(self, got: Loaded) -> None:
+        with self._lock:
+            got.in_use -= 1
             got.last_used = time.monotonic()
-            return got.engine
+
+    def pin(self, engine) -> Loaded | None:
+        """Mark ``engine`` in use (None: not one of these models); :meth:`unpin` it after."""
+        with self._lock:
+            got = next((g for g in self.loaded.values() if g.engine is engine), None)
+            if got is not None:
+                self._pin(got)
+        return got
+
+    def unpin(self, got: Loaded | None) -> None:
+        if got is not None:
+            self._unpin(got)
 
     def _load(self, full: str) -> Loaded:
         from as2d.loading import ModelError
@@ -131,7 +167,8 @@ class Models:
         except ModelError as exc:
             raise APIError(503, f"the model {full} could not be loaded: {exc}", param="model",
                            code="model_unavailable") from None
-        got = self.loaded[full] = Loaded(engine, time.monotonic())
+        with self._lock:
+            got = self.loaded[full] = Loaded(engine, time.monotonic())
         self.backend.log(f"as2d: model {full} loaded in {time.perf_counter() - t0:.2f} s "
                          "(for the requests that name it)")
         return got
@@ -143,31 +180,31 @@ class Models:
                 raise APIError(503, f"{name} is not an installed Whisper model (as2d models "
                                     "list shows them; as2d models install NAME adds one)")
             full = self.canonical(name)
-            if full is not None and full not in self.loaded:
+            with self._lock:
+                missing = full is not None and full not in self.loaded
+            if missing:
                 self._load(full)
 
     @contextlib.contextmanager
     def using(self, engine):
         """Mark ``engine`` in use while a decode runs on it (never unloaded meanwhile)."""
-        got = next((g for g in self.loaded.values() if g.engine is engine), None)
-        if got is not None:
-            got.in_use += 1
+        got = self.pin(engine)
         try:
             yield
         finally:
-            if got is not None:
-                got.in_use -= 1
-                got.last_used = time.monotonic()
+            self.unpin(got)
 
     def unload_idle(self, ttl: float) -> list[str]:
         """Unload the models nobody used for ``ttl`` seconds; their names."""
         now = time.monotonic()
-        gone = [n for n, g in self.loaded.items() if g.in_use == 0 and now - g.last_used >= ttl]
-        for name in gone:
-            got = self.loaded.pop(name)
+        with self._lock:
+            gone = [n for n, g in self.loaded.items()
+                    if g.in_use <= 0 and now - g.last_used >= ttl]
+            engines = [self.loaded.pop(name).engine for name in gone]
+        for engine in engines:  # nobody holds them: unpinned, and out of ``loaded``
             with contextlib.suppress(Exception):
-                got.engine.close()
-            del got
+                engine.close()
+        del engines
         if gone:
             gc.collect()
             with contextlib.suppress(Exception):  # give the freed pages back (glibc)
@@ -179,10 +216,17 @@ class Models:
         ttl = self.backend.settings.model_ttl
         while ttl > 0:
             await asyncio.sleep(min(5.0, max(0.5, ttl / 4)))
-            self.unload_idle(ttl)
+            try:
+                self.unload_idle(ttl)
+            except Exception as exc:  # noqa: BLE001 - the reaper never dies silently
+                with contextlib.suppress(Exception):
+                    self.backend.log(f"as2d: unloading idle models failed "
+                                     f"({type(exc).__name__}: {exc})")
 
     def close(self) -> None:
-        for got in self.loaded.values():
+        with self._lock:
+            loaded = list(self.loaded.values())
+            self.loaded.clear()
+        for got in loaded:
             with contextlib.suppress(Exception):
                 got.engine.close()
-        self.loaded.clear()
