@@ -73,19 +73,7 @@ def plot_rtf(plt, out: Path) -> None:
 
 def plot_memory(plt, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4.2))
-    runs = E2E_RUNS[:3]
-    width = 0.2
-    for g, (_, name) in enumerate(runs):
-        summary = load(name)["summary"]
-        present = [s for s in SIDES if s in summary]
-        for i, side in enumerate(present):
-            x = g + (i - (len(present) - 1) / 2) * width
-            value = summary[side]["max_rss_mb"]
-            ax.bar(x, value, width, color=COLOURS[side],
-                   label=SIDES[side] if side not in ax.get_legend_handles_labels()[1] else None)
-            ax.text(x, value, f"{value:.0f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(runs)), [label for label, _ in runs], fontsize=8)
-    ax.legend(fontsize=8, frameon=False)
+    grouped_bars(ax, E2E_RUNS[:3], "max_rss_mb", "{:.0f}")
     ax.set_ylabel("peak resident memory, MB (lower is better)")
     ax.set_title("Peak RSS of whole commands (max over a run's processes)", fontsize=10)
     fig.tight_layout()
