@@ -80,11 +80,12 @@ def _options(language: str | None = None, task: str = "transcribe", timestamps: 
              seed: int = 0, hotwords: str | None = None, prompt_reset_on_temperature: float = 0.5,
              vad_filter: bool = False, vad_parameters: VadParameters | dict | None = None,
              beam_size: int | None = None, patience: float | None = None,
-             length_penalty: float | None = None) -> TranscribeOptions:
+             length_penalty: float | None = None, multilingual: bool = False
+             ) -> TranscribeOptions:
     """:meth:`Transcriber.transcribe`'s keywords as the engine's options; every bound is
     :class:`TranscribeOptions`' own (an ``OptionError`` names the keyword)."""
-    return TranscribeOptions(language=language, task=task, timestamps=timestamps,
-                             initial_prompt=initial_prompt,
+    return TranscribeOptions(language=language, multilingual=multilingual, task=task,
+                             timestamps=timestamps, initial_prompt=initial_prompt,
                              condition_on_previous_text=condition_on_previous_text,
                              no_speech_threshold=no_speech_threshold,
                              logprob_threshold=logprob_threshold,
@@ -150,7 +151,7 @@ class Transcriber:
         self._closer = weakref.finalize(self, _shut, self.engine, self._runs)
 
     def transcribe(self, audio: AudioInput, *, sample_rate: int = 16000,
-                   language: str | None = None,
+                   language: str | None = None, multilingual: bool = False,
                    task: str = "transcribe", timestamps: bool = True,
                    initial_prompt: str | None = None, condition_on_previous_text: bool = True,
                    no_speech_threshold: float | None = 0.6,
@@ -177,6 +178,8 @@ class Transcriber:
         Closing the generator early stops decoding; :meth:`stop` (from another thread, or a
         signal handler) ends it after the current target pass, keeping what was committed.
         Raises ``ValueError`` for a language the model cannot transcribe.
+        ``multilingual``: detect the language of every 30-s window (faster-whisper's), for
+        audio that changes language; each segment's ``language`` says which.
 
         Raises ``OptionError`` (a ``ValueError``) for an option out of its bounds (``beam_size``
         and ``best_of`` at most 16, thresholds finite, ``task`` transcribe or translate; a
@@ -205,7 +208,7 @@ class Transcriber:
                            compression_ratio_threshold, temperature,
                            temperature_increment_on_fallback, best_of, seed, hotwords,
                            prompt_reset_on_temperature, vad_filter, vad_parameters, beam_size,
-                           patience, length_penalty)
+                           patience, length_penalty, multilingual=multilingual)
         if who is not None:
             options = replace(options, word_timestamps=True)
         check_model(self.model, options)  # an English-only model cannot translate, ...

@@ -90,6 +90,8 @@ def segment_dict(seg) -> dict:
         d["words"] = words
     if getattr(seg, "speaker", None) is not None:
         d["speaker"] = seg.speaker  # whisperX's key, with --diarize
+    if getattr(seg, "language", None) is not None:
+        d["language"] = seg.language  # with --multilingual: the segment's window's
     if getattr(seg, "partial", False):
         d["partial"] = True  # as2d's: cut short by Ctrl-C
     return d

@@ -117,16 +117,19 @@ class WindowDone:
 
 @dataclass(frozen=True)
 class LanguageDetected:
-    """The target chose the language of the audio (no language was given)."""
+    """The target chose the language of the audio (no language was given), or of the window
+    starting at ``at`` seconds (a multilingual run detects every window's)."""
 
     language: str
     probability: float
-    level = "info"  # shown wherever notes are
+    at: float = 0.0
+    level: str = "info"  # shown wherever notes are ("debug": the same as the window before)
 
     @property
     def message(self) -> str:
         """How a view that shows notes words it."""
-        return f"detected language: {self.language} (p={self.probability:.2f})"
+        where = f" from {self.at:.1f}s" if self.at else ""
+        return f"detected language{where}: {self.language} (p={self.probability:.2f})"
 
 
 @dataclass(frozen=True)

@@ -410,6 +410,72 @@ def test_an_english_only_drafter_stands_down_when_the_audio_is_not_english(whisp
     assert not any(e.offered for e in events if isinstance(e, Verified))
 
 
+@pytest.fixture(scope="module")
+def english_then_german(tmp_path_factory):
+    """25 s of a LibriVox reading, then 23 s of German (espeak-ng): two windows, whose
+    languages differ (the second starts where the first's last whole segment ended)."""
+    if shutil.which("espeak-ng") is None or shutil.which("sox") is None:
+        pytest.skip("espeak-ng and sox are needed (scripts/test.sh installs them)")
+    folder = tmp_path_factory.mktemp("mixed")
+    librivox = "/usr/share/pocketsphinx/test/data/librivox/sense_and_sensibility_01_austen_64kb-0"
+    subprocess.run(["espeak-ng", "-v", "de", "-s", "150", "-w", str(folder / "de.wav"),
+                    "Guten Morgen. Heute ist das Wetter schön, und wir gehen am Nachmittag in "
+                    "den Park. Danach kaufen wir Brot, Käse und Äpfel auf dem Markt, und am "
+                    "Abend kochen wir zusammen eine Suppe für die ganze Familie. Mein Bruder "
+                    "erzählt von seiner Reise nach Berlin, wo er drei Tage lang Museen besucht "
+                    "hat. Am Sonntag fahren wir mit dem Zug ans Meer."], check=True)
+    subprocess.run(["sox", *(f"{librivox}{n}.wav" for n in (870, 880, 890, 920, 930)),
+                    "|sox " + str(folder / "de.wav") + " -p rate 16000 channels 1",
+                    str(folder / "mixed.wav")], check=True)
+    return load_audio(folder / "mixed.wav")
+
+
+@pytest.mark.slow
+def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
+        whisper, english_then_german):
+    """--multilingual (faster-whisper's multilingual=True): the German window is decoded in
+    German, its segments say so, and AS²D and SD commit target-only's tokens; tiny.en offers
+    nothing in the German window (it cannot draft it) and drafts the English one, a
+    multilingual drafter drafts both."""
+    target = whisper("base", "int8", threads=2)
+    drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
+    options = TranscribeOptions(multilingual=True)
+    info = TranscriptionInfo(None, 0.0, english_then_german.duration)
+    alone = list(LongFormTranscriber(target).transcribe(english_then_german, options, info))
+    windows = [(s.seek, s.language) for s in alone]
+    assert [lang for _, lang in dict(windows).items()] == ["en", "de"]
+    assert info.language == "en" and info.plan.multilingual
+    german = " ".join(s.text for s in alone if s.language == "de")
+    assert "Morgen" in german and " wir " in german  # not translated to English
+    from as2d.writers import segment_dict
+
+    assert segment_dict(alone[-1])["language"] == "de"  # json's segments say it
+    events = []
+    run = LongFormTranscriber(target, AS2D(target, drafter, budget=Budget()), events.append)
+    assert [s.tokens for s in run.transcribe(english_then_german, options)] == \
+        [s.tokens for s in alone]
+    offered = {}
+    for e in events:
+        if isinstance(e, Verified):
+            offered[e.window] = offered.get(e.window, 0) + e.offered
+    assert offered.get(0, 0) > 0 and offered.get(1, 0) == 0
+    sd = LongFormTranscriber(target, SerialSD(target, drafter, budget=Budget(fixed=4)))
+    assert [s.tokens for s in sd.transcribe(english_then_german, options)] == \
+        [s.tokens for s in alone]
+    # A multilingual drafter drafts each of its windows in the language it hears there.
+    events.clear()
+    both = AS2D(target, whisper("base", "int8", threads=1, role="drafter"), budget=Budget())
+    run = LongFormTranscriber(target, both, events.append)
+    assert [s.tokens for s in run.transcribe(english_then_german, options)] == \
+        [s.tokens for s in alone]
+    assert sum(e.accepted for e in events if isinstance(e, Verified) and e.window == 1) > 0
+
+
+def test_multilingual_with_a_language_is_refused():
+    with pytest.raises(ValueError, match="multilingual detects every window's language"):
+        TranscribeOptions(multilingual=True, language="de")
+
+
 # -- faults ------------------------------------------------------------------------------------
 class _FailingDrafter:
     """A drafter model whose decoder breaks after a few steps (its sessions are real)."""

@@ -85,6 +85,8 @@ BAD_TRANSCRIBE_OPTIONS = [
     ({"task": "summarize"}, "task", "transcribe or translate"),
     ({"language": 42}, "language", "text"),
     ({"initial_prompt": b"bytes"}, "initial_prompt", "text"),
+    ({"multilingual": "yes"}, "multilingual", "true or false"),
+    ({"multilingual": True, "language": "en"}, "multilingual", "leave language out"),
 ]
 
 
@@ -137,6 +139,8 @@ def test_the_temperature_schedule_is_parsed_once(temperature, increment, option,
     (["--temperature-increment-on-fallback", "1e-9"], "more than 100 temperatures"),
     (["--beam-size", "5", "--patience", "nan"], "--patience must be more than 0"),
     (["--task", "summarize"], "--task must be transcribe or translate"),
+    (["--multilingual", "--language", "de"],
+     "--multilingual detects every window's language: leave --language out"),
 ])
 def test_transcribe_refuses_before_any_model_loads(args, fragment, tmp_path):
     path = write_wav(tmp_path / "a.wav", np.zeros(1600, np.float32))
@@ -189,6 +193,22 @@ def test_the_server_applies_the_same_beam_bounds():
         with pytest.raises(OptionError) as engine:
             TranscribeOptions(**engine_kw)
         assert caught.value.param == option and str(engine.value) in str(caught.value)
+
+
+def test_the_servers_multilingual_field_is_the_engines_option():
+    from as2d.server.audio_api import engine_options
+    from as2d.server.forms import parse_audio_request
+    from as2d.server.uploads import Upload
+
+    def request(**fields):
+        upload = Upload(fields={"model": ["whisper-1"], **{k: [v] for k, v in fields.items()}},
+                        files={"file": ("/nonexistent", "a.wav")})
+        return engine_options(parse_audio_request(upload, "transcribe", "as2d"))
+
+    assert request(multilingual="true").multilingual and not request().multilingual
+    with pytest.raises(OptionError) as caught:  # answered 400, param "multilingual"
+        request(multilingual="true", language="de")
+    assert caught.value.option == "multilingual"
 
 
 @pytest.mark.parametrize("field,value,fragment", [

@@ -110,7 +110,7 @@ class AskState:
                     acc = self.by_source.setdefault(event.source, [0, 0])
                     acc[0] += event.accepted
                     acc[1] += event.offered
-            elif isinstance(event, (Note, LanguageDetected)):
+            elif isinstance(event, (Note, LanguageDetected)) and event.level != "debug":
                 self.notes.append(event.message)
 
 

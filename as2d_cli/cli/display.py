@@ -144,7 +144,7 @@ class LiveReporter(LiveView):
             elif isinstance(event, WindowDone):
                 self.position = max(self.position, min(event.stats.end, self.duration))
                 self.window_text = ""
-            elif isinstance(event, (Note, LanguageDetected)):
+            elif isinstance(event, (Note, LanguageDetected)) and event.level != "debug":
                 self.notes.append(event.message)
             elif isinstance(event, RunDone):
                 self.position = self.duration

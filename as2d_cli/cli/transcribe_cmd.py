@@ -44,6 +44,11 @@ class TranscribeRequest:
     model: opt.Model = "base"
     precision: opt.Precision = None
     language: opt.Language = None
+    multilingual: Annotated[bool, typer.Option(
+        "--multilingual/--no-multilingual",
+        help="Detect the language of every 30-s window, not once per file, for audio that "
+             "changes language (faster-whisper's multilingual); json segments record "
+             "it.")] = False
     task: Annotated[str, typer.Option(
         "--task", help="transcribe or translate (to English).")] = "transcribe"
     output_dir: Annotated[Path | None, typer.Option(
@@ -244,7 +249,8 @@ def transcribe_options(req: TranscribeRequest):
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     return TranscribeOptions(
-        language=req.language, task=req.task, timestamps=req.timestamps,
+        language=req.language, multilingual=req.multilingual, task=req.task,
+        timestamps=req.timestamps,
         condition_on_previous_text=req.condition_on_previous_text,
         initial_prompt=req.initial_prompt, no_speech_threshold=req.no_speech_threshold,
         compression_ratio_threshold=req.compression_ratio_threshold,

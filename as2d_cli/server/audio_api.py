@@ -46,7 +46,8 @@ def engine_options(req: AudioRequest):
     from as2d.runtime.transcribe.fallback import parse_temperatures
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
-    return TranscribeOptions(language=req.language, task=req.task,
+    return TranscribeOptions(language=req.language, multilingual=req.multilingual,
+                             task=req.task,
                              initial_prompt=req.prompt,
                              temperatures=parse_temperatures(str(req.temperature), 0.2),
                              hotwords=req.hotwords, vad_filter=req.vad_filter,

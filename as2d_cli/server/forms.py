@@ -38,6 +38,7 @@ class AudioRequest:
     model: str
     response_format: str = "json"
     language: str | None = None
+    multilingual: bool = False  # as2d's (faster-whisper's): each window's language detected
     prompt: str | None = None
     temperature: float = 0.0
     granularities: tuple[str, ...] = ("segment",)
@@ -206,6 +207,7 @@ def parse_audio_request(upload: Upload, task: str, loaded_decoder: str) -> Audio
         req.decoder = decoder
     req.hotwords = _text(upload, "hotwords", 1000)
     req.vad_filter = _flag(upload, "vad_filter")
+    req.multilingual = _flag(upload, "multilingual")
     _beam(upload, req)
     _speakers(upload, req)
     return req

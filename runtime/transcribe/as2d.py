@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from as2d.runtime.events import Listener, Note
 from as2d.runtime.speculative.align import SEGMENT, SENTENCE, Aligner, TokenKeys
 from as2d.runtime.speculative.budget import Budget
+from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.speculative.lookup import REPEAT_PRIOR
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
@@ -80,7 +81,7 @@ class AS2D(DraftingStrategy):
         # An English-only drafter (or a language given by the user) does not need the target's
         # language detection, which costs a whole encoder run: drafting through it gives the
         # drafter that much lead, and short clips most of their speed-up.
-        if language is None and self.drafter.multilingual:
+        if language is None and self.drafter.multilingual and not _multilingual(options):
             return  # it needs the language the target is about to detect
         if not self._adopt(mel, language):
             self._start_drafting(mel, language, options)
@@ -89,10 +90,11 @@ class AS2D(DraftingStrategy):
         """``mel`` is transcribed after the current run (and the ones prefetched before it):
         draft it as soon as the drafter is done with those. Its events are held back until its
         run begins, so statistics and live views see them with their own file."""
-        if language is None and self.drafter.multilingual:
-            return  # it needs the language the target detects when it gets there
-        if not self.drafter_understands(language):
-            return
+        if not _multilingual(options):
+            if language is None and self.drafter.multilingual:
+                return  # it needs the language the target detects when it gets there
+            if not self.drafter_understands(language):
+                return
         with self._lock:
             if self._closed:  # a reader thread finished decoding after the run was closed
                 return
@@ -100,7 +102,7 @@ class AS2D(DraftingStrategy):
             held = _HeldEvents(self.emit)
             stream = CandidateStream()
             worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, stream,
-                                   language or "en", held, after=after,
+                                   language, held, after=after,
                                    turns=self.turns).start()
             self._ahead.append(_Ahead(mel, language, stream, worker, held))
 
@@ -134,6 +136,8 @@ class AS2D(DraftingStrategy):
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
         self.times.audio(mel.samples)
+        if _multilingual(options):  # every window in its own language: the run's first
+            language = None  # window's says nothing about the others
         if not self._drafting:
             self._start_drafting(mel, language, options)
         elif not self.drafter_understands(language):
@@ -146,7 +150,12 @@ class AS2D(DraftingStrategy):
     def drafted_tokens(self) -> list[int]:
         return list(self.stream.tokens) if self.stream is not None else []
 
-    def source(self, window: Window) -> AlignedSource:
+    def source(self, window: Window) -> CandidateSource:
+        if not self.drafter_understands(window.language):
+            # A multilingual run's window in a language an English-only drafter cannot
+            # draft: nothing to offer, and the text it drafted here matches nothing after.
+            self.aligner.synced = False
+            return NO_CANDIDATES
         return AlignedSource(self, window)
 
     def end(self) -> None:
@@ -200,7 +209,7 @@ class AS2D(DraftingStrategy):
             self.emit(Note("translation: the drafter transcribes, so its candidates rarely "
                            "match; the budget adapts"))
         self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,
-                                    language or "en", self.emit, turns=self.turns).start()
+                                    language, self.emit, turns=self.turns).start()
 
     def _stop_drafting(self) -> None:
         if self.worker is not None:
@@ -330,6 +339,12 @@ class AlignedSource(BudgetedSource):
 
     def finish(self, context: Sequence[int]) -> None:
         self.aligner.rewind(kept_text_tokens(list(context), self.tb))
+
+
+def _multilingual(options) -> bool:
+    """A run that detects every window's language (TranscribeOptions.multilingual): the
+    drafter drafts all of them, a multilingual one each in the language it hears."""
+    return bool(getattr(options, "multilingual", False))
 
 
 @dataclass

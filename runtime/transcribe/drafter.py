@@ -17,7 +17,7 @@ from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.transcribe.window import WindowState
 from as2d.runtime.whisper.features import FRAMES_PER_SECOND, N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
-from as2d.runtime.whisper.model import WhisperModel
+from as2d.runtime.whisper.model import WhisperModel, detect_language
 from as2d.runtime.whisper.seeking import INPUT_STRIDE, seek_split
 from as2d.runtime.whisper.tokenizer import TIME_PRECISION, WhisperTokenizer
 
@@ -108,6 +108,9 @@ class DrafterWorker:
         model, tk = self.model, self.model.tokenizer
         rules = LogitRules(tk, model.dims.n_vocab, timestamps=True,
                            suppress=tuple(tk.suppress_tokens()))
+        # None (a multilingual run, a multilingual drafter): each window in the language the
+        # drafter hears in it.
+        per_window = tk.multilingual and self.language is None
         prompt = tk.sot_sequence(self.language if tk.multilingual else None)
         sample_len = model.dims.n_text_ctx // 2
         seek, window = 0, 0
@@ -124,6 +127,8 @@ class DrafterWorker:
                                self._run_options)
             enc = time.perf_counter() - t0
             self.emit(Encoded(window, enc, ctx.n_frames, worker="drafter"))
+            if per_window:
+                prompt = tk.sot_sequence(detect_language(model, ctx)[0])
             state = model.decoder_state(ctx)
             self._open, self._seg_time = [], offset
             try:

@@ -88,6 +88,7 @@ class Segment:
     partial: bool = False  # cut short by Ctrl-C
     words: list[Word] | None = None  # with word timestamps
     speaker: str | None = None  # with diarization (as2d.runtime.speakers.assign)
+    language: str | None = None  # its window's detected language (multilingual runs)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -97,6 +98,8 @@ class Segment:
             d["words"] = [w.to_dict() for w in self.words]
         if self.speaker is None:
             del d["speaker"]
+        if self.language is None:
+            del d["language"]
         d["start"], d["end"] = round(self.start, 3), round(self.end, 3)
         return d
 
@@ -282,6 +285,7 @@ class LongFormTranscriber:
         try:
             language = resolve_language(model, options.language)
             search = beam_options(options)
+            multilingual = options.multilingual and model.multilingual
         except BaseException:
             if encoding is not None:
                 encoding.abandon()
@@ -299,7 +303,7 @@ class LongFormTranscriber:
         # From here an encoder thread, and soon the drafter, may be running: whatever fails
         # before the window loop (its own try ends them) must end them too.
         try:
-            plan = self._plan = self._make_plan(language, search, reason)
+            plan = self._plan = self._make_plan(language, search, reason, multilingual)
             info.plan = plan
             self.emit(RunStarted(audio.source, audio.duration, plan.decoder, model.name,
                                  plan.drafter, decoder.threads(), model.encoder_name,
@@ -321,9 +325,13 @@ class LongFormTranscriber:
                                suppress_blank=options.suppress_blank,
                                suppress=tuple(tk.suppress_tokens()),
                                max_initial_timestamp=options.max_initial_timestamp)
-            sot_seq = tk.sot_sequence(language if model.multilingual else None, options.task)
-            if not options.timestamps:
-                sot_seq = sot_seq + [tk.no_timestamps]
+
+            def start_of(lang: str | None) -> list[int]:
+                seq = tk.sot_sequence(lang if model.multilingual else None, options.task)
+                return seq if options.timestamps else seq + [tk.no_timestamps]
+
+            sot_seq = start_of(language)
+            spoken = None  # the language of the window being decoded (multilingual runs)
             n_ctx = model.dims.n_text_ctx
             sample_len = n_ctx // 2
 
@@ -366,6 +374,17 @@ class LongFormTranscriber:
                     info.windows = index
                     prompt_reset = len(all_tokens)  # text before the silence is no prompt
                     continue
+                if multilingual:  # this window's language, from its own encoding (kept for
+                    # its decode): one decoder step
+                    try:
+                        window = replace(window, language=runner.detect_language(mel, window)[0])
+                    except Exception:
+                        if self._stop.is_set():  # its encoder run was abandoned by the stop
+                            raise Cancelled() from None
+                        raise
+                    sot_seq, spoken = start_of(window.language), window.language
+                    if aligner is not None:
+                        aligner.language = window.language
                 if seek + window.size >= content:  # the last window (most likely): once
                     # encoded, the next recording's first window is encoded beside its decoding
                     runner.after_encode = lambda: self.ahead.encode_next(self._encode_first)
@@ -381,7 +400,7 @@ class LongFormTranscriber:
                 result, retried, temperature = decoded
                 segs, advance = self._segments(result, window, options)
                 for seg in segs:
-                    seg.temperature = temperature
+                    seg.temperature, seg.language = temperature, window.language
                 if aligner is not None:  # words of the committed tokens; they stay as they are
                     aligner.align(segs, runner.encoding(window, mel).cross, window.size)
                 yield from self._emitted(segs, ids, timeline)
@@ -399,6 +418,7 @@ class LongFormTranscriber:
                 segs, _ = self._segments(partial, window, options, final=True)
                 for seg in segs:
                     seg.partial = True
+                    seg.language = spoken
                 yield from self._emitted(segs, ids, timeline)
             info.interrupted = True
             self.emit(RunDone(time.perf_counter() - t_run, interrupted=True))
@@ -429,10 +449,11 @@ class LongFormTranscriber:
                 beam_options(options)
         except ValueError:
             language = search = None
-        return RunPlan(self.strategy.name, self.strategy.drafter_name, reason, language, search)
+        return RunPlan(self.strategy.name, self.strategy.drafter_name, reason, language, search,
+                       options.multilingual and self.model.multilingual)
 
     def _make_plan(self, language: str | None, search: BeamOptions | None,
-                   reason: str | None) -> RunPlan:
+                   reason: str | None, multilingual: bool = False) -> RunPlan:
         """The run's decisions, made once (:mod:`.plan`). The decoder is the strategy's, except
         that speculative beam search needs a drafter's stream and batched rows that are the
         rows of single passes (checked once on this machine): otherwise the target decodes the
@@ -455,7 +476,7 @@ class LongFormTranscriber:
                           f"beam search: the {name} decoder has no drafter's stream to take "
                           "candidates from")
                 name, drafter = "target", None
-        return RunPlan(name, drafter, reason, language, search)
+        return RunPlan(name, drafter, reason, language, search, multilingual)
 
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                 rules: LogitRules, sample_len: int, options: TranscribeOptions,

@@ -31,6 +31,9 @@ class RunPlan:
     reason: str | None  # why the run decodes with less than was asked for (None: as asked)
     language: str | None  # the language asked for; None: detected (TranscriptionInfo says which)
     search: BeamOptions | None  # beam search at temperature 0; None: greedy
+    # The language is detected for every window (TranscribeOptions.multilingual, on a
+    # multilingual model): the segments say which.
+    multilingual: bool = False
 
     @property
     def speculative(self) -> bool:

@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
-import numpy as np
-
 from as2d.runtime.events import (
     Encoded,
     LanguageDetected,
@@ -34,7 +32,7 @@ from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.transcribe.window_task import Open, WindowDecode
 from as2d.runtime.whisper.features import N_FRAMES, LogMel
-from as2d.runtime.whisper.model import AudioContext, WhisperModel
+from as2d.runtime.whisper.model import AudioContext, WhisperModel, detect_language
 
 
 class AheadEncoding:
@@ -99,35 +97,36 @@ class WindowRunner:
         # the encoder but may overlap the decoding).
         self.after_encode: Callable[[], None] | None = None
         self._task: WindowDecode | None = None
+        # The last window whose language was detected: ((seek, size), (language, probability)).
+        self._detected: tuple[tuple[int, int], tuple[str, float]] | None = None
 
-    def detect_language(self, mel: LogMel) -> tuple[str, float]:
-        """Most probable language of the first window (multilingual models).
+    def detect_language(self, mel: LogMel, window: Window | None = None) -> tuple[str, float]:
+        """Most probable language of ``window`` (default: the first; multilingual models).
 
         The encoding is kept for decoding that same window next, so detection costs one
-        decoder step, not an encoder run.
+        decoder step, not an encoder run; a window already detected is not detected again
+        (a multilingual run's first window: the run's language, then the window's).
         """
-        tk = self.model.tokenizer
-        first = Window(0, 0, min(N_FRAMES, mel.n_frames))
-        ctx, seconds = self._take_pending(first)
-        if ctx is None:
-            t0 = time.perf_counter()
-            with self.encoding_turn(mel, first):
-                ctx = self.model.encode(mel.window(0), self.run_options)
-            seconds = time.perf_counter() - t0
-        self._encoding = ((first.seek, first.size), ctx, seconds)
-        state = self.model.decoder_state(ctx)
-        try:
-            logits = state.forward([tk.sot])[0]
-        finally:
-            self.model.release(state)
-        codes = list(tk.languages)
-        ids = np.array([tk.languages[c] for c in codes])
-        sub = logits[ids]
-        p = np.exp(sub - sub.max())
-        p /= p.sum()
-        best = int(np.argmax(p))
-        self.emit(LanguageDetected(codes[best], float(p[best])))
-        return codes[best], float(p[best])
+        window = window or Window(0, 0, min(N_FRAMES, mel.n_frames))
+        key = (window.seek, window.size)
+        if self._detected is not None and self._detected[0] == key:
+            return self._detected[1]
+        if self._encoding is None or self._encoding[0] != key:
+            ctx, seconds = self._take_pending(window)
+            if ctx is None:
+                t0 = time.perf_counter()
+                with self.encoding_turn(mel, window):
+                    ctx = self.model.encode(mel.window(window.seek, window.size),
+                                            self.run_options)
+                seconds = time.perf_counter() - t0
+            self._encoding = (key, ctx, seconds)
+        found = detect_language(self.model, self._encoding[1])
+        last = self._detected[1][0] if self._detected is not None else None
+        # Said once per language change: a multilingual run detects every window.
+        self.emit(LanguageDetected(*found, at=window.start,
+                                   level="info" if found[0] != last else "debug"))
+        self._detected = (key, found)
+        return found
 
     def encode_ahead(self, window: Window, mel: LogMel) -> None:
         """Start encoding ``window`` now, on a thread of its own: the first window of a run,

@@ -32,15 +32,14 @@ class SerialSD(DraftingStrategy):
         super().__init__(target, drafter, listener, budget)
         self.same_vocab = same_vocabulary(drafter.tokenizer, target.tokenizer)
         self.language: str | None = None
-        self._usable = True
 
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
         self.language = language
-        self._usable = self.drafter_understands(language)
 
     def source(self, window: Window) -> BudgetedSource:
-        if not self._usable:
+        language = window.language or self.language  # a multilingual run's: the window's
+        if not self.drafter_understands(language):
             return BudgetedSource(self.budget)
         t0 = time.perf_counter()
         mel = self.mel.for_mels(self.drafter.dims.n_mels)  # its own bands (80 for 128)
@@ -50,7 +49,7 @@ class SerialSD(DraftingStrategy):
                           worker="drafter"))
         dtk = self.drafter.tokenizer
         draft = SerialDrafter(self.drafter, self.drafter.decoder_state(ctx),
-                              dtk.sot_sequence(self.language if dtk.multilingual else None),
+                              dtk.sot_sequence(language if dtk.multilingual else None),
                               self.target.tokenizer, self.same_vocab)
         return RedraftingSource(self.budget, draft)
 

@@ -27,6 +27,9 @@ class Window:
     index: int
     seek: int  # first mel frame
     size: int  # mel frames of audio (at most 30 s)
+    # The window's own detected language in a multilingual run (None: the run's language): a
+    # drafter drafts it only if it speaks it.
+    language: str | None = None
 
     @property
     def start(self) -> float:

@@ -56,6 +56,11 @@ def check_model(model, options: TranscribeOptions) -> str | None:
 @dataclass
 class TranscribeOptions:
     language: str | None = None
+    # Code-switching (faster-whisper's multilingual=True): the language is detected again for
+    # every 30-s window, from the window's own encoding (one decoder step), and each segment
+    # records it. Detection needs no language given; an English-only model's windows are all
+    # English.
+    multilingual: bool = False
     task: str = "transcribe"
     timestamps: bool = True
     condition_on_previous_text: bool = True
@@ -104,6 +109,12 @@ class TranscribeOptions:
         each face words it (``--best-of`` on the command line, ``best_of`` elsewhere)."""
         if self.task not in TASKS:
             raise OptionError("task", f"must be transcribe or translate, not {shown(self.task)}")
+        if not isinstance(self.multilingual, bool):
+            raise OptionError("multilingual",
+                              f"must be true or false, not {shown(self.multilingual)}")
+        if self.multilingual and self.language is not None:
+            raise OptionError("multilingual", "detects every window's language: leave {0} out",
+                              others=("language",))
         for name in ("language", "initial_prompt", "hotwords"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, str):

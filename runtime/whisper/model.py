@@ -264,6 +264,25 @@ WHISPER_AUDIO_CTX = 1500  # the encoder's, for a 30-second window
 N_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>, the last ids of every Whisper vocabulary
 
 
+def detect_language(model, ctx: AudioContext) -> tuple[str, float]:
+    """The most probable language of the audio ``ctx`` encodes, and its probability: one
+    decoder step after start-of-transcript, over the language tokens only (whisper's
+    ``detect_language``). Any model with ``decoder_state``/``release`` (ours or a Hugging Face
+    export); the target's runs and a multilingual drafter's windows both use it."""
+    tk = model.tokenizer
+    state = model.decoder_state(ctx)
+    try:
+        logits = state.forward([tk.sot])[0]
+    finally:
+        model.release(state)
+    codes = list(tk.languages)
+    sub = logits[np.array([tk.languages[c] for c in codes])]
+    p = np.exp(sub - sub.max())
+    p /= p.sum()
+    best = int(np.argmax(p))
+    return codes[best], float(p[best])
+
+
 def check_against_graphs(path: Path, dims: WhisperDims, generation: dict, decoder,
                          decoder_file: str, tokenizer: WhisperTokenizer) -> None:
     """The manifest's numbers and the tokenizer against what the decoder graph really takes
