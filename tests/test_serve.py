@@ -686,6 +686,50 @@ def test_wyoming_bad_audio_is_an_error_event_and_the_server_goes_on(server):
     assert server.health()["status"] == "ok"
 
 
+def test_wyoming_a_request_names_an_installed_model(server):
+    """``info`` lists the server's model, then each other installed one with its languages
+    (``tiny.en``: English only); ``transcribe`` naming ``tiny.en`` is decoded by tiny.en
+    (loaded for it, as the HTTP ``model=`` loads it: the same words as HTTP's tiny.en); a
+    language tiny.en cannot transcribe and a name that is not installed are ``error``
+    events, and the server answers the next request."""
+    pytest.importorskip("wyoming")
+    import soundfile as sf
+    from wyoming.asr import Transcribe
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.info import Describe, Info
+
+    (info,) = asyncio.run(_wyoming(server, [Describe().event()], until="info"))
+    models = {m.name: m for m in Info.from_event(info).asr[0].models}
+    own = server.health()["model"]
+    assert list(models)[0] == own and len(models) >= 2 and "tiny.en-int8" not in models
+    assert models["tiny.en"].languages == ["en"] and models["tiny.en"].installed
+    for name, model in models.items():  # read from the manifests: as the tokenizer has them
+        if name.startswith("base"):
+            assert model.languages == models[own].languages, name
+
+    missing = asyncio.run(_wyoming(server, [Transcribe(name="no-such-model").event()]))
+    assert missing[-1].type == "error" and missing[-1].data["code"] == "model_not_found"
+    assert "tiny.en" in missing[-1].data["text"]  # says what is served
+    deadline = time.monotonic() + 30  # (loaded by an earlier test: unloaded after the TTL)
+    while "tiny.en-int8" in server.health()["loaded"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    x, rate = sf.read(str(SHORT), dtype="int16")
+    pcm = x.astype("<i2").tobytes()
+    step = rate // 5 * 2
+    chunks = [AudioChunk(rate, 2, 1, pcm[i:i + step]).event() for i in range(0, len(pcm), step)]
+    got = asyncio.run(_wyoming(server, [Transcribe(name="tiny.en").event(),
+                                        AudioStart(rate, 2, 1).event(), *chunks,
+                                        AudioStop().event()]))
+    assert [e.type for e in got][-2:] == ["transcript", "transcript-stop"], got
+    assert "tiny.en-int8" in server.health()["loaded"]
+    with open(SHORT, "rb") as f:
+        want = server.client().audio.transcriptions.create(file=f, model="tiny.en").text
+    assert got[-2].data["text"] == want
+    german = asyncio.run(_wyoming(server, [Transcribe(name="tiny.en", language="de").event()]))
+    assert german[-1].type == "error" and german[-1].data["code"] == "invalid_language"
+
+
 def test_a_request_chooses_an_installed_model(server, models_root):
     """``model="tiny.en"``: loaded for that request, its text is ``as2d transcribe --model
     tiny.en``'s; unused for --model-ttl (3 s), it is unloaded again."""

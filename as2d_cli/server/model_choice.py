@@ -43,18 +43,32 @@ def rss_mb() -> float:
     return 0.0
 
 
-def installed_whisper(models_dir: str | None) -> dict[str, float]:
-    """The installed Whisper models a request may name → their size in MB (a catalog name
-    without a precision means its default precision)."""
+def manifest_languages(manifest: dict) -> tuple[str, ...]:
+    """The language codes a Whisper bundle transcribes, read from its manifest without
+    loading it: ("en",) for an English-only vocabulary, else the first ``n_vocab - 51766``
+    of Whisper's languages in token order (99 for most models, 100 from large-v3 on; the
+    rule Whisper's own tokenizer uses)."""
+    from as2d.runtime.whisper.languages import LANGUAGE_NAMES
+
+    n_vocab = int(manifest.get("dims", {}).get("n_vocab", 0))
+    if n_vocab < 51865:
+        return ("en",)
+    return tuple(list(LANGUAGE_NAMES)[:n_vocab - 51766])
+
+
+def installed_whisper_languages(models_dir: str | None
+                                ) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """The installed Whisper models a request may name → (their size in MB, their language
+    codes) (a catalog name without a precision means its default precision)."""
     from as2d.models.bundle import installed_bundles
     from as2d.models.bundle import models_dir as root_of
     from as2d.models.catalog import CATALOG
 
-    out: dict[str, float] = {}
+    out: dict[str, tuple[float, tuple[str, ...]]] = {}
     for b in installed_bundles(root_of(models_dir)):
         if b.manifest.get("kind", "whisper") != "whisper":
             continue
-        out[b.name] = b.size() / 1e6
+        out[b.name] = (b.size() / 1e6, manifest_languages(b.manifest))
     for entry in CATALOG.values():
         full = f"{entry.name}-{entry.default_precision}"
         if entry.kind == "whisper" and full in out:
@@ -86,15 +100,33 @@ class Models:
         # threads) and the decodes (worker threads) all touch them.
         self._lock = threading.Lock()
         self._locks: dict[str, asyncio.Lock] = {}
-        self._listed: tuple[float, dict[str, float]] = (-1e9, {})
+        self._listed: tuple[float, dict[str, tuple[float, tuple[str, ...]]]] = (-1e9, {})
 
-    def choosable(self) -> dict[str, float]:
+    def _installed(self) -> dict[str, tuple[float, tuple[str, ...]]]:
         """The installed Whisper models (read from disk at most every 10 s)."""
         at, names = self._listed
         if time.monotonic() - at > 10:
-            names = installed_whisper(self.backend.settings.models_dir)
+            names = installed_whisper_languages(self.backend.settings.models_dir)
             self._listed = (time.monotonic(), names)
         return names
+
+    def choosable(self) -> dict[str, float]:
+        """The installed Whisper models → their size in MB."""
+        return {name: size for name, (size, _) in self._installed().items()}
+
+    def languages(self, name: str) -> tuple[str, ...]:
+        """The language codes of the installed model ``name`` (() when it is not one)."""
+        return self._installed().get(name, (0.0, ()))[1]
+
+    def listed(self) -> dict[str, str]:
+        """The extra models a request may name, one name each → the model it loads: the
+        catalog's short name (``tiny.en``) for its default precision, else the bundle's."""
+        out: dict[str, str] = {}
+        for name in sorted(self.choosable(), key=lambda n: (len(n), n)):
+            full = self.canonical(name)
+            if full is not None and full not in out.values():
+                out[name] = full
+        return out
 
     def canonical(self, name: str | None) -> str | None:
         """The extra model ``name`` means, or None for the server's own."""

@@ -3,8 +3,10 @@
 ``as2d serve --wyoming tcp://HOST:PORT`` listens there too; each connection is handled by a
 :class:`WyomingHandler` built on the ``wyoming`` library's event handler:
 
-- ``describe`` → ``info``: one ASR program, ``as2d``, with the model the server loaded and the
-  languages it knows, and ``supports_transcript_streaming``;
+- ``describe`` → ``info``: one ASR program, ``as2d``, with the model the server loaded, then
+  every other installed Whisper model a request may name (the HTTP API's ``model=`` choice,
+  :mod:`as2d.server.model_choice`), each with the languages it knows (``["en"]`` for an
+  English-only one), and ``supports_transcript_streaming``;
 - ``transcribe`` (optional: ``language``, ``name`` = the model, and Home Assistant's
   ``transcript_names``/``transcript_terms``, which become ``hotwords``), then ``audio-start``,
   ``audio-chunk``s (any rate, width, channels: converted to 16-kHz mono PCM16) and
@@ -21,6 +23,14 @@ Streaming, as the current protocol has it: ``transcript-start`` when the audio s
 ``transcript-chunk`` with the words a live session (the realtime socket's: VAD, LocalAgreement)
 commits while the person still speaks, then the final ``transcript`` and ``transcript-stop``.
 Clients that predate streaming ignore the events they do not know.
+
+A ``name`` other than the server's own model is loaded on first use through the same registry
+as HTTP's ``model=`` (``--model-ttl``, ``--preload``, ``--memory-budget-mb``: over the budget
+is an ``error`` event with the 503's text), pinned while the connection's request runs, and
+then unloaded after the TTL like HTTP's. Both the final decode and the streaming preview use
+it; ``language`` is checked against it. A name that is no installed model is an ``error``
+event (``model_not_found``), not the server's model: a satellite that asked for a model
+should not silently get another.
 
 The decodes take their turn on the engine with the HTTP requests and the live sessions, as
 end-of-speech decodes (the preview's are growing-utterance decodes: they yield to anything).
@@ -63,20 +73,27 @@ def parse_uri(uri: str) -> tuple[str, int]:
 
 
 def info(backend: Backend) -> Info:
+    """The server's own model first, then each other installed Whisper model a request may
+    name (one entry per model: ``tiny.en``, not also ``tiny.en-int8``)."""
     from as2d import __version__
 
     target = backend.engine.target
     languages = sorted(target.tokenizer.languages) if target.multilingual else ["en"]
     by = Attribution(name="as2d", url="https://pypi.org/project/as2d/")
-    model = AsrModel(name=backend.model_name, attribution=by, installed=True,
-                     description=f"Whisper {backend.model_name}, decoded with "
-                                 f"{backend.decoder_name}"
-                                 + (f" (drafter {backend.drafter_name})"
-                                    if backend.drafter_name else ""),
-                     version=__version__, languages=languages)
+    models = [AsrModel(name=backend.model_name, attribution=by, installed=True,
+                       description=f"Whisper {backend.model_name}, decoded with "
+                                   f"{backend.decoder_name}"
+                                   + (f" (drafter {backend.drafter_name})"
+                                      if backend.drafter_name else ""),
+                       version=__version__, languages=languages)]
+    for name, full in sorted(backend.models.listed().items()):
+        models.append(AsrModel(
+            name=name, attribution=by, installed=True, version=__version__,
+            description=f"Whisper {full}, loaded when a request names it",
+            languages=sorted(backend.models.languages(full))))
     program = AsrProgram(name="as2d", attribution=by, installed=True,
                          description="AS²D speculative decoding of Whisper on the CPU",
-                         version=__version__, models=[model],
+                         version=__version__, models=models,
                          supports_transcript_streaming=True)
     return Info(asr=[program])
 
@@ -87,6 +104,7 @@ class WyomingHandler(AsyncEventHandler):
     def __init__(self, reader, writer, backend: Backend) -> None:
         super().__init__(reader, writer)
         self.backend = backend
+        self.engine = None  # the model the request named (None: the server's own)
         self.language: str | None = None
         self.hotwords: str | None = None
         self.converter = AudioChunkConverter(rate=RATE, width=2, channels=1)
@@ -128,7 +146,7 @@ class WyomingHandler(AsyncEventHandler):
             await self.write_event(info(self.backend).event())
         elif Transcribe.is_type(event.type):
             self.backend.require_ready()
-            self.transcribe(Transcribe.from_event(event))
+            await self.transcribe(Transcribe.from_event(event))
         elif AudioStart.is_type(event.type):
             start = AudioStart.from_event(event)
             _check_format(start.rate, start.width, start.channels)
@@ -159,17 +177,27 @@ class WyomingHandler(AsyncEventHandler):
             return False  # one request per connection, as Home Assistant makes them
         return True
 
-    def transcribe(self, request: Transcribe) -> None:
-        """The request's options, checked as the HTTP API checks them."""
+    async def transcribe(self, request: Transcribe) -> None:
+        """The request's options, checked as the HTTP API checks them. ``name``: the model,
+        loaded now if it is not (the HTTP API's registry: it stays pinned until this
+        connection's task ends, so not unloaded while its request runs)."""
         from as2d.runtime.transcribe.transcribe_options import resolve_language
 
         backend = self.backend
-        if request.name and request.name not in (backend.model_name, "as2d"):
-            raise APIError(404, f"the model {request.name!r} is not served here (this server "
-                                f"serves {backend.model_name})", code="model_not_found")
+        name = request.name
+        own = (backend.model_name, backend.settings.model, "as2d")
+        if name and name not in own and name not in backend.models.choosable():
+            served = ", ".join([backend.model_name, *sorted(backend.models.listed())])
+            raise APIError(404, f"the model {name!r} is not installed here (this server "
+                                f"serves {served}; as2d models install NAME adds one)",
+                           code="model_not_found")
+        engine = await backend.models.engine(name) if name and name not in own else None
+        self.engine = None if engine is backend.engine else engine
+        self.language = None
         if request.language:
             try:
-                self.language = resolve_language(backend.engine.target, request.language)
+                self.language = resolve_language((engine or backend.engine).target,
+                                                 request.language)
             except ValueError as exc:
                 raise APIError(400, str(exc), code="invalid_language") from None
         words = [w.strip() for w in (request.transcript_names or [])
@@ -204,7 +232,7 @@ class WyomingHandler(AsyncEventHandler):
             # The decode at the end of speech is ours (decode_ahead): the preview does not
             # make one of its own.
             self.preview = await self.loop.run_in_executor(None, lambda: (
-                self.backend.engine.live_session(
+                (self.engine or self.backend.engine).live_session(
                     self.source, LiveOptions(language=self.language, speculative_final=False),
                     self._on_live, gate=self.backend.gate, owner=f"wyoming-{id(self)}")))
         except Exception:  # noqa: BLE001 - no voice detector: the final transcript still comes
@@ -267,13 +295,15 @@ class WyomingHandler(AsyncEventHandler):
         def decode():
             if not len(pcm):
                 return "", self.language
-            text = "".join(s.text for s in self.backend.transcribe(audio, options, info_))
+            text = "".join(s.text for s in self.backend.transcribe(audio, options, info_,
+                                                                  self.engine))
             return text.strip(), info_.language or self.language
 
         async def gone() -> bool:
             return bool(stale) or self.reader.at_eof()
 
-        return asyncio.ensure_future(self.backend.run_decode(decode, gone, kind=FINAL))
+        return asyncio.ensure_future(self.backend.run_decode(decode, gone, kind=FINAL,
+                                                             engine=self.engine))
 
     def decode_ahead(self, end: int) -> None:
         """The speech seems to have ended at sample ``end``: decode up to there now."""
