@@ -34,6 +34,7 @@ import json
 import math
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -47,7 +48,8 @@ VERSION = 1
 FOLDER = ".transcripts"  # inside the models folder (a dot folder: not a model)
 IDENTITIES = "identities"  # inside the cache folder: a file's identity -> its digest
 MAX_ENTRIES = 200
-MAX_IDENTITIES = 4 * MAX_ENTRIES  # (about 70 bytes each)
+MAX_IDENTITIES = 4 * MAX_ENTRIES  # (about 200 bytes each)
+SETTLED_NS = 2_000_000_000  # a file written this recently is hashed again next time
 MAX_BYTES = 64 << 20  # an hour of speech is about 100 kB of JSON
 MEMORY_ENTRIES = 16  # a server keeps its most recent transcripts in memory too
 
@@ -192,9 +194,7 @@ class TranscriptCache:
     def digest(self, path: str | os.PathLike) -> str:
         """:func:`file_digest` of ``path``, read back when this file (the same
         :func:`file_identity`) was hashed before: a follow-up question about a 10-minute
-        recording reads 70 bytes, not 19 MB. Remembered only when the file kept its identity
-        while it was read (a file being written is hashed again next time). OSError when the
-        file cannot be read."""
+        recording reads a line, not 19 MB. OSError when the file cannot be read."""
         identity = file_identity(path)
         where = self.folder / IDENTITIES / hashlib.sha256(identity.encode()).hexdigest()[:32]
         try:
@@ -207,7 +207,11 @@ class TranscriptCache:
             pass
         digest = file_digest(path)
         try:
-            unchanged = file_identity(path) == identity
+            # Remembered only when the file kept its identity while it was read, and was last
+            # written long enough ago that a later write cannot share its time stamp (file
+            # systems keep times in ticks of a few ms: git's "racily clean" entries).
+            unchanged = file_identity(path) == identity and \
+                time.time_ns() - os.stat(path).st_mtime_ns > SETTLED_NS
             if unchanged:
                 where.parent.mkdir(parents=True, exist_ok=True)
         except OSError:
