@@ -9,8 +9,8 @@ Each revision is exported (``git archive``) into a folder of its own and run as
 with the same interpreter, models folder and encoder choice. Three measurements:
 
 1. **first question on a short clip** (≤ 30 s, no transcript cached): before and after
-   interleaved, ``--rounds`` each (after: a fresh, empty transcript cache every round, so it
-   transcribes, hashes and writes its entry);
+   interleaved, ``--rounds`` each (each run with a fresh, empty transcript cache of its own,
+   so it transcribes, hashes and writes its entry);
 2. **a 10-minute recording made of many short clips** (the LibriVox and cards clips of
    pocketsphinx-testdata, moonshine-voice's three assets and the repository's sample, with
    half a second of silence between them, repeated to 10 minutes): the first question after
@@ -173,10 +173,12 @@ def main() -> None:
     run(after_pkg, short, {**env, "AS2D_TRANSCRIPT_CACHE": "off"})
     first = {"before": [], "after": []}
     for i in range(0 if a.skip_first else a.rounds):
-        cache = work / f"cache-first-{i}"
         order = ("before", "after") if i % 2 == 0 else ("after", "before")
         for which in order:
             pkg = before_pkg if which == "before" else after_pkg
+            # A fresh cache of its own for each (a shared one would answer the second from
+            # the first one's entry, where both revisions keep transcripts).
+            cache = work / f"cache-first-{i}-{which}"
             first[which].append(run(pkg, short, {**env, "AS2D_TRANSCRIPT_CACHE": str(cache)}))
         print("first", i, first["before"][-1]["wall_s"], first["after"][-1]["wall_s"],
               flush=True)
