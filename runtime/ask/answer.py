@@ -103,11 +103,13 @@ class AskOptions:
     # set, under a minute and 400 tokens, is); a longer one is answered from ``passage_tokens``
     # of its passages that share the most words with the question (retrieval over the whole
     # transcript, then the model on the best passages). On the dev questions asked of one
-    # 10-minute recording of their clips (``scripts/ask_long.py``,
-    # bench/results/ask-long-passages-2026-12-06.json), 256 tokens of passages put the
-    # answer in the first evidence passage for 61.6 % of the answerable questions against
-    # 57.5 % with 768, with a higher precision (75.7 % against 72.4 %), and a follow-up
-    # question prefills a third of the tokens; the test split was checked once.
+    # 10-minute recording of their clips (``scripts/ask_long.py --passage-tokens``;
+    # bench/results/ask-long-dev-p256.json against ask-long-dev.json), 256 tokens of
+    # passages put the answer in the first evidence passage for 61.6 % of the answerable
+    # questions against 57.5 % with 768 (384: 59.6 %), at a higher precision (75.7 % against
+    # 72.4 %); on the test split, scored once, 57.3 % against 53.4 % (precision 65.8 % against
+    # 60.9 %: ask-long-test-p256.json, ask-long-test-p768.json). And a follow-up question
+    # prefills about 200 tokens after the stored head instead of 750.
     whole_tokens: int = 768
     passage_tokens: int = 256
     abstain: float = ABSTAIN_BELOW
