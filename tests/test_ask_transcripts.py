@@ -78,7 +78,7 @@ def test_a_file_is_hashed_once_then_known_by_its_identity(tmp_path, monkeypatch)
     import as2d.runtime.ask.transcripts as transcripts
 
     cache = TranscriptCache(tmp_path / "c")
-    audio = tmp_path / "a.wav"
+    audio = tmp_path / "Stra\u00dfe \u97f3.wav"  # (a name in any script)
     audio.write_bytes(b"RIFF" + bytes(4000))
     assert cache.digest(audio) == file_digest(audio)  # written just now: not remembered
     assert not (tmp_path / "c" / "identities").exists()

@@ -196,14 +196,15 @@ class TranscriptCache:
         :func:`file_identity`) was hashed before: a follow-up question about a 10-minute
         recording reads a line, not 19 MB. OSError when the file cannot be read."""
         identity = file_identity(path)
-        where = self.folder / IDENTITIES / hashlib.sha256(identity.encode()).hexdigest()[:32]
+        raw = identity.encode("utf-8", "surrogateescape")  # (any name a file system allows)
+        where = self.folder / IDENTITIES / hashlib.sha256(raw).hexdigest()[:32]
         try:
-            known = where.read_text(encoding="ascii")
+            known = where.read_text(encoding="utf-8", errors="surrogateescape")
             if known.startswith(identity + "\n"):
                 digest = known[len(identity) + 1:].strip()
                 if digest.startswith("file:") and len(digest) == 69:
                     return digest
-        except (OSError, UnicodeDecodeError):
+        except OSError:
             pass
         digest = file_digest(path)
         try:
@@ -217,7 +218,8 @@ class TranscriptCache:
         except OSError:
             return digest
         if unchanged and write_replacing(
-                where, lambda p: p.write_text(f"{identity}\n{digest}\n", encoding="ascii")):
+                where, lambda p: p.write_text(f"{identity}\n{digest}\n", encoding="utf-8",
+                                              errors="surrogateescape")):
             self._prune_identities()
         return digest
 
