@@ -331,7 +331,6 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
     from as2d.runtime.ask.question import question_error
     from as2d.runtime.ask.transcripts import (
         default_cache,
-        file_digest,
         read_whisper_json,
         samples_digest,
     )
@@ -359,7 +358,7 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
     store = default_cache(models_root(models_dir)) if cache else None
     digest = clip = None
     if store is not None and isinstance(audio, (str, os.PathLike)) and Path(audio).is_file():
-        digest = file_digest(audio)  # found in the cache: the audio is never decoded
+        digest = store.digest(audio)  # found in the cache: the audio is never decoded
         found = store.get(transcript_key(spec, digest, options))
         if found is not None:
             with Engine(replace(spec, speech=False)) as engine:

@@ -379,7 +379,11 @@ class Engine:
 
     def __init__(self, spec: EngineSpec, *, progress: Progress | None = None,
                  listener: Listener | None = None,
-                 load_whisper: WhisperLoader | None = None) -> None:
+                 load_whisper: WhisperLoader | None = None,
+                 llm: Background | None = None) -> None:
+        """``llm``: the spec's answering model, already loading (:func:`start_answering_model`:
+        ``as2d ask`` starts it before it looks for a cached transcript, which it needs either
+        way); None: started here when the spec names one."""
         self.spec = spec
         self.note = progress or (lambda message: None)
         self.listener = listener or ignore
@@ -410,10 +414,12 @@ class Engine:
         self._answerers: list[Background] = []
         self._closed = False
         if not spec.speech:  # answers transcripts only: the answering model, nothing else
-            self._llm = self._start_llm() if spec.llm else None
+            self._llm = llm if llm is not None else self._start_llm() if spec.llm else None
             return
         try:
-            if spec.llm:  # found (or installed) here: a missing package costs nothing else
+            if llm is not None:
+                parts.llm = llm
+            elif spec.llm:  # found (or installed) here: a missing package costs nothing else
                 parts.llm = self._start_llm()
             if alone:
                 self.note(alone)
@@ -491,26 +497,7 @@ class Engine:
         return SerialSD(self.target, draft_model, self.listener, budget), None
 
     def _start_llm(self) -> Background:
-        """The answering model, loaded and row-checked on a thread, beside the speech models
-        and the transcription. A catalog name is resolved (installed on first use) first, here,
-        so that a missing package fails before anything else is loaded."""
-        spec = self.spec
-        name = spec.llm
-        if not Path(name).expanduser().is_dir():
-            name = str(loading.resolve_bundle_dir(name, spec.llm_precision, spec.models_dir,
-                                                  progress=self.note, kind="llm"))
-        threads = self.thread_plan.total
-
-        def load():
-            lm = loading.load_llm(name, spec.llm_precision, spec.models_dir, threads,
-                                  progress=self.note)
-            # The one-line answer's stop set (a scan of a Hugging Face vocabulary, 0.15 s for
-            # 262k tokens) and the row check, here beside the transcription.
-            lm.tokenizer.newline_ids()
-            _ = lm.lossless
-            return lm
-
-        return Background(load, name="as2d-load-llm")
+        return start_answering_model(self.spec, self.note)
 
     def _load_speakers(self):
         from as2d.models.speakers import install_speaker_models
@@ -914,6 +901,33 @@ class Engine:
         self.close()
 
 
+def start_answering_model(spec: EngineSpec, progress: Progress | None = None) -> Background:
+    """``spec``'s answering model, loaded and row-checked on a thread, beside the speech
+    models and the transcription (or, for a follow-up question, beside the rest of the start-up:
+    its session takes 0.4 s to make); an :class:`Engine` made with it takes it. A catalog name
+    is resolved (installed on first use) first, here, so that a missing package fails before
+    anything else is loaded (a :class:`ModelError`)."""
+    note = progress or (lambda message: None)
+    name = spec.llm
+    if not name:
+        raise ModelError("no answering model was named (give the engine an llm)")
+    if not Path(name).expanduser().is_dir():
+        name = str(loading.resolve_bundle_dir(name, spec.llm_precision, spec.models_dir,
+                                              progress=note, kind="llm"))
+    threads = max(1, spec.threads or cpu_count())  # (every plan's total: plan_threads)
+
+    def load():
+        lm = loading.load_llm(name, spec.llm_precision, spec.models_dir, threads,
+                              progress=note)
+        # The one-line answer's stop set (a scan of a Hugging Face vocabulary, 0.15 s for
+        # 262k tokens) and the row check, here beside the transcription.
+        lm.tokenizer.newline_ids()
+        _ = lm.lossless
+        return lm
+
+    return Background(load, name="as2d-load-llm")
+
+
 def _voice_detector(kind: str = "silero"):
     """A voice detector (``silero`` or ``energy``): the engine makes every one, for
     transcribe's VAD filter and each live session."""
@@ -937,6 +951,13 @@ def _answerer(pending: Background):
         return pending.result()
     except ValueError as exc:
         raise AnswerError("answerer", exc) from None
+
+
+def settle(pending: Background | None) -> None:
+    """Wait for a model loading on a thread (:func:`start_answering_model`), whatever its
+    outcome, before the process goes on to exit."""
+    if pending is not None:
+        _settle(pending)
 
 
 def _settle(pending: Background) -> None:

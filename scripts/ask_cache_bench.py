@@ -9,8 +9,8 @@ Each revision is exported (``git archive``) into a folder of its own and run as
 with the same interpreter, models folder and encoder choice. Three measurements:
 
 1. **first question on a short clip** (≤ 30 s, no transcript cached): before and after
-   interleaved, ``--rounds`` each (after: a fresh, empty transcript cache every round, so it
-   transcribes, hashes and writes its entry);
+   interleaved, ``--rounds`` each (each run with a fresh, empty transcript cache of its own,
+   so it transcribes, hashes and writes its entry);
 2. **a 10-minute recording made of many short clips** (the LibriVox and cards clips of
    pocketsphinx-testdata, moonshine-voice's three assets and the repository's sample, with
    half a second of silence between them, repeated to 10 minutes): the first question after
@@ -18,8 +18,15 @@ with the same interpreter, models folder and encoder choice. Three measurements:
    cache warm; and before, where every question transcribes the whole recording again
    (``--long-before`` rounds: each is a whole transcription).
 
+3. with ``--follow-up-before`` (a before revision that has the transcript cache too):
+   follow-up questions about the long recording by before and after interleaved, each round
+   the same question by both, on the same warm cache, and whether they answer alike.
+
 Wall time per process and its CPU time (user + system, from ``getrusage``) are recorded: on a
-shared machine the wall time carries other people's load, the CPU time much less of it.
+shared machine the wall time carries other people's load, the CPU time much less of it. Each
+exported tree is byte-compiled first (``compileall``), as ``pip install`` leaves an installed
+package: a process does not spend its start compiling the sources (where
+``PYTHONDONTWRITEBYTECODE`` is set, it otherwise would every time).
 """
 
 from __future__ import annotations
@@ -63,6 +70,9 @@ def export(rev: str, into: Path) -> Path:
     shutil.copytree(src / "as2d_cli", pkg)
     (pkg / "runtime").symlink_to(src / "runtime")
     (pkg / "models").symlink_to(src / "models")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(pkg), str(src / "runtime"),
+                    str(src / "models")], check=True, env={**os.environ,
+                                                           "PYTHONDONTWRITEBYTECODE": ""})
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
                             capture_output=True, text=True).stdout.strip()
     return into / "pkg", commit
@@ -134,6 +144,9 @@ def main() -> None:
                          "a bounded prompt")
     ap.add_argument("--skip-first", action="store_true",
                     help="leave out the first-question comparison on the short clip")
+    ap.add_argument("--follow-up-before", action="store_true",
+                    help="the before revision has the transcript cache too: time its "
+                         "follow-ups interleaved with after's on the same warm cache")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
 
@@ -160,10 +173,12 @@ def main() -> None:
     run(after_pkg, short, {**env, "AS2D_TRANSCRIPT_CACHE": "off"})
     first = {"before": [], "after": []}
     for i in range(0 if a.skip_first else a.rounds):
-        cache = work / f"cache-first-{i}"
         order = ("before", "after") if i % 2 == 0 else ("after", "before")
         for which in order:
             pkg = before_pkg if which == "before" else after_pkg
+            # A fresh cache of its own for each (a shared one would answer the second from
+            # the first one's entry, where both revisions keep transcripts).
+            cache = work / f"cache-first-{i}-{which}"
             first[which].append(run(pkg, short, {**env, "AS2D_TRANSCRIPT_CACHE": str(cache)}))
         print("first", i, first["before"][-1]["wall_s"], first["after"][-1]["wall_s"],
               flush=True)
@@ -200,6 +215,15 @@ def main() -> None:
                                                  str(long), q], lenv), "question": q})
             print(f"long follow-up (after, --context {n})", bounded[n][-1]["wall_s"],
                   flush=True)
+    both = {"before": [], "after": []}
+    for i in range(a.rounds if a.follow_up_before else 0):
+        q = LONG_QUESTIONS[1 + i % (len(LONG_QUESTIONS) - 1)]
+        for which in (("before", "after") if i % 2 == 0 else ("after", "before")):
+            pkg = before_pkg if which == "before" else after_pkg
+            both[which].append({**run(pkg, ["-q", "--no-live", str(long), q], lenv),
+                                "question": q})
+        print("long follow-up before/after", both["before"][-1]["wall_s"],
+              both["after"][-1]["wall_s"], flush=True)
     old = []
     for i in range(a.long_before):
         q = LONG_QUESTIONS[1 + i % (len(LONG_QUESTIONS) - 1)]
@@ -215,6 +239,19 @@ def main() -> None:
                                                   / summary(follow)["wall_median_s"], 1)
         if old else None,
         "runs_after": follow, "runs_before": old}
+    if a.follow_up_before:
+        pairs = list(zip(both["before"], both["after"]))
+        doc["long_recording"]["follow_up_interleaved"] = {
+            "before": summary(both["before"]), "after": summary(both["after"]),
+            "after_over_before_wall": round(summary(both["after"])["wall_median_s"]
+                                            / summary(both["before"])["wall_median_s"], 3),
+            "after_over_before_cpu": round(summary(both["after"])["cpu_median_s"]
+                                           / summary(both["before"])["cpu_median_s"], 3),
+            "same_answer_line": sum(b["answer"].splitlines()[:1] == f["answer"].splitlines()[:1]
+                                    for b, f in pairs),
+            "same_answer_and_evidence": sum(b["answer"] == f["answer"] for b, f in pairs),
+            "questions": len(pairs)}
+        doc["long_recording"]["runs_interleaved"] = both
     doc["load_average_at_end"] = os.getloadavg()
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")

@@ -100,6 +100,8 @@ def main() -> int:
     ap.add_argument("--no-judge", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--models-dir", type=Path, default=None)
+    ap.add_argument("--passage-tokens", type=int, default=None,
+                    help="transcript tokens an answer is made from (default: AskOptions')")
     args = ap.parse_args()
 
     from as2d.loading import load_llm
@@ -121,7 +123,8 @@ def main() -> int:
     ends = {n: offsets[n] + clips[n]["duration"] for n in taken}
     questions = [q for q in qset.questions if q.split == args.split and q.clip in offsets]
     lm = load_llm(args.llm, None, args.models_dir, threads)
-    answerer = Answerer(lm, None, AskOptions(judge=not args.no_judge))
+    budget = {} if args.passage_tokens is None else {"passage_tokens": args.passage_tokens}
+    answerer = Answerer(lm, None, AskOptions(judge=not args.no_judge, **budget))
     rows, seconds, table = [], [], {}
     for q in questions:
         if q.time is not None:  # the interval in the joined recording

@@ -72,6 +72,32 @@ def test_the_cache_keeps_finds_bounds_and_clears(tmp_path):
     assert cache.clear() == (1, size) and cache.entries() == [] and cache.get("c") is None
 
 
+def test_a_file_is_hashed_once_then_known_by_its_identity(tmp_path, monkeypatch):
+    import os
+
+    import as2d.runtime.ask.transcripts as transcripts
+
+    cache = TranscriptCache(tmp_path / "c")
+    audio = tmp_path / "Stra\u00dfe \u97f3.wav"  # (a name in any script)
+    audio.write_bytes(b"RIFF" + bytes(4000))
+    assert cache.digest(audio) == file_digest(audio)  # written just now: not remembered
+    assert not (tmp_path / "c" / "identities").exists()
+    os.utime(audio, ns=(10**18, 10**18))  # (as if written long ago)
+    first = cache.digest(audio)
+    assert first == file_digest(audio) and len(list((tmp_path / "c").rglob("*"))) == 2
+
+    def unread(path, *a):
+        raise AssertionError(f"{path} was read again")
+
+    monkeypatch.setattr(transcripts, "file_digest", unread)
+    assert cache.digest(audio) == first  # read back, the file not read
+    audio.write_bytes(b"RIFF" + bytes(3999) + b"x")  # the same size, other bytes
+    os.utime(audio, ns=(10**18 + 1, 10**18 + 1))
+    monkeypatch.undo()
+    assert cache.digest(audio) == file_digest(audio) != first  # another identity: hashed
+    assert cache.clear() == (0, 0) and not list((tmp_path / "c" / "identities").iterdir())
+
+
 def test_keys_follow_content_and_options_not_names(tmp_path):
     a = tmp_path / "a.wav"
     shutil.copy(CLIP, a)
@@ -153,13 +179,23 @@ def test_several_questions_one_transcription_evidence_in_the_document(asked):
     assert len(TranscriptCache(cache).entries()) == 1  # one transcription, kept once
 
 
-def test_a_copy_is_answered_from_the_cache_plain_as_json(asked, models_root, tmp_path):
+def test_a_copy_is_answered_from_the_cache_plain_as_json(asked, models_root, tmp_path,
+                                                        monkeypatch):
+    import as2d.cli.resolve as resolve
+
     cache, docs = asked
     copy = tmp_path / "elsewhere.wav"
     shutil.copy(CLIP, copy)
+    built, build = [], resolve.build_engine
+    monkeypatch.setattr(resolve, "build_engine", lambda *a, **k: built.append(build(*a, **k))
+                        or built[-1])
     r = run("ask", copy, WHO, "--no-live", cache=cache, models_dir=models_root)
     assert r.exit_code == 0, r.output
     assert "transcript from the cache" in r.stderr and "transcribed" not in r.stderr
+    # A follow-up builds no speech model: no target, no transcriber, the answering model only.
+    (engine,) = built
+    assert engine.target is None and engine.transcriber is None and engine.strategy is None
+    assert engine._llm is not None
     lines = r.stdout.splitlines()
     # The answer, then its evidence, from the same document --json printed.
     assert lines[0] == docs[0]["answer"]

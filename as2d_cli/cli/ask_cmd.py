@@ -169,15 +169,10 @@ def validate(req: AskRequest) -> None:
 def run_ask(req: AskRequest) -> int:
     """Transcribe (or find the transcript), then answer each question; the exit code (130 if
     the transcription or the questions were stopped by Ctrl-C)."""
-    from as2d.cli.ask_display import make_ask_reporter
-    from as2d.cli.resolve import build_engine
-    from as2d.engine import EngineSpec, Heard
+    from as2d.cli.resolve import start_answering_model
+    from as2d.engine import EngineSpec
     from as2d.models.bundle import models_dir
-    from as2d.runtime.ask.answer import AskOptions
-    from as2d.runtime.ask.transcripts import TranscriptError, default_cache, read_whisper_json
-    from as2d.runtime.events import fanout
-    from as2d.runtime.transcribe.stats import StatsCollector
-    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+    from as2d.runtime.ask.transcripts import default_cache
 
     validate(req)
     note = make_note(req.quiet)
@@ -188,6 +183,35 @@ def run_ask(req: AskRequest) -> int:
              f"({size / 1e6:.1f} MB)")
         if req.file is None and req.transcript is None:
             return 0
+    spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
+                      decoder=req.decoder, threads=req.threads, encoder=req.encoder,
+                      models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision)
+    # The answering model is needed whether the transcript is cached, read from a file or
+    # made now: its session (0.4 s to make) loads from here on, beside the look-up and the
+    # rest of the start-up, which a follow-up question otherwise waited for. (Not for a file
+    # that is not there: that is said at once, as before.)
+    missing = req.file not in (None, "-") and not Path(req.file).exists()
+    llm = None if missing else start_answering_model(spec, note)
+    try:
+        return _run_ask(req, spec, cache, llm, note)
+    finally:
+        from as2d.engine import settle
+
+        settle(llm)  # (taken by the engine, or not: no loader left inside onnxruntime)
+
+
+def _run_ask(req: AskRequest, spec, cache, llm, note) -> int:
+    """:func:`run_ask` once the answering model is loading (``llm``; None: the engine starts
+    it)."""
+    from as2d.cli.ask_display import make_ask_reporter
+    from as2d.cli.resolve import build_engine
+    from as2d.engine import Heard
+    from as2d.runtime.ask.answer import AskOptions
+    from as2d.runtime.ask.transcripts import TranscriptError, read_whisper_json
+    from as2d.runtime.events import fanout
+    from as2d.runtime.transcribe.stats import StatsCollector
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+
     # No audio to decode when the transcript is a file or cached: a follow-up question loads
     # the answering model alone. A bad input costs nothing else.
     length = {} if req.max_tokens is None else {"max_tokens": req.max_tokens}
@@ -195,9 +219,6 @@ def run_ask(req: AskRequest) -> int:
     options = AskOptions(candidates=not req.no_candidates, style=req.style,
                          context_tokens=req.context, **length)
     transcribe_options = TranscribeOptions(language=req.language)
-    spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
-                      decoder=req.decoder, threads=req.threads, encoder=req.encoder,
-                      models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision)
     heard = digest = audio = None
     if req.transcript is not None:
         try:
@@ -226,7 +247,7 @@ def run_ask(req: AskRequest) -> int:
         if audio is not None and audio.truncated:
             err(f"as2d: warning: {req.file}: the file is truncated; using the "
                 f"{audio.duration:.1f} s that are there")
-        engine = build_engine(spec, note, listener)
+        engine = build_engine(spec, note, listener, llm=llm)
         with engine:
             first = req.questions[0] if req.questions else None
             pending = engine.prepare_answerer(options, listener, first)
@@ -282,13 +303,12 @@ def _cached(req: AskRequest, spec, cache, transcribe_options):
     file, which load_audio then reads or refuses in its own words)."""
     from as2d.engine import Heard, transcript_key
     from as2d.loading import ModelError
-    from as2d.runtime.ask.transcripts import file_digest
 
     path = Path(req.file)
     if cache is None or req.file == "-" or not path.is_file():
         return None, None
     try:
-        digest = file_digest(path)
+        digest = cache.digest(path)  # (read back for a file hashed before)
     except OSError:
         return None, None  # load_audio says why, in its words
     try:

@@ -33,9 +33,18 @@ def catalog_entry(spec: str):
     return _as_user_error(loading.catalog_entry, spec)
 
 
-def build_engine(spec, note: Progress, listener=None):
+def build_engine(spec, note: Progress, listener=None, llm=None):
     """:class:`as2d.engine.Engine` for ``spec``, failing as a :class:`UserError`: a model that
-    cannot be found or loaded is one line (exit 1)."""
+    cannot be found or loaded is one line (exit 1). ``llm``: its answering model, already
+    loading (:func:`start_answering_model`)."""
     from as2d.engine import Engine
 
-    return _as_user_error(Engine, spec, progress=note, listener=listener)
+    return _as_user_error(Engine, spec, progress=note, listener=listener, llm=llm)
+
+
+def start_answering_model(spec, note: Progress):
+    """:func:`as2d.engine.start_answering_model`, failing as a :class:`UserError` (a missing
+    model, one line)."""
+    from as2d.engine import start_answering_model as start
+
+    return _as_user_error(start, spec, note)

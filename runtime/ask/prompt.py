@@ -320,10 +320,13 @@ class PromptBuilder:
 
     # -- planning -------------------------------------------------------------------------------
     def plan(self, spans: Sequence[Span], question: str, budget: int,
-             window_tokens: int = 96, passage_tokens: int | None = None) -> PromptPlan:
+             window_tokens: int = 96, passage_tokens: int | None = None,
+             whole_tokens: int | None = None) -> PromptPlan:
         """A prompt of at most ``budget`` tokens: the whole transcript if it fits (in
-        ``passage_tokens`` of transcript, when given), else the passages most related to the
-        question (and a note saying so)."""
+        ``whole_tokens`` of transcript, when given; default ``passage_tokens``), else the
+        passages most related to the question, in at most ``passage_tokens`` (and a note
+        saying so)."""
+        whole = passage_tokens if whole_tokens is None else whole_tokens
         stops = set(self.eos_ids)
         one_line = self.style != "instruct"
         if one_line:
@@ -336,8 +339,7 @@ class PromptBuilder:
         line_tokens = [len(self.codec.text(("\n" if i else "") + transcript_lines([s], timed)))
                        for i, s in enumerate(spans)]
         transcript_tokens = sum(line_tokens)
-        if (len(ids) <= budget and (passage_tokens is None
-                                    or transcript_tokens <= passage_tokens)) or not spans:
+        if (len(ids) <= budget and (whole is None or transcript_tokens <= whole)) or not spans:
             return PromptPlan(ids, "".join(p for p, _ in pieces), list(spans), False, None,
                               transcript_tokens, self.style, timed, frozenset(stops), one_line,
                               near, self._static(ends), ends[self._transcript_piece()])
@@ -345,8 +347,7 @@ class PromptBuilder:
         room = budget - frame - 8  # a little slack: joins tokenize a bit differently
         limit = f"the answering model's context ({budget} tokens for the prompt)"
         if passage_tokens is not None and passage_tokens < room:
-            room, limit = passage_tokens, f"the {passage_tokens} tokens of transcript an " \
-                "answer is made from"
+            room, limit = passage_tokens, f"the {whole} tokens of transcript read whole"
         if room < 16:
             raise ValueError(f"the question and the prompt's examples leave no room for the "
                              f"transcript in {budget} tokens of context")

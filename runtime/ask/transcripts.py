@@ -7,7 +7,10 @@ keyed by:
 
 * the audio's **content**: the SHA-256 of the file's bytes (:func:`file_digest`; an array
   given to the API: of its 16-kHz float32 samples, :func:`samples_digest`), so the same file
-  under another name or path is found, and a changed file is not;
+  under another name or path is found, and a changed file is not. A follow-up question reads
+  the digest back instead of the file (:meth:`TranscriptCache.digest`: remembered under the
+  file's identity, its path, device, inode, size and change times, as git's index does; a file
+  written since has another identity and is hashed again);
 * what decides the **text**: the speech model (its bundle's manifest, so a re-converted model
   is another), the encoder back end asked for (back ends differ in the last bits, which can
   flip a word) with the runtime versions, and the transcription options. Not the decoder, the
@@ -31,6 +34,7 @@ import json
 import math
 import os
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -42,7 +46,10 @@ from as2d.runtime.files import write_replacing
 FORMAT = "as2d-transcript"
 VERSION = 1
 FOLDER = ".transcripts"  # inside the models folder (a dot folder: not a model)
+IDENTITIES = "identities"  # inside the cache folder: a file's identity -> its digest
 MAX_ENTRIES = 200
+MAX_IDENTITIES = 4 * MAX_ENTRIES  # (about 200 bytes each)
+SETTLED_NS = 2_000_000_000  # a file written this recently is hashed again next time
 MAX_BYTES = 64 << 20  # an hour of speech is about 100 kB of JSON
 MEMORY_ENTRIES = 16  # a server keeps its most recent transcripts in memory too
 
@@ -99,6 +106,15 @@ def file_digest(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return "file:" + h.hexdigest()
+
+
+def file_identity(path: str | os.PathLike) -> str:
+    """What changes when a file is replaced or written: its resolved path, device, inode,
+    size and modification and change times in nanoseconds (OSError when it cannot be
+    read)."""
+    st = os.stat(path)
+    return (f"{os.path.realpath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|"
+            f"{st.st_mtime_ns}|{st.st_ctime_ns}")
 
 
 def samples_digest(samples) -> str:
@@ -175,6 +191,51 @@ class TranscriptCache:
             self.prune()
         return ok
 
+    def digest(self, path: str | os.PathLike) -> str:
+        """:func:`file_digest` of ``path``, read back when this file (the same
+        :func:`file_identity`) was hashed before: a follow-up question about a 10-minute
+        recording reads a line, not 19 MB. OSError when the file cannot be read."""
+        identity = file_identity(path)
+        raw = identity.encode("utf-8", "surrogateescape")  # (any name a file system allows)
+        where = self.folder / IDENTITIES / hashlib.sha256(raw).hexdigest()[:32]
+        try:
+            known = where.read_text(encoding="utf-8", errors="surrogateescape")
+            if known.startswith(identity + "\n"):
+                digest = known[len(identity) + 1:].strip()
+                if digest.startswith("file:") and len(digest) == 69:
+                    return digest
+        except OSError:
+            pass
+        digest = file_digest(path)
+        try:
+            # Remembered only when the file kept its identity while it was read, and was last
+            # written long enough ago that a later write cannot share its time stamp (file
+            # systems keep times in ticks of a few ms: git's "racily clean" entries).
+            unchanged = file_identity(path) == identity and \
+                time.time_ns() - os.stat(path).st_mtime_ns > SETTLED_NS
+            if unchanged:
+                where.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return digest
+        if unchanged and write_replacing(
+                where, lambda p: p.write_text(f"{identity}\n{digest}\n", encoding="utf-8",
+                                              errors="surrogateescape")):
+            self._prune_identities()
+        return digest
+
+    def _prune_identities(self) -> None:
+        try:
+            found = [(p.stat().st_mtime, p) for p in (self.folder / IDENTITIES).iterdir()]
+        except OSError:
+            return
+        if len(found) <= MAX_IDENTITIES:
+            return
+        for _, p in sorted(found, key=lambda e: e[0])[:len(found) - MAX_IDENTITIES]:
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
     def _remember(self, key: str, transcript: Transcript) -> None:
         with self._lock:
             self._memory[key] = transcript
@@ -222,6 +283,11 @@ class TranscriptCache:
                 n, size = n + 1, size + b
             except OSError:
                 pass
+        try:
+            for p in (self.folder / IDENTITIES).iterdir():
+                p.unlink(missing_ok=True)
+        except OSError:
+            pass
         return n, size
 
 
