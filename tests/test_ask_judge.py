@@ -60,6 +60,13 @@ def test_a_span_chosen_by_a_hair_from_a_passage_that_says_little_is_withheld():
     assert not judge(replace(found("Repairs.", where=(1,)), candidates=rivals), SPANS, q,
                      ENGLISH_POLICY, 0.5).abstained
     assert not judge(found("Repairs.", where=(1,)), SPANS, q, ENGLISH_POLICY, 0.5).abstained
+    # the same answer found again in another passage is no rival (it was: margin 0)
+    again = [Candidate("Repairs.", "line", (1,), score=1.0),
+             Candidate("Repairs.", "line", (2,), score=0.99),
+             Candidate("Six weeks.", "line", (2,), score=-3.0)]
+    b = judge(replace(found("Repairs.", where=(1,)), candidates=again), SPANS, q,
+              ENGLISH_POLICY, 0.5)
+    assert not b.abstained and abs(b.margin - 4.0) < 1e-9
 
 
 def test_an_answer_not_of_the_kind_asked_is_withheld_with_the_closest_passage():

@@ -81,11 +81,12 @@ def support(question: str, spans: Sequence[Span], where: Sequence[int]) -> float
 def margin(answer) -> float | None:
     """How far the chosen span's score stands above the best other candidate's (None: the
     answer is no scored span, or it had no rival)."""
-    mine = [c for c in answer.candidates if c.text == answer.text]
+    mine = [c.score for c in answer.candidates if c.text == answer.text]
     if answer.method != "extracted" or not mine:
         return None
-    others = [c.score for c in answer.candidates if c is not mine[0] and c.score == c.score]
-    return float(mine[0].score - max(others)) if others else None
+    # A rival is another answer: the same text found again (in another span) is not one.
+    others = [c.score for c in answer.candidates if c.text != answer.text and c.score == c.score]
+    return float(max(mine) - max(others)) if others else None
 
 
 def indices(spans: Sequence[Span], chosen: Sequence[Span]) -> list[int]:
