@@ -584,8 +584,12 @@ class Engine:
         if options is not None and options.vad_filter:
             self.voice_detector()
         run, reason = self._for_language(options)
+        plan = None
         if info is not None:  # read by the faces even when the run never starts (a Ctrl-C)
-            info.plan = run.plan_ahead(options or _default_options(), reason)
+            try:
+                plan = info.plan = run.plan(options or _default_options(), reason)
+            except ValueError:
+                pass  # raised by the run, on iteration, where its other checks are
 
         def segments() -> Iterator:
             if options is not None:  # raised where the run's own checks are: on iteration
@@ -595,7 +599,7 @@ class Engine:
             with self._lock:
                 self._running = self._active = run
             try:
-                yield from run.transcribe(audio, options, info, reason)
+                yield from run.transcribe(audio, options, info, reason, plan)
             finally:
                 with self._lock:
                     self._running = None

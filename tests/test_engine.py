@@ -133,4 +133,4 @@ def test_a_run_reports_the_decoder_it_used(models_root):
         # came before the first window finds what the run would have used.
         info = TranscriptionInfo(None, 0.0, audio.duration)
         engine.transcribe(audio, TranscribeOptions(language="en", beam_size=5), info).close()
-        assert (info.plan.decoder, info.plan.search_name) == ("sd", "beam 5")
+        assert (info.plan.decoder, info.plan.search_name) == ("target", "beam 5")  # one plan

@@ -41,7 +41,6 @@ from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.transcribe import fallback, window_task
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
-from as2d.runtime.transcribe.beam import BeamOptions
 from as2d.runtime.transcribe.drafting import DraftingStrategy
 from as2d.runtime.transcribe.plan import RunPlan
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
@@ -197,21 +196,21 @@ class LongFormTranscriber:
         self.ahead.add(audio, language, options)
 
     def transcribe(self, audio: Audio | np.ndarray, options: TranscribeOptions | None = None,
-                   info: TranscriptionInfo | None = None, reason: str | None = None
-                   ) -> Iterator[Segment]:
+                   info: TranscriptionInfo | None = None, reason: str | None = None,
+                   plan: RunPlan | None = None) -> Iterator[Segment]:
         """Segments of ``audio`` as they are decoded (in a worker thread).
 
         ``info`` (optional) is filled in as decoding goes (the run's plan, language, duration,
         interruption). ``reason``: why this transcriber's decoder is less than the user asked
-        for (the engine's choice), carried into the plan.
+        for (the engine's choice), carried into the plan. ``plan``: :meth:`plan`'s for these
+        options, if the caller made it already (the engine does, to report it before the run).
         Closing the generator early, or an exception in the consumer, stops the workers.
         """
         options = options or TranscribeOptions()
         if not isinstance(audio, Audio):
             audio = Audio.from_array(audio)
         info = info if info is not None else TranscriptionInfo(None, 0.0, audio.duration)
-        if info.plan is None:
-            info.plan = self.plan_ahead(options, reason)
+        plan = info.plan = plan or self.plan(options, reason)
         info.duration, info.source = audio.duration, audio.source
         out: queue.Queue = queue.Queue(maxsize=64)
         done = object()
@@ -222,9 +221,9 @@ class LongFormTranscriber:
                 speech, timeline = audio, None
                 if options.vad_filter:
                     speech, timeline = self._speech_only(audio, options, info)
-                    if timeline is None:  # no speech at all: nothing to decode (the plan
-                        return  # made ahead stands)
-                for seg in self._run(speech, options, info, timeline, reason):
+                    if timeline is None:  # no speech at all: nothing to decode
+                        return
+                for seg in self._run(speech, options, info, plan, timeline):
                     out.put(seg)
                 finished.append(not info.interrupted)
             except BaseException as exc:  # handed to the consumer, re-raised there
@@ -274,22 +273,16 @@ class LongFormTranscriber:
 
     # -- the window loop ----------------------------------------------------------------------
     def _run(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo,
-             timeline: vad.Timeline | None = None, reason: str | None = None
-             ) -> Iterator[Segment]:
-        """The segments of ``audio``; with a ``timeline`` (VAD filter), ``audio`` is the
-        joined speech and every time is put back on the original recording."""
+             plan: RunPlan, timeline: vad.Timeline | None = None) -> Iterator[Segment]:
+        """The segments of ``audio`` decoded as ``plan`` says; with a ``timeline`` (VAD
+        filter), ``audio`` is the joined speech and every time is put back on the original
+        recording."""
         model, tk, decoder = self.model, self.model.tokenizer, self.strategy
         t_run = time.perf_counter()
+        language, search, multilingual = plan.language, plan.search, plan.multilingual
+        self._plan = plan
         # Computed ahead, while the last file decoded: the log-mel, maybe the first encoding.
         mel, encoding = self.ahead.run_started(audio)
-        try:
-            language = resolve_language(model, options.language)
-            search = beam_options(options)
-            multilingual = options.multilingual and model.multilingual
-        except BaseException:
-            if encoding is not None:
-                encoding.abandon()
-            raise
         if mel is None:
             mel = LogMel(audio, model.dims.n_mels)
         runner = WindowRunner(model, self.emit, self.run_options, audio.source,
@@ -303,8 +296,8 @@ class LongFormTranscriber:
         # From here an encoder thread, and soon the drafter, may be running: whatever fails
         # before the window loop (its own try ends them) must end them too.
         try:
-            plan = self._plan = self._make_plan(language, search, reason, multilingual)
-            info.plan = plan
+            if search is not None:
+                model.beam_session()  # made (and its graph added) before the first window
             self.emit(RunStarted(audio.source, audio.duration, plan.decoder, model.name,
                                  plan.drafter, decoder.threads(), model.encoder_name,
                                  plan.search_name))
@@ -440,31 +433,22 @@ class LongFormTranscriber:
             self.emit(SegmentDone(seg))
             yield seg
 
-    def plan_ahead(self, options: TranscribeOptions, reason: str | None = None) -> RunPlan:
-        """The plan of a run of ``options`` as far as it is known before the run starts (no
-        check is run; a bad option is the run's to report): the run's own plan replaces it,
-        and differs only where a beam search leaves the target alone."""
-        try:
-            language, search = resolve_language(self.model, options.language), \
-                beam_options(options)
-        except ValueError:
-            language = search = None
-        return RunPlan(self.strategy.name, self.strategy.drafter_name, reason, language, search,
-                       options.multilingual and self.model.multilingual)
+    def plan(self, options: TranscribeOptions, reason: str | None = None) -> RunPlan:
+        """The run's decisions, made once, before it starts (:mod:`.plan`): what the window
+        loop decodes with and what the faces report. Raises ValueError for a language the
+        model cannot transcribe, or a beam search it cannot run.
 
-    def _make_plan(self, language: str | None, search: BeamOptions | None,
-                   reason: str | None, multilingual: bool = False) -> RunPlan:
-        """The run's decisions, made once (:mod:`.plan`). The decoder is the strategy's, except
-        that speculative beam search needs a drafter's stream and batched rows that are the
-        rows of single passes (checked once on this machine): otherwise the target decodes the
-        beams alone, and the plan says why."""
+        The decoder is the strategy's, except that speculative beam search needs a drafter's
+        stream and batched rows that are the rows of single passes (checked once per model
+        and machine, and remembered): otherwise the target decodes the beams alone, and the
+        plan says why."""
         model, decoder = self.model, self.strategy
+        language, search = resolve_language(model, options.language), beam_options(options)
         name, drafter = decoder.name, decoder.drafter_name
         if search is not None:
             if model.beam_graph is None:  # a Hugging Face ONNX export
                 raise ValueError(f"{model.name}: beam search needs an as2d Whisper model "
                                  "(a Hugging Face ONNX export decodes greedily only)")
-            model.beam_session()  # made (and its graph added) before the first window
             exact = beams_exact(model, decoder.pass_threads)
             if not exact:
                 self.emit(Note("beam search: this machine computes the batched decoder's "
@@ -476,7 +460,8 @@ class LongFormTranscriber:
                           f"beam search: the {name} decoder has no drafter's stream to take "
                           "candidates from")
                 name, drafter = "target", None
-        return RunPlan(name, drafter, reason, language, search, multilingual)
+        return RunPlan(name, drafter, reason, language, search,
+                       options.multilingual and model.multilingual)
 
     def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                 rules: LogitRules, sample_len: int, options: TranscribeOptions,

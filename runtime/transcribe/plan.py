@@ -1,8 +1,9 @@
 """What one transcription run decodes with, decided once before its first window.
 
 A run's decisions used to be made where each was needed and reported back afterwards; now the
-transcriber makes one :class:`RunPlan` when a run starts, from the options, the model and the
-decoder it was built with, and everything downstream reads it: the window loop (the search,
+transcriber makes one :class:`RunPlan` (``LongFormTranscriber.plan``) before a run starts, from
+the options, the model and the decoder it was built with (the engine makes it when the call is
+made, and the run takes that one), and everything downstream reads it: the window loop (the search,
 whether candidates are verified), the run's :class:`~as2d.runtime.events.RunStarted` (so
 ``--stats``), and the faces' JSON documents and API callers (through
 ``TranscriptionInfo.plan``, which the engine fills in before the run starts, so a face never
