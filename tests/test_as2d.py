@@ -12,6 +12,7 @@ import random
 import shutil
 import subprocess
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -450,6 +451,11 @@ def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
     from as2d.writers import segment_dict
 
     assert segment_dict(alone[-1])["language"] == "de"  # json's segments say it
+    from as2d.runtime.whisper.alignment import WordAligner
+
+    aligner = WordAligner.for_run(target, "en", replace(options, word_timestamps=True))
+    aligner.language = "de"  # what the run sets for the German window: aligned after <|de|>
+    assert aligner.sot_sequence == target.tokenizer.sot_sequence("de", "transcribe")
     events = []
     run = LongFormTranscriber(target, AS2D(target, drafter, budget=Budget()), events.append)
     assert [s.tokens for s in run.transcribe(english_then_german, options)] == \

@@ -188,9 +188,10 @@ def run_ask(req: AskRequest) -> int:
                       models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision)
     # The answering model is needed whether the transcript is cached, read from a file or
     # made now: its session (0.4 s to make) loads from here on, beside the look-up and the
-    # rest of the start-up, which a follow-up question otherwise waited for. (Not for a file
-    # that is not there: that is said at once, as before.)
-    missing = req.file not in (None, "-") and not Path(req.file).exists()
+    # rest of the start-up, which a follow-up question otherwise waited for. (Not for an
+    # audio or transcript file that is not there: that is said at once, as before.)
+    missing = any(f not in (None, "-") and not Path(f).is_file()
+                  for f in (req.file, req.transcript))
     llm = None if missing else start_answering_model(spec, note)
     try:
         return _run_ask(req, spec, cache, llm, note)

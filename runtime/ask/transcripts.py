@@ -108,13 +108,25 @@ def file_digest(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return "file:" + h.hexdigest()
 
 
-def file_identity(path: str | os.PathLike) -> str:
+def file_identity(path: str | os.PathLike, sample: int = 1 << 16) -> str:
     """What changes when a file is replaced or written: its resolved path, device, inode,
-    size and modification and change times in nanoseconds (OSError when it cannot be
-    read)."""
-    st = os.stat(path)
-    return (f"{os.path.realpath(path)}|{st.st_dev}|{st.st_ino}|{st.st_size}|"
-            f"{st.st_mtime_ns}|{st.st_ctime_ns}")
+    size, modification and change times in nanoseconds, and a SHA-256 of its first and last
+    64 KiB (OSError when it cannot be read).
+
+    The sample is for the file systems whose times and inodes do not tell: a recorder without
+    a clock stamps every file on its FAT card with one time, FAT's "change time" is the
+    creation time and its inode numbers repeat after a replug, so a new REC001.WAV of the
+    same length would otherwise pass for the old one. Opening the file (``fstat``, not
+    ``stat``) also makes a network file system check its cached attributes."""
+    real = os.path.realpath(path)
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        h = hashlib.sha256(f.read(sample))
+        if st.st_size > sample:
+            f.seek(max(sample, st.st_size - sample))
+            h.update(f.read(sample))
+    return (f"{real}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|"
+            f"{st.st_ctime_ns}|{h.hexdigest()[:32]}")
 
 
 def samples_digest(samples) -> str:
@@ -211,8 +223,9 @@ class TranscriptCache:
             # Remembered only when the file kept its identity while it was read, and was last
             # written long enough ago that a later write cannot share its time stamp (file
             # systems keep times in ticks of a few ms: git's "racily clean" entries).
+            st = os.stat(path)
             unchanged = file_identity(path) == identity and \
-                time.time_ns() - os.stat(path).st_mtime_ns > SETTLED_NS
+                time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS
             if unchanged:
                 where.parent.mkdir(parents=True, exist_ok=True)
         except OSError:

@@ -81,7 +81,7 @@ class AS2D(DraftingStrategy):
         # An English-only drafter (or a language given by the user) does not need the target's
         # language detection, which costs a whole encoder run: drafting through it gives the
         # drafter that much lead, and short clips most of their speed-up.
-        if language is None and self.drafter.multilingual and not _multilingual(options):
+        if language is None and self.drafter.multilingual and not self._multilingual(options):
             return  # it needs the language the target is about to detect
         if not self._adopt(mel, language):
             self._start_drafting(mel, language, options)
@@ -90,7 +90,7 @@ class AS2D(DraftingStrategy):
         """``mel`` is transcribed after the current run (and the ones prefetched before it):
         draft it as soon as the drafter is done with those. Its events are held back until its
         run begins, so statistics and live views see them with their own file."""
-        if not _multilingual(options):
+        if not self._multilingual(options):
             if language is None and self.drafter.multilingual:
                 return  # it needs the language the target detects when it gets there
             if not self.drafter_understands(language):
@@ -136,13 +136,23 @@ class AS2D(DraftingStrategy):
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         super().begin(mel, language, options)
         self.times.audio(mel.samples)
-        if _multilingual(options):  # every window in its own language: the run's first
+        if self._multilingual(options):  # every window in its own language: the run's first
             language = None  # window's says nothing about the others
         if not self._drafting:
+            ahead = self._drop_ahead(mel)  # a draft made ahead for other options (another
+            if ahead is not None:  # language, or each window's): not this run's
+                ahead.worker.stop()
+                self._dropped.append(ahead.worker)
             self._start_drafting(mel, language, options)
         elif not self.drafter_understands(language):
             self._stop_drafting()  # it drafted English for audio the target calls otherwise
             self._start_drafting(mel, language, options)  # an empty, finished stream
+
+    def _multilingual(self, options) -> bool:
+        """A run that detects every window's language (TranscribeOptions.multilingual, on a
+        multilingual target): the drafter drafts the whole file, a multilingual one each
+        window in the language it hears there."""
+        return bool(getattr(options, "multilingual", False)) and self.target.multilingual
 
     def target_encoding(self, mel: LogMel, window: Window):
         return self.turns.target_encoding(mel, window.end)
@@ -339,12 +349,6 @@ class AlignedSource(BudgetedSource):
 
     def finish(self, context: Sequence[int]) -> None:
         self.aligner.rewind(kept_text_tokens(list(context), self.tb))
-
-
-def _multilingual(options) -> bool:
-    """A run that detects every window's language (TranscribeOptions.multilingual): the
-    drafter drafts all of them, a multilingual one each in the language it hears."""
-    return bool(getattr(options, "multilingual", False))
 
 
 @dataclass

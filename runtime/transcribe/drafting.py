@@ -45,7 +45,12 @@ class DraftingStrategy(DecodeStrategy):
         return {"target": self.target.threads, "drafter": self.drafter.threads}
 
     def drafter_understands(self, language: str | None) -> bool:
-        return self.drafter.multilingual or language in (None, "en")
+        """Can the drafter draft ``language`` (None: the run's, English or undetermined)? An
+        English-only drafter only English; a multilingual one the languages of its vocabulary
+        (base has no Cantonese, which large-v3 detects)."""
+        if language in (None, "en"):
+            return True
+        return self.drafter.multilingual and language in self.drafter.tokenizer.languages
 
 
 class BudgetedSource(CandidateSource):

@@ -205,12 +205,17 @@ class WordAligner:
         self.model = model
         self._graph = graph
         self._session = None
-        self.language = language
-        tk = model.tokenizer
-        self.sot_sequence = tk.sot_sequence(language if model.multilingual else None, task)
+        self.language = language  # a multilingual run sets each window's (--multilingual)
+        self.task = task
         self.prepend, self.append = prepend, append
         self.last_speech = 0.0
         self.seconds = 0.0  # time spent aligning, for the statistics
+
+    @property
+    def sot_sequence(self) -> list[int]:
+        """The prompt the window was decoded after, in the language it was decoded in."""
+        return self.model.tokenizer.sot_sequence(
+            self.language if self.model.multilingual else None, self.task)
 
     @classmethod
     def for_run(cls, model, language: str | None, options) -> WordAligner:
