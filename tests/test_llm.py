@@ -145,14 +145,17 @@ class ReferenceGemma:
         x1, x2 = x[..., :half], x[..., half:]
         return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1)
 
-    def hidden(self, ids, norm_shift: float = 0.0, window: bool = True) -> np.ndarray:
-        """Final-normed hidden states ``[T, d]`` of ``ids``."""
+    def hidden(self, ids, norm_shift: float = 0.0, window: bool = True,
+               cache: dict | None = None) -> np.ndarray:
+        """Final-normed hidden states ``[T, d]`` of ``ids``, after the tokens in ``cache``
+        (a dict this method fills: per-layer rotated keys and values, and their count)."""
         W, sh = self.w, norm_shift
         ids = np.asarray(ids)
         T = len(ids)
+        start = cache["n"] if cache else 0
         x = W["token_embd.weight"][ids].astype(np.float64) * math.sqrt(self.d)
-        pos = np.arange(T, dtype=np.float64)
-        qi, kj = np.arange(T)[:, None], np.arange(T)[None, :]
+        pos = np.arange(start, start + T, dtype=np.float64)
+        qi, kj = np.arange(start, start + T)[:, None], np.arange(start + T)[None, :]
         causal = kj <= qi
         in_window = causal & (qi - kj < self.window) if window else causal
         per_kv = self.n_head // self.n_kv
@@ -167,6 +170,11 @@ class ReferenceGemma:
             v = (h @ W[p + "attn_v.weight"].T).reshape(T, self.n_kv, self.hd)
             q = self._rope(self._norm(q, W[p + "attn_q_norm.weight"], sh), pos, base)
             k = self._rope(self._norm(k, W[p + "attn_k_norm.weight"], sh), pos, base)
+            if cache is not None:
+                if start:
+                    k = np.concatenate([cache["k"][i], k])
+                    v = np.concatenate([cache["v"][i], v])
+                cache.setdefault("k", {})[i], cache.setdefault("v", {})[i] = k, v
             out = np.empty((T, self.n_head, self.hd))
             for head in range(self.n_head):
                 kv = head // per_kv
@@ -181,6 +189,8 @@ class ReferenceGemma:
             act = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate**3)))
             x = x + self._norm((act * up) @ W[p + "ffn_down.weight"].T,
                                W[p + "post_ffw_norm.weight"], sh)
+        if cache is not None:
+            cache["n"] = start + T
         return self._norm(x, W["output_norm.weight"], sh)
 
     def logits(self, h: np.ndarray) -> np.ndarray:
@@ -420,13 +430,23 @@ def test_logits_match_reference_past_the_window(llm, reference):
     lm.prefill(st, ids[:520])
     ours = st.forward(ids[520:])
     lm.release(st)
-    h = reference.hidden(ids)
-    theirs = reference.logits(h[520:])
+    # The first `window` positions attend to every earlier one with or without the window, so
+    # the reference computes them once, then positions 512+ each way from their keys/values.
+    shared: dict = {"n": 0}
+    reference.hidden(ids[:reference.window], cache=shared)
+
+    def rows_520_on(window: bool) -> np.ndarray:
+        cache = {"n": shared["n"], "k": dict(shared["k"]), "v": dict(shared["v"])}
+        h = reference.hidden(ids[reference.window:], window=window, cache=cache)
+        return reference.logits(h[520 - reference.window:])
+
+    assert reference.window == 512
+    theirs = rows_520_on(True)
     err = np.abs(ours - theirs).max()
     assert err < 0.05, err
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
     # The comparison is sensitive to the window: without it the reference moves far more.
-    no_window = reference.logits(reference.hidden(ids, window=False)[520:])
+    no_window = rows_520_on(False)
     assert np.abs(no_window - theirs).max() > 20 * err
 
 
