@@ -225,11 +225,10 @@ def test_as2d_sd_and_target_only_agree_on_every_architecture(arch, quant, timest
                           encoder=ORT)
     name, why = choose_drafter(target, "en")
     assert name == "tiny.en", why
+    # (A drafter of the 51865-token vocabulary for a 51866-token target is proved below, on
+    # a target of real weights whose drafts are accepted: test_drafters_of_other_vocabularies.)
     _assert_lossless(target, whisper("tiny.en", threads=1, role="drafter"), audio,
                      timestamps=timestamps)
-    if arch == "large-v3-turbo":  # a multilingual drafter of the 51865-token vocabulary too
-        _assert_lossless(target, whisper("base", threads=1, role="drafter"), audio,
-                         timestamps=timestamps)
 
 
 @pytest.mark.slow
