@@ -205,12 +205,14 @@ def test_every_architecture_converts_with_its_shapes(arch, folders, cache_root):
         assert model.tokenizer.translate == 50359
 
 
-# Each architecture decoded from one quantization (all six appear; every quantization of one
-# architecture is compared with faster-whisper below). With random weights the timestamps are
-# random too, and a window that ends on an early one is followed by another: the deep encoders
-# decode without timestamps (one window for the clip), the others with them (many windows).
+# Each architecture decoded from one quantization (all six, as CTranslate2 writes the same
+# model.bin for int8 and int8_float32 from float32 weights: large-v2 decodes the int8 folder
+# the shape test above has already converted; every quantization of one architecture is
+# compared with faster-whisper below). With random weights the timestamps are random too, and a
+# window that ends on an early one is followed by another: the deep encoders decode without
+# timestamps (one window for the clip), the others with them (many windows).
 DECODED = [("tiny.en", "float16", True), ("base", "int8", True), ("small", "bfloat16", False),
-           ("medium", "int8_float16", False), ("large-v2", "int8_float32", False),
+           ("medium", "int8_float16", False), ("large-v2", "int8", False),
            ("large-v3", "float32", False), ("large-v3-turbo", "int8", True),
            ("distil-large-v3", "float16", False)]
 
@@ -223,11 +225,10 @@ def test_as2d_sd_and_target_only_agree_on_every_architecture(arch, quant, timest
                           encoder=ORT)
     name, why = choose_drafter(target, "en")
     assert name == "tiny.en", why
+    # (A drafter of the 51865-token vocabulary for a 51866-token target is proved below, on
+    # a target of real weights whose drafts are accepted: test_drafters_of_other_vocabularies.)
     _assert_lossless(target, whisper("tiny.en", threads=1, role="drafter"), audio,
                      timestamps=timestamps)
-    if arch == "large-v3-turbo":  # a multilingual drafter of the 51865-token vocabulary too
-        _assert_lossless(target, whisper("base", threads=1, role="drafter"), audio,
-                         timestamps=timestamps)
 
 
 @pytest.mark.slow

@@ -206,11 +206,12 @@ def _real_clips(librivox):
 @pytest.mark.parametrize("name", ["tiny.en", "base"])
 def test_beam_of_five_is_whispers_beam_search_on_real_clips(beam_model, librivox, name):
     """The batched, pooled beam search == the plain reference, token for token and score for
-    score, on every real clip (and without timestamps on one)."""
+    score, on real clips (and without timestamps on one)."""
     model = beam_model(name)
-    # base (slower) on one clip; tiny.en on every clip, and once without timestamps.
-    clips = _real_clips(librivox) if name == "tiny.en" else [librivox[0].path]
-    assert clips
+    # base (slower) on one clip; tiny.en on every other clip (the longest, 25 s and 90 tokens,
+    # among them), and once without timestamps; base's clip is one tiny.en skips.
+    clips = _real_clips(librivox)[1::2] if name == "tiny.en" else [librivox[0].path]
+    assert clips and (name != "tiny.en" or {SAMPLE, librivox[1].path} <= set(clips))
     for path in clips:
         for timestamps in (True, False) if path == librivox[1].path else (True,):
             ctx, prompt, rules = _window(model, path, timestamps)

@@ -2,9 +2,10 @@
 
 CTranslate2 (the engine faster-whisper runs) reads the very ``model.bin`` our converter reads, so
 it is the natural peer. In float32 both compute the same function and greedy decoding must pick
-the same token at every step, on every real clip (with timestamps on every other one). In int8
-the two quantise differently (ours: per-row activations and per-column weights, chosen so that
-verification is lossless), so only near-agreement of the text tokens is required.
+the same token at every step, on every real clip (each clip by one of the two models, with and
+without timestamps on each model). In int8 the two quantise differently (ours: per-row
+activations and per-column weights, chosen so that verification is lossless), so only
+near-agreement of the text tokens is required, on the same split of the clips.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ MODELS = ["tiny.en", "base"]
 # for exact verification), so greedy paths may part at a near-tie (a comma for a full stop),
 # and once they part the rest of the window may differ (on the endgame dialogue base keeps the
 # play's repeated lines, which are in the audio). What must agree are the words: at most this
-# many of the 13 clips may differ once the text is normalised (case, punctuation, numbers).
-INT8_MAX_CLIPS_WITH_OTHER_WORDS = 2
+# many of a model's clips may differ once the text is normalised (case, punctuation, numbers).
+# Each model is compared on its half of the clips, as in float32 (the int8 graphs are the same
+# for both), so the bound is one in 6-7 clips per model, the 2 in 13 it was on every clip.
+INT8_MAX_CLIPS_WITH_OTHER_WORDS = 1
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +68,20 @@ def test_fp32_greedy_tokens_equal_ctranslate2_on_every_clip(name, whisper, ct2_d
     peer = ctranslate2.models.Whisper(str(ct2_dir(name)), device="cpu",
                                       compute_type="float32", intra_threads=2)
     mismatches = []
-    compared = 0
-    # Each clip in one mode, the modes alternating over the clips: both are compared on every
-    # model, at half the cost of both modes on every clip (the fp32 peer is slow on AVX2 CPUs).
-    for i, (clip, mel) in enumerate(first_windows):
-        for ts, (ours, theirs) in _decode_both(model, peer, mel, (bool(i % 2),)).items():
-            compared += 1
-            assert ours, f"{clip}: no tokens decoded"
-            if ours != theirs:
-                mismatches.append(f"{clip} timestamps={ts}: {_first_difference(ours, theirs)}")
+    # The clips shared between the models (tiny.en every even one, base every odd one), each
+    # clip in one mode, the modes alternating over a model's clips: every clip is compared, and
+    # both modes on both models, at a quarter of the cost of both modes on every clip for both
+    # (the fp32 peer is slow on AVX2 CPUs). The graphs are the same for both models (only their
+    # sizes differ), so the two halves prove the same conversion.
+    mine = first_windows[MODELS.index(name)::len(MODELS)]
+    modes = [bool(j % 2) for j in range(len(mine))]
+    for (clip, mel), ts in zip(mine, modes):
+        ours, theirs = _decode_both(model, peer, mel, (ts,))[ts]
+        assert ours, f"{clip}: no tokens decoded"
+        if ours != theirs:
+            mismatches.append(f"{clip} timestamps={ts}: {_first_difference(ours, theirs)}")
     del peer
-    assert compared == len(first_windows) >= 2
+    assert len(first_windows) >= 4 and set(modes) == {False, True}
     assert not mismatches, "\n".join(mismatches)
 
 
@@ -86,8 +92,9 @@ def test_int8_transcripts_say_the_same_words_as_ctranslate2_int8(name, whisper, 
     peer = ctranslate2.models.Whisper(str(ct2_dir(name)), device="cpu", compute_type="int8",
                                       intra_threads=2)
     tk = model.tokenizer
+    mine = first_windows[MODELS.index(name)::len(MODELS)]
     different, errors, total, texts = [], 0, 0, []
-    for clip, mel in first_windows:
+    for clip, mel in mine:
         ours, theirs = _decode_both(model, peer, mel, (False,))[False]
         texts.append((ours, theirs))
         assert all(t < tk.eot for t in ours), "no-timestamp decoding produced special tokens"
@@ -105,7 +112,7 @@ def test_int8_transcripts_say_the_same_words_as_ctranslate2_int8(name, whisper, 
     pairs = [(norm(tk.decode(t)), norm(tk.decode(o))) for o, t in texts]
     pairs = [(t, o) for t, o in pairs if t.strip()]
     words = jiwer.wer([t for t, _ in pairs], [o for _, o in pairs])
-    print(f"\n{name} int8 vs CTranslate2 int8: {len(different)}/{len(first_windows)} clips "
+    print(f"\n{name} int8 vs CTranslate2 int8: {len(different)}/{len(mine)} clips "
           f"differ, {errors}/{total} token edits, word disagreement {100 * words:.1f}%")
     for line in different:
         print("  " + line)

@@ -315,15 +315,18 @@ def test_cli_fallback_is_identical_across_decoders_and_reproducible(models_root,
     # default -1.0, on one side or the other depending on the CPU's rounding): it falls back.
     bar = ("--logprob-threshold", "-0.5")
     # A named drafter: one window of audio would otherwise be decoded by the target alone.
+    # Two runs in one process, each sampling from its own seeded generator: the second (the
+    # other decoder) repeats the first's samples, which proves both the decoders' agreement
+    # and that a run is reproducible (a generator carried over would draw other samples).
     decoders = {"as2d": ("--drafter", "tiny.en"), "target": ()}
     outs = [cli("transcribe", path, "-l", "en", "--decoder", d, *decoders[d], "-f", "json",
-                "--no-live", *bar, models_dir=models_root) for d in ("as2d", "target", "as2d")]
+                "--no-live", *bar, models_dir=models_root) for d in ("as2d", "target")]
     assert all(r.exit_code == 0 for r in outs), [r.stderr for r in outs]
     import json
 
     docs = [json.loads(r.stdout) for r in outs]
-    assert [d["decoder"] for d in docs] == ["as2d", "target", "as2d"]
-    assert docs[0]["segments"] == docs[1]["segments"] == docs[2]["segments"]
+    assert [d["decoder"] for d in docs] == ["as2d", "target"]
+    assert docs[0]["segments"] == docs[1]["segments"]
     assert any(s["temperature"] > 0 for s in docs[0]["segments"])
     greedy = cli("transcribe", path, "-l", "en", "-f", "json", "--no-live", *bar,
                  "--temperature-increment-on-fallback", "0", models_dir=models_root)

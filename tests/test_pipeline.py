@@ -234,19 +234,20 @@ def test_background_returns_the_value_or_raises_the_error_in_the_caller():
 
 
 def test_the_command_line_batch_is_token_identical_with_and_without_a_drafter(
-        tmp_path, models_root, files):
-    out = {}
-    for decoder in ("as2d", "target"):
-        folder = tmp_path / decoder
-        p = subprocess.run([sys.executable, "-m", "as2d", "transcribe", *map(str, files),
-                            "-l", "en", "--decoder", decoder, "-f", "json", "-o", str(folder),
-                            "--models-dir", str(models_root), "-q", "--no-live"],
-                           capture_output=True, text=True, timeout=600)
-        assert p.returncode == 0, p.stderr
-        out[decoder] = {f.name: [s["tokens"] for s in json.loads(f.read_text())["segments"]]
-                        for f in folder.glob("*.json")}
-    assert len(out["as2d"]) == len(files)
-    assert out["as2d"] == out["target"]
+        tmp_path, models_root, files, reference):
+    """The command line's AS²D batch (the drafter running ahead into the next file) writes
+    the tokens of the target alone on each file: the module's reference, decoded in this
+    process with the command line's options (the Ctrl-C test below holds a command-line file
+    to it too), rather than a second command-line run with --decoder target."""
+    folder = tmp_path / "as2d"
+    p = subprocess.run([sys.executable, "-m", "as2d", "transcribe", *map(str, files),
+                        "-l", "en", "--decoder", "as2d", "-f", "json", "-o", str(folder),
+                        "--models-dir", str(models_root), "-q", "--no-live"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = {f.name: [s["tokens"] for s in json.loads(f.read_text())["segments"]]
+           for f in folder.glob("*.json")}
+    assert out == {f"{path.stem}.json": tokens for path, tokens in zip(files, reference)}
 
 
 def test_ctrl_c_in_a_batch_keeps_what_was_done_while_the_drafter_runs_ahead(
