@@ -375,6 +375,10 @@ class LongFormTranscriber:
                         if self._stop.is_set():  # its encoder run was abandoned by the stop
                             raise Cancelled() from None
                         raise
+                    if spoken is not None and window.language != spoken:
+                        # The previous text is in another language: as a prompt it has
+                        # Whisper translate this window into that one.
+                        prompt_reset = len(all_tokens)
                     sot_seq, spoken = start_of(window.language), window.language
                     if aligner is not None:
                         aligner.language = window.language
