@@ -372,10 +372,10 @@ def test_output_file_is_appended_on_a_line_of_its_own(tmp_path):
 def test_dictation_matches_transcribe(cli, librivox, models_root):
     """Unpaced (--speed 0): the file is endpointed faster than it is decoded, so utterances
     that ended while the decoder was busy are decoded together (up to one 30-s window) —
-    the backlog path of a slow machine. Both voice detectors."""
+    the backlog path of a slow machine. Both voice detectors, on one long clip (several
+    utterances) and on one short sentence."""
     two_cities = _moonshine("two_cities.wav")
-    runs = [(librivox[0].path, "silero"), (librivox[3].path, "silero"),
-            (two_cities, "silero"), (two_cities, "energy")]
+    runs = [(librivox[0].path, "silero"), (two_cities, "silero"), (two_cities, "energy")]
     refs: dict = {}
     errors = words = 0
     for clip, vad in runs:
@@ -579,9 +579,10 @@ def test_endurance_replay_keeps_up_without_drift(bundle, librivox):
     samples = _joined_speech(librivox, 66.0)
     target = WhisperModel(bundle("base", "int8"), threads=2)
     stats = MicStats()
-    # 1.5× real time: the property is "no drift" (a queue, latency or memory that keeps growing),
-    # not speed, so the pace leaves a loaded 2-core machine room to keep up.
-    session = LiveSession(FileSource(Audio(samples, source="joined"), 1.5), make_vad("silero"),
+    # 2× real time: the property is "no drift" (a queue, latency or memory that keeps growing),
+    # not speed; measured, even 3× keeps the decoder's queue at 1 (latencies 0.45–0.61 s), so 2×
+    # leaves a loaded 2-core machine room to keep up.
+    session = LiveSession(FileSource(Audio(samples, source="joined"), 2.0), make_vad("silero"),
                           LongFormTranscriber(target, None, stats), LiveOptions(language="en"),
                           fanout(stats), "target")
 
