@@ -94,6 +94,9 @@ def models(models_root, bundle):
 
 LOSSLESS_IDS = ("beckett-1", "beckett-2", "beckett-3", "beckett-4", "cities-2", "cities-5",
                 "cities-7", "cities-8", "sense-1", "sense-5")
+# The target-only answerer is held to the same oracle on one question of each clip: it is one
+# pass per token whatever the question (test_llm_families does the same for the other families).
+PLAIN_IDS = ("beckett-1", "cities-2", "sense-1")
 
 
 def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcripts, qset):
@@ -107,12 +110,13 @@ def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcript
         q = by_id[qid]
         spans, draft = transcripts[q.clip]
         a = spec.ask(spans, q.question, draft)
-        b = plain.ask(spans, q.question, draft)
         plan = spec.prompt(spans, q.question)
         ref = greedy_reference(lm, plan.ids, spec.options.max_tokens, plan.stop_ids)
-        assert a.tokens == b.tokens == ref, qid
-        assert a.text == b.text
-        assert b.stats.offered == 0 and b.stats.passes == len(b.tokens) - 1
+        assert a.tokens == ref, qid  # lossless: against the independent oracle, every question
+        if qid in PLAIN_IDS:  # the production path without candidates: one clip each
+            b = plain.ask(spans, q.question, draft)
+            assert b.tokens == ref and a.text == b.text, qid
+            assert b.stats.offered == 0 and b.stats.passes == len(b.tokens) - 1
         accepted += a.stats.accepted
         offered += a.stats.offered
     assert accepted >= 15, (accepted, offered)  # the candidates did real work
