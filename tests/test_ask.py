@@ -628,7 +628,11 @@ def test_speculative_generator_stops_at_an_accepted_stop_token(tiny_hf):
 # the command line
 # ---------------------------------------------------------------------------------------------
 
-def test_cli_answer_on_stdout_with_stats_for_both_stages(models, qset):
+def test_cli_answer_on_stdout_with_stats_for_both_stages(models, qset, tmp_path,
+                                                         monkeypatch):
+    # The first run transcribes into a fresh transcript cache; the --no-candidates run below
+    # answers from it (its claim is the answer's, not the transcription's).
+    monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(tmp_path / "transcripts"))
     r = cli("ask", qset.clips["beckett"], "How should you fail again?", "--stats",
             "--no-live", "--language", "en", models_dir=models)
     assert r.exit_code == 0, r.stderr
@@ -647,7 +651,15 @@ def test_cli_answer_on_stdout_with_stats_for_both_stages(models, qset):
     assert same.exit_code == 0 and same.stdout == r.stdout and same.stderr == ""
 
 
-def test_cli_json_layout(models, qset):
+@pytest.fixture(scope="module")
+def transcribed() -> dict:
+    """clip → a transcript cache that holds its `as2d ask` transcription, once a test made it."""
+    return {}
+
+
+def test_cli_json_layout(models, qset, tmp_path, monkeypatch, transcribed):
+    cache = tmp_path / "transcripts"  # fresh: this run transcribes (its stats say how)
+    monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(cache))
     r = cli("ask", qset.clips["two_cities"], "What does the speaker say about the age of wisdom?",
             "--json", "-q", "--language", "en", models_dir=models)
     assert r.exit_code == 0, r.stderr
@@ -672,9 +684,14 @@ def test_cli_json_layout(models, qset):
     # (no "previous": a fresh process has no earlier answers)
     assert set(an["by_source"]) == {"answers", "transcript", "drafter", "question", "examples",
                                     "prompt", "answer"}
+    transcribed["two_cities"] = cache
 
 
-def test_cli_long_transcript_note_and_json_context(models, qset):
+def test_cli_long_transcript_note_and_json_context(models, qset, monkeypatch, transcribed):
+    # The context selection is the answer's: the 44-s transcription test_cli_json_layout made
+    # is read from its cache when there is one.
+    if "two_cities" in transcribed:
+        monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(transcribed["two_cities"]))
     r = cli("ask", qset.clips["two_cities"], "What was it the winter of?", "--context", "480",
             "--json", "--no-live", "--language", "en", models_dir=models)
     assert r.exit_code == 0, r.stderr
