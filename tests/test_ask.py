@@ -94,6 +94,9 @@ def models(models_root, bundle):
 
 LOSSLESS_IDS = ("beckett-1", "beckett-2", "beckett-3", "beckett-4", "cities-2", "cities-5",
                 "cities-7", "cities-8", "sense-1", "sense-5")
+# The target-only answerer is held to the same oracle on one question of each clip: it is one
+# pass per token whatever the question (test_llm_families does the same for the other families).
+PLAIN_IDS = ("beckett-1", "cities-2", "sense-1")
 
 
 def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcripts, qset):
@@ -107,12 +110,13 @@ def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcript
         q = by_id[qid]
         spans, draft = transcripts[q.clip]
         a = spec.ask(spans, q.question, draft)
-        b = plain.ask(spans, q.question, draft)
         plan = spec.prompt(spans, q.question)
         ref = greedy_reference(lm, plan.ids, spec.options.max_tokens, plan.stop_ids)
-        assert a.tokens == b.tokens == ref, qid
-        assert a.text == b.text
-        assert b.stats.offered == 0 and b.stats.passes == len(b.tokens) - 1
+        assert a.tokens == ref, qid  # lossless: against the independent oracle, every question
+        if qid in PLAIN_IDS:  # the production path without candidates: one clip each
+            b = plain.ask(spans, q.question, draft)
+            assert b.tokens == ref and a.text == b.text, qid
+            assert b.stats.offered == 0 and b.stats.passes == len(b.tokens) - 1
         accepted += a.stats.accepted
         offered += a.stats.offered
     assert accepted >= 15, (accepted, offered)  # the candidates did real work
@@ -624,7 +628,11 @@ def test_speculative_generator_stops_at_an_accepted_stop_token(tiny_hf):
 # the command line
 # ---------------------------------------------------------------------------------------------
 
-def test_cli_answer_on_stdout_with_stats_for_both_stages(models, qset):
+def test_cli_answer_on_stdout_with_stats_for_both_stages(models, qset, tmp_path,
+                                                         monkeypatch):
+    # The first run transcribes into a fresh transcript cache; the --no-candidates run below
+    # answers from it (its claim is the answer's, not the transcription's).
+    monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(tmp_path / "transcripts"))
     r = cli("ask", qset.clips["beckett"], "How should you fail again?", "--stats",
             "--no-live", "--language", "en", models_dir=models)
     assert r.exit_code == 0, r.stderr
@@ -643,7 +651,15 @@ def test_cli_answer_on_stdout_with_stats_for_both_stages(models, qset):
     assert same.exit_code == 0 and same.stdout == r.stdout and same.stderr == ""
 
 
-def test_cli_json_layout(models, qset):
+@pytest.fixture(scope="module")
+def transcribed() -> dict:
+    """clip → a transcript cache that holds its `as2d ask` transcription, once a test made it."""
+    return {}
+
+
+def test_cli_json_layout(models, qset, tmp_path, monkeypatch, transcribed):
+    cache = tmp_path / "transcripts"  # fresh: this run transcribes (its stats say how)
+    monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(cache))
     r = cli("ask", qset.clips["two_cities"], "What does the speaker say about the age of wisdom?",
             "--json", "-q", "--language", "en", models_dir=models)
     assert r.exit_code == 0, r.stderr
@@ -668,9 +684,14 @@ def test_cli_json_layout(models, qset):
     # (no "previous": a fresh process has no earlier answers)
     assert set(an["by_source"]) == {"answers", "transcript", "drafter", "question", "examples",
                                     "prompt", "answer"}
+    transcribed["two_cities"] = cache
 
 
-def test_cli_long_transcript_note_and_json_context(models, qset):
+def test_cli_long_transcript_note_and_json_context(models, qset, monkeypatch, transcribed):
+    # The context selection is the answer's: the 44-s transcription test_cli_json_layout made
+    # is read from its cache when there is one.
+    if "two_cities" in transcribed:
+        monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(transcribed["two_cities"]))
     r = cli("ask", qset.clips["two_cities"], "What was it the winter of?", "--context", "480",
             "--json", "--no-live", "--language", "en", models_dir=models)
     assert r.exit_code == 0, r.stderr

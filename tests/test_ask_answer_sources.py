@@ -98,7 +98,7 @@ def test_damaged_sources_leave_the_answer_greedy(smol_bundles, transcripts):  # 
     vocab = lm.config.vocab_size
     rng = random.Random(11)
     accepted = {}
-    for clip, question in QUESTIONS[::2]:
+    for clip, question in QUESTIONS[:1]:  # the four damages are the cases, not the questions
         spans, draft = transcripts[clip]
         plan = answerer.prompt(spans, question)
         ref = greedy_reference(lm, plan.ids, 48, plan.stop_ids)

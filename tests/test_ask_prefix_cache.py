@@ -51,6 +51,25 @@ def prefill_rows(lm, ids, cache: PrefixCache | None, static: int):
         lm.release(state)
 
 
+def _linked_bundle(src, dest):
+    """The bundle's files linked into a folder of their own, with no stored head: what a copy
+    gives the prefix cache (a folder it writes its one file into) without copying 300 MB of
+    weights per test."""
+    dest.mkdir()
+    for f in src.iterdir():
+        if f.is_file() and not f.name.startswith(".prefix-"):
+            (dest / f.name).symlink_to(f)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def fail(lm):
+    """The plan of one question and its whole prefill (no cache): the reference the tests of
+    stored, damaged and unwritable heads are held to, computed once."""
+    _, p = plan(lm, "What should you do after you fail?")
+    return p, prefill_rows(lm, p.ids, None, 0)
+
+
 def same(a, b) -> bool:
     return (np.array_equal(a[0], b[0]) and all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
             and all(np.array_equal(x, y) for x, y in zip(a[2], b[2])))
@@ -69,10 +88,9 @@ def test_the_static_head_is_the_same_ids_in_every_prompt_of_a_style(lm, style):
     assert "Ever tried" in lm.tokenizer.decode(a.ids[a.static:])
 
 
-def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_path):
-    _, p = plan(lm, "What should you do after you fail?")
+def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_path, fail):
+    p, whole = fail
     cache = PrefixCache(tmp_path, "test")
-    whole = prefill_rows(lm, p.ids, None, 0)
     stored = prefill_rows(lm, p.ids, cache, p.static)  # computes, then stores the head
     assert list(tmp_path.glob(".prefix-*.npz"))
     state = lm.state()
@@ -99,10 +117,9 @@ def test_answers_are_the_same_with_the_head_from_the_cache(lm, tmp_path):
     assert plain.tokens == first.tokens == second.tokens
 
 
-def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path):
-    _, p = plan(lm, "What should you do after you fail?")
+def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path, fail):
+    p, whole = fail
     cache = PrefixCache(tmp_path, "test")
-    whole = prefill_rows(lm, p.ids, None, 0)
     prefill_rows(lm, p.ids, cache, p.static)
     (path,) = tmp_path.glob(".prefix-*.npz")
     with np.load(path) as f:
@@ -133,7 +150,7 @@ def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path):
     assert loaded == p.static  # stored again after each
 
 
-def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monkeypatch):
+def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monkeypatch, fail):
     import errno
     import os
 
@@ -143,9 +160,8 @@ def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monke
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
     monkeypatch.setattr(prefix_cache.os, "replace", refuse)  # what a read-only mount says
-    _, p = plan(lm, "What should you do after you fail?")
+    p, whole = fail
     cache = PrefixCache(tmp_path, "test")
-    whole = prefill_rows(lm, p.ids, None, 0)
     assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
     assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
     assert not list(tmp_path.iterdir())  # no cache, and no temporary file left behind
@@ -187,12 +203,9 @@ def test_the_key_holds_the_head_and_what_its_bits_depend_on(tmp_path):
 
 
 def test_the_answerer_keeps_the_head_beside_the_model_and_reports_it(lm, tmp_path):
-    import shutil
-
     from as2d.runtime.llm.lm import CausalLM
 
-    folder = tmp_path / "bundle"
-    shutil.copytree(lm.path, folder, ignore=shutil.ignore_patterns(".prefix-*"))
+    folder = _linked_bundle(lm.path, tmp_path / "bundle")
     model = CausalLM(folder, threads=2)
     question = "What should you do after you fail?"
     first = Answerer(model, options=AskOptions(extract=False)).ask(SPANS, question)
@@ -210,12 +223,9 @@ def test_the_head_can_be_read_ahead_of_the_question_and_answers_the_same(lm, tmp
                                                                          monkeypatch):
     """``as2d ask`` reads the stored head beside the transcription (:meth:`Answerer.warm`):
     its prefill then reads nothing, and the answer is the one a whole prefill gives."""
-    import shutil
-
     from as2d.runtime.llm.lm import CausalLM
 
-    folder = tmp_path / "bundle"
-    shutil.copytree(lm.path, folder, ignore=shutil.ignore_patterns(".prefix-*"))
+    folder = _linked_bundle(lm.path, tmp_path / "bundle")
     model = CausalLM(folder, threads=2)
     question = "What should you do after you fail?"
     cold = Answerer(model)

@@ -493,7 +493,13 @@ def test_two_processes_writing_one_name_say_which_file_they_replaced(tmp_path, e
     assert [p.returncode for p in procs] == [0, 0], errs
     notes = [e for e in errs if "replaced existing" in e]
     assert len(notes) == 1 and str(out / "x.txt") in notes[0], errs
-    texts = {as2d("transcribe", f, *TINY, env=env).stdout for f in (a / "x.wav", b / "x.wav")}
+    # Each recording's whole transcript, written by one process (x.txt and x-2.txt, as
+    # test_same_stem_twice_in_one_folder_keeps_both shows) rather than one process each.
+    ref = tmp_path / "ref"
+    p = as2d("transcribe", a / "x.wav", b / "x.wav", *TINY, "-o", ref, env=env)
+    assert p.returncode == 0, p.stderr
+    texts = {(ref / "x.txt").read_text(), (ref / "x-2.txt").read_text()}
+    assert len(texts) == 2
     assert (out / "x.txt").read_text() in texts  # one recording's whole transcript
     assert not list(out.glob("*.part"))
     again = as2d("transcribe", a / "x.wav", *argv, env=env)

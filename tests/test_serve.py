@@ -477,7 +477,9 @@ async def _replay(server: Server, path: Path, rate: int = 24000, pace: float = 1
 
 
 def test_realtime_replay_commits_what_mic_commits(server, models_root):
-    events = asyncio.run(_replay(server, SHORT))
+    # Both paced at 2× real time (the same pace on both faces; a 7-s sentence keeps the decoder
+    # far ahead of it even on a loaded machine), half the wall time of a real-time replay.
+    events = asyncio.run(_replay(server, SHORT, pace=2.0))
     kinds = [e["type"] for e in events]
     assert kinds[:2] == ["session.created", "session.updated"]
     assert "input_audio_buffer.speech_started" in kinds
@@ -494,7 +496,7 @@ def test_realtime_replay_commits_what_mic_commits(server, models_root):
     assert completed and all(completed[i] == deltas.get(i, "") for i in completed)
     assert "error" not in kinds, events
 
-    mic = cli("mic", "--input", SHORT, "--no-live", "-q", models_dir=models_root)
+    mic = cli("mic", "--input", SHORT, "--speed", "2", "--no-live", "-q", models_dir=models_root)
     assert mic.exit_code == 0, mic.output
     ws_text = " ".join(t for t in completed.values() if t)
     assert ws_text.split() == mic.stdout.split()
@@ -581,7 +583,9 @@ def test_live_sessions_share_the_engine_with_requests(server):
             assert json.loads(await _recv(idle))["type"] == "session.created"
             await idle.send(json.dumps({"type": "input_audio_buffer.append",
                                         "audio": base64.b64encode(b"\0\0" * 24000).decode()}))
-            speakers = [asyncio.ensure_future(_replay(server, SHORT)) for _ in range(2)]
+            # 2× real time: the request below still comes in while both are dictating
+            speakers = [asyncio.ensure_future(_replay(server, SHORT, pace=2.0))
+                        for _ in range(2)]
             while server.health()["live_sessions"] < 3:
                 await asyncio.sleep(0.05)
             async with websockets.connect(_ws_url(server), additional_headers=headers) as extra:
