@@ -47,6 +47,7 @@ from bench_serve import (  # noqa: E402 - the server helpers of the serve benchm
     post,
     stop,
     wait_ready,
+    write_result,
 )
 
 RATE = 16000
@@ -233,9 +234,7 @@ def main() -> int:
         sm["worst_session_p90_over_single_p90"] = round(worst / sm["single"]["p90"], 2)
     doc["load_average_end"] = load_average()
     print(json.dumps(sm, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    write_result(args.json, doc)
     return 0
 
 

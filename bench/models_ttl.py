@@ -30,6 +30,7 @@ from bench_serve import (  # noqa: E402 - the server helpers of the serve benchm
     stop,
     transcribe_process,
     wait_ready,
+    write_result,
 )
 
 
@@ -88,9 +89,7 @@ def main() -> int:
     doc["rss_drop_mb"] = round(doc["rss_mb_with_tiny"] - doc["rss_mb_after_ttl"], 1)
     doc["load_average_end"] = load_average()
     print(json.dumps(doc, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+    write_result(args.json, doc)
     return 0
 
 

@@ -95,13 +95,9 @@ def _read_16k(path: Path):
         raise FileNotFoundError(f"{path} is missing (see the clip's source in the question set)")
     if path.suffix == ".raw":
         return np.fromfile(path, dtype="<i2").astype(np.float32) / 32768.0
-    from as2d.runtime.audio import load_audio
+    from as2d.runtime.audio import load_samples
 
-    audio = load_audio(path)
-    try:
-        return np.asarray(audio.samples, dtype=np.float32).copy()
-    finally:
-        audio.close()
+    return load_samples(path)
 
 
 def _write_wav(path: Path, samples) -> Path:

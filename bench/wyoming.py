@@ -40,7 +40,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT / "scripts"))
 from bench_e2e import ct2_base_folder  # noqa: E402 - the same base weights as the e2e bench
-from bench_serve import LIBRIVOX, free_port, load_average, pct, stop, wait_ready  # noqa: E402
+from bench_serve import (  # noqa: E402
+    LIBRIVOX,
+    free_port,
+    load_average,
+    pct,
+    stop,
+    wait_ready,
+    write_result,
+)
 
 RATE = 16000
 CHUNK = 1600  # 100 ms
@@ -206,9 +214,7 @@ def main() -> int:
                                  and p["as2d"] != p["wyoming-faster-whisper"]})
     doc["load_average_end"] = load_average()
     print(json.dumps({k: v for k, v in doc.items() if k != "utterances"}, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    write_result(args.json, doc)
     return 0
 
 

@@ -426,6 +426,17 @@ def load_audio(source: AudioSource, *, fifo_timeout: float | None = None,
         return _load_stream(f, name, False, on_wait)
 
 
+def load_samples(source: AudioSource) -> np.ndarray:
+    """A recording's 16-kHz mono samples as an array of its own in memory (a long file's
+    samples live in a temporary memory map, which is closed here): for code that keeps the
+    samples beyond the :class:`Audio` (benchmarks, tests, short clips)."""
+    audio = load_audio(source)
+    try:
+        return np.array(audio.samples, dtype=np.float32)
+    finally:
+        audio.close()
+
+
 def declared_seconds(source: AudioSource) -> float | None:
     """The length a regular file declares, read from its header without decoding anything:
     libsndfile's frame count, or for a container only FFmpeg reads (m4a, mp4, webm, ...) its

@@ -185,6 +185,14 @@ def health(port: int) -> dict:
         conn.close()
 
 
+def write_result(path: Path | None, doc: dict) -> None:
+    """A benchmark's result document, written to ``path`` (its folder made) if one is given:
+    the one JSON layout of every serve benchmark's file."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+
+
 def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -202,14 +210,12 @@ async def replay(port: int, path: Path, rate: int) -> dict:
     import soxr
     import websockets
 
-    from as2d.runtime.audio import SAMPLE_RATE, load_audio
+    from as2d.runtime.audio import SAMPLE_RATE, load_samples
     from as2d.runtime.live.timeline import Clock
 
-    audio = load_audio(path)
-    x = np.array(audio.samples, dtype=np.float32)
+    x = load_samples(path)
     pcm = x if rate == SAMPLE_RATE else soxr.resample(x, SAMPLE_RATE, rate)
     pcm = (np.clip(pcm, -1, 1) * 32767).astype("<i2")
-    audio.close()
     step = LIVE_BLOCK * rate // SAMPLE_RATE
     clock = Clock(1.0)  # maps a 16-kHz sample to the wall time it was captured (sent) at
     stopped: dict[str, int] = {}  # item → end of speech (16-kHz sample)

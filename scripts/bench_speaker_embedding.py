@@ -37,13 +37,9 @@ CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
 
 
 def load(path: Path) -> np.ndarray:
-    from as2d.runtime.audio import load_audio
+    from as2d.runtime.audio import load_samples
 
-    audio = load_audio(path)
-    try:
-        return np.asarray(audio.samples, dtype=np.float32).copy()
-    finally:
-        audio.close()
+    return load_samples(path)
 
 
 def moonshine(name: str) -> Path:

@@ -31,13 +31,9 @@ CARDS = Path("/usr/share/pocketsphinx/test/data/cards")
 
 
 def _load(path: Path) -> np.ndarray:
-    from as2d.runtime.audio import load_audio
+    from as2d.runtime.audio import load_samples
 
-    audio = load_audio(path)
-    try:
-        return np.asarray(audio.samples, dtype=np.float32).copy()
-    finally:
-        audio.close()
+    return load_samples(path)
 
 
 def _archive(item) -> Path:
