@@ -12,7 +12,6 @@ import random
 import shutil
 import subprocess
 import threading
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -433,7 +432,7 @@ def english_then_german(tmp_path_factory):
 
 @pytest.mark.slow
 def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
-        whisper, english_then_german):
+        whisper, bundle, english_then_german):
     """--multilingual (faster-whisper's multilingual=True): the German window is decoded in
     German, its segments say so, and AS²D and SD commit target-only's tokens; tiny.en offers
     nothing in the German window (it cannot draft it) and drafts the English one, a
@@ -451,9 +450,11 @@ def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
     from as2d.writers import segment_dict
 
     assert segment_dict(alone[-1])["language"] == "de"  # json's segments say it
+    from as2d.models.install import ensure_alignment
     from as2d.runtime.whisper.alignment import WordAligner
 
-    aligner = WordAligner.for_run(target, "en", replace(options, word_timestamps=True))
+    path = bundle("base", "int8")  # the graph as the loader declares it (made on first use)
+    aligner = WordAligner(target, lambda: ensure_alignment(path), "en")
     aligner.language = "de"  # what the run sets for the German window: aligned after <|de|>
     assert aligner.sot_sequence == target.tokenizer.sot_sequence("de", "transcribe")
     events = []
