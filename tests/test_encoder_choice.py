@@ -49,7 +49,8 @@ def tiny(bundle, tmp_path):
     from as2d.models.install import ensure_openvino_graph
 
     src = bundle("tiny.en", "int8")
-    for kind in ("fp32", "int8w"):  # what OpenVINO compiles (made once in the test models folder)
+    for kind in ("fp32", "f16w", "int8w"):  # what OpenVINO compiles (made once in the test
+        # models folder)
         ensure_openvino_graph(src, kind)
     dest = tmp_path / "models" / src.name
     dest.mkdir(parents=True)
@@ -401,8 +402,8 @@ def test_a_back_end_that_fails_is_skipped_and_remembered_as_skipped(tiny, clock)
     # An int8 bundle without its OpenVINO graphs, and no way to make them: OpenVINO cannot
     # serve.
     mf = json.loads((tiny / "manifest.json").read_text())
-    mf["files"].pop("encoder_fp32")
-    mf["files"].pop("encoder_int8w")
+    for key in ("encoder_fp32", "encoder_f16w", "encoder_int8w"):
+        mf["files"].pop(key)
     (tiny / "manifest.json").write_text(json.dumps(mf))
     c = clock(onnxruntime_int8=0.30, openvino_f32=0.01, openvino_bf16=0.01, openvino_int8=0.01)
     model, notes = _load(tiny)
@@ -410,7 +411,7 @@ def test_a_back_end_that_fails_is_skipped_and_remembered_as_skipped(tiny, clock)
     assert c.calls == ["onnxruntime int8"] * 2  # its warm-up and one timed run (RUNS = 1)
     (entry,) = _memo(tiny).values()
     assert set(entry["skipped"]) == {"openvino f32", "openvino bf16", "openvino int8"}
-    assert "no fp32 encoder" in entry["skipped"]["openvino bf16"]
+    assert "no fp16-weight encoder" in entry["skipped"]["openvino bf16"]
     assert "no int8-weight encoder" in entry["skipped"]["openvino int8"]
     assert any("left out" in n and "openvino bf16" in n for n in notes)
 

@@ -43,8 +43,9 @@ BACKENDS = ("auto", "onnxruntime", "openvino")
 OV_PRECISIONS = ("f32", "bf16")
 OV_ASKABLE = ("bf16", "f32", "f16", "int8")
 # The graph each precision compiles (as2d.models.install.OPENVINO_GRAPHS makes them): the fp32
-# graph, or the int8-weight graph (int8 bundles only).
-OV_GRAPH_KIND = {"bf16": "fp32", "f32": "fp32", "f16": "fp32", "int8": "int8w"}
+# graph, the fp16-weight graph (half the memory where the kernels compute in 16 bits anyway),
+# or the int8-weight graph (int8 bundles only).
+OV_GRAPH_KIND = {"bf16": "f16w", "f32": "fp32", "f16": "f16w", "int8": "int8w"}
 # Activation values per quantisation group in OpenVINO's int8 products. Base's encoder on a
 # 2-core Zen 4, one 30-s window, interleaved (relative distance of the output from fp32):
 # bf16 293 ms (0.018); int8 with groups of 32 280 ms (0.037), 64 250 ms (0.040), 128 244 ms
@@ -300,7 +301,7 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     thread count, and keeps the fastest by a clear margin
     (:mod:`.encoder_choice`; ``warn`` says once that it is measuring, and why a candidate was
     left out). ``ov_graph(kind)`` returns the bundle's graph that OpenVINO compiles, ``fp32``
-    or ``int8w`` (:data:`OV_GRAPH_KIND`), making it if need be (bundles made before it was
+    ``f16w`` or ``int8w`` (:data:`OV_GRAPH_KIND`), making it if need be (bundles made before it was
     part of them). An explicit ``openvino`` that cannot run raises :class:`EncoderError`.
     """
     bundle_dir = Path(bundle_dir)
@@ -379,12 +380,14 @@ def _build(c: EncoderCandidate, bundle_dir: Path, manifest: dict, threads: int, 
            graphs: _OvGraphs):
     if c.backend == "onnxruntime":
         return _ort(bundle_dir, manifest, threads, spin)
+    _ov_core()  # imported quietly before a graph is made with it (ensure_encoder_f16w)
     path, cache = graphs.get(OV_GRAPH_KIND[c.precision])
     return OpenVINOEncoder(path, threads, c.precision, cache_dir=cache)
 
 
 # The graphs OpenVINO compiles, by kind: the manifest's file key, and what the kind is.
 _OV_GRAPH_FILES = {"fp32": ("encoder_fp32", "fp32 encoder"),
+                   "f16w": ("encoder_f16w", "fp16-weight encoder"),
                    "int8w": ("encoder_int8w", "int8-weight encoder")}
 
 
