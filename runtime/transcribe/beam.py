@@ -34,7 +34,7 @@ import numpy as np
 from as2d.runtime.option_errors import OptionError, is_number, shown
 from as2d.runtime.speculative.verify import PassCounts, replay
 from as2d.runtime.transcribe.window import DecodingResult
-from as2d.runtime.whisper.logits import LogitRules
+from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
 
 # Bounds on one search, for every face alike (the command line, the Python API, the server):
@@ -173,13 +173,10 @@ class BeamWindow:
         """Run the prompt (one hypothesis) and take the first beam step."""
         t0 = time.perf_counter()
         logits = self.state.forward([self.prompt])[0]
-        tk = self.rules.tokenizer
-        if tk.no_speech is not None:
-            from as2d.runtime.whisper.logits import no_speech_probability
-
-            self.no_speech_prob = no_speech_probability(logits[self.sot_index], tk.no_speech)
+        self.no_speech_prob = no_speech_probability(logits[self.sot_index],
+                                                    self.rules.tokenizer.no_speech)
         self.state.reorder(self.advance(logits[-1:]))
-        self._count(t0, 0, 0)
+        self.counts.count(0, 0, time.perf_counter() - t0)
 
     @property
     def room(self) -> int:
@@ -213,15 +210,9 @@ class BeamWindow:
         # Each hypothesis keeps its pass rows up to (not including) its new last token.
         self.state.reorder(bases)
         self.state.truncate(n + steps)
-        self._count(t0, sum(len(f) - 1 for f in fed), (steps - 1) * len(bases))
+        self.counts.count(sum(len(f) - 1 for f in fed), (steps - 1) * len(bases),
+                          time.perf_counter() - t0)
         return steps
-
-    def _count(self, t0: float, offered: int, accepted: int) -> None:
-        self.counts.passes += 1
-        self.counts.offered += offered
-        self.counts.accepted += accepted
-        self.counts.alone += offered == 0
-        self.counts.seconds += time.perf_counter() - t0
 
     def advance(self, rows: np.ndarray) -> list[int]:
         """One beam step from each live hypothesis's row (masked in place); returns the
@@ -266,4 +257,4 @@ class BeamWindow:
                   for s, t in zip(seqs, tokens)]
         best = int(np.argmax(scores))
         return DecodingResult(tokens[best], finished[seqs[best]], self.no_speech_prob,
-                              seqs[best] not in forced, PassCounts(**vars(self.counts)))
+                              seqs[best] not in forced, self.counts.copy())

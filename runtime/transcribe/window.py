@@ -47,18 +47,21 @@ class DecodedTokens(Protocol):
     completed: bool
 
 
-def commit(seq: DecodedTokens, token: int, row: np.ndarray, eot: int, sample_len: int,
-           prompt_len: int, capacity: int) -> None:
-    """Whisper's rule for one chosen token (``row`` masked): its log-probability counts;
-    end-of-text ends the decode (and is not kept as a token); so do ``sample_len`` tokens, or
-    a sequence that outgrows the decoder's context."""
-    seq.sum_logprob += logprob_of(row, token)
-    if token == eot:
-        seq.done = seq.completed = True
-        return
-    seq.generated.append(token)
-    if len(seq.generated) >= sample_len or prompt_len + len(seq.generated) > capacity:
-        seq.done = True
+def commit(seq: DecodedTokens, tokens: Sequence[int], rows: Sequence[np.ndarray], eot: int,
+           sample_len: int, prompt_len: int, capacity: int) -> None:
+    """Whisper's rule for each chosen token in turn (its ``row`` masked): its log-probability
+    counts; end-of-text ends the decode (and is not kept as a token); so do ``sample_len``
+    tokens, or a sequence that outgrows the decoder's context. Tokens after the end are not
+    committed."""
+    for token, row in zip(tokens, rows):
+        seq.sum_logprob += logprob_of(row, token)
+        if token == eot:
+            seq.done = seq.completed = True
+            return
+        seq.generated.append(token)
+        if len(seq.generated) >= sample_len or prompt_len + len(seq.generated) > capacity:
+            seq.done = True
+            return
 
 
 @dataclass
@@ -108,8 +111,7 @@ class WindowState:
                           token == self.eot)
         # A pass, but not one where the target went on "alone": no candidate could have
         # come before the first token.
-        self.counts.passes += 1
-        self.counts.seconds += verdict.seconds
+        self.counts.count(0, 0, verdict.seconds, alone=False)
         return verdict
 
     def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> Verdict:
@@ -129,12 +131,9 @@ class WindowState:
         return verdict
 
     def _commit(self, tokens: list[int], rows: list[np.ndarray]) -> None:
-        for token, row in zip(tokens, rows):
-            commit(self, token, row, self.eot, self.sample_len, len(self.prompt),
-                   self.state.capacity)
-            if self.done:
-                return
+        commit(self, tokens, rows, self.eot, self.sample_len, len(self.prompt),
+               self.state.capacity)
 
     def result(self) -> DecodingResult:
         return DecodingResult(list(self.generated), self.sum_logprob, self.no_speech_prob,
-                              self.completed, PassCounts(**vars(self.counts)))
+                              self.completed, self.counts.copy())
