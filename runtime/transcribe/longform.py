@@ -33,6 +33,7 @@ from as2d.runtime.events import (
     RunStarted,
     SegmentDone,
     WindowDone,
+    WindowStats,
     fanout,
     ignore,
 )
@@ -124,6 +125,17 @@ def _silent(audio: Audio, window: Window, peak: float | None) -> bool:
         return False
     chunk = audio.samples[window.seek * HOP:(window.seek + window.size) * HOP]
     return bool(len(chunk)) and float(np.max(np.abs(chunk))) <= peak
+
+
+def _charged(kept: WindowStats, decodes: list[WindowStats]) -> WindowStats:
+    """``kept``'s record charged with every decode of its window (``decodes``, ``kept``'s
+    among them): the window's time includes the decodes that were not kept; their tokens and
+    passes are counted apart."""
+    return replace(kept, encode_seconds=sum(s.encode_seconds for s in decodes),
+                   decode_seconds=sum(s.decode_seconds for s in decodes),
+                   dropped_decodes=sum(1 + s.dropped_decodes for s in decodes) - 1,
+                   dropped_tokens=sum(s.tokens + s.dropped_tokens for s in decodes) - kept.tokens,
+                   dropped_passes=sum(s.passes + s.dropped_passes for s in decodes) - kept.passes)
 
 
 class LongFormTranscriber:
@@ -484,19 +496,13 @@ class LongFormTranscriber:
         tk = self.model.tokenizer
         thr = options.compression_ratio_threshold
         temps = options.temperatures or (0.0,)
-        spent = [0.0, 0.0]  # encoder and decoder seconds of every decode, kept or not
-        ran = [0, 0, 0]  # decodes, tokens and passes of every decode, kept or not
+        decodes: list[WindowStats] = []  # the record of every decode, kept or not
 
         def attempt(t: float, prompt_: list[int], retried: bool = False):
             decoded = self._attempt(runner, window, mel, prompt_, rules, sample_len, options,
                                     t, retried)
             if decoded is not None:
-                s = decoded[1]
-                spent[0] += s.encode_seconds
-                spent[1] += s.decode_seconds
-                ran[0] += 1 + s.dropped_decodes
-                ran[1] += s.tokens + s.dropped_tokens
-                ran[2] += s.passes + s.dropped_passes
+                decodes.append(decoded[1])
             return decoded
 
         for i, temperature in enumerate(temps):
@@ -522,10 +528,7 @@ class LongFormTranscriber:
             if decoded is None:
                 return None
             result, stats = decoded
-        # The window's time includes the decodes that were not kept; they are counted apart.
-        stats = replace(stats, encode_seconds=spent[0], decode_seconds=spent[1],
-                        dropped_decodes=ran[0] - 1, dropped_tokens=ran[1] - stats.tokens,
-                        dropped_passes=ran[2] - stats.passes)
+        stats = _charged(stats, decodes)
         if thr is not None and self._compression(result) > thr:
             result.tokens = cut_repetition(result.tokens, tk.timestamp_begin)
             result.compression = None
@@ -572,8 +575,7 @@ class LongFormTranscriber:
                 dropped_tokens=sum(s.tokens for _, s in sampled) - stats.tokens,
                 dropped_passes=max(s.passes for _, s in sampled) - stats.passes)
         best = None
-        spent = [0.0, 0.0]
-        ran = [0, 0, 0]  # decodes, tokens and passes of all the samples
+        decodes = []  # every sample's record
         for draw in draws:
             task = window_task.greedy(prompt, draw, sample_len,
                                       lambda: self._sampled_source(window))
@@ -581,18 +583,12 @@ class LongFormTranscriber:
             if decoded is None:
                 return None
             (result, stats), = decoded
-            spent[0] += stats.encode_seconds
-            spent[1] += stats.decode_seconds
-            ran[0] += 1
-            ran[1] += stats.tokens
-            ran[2] += stats.passes
+            decodes.append(stats)
             score = fallback.ranking_score(result.sum_logprob, len(result.tokens))
             if best is None or score > best[0]:
                 best = (score, result, stats)
         _, result, stats = best
-        return result, replace(stats, encode_seconds=spent[0], decode_seconds=spent[1],
-                               dropped_decodes=ran[0] - 1, dropped_tokens=ran[1] - stats.tokens,
-                               dropped_passes=ran[2] - stats.passes)
+        return result, _charged(stats, decodes)
 
     def _sample_batching(self, samples: int):
         """How a fallback's samples are drawn side by side (:mod:`.samples`): the chooser of
