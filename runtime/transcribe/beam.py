@@ -110,8 +110,11 @@ def top(logprobs: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def length_score(sum_logprob: float, length: int, length_penalty: float | None) -> float:
-    """whisper's ``MaximumLikelihoodRanker`` score of one finished hypothesis."""
+def length_score(sum_logprob: float, length: int, length_penalty: float | None = None
+                 ) -> float:
+    """whisper's ``MaximumLikelihoodRanker`` score of one finished hypothesis; without a
+    ``length_penalty`` also how its fallback ranks ``best_of`` samples (log-probability per
+    token)."""
     if length_penalty is None:
         penalty = max(1, length)  # whisper divides by the length (an empty text: by 1)
     else:

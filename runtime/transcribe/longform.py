@@ -42,6 +42,7 @@ from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.transcribe import fallback, window_task
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
+from as2d.runtime.transcribe.beam import length_score
 from as2d.runtime.transcribe.drafting import DraftingStrategy
 from as2d.runtime.transcribe.plan import RunPlan
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
@@ -273,15 +274,17 @@ class LongFormTranscriber:
             # Ready for the next call (a stop requested before a call still applies to it).
             self.discard_stop()
 
-    def _encode_first(self, audio: Audio, mel: LogMel, options) -> AheadEncoding | None:
-        """Start encoding the first window of a recording transcribed next (None: it is
-        silent, or empty). Outside the encoder turns: the current file's drafter, still
-        drafting for the window being decoded, must not wait for the next file's encoder."""
+    def _encode_first(self, audio: Audio, mel: LogMel, options, turn=None
+                      ) -> AheadEncoding | None:
+        """Start encoding the first window of a recording on a thread of its own (None: it is
+        silent, or empty), so that the encoder (most of a short clip's time) starts as soon as
+        the log-mel is ready: the run's Python set-up (rules, the drafter's start) overlaps it.
+        The next recording's is encoded outside the encoder turns (no ``turn``): the current
+        file's drafter, still drafting for the window being decoded, must not wait for it."""
         first = Window(0, 0, min(N_FRAMES, mel.n_frames))
-        peak = options.silence_peak
-        if not mel.n_frames or _silent(audio, first, peak):
+        if not mel.n_frames or _silent(audio, first, options.silence_peak):
             return None
-        return AheadEncoding(self.model, mel, first)
+        return AheadEncoding(self.model, mel, first, turn)
 
     # -- the window loop ----------------------------------------------------------------------
     def _run(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo,
@@ -300,11 +303,9 @@ class LongFormTranscriber:
         runner = WindowRunner(model, self.emit, self.run_options, audio.source,
                               decoder.target_encoding)
         self._runner = runner
-        first = Window(0, 0, min(N_FRAMES, mel.n_frames))
-        if encoding is not None:
+        encoding = encoding or self._encode_first(audio, mel, options, decoder.target_encoding)
+        if encoding is not None:  # the encoder first; the set-up below overlaps it
             runner.adopt(encoding)
-        elif mel.n_frames and not _silent(audio, first, options.silence_peak):
-            runner.encode_ahead(first, mel)  # the encoder first; the set-up below overlaps it
         # From here an encoder thread, and soon the drafter, may be running: whatever fails
         # before the window loop (its own try ends them) must end them too.
         try:
@@ -316,12 +317,7 @@ class LongFormTranscriber:
             decoder.start_early(mel, language, options)
             self.ahead.run_begun()  # the drafter may go on to the next files when done here
             if language is None:
-                try:
-                    language, prob = runner.detect_language(mel)
-                except Exception:
-                    if self._stop.is_set():  # its encoder run was abandoned by the stop
-                        raise Cancelled() from None
-                    raise
+                language, prob = self._detect(runner, mel)
                 info.language_detected = True
                 info.language_probability = prob
             info.language = language
@@ -381,12 +377,7 @@ class LongFormTranscriber:
                     continue
                 if multilingual:  # this window's language, from its own encoding (kept for
                     # its decode): one decoder step
-                    try:
-                        window = replace(window, language=runner.detect_language(mel, window)[0])
-                    except Exception:
-                        if self._stop.is_set():  # its encoder run was abandoned by the stop
-                            raise Cancelled() from None
-                        raise
+                    window = replace(window, language=self._detect(runner, mel, window)[0])
                     if spoken is not None and window.language != spoken:
                         # The previous text is in another language: as a prompt it has
                         # Whisper translate this window into that one.
@@ -438,6 +429,17 @@ class LongFormTranscriber:
             finally:
                 runner.close()
         self.emit(RunDone(time.perf_counter() - t_run))
+
+    def _detect(self, runner: WindowRunner, mel: LogMel, window: Window | None = None
+                ) -> tuple[str, float]:
+        """The language of ``window`` (default: the first), or Cancelled where a stop
+        abandoned its encoder run."""
+        try:
+            return runner.detect_language(mel, window)
+        except Exception:
+            if self._stop.is_set():
+                raise Cancelled() from None
+            raise
 
     def _emitted(self, segs: list[Segment], ids: Iterator[int],
                  timeline: vad.Timeline | None) -> Iterator[Segment]:
@@ -568,7 +570,7 @@ class LongFormTranscriber:
             sampled = runner.decode(window, mel, task, self._stop, retried)
             if sampled is None:
                 return None
-            scores = [fallback.ranking_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
+            scores = [length_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
             result, stats = sampled[scores.index(max(scores))]
             return result, replace(
                 stats, dropped_decodes=len(sampled) - 1,
@@ -584,7 +586,7 @@ class LongFormTranscriber:
                 return None
             (result, stats), = decoded
             decodes.append(stats)
-            score = fallback.ranking_score(result.sum_logprob, len(result.tokens))
+            score = length_score(result.sum_logprob, len(result.tokens))
             if best is None or score > best[0]:
                 best = (score, result, stats)
         _, result, stats = best
@@ -650,7 +652,7 @@ class LongFormTranscriber:
         if self.voice_detector is None:
             raise ValueError("the VAD filter needs a voice detector (LongFormTranscriber("
                              "voice_detector=as2d.runtime.vad.silero.SileroVAD()))")
-        params = vad.VadParameters.parse(options.vad_parameters)
+        params = options.vad_parameters  # checked by TranscribeOptions
         t0 = time.perf_counter()
         probs = vad.speech_probabilities(audio.samples, self.voice_detector)
         chunks = vad.speech_chunks(probs, len(audio.samples), params)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import OneHypothesis, PassCounts, Verdict, replay
-from as2d.runtime.transcribe.fallback import ranking_score
+from as2d.runtime.transcribe.beam import length_score
 from as2d.runtime.transcribe.window import DecodingResult, commit
 from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
@@ -178,6 +178,6 @@ class SampleBatch:
         """The most probable sample so far (whisper's ranking; the first of equals), what a
         stopped window keeps."""
         results = self.results()
-        scores = [ranking_score(r.sum_logprob, len(r.tokens)) for r in results]
+        scores = [length_score(r.sum_logprob, len(r.tokens)) for r in results]
         return results[scores.index(max(scores))]
 
