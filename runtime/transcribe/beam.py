@@ -33,7 +33,7 @@ import numpy as np
 
 from as2d.runtime.option_errors import OptionError, is_number, shown
 from as2d.runtime.speculative.verify import PassCounts, replay
-from as2d.runtime.transcribe.window import DecodingResult
+from as2d.runtime.transcribe.window import DecodingResult, room
 from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
 
@@ -183,12 +183,7 @@ class BeamWindow:
 
     @property
     def room(self) -> int:
-        """How many candidates each hypothesis may have verified in the next pass."""
-        if self.done:
-            return 0
-        by_len = self.sample_len - len(self.beams[0]) - 1
-        by_ctx = self.state.capacity - self.state.length - 1
-        return max(0, min(by_len, by_ctx))
+        return room(self.done, self.sample_len, len(self.beams[0]), self.state)
 
     def step(self, proposals: Sequence[Sequence[int]] | None = None,
              threads: int | None = None) -> int:

@@ -64,6 +64,14 @@ def commit(seq: DecodedTokens, tokens: Sequence[int], rows: Sequence[np.ndarray]
             return
 
 
+def room(done: bool, sample_len: int, generated: int, state) -> int:
+    """How many candidates a decode's next pass may verify (for each hypothesis) without
+    passing a length limit: ``sample_len`` tokens, or the decoder ``state``'s context."""
+    if done:
+        return 0
+    return max(0, min(sample_len - generated - 1, state.capacity - state.length - 1))
+
+
 @dataclass
 class WindowState:
     """Target-side decoding state of one window."""
@@ -91,12 +99,7 @@ class WindowState:
 
     @property
     def room(self) -> int:
-        """How many candidates the next step may verify without passing a length limit."""
-        if self.done:
-            return 0
-        by_len = self.sample_len - len(self.generated) - 1
-        by_ctx = self.state.capacity - self.state.length - 1
-        return max(0, min(by_len, by_ctx))
+        return room(self.done, self.sample_len, len(self.generated), self.state)
 
     def start(self) -> Verdict:
         """Run the prompt and choose the first token (a pass that runs the whole prompt)."""
