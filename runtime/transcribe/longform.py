@@ -568,29 +568,26 @@ class LongFormTranscriber:
             task = window_task.samples(prompt, draws, sample_len,
                                        [self._sampled_source(window) for _ in draws], batch)
             sampled = runner.decode(window, mel, task, self._stop, retried)
-            if sampled is None:
-                return None
-            scores = [length_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
-            result, stats = sampled[scores.index(max(scores))]
-            return result, replace(
-                stats, dropped_decodes=len(sampled) - 1,
-                dropped_tokens=sum(s.tokens for _, s in sampled) - stats.tokens,
-                dropped_passes=max(s.passes for _, s in sampled) - stats.passes)
-        best = None
-        decodes = []  # every sample's record
-        for draw in draws:
-            task = window_task.greedy(prompt, draw, sample_len,
-                                      lambda: self._sampled_source(window))
-            decoded = runner.decode(window, mel, task, self._stop, retried)
-            if decoded is None:
-                return None
-            (result, stats), = decoded
-            decodes.append(stats)
-            score = length_score(result.sum_logprob, len(result.tokens))
-            if best is None or score > best[0]:
-                best = (score, result, stats)
-        _, result, stats = best
-        return result, _charged(stats, decodes)
+        else:  # one after another
+            sampled = []
+            for draw in draws:
+                task = window_task.greedy(prompt, draw, sample_len,
+                                          lambda: self._sampled_source(window))
+                decoded = runner.decode(window, mel, task, self._stop, retried)
+                if decoded is None:
+                    return None
+                sampled += decoded
+        if sampled is None:
+            return None
+        # whisper's ranking of best_of samples; the first of equals
+        scores = [length_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
+        result, stats = sampled[scores.index(max(scores))]
+        if batch is None:
+            return result, _charged(stats, [s for _, s in sampled])
+        # Side by side, the samples shared one decode's time and passes.
+        return result, replace(stats, dropped_decodes=len(sampled) - 1,
+                               dropped_tokens=sum(s.tokens for _, s in sampled) - stats.tokens,
+                               dropped_passes=max(s.passes for _, s in sampled) - stats.passes)
 
     def _sample_batching(self, samples: int):
         """How a fallback's samples are drawn side by side (:mod:`.samples`): the chooser of
