@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from as2d.runtime.speculative.candidates import CandidateSource
-from as2d.runtime.speculative.verify import OneHypothesis, PassCounts, Verdict, replay
+from as2d.runtime.speculative.verify import OneHypothesis, Verdict, replay
 from as2d.runtime.transcribe.beam import length_score
-from as2d.runtime.transcribe.window import DecodingResult, commit
+from as2d.runtime.transcribe.window import Decoded, DecodingResult, commit
 from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
 
@@ -46,16 +46,11 @@ MAX_FED = 4
 
 
 @dataclass
-class Sample:
+class Sample(Decoded):
     """One sampled decode in the batch: its rules (and generator), candidates and tokens."""
 
     rules: LogitRules
     source: CandidateSource
-    generated: list[int] = field(default_factory=list)  # committed, in order
-    sum_logprob: float = 0.0
-    done: bool = False
-    completed: bool = False
-    counts: PassCounts = field(default_factory=PassCounts)
 
 
 @dataclass
@@ -170,9 +165,7 @@ class SampleBatch:
 
     def results(self) -> list[DecodingResult]:
         """Every sample's decode so far (complete once :attr:`done`)."""
-        return [DecodingResult(list(s.generated), s.sum_logprob, self.no_speech_prob,
-                               s.completed, s.counts.copy())
-                for s in self.samples]
+        return [s.decoded(self.no_speech_prob) for s in self.samples]
 
     def result(self) -> DecodingResult:
         """The most probable sample so far (whisper's ranking; the first of equals), what a

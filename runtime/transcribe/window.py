@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -38,16 +37,23 @@ class DecodingResult:
         return self.sum_logprob / (len(self.tokens) + 1)
 
 
-class DecodedTokens(Protocol):
+@dataclass(kw_only=True)
+class Decoded:
     """A decode's committed side, what :func:`commit` keeps (a window, a sample of one)."""
 
-    generated: list[int]
-    sum_logprob: float
-    done: bool
-    completed: bool
+    generated: list[int] = field(default_factory=list)  # committed, in order
+    sum_logprob: float = 0.0
+    done: bool = False
+    completed: bool = False
+    counts: PassCounts = field(default_factory=PassCounts)
+
+    def decoded(self, no_speech_prob: float) -> DecodingResult:
+        """What it has committed so far, with its window's ``no_speech_prob``."""
+        return DecodingResult(list(self.generated), self.sum_logprob, no_speech_prob,
+                              self.completed, self.counts.copy())
 
 
-def commit(seq: DecodedTokens, tokens: Sequence[int], rows: Sequence[np.ndarray], eot: int,
+def commit(seq: Decoded, tokens: Sequence[int], rows: Sequence[np.ndarray], eot: int,
            sample_len: int, prompt_len: int, capacity: int) -> None:
     """Whisper's rule for each chosen token in turn (its ``row`` masked): its log-probability
     counts; end-of-text ends the decode (and is not kept as a token); so do ``sample_len``
@@ -73,8 +79,9 @@ def room(done: bool, sample_len: int, generated: int, state) -> int:
 
 
 @dataclass
-class WindowState:
-    """Target-side decoding state of one window."""
+class WindowState(Decoded):
+    """Target-side decoding state of one window (the last token of ``generated`` is pending:
+    the cache does not hold it yet)."""
 
     state: DecoderState
     rules: LogitRules
@@ -82,12 +89,7 @@ class WindowState:
     sot_index: int
     sample_len: int
     eot: int
-    generated: list[int] = field(default_factory=list)  # committed; the last one is pending
-    sum_logprob: float = 0.0
     no_speech_prob: float = 0.0
-    done: bool = False
-    completed: bool = False
-    counts: PassCounts = field(default_factory=PassCounts)
 
     def __post_init__(self) -> None:
         self._stops = frozenset({self.eot})
@@ -138,5 +140,4 @@ class WindowState:
                self.state.capacity)
 
     def result(self) -> DecodingResult:
-        return DecodingResult(list(self.generated), self.sum_logprob, self.no_speech_prob,
-                              self.completed, self.counts.copy())
+        return self.decoded(self.no_speech_prob)
