@@ -21,7 +21,6 @@ from as2d.runtime.transcribe.fallback import (
     SamplingRules,
     judge,
     parse_temperatures,
-    ranking_score,
     sample,
     temperature_schedule,
     window_rng,
@@ -106,12 +105,6 @@ def test_the_generator_depends_on_seed_window_temperature_and_draw():
     assert first(0, 3000, 0.2, 0) == base
     assert len({base, first(1, 3000, 0.2, 0), first(0, 3001, 0.2, 0), first(0, 3000, 0.4, 0),
                 first(0, 3000, 0.2, 1)}) == 5
-
-
-def test_best_of_ranks_by_log_probability_per_token():
-    assert ranking_score(-2.0, 4) > ranking_score(-3.0, 4)
-    assert ranking_score(-3.0, 10) > ranking_score(-2.0, 4)  # longer but more confident
-    assert ranking_score(0.0, 0) == 0.0
 
 
 # -- real audio --------------------------------------------------------------------------------

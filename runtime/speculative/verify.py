@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -112,8 +112,10 @@ def replay(logits: np.ndarray, fed: Sequence[Sequence[int]], policy: Hypotheses,
             return steps, bases, depths
 
 
-class _OneHypothesis:
-    """Greedy choice for one sequence: the token policy of :func:`verify`."""
+class OneHypothesis:
+    """Greedy choice (or a seeded draw: ``choose`` decides) for one sequence: the token policy
+    of :func:`verify` and of each of a fallback's samples. ``prefix`` grows by every token
+    chosen; ``committed`` and ``rows`` say which, and from which row."""
 
     def __init__(self, choose: Choose, prefix: list[int], stops: frozenset[int]) -> None:
         self.choose, self.prefix, self.stops = choose, prefix, stops
@@ -150,7 +152,7 @@ def verify(cache: TargetCache, pending: int, candidates: Sequence[int], prefix: 
     fed = [pending, *candidates]
     logits = cache.forward(fed, **forward_options)
     n = len(prefix)
-    policy = _OneHypothesis(choose, prefix, stops)
+    policy = OneHypothesis(choose, prefix, stops)
     try:
         steps, _, _ = replay(logits[None], [fed], policy)
     finally:
@@ -172,11 +174,19 @@ class PassCounts:
     seconds: float = 0.0
 
     def add(self, verdict: Verdict) -> None:
+        self.count(verdict.offered, verdict.accepted, verdict.seconds)
+
+    def count(self, offered: int, accepted: int, seconds: float, alone: bool | None = None
+              ) -> None:
+        """One pass; ``alone`` (default: nothing was offered) counts it as the target's own."""
         self.passes += 1
-        self.offered += verdict.offered
-        self.accepted += verdict.accepted
-        self.alone += verdict.offered == 0
-        self.seconds += verdict.seconds
+        self.offered += offered
+        self.accepted += accepted
+        self.alone += offered == 0 if alone is None else alone
+        self.seconds += seconds
+
+    def copy(self) -> PassCounts:
+        return replace(self)
 
     @property
     def acceptance(self) -> float:

@@ -26,14 +26,13 @@ from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.drafter import DrafterWorker
 from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
-from as2d.runtime.transcribe.opening_times import MAX_STEP, OpeningTimes
+from as2d.runtime.transcribe.opening_times import OpeningTimes, closing_time
 from as2d.runtime.transcribe.strategy import Window
 from as2d.runtime.transcribe.stream_source import window_repetition
 from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.model import WhisperModel
 from as2d.runtime.whisper.seeking import kept_text_tokens
-from as2d.runtime.whisper.tokenizer import TIME_PRECISION
 
 
 class AS2D(DraftingStrategy):
@@ -297,13 +296,11 @@ class AlignedSource(BudgetedSource):
             return lead[:k]
         cands = lead + aligner.candidates(k - len(lead), opening)
         # Where the drafter closed a segment, guess the target's closing timestamp from the
-        # drafter's time: when it is right, the segment boundary costs no extra pass.
+        # drafter's time.
         at = self.stream.boundaries.get(aligner.end)
         last = cands[-1] if cands else (gen[-1] if gen else tb)
         if at is not None and last < tb and len(cands) < room and aligner.synced:
-            step = round((at - self.offset) / TIME_PRECISION)
-            if 0 <= step <= MAX_STEP:
-                cands.append(tb + step)
+            cands += closing_time(at, self.offset, tb)
         return cands
 
     def start_kind(self, gen: Sequence[int]) -> str | None:

@@ -33,8 +33,8 @@ import numpy as np
 
 from as2d.runtime.option_errors import OptionError, is_number, shown
 from as2d.runtime.speculative.verify import PassCounts, replay
-from as2d.runtime.transcribe.window import DecodingResult
-from as2d.runtime.whisper.logits import LogitRules
+from as2d.runtime.transcribe.window import DecodingResult, room
+from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
 
 # Bounds on one search, for every face alike (the command line, the Python API, the server):
@@ -110,8 +110,11 @@ def top(logprobs: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def length_score(sum_logprob: float, length: int, length_penalty: float | None) -> float:
-    """whisper's ``MaximumLikelihoodRanker`` score of one finished hypothesis."""
+def length_score(sum_logprob: float, length: int, length_penalty: float | None = None
+                 ) -> float:
+    """whisper's ``MaximumLikelihoodRanker`` score of one finished hypothesis; without a
+    ``length_penalty`` also how its fallback ranks ``best_of`` samples (log-probability per
+    token)."""
     if length_penalty is None:
         penalty = max(1, length)  # whisper divides by the length (an empty text: by 1)
     else:
@@ -173,22 +176,14 @@ class BeamWindow:
         """Run the prompt (one hypothesis) and take the first beam step."""
         t0 = time.perf_counter()
         logits = self.state.forward([self.prompt])[0]
-        tk = self.rules.tokenizer
-        if tk.no_speech is not None:
-            from as2d.runtime.whisper.logits import no_speech_probability
-
-            self.no_speech_prob = no_speech_probability(logits[self.sot_index], tk.no_speech)
+        self.no_speech_prob = no_speech_probability(logits[self.sot_index],
+                                                    self.rules.tokenizer.no_speech)
         self.state.reorder(self.advance(logits[-1:]))
-        self._count(t0, 0, 0)
+        self.counts.count(0, 0, time.perf_counter() - t0)
 
     @property
     def room(self) -> int:
-        """How many candidates each hypothesis may have verified in the next pass."""
-        if self.done:
-            return 0
-        by_len = self.sample_len - len(self.beams[0]) - 1
-        by_ctx = self.state.capacity - self.state.length - 1
-        return max(0, min(by_len, by_ctx))
+        return room(self.done, self.sample_len, len(self.beams[0]), self.state)
 
     def step(self, proposals: Sequence[Sequence[int]] | None = None,
              threads: int | None = None) -> int:
@@ -213,15 +208,9 @@ class BeamWindow:
         # Each hypothesis keeps its pass rows up to (not including) its new last token.
         self.state.reorder(bases)
         self.state.truncate(n + steps)
-        self._count(t0, sum(len(f) - 1 for f in fed), (steps - 1) * len(bases))
+        self.counts.count(sum(len(f) - 1 for f in fed), (steps - 1) * len(bases),
+                          time.perf_counter() - t0)
         return steps
-
-    def _count(self, t0: float, offered: int, accepted: int) -> None:
-        self.counts.passes += 1
-        self.counts.offered += offered
-        self.counts.accepted += accepted
-        self.counts.alone += offered == 0
-        self.counts.seconds += time.perf_counter() - t0
 
     def advance(self, rows: np.ndarray) -> list[int]:
         """One beam step from each live hypothesis's row (masked in place); returns the
@@ -266,4 +255,4 @@ class BeamWindow:
                   for s, t in zip(seqs, tokens)]
         best = int(np.argmax(scores))
         return DecodingResult(tokens[best], finished[seqs[best]], self.no_speech_prob,
-                              seqs[best] not in forced, PassCounts(**vars(self.counts)))
+                              seqs[best] not in forced, self.counts.copy())

@@ -164,9 +164,3 @@ def window_rng(seed: int, seek: int, temperature: float, draw: int) -> np.random
     this ``seed``, different for each window, temperature and sample."""
     return np.random.default_rng([int(seed), int(seek), int(round(temperature * 1000)),
                                   int(draw)])
-
-
-def ranking_score(sum_logprob: float, n_tokens: int) -> float:
-    """whisper's ranking of ``best_of`` samples (no length penalty): log-probability per
-    token."""
-    return sum_logprob / max(1, n_tokens)

@@ -33,6 +33,7 @@ from as2d.runtime.events import (
     RunStarted,
     SegmentDone,
     WindowDone,
+    WindowStats,
     fanout,
     ignore,
 )
@@ -41,6 +42,7 @@ from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.transcribe import fallback, window_task
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
+from as2d.runtime.transcribe.beam import length_score
 from as2d.runtime.transcribe.drafting import DraftingStrategy
 from as2d.runtime.transcribe.plan import RunPlan
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
@@ -124,6 +126,17 @@ def _silent(audio: Audio, window: Window, peak: float | None) -> bool:
         return False
     chunk = audio.samples[window.seek * HOP:(window.seek + window.size) * HOP]
     return bool(len(chunk)) and float(np.max(np.abs(chunk))) <= peak
+
+
+def _charged(kept: WindowStats, decodes: list[WindowStats]) -> WindowStats:
+    """``kept``'s record charged with every decode of its window (``decodes``, ``kept``'s
+    among them): the window's time includes the decodes that were not kept; their tokens and
+    passes are counted apart."""
+    return replace(kept, encode_seconds=sum(s.encode_seconds for s in decodes),
+                   decode_seconds=sum(s.decode_seconds for s in decodes),
+                   dropped_decodes=sum(1 + s.dropped_decodes for s in decodes) - 1,
+                   dropped_tokens=sum(s.tokens + s.dropped_tokens for s in decodes) - kept.tokens,
+                   dropped_passes=sum(s.passes + s.dropped_passes for s in decodes) - kept.passes)
 
 
 class LongFormTranscriber:
@@ -261,15 +274,17 @@ class LongFormTranscriber:
             # Ready for the next call (a stop requested before a call still applies to it).
             self.discard_stop()
 
-    def _encode_first(self, audio: Audio, mel: LogMel, options) -> AheadEncoding | None:
-        """Start encoding the first window of a recording transcribed next (None: it is
-        silent, or empty). Outside the encoder turns: the current file's drafter, still
-        drafting for the window being decoded, must not wait for the next file's encoder."""
+    def _encode_first(self, audio: Audio, mel: LogMel, options, turn=None
+                      ) -> AheadEncoding | None:
+        """Start encoding the first window of a recording on a thread of its own (None: it is
+        silent, or empty), so that the encoder (most of a short clip's time) starts as soon as
+        the log-mel is ready: the run's Python set-up (rules, the drafter's start) overlaps it.
+        The next recording's is encoded outside the encoder turns (no ``turn``): the current
+        file's drafter, still drafting for the window being decoded, must not wait for it."""
         first = Window(0, 0, min(N_FRAMES, mel.n_frames))
-        peak = options.silence_peak
-        if not mel.n_frames or _silent(audio, first, peak):
+        if not mel.n_frames or _silent(audio, first, options.silence_peak):
             return None
-        return AheadEncoding(self.model, mel, first)
+        return AheadEncoding(self.model, mel, first, turn)
 
     # -- the window loop ----------------------------------------------------------------------
     def _run(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo,
@@ -288,11 +303,9 @@ class LongFormTranscriber:
         runner = WindowRunner(model, self.emit, self.run_options, audio.source,
                               decoder.target_encoding)
         self._runner = runner
-        first = Window(0, 0, min(N_FRAMES, mel.n_frames))
-        if encoding is not None:
+        encoding = encoding or self._encode_first(audio, mel, options, decoder.target_encoding)
+        if encoding is not None:  # the encoder first; the set-up below overlaps it
             runner.adopt(encoding)
-        elif mel.n_frames and not _silent(audio, first, options.silence_peak):
-            runner.encode_ahead(first, mel)  # the encoder first; the set-up below overlaps it
         # From here an encoder thread, and soon the drafter, may be running: whatever fails
         # before the window loop (its own try ends them) must end them too.
         try:
@@ -304,12 +317,7 @@ class LongFormTranscriber:
             decoder.start_early(mel, language, options)
             self.ahead.run_begun()  # the drafter may go on to the next files when done here
             if language is None:
-                try:
-                    language, prob = runner.detect_language(mel)
-                except Exception:
-                    if self._stop.is_set():  # its encoder run was abandoned by the stop
-                        raise Cancelled() from None
-                    raise
+                language, prob = self._detect(runner, mel)
                 info.language_detected = True
                 info.language_probability = prob
             info.language = language
@@ -369,12 +377,7 @@ class LongFormTranscriber:
                     continue
                 if multilingual:  # this window's language, from its own encoding (kept for
                     # its decode): one decoder step
-                    try:
-                        window = replace(window, language=runner.detect_language(mel, window)[0])
-                    except Exception:
-                        if self._stop.is_set():  # its encoder run was abandoned by the stop
-                            raise Cancelled() from None
-                        raise
+                    window = replace(window, language=self._detect(runner, mel, window)[0])
                     if spoken is not None and window.language != spoken:
                         # The previous text is in another language: as a prompt it has
                         # Whisper translate this window into that one.
@@ -426,6 +429,17 @@ class LongFormTranscriber:
             finally:
                 runner.close()
         self.emit(RunDone(time.perf_counter() - t_run))
+
+    def _detect(self, runner: WindowRunner, mel: LogMel, window: Window | None = None
+                ) -> tuple[str, float]:
+        """The language of ``window`` (default: the first), or Cancelled where a stop
+        abandoned its encoder run."""
+        try:
+            return runner.detect_language(mel, window)
+        except Exception:
+            if self._stop.is_set():
+                raise Cancelled() from None
+            raise
 
     def _emitted(self, segs: list[Segment], ids: Iterator[int],
                  timeline: vad.Timeline | None) -> Iterator[Segment]:
@@ -484,19 +498,13 @@ class LongFormTranscriber:
         tk = self.model.tokenizer
         thr = options.compression_ratio_threshold
         temps = options.temperatures or (0.0,)
-        spent = [0.0, 0.0]  # encoder and decoder seconds of every decode, kept or not
-        ran = [0, 0, 0]  # decodes, tokens and passes of every decode, kept or not
+        decodes: list[WindowStats] = []  # the record of every decode, kept or not
 
         def attempt(t: float, prompt_: list[int], retried: bool = False):
             decoded = self._attempt(runner, window, mel, prompt_, rules, sample_len, options,
                                     t, retried)
             if decoded is not None:
-                s = decoded[1]
-                spent[0] += s.encode_seconds
-                spent[1] += s.decode_seconds
-                ran[0] += 1 + s.dropped_decodes
-                ran[1] += s.tokens + s.dropped_tokens
-                ran[2] += s.passes + s.dropped_passes
+                decodes.append(decoded[1])
             return decoded
 
         for i, temperature in enumerate(temps):
@@ -522,10 +530,7 @@ class LongFormTranscriber:
             if decoded is None:
                 return None
             result, stats = decoded
-        # The window's time includes the decodes that were not kept; they are counted apart.
-        stats = replace(stats, encode_seconds=spent[0], decode_seconds=spent[1],
-                        dropped_decodes=ran[0] - 1, dropped_tokens=ran[1] - stats.tokens,
-                        dropped_passes=ran[2] - stats.passes)
+        stats = _charged(stats, decodes)
         if thr is not None and self._compression(result) > thr:
             result.tokens = cut_repetition(result.tokens, tk.timestamp_begin)
             result.compression = None
@@ -563,36 +568,26 @@ class LongFormTranscriber:
             task = window_task.samples(prompt, draws, sample_len,
                                        [self._sampled_source(window) for _ in draws], batch)
             sampled = runner.decode(window, mel, task, self._stop, retried)
-            if sampled is None:
-                return None
-            scores = [fallback.ranking_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
-            result, stats = sampled[scores.index(max(scores))]
-            return result, replace(
-                stats, dropped_decodes=len(sampled) - 1,
-                dropped_tokens=sum(s.tokens for _, s in sampled) - stats.tokens,
-                dropped_passes=max(s.passes for _, s in sampled) - stats.passes)
-        best = None
-        spent = [0.0, 0.0]
-        ran = [0, 0, 0]  # decodes, tokens and passes of all the samples
-        for draw in draws:
-            task = window_task.greedy(prompt, draw, sample_len,
-                                      lambda: self._sampled_source(window))
-            decoded = runner.decode(window, mel, task, self._stop, retried)
-            if decoded is None:
-                return None
-            (result, stats), = decoded
-            spent[0] += stats.encode_seconds
-            spent[1] += stats.decode_seconds
-            ran[0] += 1
-            ran[1] += stats.tokens
-            ran[2] += stats.passes
-            score = fallback.ranking_score(result.sum_logprob, len(result.tokens))
-            if best is None or score > best[0]:
-                best = (score, result, stats)
-        _, result, stats = best
-        return result, replace(stats, encode_seconds=spent[0], decode_seconds=spent[1],
-                               dropped_decodes=ran[0] - 1, dropped_tokens=ran[1] - stats.tokens,
-                               dropped_passes=ran[2] - stats.passes)
+        else:  # one after another
+            sampled = []
+            for draw in draws:
+                task = window_task.greedy(prompt, draw, sample_len,
+                                          lambda: self._sampled_source(window))
+                decoded = runner.decode(window, mel, task, self._stop, retried)
+                if decoded is None:
+                    return None
+                sampled += decoded
+        if sampled is None:
+            return None
+        # whisper's ranking of best_of samples; the first of equals
+        scores = [length_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
+        result, stats = sampled[scores.index(max(scores))]
+        if batch is None:
+            return result, _charged(stats, [s for _, s in sampled])
+        # Side by side, the samples shared one decode's time and passes.
+        return result, replace(stats, dropped_decodes=len(sampled) - 1,
+                               dropped_tokens=sum(s.tokens for _, s in sampled) - stats.tokens,
+                               dropped_passes=max(s.passes for _, s in sampled) - stats.passes)
 
     def _sample_batching(self, samples: int):
         """How a fallback's samples are drawn side by side (:mod:`.samples`): the chooser of
@@ -654,7 +649,7 @@ class LongFormTranscriber:
         if self.voice_detector is None:
             raise ValueError("the VAD filter needs a voice detector (LongFormTranscriber("
                              "voice_detector=as2d.runtime.vad.silero.SileroVAD()))")
-        params = vad.VadParameters.parse(options.vad_parameters)
+        params = options.vad_parameters  # checked by TranscribeOptions
         t0 = time.perf_counter()
         probs = vad.speech_probabilities(audio.samples, self.voice_detector)
         chunks = vad.speech_chunks(probs, len(audio.samples), params)

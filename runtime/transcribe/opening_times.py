@@ -49,6 +49,14 @@ MAX_STEP = 1500  # the last time of a 30-s window, in steps
 GOES_ON = -1  # the sound at a closing time goes on: no pause
 
 
+def closing_time(at: float, window_start: float, timestamp_begin: int) -> list[int]:
+    """``[t]``: the timestamp token of ``at`` (seconds: where the drafter closed a segment) in
+    the window that starts at ``window_start``, if it falls within it; empty otherwise. Offered
+    after the drafter's last words there: when it is right, the boundary costs no extra pass."""
+    step = round((at - window_start) / TIME_PRECISION)
+    return [timestamp_begin + step] if 0 <= step <= MAX_STEP else []
+
+
 def opening_time(seq: Sequence[int], timestamp_begin: int) -> list[int]:
     """``[t]`` when ``seq`` ends with a segment's closing timestamp ``t`` (text before it):
     in continuous speech Whisper opens the next segment at the same time, so the sources that

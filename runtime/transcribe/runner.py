@@ -91,7 +91,7 @@ class WindowRunner:
         self.run_options = run_options  # its terminate flag abandons an encoder run
         # (seek, size) → the encoding and the encoder seconds not yet charged to a window.
         self._encoding: tuple[tuple[int, int], AudioContext, float] | None = None
-        # A window being encoded on a thread of its own (see encode_ahead).
+        # A window being encoded on a thread of its own (see adopt).
         self._pending: AheadEncoding | None = None
         # Called once, after the next window's encoder run (work that should not compete with
         # the encoder but may overlap the decoding).
@@ -111,15 +111,7 @@ class WindowRunner:
         key = (window.seek, window.size)
         if self._detected is not None and self._detected[0] == key:
             return self._detected[1]
-        if self._encoding is None or self._encoding[0] != key:
-            ctx, seconds = self._take_pending(window)
-            if ctx is None:
-                t0 = time.perf_counter()
-                with self.encoding_turn(mel, window):
-                    ctx = self.model.encode(mel.window(window.seek, window.size),
-                                            self.run_options)
-                seconds = time.perf_counter() - t0
-            self._encoding = (key, ctx, seconds)
+        self._keep(window, mel)
         found = detect_language(self.model, self._encoding[1])
         last = self._detected[1][0] if self._detected is not None else None
         # Said once per language change: a multilingual run detects every window.
@@ -127,13 +119,6 @@ class WindowRunner:
                                    level="info" if found[0] != last else "debug"))
         self._detected = (key, found)
         return found
-
-    def encode_ahead(self, window: Window, mel: LogMel) -> None:
-        """Start encoding ``window`` now, on a thread of its own: the first window of a run,
-        so that the encoder (most of a short clip's time) starts as soon as the log-mel is
-        ready and the run's Python set-up (rules, the drafter's start) overlaps it, instead of
-        coming first. :meth:`encode` and language detection take it when they reach it."""
-        self.adopt(AheadEncoding(self.model, mel, window, self.encoding_turn))
 
     def adopt(self, encoding: AheadEncoding) -> None:
         """Use ``encoding`` (started ahead) for the window it encodes."""
@@ -176,23 +161,27 @@ class WindowRunner:
         finally:
             self._pending = None
 
-    def encode(self, window: Window, mel: LogMel) -> tuple[AudioContext, float]:
-        """The target's encoding of ``window`` and the encoder seconds to charge to it: a kept
-        encoding is charged to the first decode that uses it, and to no later one."""
+    def _keep(self, window: Window, mel: LogMel) -> None:
+        """Keep ``window``'s encoding: the one kept already, the one started ahead, or a new
+        encoder run (with the encoder seconds not yet charged to a decode)."""
         key = (window.seek, window.size)
-        ctx, seconds = self._take_pending(window)
-        if ctx is not None:
-            self._encoding = (key, ctx, seconds)
         if self._encoding is not None and self._encoding[0] == key:
-            _, ctx, seconds = self._encoding
-            if seconds:
-                self.emit(Encoded(window.index, seconds, ctx.n_frames))
-        else:
+            return
+        ctx, seconds = self._take_pending(window)
+        if ctx is None:
             self._encoding = None  # the previous window's encoding is no longer needed
             t0 = time.perf_counter()
             with self.encoding_turn(mel, window):
                 ctx = self.model.encode(mel.window(window.seek, window.size), self.run_options)
             seconds = time.perf_counter() - t0
+        self._encoding = (key, ctx, seconds)
+
+    def encode(self, window: Window, mel: LogMel) -> tuple[AudioContext, float]:
+        """The target's encoding of ``window`` and the encoder seconds to charge to it: a kept
+        encoding is charged to the first decode that uses it, and to no later one."""
+        self._keep(window, mel)
+        key, ctx, seconds = self._encoding
+        if seconds:
             self.emit(Encoded(window.index, seconds, ctx.n_frames))
         self._encoding = (key, ctx, 0.0)
         return ctx, seconds

@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from as2d.runtime.speculative.candidates import CandidateSource
-from as2d.runtime.speculative.verify import PassCounts, Verdict, replay
-from as2d.runtime.transcribe.fallback import ranking_score
-from as2d.runtime.transcribe.window import DecodingResult, commit
+from as2d.runtime.speculative.verify import OneHypothesis, Verdict, replay
+from as2d.runtime.transcribe.beam import length_score
+from as2d.runtime.transcribe.window import Decoded, DecodingResult, commit
 from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
 
@@ -46,16 +46,11 @@ MAX_FED = 4
 
 
 @dataclass
-class Sample:
+class Sample(Decoded):
     """One sampled decode in the batch: its rules (and generator), candidates and tokens."""
 
     rules: LogitRules
     source: CandidateSource
-    generated: list[int] = field(default_factory=list)  # committed, in order
-    sum_logprob: float = 0.0
-    done: bool = False
-    completed: bool = False
-    counts: PassCounts = field(default_factory=PassCounts)
 
 
 @dataclass
@@ -94,7 +89,7 @@ class SampleBatch:
         for i, s in enumerate(self.samples):
             masked = last.copy()  # each sample masks (in place) and draws from its own copy
             token = s.rules.choose(masked, [])
-            self._commit(s, token, masked)
+            self._commit(s, [token], [masked])
             passed.append((i, [], Verdict([token], [], 0, 0, len(self.prompt), 0.0,
                                           token == self.eot)))
         self.live = [i for i, s in enumerate(self.samples) if not s.done]
@@ -134,12 +129,14 @@ class SampleBatch:
             s, offer = self.samples[i], offers[j]
             # The row of its last committed token (the backlog's last; with no backlog, the
             # pending one's) draws its next token; each accepted candidate's, the one after.
+            # A pass's draws can reach a length limit only at its last position (see room).
             start = len(fed[j]) - len(offer) - 1
-            draw = _Drawing(self, s)
+            draw = OneHypothesis(s.rules.choose, list(s.generated), frozenset({self.eot}))
             steps, _, _ = replay(logits[j:j + 1], [fed[j]], draw, [start])
+            self._commit(s, draw.committed, draw.rows)
             kept.append(start + steps)
             passed.append((i, offer, Verdict(draw.committed, [], len(offer), steps - 1,
-                                             len(fed[j]), 0.0, draw.committed[-1] == self.eot)))
+                                             len(fed[j]), 0.0, draw.done)))
         # Every sample that goes on keeps the positions the least advanced one can keep.
         going = [j for j, i in enumerate(self.live) if not self.samples[i].done]
         if going:
@@ -148,8 +145,9 @@ class SampleBatch:
         self.live = [self.live[j] for j in going]
         return self._passed(t0, passed)
 
-    def _commit(self, s: Sample, token: int, row) -> None:
-        commit(s, token, row, self.eot, self.sample_len, len(self.prompt), self.state.capacity)
+    def _commit(self, s: Sample, tokens: list[int], rows: list) -> None:
+        commit(s, tokens, rows, self.eot, self.sample_len, len(self.prompt),
+               self.state.capacity)
 
     def _passed(self, t0: float, passed: list[tuple[int, list[int], Verdict]]
                 ) -> list[tuple[list[int], Verdict]]:
@@ -160,47 +158,19 @@ class SampleBatch:
         self.passes += 1
         for i, offer, v in passed:
             v.seconds = seconds
-            c = self.samples[i].counts
-            c.passes += 1
-            c.offered += v.offered
-            c.accepted += v.accepted
-            c.alone += v.offered == 0 and self.passes > 1
-            c.seconds += seconds
+            self.samples[i].counts.count(v.offered, v.accepted, seconds,
+                                         v.offered == 0 and self.passes > 1)
             self.samples[i].source.observe(offer, v)
         return [(offer, v) for _, offer, v in passed]
 
     def results(self) -> list[DecodingResult]:
         """Every sample's decode so far (complete once :attr:`done`)."""
-        return [DecodingResult(list(s.generated), s.sum_logprob, self.no_speech_prob,
-                               s.completed, PassCounts(**vars(s.counts)))
-                for s in self.samples]
+        return [s.decoded(self.no_speech_prob) for s in self.samples]
 
     def result(self) -> DecodingResult:
         """The most probable sample so far (whisper's ranking; the first of equals), what a
         stopped window keeps."""
         results = self.results()
-        scores = [ranking_score(r.sum_logprob, len(r.tokens)) for r in results]
+        scores = [length_score(r.sum_logprob, len(r.tokens)) for r in results]
         return results[scores.index(max(scores))]
 
-
-class _Drawing:
-    """One sample as the verification kernel's token policy: a draw from its own generator per
-    committed position, committed at once (a hypothesis of one)."""
-
-    def __init__(self, batch: SampleBatch, sample: Sample) -> None:
-        self.batch, self.sample = batch, sample
-        self.committed: list[int] = []
-
-    @property
-    def done(self) -> bool:
-        return self.sample.done
-
-    def advance(self, rows) -> list[int]:
-        s = self.sample
-        token = s.rules.choose(rows[0], s.generated)
-        self.committed.append(token)
-        self.batch._commit(s, token, rows[0])
-        return [0]
-
-    def last(self, i: int) -> int:
-        return self.committed[-1]

@@ -10,7 +10,7 @@ encoder input), so the comparison isolates the scheduling.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from as2d.runtime.events import Encoded, Listener
 from as2d.runtime.speculative.budget import Budget
@@ -118,40 +118,16 @@ class SerialDrafter:
         return out + self._convert(rest)
 
     def _convert(self, target_tokens: list[int]) -> list[int]:
-        out: list[int] = []
-        text: list[int] = []
-        ttb = self.target_tk.timestamp_begin
-        for t in target_tokens:
-            if t >= ttb:
-                if text:
-                    out += self.tk.encode(self.target_tk.decode_bytes(text).decode(
-                        "utf-8", errors="replace"))
-                    text = []
-                out.append(t + self.ts_shift)
-            elif t < self.target_tk.eot:
-                text.append(t)
-        if text:
-            out += self.tk.encode(self.target_tk.decode_bytes(text).decode("utf-8",
-                                                                          errors="replace"))
-        return out
+        tk, ttk = self.tk, self.target_tk
+        return _by_segment(target_tokens, ttk.timestamp_begin, ttk.eot, self.ts_shift,
+                           lambda text: tk.encode(ttk.decode_bytes(text).decode(
+                               "utf-8", errors="replace")))
 
     def _to_target(self, drafter_tokens: list[int]) -> list[int]:
-        dtb = self.tk.timestamp_begin
         if self.same_vocab:
             return [t for t in drafter_tokens if t != self.tk.eot]
-        out: list[int] = []
-        text: list[int] = []
-        for t in drafter_tokens:
-            if t >= dtb:
-                if text:
-                    out += self.retok.feed(text) + self.retok.flush()
-                    text = []
-                out.append(t - self.ts_shift)
-            elif t < self.tk.eot:
-                text.append(t)
-        if text:
-            out += self.retok.feed(text) + self.retok.flush()
-        return out
+        return _by_segment(drafter_tokens, self.tk.timestamp_begin, self.tk.eot,
+                           -self.ts_shift, lambda text: self.retok.feed(text) + self.retok.flush())
 
     def draft(self, committed: list[int], k: int) -> list[int]:
         """Catch up with ``committed`` (the target's tokens after its prompt), then draft up
@@ -189,3 +165,23 @@ class SerialDrafter:
             if len(self._to_target(drafted)) >= k:
                 break
         return self._to_target(drafted)[:k]
+
+
+def _by_segment(tokens: Sequence[int], timestamp_begin: int, eot: int, shift: int,
+                text_to: Callable[[list[int]], list[int]]) -> list[int]:
+    """``tokens`` in another vocabulary: each run of text tokens converted by ``text_to``, each
+    timestamp moved by ``shift`` (the vocabularies' timestamps differ by an offset), special
+    tokens dropped."""
+    out: list[int] = []
+    text: list[int] = []
+    for t in tokens:
+        if t >= timestamp_begin:
+            if text:
+                out += text_to(text)
+                text = []
+            out.append(t + shift)
+        elif t < eot:
+            text.append(t)
+    if text:
+        out += text_to(text)
+    return out

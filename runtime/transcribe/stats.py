@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 from as2d.runtime.events import (
     Drafted,
-    Encoded,
     Event,
     RunDone,
     RunStarted,
@@ -35,7 +34,6 @@ class RunStats:
     interrupted: bool = False
     windows: list[WindowStats] = field(default_factory=list)
     draft_seconds: float = 0.0
-    draft_encode_seconds: float = 0.0
     drafted_tokens: int = 0
     search: str = "greedy"  # how windows at temperature 0 were decoded ("beam 5", ...)
 
@@ -116,8 +114,6 @@ class StatsCollector:
             elif isinstance(event, Drafted):
                 self.current.draft_seconds += event.seconds
                 self.current.drafted_tokens += len(event.tokens)
-            elif isinstance(event, Encoded) and event.worker == "drafter":
-                self.current.draft_encode_seconds += event.seconds
             elif isinstance(event, RunDone):
                 self.current.wall_seconds = event.wall_seconds
                 self.current.interrupted = event.interrupted

@@ -24,7 +24,7 @@ from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.lookup import REPEAT_PRIOR, repetition
 from as2d.runtime.speculative.verify import Verdict
-from as2d.runtime.transcribe.opening_times import opening_time
+from as2d.runtime.transcribe.opening_times import closing_time, opening_time
 
 # Prior acceptance of each kind of offer, before a decode's own passes say otherwise: a sampled
 # decode strays from the drafter's words more than greedy does.
@@ -48,10 +48,10 @@ class StreamProposer:
     """
 
     def __init__(self, stream, window_start: float, timestamp_begin: int, eot: int,
-                 time_precision: float = 0.02, max_ngram: int = 4) -> None:
+                 max_ngram: int = 4) -> None:
         self.stream = stream
         self.offset = window_start
-        self.tb, self.eot, self.precision = timestamp_begin, eot, time_precision
+        self.tb, self.eot = timestamp_begin, eot
         self.max_ngram = max_ngram
         self.lo = stream.index_at_time(max(0.0, window_start - 1.0))
         self.first = stream.index_at_time(window_start)
@@ -99,9 +99,7 @@ class StreamProposer:
             at = boundaries.get(i)
             last = out[-1] if out else (seq[-1] if seq else tb)
             if at is not None and last < tb:  # the drafter closed a segment here
-                step = round((at - self.offset) / self.precision)
-                if 0 <= step <= 1500:
-                    out.append(tb + step)
+                out += closing_time(at, self.offset, tb)
                 break
             out.append(tokens[i])
             i += 1

@@ -207,28 +207,17 @@ class Timeline:
 
         Words are mapped within the chunk of their middle, so a word never straddles a cut;
         the segment then spans its words."""
-        words = getattr(segment, "words", None) or []
+        words = segment.words or []
         if words:
             for w in words:
-                i = self.chunk_of((_get(w, "start") + _get(w, "end")) / 2)
-                _set(w, "start", self.original(_get(w, "start"), chunk=i))
-                _set(w, "end", self.original(_get(w, "end"), chunk=i))
-            segment.start = _get(words[0], "start")
-            segment.end = _get(words[-1], "end")
+                i = self.chunk_of((w.start + w.end) / 2)
+                w.start = self.original(w.start, chunk=i)
+                w.end = self.original(w.end, chunk=i)
+            segment.start = words[0].start
+            segment.end = words[-1].end
         else:
             segment.start = self.original(segment.start)
             segment.end = self.original(segment.end, is_end=True)
-
-
-def _get(word, name: str) -> float:
-    return word[name] if isinstance(word, dict) else getattr(word, name)
-
-
-def _set(word, name: str, value: float) -> None:
-    if isinstance(word, dict):
-        word[name] = value
-    else:
-        setattr(word, name, value)
 
 
 def join_speech(samples: np.ndarray, chunks: list[tuple[int, int]]) -> np.ndarray:

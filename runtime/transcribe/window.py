@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -38,32 +37,51 @@ class DecodingResult:
         return self.sum_logprob / (len(self.tokens) + 1)
 
 
-class DecodedTokens(Protocol):
+@dataclass(kw_only=True)
+class Decoded:
     """A decode's committed side, what :func:`commit` keeps (a window, a sample of one)."""
 
-    generated: list[int]
-    sum_logprob: float
-    done: bool
-    completed: bool
+    generated: list[int] = field(default_factory=list)  # committed, in order
+    sum_logprob: float = 0.0
+    done: bool = False
+    completed: bool = False
+    counts: PassCounts = field(default_factory=PassCounts)
+
+    def decoded(self, no_speech_prob: float) -> DecodingResult:
+        """What it has committed so far, with its window's ``no_speech_prob``."""
+        return DecodingResult(list(self.generated), self.sum_logprob, no_speech_prob,
+                              self.completed, self.counts.copy())
 
 
-def commit(seq: DecodedTokens, token: int, row: np.ndarray, eot: int, sample_len: int,
-           prompt_len: int, capacity: int) -> None:
-    """Whisper's rule for one chosen token (``row`` masked): its log-probability counts;
-    end-of-text ends the decode (and is not kept as a token); so do ``sample_len`` tokens, or
-    a sequence that outgrows the decoder's context."""
-    seq.sum_logprob += logprob_of(row, token)
-    if token == eot:
-        seq.done = seq.completed = True
-        return
-    seq.generated.append(token)
-    if len(seq.generated) >= sample_len or prompt_len + len(seq.generated) > capacity:
-        seq.done = True
+def commit(seq: Decoded, tokens: Sequence[int], rows: Sequence[np.ndarray], eot: int,
+           sample_len: int, prompt_len: int, capacity: int) -> None:
+    """Whisper's rule for each chosen token in turn (its ``row`` masked): its log-probability
+    counts; end-of-text ends the decode (and is not kept as a token); so do ``sample_len``
+    tokens, or a sequence that outgrows the decoder's context. Tokens after the end are not
+    committed."""
+    for token, row in zip(tokens, rows):
+        seq.sum_logprob += logprob_of(row, token)
+        if token == eot:
+            seq.done = seq.completed = True
+            return
+        seq.generated.append(token)
+        if len(seq.generated) >= sample_len or prompt_len + len(seq.generated) > capacity:
+            seq.done = True
+            return
+
+
+def room(done: bool, sample_len: int, generated: int, state) -> int:
+    """How many candidates a decode's next pass may verify (for each hypothesis) without
+    passing a length limit: ``sample_len`` tokens, or the decoder ``state``'s context."""
+    if done:
+        return 0
+    return max(0, min(sample_len - generated - 1, state.capacity - state.length - 1))
 
 
 @dataclass
-class WindowState:
-    """Target-side decoding state of one window."""
+class WindowState(Decoded):
+    """Target-side decoding state of one window (the last token of ``generated`` is pending:
+    the cache does not hold it yet)."""
 
     state: DecoderState
     rules: LogitRules
@@ -71,12 +89,7 @@ class WindowState:
     sot_index: int
     sample_len: int
     eot: int
-    generated: list[int] = field(default_factory=list)  # committed; the last one is pending
-    sum_logprob: float = 0.0
     no_speech_prob: float = 0.0
-    done: bool = False
-    completed: bool = False
-    counts: PassCounts = field(default_factory=PassCounts)
 
     def __post_init__(self) -> None:
         self._stops = frozenset({self.eot})
@@ -88,12 +101,7 @@ class WindowState:
 
     @property
     def room(self) -> int:
-        """How many candidates the next step may verify without passing a length limit."""
-        if self.done:
-            return 0
-        by_len = self.sample_len - len(self.generated) - 1
-        by_ctx = self.state.capacity - self.state.length - 1
-        return max(0, min(by_len, by_ctx))
+        return room(self.done, self.sample_len, len(self.generated), self.state)
 
     def start(self) -> Verdict:
         """Run the prompt and choose the first token (a pass that runs the whole prompt)."""
@@ -108,8 +116,7 @@ class WindowState:
                           token == self.eot)
         # A pass, but not one where the target went on "alone": no candidate could have
         # come before the first token.
-        self.counts.passes += 1
-        self.counts.seconds += verdict.seconds
+        self.counts.count(0, 0, verdict.seconds, alone=False)
         return verdict
 
     def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> Verdict:
@@ -129,12 +136,8 @@ class WindowState:
         return verdict
 
     def _commit(self, tokens: list[int], rows: list[np.ndarray]) -> None:
-        for token, row in zip(tokens, rows):
-            commit(self, token, row, self.eot, self.sample_len, len(self.prompt),
-                   self.state.capacity)
-            if self.done:
-                return
+        commit(self, tokens, rows, self.eot, self.sample_len, len(self.prompt),
+               self.state.capacity)
 
     def result(self) -> DecodingResult:
-        return DecodingResult(list(self.generated), self.sum_logprob, self.no_speech_prob,
-                              self.completed, PassCounts(**vars(self.counts)))
+        return self.decoded(self.no_speech_prob)

@@ -135,56 +135,64 @@ def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOpt
     return open_
 
 
-class _Greedy:
-    def __init__(self, window: WindowState, source: CandidateSource, report: Report,
-                 release: Callable[[], None]) -> None:
-        self.window, self.source, self.report, self.release = window, source, report, release
-        self.steps = 0
+class _Task:
+    """What every search's task shares: its decoder (``decoding``: a window, a batch of
+    samples, a beam search) and the release of its cache; one decode unless it says more."""
+
+    steps = 0
+
+    def __init__(self, decoding, release: Callable[[], None]) -> None:
+        self.decoding, self.release = decoding, release
 
     @property
     def done(self) -> bool:
-        return self.window.done
+        return self.decoding.done
+
+    def results(self) -> list[DecodingResult]:
+        return [self.decoding.result()]
+
+    def result(self) -> DecodingResult:
+        return self.decoding.result()
+
+    def close(self) -> None:
+        self.release()
+
+
+class _Greedy(_Task):
+    def __init__(self, window: WindowState, source: CandidateSource, report: Report,
+                 release: Callable[[], None]) -> None:
+        super().__init__(window, release)
+        self.source, self.report = source, report
 
     def start(self) -> None:
-        first = self.window.start()
+        first = self.decoding.start()
         self.source.observe([], first)
         if self.report is not None:
             self.report([], first, None)
 
     def step(self) -> None:
         report = self.report
-        candidates.step(self.window, self.source, None if report is None else
+        candidates.step(self.decoding, self.source, None if report is None else
                         lambda offered, verdict: report(offered, verdict, None))
-
-    def results(self) -> list[DecodingResult]:
-        return [self.window.result()]
-
-    def result(self) -> DecodingResult:
-        return self.window.result()
 
     def close(self) -> None:
         try:
-            self.source.finish(self.window.generated)
+            self.source.finish(self.decoding.generated)
         finally:
             self.release()
 
 
-class _Samples:
+class _Samples(_Task):
     def __init__(self, batch: SampleBatch, report: Report, threads_for: ThreadsFor | None,
                  release: Callable[[], None]) -> None:
-        self.batch, self.report, self.threads_for, self.release = (batch, report, threads_for,
-                                                                   release)
-        self.steps = 0
-
-    @property
-    def done(self) -> bool:
-        return self.batch.done
+        super().__init__(batch, release)
+        self.report, self.threads_for = report, threads_for
 
     def start(self) -> None:
-        self._report(self.batch.start())
+        self._report(self.decoding.start())
 
     def step(self) -> None:
-        self._report(self.batch.step(self.threads_for))
+        self._report(self.decoding.step(self.threads_for))
 
     def _report(self, verdicts: list[tuple[list[int], Verdict]]) -> None:
         """One pass over the samples, reported as one pass: its counts are every sample's, its
@@ -199,41 +207,33 @@ class _Samples:
         self.report(offered, merged, lead)
 
     def results(self) -> list[DecodingResult]:
-        return self.batch.results()
-
-    def result(self) -> DecodingResult:
-        return self.batch.result()
+        return self.decoding.results()
 
     def close(self) -> None:
         try:
-            for s in self.batch.samples:
+            for s in self.decoding.samples:
                 s.source.finish(s.generated)
         finally:
             self.release()
 
 
-class _Beam:
+class _Beam(_Task):
     def __init__(self, search: BeamWindow, proposer: StreamProposer | None,
                  threads_for: ThreadsFor | None, release: Callable[[], None],
                  budget: Budget) -> None:
-        self.search, self.proposer, self.threads_for, self.release = (search, proposer,
-                                                                      threads_for, release)
-        self.budget = budget
+        super().__init__(search, release)
+        self.proposer, self.threads_for, self.budget = proposer, threads_for, budget
         budget.window_start()
 
     @property
-    def done(self) -> bool:
-        return self.search.done
-
-    @property
     def steps(self) -> int:
-        return self.search.steps
+        return self.decoding.steps
 
     def start(self) -> None:
-        self.search.start()
+        self.decoding.start()
 
     def step(self) -> None:
-        search, props, k = self.search, None, 0
+        search, props, k = self.decoding, None, 0
         if self.proposer is not None:
             room = min(search.room, self.budget.k_max)
             guesses = [self.proposer.propose(seq, room) for seq in search.beams]
@@ -244,12 +244,3 @@ class _Beam:
         steps = search.step(props, self.threads_for(offered) if self.threads_for else None)
         if self.proposer is not None:  # a plain pass measures the cost a row adds to
             self.budget.record(k, min(steps - 1, k), 1 + k, search.counts.seconds - spent)
-
-    def results(self) -> list[DecodingResult]:
-        return [self.search.result()]
-
-    def result(self) -> DecodingResult:
-        return self.search.result()
-
-    def close(self) -> None:
-        self.release()

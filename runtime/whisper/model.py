@@ -95,7 +95,6 @@ class WhisperModel:
         self.encoder = make_encoder(self.path, manifest, encoder_threads or threads, encoder,
                                     ov_graph=ov_graph, warn=progress, spin=spin,
                                     name=manifest.get("model", self.name))
-        self._encoder_outputs = list(self.encoder.output_names)
         mel_dim = self.encoder.mel_bands
         if mel_dim is not None and mel_dim != self.dims.n_mels:
             self.encoder = None  # freed now: its threads must not outlive the error
