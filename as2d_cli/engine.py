@@ -77,28 +77,27 @@ class ThreadPlan:
     total: int
     target: int  # target encoder and decoder
     drafter: int
-    busy: int | None = None  # target decoder threads while the drafter still works
     spin: bool = False  # the target's sessions have the cores to themselves
 
     def as_dict(self) -> dict:
-        return {"total": self.total, "target": self.target, "drafter": self.drafter,
-                "target_while_drafting": self.busy or self.target}
+        return {"total": self.total, "target": self.target, "drafter": self.drafter}
 
 
 def plan_threads(total: int, decoder: Decoder | str, drafter_threads: int = 0,
                  shares_cores: bool = False) -> ThreadPlan:
     """Threads per session. The target always gets every core for its encoder and decoder
-    (as target-only does, so the comparison is honest); the drafter gets one thread unless
-    told otherwise. Only a target that decodes alone on cores nobody else needs spins its
-    pools between operators (:mod:`as2d.runtime.sessions`): a microphone's callback, a VAD or
-    another Ray actor would lose the core to a spinning pool."""
+    (as target-only does, so the comparison is honest), one session per graph: a second
+    decoder session with fewer threads for the passes beside the drafter held a second copy
+    of the packed weights and was measured no faster (0.2.0 had one). The drafter gets one
+    thread unless told otherwise. Only a target that decodes alone on cores nobody else needs
+    spins its pools between operators (:mod:`as2d.runtime.sessions`): a microphone's callback,
+    a VAD or another Ray actor would lose the core to a spinning pool."""
     total = max(1, total)
     if decoder == "target":
         return ThreadPlan(total, total, 0, spin=not shares_cores)
     if decoder == "sd":  # serial: each model has every core while it runs
         return ThreadPlan(total, total, drafter_threads or total)
-    drafter = max(1, drafter_threads or 1)
-    return ThreadPlan(total, total, drafter, max(1, total - drafter))
+    return ThreadPlan(total, total, max(1, drafter_threads or 1))
 
 
 def parse_budget(budget: int | str | None) -> int | None:
@@ -475,11 +474,10 @@ class Engine:
         decoder = self.decoder
         if decoder == Decoder.TARGET:
             return TargetOnly(self.target, self.listener), None
-        busy = (self.thread_plan.busy,) if decoder == Decoder.AS2D and self.thread_plan.busy else ()
-        if not rows_exact(self.target, busy):
-            # Verifying k tokens in one pass must give what k single passes give, whatever
-            # the pass's session threads; this graph (or this onnxruntime on this CPU)
-            # rounds differently, so speculation could change the text.
+        if not rows_exact(self.target):
+            # Verifying k tokens in one pass must give what k single passes give; this graph
+            # (or this onnxruntime on this CPU) rounds differently, so speculation could
+            # change the text.
             reason = (f"{self.target.name}: this model's graph does not compute rows "
                       "independently, so speculative decoding could change its output; "
                       "decoding with the target alone")
@@ -490,8 +488,7 @@ class Engine:
         if decoder == Decoder.AS2D:
             from as2d.runtime.transcribe.as2d import AS2D
 
-            return AS2D(self.target, draft_model, self.listener, budget,
-                        busy_threads=self.thread_plan.busy), None
+            return AS2D(self.target, draft_model, self.listener, budget), None
         from as2d.runtime.transcribe.sd import SerialSD
 
         return SerialSD(self.target, draft_model, self.listener, budget), None

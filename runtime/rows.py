@@ -3,13 +3,11 @@
 Verifying ``k`` candidates in one pass is only lossless if the pass computes each row exactly as
 ``k`` single-token passes would: same bits, not merely close (a near-tie decided differently
 changes the text). as2d's own graphs are built for it, but it is onnxruntime that computes them,
-and a new version, CPU or thread count could round differently; a graph as2d did not write (a
-Hugging Face export) may not be built for it at all. So every model is probed the same way
-before speculation is allowed on it: a short token sequence run one token at a time, all at
-once (a pass wider than the adaptive budget's widest verification), and in blocks after a
-truncation, compared bit for bit. AS²D runs some verification passes in a second session with
-fewer threads (the drafter keeps a core): those thread counts are probed too, since the single
-steps it is compared with run in the model's own session.
+and a new version or CPU could round differently; a graph as2d did not write (a Hugging Face
+export) may not be built for it at all. So every model is probed the same way before
+speculation is allowed on it: a short token sequence run one token at a time, all at once (a
+pass wider than the adaptive budget's widest verification), and in blocks after a truncation,
+compared bit for bit, in the one session every pass of the model runs in.
 
 A model offers the probe through :class:`RowProbe` (how to make a decoding state and which
 tokens to feed); :func:`rows_exact` runs it, once per model object, and remembers the verdict in
@@ -33,10 +31,9 @@ MEMO_FILE = ".row-checks.json"  # in the models folder: graph|runtime identity �
 
 
 class PassState(Protocol):
-    """A decoding state that takes passes of any number of tokens and can be cut back.
-    A model whose passes may run in sessions with other thread counts takes ``threads=``."""
+    """A decoding state that takes passes of any number of tokens and can be cut back."""
 
-    def forward(self, tokens: Sequence[int], **options) -> np.ndarray: ...
+    def forward(self, tokens: Sequence[int]) -> np.ndarray: ...
 
     def truncate(self, length: int) -> None: ...
 
@@ -61,69 +58,47 @@ class RowProbe(Protocol):
     def row_memo(self) -> tuple[Path, str] | None: ...
 
 
-def probe(model: RowProbe, threads: Sequence[int] = ()) -> dict:
+def probe(model: RowProbe) -> dict:
     """Run the probe: single steps against one pass of all tokens, against blocks after a
-    truncation (how verification uses the cache) and against a one-row pass after another;
-    the wide pass, the blocks and the one-row pass again in a session of each of ``threads``
-    (the single steps stay in the model's own). Returns the verdict, the largest difference
-    seen and the other thread counts covered, for the record."""
+    truncation (how verification uses the cache) and against a one-row pass after another.
+    Returns the verdict and the largest difference seen, for the record."""
     new, tokens, release = model.row_probe()
-    checked = sorted(set(threads))
     if not tokens:  # nothing to compare with: no speculation on a model that cannot be probed
-        return {"exact": False, "tokens": 0, "max_abs_diff": float("nan"), "threads": checked}
+        return {"exact": False, "tokens": 0, "max_abs_diff": float("nan")}
     if len(tokens) < 6:
         tokens = (list(tokens) * 6)[:max(6, len(tokens))]
     a = new()
-    exact, diff = True, 0.0
     try:
         single = np.concatenate([a.forward([t]) for t in tokens])
     finally:
         release(a)
-    for options in [{}] + [{"threads": t} for t in checked]:
-        b = new()
-        try:
-            together = b.forward(tokens, **options)
-            b.truncate(2)
-            blocks = np.concatenate([b.forward(tokens[2:5], **options),
-                                     b.forward(tokens[5:], **options)])
-            b.truncate(len(tokens) - 1)
-            last = b.forward(tokens[-1:], **options)
-        finally:
-            release(b)
-        exact = exact and bool(np.array_equal(single, together)
-                               and np.array_equal(single[2:], blocks)
-                               and np.array_equal(single[-1:], last))
-        if single.size:
-            diff = max(diff, float(np.max(np.abs(single.astype(np.float64) - together))))
-    return {"exact": exact, "tokens": len(tokens), "max_abs_diff": diff, "threads": checked}
+    b = new()
+    try:
+        together = b.forward(tokens)
+        b.truncate(2)
+        blocks = np.concatenate([b.forward(tokens[2:5]), b.forward(tokens[5:])])
+        b.truncate(len(tokens) - 1)
+        last = b.forward(tokens[-1:])
+    finally:
+        release(b)
+    exact = bool(np.array_equal(single, together) and np.array_equal(single[2:], blocks)
+                 and np.array_equal(single[-1:], last))
+    diff = float(np.max(np.abs(single.astype(np.float64) - together))) if single.size else 0.0
+    return {"exact": exact, "tokens": len(tokens), "max_abs_diff": diff}
 
 
-def rows_exact(model: RowProbe, threads: Sequence[int] = ()) -> bool:
-    """Does ``model`` compute each row the same whatever the rows beside it in a pass, and
-    whichever of ``threads`` (besides its own count) the pass's session has?
+def rows_exact(model: RowProbe) -> bool:
+    """Does ``model`` compute each row the same whatever the rows beside it in a pass?
 
-    Checked once per model object and set of thread counts (the verdict is kept on it as
-    ``row_check``) and remembered across processes in the model's folder when it has one
-    (:attr:`RowProbe.row_memo`), under the model's own thread count and the others probed:
-    the single steps it compares with ran in the model's own session."""
-    wanted = _others(model, threads)
-    known = model.row_check
-    if known is not None and not set(wanted) <= set(known.get("threads", [])):
-        model.row_check = None  # thread counts not probed yet: probe again, with them
-    exact = _checked(model, "row_check", model.row_memo, _kind("rows3", model, wanted),
-                     lambda m: probe(m, wanted))
-    model.row_check.setdefault("threads", wanted)  # a remembered verdict covers its key's
-    return exact
+    Checked once per model object (the verdict is kept on it as ``row_check``) and remembered
+    across processes in the model's folder when it has one (:attr:`RowProbe.row_memo`), under
+    the model's thread count (its one session's)."""
+    return _checked(model, "row_check", model.row_memo, _kind("rows3", model), probe)
 
 
-def _others(model, threads: Sequence[int]) -> list[int]:
-    """The thread counts, other than the model's own, that passes may run with."""
-    return sorted(set(threads) - {model.threads})
-
-
-def _kind(name: str, model, others: list[int]) -> str:
-    """A memo key's prefix: the check, the model's own threads and the others probed."""
-    return f"{name}|t{model.threads}" + "".join(f"+{t}" for t in others) + "|"
+def _kind(name: str, model) -> str:
+    """A memo key's prefix: the check and the model's threads."""
+    return f"{name}|t{model.threads}|"
 
 
 def _checked(model, verdict: str, memo: tuple[Path, str] | None, kind: str, run) -> bool:
@@ -176,14 +151,13 @@ class BeamProbe(RowProbe, Protocol):
     def beam_memo(self) -> tuple[Path, str] | None: ...
 
 
-def probe_beams(model: BeamProbe, threads: Sequence[int] = ()) -> dict:
+def probe_beams(model: BeamProbe) -> dict:
     """Beam search's shapes against single-hypothesis passes: the prompt run as one hypothesis,
     forked into five (a beam of 5, or ``best_of`` 5 samples side by side), a step of one token
     each, a reorder that drops one and forks another, a block of two tokens each, a truncation
     and a step again, a rotation and blocks of three and four (speculative passes: up to 20
     rows). Every row must equal, bit for bit, the row a one-hypothesis state computes for the
-    same sequence one token at a time in the model's own session; the whole sequence runs
-    again in a session of each of ``threads`` (AS²D's while the drafter works)."""
+    same sequence one token at a time."""
     new, tokens, release = model.row_probe()
     new_beams, release_beams = model.beam_probe()
     tokens = list(tokens)
@@ -214,50 +188,38 @@ def probe_beams(model: BeamProbe, threads: Sequence[int] = ()) -> dict:
         exact = exact and bool(np.array_equal(rows, want))
         worst = max(worst, float(np.max(np.abs(rows.astype(np.float64) - want))))
 
-    def block(b, seqs: list[list[int]], width: int, options: dict) -> None:
-        rows = b.forward([seq[-width:] for seq in seqs], **options)
+    def block(b, seqs: list[list[int]], width: int) -> None:
+        rows = b.forward([seq[-width:] for seq in seqs])
         for j, seq in enumerate(seqs):
             compare(rows[j], seq, width)
 
-    def run(options: dict) -> None:
-        b = new_beams(n)
-        try:
-            compare(b.forward([prompt], **options)[0], prompt, len(prompt))
-            b.reorder([0] * n)
-            seqs = [prompt + [c[0]] for c in conts]
-            block(b, seqs, 1, options)
-            src = [2, 0, 0, 4, 3]  # the second hypothesis dropped, the first forked
-            b.reorder(src)
-            # The fork's two copies go different ways.
-            seqs = [seqs[s] + conts[(s + (j == 2)) % n][1:3] for j, s in enumerate(src)]
-            block(b, seqs, 2, options)
-            b.truncate(b.length - 1)
-            seqs = [seq[:-1] + [rest[-1]] for seq in seqs]
-            block(b, seqs, 1, options)
-            rot = [1, 2, 3, 4, 0]  # a rotation, then blocks as wide as speculative passes
-            b.reorder(rot)
-            seqs = [seqs[s] + tokens[:3] for s in rot]
-            block(b, seqs, 3, options)
-            seqs = [seq + conts[j][:4] for j, seq in enumerate(seqs)]
-            block(b, seqs, 4, options)
-        finally:
-            release_beams(b)
+    b = new_beams(n)
+    try:
+        compare(b.forward([prompt])[0], prompt, len(prompt))
+        b.reorder([0] * n)
+        seqs = [prompt + [c[0]] for c in conts]
+        block(b, seqs, 1)
+        src = [2, 0, 0, 4, 3]  # the second hypothesis dropped, the first forked
+        b.reorder(src)
+        # The fork's two copies go different ways.
+        seqs = [seqs[s] + conts[(s + (j == 2)) % n][1:3] for j, s in enumerate(src)]
+        block(b, seqs, 2)
+        b.truncate(b.length - 1)
+        seqs = [seq[:-1] + [rest[-1]] for seq in seqs]
+        block(b, seqs, 1)
+        rot = [1, 2, 3, 4, 0]  # a rotation, then blocks as wide as speculative passes
+        b.reorder(rot)
+        seqs = [seqs[s] + tokens[:3] for s in rot]
+        block(b, seqs, 3)
+        seqs = [seq + conts[j][:4] for j, seq in enumerate(seqs)]
+        block(b, seqs, 4)
+    finally:
+        release_beams(b)
 
-    checked = sorted(set(threads))
-    for options in [{}] + [{"threads": t} for t in checked]:
-        run(options)
-    return {"exact": exact, "max_abs_diff": worst, "threads": checked}
+    return {"exact": exact, "max_abs_diff": worst}
 
 
-def beams_exact(model: BeamProbe, threads: Sequence[int] = ()) -> bool:
-    """Does the batched (beam) decoder compute each hypothesis's rows as single passes do,
-    also in sessions of ``threads``? Checked once per model object and set of thread counts,
-    remembered in the models folder like :func:`rows_exact`."""
-    wanted = _others(model, threads)
-    known = model.beam_check
-    if known is not None and not set(wanted) <= set(known.get("threads", [])):
-        model.beam_check = None
-    exact = _checked(model, "beam_check", model.beam_memo, _kind("beams5", model, wanted),
-                     lambda m: probe_beams(m, wanted))
-    model.beam_check.setdefault("threads", wanted)
-    return exact
+def beams_exact(model: BeamProbe) -> bool:
+    """Does the batched (beam) decoder compute each hypothesis's rows as single passes do?
+    Checked once per model object, remembered in the models folder like :func:`rows_exact`."""
+    return _checked(model, "beam_check", model.beam_memo, _kind("beams5", model), probe_beams)

@@ -371,7 +371,7 @@ def _drafter_ahead(clips: list[str]) -> dict:
     drafter = load_whisper("tiny.en", None, None, 1, role="drafter")
     passes: list = []
     listen = lambda e: passes.append(e) if isinstance(e, Verified) else None  # noqa: E731
-    run = LongFormTranscriber(target, DrafterFirst(target, drafter, busy_threads=1), listen)
+    run = LongFormTranscriber(target, DrafterFirst(target, drafter), listen)
     audio_s = 0.0
     tokens = 0
     for path in clips:

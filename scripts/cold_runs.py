@@ -10,36 +10,51 @@ median to the first configuration's; ``--json`` keeps every run.
     python scripts/cold_runs.py "ask=ask -q clip.wav 'Who called?'" \\
         "target=ask -q --decoder target clip.wav 'Who called?'"
 
-A configuration is ``LABEL=ARGS`` (ARGS split like a shell line); a failed run stops the
-benchmark with its stderr.
+A configuration is ``LABEL=ARGS`` (ARGS split like a shell line), or ``LABEL@PYTHON=ARGS`` to
+run it with another interpreter (another install of as2d: a change against the commit it
+starts from). Each run's peak resident memory is kept beside its wall time. A failed run stops
+the benchmark with its stderr.
+
+    python scripts/cold_runs.py --rounds 3 "before@/tmp/venv-base/bin/python=transcribe -q \
+        -o /tmp/before long.wav" "after=transcribe -q -o /tmp/after long.wav"
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
-def parse_config(text: str) -> tuple[str, list[str]]:
+def parse_config(text: str) -> tuple[str, str | None, list[str]]:
+    """``LABEL[@PYTHON]=ARGS`` → (label, interpreter or None, args)."""
     label, sep, args = text.partition("=")
+    label, _, python = label.partition("@")
     if not sep or not label.strip() or not args.strip():
         raise argparse.ArgumentTypeError(f"expected LABEL=ARGS, not {text!r}")
-    return label.strip(), shlex.split(args)
+    return label.strip(), python.strip() or None, shlex.split(args)
 
 
-def run_once(args: list[str], python: str) -> float:
-    t = time.perf_counter()
-    p = subprocess.run([python, "-m", "as2d", *args], capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    if p.returncode != 0:
-        raise SystemExit(f"cold_runs: `as2d {shlex.join(args)}` failed ({p.returncode}):\n"
-                         f"{p.stderr[-2000:]}")
-    return wall
+def run_once(args: list[str], python: str) -> tuple[float, float]:
+    """One whole process: its wall time (s) and peak resident memory (MB)."""
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        p = subprocess.Popen([python, "-m", "as2d", *args], stdout=subprocess.DEVNULL,
+                             stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t
+        p.returncode = os.waitstatus_to_exitcode(status)
+        if p.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"cold_runs: `as2d {shlex.join(args)}` failed ({p.returncode}):"
+                             f"\n{err.read().decode(errors='replace')[-2000:]}")
+    return wall, usage.ru_maxrss / 1024  # kB on Linux
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,26 +68,33 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.warmup < 0:
         ap.error("--rounds must be 1 or more and --warmup 0 or more")
-    labels = [label for label, _ in args.configs]
+    labels = [label for label, _, _ in args.configs]
     if len(set(labels)) != len(labels):
         ap.error("labels must differ")
     walls: dict[str, list[float]] = {label: [] for label in labels}
+    peaks: dict[str, list[float]] = {label: [] for label in labels}
     for r in range(args.warmup + args.rounds):
-        for label, cmd in args.configs:
-            wall = run_once(cmd, args.python)
+        for label, python, cmd in args.configs:
+            wall, peak = run_once(cmd, python or args.python)
             if r >= args.warmup:
                 walls[label].append(wall)
+                peaks[label].append(peak)
     base = statistics.median(walls[labels[0]])
-    print(f"{'configuration':24} {'median s':>9} {'min':>7} {'max':>7}  vs {labels[0]}")
+    print(f"{'configuration':24} {'median s':>9} {'min':>7} {'max':>7}  vs {labels[0]:12} "
+          f"{'peak MB':>8}")
     for label in labels:
         w = walls[label]
         med = statistics.median(w)
-        print(f"{label:24} {med:9.3f} {min(w):7.3f} {max(w):7.3f}  {med / base:.2f}x")
+        print(f"{label:24} {med:9.3f} {min(w):7.3f} {max(w):7.3f}  {med / base:.2f}x"
+              f"{'':11} {statistics.median(peaks[label]):8.0f}")
     if args.json:
         doc = {"rounds": args.rounds, "warmup": args.warmup,
-               "configs": {label: {"args": cmd, "wall_s": walls[label],
-                                   "median_s": statistics.median(walls[label])}
-                           for label, cmd in args.configs}}
+               "configs": {label: {"args": cmd, "python": python or args.python,
+                                   "wall_s": walls[label],
+                                   "median_s": statistics.median(walls[label]),
+                                   "peak_rss_mb": peaks[label],
+                                   "median_peak_rss_mb": statistics.median(peaks[label])}
+                           for label, python, cmd in args.configs}}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2)
     return 0

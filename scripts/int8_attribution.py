@@ -96,7 +96,6 @@ def use_decoder(model, session) -> None:
     from as2d.runtime.whisper.cross import CrossForm
 
     model.decoder = session
-    model._decoders = {model.threads: session}
     model._outputs = [o.name for o in session.get_outputs()]
     model.cross_form = CrossForm.of(session)  # the window as this graph reads it
 

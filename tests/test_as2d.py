@@ -503,11 +503,11 @@ class _FailingDrafter:
         state = self._m.decoder_state(ctx)
         original = state.forward
 
-        def forward(tokens, threads=None):
+        def forward(tokens):
             self._left -= 1
             if self._left < 0:
                 raise RuntimeError("simulated drafter failure")
-            return original(tokens, threads)
+            return original(tokens)
 
         state.forward = forward
         return state

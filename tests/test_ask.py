@@ -68,7 +68,7 @@ def transcripts(whisper, qset):
     target = whisper("base", "int8", 2)
     drafter = whisper("tiny.en", "int8", 1, role="drafter")
     out = {}
-    strategy = AS2D(target, drafter, None, Budget(), busy_threads=1)
+    strategy = AS2D(target, drafter, None, Budget())
     try:
         tr = LongFormTranscriber(target, strategy)
         for name in ("beckett", "two_cities", "sense"):

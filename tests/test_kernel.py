@@ -70,7 +70,7 @@ class Pool:
     def length(self) -> int:
         return len(self.seqs[0])
 
-    def forward(self, fed, threads=None):
+    def forward(self, fed):
         out = []
         for seq, tokens in zip(self.seqs, fed):
             rows = []

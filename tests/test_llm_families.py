@@ -221,7 +221,7 @@ def transcripts(whisper):
     clips = load_questions().clips
     target = whisper("base", "int8", 2)
     drafter = whisper("tiny.en", "int8", 1, role="drafter")
-    strategy = AS2D(target, drafter, None, Budget(), busy_threads=1)
+    strategy = AS2D(target, drafter, None, Budget())
     out = {}
     try:
         tr = LongFormTranscriber(target, strategy)

@@ -98,7 +98,7 @@ def test_the_drafter_drafts_the_next_file_before_the_target_reaches_it(whisper, 
 def test_a_batch_with_every_next_file_prefetched_is_token_identical_to_target_only(
         whisper, files, reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
-    decoder = AS2D(target, drafter, busy_threads=1)
+    decoder = AS2D(target, drafter)
     t = LongFormTranscriber(target, decoder)
     got = []
     reader = AudioReader(files, load_audio, ready=lambda audio: t.prefetch(audio, OPTS))
@@ -110,23 +110,6 @@ def test_a_batch_with_every_next_file_prefetched_is_token_identical_to_target_on
         reader.close()
         decoder.close()
     assert got == reference
-
-
-def test_the_target_session_for_passes_beside_the_drafter_is_made_before_they_come(bundle,
-                                                                                 whisper):
-    """Made on a thread when the decoder is built (it cost a short clip 90 ms when made by
-    the first verification pass), and waited for by close()."""
-    from as2d.runtime.whisper.model import WhisperModel
-
-    target = WhisperModel(bundle("base", "int8"), threads=2)  # its own: no session made yet
-    assert 1 not in target._decoders
-    decoder = AS2D(target, whisper("tiny.en", threads=1, role="drafter"), busy_threads=1)
-    decoder.close()
-    assert 1 in target._decoders
-    alone = AS2D(WhisperModel(bundle("base", "int8"), threads=2),
-                 whisper("tiny.en", threads=1, role="drafter"))
-    assert alone._session is None  # no thread count of its own beside the drafter: none made
-    alone.close()
 
 
 def test_only_models_that_run_alone_spin_their_thread_pools(bundle, whisper):
@@ -142,8 +125,8 @@ def test_only_models_that_run_alone_spin_their_thread_pools(bundle, whisper):
     assert plan_threads(2, "target").spin and not plan_threads(2, "as2d").spin
     assert not plan_threads(2, "target", shares_cores=True).spin  # mic, batch, serve
     alone = WhisperModel(bundle("base", "int8"), threads=2, spin=True)
-    assert spins(alone.decoder) == spins(alone.encoder.session) == "1"
-    assert spins(alone.decoder_session(1)) == "1"
+    assert spins(alone.decoder) == spins(alone.encoder.session) == spins(
+        alone.beam_session()) == "1"
     shared = whisper("base")
     assert spins(shared.decoder) == spins(shared.encoder.session) == "0"
 

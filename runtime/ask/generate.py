@@ -99,7 +99,7 @@ class AnswerDecoding:
         st = self.state
         return max(0, min(self.max_new - len(self.tokens) - 1, st.capacity - st.length - 1))
 
-    def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> Verdict:
+    def step(self, candidates: Sequence[int] = ()) -> Verdict:
         verdict = verify(self.state, self.tokens[-1], candidates, self._context, argmax,
                          self.stops)
         self.tokens.extend(verdict.committed)

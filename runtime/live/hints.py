@@ -84,9 +84,6 @@ class PreviousDecodeSource(CandidateSource):
         # drafter's stream), whoever proposed.
         self.inner.observe(offered, verdict)
 
-    def threads_for(self, offered: Sequence[int]) -> int | None:
-        return self.inner.threads_for(offered)
-
     def finish(self, context: Sequence[int]) -> None:
         try:
             self.inner.finish(context)
@@ -146,10 +143,6 @@ class HintedStrategy(DecodeStrategy):
     def streams(self) -> bool:  # type: ignore[override]
         return self.current.streams
 
-    @property
-    def pass_threads(self) -> tuple[int, ...]:  # type: ignore[override]
-        return self.inner.pass_threads
-
     def threads(self) -> dict:
         return self.current.threads()
 
@@ -161,9 +154,6 @@ class HintedStrategy(DecodeStrategy):
 
     def candidate_stream(self):
         return self.current.candidate_stream()
-
-    def threads_for(self, offered) -> int | None:
-        return self.current.threads_for(offered)
 
     def drafted_tokens(self) -> list[int]:
         return self.current.drafted_tokens()

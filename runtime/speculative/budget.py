@@ -49,9 +49,9 @@ class Budget:
         return (self._wacc + run_a * w) / (self._wacc + self._wfail + w)
 
     def slope(self) -> float:
-        # Pass times are wall-clock times on cores the drafter shares, and AS²D runs a pass
-        # with candidates on fewer threads than a plain one while the drafter works: a verify
-        # pass looks slow for reasons that have nothing to do with its rows. The fitted slope
+        # Pass times are wall-clock times on cores the drafter shares: a verify pass, run
+        # while the drafter works, looks slow for reasons that have nothing to do with its
+        # rows. The fitted slope
         # reached 1.0-1.3 on real audio (an extra row costing as much as a whole pass; 0.06-0.1
         # measured alone), which switched speculation off. The fit may move the slope, within
         # what a row can plausibly cost.

@@ -34,13 +34,6 @@ class CandidateSource:
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
         """The target's verdict on the pass that ran ``offered``."""
 
-    def threads_for(self, offered: Sequence[int]) -> int | None:
-        """Threads the target should use for the pass that runs ``offered`` (None: its own).
-
-        A source that keeps a concurrent worker busy (the AS²D drafter) may leave it a core.
-        """
-        return None
-
     def finish(self, context: Sequence[int]) -> None:
         """The decode is over (done, stopped or failed) with ``context`` committed: let go of
         what was held for it (a drafter's cache), or learn where the next decode resumes.
@@ -63,7 +56,7 @@ class Decoding(Protocol):
     @property
     def room(self) -> int: ...
 
-    def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> Verdict: ...
+    def step(self, candidates: Sequence[int] = ()) -> Verdict: ...
 
 
 def step(decoding: Decoding, source: CandidateSource,
@@ -71,7 +64,7 @@ def step(decoding: Decoding, source: CandidateSource,
     """One pass of ``decoding`` with what ``source`` offers; the source observes the verdict,
     then ``on_pass`` sees the pass."""
     offered = list(source.propose(decoding.context, decoding.room))[: decoding.room]
-    verdict = decoding.step(offered, source.threads_for(offered))
+    verdict = decoding.step(offered)
     source.observe(offered, verdict)
     if on_pass is not None:
         on_pass(offered, verdict)

@@ -35,7 +35,7 @@ class TargetCache(Protocol):
     length: int  # tokens in the cache
     capacity: int  # most tokens it can hold
 
-    def forward(self, tokens: Sequence[int], **options) -> np.ndarray:
+    def forward(self, tokens: Sequence[int]) -> np.ndarray:
         """Run ``tokens`` after the cached ones; their logits ``[len(tokens), vocab]``."""
         ...
 
@@ -136,8 +136,7 @@ class OneHypothesis:
 
 
 def verify(cache: TargetCache, pending: int, candidates: Sequence[int], prefix: list[int],
-           choose: Choose = argmax, stops: frozenset[int] = frozenset(),
-           **forward_options) -> Verdict:
+           choose: Choose = argmax, stops: frozenset[int] = frozenset()) -> Verdict:
     """Verify ``candidates`` after the ``pending`` token in one pass over ``cache``: the
     one-hypothesis case of :func:`replay`.
 
@@ -150,7 +149,7 @@ def verify(cache: TargetCache, pending: int, candidates: Sequence[int], prefix: 
     t0 = time.perf_counter()
     base = cache.length
     fed = [pending, *candidates]
-    logits = cache.forward(fed, **forward_options)
+    logits = cache.forward(fed)
     n = len(prefix)
     policy = OneHypothesis(choose, prefix, stops)
     try:

@@ -42,13 +42,8 @@ class AS2D(DraftingStrategy):
     streams = True
 
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
-                 listener: Listener | None = None, budget: Budget | None = None,
-                 busy_threads: int | None = None) -> None:
-        super().__init__(target, drafter, listener, budget,
-                         () if busy_threads is None else (busy_threads,))
-        # Target threads while the drafter is still working (None: the target's own count).
-        # On a small machine the drafter needs a core of its own to stay ahead.
-        self.busy_threads = busy_threads
+                 listener: Listener | None = None, budget: Budget | None = None) -> None:
+        super().__init__(target, drafter, listener, budget)
         tk = target.tokenizer
         # Spellings the aligner equates; the byte table is built on first use (the drafter
         # thread warms it while the target encodes its first window).
@@ -66,15 +61,6 @@ class AS2D(DraftingStrategy):
         self._dropped: list[DrafterWorker] = []  # stopped drafts of skipped files, to join
         self._closed = False  # after close(), a late prefetch starts nothing
         self._lock = threading.Lock()  # prefetch() comes from another thread
-        # The target's session for verification passes beside the drafter, made now on a
-        # thread (onnxruntime builds it without the GIL) rather than on the first such pass,
-        # where it cost a short clip 90 ms of its decoding.
-        self._session = None
-        make = target.decoder_session  # None: a Hugging Face folder makes them per pass
-        if make is not None and busy_threads not in (None, target.threads):
-            from as2d.runtime.sessions import Background
-
-            self._session = Background(make, busy_threads, name="as2d-session")
 
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
         # An English-only drafter (or a language given by the user) does not need the target's
@@ -185,25 +171,9 @@ class AS2D(DraftingStrategy):
             w.stop()
         for w in workers:
             w.join()
-        if self._session is not None:
-            try:
-                self._session.result()
-            except Exception:  # noqa: BLE001 - the pass that needs it raises it again
-                pass
 
     def candidate_stream(self) -> CandidateStream | None:
         return self.stream
-
-    def threads_for(self, offered: Sequence[int]) -> int | None:
-        """Threads for a target pass that runs ``offered``."""
-        if self.busy_threads is None:
-            return None
-        busy = self.worker is not None and not self.stream.finished
-        if not busy and not any(a.worker.running for a in self._ahead):
-            return None
-        # Verification passes leave the drafter its core; a plain step (the drafter is behind
-        # or lost) takes every core, so the target is never slower than on its own.
-        return self.busy_threads if offered else None
 
     def _start_drafting(self, mel: LogMel, language: str | None, options) -> None:
         self._drafting = True
@@ -312,9 +282,6 @@ class AlignedSource(BudgetedSource):
             return SENTENCE if keys.ends_sentence(gen[-1]) else None
         text = [t for t in gen[-8:] if t < self.eot]
         return SENTENCE if not text or keys.ends_sentence(text[-1]) else SEGMENT
-
-    def threads_for(self, offered: Sequence[int]) -> int | None:
-        return self.run.threads_for(offered)
 
     def observe(self, offered: Sequence[int], verdict: Verdict) -> None:
         self.run.times.observe(self._openings, verdict.committed)

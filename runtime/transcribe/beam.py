@@ -185,8 +185,7 @@ class BeamWindow:
     def room(self) -> int:
         return room(self.done, self.sample_len, len(self.beams[0]), self.state)
 
-    def step(self, proposals: Sequence[Sequence[int]] | None = None,
-             threads: int | None = None) -> int:
+    def step(self, proposals: Sequence[Sequence[int]] | None = None) -> int:
         """One pass: every live hypothesis's last token, then its candidates
         (``proposals[i]`` for hypothesis ``i``; none: one plain beam step). Returns the beam
         steps the pass decided.
@@ -203,7 +202,7 @@ class BeamWindow:
         fed = [[seq[-1], *p[:k]] for seq, p in zip(self.beams, proposals or [()] * len(self.beams))]
         n = self.state.length
         # [hypotheses, 1 + k, vocab]; a hypothesis with fewer candidates is padded (never read)
-        logits = self.state.forward([f + [self.eot] * (k + 1 - len(f)) for f in fed], threads)
+        logits = self.state.forward([f + [self.eot] * (k + 1 - len(f)) for f in fed])
         steps, bases, _ = replay(logits, fed, self)
         # Each hypothesis keeps its pass rows up to (not including) its new last token.
         self.state.reorder(bases)

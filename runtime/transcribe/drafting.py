@@ -27,12 +27,8 @@ class DraftingStrategy(DecodeStrategy):
     so no way of building a speculative decoder skips it."""
 
     def __init__(self, target: WhisperModel, drafter: WhisperModel,
-                 listener: Listener | None = None, budget: Budget | None = None,
-                 pass_threads: Sequence[int] = ()) -> None:
-        # pass_threads: the other session thread counts verification passes may run with
-        # (AS²D's while the drafter works); rows must not depend on them either.
-        self.pass_threads = tuple(pass_threads)
-        if not rows_exact(target, self.pass_threads):
+                 listener: Listener | None = None, budget: Budget | None = None) -> None:
+        if not rows_exact(target):
             raise NotRowExact(f"{target.name}: this model's graph does not compute rows "
                               "independently, so speculative decoding could change its "
                               "output; decode it with the target alone")

@@ -160,8 +160,8 @@ class LongFormTranscriber:
         # follow (beam hypotheses, sampled fallback decodes); None: none to look up.
         self._stream = None
         self._sampled_candidates = False  # sampled decodes verify candidates (a speculative run)
-        # (model, busy threads) → how a fallback's samples are batched (see _sample_batching)
-        self._batching: dict = {}
+        # model → are a fallback's samples drawn side by side? (see _sample_batching)
+        self._batching: dict[int, bool] = {}
         # The current window's proposer, keyed by (stream, window seek).
         self._window_proposer: tuple[tuple[int, int], StreamProposer] | None = None
 
@@ -467,7 +467,7 @@ class LongFormTranscriber:
             if model.beam_graph is None:  # a Hugging Face ONNX export
                 raise ValueError(f"{model.name}: beam search needs an as2d Whisper model "
                                  "(a Hugging Face ONNX export decodes greedily only)")
-            exact = beams_exact(model, decoder.pass_threads)
+            exact = beams_exact(model)
             if not exact:
                 self.emit(Note("beam search: this machine computes the batched decoder's "
                                "rows differently from single passes; the target decodes "
@@ -554,7 +554,7 @@ class LongFormTranscriber:
         if temperature <= 0:
             if search is not None:
                 task = window_task.beam(prompt, rules, sample_len, search,
-                                        self._proposer(window), self.strategy.threads_for)
+                                        self._proposer(window))
             else:
                 task = window_task.greedy(prompt, rules, sample_len,
                                           lambda: self.strategy.source(window))
@@ -564,9 +564,9 @@ class LongFormTranscriber:
             options.seed, window.seek, temperature, 2 * draw + int(retried)))
             for draw in range(max(1, options.best_of))]
         batch = self._sample_batching(len(draws))
-        if batch is not None:  # the samples side by side (same tokens, fewer passes)
+        if batch:  # the samples side by side (same tokens, fewer passes)
             task = window_task.samples(prompt, draws, sample_len,
-                                       [self._sampled_source(window) for _ in draws], batch)
+                                       [self._sampled_source(window) for _ in draws])
             sampled = runner.decode(window, mel, task, self._stop, retried)
         else:  # one after another
             sampled = []
@@ -582,42 +582,34 @@ class LongFormTranscriber:
         # whisper's ranking of best_of samples; the first of equals
         scores = [length_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
         result, stats = sampled[scores.index(max(scores))]
-        if batch is None:
+        if not batch:
             return result, _charged(stats, [s for _, s in sampled])
         # Side by side, the samples shared one decode's time and passes.
         return result, replace(stats, dropped_decodes=len(sampled) - 1,
                                dropped_tokens=sum(s.tokens for _, s in sampled) - stats.tokens,
                                dropped_passes=max(s.passes for _, s in sampled) - stats.passes)
 
-    def _sample_batching(self, samples: int):
-        """How a fallback's samples are drawn side by side (:mod:`.samples`): the chooser of
-        each pass's session threads (one that always says None where only the model's own
-        session was checked), or None to draw them one after another. Side by side needs the
-        batched (beam) decoder, made on the first fallback (once per bundle), and rows in it
-        that are bit for bit those of single passes on this machine (checked once, as for beam
-        search): then every sample draws the same tokens either way. Decided once per model
-        and set of threads, a failure included (it is not retried every window)."""
+    def _sample_batching(self, samples: int) -> bool:
+        """Are a fallback's samples drawn side by side (:mod:`.samples`), or one after
+        another? Side by side needs the batched (beam) decoder, made on the first fallback
+        (once per bundle), and rows in it that are bit for bit those of single passes on this
+        machine (checked once, as for beam search): then every sample draws the same tokens
+        either way. Decided once per model, a failure included (it is not retried every
+        window)."""
         model = self.model
         if samples < 2 or model.beam_graph is None:
-            return None
-        threads = tuple(self.strategy.pass_threads) if self._sampled_candidates else ()
-        key = (id(model), threads)
-        if key not in self._batching:
-            self._batching[key] = self._batching_for(model, threads)
-        return self._batching[key]
+            return False
+        if id(model) not in self._batching:
+            self._batching[id(model)] = self._batching_for(model)
+        return self._batching[id(model)]
 
-    def _batching_for(self, model: WhisperModel, threads: tuple[int, ...]):
+    @staticmethod
+    def _batching_for(model: WhisperModel) -> bool:
         try:
             model.beam_session()
         except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
-            return None
-        if not beams_exact(model):
-            return None
-        # The busy-thread sessions are checked after the model's own (one verdict is kept per
-        # model: a failure there must not hide that its own session is exact).
-        if threads and beams_exact(model, threads):
-            return self.strategy.threads_for
-        return lambda offered: None
+            return False
+        return beams_exact(model)
 
     def _proposer(self, window: Window) -> StreamProposer | None:
         """Candidates from the drafter's stream for any sequence decoded in ``window`` (None
@@ -639,8 +631,7 @@ class LongFormTranscriber:
         target-only run stays the plain decode it is compared with."""
         if not self._sampled_candidates:
             return NO_CANDIDATES
-        return SampledSource(self._proposer(window), self.model.tokenizer.timestamp_begin,
-                            self.strategy.threads_for)
+        return SampledSource(self._proposer(window), self.model.tokenizer.timestamp_begin)
 
     def _speech_only(self, audio: Audio, options: TranscribeOptions, info: TranscriptionInfo
                      ) -> tuple[Audio, vad.Timeline | None]:

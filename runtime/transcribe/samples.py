@@ -28,7 +28,6 @@ in the next pass, where their rows are the same rows. A sample leaves the batch 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from as2d.runtime.speculative.candidates import CandidateSource
@@ -103,8 +102,7 @@ class SampleBatch:
         by_ctx = self.state.capacity - len(self.prompt) - len(sample.generated)
         return max(0, min(by_len, by_ctx, self.max_fed - 1 - backlog))
 
-    def step(self, threads_for: Callable[[Sequence[int]], int | None] | None = None
-             ) -> list[tuple[list[int], Verdict]]:
+    def step(self) -> list[tuple[list[int], Verdict]]:
         """One pass over every live sample: its pending token, backlog and candidates; per
         sample that took part, what it was offered and its verdict (``ran``: its rows)."""
         if self.done:
@@ -120,9 +118,7 @@ class SampleBatch:
             offers.append(offer)
             fed.append(s.generated[m:] + offer)
         width = max(len(f) for f in fed)
-        offered = [t for o in offers for t in o]
-        logits = self.state.forward([f + [self.eot] * (width - len(f)) for f in fed],
-                                    threads_for(offered) if threads_for else None)
+        logits = self.state.forward([f + [self.eot] * (width - len(f)) for f in fed])
         kept = []  # per live sample: fed positions that are its tokens
         passed = []
         for j, i in enumerate(self.live):

@@ -51,9 +51,6 @@ class DecodeStrategy:
     name = "target"
     drafter_name: str | None = None
     streams = False  # a drafter streams candidates for the whole run (candidate_stream)
-    # Session thread counts, besides the target's own, that its verification passes may run
-    # with (AS²D's while the drafter works): the row checks must cover them.
-    pass_threads: tuple[int, ...] = ()
 
     def __init__(self, target: WhisperModel, listener: Listener | None = None) -> None:
         self.target = target
@@ -72,10 +69,6 @@ class DecodeStrategy:
         """The drafter's :class:`~as2d.runtime.speculative.stream.CandidateStream` of the
         current run (speculative beam search reads every hypothesis's candidates from it);
         None when nothing drafts beside the target."""
-        return None
-
-    def threads_for(self, offered) -> int | None:
-        """Threads for a target pass that runs ``offered`` candidates (None: its own)."""
         return None
 
     def drafted_tokens(self) -> list[int]:

@@ -18,7 +18,7 @@ generator lands on the position it would land on without candidates, applied to 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
@@ -130,11 +130,9 @@ class SampledSource(CandidateSource):
 
     name = "repetition or stream"
 
-    def __init__(self, proposer: StreamProposer | None, timestamp_begin: int,
-                 threads_for: Callable[[Sequence[int]], int | None] | None = None) -> None:
+    def __init__(self, proposer: StreamProposer | None, timestamp_begin: int) -> None:
         self.proposer = proposer
         self.tb = timestamp_begin
-        self._threads_for = threads_for
         self.budgets = {kind: Budget(prior_acceptance=p) for kind, p in PRIORS.items()}
         for b in self.budgets.values():
             b.window_start()
@@ -164,6 +162,3 @@ class SampledSource(CandidateSource):
         elif verdict.ran == 1:
             for b in self.budgets.values():
                 b.record(0, 0, verdict.ran, verdict.seconds)
-
-    def threads_for(self, offered: Sequence[int]) -> int | None:
-        return self._threads_for(offered) if self._threads_for is not None else None

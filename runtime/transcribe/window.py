@@ -119,16 +119,13 @@ class WindowState(Decoded):
         self.counts.count(0, 0, verdict.seconds, alone=False)
         return verdict
 
-    def step(self, candidates: Sequence[int] = (), threads: int | None = None) -> Verdict:
-        """Verify ``candidates`` after the pending token (none: one plain greedy step).
-
-        ``threads`` picks the decoder session for this pass (None: the model's default)."""
+    def step(self, candidates: Sequence[int] = ()) -> Verdict:
+        """Verify ``candidates`` after the pending token (none: one plain greedy step)."""
         if self.done:
             raise RuntimeError("window already decoded")
         t0 = time.perf_counter()
         verdict = verify(self.state, self.generated[-1], list(candidates)[: self.room],
-                         self.generated, self.rules.choose, self._stops,
-                         threads=threads)
+                         self.generated, self.rules.choose, self._stops)
         self._commit(verdict.committed, verdict.logits)
         # The pass's time includes committing, as it always has for a step.
         verdict.seconds = time.perf_counter() - t0

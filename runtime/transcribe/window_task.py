@@ -49,7 +49,6 @@ def beam_budget(beam_size: int) -> Budget:
 # (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event;
 # None where nobody listens (no verdict is assembled for nobody)
 Report = Callable[[Sequence[int], Verdict, Verdict | None], None] | None
-ThreadsFor = Callable[[Sequence[int]], int | None]
 
 
 class WindowDecode(Protocol):
@@ -96,9 +95,9 @@ def greedy(prompt: list[int], rules: LogitRules, sample_len: int,
 
 
 def samples(prompt: list[int], rules: Sequence[LogitRules], sample_len: int,
-            sources: Sequence[CandidateSource], threads_for: ThreadsFor | None) -> Open:
+            sources: Sequence[CandidateSource]) -> Open:
     """``len(rules)`` seeded samples side by side, sample ``i`` with ``sources[i]``'s
-    candidates; ``threads_for(offered)``: the pass's session threads."""
+    candidates."""
 
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
@@ -111,13 +110,13 @@ def samples(prompt: list[int], rules: Sequence[LogitRules], sample_len: int,
             for src in sources:
                 src.finish([])
             raise
-        return _Samples(batch, report, threads_for, lambda: model.release_beams(state))
+        return _Samples(batch, report, lambda: model.release_beams(state))
 
     return open_
 
 
 def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOptions,
-         proposer: StreamProposer | None, threads_for: ThreadsFor | None) -> Open:
+         proposer: StreamProposer | None) -> Open:
     """Beam search; with a ``proposer`` (the drafter's stream), speculative beam steps."""
 
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
@@ -129,7 +128,7 @@ def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOpt
         except BaseException:
             model.release_beams(state)
             raise
-        return _Beam(search, proposer, threads_for, lambda: model.release_beams(state),
+        return _Beam(search, proposer, lambda: model.release_beams(state),
                      beam_budget(options.beam_size))
 
     return open_
@@ -183,16 +182,16 @@ class _Greedy(_Task):
 
 
 class _Samples(_Task):
-    def __init__(self, batch: SampleBatch, report: Report, threads_for: ThreadsFor | None,
+    def __init__(self, batch: SampleBatch, report: Report,
                  release: Callable[[], None]) -> None:
         super().__init__(batch, release)
-        self.report, self.threads_for = report, threads_for
+        self.report = report
 
     def start(self) -> None:
         self._report(self.decoding.start())
 
     def step(self) -> None:
-        self._report(self.decoding.step(self.threads_for))
+        self._report(self.decoding.step())
 
     def _report(self, verdicts: list[tuple[list[int], Verdict]]) -> None:
         """One pass over the samples, reported as one pass: its counts are every sample's, its
@@ -219,10 +218,9 @@ class _Samples(_Task):
 
 class _Beam(_Task):
     def __init__(self, search: BeamWindow, proposer: StreamProposer | None,
-                 threads_for: ThreadsFor | None, release: Callable[[], None],
-                 budget: Budget) -> None:
+                 release: Callable[[], None], budget: Budget) -> None:
         super().__init__(search, release)
-        self.proposer, self.threads_for, self.budget = proposer, threads_for, budget
+        self.proposer, self.budget = proposer, budget
         budget.window_start()
 
     @property
@@ -239,8 +237,7 @@ class _Beam(_Task):
             guesses = [self.proposer.propose(seq, room) for seq in search.beams]
             k = self.budget.choose(max(map(len, guesses), default=0))
             props = [g[:k] for g in guesses] if k else None
-        offered = [t for p in props or () for t in p]
         spent = search.counts.seconds
-        steps = search.step(props, self.threads_for(offered) if self.threads_for else None)
+        steps = search.step(props)
         if self.proposer is not None:  # a plain pass measures the cost a row adds to
             self.budget.record(k, min(steps - 1, k), 1 + k, search.counts.seconds - spent)

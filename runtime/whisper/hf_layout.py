@@ -15,7 +15,6 @@ passes serve as a speculative target.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -146,7 +145,6 @@ class HFWhisperModel:
     encoder_name = "onnxruntime"  # its encoder graph runs nowhere else
     # What it can do besides greedy decoding (as WhisperModel declares it): nothing.
     beam_graph = None
-    decoder_session = None  # its decoder graphs per thread count are made per pass (graphs())
     alignment_graph = None
     alignment_session = None
 
@@ -188,15 +186,13 @@ class HFWhisperModel:
         self.encoder = make_session(graphs / "encoder_model.onnx", encoder_threads or threads)
         self.merged = merged.is_file()
         self._files = [merged] if self.merged else list(split)
-        self._graphs: dict[int, list[_Graph]] = {threads: [_Graph(make_session(f, threads))
-                                                           for f in self._files]}
+        self.graphs = [_Graph(make_session(f, threads)) for f in self._files]
         _check_graphs(self.path, self.dims, self.encoder,
-                      [(f.name, g.session) for f, g in zip(self._files, self._graphs[threads])])
+                      [(f.name, g.session) for f, g in zip(self._files, self.graphs)])
         try:
             check_tokenizer(self.path / "config.json", self.dims, {}, self.tokenizer)
         except ValueError as exc:
             raise HFLayoutError(str(exc).replace("; reinstall the model", "")) from None
-        self._lock = threading.Lock()
         # Per decoder layer, in feed order: (input name, key in a state's past, is self-attention)
         d = self.dims
         self._past_names = [(f"past_key_values.{i}.{kind}.{kv}", f"{i}.{kind}.{kv}",
@@ -211,14 +207,6 @@ class HFWhisperModel:
     @property
     def multilingual(self) -> bool:
         return self.tokenizer.multilingual
-
-    def graphs(self, threads: int | None = None) -> list[_Graph]:
-        """The decoder graphs with ``threads`` intra-op threads (made on first use)."""
-        threads = threads or self.threads
-        with self._lock:
-            if threads not in self._graphs:
-                self._graphs[threads] = [_Graph(make_session(f, threads)) for f in self._files]
-            return self._graphs[threads]
 
     def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
         mel = np.ascontiguousarray(mel, dtype=np.float32)
@@ -252,14 +240,14 @@ class HFDecoderState:
         self.length = 0
         self.past: dict[str, np.ndarray] | None = None
 
-    def forward(self, tokens: Sequence[int], threads: int | None = None) -> np.ndarray:
+    def forward(self, tokens: Sequence[int]) -> np.ndarray:
         t = len(tokens)
         if t == 0:
             return np.zeros((0, self.model.dims.n_vocab), np.float32)
         if self.length + t > self.capacity:
             raise ValueError(f"decoder context is full ({self.length} + {t} > {self.capacity})")
         m = self.model
-        graphs = m.graphs(threads)
+        graphs = m.graphs
         ids = np.asarray([tokens], dtype=np.int64)
         with_past = self.length > 0 and self.past is not None
         feed: dict[str, np.ndarray] = {"input_ids": ids}

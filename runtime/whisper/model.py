@@ -116,7 +116,6 @@ class WhisperModel:
         # same form; check_form refuses one that does not.
         self.cross_form = CrossForm.of(self.decoder)
         self._quantiser = CrossQuantiser(encoder_threads or threads)
-        self._decoders = {threads: self.decoder}
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         self._lock = threading.Lock()
         self._free: list[DecoderState] = []
@@ -130,29 +129,12 @@ class WhisperModel:
         self.alignment_graph: Path | Callable[[], Path] | None = (
             self.path / aligned if aligned else alignment_graph)
         self.alignment_session = None  # made by the first word aligner
-        self._beam_sessions: dict[int, object] = {}
+        self._beam_session = None  # made on first use (beam search, a fallback's samples)
         self._free_beams: dict[int, list[BeamDecoderState]] = {}
 
     @property
     def multilingual(self) -> bool:
         return self.tokenizer.multilingual
-
-    def decoder_session(self, threads: int | None = None):
-        """The decoder with ``threads`` intra-op threads (sessions are made on first use).
-
-        A session's thread pool is fixed when it is made; AS²D gives the target fewer threads
-        while the drafter needs a core. Thread count does not change any result (checked in
-        the tests), so passes may switch sessions freely.
-        """
-        if threads is None or threads == self.threads:
-            return self.decoder
-        with self._lock:
-            sess = self._decoders.get(threads)
-        if sess is None:  # built outside the lock, which decoder states share
-            made = make_session(self.path / self._decoder_file, threads, self.spin)
-            with self._lock:
-                sess = self._decoders.setdefault(threads, made)
-        return sess
 
     row_check: dict | None = None  # as2d.runtime.rows' verdict, once checked
 
@@ -208,22 +190,22 @@ class WhisperModel:
 
     beam_check: dict | None = None  # as2d.runtime.rows.probe_beams' verdict, once checked
 
-    def beam_session(self, threads: int | None = None):
-        """The beam-search decoder session with ``threads`` intra-op threads (None: the
-        model's own), made on first use (ValueError if this model has no beam graph)."""
-        threads = threads or self.threads
-        sessions = self._beam_sessions
-        sess = sessions.get(threads)
-        if sess is not None:
-            return sess
+    def beam_session(self):
+        """The batched (beam-search) decoder session, made on first use (ValueError if this
+        model has no beam graph). One session per graph, as for the decoder: a second one at
+        another thread count would hold a second copy of its packed weights."""
+        if self._beam_session is not None:
+            return self._beam_session
         if self.beam_graph is None:
             raise ValueError(f"{self.name}: this bundle has no batched decoder for beam search "
                              "(reinstall it with `as2d models install NAME --force`)")
-        sess = make_session(self.beam_graph, threads, self.spin)
+        sess = make_session(self.beam_graph, self.threads, self.spin)
         self.check_form(sess, "the beam-search decoder")
-        self._beam_outputs = [o.name for o in sess.get_outputs()]
         with self._lock:
-            return sessions.setdefault(threads, sess)
+            if self._beam_session is None:
+                self._beam_outputs = [o.name for o in sess.get_outputs()]
+                self._beam_session = sess
+            return self._beam_session
 
     def beam_probe(self):
         """The batched side of the beam row check (:func:`as2d.runtime.rows.probe_beams`):
@@ -365,12 +347,12 @@ class DecoderState(KVCache):
         self.feed = dict(ctx.cross)
         self.length = 0
 
-    def forward(self, tokens: Sequence[int], threads: int | None = None) -> np.ndarray:
+    def forward(self, tokens: Sequence[int]) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns their logits ``[T, n_vocab]``."""
         if not len(tokens):
             return np.zeros((0, self.model.dims.n_vocab), np.float32)
         self.feed["tokens"] = np.asarray(tokens, dtype=np.int64)
-        out = self._run(self.model.decoder_session(threads), self.model._outputs, self.feed,
+        out = self._run(self.model.decoder, self.model._outputs, self.feed,
                         len(tokens), "decoder")
         return out["logits"]
 
@@ -389,13 +371,12 @@ class BeamDecoderState(PooledCache):
         self.feed = dict(ctx.cross)
         self.reset()
 
-    def forward(self, tokens: Sequence[Sequence[int]], threads: int | None = None) -> np.ndarray:
+    def forward(self, tokens: Sequence[Sequence[int]]) -> np.ndarray:
         """Run ``tokens[h]`` after hypothesis ``h``'s past, for every hypothesis (rows of equal
-        length); their logits ``[hypotheses, T, n_vocab]``. ``threads`` picks the session
-        (rows do not depend on it)."""
+        length); their logits ``[hypotheses, T, n_vocab]``."""
         arr = np.asarray(tokens, dtype=np.int64).reshape(self.hypotheses, -1)
         if not arr.shape[1]:
             return np.zeros((self.hypotheses, 0, self.model.dims.n_vocab), np.float32)
-        out = self._run(self.model.beam_session(threads), self.model._beam_outputs, self.feed,
+        out = self._run(self.model.beam_session(), self.model._beam_outputs, self.feed,
                         arr)
         return out["logits"]
