@@ -174,3 +174,28 @@ def ask_transcripts(whisper):
         return done[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def base_target_only(whisper):
+    """``base_target_only(path)`` → base int8's target-only tokens (one list per segment) for
+    a recording, English, greedy: the reference every lossless comparison on base is held to,
+    decoded once per session (tests/test_as2d.py and tests/test_pipeline.py compare their
+    decoders with the same clips' references). Each caller gets its own copy."""
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.strategy import TargetOnly
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+
+    done: dict = {}
+
+    def get(path) -> list[list[int]]:
+        key = str(path)
+        if key not in done:
+            target = whisper("base", "int8", 2)
+            done[key] = [list(s.tokens) for s in LongFormTranscriber(
+                target, TargetOnly(target)).transcribe(load_audio(key),
+                                                       TranscribeOptions(language="en"))]
+        return [list(tokens) for tokens in done[key]]
+
+    return get

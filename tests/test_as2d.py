@@ -228,18 +228,11 @@ def lossless_clips(clips):
 
 
 @pytest.fixture(scope="module")
-def base_reference(whisper):
+def base_reference(base_target_only):
     """``base_reference(audio)`` → base int8's target-only tokens for one of the module's
-    clips, decoded once: four tests compare other decoders with the same reference."""
-    target = whisper("base", "int8", threads=2)
-    done: dict = {}
-
-    def get(audio):
-        if audio.source not in done:
-            done[audio.source] = decode(target, TargetOnly(target), audio)
-        return done[audio.source]
-
-    return get
+    clips (read from its file), decoded once per session: four tests here compare other
+    decoders with the same reference, tests/test_pipeline.py with some of the same clips'."""
+    return lambda audio: base_target_only(audio.source)
 
 
 @pytest.mark.slow
