@@ -139,3 +139,63 @@ def whisper(bundle):
         return cache[key]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def ask_transcripts(whisper):
+    """``ask_transcripts(name)`` → (spans, drafter text) of a clip of the ask question set
+    (bench/questions), transcribed with AS²D as ``as2d ask`` does (base, tiny.en drafting),
+    once per session: tests/test_ask.py and tests/test_llm_families.py ask about the same
+    recordings. Each clip has a strategy of its own, so a clip's pair does not depend on which
+    test asked first or for which clip before it."""
+    from as2d.runtime.ask.answer import drafter_text
+    from as2d.runtime.ask.spans import spans_from_segments
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.speculative.budget import Budget
+    from as2d.runtime.transcribe.as2d import AS2D
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+    from bench.questions import load_questions
+
+    clips = load_questions().clips
+    done: dict = {}
+
+    def get(name: str):
+        if name not in done:
+            target = whisper("base", "int8", 2)
+            drafter = whisper("tiny.en", "int8", 1, role="drafter")
+            strategy = AS2D(target, drafter, None, Budget())
+            try:
+                segs = list(LongFormTranscriber(target, strategy).transcribe(
+                    load_audio(clips[name]), TranscribeOptions(language="en")))
+                done[name] = (spans_from_segments(segs), drafter_text(strategy, target))
+            finally:
+                strategy.close()
+        return done[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def base_target_only(whisper):
+    """``base_target_only(path)`` → base int8's target-only tokens (one list per segment) for
+    a recording, English, greedy: the reference every lossless comparison on base is held to,
+    decoded once per session (tests/test_as2d.py and tests/test_pipeline.py compare their
+    decoders with the same clips' references). Each caller gets its own copy."""
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.strategy import TargetOnly
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+
+    done: dict = {}
+
+    def get(path) -> list[list[int]]:
+        key = str(path)
+        if key not in done:
+            target = whisper("base", "int8", 2)
+            done[key] = [list(s.tokens) for s in LongFormTranscriber(
+                target, TargetOnly(target)).transcribe(load_audio(key),
+                                                       TranscribeOptions(language="en"))]
+        return [list(tokens) for tokens in done[key]]
+
+    return get

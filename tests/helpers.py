@@ -10,10 +10,15 @@ import numpy as np
 
 # CTranslate2 folders of the same weights our bundles are converted from.
 _CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
+# Folders assembled in this test process, by model name: the first caller's (a pytest
+# temporary folder, kept for the whole session) serves every later one; the callers only read
+# it. Whichever module asks first assembles it, so no test depends on another having run.
+_ASSEMBLED: dict[str, Path] = {}
 
 
 def ct2_folder(name: str, work: Path) -> Path:
-    """A CTranslate2 model folder for ``name`` ("base" or "tiny.en"), from the source packages."""
+    """A CTranslate2 model folder for ``name`` ("base" or "tiny.en"), from the source packages
+    (assembled in ``work`` on the process's first call for ``name``; read-only for callers)."""
     from as2d.models.catalog import lookup
     from as2d.models.source_packages import assemble, locate
 
@@ -22,6 +27,9 @@ def ct2_folder(name: str, work: Path) -> Path:
     side = locate(src.parts[0], src).parent  # the package folder holding the first part
     if len(src.parts) == 1:
         return side
+    made = _ASSEMBLED.get(entry.name)
+    if made is not None and (made / "model.bin").is_file():
+        return made
     dest = work / f"ct2-{entry.name}"
     if not (dest / "model.bin").is_file():
         dest.mkdir(parents=True, exist_ok=True)
@@ -29,6 +37,7 @@ def ct2_folder(name: str, work: Path) -> Path:
         for f in _CT2_FILES:
             if (side / f).is_file():
                 shutil.copyfile(side / f, dest / f)
+    _ASSEMBLED[entry.name] = dest
     return dest
 
 

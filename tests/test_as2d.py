@@ -227,12 +227,21 @@ def lossless_clips(clips):
     return [load_audio(c.path) for c in clips if c.name in names]
 
 
+@pytest.fixture(scope="module")
+def base_reference(base_target_only):
+    """``base_reference(audio)`` → base int8's target-only tokens for one of the module's
+    clips (read from its file), decoded once per session: four tests here compare other
+    decoders with the same reference, tests/test_pipeline.py with some of the same clips'."""
+    return lambda audio: base_target_only(audio.source)
+
+
 @pytest.mark.slow
-def test_as2d_and_sd_commit_exactly_the_target_only_tokens(whisper, lossless_clips):
+def test_as2d_and_sd_commit_exactly_the_target_only_tokens(whisper, lossless_clips,
+                                                           base_reference):
     target = whisper("base", "int8", threads=2)
     drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
     for audio in lossless_clips:
-        reference = decode(target, TargetOnly(target), audio)
+        reference = base_reference(audio)
         assert decode(target, AS2D(target, drafter, budget=Budget()), audio) == reference
         assert decode(target, SerialSD(target, drafter, budget=Budget(fixed=4)), audio) == reference
 
@@ -258,12 +267,12 @@ class _DraftFirstAS2D(AS2D):
 
 
 @pytest.mark.slow
-def test_as2d_actually_accepts_candidates(whisper, lossless_clips):
+def test_as2d_actually_accepts_candidates(whisper, lossless_clips, base_reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     events = []
     audio = lossless_clips[-2]  # two_cities
-    assert decode(target, _DraftFirstAS2D(target, drafter), audio, events.append) == decode(
-        target, TargetOnly(target), audio)
+    assert decode(target, _DraftFirstAS2D(target, drafter), audio,
+                  events.append) == base_reference(audio)
     verified = [e for e in events if isinstance(e, Verified)]
     committed = sum(len(e.committed) for e in verified)
     assert sum(e.accepted for e in verified) > 0.5 * committed
@@ -518,10 +527,11 @@ class _FailingDrafter:
 
 
 @pytest.mark.slow
-def test_a_dying_drafter_leaves_the_target_to_finish_alone_losslessly(whisper, lossless_clips):
+def test_a_dying_drafter_leaves_the_target_to_finish_alone_losslessly(whisper, lossless_clips,
+                                                                     base_reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1)
     audio = lossless_clips[-2]
-    reference = decode(target, TargetOnly(target), audio)
+    reference = base_reference(audio)
     events = []
     decoder = AS2D(target, _FailingDrafter(drafter, after=25), events.append)
     assert [s.tokens for s in LongFormTranscriber(target, decoder, events.append).transcribe(

@@ -27,7 +27,7 @@ from as2d.runtime.ask.english.kinds import NOT_SAID
 from as2d.runtime.ask.generate import SpeculativeGenerator
 from as2d.runtime.ask.passages import focus, grounded, rank_spans, select_spans
 from as2d.runtime.ask.prompt import asks_about_time
-from as2d.runtime.ask.spans import Span, format_time, spans_from_segments
+from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.ask.tree import score
 from as2d.runtime.events import Note
 from as2d.runtime.speculative.lookup import Lookup, LookupSource
@@ -56,28 +56,12 @@ def lm(bundle):
 
 
 @pytest.fixture(scope="module")
-def transcripts(whisper, qset):
-    """clip → (spans, drafter text), transcribed with AS²D as `as2d ask` does."""
-    from as2d.runtime.ask.answer import drafter_text
-    from as2d.runtime.audio import load_audio
-    from as2d.runtime.speculative.budget import Budget
-    from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber
-    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
-
-    target = whisper("base", "int8", 2)
-    drafter = whisper("tiny.en", "int8", 1, role="drafter")
-    out = {}
-    strategy = AS2D(target, drafter, None, Budget())
-    try:
-        tr = LongFormTranscriber(target, strategy)
-        for name in ("beckett", "two_cities", "sense"):
-            segs = list(tr.transcribe(load_audio(qset.clips[name]),
-                                      TranscribeOptions(language="en")))
-            out[name] = (spans_from_segments(segs), drafter_text(strategy, target))
-            assert out[name][0] and out[name][1], name
-    finally:
-        strategy.close()
+def transcripts(ask_transcripts):
+    """clip → (spans, drafter text), transcribed with AS²D as `as2d ask` does (the session's
+    transcription of each clip, which tests/test_llm_families.py reads too)."""
+    out = {name: ask_transcripts(name) for name in ("beckett", "two_cities", "sense")}
+    for name, (spans, draft) in out.items():
+        assert spans and draft, name
     return out
 
 

@@ -333,30 +333,52 @@ def _words(text: str) -> list[str]:
     return "".join(c if c.isalnum() or c in " '" else " " for c in text.lower()).split()
 
 
-def test_the_openvino_encoder_gives_the_same_words_on_clean_clips(ov_models, librivox):
+@pytest.fixture(scope="module")
+def ov_target_only(ov_models):
+    """``ov_target_only(path)`` → the OpenVINO target's target-only segments of a clip,
+    decoded once for the module (two tests read 0870's)."""
     from as2d.runtime.audio import load_audio
     from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.strategy import TargetOnly
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
-    from as2d.runtime.whisper.model import WhisperModel
+
+    target, _ = ov_models
+    done: dict = {}
+
+    def get(path):
+        if path not in done:
+            done[path] = list(LongFormTranscriber(target, TargetOnly(target)).transcribe(
+                load_audio(path), TranscribeOptions(language="en")))
+        return done[path]
+
+    return get
+
+
+def test_the_openvino_encoder_gives_the_same_words_on_clean_clips(ov_models, ov_target_only,
+                                                                   whisper, librivox):
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.transcribe.longform import LongFormTranscriber
+    from as2d.runtime.transcribe.strategy import TargetOnly
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     ov, _ = ov_models
-    ref = WhisperModel(ov.path, threads=2, encoder="onnxruntime")
+    ref = whisper("base", "int8", 2)  # the suite's loaded base: onnxruntime's encoder
+    assert ref.path == ov.path and ref.encoder.backend == "onnxruntime"
     opts = TranscribeOptions(language="en")
     for clip in librivox[:3]:
         audio = load_audio(clip.path)
         texts = [" ".join(s.text for s in
-                          LongFormTranscriber(m, TargetOnly(m)).transcribe(audio, opts))
-                 for m in (ref, ov)]
+                          LongFormTranscriber(ref, TargetOnly(ref)).transcribe(audio, opts)),
+                 " ".join(s.text for s in ov_target_only(clip.path))]
         assert _words(texts[0]) == _words(texts[1]), clip.name
 
 
-def test_target_only_and_as2d_stay_identical_with_the_openvino_encoder(ov_models, clips):
+def test_target_only_and_as2d_stay_identical_with_the_openvino_encoder(ov_models, ov_target_only,
+                                                                       clips):
     from as2d.runtime.audio import load_audio
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
     from as2d.runtime.transcribe.longform import LongFormTranscriber
-    from as2d.runtime.transcribe.strategy import TargetOnly
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
     target, drafter = ov_models
@@ -366,8 +388,7 @@ def test_target_only_and_as2d_stay_identical_with_the_openvino_encoder(ov_models
     assert chosen
     for clip in chosen:
         audio = load_audio(clip.path)
-        reference = [s.tokens for s in
-                     LongFormTranscriber(target, TargetOnly(target)).transcribe(audio, opts)]
+        reference = [s.tokens for s in ov_target_only(clip.path)]
         got = [s.tokens for s in LongFormTranscriber(target, AS2D(target, drafter, budget=Budget())
                                              ).transcribe(audio, opts)]
         assert got == reference, clip.name

@@ -207,30 +207,10 @@ def test_bundle_is_converted_once_and_row_exact(smol_gguf, smol_bundles, models_
 
 
 @pytest.fixture(scope="module")
-def transcripts(whisper):
-    """clip → (spans, drafter text) of two real recordings, transcribed with AS²D."""
-    from as2d.runtime.ask.answer import drafter_text
-    from as2d.runtime.ask.spans import spans_from_segments
-    from as2d.runtime.audio import load_audio
-    from as2d.runtime.speculative.budget import Budget
-    from as2d.runtime.transcribe.as2d import AS2D
-    from as2d.runtime.transcribe.longform import LongFormTranscriber
-    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
-    from bench.questions import load_questions
-
-    clips = load_questions().clips
-    target = whisper("base", "int8", 2)
-    drafter = whisper("tiny.en", "int8", 1, role="drafter")
-    strategy = AS2D(target, drafter, None, Budget())
-    out = {}
-    try:
-        tr = LongFormTranscriber(target, strategy)
-        for name in ("sense", "two_cities"):
-            segs = list(tr.transcribe(load_audio(clips[name]), TranscribeOptions(language="en")))
-            out[name] = (spans_from_segments(segs), drafter_text(strategy, target))
-    finally:
-        strategy.close()
-    return out
+def transcripts(ask_transcripts):
+    """clip → (spans, drafter text) of two real recordings, transcribed with AS²D (the
+    session's transcription of each clip, which tests/test_ask.py reads too)."""
+    return {name: ask_transcripts(name) for name in ("sense", "two_cities")}
 
 
 QUESTIONS = (("sense", "Who had leisure to consider how much he could do for them?"),

@@ -37,15 +37,11 @@ def files(clips):
 
 
 @pytest.fixture(scope="module")
-def reference(whisper, files):
-    """Each file decoded by the target alone, on its own."""
-    target = whisper("base")
-    out = []
-    for path in files:
-        audio = load_audio(path)
-        out.append([s.tokens for s in LongFormTranscriber(target, TargetOnly(target))
-                    .transcribe(audio, OPTS)])
-    return out
+def reference(base_target_only, files):
+    """Each file decoded by the target alone, on its own (English, greedy: OPTS; the
+    session's decode, which tests/test_as2d.py compares with too)."""
+    assert OPTS == TranscribeOptions(language="en")
+    return [base_target_only(path) for path in files]
 
 
 def wait_until(condition, timeout: float = 60.0) -> bool:

@@ -131,6 +131,22 @@ def transcribe(model, path, decoder=None, **options):
 
 
 @pytest.fixture(scope="module")
+def words_of(whisper, bundle):
+    """``words_of(path)`` → the aligned base model's target-only segments with words, decoded
+    once per clip for the module: three tests read the same run (its words against the text,
+    against the other decoders', against faster-whisper's), none changes it."""
+    runs: dict = {}
+
+    def get(path):
+        if path not in runs:
+            runs[path] = tuple(transcribe(aligned_model(whisper, bundle), path,
+                                          word_timestamps=True))
+        return runs[path]
+
+    return get
+
+
+@pytest.fixture(scope="module")
 def two_cities(clips):
     found = [c.path for c in clips if c.name == "two_cities.wav"]
     if not found:
@@ -138,9 +154,8 @@ def two_cities(clips):
     return found[0]
 
 
-def test_words_spell_each_segment_and_run_forward_in_time(whisper, bundle, two_cities):
-    model = aligned_model(whisper, bundle)
-    segs = transcribe(model, two_cities, word_timestamps=True)
+def test_words_spell_each_segment_and_run_forward_in_time(words_of, two_cities):
+    segs = words_of(two_cities)
     assert len({s.seek for s in segs}) >= 2, "more than one window"
     previous_end = 0.0
     for s in segs:
@@ -154,11 +169,11 @@ def test_words_spell_each_segment_and_run_forward_in_time(whisper, bundle, two_c
     assert segs[-1].end <= 44.4 + 0.02
 
 
-def test_the_transcript_is_the_same_with_words_and_for_every_decoder(whisper, bundle, clips):
+def test_the_transcript_is_the_same_with_words_and_for_every_decoder(whisper, bundle, clips,
+                                                                     words_of):
     from as2d.runtime.speculative.budget import Budget
     from as2d.runtime.transcribe.as2d import AS2D
     from as2d.runtime.transcribe.sd import SerialSD
-    from as2d.runtime.transcribe.strategy import TargetOnly
 
     target = aligned_model(whisper, bundle)
     drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
@@ -166,17 +181,20 @@ def test_the_transcript_is_the_same_with_words_and_for_every_decoder(whisper, bu
     for clip in [c for c in clips if c.name in names]:
         plain = [s.tokens for s in transcribe(target, clip.path)]
         runs = {}
-        for name, decoder in [("target", TargetOnly(target)),
+        # The target's own run with words is the module's (LongFormTranscriber's default
+        # decoder is TargetOnly of the model); SD and AS²D are decoded here.
+        for name, decoder in [("target", None),
                               ("sd", SerialSD(target, drafter, budget=Budget(fixed=4))),
                               ("as2d", AS2D(target, drafter))]:
-            segs = transcribe(target, clip.path, decoder, word_timestamps=True)
+            segs = (words_of(clip.path) if decoder is None
+                    else transcribe(target, clip.path, decoder, word_timestamps=True))
             assert [s.tokens for s in segs] == plain, (clip.name, name)
             runs[name] = [(s.start, s.end, [(w.word, w.start, w.end) for w in s.words])
                           for s in segs]
         assert runs["sd"] == runs["target"] and runs["as2d"] == runs["target"], clip.name
 
 
-def test_word_times_agree_with_faster_whisper_on_the_same_weights(whisper, bundle, clips,
+def test_word_times_agree_with_faster_whisper_on_the_same_weights(clips, words_of,
                                                                    tmp_path_factory):
     import difflib
     import re
@@ -184,7 +202,6 @@ def test_word_times_agree_with_faster_whisper_on_the_same_weights(whisper, bundl
     faster_whisper = pytest.importorskip("faster_whisper")
     from helpers import ct2_folder
 
-    model = aligned_model(whisper, bundle)
     peer = faster_whisper.WhisperModel(
         str(ct2_folder("base", tmp_path_factory.mktemp("ct2"))), device="cpu",
         compute_type="int8", cpu_threads=2)
@@ -195,7 +212,7 @@ def test_word_times_agree_with_faster_whisper_on_the_same_weights(whisper, bundl
 
     diffs = []
     for clip in [c for c in clips if c.name in names]:
-        ours = [w for s in transcribe(model, clip.path, word_timestamps=True) for w in s.words]
+        ours = [w for s in words_of(clip.path) for w in s.words]
         segs, _ = peer.transcribe(str(clip.path), language="en", beam_size=1,
                                   temperature=0.0, word_timestamps=True)
         theirs = [w for s in segs for w in s.words]
