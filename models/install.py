@@ -349,8 +349,8 @@ def _encoder_writer(quant: str):
 
 
 def ensure_encoder_fp32(bundle_dir: Path, progress: Progress | None = None) -> Path:
-    """The fp32 encoder graph of a Whisper bundle (what OpenVINO compiles in f32, bf16 or
-    f16), made on first use.
+    """The fp32 encoder graph of a Whisper bundle (what OpenVINO compiles in f32, and the
+    source of its fp16-weight copy for bf16 and f16), made on first use.
 
     fp32 bundles use their own encoder. An int8 bundle gets it the first time OpenVINO is
     timed or asked for (where the ``openvino`` wheel is installed; 95 MB for base), converted

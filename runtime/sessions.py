@@ -62,9 +62,9 @@ SESSION_SETTINGS = f"{_OPTIMIZATION.name} {_EXECUTION.name}"
 
 
 # Memory. Each onnxruntime session otherwise grows a CPU arena of its own to the peak of its
-# own runs and keeps it: a long AS²D run holds nine (the target's encoder, its decoders at two
-# thread counts, the batched decoders of a fallback at two, the drafter's encoder and decoder,
-# the cross-attention quantiser), most of them idle while another runs. So every session
+# own runs and keeps it: a long AS²D run holds six (the target's encoder and decoder, the
+# batched decoder of a fallback, the drafter's encoder and decoder, the cross-attention
+# quantiser), most of them idle while another runs. So every session
 # allocates from one arena, registered once with onnxruntime's environment: what one session
 # frees, another reuses. And no session plans a memory pattern: the pattern is one block
 # allocated on the second run of a shape beside the chunks the first run left in the arena,

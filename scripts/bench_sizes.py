@@ -14,9 +14,9 @@ pieces of a decode on this CPU:
   ``--decoder target`` runs with, as2d_cli/engine.py ``plan_threads``; the projection takes
   target-only's best setting: the fastest of that, the same step without spinning, and one
   thread);
-- ``c1(r)``, ``c2(r)``: a target verification pass of r = 1, 2, 4, 8, 16 rows on 1 thread (what
-  the target gets inside AS²D while the drafter works: ``plan_threads`` gives the drafter one of
-  the 2 cores) and on 2 threads (plain steps, and every pass once the drafter has finished);
+- ``c1(r)``, ``c2(r)``: a target verification pass of r = 1, 2, 4, 8, 16 rows on 1 thread (a
+  core of its own: the cost of a pass when the drafter holds the other core) and on 2 threads
+  (what AS²D's target session has: every pass once the drafter has finished);
 - ``E_d``, ``c_d``: the drafter (tiny.en int8, 1 thread): encoder per 30-s window and a step;
 - ``E_fw``, ``c_fw``: faster-whisper (CTranslate2 int8, 2 threads) on the same folder: encoder per
   window and per-token greedy decoding (the slope between two bounded generation lengths).
@@ -213,17 +213,17 @@ def install(size: str, cache: Path) -> dict:
 
 # -- stage: as2d's costs -------------------------------------------------------------------------
 
-def _passes(model, ctx, threads: int | None, repeats: int) -> dict[int, float]:
+def _passes(model, ctx, repeats: int) -> dict[int, float]:
     tk = model.tokenizer
     state = model.decoder_state(ctx)
     out = {}
     try:
         state.forward(tk.sot_sequence("en" if model.multilingual else None)
-                      + [tk.no_timestamps] + [440] * KV_GENERATED, threads)
+                      + [tk.no_timestamps] + [440] * KV_GENERATED)
         for rows in ROWS:
             def one(rows=rows):
                 length = state.length
-                state.forward([440] * rows, threads)
+                state.forward([440] * rows)
                 state.truncate(length)
             out[rows] = median_s(one, repeats)
     finally:
@@ -246,14 +246,17 @@ def measure_target(size: str, cache: Path, repeats: int) -> dict:
     mel = (rng.standard_normal((1, model.dims.n_mels, 3000)) * 0.3).astype(np.float32)
     enc = median_s(lambda: model.encode(mel), repeats)
     ctx = model.encode(mel)
-    target_only = _passes(model, ctx, None, repeats * 2)
+    target_only = _passes(model, ctx, repeats * 2)
     del model
     gc.collect()
-    # AS²D's target: the same threads, pools not spinning (the drafter shares the cores);
-    # passes on 1 thread while the drafter works, on 2 otherwise.
+    # AS²D's target: the same threads, pools not spinning (the drafter shares the cores); and
+    # the same passes on one thread, a model of its own.
     model = load_whisper(folder, None, models, THREADS, role="target", encoder="onnxruntime")
-    one = _passes(model, ctx, 1, repeats * 2)
-    two = _passes(model, ctx, THREADS, repeats * 2)
+    two = _passes(model, ctx, repeats * 2)
+    del model
+    gc.collect()
+    model = load_whisper(folder, None, models, 1, role="target", encoder="onnxruntime")
+    one = _passes(model, ctx, repeats * 2)
     return {"encoder_s": enc, "encoder_choice": choice.name, "encoder_how": choice.how,
             "encoder_candidates_s": choice.seconds, "first_load_s": round(load_s, 1),
             "pass_target_only_2t_spin": target_only, "pass_as2d_1t": one,
@@ -269,7 +272,7 @@ def measure_drafter(repeats: int) -> dict:
     rng = np.random.default_rng(0)
     mel = (rng.standard_normal((1, model.dims.n_mels, 3000)) * 0.3).astype(np.float32)
     enc = median_s(lambda: model.encode(mel), repeats)
-    steps = _passes(model, model.encode(mel), 1, repeats * 2)
+    steps = _passes(model, model.encode(mel), repeats * 2)
     return {"model": model.name, "encoder_s": enc, "encoder_choice": model.encoder_choice.name,
             "step_s": steps[1], "threads": 1}
 

@@ -12,8 +12,10 @@ median to the first configuration's; ``--json`` keeps every run.
 
 A configuration is ``LABEL=ARGS`` (ARGS split like a shell line), or ``LABEL@PYTHON=ARGS`` to
 run it with another interpreter (another install of as2d: a change against the commit it
-starts from). Each run's peak resident memory is kept beside its wall time. A failed run stops
-the benchmark with its stderr.
+starts from). Each run's peak resident memory is kept beside its wall time, with what each
+interpreter runs (as2d, onnxruntime, OpenVINO versions) and, for a command that writes to
+``-o DIR``, a digest of every file there after its last run. A failed run stops the benchmark
+with its stderr.
 
     python scripts/cold_runs.py --rounds 3 "before@/tmp/venv-base/bin/python=transcribe -q \
         -o /tmp/before long.wav" "after=transcribe -q -o /tmp/after long.wav"
@@ -37,7 +39,7 @@ def parse_config(text: str) -> tuple[str, str | None, list[str]]:
     label, sep, args = text.partition("=")
     label, _, python = label.partition("@")
     if not sep or not label.strip() or not args.strip():
-        raise argparse.ArgumentTypeError(f"expected LABEL=ARGS, not {text!r}")
+        raise argparse.ArgumentTypeError(f"expected LABEL[@PYTHON]=ARGS, not {text!r}")
     return label.strip(), python.strip() or None, shlex.split(args)
 
 
@@ -55,6 +57,29 @@ def run_once(args: list[str], python: str) -> tuple[float, float]:
             raise SystemExit(f"cold_runs: `as2d {shlex.join(args)}` failed ({p.returncode}):"
                              f"\n{err.read().decode(errors='replace')[-2000:]}")
     return wall, usage.ru_maxrss / 1024  # kB on Linux
+
+
+def outputs_digest(args: list[str]) -> dict[str, str] | None:
+    """sha256 of each file a command wrote under its ``-o``/``--output-dir`` (None: none)."""
+    import hashlib
+    from pathlib import Path
+
+    for flag in ("-o", "--output-dir"):
+        if flag in args[:-1]:
+            folder = Path(args[args.index(flag) + 1])
+            return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+                    for p in sorted(folder.iterdir()) if p.is_file()}
+    return None
+
+
+def versions(python: str) -> str:
+    code = ("from importlib.metadata import version as v\n"
+            "out = []\n"
+            "for name in ('as2d', 'onnxruntime', 'openvino'):\n"
+            "    try: out.append(f'{name} {v(name)}')\n"
+            "    except Exception: pass\n"
+            "print(', '.join(out))")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True).stdout.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,9 +112,16 @@ def main(argv: list[str] | None = None) -> int:
         med = statistics.median(w)
         print(f"{label:24} {med:9.3f} {min(w):7.3f} {max(w):7.3f}  {med / base:.2f}x"
               f"{'':11} {statistics.median(peaks[label]):8.0f}")
+    outputs = {label: outputs_digest(cmd) for label, _, cmd in args.configs}
+    written = [o for o in outputs.values() if o is not None]
+    if len(written) > 1:
+        same = all(o == written[0] for o in written)
+        print(f"outputs: {'identical' if same else 'DIFFER'} across the configurations")
     if args.json:
         doc = {"rounds": args.rounds, "warmup": args.warmup,
                "configs": {label: {"args": cmd, "python": python or args.python,
+                                   "versions": versions(python or args.python),
+                                   "outputs_sha256": outputs[label],
                                    "wall_s": walls[label],
                                    "median_s": statistics.median(walls[label]),
                                    "peak_rss_mb": peaks[label],

@@ -93,7 +93,7 @@ def run(args, work: Path) -> None:
     int8w = ensure_openvino_graph(bundle, "int8w")
     encoders = {
         "openvino f32": OpenVINOEncoder(fp32, t, "f32"),
-        "openvino bf16": OpenVINOEncoder(fp32, t, "bf16"),
+        "openvino bf16": OpenVINOEncoder(ensure_openvino_graph(bundle, "f16w"), t, "bf16"),
         "openvino int8": OpenVINOEncoder(int8w, t, "int8"),
         "onnxruntime int8": OrtEncoder(bundle / model.manifest["files"]["encoder"], t,
                                        precision="int8"),

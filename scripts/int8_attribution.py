@@ -258,7 +258,7 @@ def main() -> None:
 
     from as2d.models.bundle import models_dir
     from as2d.models.ct2 import load_ct2
-    from as2d.models.install import ensure_encoder_fp32, install
+    from as2d.models.install import ensure_encoder_f16w, ensure_encoder_fp32, install
     from as2d.runtime.audio import load_audio
     from as2d.runtime.rows import probe
     from as2d.runtime.sessions import make_session
@@ -286,7 +286,7 @@ def main() -> None:
     enc = {"onnxruntime int8": OrtEncoder(b8 / "encoder.onnx", t, precision="int8"),
            "onnxruntime fp32": OrtEncoder(ensure_encoder_fp32(b8), t, precision="fp32")}
     if openvino_available():
-        enc["openvino bf16"] = OpenVINOEncoder(ensure_encoder_fp32(b8), t, "bf16")
+        enc["openvino bf16"] = OpenVINOEncoder(ensure_encoder_f16w(b8), t, "bf16")
     tok = m8.tokenizer
     paths = {c.path.name: c.path for c in reference_clips(work)}
     for c in real_clips():

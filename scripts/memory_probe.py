@@ -14,6 +14,7 @@ graph, is the default), and optionally ``+target`` for the target alone; or
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import subprocess
@@ -45,18 +46,31 @@ def probe(config: str, long: str, short: str, model: str, drafter: str, threads:
     backend, _, graph = rest.partition(":")
     os.environ["AS2D_ENCODER"] = backend
     import as2d
+    from as2d.runtime.events import WindowDone
     from as2d.runtime.whisper import encoders
 
     if graph:
         encoders.OV_GRAPH_KIND["bf16"] = graph
+    windows: list = []
+
+    def listen(event) -> None:
+        if isinstance(event, WindowDone):
+            windows.append(event.stats)
+
     row = {"config": config, "imported": status()}
-    t = as2d.Transcriber(model=model, drafter=drafter, threads=threads,
+    t = as2d.Transcriber(model=model, drafter=drafter, threads=threads, listener=listen,
                          decoder="target" if alone == "target" else "as2d")
     row["loaded"] = status()
+    row["encoder"] = t.engine.target.encoder_name
     segments, _ = t.transcribe(short, language="en")
     list(segments)
     row["after_short"] = status()
-    row = _peak_over(row, lambda: len(list(t.transcribe(long, language="en")[0])))
+    windows.clear()
+    row = _peak_over(row, lambda: list(t.transcribe(long, language="en")[0]))
+    # What the long file's decoding did: the words, windows, and the decodes a fallback ran
+    # and dropped (each holds its samples' caches while it runs).
+    row["windows"] = len(windows)
+    row["dropped_decodes"] = sum(w.dropped_decodes for w in windows)
     t.close()
     return row
 
@@ -73,11 +87,13 @@ def probe_faster_whisper(config: str, long: str, short: str, threads: int) -> di
     kwargs = {"language": "en", "beam_size": 1, "best_of": 1, "vad_filter": False}
     list(model.transcribe(short, **kwargs)[0])
     row["after_short"] = status()
-    return _peak_over(row, lambda: len(list(model.transcribe(long, **kwargs)[0])))
+    return _peak_over(row, lambda: list(model.transcribe(long, **kwargs)[0]))
 
 
 def _peak_over(row: dict, run) -> dict:
-    """``row`` with the peak resident memory (sampled every 50 ms) and wall of ``run()``."""
+    """``row`` with the peak resident memory (sampled every 50 ms; the process's own peak
+    where that is higher) and wall of ``run()``, its segments' count and a digest of their
+    text (two configurations that decoded other words took other paths)."""
     peak, stop = [0], threading.Event()
 
     def sample() -> None:
@@ -88,8 +104,11 @@ def _peak_over(row: dict, run) -> dict:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     t0 = time.perf_counter()
-    row["segments"] = run()
+    segments = run()
     row["long_seconds"] = round(time.perf_counter() - t0, 2)
+    text = "".join(s.text for s in segments)
+    row["segments"] = len(segments)
+    row["text_sha256"] = hashlib.sha256(text.encode()).hexdigest()[:16]
     stop.set()
     sampler.join()
     row["after_long"] = status()
@@ -118,8 +137,9 @@ def main() -> None:
                               "--child", config], capture_output=True, text=True, check=True)
         row = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"{config:>22}: loaded {row['loaded']['VmRSS']} MB, after the short file "
-              f"{row['after_short']['VmRSS']} MB, peak over the long file {row['peak_rss_mb']} MB "
-              f"({row['long_seconds']} s)", flush=True)
+              f"{row['after_short']['VmRSS']} MB, peak {row['peak_rss_mb']} MB "
+              f"({row['long_seconds']} s; text {row['text_sha256']}, "
+              f"{row.get('dropped_decodes', '-')} fallback decodes)", flush=True)
         rows.append(row)
     if a.json:
         import soundfile as sf

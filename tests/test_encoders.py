@@ -317,13 +317,18 @@ def ov_models(bundle):
     CPUs where bf16 is fastest (elsewhere bf16 is only slower, not different)."""
     if not encoders.openvino_available():
         pytest.skip("openvino is not installed")
+    from as2d.models.install import ensure_openvino_graph
     from as2d.runtime.whisper.model import WhisperModel
+
+    def graphs(name):  # as the loader declares them: made on first use
+        return lambda kind: ensure_openvino_graph(bundle(name, "int8"), kind)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(encoders.ENV_OV_PRECISION, "bf16")
-        target = WhisperModel(bundle("base", "int8"), threads=2, encoder="openvino")
+        target = WhisperModel(bundle("base", "int8"), threads=2, encoder="openvino",
+                              ov_graph=graphs("base"))
         drafter = WhisperModel(bundle("tiny.en", "int8"), threads=1, role="drafter",
-                               encoder="openvino")
+                               encoder="openvino", ov_graph=graphs("tiny.en"))
     assert target.encoder.detail == drafter.encoder.detail == "openvino bf16"
     assert target.encoder.backend == drafter.encoder.backend == "openvino"
     return target, drafter

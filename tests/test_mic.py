@@ -533,7 +533,7 @@ def test_no_hints_where_rows_are_not_exact(bundle, librivox):
     from as2d.runtime.whisper.model import WhisperModel
 
     target = WhisperModel(bundle("base", "int8"), threads=2)
-    target.row_check = {"exact": False, "threads": []}  # as a probe on such a CPU finds it
+    target.row_check = {"exact": False}  # as a probe on such a CPU finds it
     notes = []
     transcriber = LongFormTranscriber(target)
     session = LiveSession(FileSource(load_audio(librivox[0].path), 1.0), make_vad("energy"),

@@ -35,8 +35,9 @@ that cannot be written must not give two loads two answers), and measurements ar
 (in the process by a lock, between processes by a lock file beside the memo).
 
 Candidates are the bundle's own onnxruntime graph (int8 or fp32, as installed) and, where the
-``openvino`` package imports, the fp32 graph compiled by OpenVINO in f32 and in bf16 and, for an
-int8 bundle, its int8 weights under OpenVINO's int8 products (:mod:`.encoders`). One that
+``openvino`` package imports, the fp32 graph compiled by OpenVINO in f32, its fp16-weight copy
+in bf16 and, for an int8 bundle, its int8 weights under OpenVINO's int8 products
+(:mod:`.encoders`). One that
 cannot be built or run is skipped (and remembered as skipped, with why).
 """
 

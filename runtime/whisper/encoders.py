@@ -11,8 +11,9 @@ decoding and AS²D, ``-t 1`` and ``-t 2``, ``transcribe`` and ``batch`` consume 
 output and give identical transcripts with any back end.
 
 ``$AS2D_ENCODER`` (or ``encoder=``) overrides ``auto``; ``$AS2D_OPENVINO_PRECISION`` fixes what
-OpenVINO computes in (else that is measured too). OpenVINO runs the fp32 graph in f32 or bf16
-(f16 when asked), and, for an int8 bundle, ``int8``: a graph holding the bundle's own int8
+OpenVINO computes in (else that is measured too). OpenVINO runs the fp32 graph in f32, a copy
+with fp16 weights in bf16 (f16 when asked; the fp32 graph where the copy cannot be made), and,
+for an int8 bundle, ``int8``: a graph holding the bundle's own int8
 weights, whose products OpenVINO computes in integers from activations it quantises per group
 of :data:`OV_INT8_GROUP` values along each row (finer than the bundle's one scale per row, so
 closer to fp32 than onnxruntime's int8 graph), everything else in bf16. Every back end takes
@@ -169,8 +170,9 @@ def ov_cache_dir(bundle_dir: Path, tag: str) -> Path | None:
 
 
 class OpenVINOEncoder:
-    """An encoder graph compiled by OpenVINO's CPU plugin: the fp32 graph in f32, bf16 or f16,
-    or (precision ``int8``) the int8-weight graph with dynamically quantised activations.
+    """An encoder graph compiled by OpenVINO's CPU plugin: the fp32 graph in f32, the
+    fp16-weight graph in bf16 or f16, or (precision ``int8``) the int8-weight graph with
+    dynamically quantised activations.
 
     One compile with a dynamic frame axis serves every input length: measured, a new length
     costs no recompilation and a static 3000-frame compile is no faster. Compiled blobs go to
@@ -334,9 +336,14 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     if len(candidates) == 1:  # nothing to measure
         return _with_choice(_build(candidates[0], bundle_dir, manifest, threads, spin,
                                    graphs_here), candidates[0].name)
-    # Compile settings a candidate's speed depends on beyond its name.
-    settings = ({"openvino int8 group": OV_INT8_GROUP}
-                if EncoderCandidate("openvino", "int8") in candidates else {})
+    # Compile settings a candidate's speed (and its thread check) depends on beyond its name:
+    # a choice remembered for another graph is measured and checked again.
+    settings: dict = {}
+    if EncoderCandidate("openvino", "int8") in candidates:
+        settings["openvino int8 group"] = OV_INT8_GROUP
+    if any(c.backend == "openvino" and OV_GRAPH_KIND[c.precision] == "f16w"
+           for c in candidates):
+        settings["openvino bf16/f16 weights"] = "fp16"
 
     def build(c: EncoderCandidate, n: int):  # as measured: never spinning
         return _build(c, bundle_dir, manifest, n, False, graphs_here)
@@ -380,8 +387,19 @@ def _build(c: EncoderCandidate, bundle_dir: Path, manifest: dict, threads: int, 
            graphs: _OvGraphs):
     if c.backend == "onnxruntime":
         return _ort(bundle_dir, manifest, threads, spin)
-    _ov_core()  # imported quietly before a graph is made with it (ensure_encoder_f16w)
-    path, cache = graphs.get(OV_GRAPH_KIND[c.precision])
+    try:  # imported quietly before a graph is made with it (ensure_encoder_f16w)
+        _ov_core()
+    except Exception as exc:  # noqa: BLE001 - a broken wheel: this back end cannot serve
+        raise EncoderError(f"OpenVINO cannot start ({type(exc).__name__}: {exc})") from None
+    kind = OV_GRAPH_KIND[c.precision]
+    if kind == "f16w":
+        fp32 = graphs.get("fp32")  # the copy's source, and what compiles where it cannot be
+        try:  # made (a read-only bundle, as 0.2.0 compiled every bf16 encoder)
+            path, cache = graphs.get(kind)
+        except EncoderError:
+            path, cache = fp32
+    else:
+        path, cache = graphs.get(kind)
     return OpenVINOEncoder(path, threads, c.precision, cache_dir=cache)
 
 
@@ -392,8 +410,8 @@ _OV_GRAPH_FILES = {"fp32": ("encoder_fp32", "fp32 encoder"),
 
 
 class _OvGraphs:
-    """The graphs OpenVINO compiles (fp32; int8 weights) and their blob cache, each found (or
-    made) once."""
+    """The graphs OpenVINO compiles (fp32; fp16 weights; int8 weights) and their blob cache,
+    each found (or made) once."""
 
     def __init__(self, bundle_dir: Path, manifest: dict,
                  make: Callable[[str], Path] | None) -> None:

@@ -89,9 +89,9 @@ class WhisperModel:
         self.threads = threads
         # The encoder back end: ``encoder`` ("auto", "onnxruntime", "openvino"), else
         # $AS2D_ENCODER, else auto: the fastest here, measured once and remembered (see
-        # as2d.runtime.whisper.encoders). OpenVINO compiles the fp32 encoder graph (or the
-        # int8-weight one); ``ov_graph(kind)`` makes one for a bundle that lacks it (the loader
-        # passes one that converts it from the model's sources).
+        # as2d.runtime.whisper.encoders). OpenVINO compiles the fp32 encoder graph (or its
+        # fp16- or int8-weight copy); ``ov_graph(kind)`` makes one for a bundle that lacks it
+        # (the loader passes one that converts it from the model's sources).
         self.encoder = make_encoder(self.path, manifest, encoder_threads or threads, encoder,
                                     ov_graph=ov_graph, warn=progress, spin=spin,
                                     name=manifest.get("model", self.name))
