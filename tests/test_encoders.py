@@ -195,6 +195,26 @@ def test_the_fp16_weight_graph_is_made_once_and_recorded_with_its_weights(bundle
 
 
 @needs_openvino
+def test_bf16_compiles_the_fp32_graph_where_the_copy_cannot_be_made(bundle, tmp_path,
+                                                                   monkeypatch):
+    """A bundle that cannot take the fp16-weight copy (a read-only models folder) still runs
+    OpenVINO's bf16, on the fp32 graph, as 0.2.0 did."""
+    src = bundle("tiny.en", "fp32")
+    copy = tmp_path / src.name
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns(".*", "encoder_f16w*"))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for key in ("encoder_f16w", "encoder_f16w_data"):
+        manifest["sha256"].pop(manifest["files"].pop(key, ""), None)
+
+    def cannot(kind):
+        raise OSError(f"[Errno 30] Read-only file system: adding {kind}")
+
+    monkeypatch.setenv(encoders.ENV_OV_PRECISION, "bf16")
+    enc = encoders.make_encoder(copy, manifest, 1, "openvino", ov_graph=cannot)
+    assert enc.detail == "openvino bf16" and enc.path == copy / manifest["files"]["encoder"]
+
+
+@needs_openvino
 def test_openvino_int8_is_never_given_to_an_fp32_model(bundle, monkeypatch):
     """``AS2D_OPENVINO_PRECISION=int8`` applies to int8 models: an fp32 one asked for OpenVINO
     is refused in one line, and under auto its encoder stays in onnxruntime, said once."""
