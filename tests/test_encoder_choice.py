@@ -415,7 +415,7 @@ def test_a_back_end_that_fails_is_skipped_and_remembered_as_skipped(tiny, clock)
     assert c.calls == ["onnxruntime int8"] * 2  # its warm-up and one timed run (RUNS = 1)
     (entry,) = _memo(tiny).values()
     assert set(entry["skipped"]) == {"openvino f32", "openvino bf16", "openvino int8"}
-    assert "no fp16-weight encoder" in entry["skipped"]["openvino bf16"]
+    assert "no fp32 encoder" in entry["skipped"]["openvino bf16"]  # the copy's source
     assert "no int8-weight encoder" in entry["skipped"]["openvino int8"]
     assert any("left out" in n and "openvino bf16" in n for n in notes)
 
