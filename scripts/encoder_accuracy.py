@@ -8,8 +8,9 @@ target-only and greedily (AS²D gives the same tokens), English, whisper's tempe
 off so that a changed word is the encoder's doing. Sides:
 
 - ``openvino f32``: the fp32 graph computed in f32 (the reference for "changed words");
-- ``openvino bf16``, ``openvino int8`` (the bundle's int8 weights, activations quantised by
-  OpenVINO per group of each row), ``onnxruntime int8`` (the bundle's own graph);
+- ``openvino bf16`` (the fp16-weight graph; and from the fp32 graph, as 0.2.0 compiled it),
+  ``openvino int8`` (the bundle's int8 weights, activations quantised by OpenVINO per group of
+  each row), ``onnxruntime int8`` (the bundle's own graph);
 - ``faster-whisper int8`` on the same weights (whole model: its encoder and its decoder), for
   scale.
 
@@ -94,6 +95,9 @@ def run(args, work: Path) -> None:
     encoders = {
         "openvino f32": OpenVINOEncoder(fp32, t, "f32"),
         "openvino bf16": OpenVINOEncoder(ensure_openvino_graph(bundle, "f16w"), t, "bf16"),
+        # bf16 as 0.2.0 compiled it: from the fp32 graph (where the fp16-weight copy cannot
+        # be made, it still is)
+        "openvino bf16 (fp32 graph)": OpenVINOEncoder(fp32, t, "bf16"),
         "openvino int8": OpenVINOEncoder(int8w, t, "int8"),
         "onnxruntime int8": OrtEncoder(bundle / model.manifest["files"]["encoder"], t,
                                        precision="int8"),
