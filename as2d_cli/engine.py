@@ -412,14 +412,15 @@ class Engine:
         self._running = None
         self._answerers: list[Background] = []
         self._closed = False
+        # The answering model: the caller's, already loading, or found (or installed) here
+        # first, so that a missing package costs nothing else.
+        if llm is None and spec.llm:
+            llm = start_answering_model(spec, self.note)
         if not spec.speech:  # answers transcripts only: the answering model, nothing else
-            self._llm = llm if llm is not None else self._start_llm() if spec.llm else None
+            self._llm = llm
             return
         try:
-            if llm is not None:
-                parts.llm = llm
-            elif spec.llm:  # found (or installed) here: a missing package costs nothing else
-                parts.llm = self._start_llm()
+            parts.llm = llm
             if alone:
                 self.note(alone)
             if self.decoder != Decoder.TARGET:
@@ -492,9 +493,6 @@ class Engine:
         from as2d.runtime.transcribe.sd import SerialSD
 
         return SerialSD(self.target, draft_model, self.listener, budget), None
-
-    def _start_llm(self) -> Background:
-        return start_answering_model(self.spec, self.note)
 
     def _load_speakers(self):
         from as2d.models.speakers import install_speaker_models

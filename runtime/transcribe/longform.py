@@ -160,8 +160,7 @@ class LongFormTranscriber:
         # follow (beam hypotheses, sampled fallback decodes); None: none to look up.
         self._stream = None
         self._sampled_candidates = False  # sampled decodes verify candidates (a speculative run)
-        # model → are a fallback's samples drawn side by side? (see _sample_batching)
-        self._batching: dict[int, bool] = {}
+        self._batched: bool | None = None  # a fallback's samples side by side? (once)
         # The current window's proposer, keyed by (stream, window seek).
         self._window_proposer: tuple[tuple[int, int], StreamProposer] | None = None
 
@@ -594,22 +593,17 @@ class LongFormTranscriber:
         another? Side by side needs the batched (beam) decoder, made on the first fallback
         (once per bundle), and rows in it that are bit for bit those of single passes on this
         machine (checked once, as for beam search): then every sample draws the same tokens
-        either way. Decided once per model, a failure included (it is not retried every
-        window)."""
-        model = self.model
-        if samples < 2 or model.beam_graph is None:
+        either way. Decided once, a failure included (it is not retried every window)."""
+        if samples < 2 or self.model.beam_graph is None:
             return False
-        if id(model) not in self._batching:
-            self._batching[id(model)] = self._batching_for(model)
-        return self._batching[id(model)]
-
-    @staticmethod
-    def _batching_for(model: WhisperModel) -> bool:
-        try:
-            model.beam_session()
-        except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
-            return False
-        return beams_exact(model)
+        if self._batched is None:
+            try:
+                self.model.beam_session()
+            except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
+                self._batched = False
+            else:
+                self._batched = beams_exact(self.model)
+        return self._batched
 
     def _proposer(self, window: Window) -> StreamProposer | None:
         """Candidates from the drafter's stream for any sequence decoded in ``window`` (None
