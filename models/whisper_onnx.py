@@ -10,7 +10,8 @@ Two graphs per model, shaped for speculative decoding:
 
 ``decoder.onnx``
     ``tokens [T]`` plus, per layer, ``past_k_i``/``past_v_i [n, d]`` (the self-attention cache
-    of the ``n`` tokens already decoded) and the window's cross keys/values → ``logits [T, V]``
+    of the ``n`` tokens already decoded) and the window's cross keys/values → ``logits [R, V]``
+    of the last ``R = min(logit_rows, T)`` tokens (optional input; all of them by default)
     and ``new_k_i``/``new_v_i [T, d]``. ``T >= 1`` new tokens run in one pass with a causal
     mask, which is what verification needs; the caller owns the cache and appends the new
     rows, so dropping rejected tokens is only a change of length.
@@ -349,10 +350,18 @@ def build_decoder(m: CT2Model, quant: str = "fp32", exact_rows: bool = True,
                                     quant))
         x = _ffn(g, m, x, p, f"dec{i}", quant)
 
+    # Logits of the last ``logit_rows`` rows only (every row unless it is fed): a window's
+    # prompt pass reads the rows from its start-of-transcript token on, not the ~200 rows of
+    # the previous text, whose products with the vocabulary were the pass's largest work and
+    # buffers. Rows are independent (see above), so the rows kept are the same bits.
+    logit_rows = g.input("logit_rows", TensorProto.INT64, [1])
+    g.weight(logit_rows, np.array([1 << 30], np.int64))  # its default: an overridable initializer
+    x = g.op("Slice", x, g.op("Max", g.op("Sub", t_len, logit_rows), g.const([0])), t_len,
+             g.const([0]))
     x = g.layer_norm(x, m.f32("decoder/layer_norm/gamma"), m.f32("decoder/layer_norm/beta"),
                      "dec.ln")
     logits = _logits(g, x, emb, quant, refine_top, refine_dtype)
-    g.output(logits, "logits", TensorProto.FLOAT, ["T", dims["n_vocab"]])
+    g.output(logits, "logits", TensorProto.FLOAT, ["R", dims["n_vocab"]])
     if qks:
         # Heads in layer order (the aligner averages over them: order does not matter).
         g.output(g.op("Concat", *qks, axis=0), "cross_qk", TensorProto.FLOAT,
@@ -444,7 +453,8 @@ def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None, *,
     ``past_k_i``/``past_v_i [N, d]`` hold every row any hypothesis may need, and
     ``past_index [B, n]`` names, for each hypothesis, the pool row of each of its ``n`` past
     positions. Reordering beams is then a reordering of small index rows: no cache is copied
-    when a hypothesis is dropped or forked. Outputs ``logits [B, T, V]`` and ``new_k_i``/
+    when a hypothesis is dropped or forked. Outputs ``logits [B, R, V]`` (the last ``R =
+    min(logit_rows, T)`` rows; optional input, all by default) and ``new_k_i``/
     ``new_v_i [B, T, d]`` (the caller writes them into the pool).
 
     Every operator works row by row exactly as :func:`build_decoder`'s exact-rows graph does
@@ -539,9 +549,19 @@ def build_beam_decoder(m: CT2Model, quant: str = "fp32", data_path=None, *,
                                     quant))
         x = _ffn(g, m, x, p, f"dec{i}", quant)
 
+    # Each hypothesis's last ``logit_rows`` rows only, as build_decoder's (a prompt pass
+    # reads its rows from the start-of-transcript token on).
+    logit_rows = g.input("logit_rows", TensorProto.INT64, [1])
+    g.weight(logit_rows, np.array([1 << 30], np.int64))  # its default: an overridable initializer
+    t_len = g.op("Slice", shape, g.const([1]), g.const([2]))
+    x = g.op("Slice", g.op("Reshape", x, btd),
+             g.op("Max", g.op("Sub", t_len, logit_rows), g.const([0])), t_len, g.const([1]))
+    x = g.op("Reshape", x, g.const([-1, d]))
     x = g.layer_norm(x, m.f32("decoder/layer_norm/gamma"), m.f32("decoder/layer_norm/beta"),
                      "dec.ln")
     logits = _logits(g, x, emb, quant, refine_top, refine_dtype)
-    logits = g.op("Reshape", logits, g.op("Concat", shape, g.const([dims["n_vocab"]]), axis=0))
-    g.output(logits, "logits", TensorProto.FLOAT, ["B", "T", dims["n_vocab"]])
+    logits = g.op("Reshape", logits, g.op("Concat", g.op("Slice", shape, g.const([0]),
+                                                          g.const([1])),
+                                          g.const([-1, dims["n_vocab"]]), axis=0))
+    g.output(logits, "logits", TensorProto.FLOAT, ["B", "R", dims["n_vocab"]])
     return g.model(), dims

@@ -512,11 +512,11 @@ class _FailingDrafter:
         state = self._m.decoder_state(ctx)
         original = state.forward
 
-        def forward(tokens):
+        def forward(tokens, logit_rows=None):
             self._left -= 1
             if self._left < 0:
                 raise RuntimeError("simulated drafter failure")
-            return original(tokens)
+            return original(tokens, logit_rows=logit_rows)
 
         state.forward = forward
         return state

@@ -47,12 +47,12 @@ class Cache:
     def length(self) -> int:
         return len(self.tokens)
 
-    def forward(self, tokens, **_):
+    def forward(self, tokens, logit_rows=None):
         out = []
         for t in tokens:
             self.tokens.append(t)
             out.append(row_of(self.tokens))
-        return np.stack(out)
+        return np.stack(out)[-(logit_rows or len(out)):]
 
     def truncate(self, length: int) -> None:
         del self.tokens[length:]
@@ -70,14 +70,14 @@ class Pool:
     def length(self) -> int:
         return len(self.seqs[0])
 
-    def forward(self, fed):
+    def forward(self, fed, logit_rows=None):
         out = []
         for seq, tokens in zip(self.seqs, fed):
             rows = []
             for t in tokens:
                 seq.append(t)
                 rows.append(row_of(seq))
-            out.append(rows)
+            out.append(rows[-(logit_rows or len(rows)):])
         return np.array(out, np.float32)
 
     def reorder(self, sources) -> None:

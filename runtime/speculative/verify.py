@@ -35,8 +35,9 @@ class TargetCache(Protocol):
     length: int  # tokens in the cache
     capacity: int  # most tokens it can hold
 
-    def forward(self, tokens: Sequence[int]) -> np.ndarray:
-        """Run ``tokens`` after the cached ones; their logits ``[len(tokens), vocab]``."""
+    def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
+        """Run ``tokens`` after the cached ones; the logits ``[R, vocab]`` of the last
+        ``R = logit_rows`` of them (all by default)."""
         ...
 
     def truncate(self, length: int) -> None: ...

@@ -175,8 +175,10 @@ class BeamWindow:
     def start(self) -> None:
         """Run the prompt (one hypothesis) and take the first beam step."""
         t0 = time.perf_counter()
-        logits = self.state.forward([self.prompt])[0]
-        self.no_speech_prob = no_speech_probability(logits[self.sot_index],
+        # The rows from the start-of-transcript token on (see WindowState.start).
+        logits = self.state.forward([self.prompt],
+                                    logit_rows=len(self.prompt) - self.sot_index)[0]
+        self.no_speech_prob = no_speech_probability(logits[0],
                                                     self.rules.tokenizer.no_speech)
         self.state.reorder(self.advance(logits[-1:]))
         self.counts.count(0, 0, time.perf_counter() - t0)

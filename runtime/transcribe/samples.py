@@ -80,8 +80,10 @@ class SampleBatch:
         """The prompt, run once for every sample, and each sample's first token; what each
         sample committed (as :meth:`step` returns it)."""
         t0 = time.perf_counter()
-        row = self.state.forward([self.prompt])[0]
-        self.no_speech_prob = no_speech_probability(row[self.sot_index],
+        # The rows from the start-of-transcript token on (see WindowState.start).
+        row = self.state.forward([self.prompt],
+                                 logit_rows=len(self.prompt) - self.sot_index)[0]
+        self.no_speech_prob = no_speech_probability(row[0],
                                                     self.samples[0].rules.tokenizer.no_speech)
         last = row[-1]
         passed = []

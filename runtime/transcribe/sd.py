@@ -91,7 +91,7 @@ class SerialDrafter:
         self._done_src: list[int] = []  # committed target tokens up to the last timestamp
         self._done_out: list[int] = []  # ... in the drafter's vocabulary
         # Invariant: the cache holds prompt + fed except the last token, which is fed next.
-        state.forward(prompt[:-1])
+        state.forward(prompt[:-1], logit_rows=1)
 
     def _last(self) -> int:
         return self.fed[-1] if self.fed else self.prompt[-1]

@@ -106,8 +106,11 @@ class WindowState(Decoded):
     def start(self) -> Verdict:
         """Run the prompt and choose the first token (a pass that runs the whole prompt)."""
         t0 = time.perf_counter()
-        logits = self.state.forward(self.prompt)
-        self.no_speech_prob = no_speech_probability(logits[self.sot_index],
+        # The rows from the start-of-transcript token on: its row gives the no-speech
+        # probability, the last the first token; the previous text's rows are never read.
+        logits = self.state.forward(self.prompt,
+                                    logit_rows=len(self.prompt) - self.sot_index)
+        self.no_speech_prob = no_speech_probability(logits[0],
                                                     self.rules.tokenizer.no_speech)
         row = logits[-1]
         token = self.rules.choose(row, [])

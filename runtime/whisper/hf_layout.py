@@ -240,7 +240,9 @@ class HFDecoderState:
         self.length = 0
         self.past: dict[str, np.ndarray] | None = None
 
-    def forward(self, tokens: Sequence[int]) -> np.ndarray:
+    def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
+        """The logits of the last ``logit_rows`` of ``tokens`` (all by default); an export's
+        graph computes every row's, so the others are dropped here."""
         t = len(tokens)
         if t == 0:
             return np.zeros((0, self.model.dims.n_vocab), np.float32)
@@ -279,7 +281,7 @@ class HFDecoderState:
             present.update({k: v for k, v in self.past.items() if ".encoder." in k})
         self.past = present
         self.length += t
-        return out["logits"][0]
+        return out["logits"][0][-(t if logit_rows is None else min(t, logit_rows)):]
 
     def _past(self, key: str, own: bool) -> np.ndarray:
         """The cached keys/values ``key``; self-attention ones cut to the valid length."""

@@ -117,6 +117,11 @@ class WhisperModel:
         self.cross_form = CrossForm.of(self.decoder)
         self._quantiser = CrossQuantiser(encoder_threads or threads)
         self._outputs = [o.name for o in self.decoder.get_outputs()]
+        # Whether the decoder computes the logits of only the rows asked for (bundles made
+        # before it compute every row's; forward keeps the ones asked for either way).
+        # (An input with a default is one of onnxruntime's "overridable initializers".)
+        self.logit_rows = any(i.name == "logit_rows"
+                              for i in self.decoder.get_overridable_initializers())
         self._lock = threading.Lock()
         self._free: list[DecoderState] = []
         # What the model can do besides greedy decoding, declared here from the bundle: beam
@@ -130,6 +135,7 @@ class WhisperModel:
             self.path / aligned if aligned else alignment_graph)
         self.alignment_session = None  # made by the first word aligner
         self._beam_session = None  # made on first use (beam search, a fallback's samples)
+        self.beam_logit_rows = False  # whether it takes logit_rows (known with the session)
         self._free_beams: dict[int, list[BeamDecoderState]] = {}
 
     @property
@@ -204,6 +210,8 @@ class WhisperModel:
         with self._lock:
             if self._beam_session is None:
                 self._beam_outputs = [o.name for o in sess.get_outputs()]
+                self.beam_logit_rows = any(i.name == "logit_rows"
+                                           for i in sess.get_overridable_initializers())
                 self._beam_session = sess
             return self._beam_session
 
@@ -347,14 +355,18 @@ class DecoderState(KVCache):
         self.feed = dict(ctx.cross)
         self.length = 0
 
-    def forward(self, tokens: Sequence[int]) -> np.ndarray:
-        """Run ``tokens`` after the cached ones; returns their logits ``[T, n_vocab]``."""
-        if not len(tokens):
+    def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
+        """Run ``tokens`` after the cached ones; returns the logits ``[R, n_vocab]`` of the last
+        ``R = logit_rows`` of them (all by default, as verification needs)."""
+        t = len(tokens)
+        if not t:
             return np.zeros((0, self.model.dims.n_vocab), np.float32)
+        rows = t if logit_rows is None else min(t, logit_rows)
         self.feed["tokens"] = np.asarray(tokens, dtype=np.int64)
-        out = self._run(self.model.decoder, self.model._outputs, self.feed,
-                        len(tokens), "decoder")
-        return out["logits"]
+        if self.model.logit_rows:
+            self.feed["logit_rows"] = np.array([rows], dtype=np.int64)
+        out = self._run(self.model.decoder, self.model._outputs, self.feed, t, "decoder")
+        return out["logits"][-rows:]
 
 
 class BeamDecoderState(PooledCache):
@@ -371,12 +383,18 @@ class BeamDecoderState(PooledCache):
         self.feed = dict(ctx.cross)
         self.reset()
 
-    def forward(self, tokens: Sequence[Sequence[int]]) -> np.ndarray:
+    def forward(self, tokens: Sequence[Sequence[int]],
+                logit_rows: int | None = None) -> np.ndarray:
         """Run ``tokens[h]`` after hypothesis ``h``'s past, for every hypothesis (rows of equal
-        length); their logits ``[hypotheses, T, n_vocab]``."""
+        length); the logits of each one's last ``R = logit_rows`` tokens (all by default)
+        ``[hypotheses, R, n_vocab]``."""
         arr = np.asarray(tokens, dtype=np.int64).reshape(self.hypotheses, -1)
-        if not arr.shape[1]:
+        t = arr.shape[1]
+        if not t:
             return np.zeros((self.hypotheses, 0, self.model.dims.n_vocab), np.float32)
-        out = self._run(self.model.beam_session(), self.model._beam_outputs, self.feed,
-                        arr)
-        return out["logits"]
+        rows = t if logit_rows is None else min(t, logit_rows)
+        session = self.model.beam_session()
+        if self.model.beam_logit_rows:
+            self.feed["logit_rows"] = np.array([rows], dtype=np.int64)
+        out = self._run(session, self.model._beam_outputs, self.feed, arr)
+        return out["logits"][:, -rows:]
