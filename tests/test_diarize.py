@@ -5,6 +5,7 @@ readers joined), tokens unchanged by --diarize."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -237,63 +238,106 @@ def test_diarize_never_changes_a_token(two_readers, models_root, tmp_path, decod
 
 
 # -- the server -------------------------------------------------------------------------------
-def test_server_diarized_json_through_the_openai_client(two_readers, models_root, tmp_path):
-    """OpenAI's diarized_json on loopback, the official client: speakers lettered A, B, and
-    named from a known speaker's clip (a data URL)."""
-    import base64
+@pytest.fixture(scope="module")
+def diarizing_server(models_root, tmp_path_factory):
+    """One ``as2d serve -m tiny.en`` on loopback for the server's speaker tests (the OpenAI
+    client's diarized_json, its stream, the page)."""
     import signal
 
-    import soundfile as sf
-
     from tests.test_serve import KEY, _start
+
+    srv = _start(models_root, tmp_path_factory.mktemp("serve-diar"), "-m", "tiny.en",
+                 "--api-key", KEY)
+    yield srv
+    srv.proc.send_signal(signal.SIGTERM)
+    srv.proc.wait(60)
+    assert "Traceback" not in srv.stderr(), srv.stderr()
+
+
+def _data_url(path) -> str:
+    import base64
+
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+def test_server_diarized_json_through_the_openai_client(two_readers, diarizing_server,
+                                                        tmp_path):
+    """OpenAI's diarized_json on loopback, the official client: speakers lettered A, B, and
+    named from a known speaker's clip (a data URL)."""
+    import soundfile as sf
 
     path, ref = two_readers
     x, rate = sf.read(path, dtype="float32")
     clip = tmp_path / "ann.wav"  # the first reader's second turn, as a reference
     write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
-    url = "data:audio/wav;base64," + base64.b64encode(clip.read_bytes()).decode()
-    srv = _start(models_root, tmp_path, "-m", "tiny.en", "--api-key", KEY)
-    try:
-        client = srv.client()
-        with open(path, "rb") as f:
-            plain = client.audio.transcriptions.create(
-                model="whisper-1", file=f, response_format="diarized_json",
-                chunking_strategy="auto")
-        assert {s.speaker for s in plain.segments} == {"A", "B"}
-        assert plain.segments[0].speaker == "A" and plain.segments[0].type == \
-            "transcript.text.segment"
-        with open(path, "rb") as f:
-            named = client.audio.transcriptions.create(
-                model="whisper-1", file=f, response_format="diarized_json",
-                known_speaker_names=["Ann"], known_speaker_references=[url])
-        assert {s.speaker for s in named.segments} == {"Ann", "A"}
-        assert named.segments[0].speaker == "Ann" and named.text == plain.text
-        with open(path, "rb") as f, pytest.raises(openai_errors().BadRequestError):
+    url = _data_url(clip)
+    client = diarizing_server.client()
+    with open(path, "rb") as f:
+        plain = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json",
+            chunking_strategy="auto")
+    assert {s.speaker for s in plain.segments} == {"A", "B"}
+    assert plain.segments[0].speaker == "A" and plain.segments[0].type == \
+        "transcript.text.segment"
+    with open(path, "rb") as f:
+        named = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json",
+            known_speaker_names=["Ann"], known_speaker_references=[url])
+    assert {s.speaker for s in named.segments} == {"Ann", "A"}
+    assert named.segments[0].speaker == "Ann" and named.text == plain.text
+    with open(path, "rb") as f, pytest.raises(openai_errors().BadRequestError):
+        client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json",
+            known_speaker_names=["Ann", "Bob"], known_speaker_references=[url])
+    # a name that would break a VTT <v name> span or an SRT cue; a reference that is a
+    # recording, not a clip; a main file too short: each a 400 naming the right field
+    long_clip = tmp_path / "long.wav"
+    write_wav(long_clip, np.zeros(16000 * 31, dtype=np.float32))
+    long_url = _data_url(long_clip)
+    short = tmp_path / "short.wav"
+    write_wav(short, x[:1600])
+    for file, names, refs, param in (
+            (path, ["Ann</v>"], [url], "known_speaker_names"),
+            (path, ["Ann\nBob"], [url], "known_speaker_names"),
+            (path, ["Ann"], [long_url], "known_speaker_references"),
+            (short, ["Ann"], [url], "file")):
+        with open(file, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
             client.audio.transcriptions.create(
                 model="whisper-1", file=f, response_format="diarized_json",
-                known_speaker_names=["Ann", "Bob"], known_speaker_references=[url])
-        # a name that would break a VTT <v name> span or an SRT cue; a reference that is a
-        # recording, not a clip; a main file too short: each a 400 naming the right field
-        long_clip = tmp_path / "long.wav"
-        write_wav(long_clip, np.zeros(16000 * 31, dtype=np.float32))
-        long_url = "data:audio/wav;base64," + base64.b64encode(long_clip.read_bytes()).decode()
-        short = tmp_path / "short.wav"
-        write_wav(short, x[:1600])
-        for file, names, refs, param in (
-                (path, ["Ann</v>"], [url], "known_speaker_names"),
-                (path, ["Ann\nBob"], [url], "known_speaker_names"),
-                (path, ["Ann"], [long_url], "known_speaker_references"),
-                (short, ["Ann"], [url], "file")):
-            with open(file, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
-                client.audio.transcriptions.create(
-                    model="whisper-1", file=f, response_format="diarized_json",
-                    known_speaker_names=names, known_speaker_references=refs)
-            assert err.value.param == param, (names, err.value.body)
-            assert "\n" not in err.value.message
-    finally:
-        srv.proc.send_signal(signal.SIGTERM)
-        srv.proc.wait(60)
-    assert "Traceback" not in srv.stderr(), srv.stderr()
+                known_speaker_names=names, known_speaker_references=refs)
+        assert err.value.param == param, (names, err.value.body)
+        assert "\n" not in err.value.message
+
+
+def test_server_streams_diarized_segments_through_the_openai_client(two_readers,
+                                                                   diarizing_server):
+    """``stream=true`` with diarized_json, read by the official client's stream: the text's
+    deltas as it is decoded, then OpenAI's ``transcript.text.segment`` events (the fields and
+    ids of the non-streamed document), then ``transcript.text.done``; a file too short to
+    diarize is a 400 before any event."""
+    path, _ = two_readers
+    client = diarizing_server.client()
+    with open(path, "rb") as f:
+        whole = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json")
+    with open(path, "rb") as f:
+        events = list(client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json", stream=True))
+    kinds = [e.type for e in events]
+    first_segment = kinds.index("transcript.text.segment")
+    assert set(kinds[:first_segment]) == {"transcript.text.delta"}
+    assert set(kinds[first_segment:-1]) == {"transcript.text.segment"}
+    assert kinds[-1] == "transcript.text.done"
+    segments = [e for e in events if e.type == "transcript.text.segment"]
+    assert [s.model_dump() for s in segments] == [s.model_dump() for s in whole.segments]
+    assert {s.speaker for s in segments} == {"A", "B"}
+    assert "".join(e.delta for e in events if e.type == "transcript.text.delta").strip() \
+        == events[-1].text == whole.text
+    short = write_wav(Path(path).parent / "short.wav", np.zeros(1600, dtype=np.float32))
+    with open(short, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
+        client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json", stream=True)
+    assert err.value.param == "file" and "too short" in err.value.message
 
 
 def openai_errors():
