@@ -260,8 +260,17 @@ def _data_url(path) -> str:
     return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
 
 
+@pytest.fixture(scope="module")
+def diarized_doc(two_readers, diarizing_server):
+    """The server's diarized_json of the two readers, through the official client."""
+    with open(two_readers[0], "rb") as f:
+        return diarizing_server.client().audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json",
+            chunking_strategy="auto")
+
+
 def test_server_diarized_json_through_the_openai_client(two_readers, diarizing_server,
-                                                        tmp_path):
+                                                        diarized_doc, tmp_path):
     """OpenAI's diarized_json on loopback, the official client: speakers lettered A, B, and
     named from a known speaker's clip (a data URL)."""
     import soundfile as sf
@@ -272,10 +281,7 @@ def test_server_diarized_json_through_the_openai_client(two_readers, diarizing_s
     write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
     url = _data_url(clip)
     client = diarizing_server.client()
-    with open(path, "rb") as f:
-        plain = client.audio.transcriptions.create(
-            model="whisper-1", file=f, response_format="diarized_json",
-            chunking_strategy="auto")
+    plain = diarized_doc
     assert {s.speaker for s in plain.segments} == {"A", "B"}
     assert plain.segments[0].speaker == "A" and plain.segments[0].type == \
         "transcript.text.segment"
@@ -310,16 +316,14 @@ def test_server_diarized_json_through_the_openai_client(two_readers, diarizing_s
 
 
 def test_server_streams_diarized_segments_through_the_openai_client(two_readers,
-                                                                   diarizing_server):
+                                                                   diarizing_server,
+                                                                   diarized_doc):
     """``stream=true`` with diarized_json, read by the official client's stream: the text's
     deltas as it is decoded, then OpenAI's ``transcript.text.segment`` events (the fields and
     ids of the non-streamed document), then ``transcript.text.done``; a file too short to
     diarize is a 400 before any event."""
     path, _ = two_readers
-    client = diarizing_server.client()
-    with open(path, "rb") as f:
-        whole = client.audio.transcriptions.create(
-            model="whisper-1", file=f, response_format="diarized_json")
+    client, whole = diarizing_server.client(), diarized_doc
     with open(path, "rb") as f:
         events = list(client.audio.transcriptions.create(
             model="whisper-1", file=f, response_format="diarized_json", stream=True))
@@ -344,3 +348,102 @@ def openai_errors():
     import openai
 
     return openai
+
+
+def _contrast(rgb: str, background=(255, 255, 255)) -> float:
+    """WCAG contrast ratio of a CSS ``rgb(r, g, b)`` colour against ``background``."""
+    def lum(c):
+        c = [x / 255 for x in c]
+        c = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in c]
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+
+    fg = [int(v) for v in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3]]
+    a, b = sorted((lum(fg), lum(background)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+def test_the_page_shows_speakers_in_colour_in_chromium(two_readers, diarizing_server, tmp_path):
+    """Headless Chromium: the page's Speakers box asks for diarized_json; every line shows its
+    speaker's label in that speaker's colour (one per speaker, each readable on white), the
+    downloads say who speaks, and the page's strict CSP is never violated."""
+    import asyncio
+    import base64
+    import os
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT
+    from tests.test_serve import _CDP, KEY, _cdp_page, _chromium
+
+    if _chromium() is None:
+        pytest.skip("chromium is not installed (apt)")
+    path, _ = two_readers
+    profile = tmp_path / "profile"
+    browser = subprocess.Popen([
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1100,900",
+        "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def run():
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not port_file.is_file() or not port_file.read_text().strip():
+            assert time.monotonic() < deadline and browser.poll() is None
+            await asyncio.sleep(0.1)
+        ws = await _cdp_page(int(port_file.read_text().split()[0]))
+        cdp = _CDP(ws)
+        try:
+            await cdp.call("Page.enable")
+            await cdp.call("Page.addScriptToEvaluateOnNewDocument", source=(
+                "window.cspViolations = []; document.addEventListener("
+                "'securitypolicyviolation', (e) => window.cspViolations.push("
+                "e.violatedDirective + ' ' + e.blockedURI));"))
+            await cdp.call("Page.navigate", url=diarizing_server.url + "/")
+            while await cdp.js("document.readyState") != "complete":
+                await asyncio.sleep(0.1)
+            while await cdp.js("document.getElementById('status').textContent") != "ready":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            await cdp.js(f"state.key = {json.dumps(KEY)}; document.getElementById('speakers')"
+                         ".click(); true")
+            doc = await cdp.call("DOM.getDocument")
+            node = await cdp.call("DOM.querySelector", nodeId=doc["root"]["nodeId"],
+                                  selector="#picker")
+            await cdp.call("DOM.setFileInputFiles", files=[str(path)], nodeId=node["nodeId"])
+            deadline = time.monotonic() + 120
+            while not await cdp.js("state.segments !== null && state.segments.length > 0"):
+                assert time.monotonic() < deadline, await cdp.js(
+                    "document.getElementById('file-state').textContent")
+                await asyncio.sleep(0.1)
+            lines = await cdp.js(
+                "[...document.querySelectorAll('#segments > div')].map((l) => {"
+                " const w = l.querySelector('.who');"
+                " return {who: w && w.textContent, colour: w && getComputedStyle(w).color,"
+                " bar: getComputedStyle(l).borderLeftColor, text: l.textContent}; })")
+            shot = base64.b64decode((await cdp.call("Page.captureScreenshot",
+                                                    format="png"))["data"])
+            out = ROOT / "docs" if os.environ.get("AS2D_DOCS_SCREENSHOT") else tmp_path
+            (out / "serve-speakers.png").write_bytes(shot)
+            return (lines, await cdp.js("state.segments.map((s) => s.speaker)"),
+                    await cdp.js("writers.txt(state.segments)"),
+                    await cdp.js("writers.vtt(state.segments)"),
+                    await cdp.js("document.getElementById('file-state').textContent"),
+                    await cdp.js("window.cspViolations"))
+        finally:
+            await ws.close()
+
+    try:
+        lines, speakers, txt, vtt, status, violations = asyncio.run(run())
+    finally:
+        browser.terminate()
+        browser.wait(30)
+    assert violations == []
+    assert [line["who"] for line in lines] == speakers and set(speakers) == {"A", "B"}
+    colour = {}
+    for line in lines:  # one colour per speaker, on its label and its line's bar alike
+        assert colour.setdefault(line["who"], line["colour"]) == line["colour"] == line["bar"]
+        assert _contrast(line["colour"]) >= 4.5, line
+    assert colour["A"] != colour["B"]
+    assert txt.splitlines()[0].startswith("[A]: ") and "<v B>" in vtt
+    assert status.endswith("2 speakers")
