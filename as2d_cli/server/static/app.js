@@ -301,10 +301,10 @@ $("ask-form").addEventListener("submit", async (e) => {
   const a = document.createElement("div");
   a.textContent = doc.answer;
   $("answer").append(a);
-  for (const s of doc.spans || []) {
+  for (const s of doc.evidence || []) {  // the passages the answer rests on, best first
     const ev = document.createElement("div");
     ev.className = "evidence";
-    ev.textContent = `${stamp(s.start, ".", false)}  ${s.text}`;
+    ev.textContent = `${stamp(s.start, ".", false)}  ${s.speaker ? s.speaker + ": " : ""}${s.text}`;
     $("answer").append(ev);
   }
 });
