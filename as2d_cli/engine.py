@@ -758,45 +758,40 @@ class Engine:
         transcription (alone for a cached transcript), each span given its speaker (the
         cache keeps the transcript without them: the same text either way); not when the
         transcription was interrupted. The rest as :meth:`ask`."""
-        if speakers is None:
-            return self._heard(audio, options, source, stats, on_interrupt, cancelled, cache,
-                               digest, pending)
-        beside = self.diarize_beside(audio.samples, speakers)
+        from as2d.runtime.ask.spans import spans_from_segments
+        from as2d.runtime.ask.transcripts import Transcript
+        from as2d.runtime.transcribe.longform import TranscriptionInfo
+
+        beside = None if speakers is None else self.diarize_beside(audio.samples, speakers)
         try:
-            heard = self._heard(audio, options, source, stats, on_interrupt, cancelled, cache,
-                                digest, pending)
+            name = audio.source if source is None else source
+            key = self.transcript_key(digest, options) if cache is not None and digest else None
+            found = cache.get(key) if key is not None else None
+            if found is not None:
+                heard = Heard(found, name)
+            else:
+                info = TranscriptionInfo(None, 0.0, audio.duration)
+                segments, interrupted = self._hear(audio, options, info, pending,
+                                                   on_interrupt, cancelled)
+                run = stats.runs[-1] if stats is not None and stats.runs else None
+                transcript = Transcript(tuple(spans_from_segments(segments)), info.language,
+                                        audio.duration, self.drafted_text(),
+                                        self.target.name, "transcribed", key)
+                stopped = interrupted or (cancelled is not None and cancelled())
+                if key is not None and transcript.spans and not stopped:
+                    cache.put(key, transcript)  # (without speakers: the same text)
+                heard = Heard(transcript, name, info, interrupted, run)
         except BaseException:
-            beside.stop()  # nobody waits for the rest of the file
+            if beside is not None:
+                beside.stop()  # nobody waits for the rest of the file
             raise
+        if beside is None:
+            return heard
         if heard.interrupted or not heard.transcript.spans or (
                 cancelled is not None and cancelled()):
             beside.stop()
             return heard
         return heard.with_speakers(beside)
-
-    def _heard(self, audio, options, source, stats, on_interrupt, cancelled, cache, digest,
-               pending) -> Heard:
-        """:meth:`hear` without speakers."""
-        from as2d.runtime.ask.spans import spans_from_segments
-        from as2d.runtime.ask.transcripts import Transcript
-        from as2d.runtime.transcribe.longform import TranscriptionInfo
-
-        name = audio.source if source is None else source
-        key = self.transcript_key(digest, options) if cache is not None and digest else None
-        found = cache.get(key) if key is not None else None
-        if found is not None:
-            return Heard(found, name)
-        info = TranscriptionInfo(None, 0.0, audio.duration)
-        segments, interrupted = self._hear(audio, options, info, pending, on_interrupt,
-                                           cancelled)
-        run = stats.runs[-1] if stats is not None and stats.runs else None
-        transcript = Transcript(tuple(spans_from_segments(segments)), info.language,
-                                audio.duration, self.drafted_text(), self.target.name,
-                                "transcribed", key)
-        stopped = interrupted or (cancelled is not None and cancelled())
-        if key is not None and transcript.spans and not stopped:
-            cache.put(key, transcript)
-        return Heard(transcript, name, info, interrupted, run)
 
     def answer(self, heard: Heard, question: str, options=None, *,
                pending: Background | None = None, answerer=None,
