@@ -447,3 +447,95 @@ def test_the_page_shows_speakers_in_colour_in_chromium(two_readers, diarizing_se
     assert colour["A"] != colour["B"]
     assert txt.splitlines()[0].startswith("[A]: ") and "<v B>" in vtt
     assert status.endswith("2 speakers")
+
+
+# -- ask: who said it -------------------------------------------------------------------------
+@pytest.mark.parametrize("question, words", [
+    ("Who said 'it was the best of times'?", "'it was the best of times'?"),
+    ("Which speaker asked about the rent?", "about the rent?"),
+    ("Who was speaking about the age of wisdom?", "about the age of wisdom?"),
+    ("who says that the war was lost?", "the war was lost?"),
+    ("Who is Mr. John Dashwood?", None),  # a person, not a voice
+    ("Who did the reader say was ill-disposed?", None),  # a person mentioned
+    ("Who was ill-disposed?", None),
+])
+def test_who_said_questions_are_told_from_questions_about_people(question, words):
+    from as2d.runtime.ask.english.who import who_said
+
+    assert who_said(question) == words
+
+
+def test_spans_take_their_speaker_and_who_said_finds_the_passage(tmp_path):
+    from as2d.cli.ask_cmd import _hint_speakers
+    from as2d.engine import Heard
+    from as2d.runtime.ask.judge import judge
+    from as2d.runtime.ask.policies import policy_for
+    from as2d.runtime.ask.spans import Span
+    from as2d.runtime.ask.speakers import has_speakers, label_spans, who_said
+    from as2d.runtime.ask.transcripts import Transcript, read_whisper_json
+
+    spans = [Span(0.0, 4.0, " The rent is due on Friday."),
+             Span(4.5, 9.0, " I paid the rent last week, so it was the best of times."),
+             Span(30.0, 31.0, " Fine.")]
+    turns = [Turn(0.0, 4.2, "Ann"), Turn(4.4, 8.0, "SPEAKER_01"), Turn(8.0, 9.5, "Ann")]
+    labelled = label_spans(spans, turns)
+    assert [s.speaker for s in labelled] == ["Ann", "SPEAKER_01", None]  # most of it; none near
+    assert [s.text for s in labelled] == [s.text for s in spans] and not has_speakers(spans)
+    assert labelled[1].to_dict()["speaker"] == "SPEAKER_01" and "speaker" not in spans[1].to_dict()
+    assert who_said(labelled, "'the best of times'") == ("SPEAKER_01", 1)
+    assert who_said(labelled, "the rent is due") == ("Ann", 0)
+    assert who_said(labelled, "the price of tea in China") == (None, None)
+    # the judge keeps a speaker as the answer (it is no person's name the transcript says)
+    from as2d.runtime.ask.answer import Answer
+    from as2d.runtime.ask.answer_events import AnswerStats
+
+    found = Answer("Who said the best of times?", "SPEAKER_01", [], labelled, False, None,
+                   "attributed", AnswerStats(), method="attributed", evidence=[labelled[1]])
+    judged = judge(found, labelled, found.question, policy_for("en"), 0.8)
+    assert judged.text == "SPEAKER_01" and not judged.abstained
+    assert judged.evidence[0].speaker == "SPEAKER_01"
+    # a transcript file that says who speaks (as2d transcribe --diarize -f json, whisperX)
+    doc = tmp_path / "t.json"
+    doc.write_text(json.dumps({"language": "en", "segments": [
+        {"start": 0.0, "end": 2.0, "text": " Hello.", "speaker": "SPEAKER_00"},
+        {"start": 2.0, "end": 4.0, "text": " Hi."}]}))
+    assert [s.speaker for s in read_whisper_json(doc).spans] == ["SPEAKER_00", None]
+    # a who-said question about a transcript without speakers: one line says how to have them
+    notes = []
+    heard = Heard.of(Transcript(tuple(spans), "en", 31.0), "x.wav")
+    _hint_speakers(heard, "Who said the rent is due?", notes.append)
+    _hint_speakers(heard, "When is the rent due?", notes.append)
+    assert len(notes) == 1 and "--diarize" in notes[0]
+
+
+def test_ask_who_said_it_answers_with_the_speaker(two_readers, models_root, tmp_path,
+                                                  monkeypatch):
+    """``as2d ask --diarize``: the speaker of the passage that says the words, in the answer
+    and in every evidence passage (--json); then ``as2d.ask(diarize=True)`` on the cached
+    transcript (diarized alone) names the first reader from a clip of her voice."""
+    import soundfile as sf
+
+    import as2d
+
+    monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(tmp_path / "transcripts"))
+    path, ref = two_readers
+    r = cli("ask", path, "Who said it was the best of times?",
+            "Who said that he was not an ill-disposed young man?", "-m", "tiny.en",
+            "--diarize", "--json", "-q", models_dir=models_root)
+    assert r.exit_code == 0, r.stderr
+    best, young = json.loads(r.stdout)
+    assert best["method"] == young["method"] == "attributed"
+    assert {best["answer"], young["answer"]} == {"SPEAKER_00", "SPEAKER_01"}
+    assert "best of times" in best["evidence"][0]["text"]
+    assert best["evidence"][0]["speaker"] == best["answer"]
+    assert all("speaker" in e for d in (best, young) for e in d["evidence"])
+    x, rate = sf.read(path, dtype="float32")
+    clip = tmp_path / "ann.wav"  # the first reader's second turn
+    write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
+    monkeypatch.setenv("AS2D_MODELS_DIR", str(models_root))
+    named = as2d.ask(str(path), "Who said that he was not an ill-disposed young man?",
+                     model="tiny.en", diarize=True, speakers=[f"Ann={clip}"])
+    assert named.to_dict()["transcript"] == "cache"  # not transcribed again
+    assert named.text == "Ann" and named.evidence[0].speaker == "Ann"
+    with pytest.raises(ValueError, match="diarize"):
+        as2d.ask(None, "Who said it?", transcript=tmp_path / "x.json", diarize=True)
