@@ -257,8 +257,8 @@ def make_router(backend: Backend) -> APIRouter:
                 raise APIError(400, f"the audio is {audio.duration:.2f} s long, too short to "
                                     "tell speakers apart (a word takes at least 0.25 s)",
                                param="file", code="invalid_value")
-            try:
-                speakers = _references(req.speakers)
+            try:  # (decoded off the event loop, as every upload is)
+                speakers = await loop.run_in_executor(None, _references, req.speakers)
             except APIError:
                 audio.close()
                 raise
