@@ -532,9 +532,9 @@ def test_ask_who_said_it_answers_with_the_speaker(two_readers, models_root, tmp_
     x, rate = sf.read(path, dtype="float32")
     clip = tmp_path / "ann.wav"  # the first reader's second turn
     write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
-    monkeypatch.setenv("AS2D_MODELS_DIR", str(models_root))
     named = as2d.ask(str(path), "Who said that he was not an ill-disposed young man?",
-                     model="tiny.en", diarize=True, speakers=[f"Ann={clip}"])
+                     model="tiny.en", diarize=True, speakers=[f"Ann={clip}"],
+                     models_dir=models_root)
     assert named.to_dict()["transcript"] == "cache"  # not transcribed again
     assert named.text == "Ann" and named.evidence[0].speaker == "Ann"
     with pytest.raises(ValueError, match="diarize"):
