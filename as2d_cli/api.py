@@ -307,7 +307,9 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
         drafter: str = "auto", llm: str = "gemma-3-270m", decoder: str = "as2d",
         language: str | None = None, candidates: bool = True, max_tokens: int | None = None,
         threads: int = 0, models_dir: str | Path | None = None,
-        transcript: str | Path | None = None, cache: bool = True) -> AskResult:
+        transcript: str | Path | None = None, cache: bool = True, diarize: bool = False,
+        num_speakers: int | None = None, min_speakers: int | None = None,
+        max_speakers: int | None = None, speakers: Sequence = ()) -> AskResult:
     """Answer ``question`` about what ``audio`` says: an :class:`~as2d.engine.AskResult`
     (``text``; ``evidence``: the passages it rests on with their times, best first;
     ``abstained``; ``method``; ``to_dict()``: the document ``as2d ask --json`` prints and the
@@ -319,7 +321,11 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
     (``cache=False``: transcribe, keep nothing). ``transcript``: a whisper JSON file to answer
     from instead (``audio`` is then None). The answering model (``llm``: the catalog's Gemma 3
     270M, or a Hugging Face ONNX folder) answers from the transcript, with lossless candidates
-    from the transcript itself unless ``candidates=False``. Raises ``ValueError`` for a
+    from the transcript itself unless ``candidates=False``. ``diarize`` (with the speaker
+    counts and ``speakers`` of :func:`transcribe`): the recording is diarized too, each
+    evidence passage says who speaks (``speaker``), and "Who said ...?" is answered with the
+    speaker of the passage that says it (a transcript file's own ``speaker`` keys serve
+    without it). Raises ``ValueError`` for a
     question that cannot be asked (empty, wordless or too long: before any model loads), an
     option out of bounds (``max_tokens`` below 1: ``OptionError``), a transcript file that
     cannot be read, and when there is no speech to answer from; TypeError for a question that
@@ -344,10 +350,17 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
     opts = AskOptions(candidates=candidates) if max_tokens is None else \
         AskOptions(candidates=candidates, max_tokens=max_tokens)
     options = TranscribeOptions(language=language)
+    from as2d.runtime.speakers.speaker_options import from_flags
+
+    who = from_flags(diarize, num_speakers, min_speakers, max_speakers, tuple(speakers))
+    if who is not None and transcript is not None:
+        raise ValueError("diarize needs the audio; a transcript file says who speaks itself "
+                         "(its segments' speaker keys)")
     # The answering model loads beside the speech models and the transcription, and the
     # answerer reads its stored prompt head meanwhile (as ``as2d ask`` does).
     spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
-                      models_dir=models_dir, llm=llm)  # a bad option: before the audio
+                      models_dir=models_dir, llm=llm,
+                      speakers=who is not None)  # a bad option: before the audio
     if transcript is not None:
         heard = Heard.of(read_whisper_json(transcript), str(transcript))
         with Engine(replace(spec, speech=False)) as engine:
@@ -360,17 +373,27 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
     if store is not None and isinstance(audio, (str, os.PathLike)) and Path(audio).is_file():
         digest = store.digest(audio)  # found in the cache: the audio is never decoded
         found = store.get(transcript_key(spec, digest, options))
-        if found is not None:
+        if found is not None and who is None:
             with Engine(replace(spec, speech=False)) as engine:
                 return _answered_by(lambda: engine.answer(Heard.of(found, str(audio)),
                                                           question, opts))
+        if found is not None:  # its speakers: the audio is diarized (not transcribed)
+            clip = _audio(audio, 16000)
+            try:
+                with Engine(replace(spec, speech=False)) as engine:
+                    heard = Heard.of(found, str(audio)).with_speakers(
+                        engine.diarize_beside(clip.samples, who))
+                    return _answered_by(lambda: engine.answer(heard, question, opts))
+            finally:
+                clip.close()
     clip = _audio(audio, 16000)  # a bad file costs nothing else
     try:
         if store is not None and digest is None:
             digest = samples_digest(clip.samples)
         with Engine(replace(spec, recording_seconds=clip.duration)) as engine:
             return _answered_by(lambda: engine.ask(clip, question, opts, options,
-                                                   cache=store, digest=digest))
+                                                   cache=store, digest=digest,
+                                                   speakers=who))
     finally:
         if clip is not audio:
             clip.close()

@@ -313,6 +313,18 @@ class Heard:
     def of(cls, transcript, source: str) -> Heard:
         return cls(transcript, source)
 
+    def with_speakers(self, diarization) -> Heard:
+        """This transcript with each span's speaker (the one talking over most of it) from
+        ``diarization`` (a ``RunningDiarization``, waited for, or a ``Diarization``); the
+        text and times unchanged (:func:`as2d.runtime.ask.speakers.label_spans`)."""
+        from dataclasses import replace
+
+        from as2d.runtime.ask.speakers import label_spans
+
+        result = diarization.result() if hasattr(diarization, "result") else diarization
+        spans = tuple(label_spans(self.transcript.spans, result.turns))
+        return replace(self, transcript=replace(self.transcript, spans=spans))
+
 
 class AnswerError(ValueError):
     """:meth:`Engine.ask` could not answer, after the transcription: ``stage`` is
@@ -416,8 +428,11 @@ class Engine:
         # first, so that a missing package costs nothing else.
         if llm is None and spec.llm:
             llm = start_answering_model(spec, self.note)
-        if not spec.speech:  # answers transcripts only: the answering model, nothing else
-            self._llm = llm
+        self._speakers: Background | None = None
+        if not spec.speech:  # answers transcripts only: the answering model (and the speaker
+            self._llm = llm  # models, for a cached transcript's speakers: as2d ask --diarize)
+            if spec.speakers:
+                self._speakers = Background(self._load_speakers, name="as2d-load-speakers")
             return
         try:
             parts.llm = llm
@@ -442,9 +457,8 @@ class Engine:
                 _settle(parts.drafter)  # taken, or not needed: no loader left in onnxruntime
         self._llm = parts.llm
         # The speaker models load on a thread while the transcription starts.
-        self._speakers: Background | None = (
-            Background(self._load_speakers, name="as2d-load-speakers") if spec.speakers
-            else None)
+        if spec.speakers:
+            self._speakers = Background(self._load_speakers, name="as2d-load-speakers")
         from as2d.runtime.transcribe.longform import LongFormTranscriber
 
         self.transcriber = self._active = LongFormTranscriber(self.target, self.strategy,
@@ -688,7 +702,7 @@ class Engine:
             source: str | None = None, listener: Listener | None = None, stats=None,
             on_interrupt: Callable[[], None] | None = None,
             cancelled: Callable[[], bool] | None = None, cache=None,
-            digest: str | None = None) -> AskResult:
+            digest: str | None = None, speakers=None) -> AskResult:
         """Transcribe ``audio`` (an :class:`~as2d.runtime.audio.Audio`) and answer ``question``
         from what it says: the run's :class:`AskResult`, with no answer when there was nothing
         to answer from. :meth:`hear` then :meth:`answer`, the answerer made (and its prompt
@@ -702,6 +716,9 @@ class Engine:
         whose run becomes the document's transcription statistics. ``cache`` (a
         :class:`~as2d.runtime.ask.transcripts.TranscriptCache`) and ``digest`` (the audio's
         content digest): the transcript is taken from the cache, or kept there once made.
+        ``speakers`` (a ``SpeakerOptions``): the recording is diarized too, beside the
+        transcription, and every span says who speaks over it, so a "who said ..." question
+        is answered with a speaker (:mod:`as2d.runtime.ask.speakers`).
 
         Stopping: with ``on_interrupt``, a first KeyboardInterrupt (Ctrl-C; ``as2d`` raises one
         for SIGTERM and SIGHUP too) during the transcription stops it after the current pass,
@@ -716,7 +733,7 @@ class Engine:
         try:
             heard = self.hear(audio, transcribe_options, source=source, stats=stats,
                               on_interrupt=on_interrupt, cancelled=cancelled, cache=cache,
-                              digest=digest, pending=pending)
+                              digest=digest, pending=pending, speakers=speakers)
             return self.answer(heard, question, options, pending=pending, listener=listener,
                                cancelled=cancelled)
         finally:
@@ -732,31 +749,49 @@ class Engine:
     def hear(self, audio, options=None, *, source: str | None = None, stats=None,
              on_interrupt: Callable[[], None] | None = None,
              cancelled: Callable[[], bool] | None = None, cache=None,
-             digest: str | None = None, pending: Background | None = None) -> Heard:
+             digest: str | None = None, pending: Background | None = None,
+             speakers=None) -> Heard:
         """The transcript of ``audio``: the ``cache``'s, when it holds one for ``digest`` (the
         audio's content) and ``options``, else transcribed now (and kept in the cache when the
         whole recording was transcribed). ``pending``: an answerer being made, whose failure
-        stops the transcription. The rest as :meth:`ask`."""
+        stops the transcription. ``speakers`` (a ``SpeakerOptions``): diarized beside the
+        transcription (alone for a cached transcript), each span given its speaker (the
+        cache keeps the transcript without them: the same text either way); not when the
+        transcription was interrupted. The rest as :meth:`ask`."""
         from as2d.runtime.ask.spans import spans_from_segments
         from as2d.runtime.ask.transcripts import Transcript
         from as2d.runtime.transcribe.longform import TranscriptionInfo
 
-        name = audio.source if source is None else source
-        key = self.transcript_key(digest, options) if cache is not None and digest else None
-        found = cache.get(key) if key is not None else None
-        if found is not None:
-            return Heard(found, name)
-        info = TranscriptionInfo(None, 0.0, audio.duration)
-        segments, interrupted = self._hear(audio, options, info, pending, on_interrupt,
-                                           cancelled)
-        run = stats.runs[-1] if stats is not None and stats.runs else None
-        transcript = Transcript(tuple(spans_from_segments(segments)), info.language,
-                                audio.duration, self.drafted_text(), self.target.name,
-                                "transcribed", key)
-        stopped = interrupted or (cancelled is not None and cancelled())
-        if key is not None and transcript.spans and not stopped:
-            cache.put(key, transcript)
-        return Heard(transcript, name, info, interrupted, run)
+        beside = None if speakers is None else self.diarize_beside(audio.samples, speakers)
+        try:
+            name = audio.source if source is None else source
+            key = self.transcript_key(digest, options) if cache is not None and digest else None
+            found = cache.get(key) if key is not None else None
+            if found is not None:
+                heard = Heard(found, name)
+            else:
+                info = TranscriptionInfo(None, 0.0, audio.duration)
+                segments, interrupted = self._hear(audio, options, info, pending,
+                                                   on_interrupt, cancelled)
+                run = stats.runs[-1] if stats is not None and stats.runs else None
+                transcript = Transcript(tuple(spans_from_segments(segments)), info.language,
+                                        audio.duration, self.drafted_text(),
+                                        self.target.name, "transcribed", key)
+                stopped = interrupted or (cancelled is not None and cancelled())
+                if key is not None and transcript.spans and not stopped:
+                    cache.put(key, transcript)  # (without speakers: the same text)
+                heard = Heard(transcript, name, info, interrupted, run)
+        except BaseException:
+            if beside is not None:
+                beside.stop()  # nobody waits for the rest of the file
+            raise
+        if beside is None:
+            return heard
+        if heard.interrupted or not heard.transcript.spans or (
+                cancelled is not None and cancelled()):
+            beside.stop()
+            return heard
+        return heard.with_speakers(beside)
 
     def answer(self, heard: Heard, question: str, options=None, *,
                pending: Background | None = None, answerer=None,

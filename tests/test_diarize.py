@@ -5,6 +5,7 @@ readers joined), tokens unchanged by --diarize."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -237,66 +238,304 @@ def test_diarize_never_changes_a_token(two_readers, models_root, tmp_path, decod
 
 
 # -- the server -------------------------------------------------------------------------------
-def test_server_diarized_json_through_the_openai_client(two_readers, models_root, tmp_path):
-    """OpenAI's diarized_json on loopback, the official client: speakers lettered A, B, and
-    named from a known speaker's clip (a data URL)."""
-    import base64
+@pytest.fixture(scope="module")
+def diarizing_server(models_root, tmp_path_factory):
+    """One ``as2d serve -m tiny.en`` on loopback for the server's speaker tests (the OpenAI
+    client's diarized_json, its stream, the page)."""
     import signal
 
-    import soundfile as sf
-
     from tests.test_serve import KEY, _start
+
+    srv = _start(models_root, tmp_path_factory.mktemp("serve-diar"), "-m", "tiny.en",
+                 "--api-key", KEY)
+    yield srv
+    srv.proc.send_signal(signal.SIGTERM)
+    srv.proc.wait(60)
+    assert "Traceback" not in srv.stderr(), srv.stderr()
+
+
+def _data_url(path) -> str:
+    import base64
+
+    return "data:audio/wav;base64," + base64.b64encode(path.read_bytes()).decode()
+
+
+@pytest.fixture(scope="module")
+def diarized_doc(two_readers, diarizing_server):
+    """The server's diarized_json of the two readers, through the official client."""
+    with open(two_readers[0], "rb") as f:
+        return diarizing_server.client().audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json",
+            chunking_strategy="auto")
+
+
+def test_server_diarized_json_through_the_openai_client(two_readers, diarizing_server,
+                                                        diarized_doc, tmp_path):
+    """OpenAI's diarized_json on loopback, the official client: speakers lettered A, B, and
+    named from a known speaker's clip (a data URL)."""
+    import soundfile as sf
 
     path, ref = two_readers
     x, rate = sf.read(path, dtype="float32")
     clip = tmp_path / "ann.wav"  # the first reader's second turn, as a reference
     write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
-    url = "data:audio/wav;base64," + base64.b64encode(clip.read_bytes()).decode()
-    srv = _start(models_root, tmp_path, "-m", "tiny.en", "--api-key", KEY)
-    try:
-        client = srv.client()
-        with open(path, "rb") as f:
-            plain = client.audio.transcriptions.create(
-                model="whisper-1", file=f, response_format="diarized_json",
-                chunking_strategy="auto")
-        assert {s.speaker for s in plain.segments} == {"A", "B"}
-        assert plain.segments[0].speaker == "A" and plain.segments[0].type == \
-            "transcript.text.segment"
-        with open(path, "rb") as f:
-            named = client.audio.transcriptions.create(
-                model="whisper-1", file=f, response_format="diarized_json",
-                known_speaker_names=["Ann"], known_speaker_references=[url])
-        assert {s.speaker for s in named.segments} == {"Ann", "A"}
-        assert named.segments[0].speaker == "Ann" and named.text == plain.text
-        with open(path, "rb") as f, pytest.raises(openai_errors().BadRequestError):
+    url = _data_url(clip)
+    client = diarizing_server.client()
+    plain = diarized_doc
+    assert {s.speaker for s in plain.segments} == {"A", "B"}
+    assert plain.segments[0].speaker == "A" and plain.segments[0].type == \
+        "transcript.text.segment"
+    with open(path, "rb") as f:
+        named = client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json",
+            known_speaker_names=["Ann"], known_speaker_references=[url])
+    assert {s.speaker for s in named.segments} == {"Ann", "A"}
+    assert named.segments[0].speaker == "Ann" and named.text == plain.text
+    with open(path, "rb") as f, pytest.raises(openai_errors().BadRequestError):
+        client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json",
+            known_speaker_names=["Ann", "Bob"], known_speaker_references=[url])
+    # a name that would break a VTT <v name> span or an SRT cue; a reference that is a
+    # recording, not a clip; a main file too short: each a 400 naming the right field
+    long_clip = tmp_path / "long.wav"
+    write_wav(long_clip, np.zeros(16000 * 31, dtype=np.float32))
+    long_url = _data_url(long_clip)
+    short = tmp_path / "short.wav"
+    write_wav(short, x[:1600])
+    for file, names, refs, param in (
+            (path, ["Ann</v>"], [url], "known_speaker_names"),
+            (path, ["Ann\nBob"], [url], "known_speaker_names"),
+            (path, ["Ann"], [long_url], "known_speaker_references"),
+            (short, ["Ann"], [url], "file")):
+        with open(file, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
             client.audio.transcriptions.create(
                 model="whisper-1", file=f, response_format="diarized_json",
-                known_speaker_names=["Ann", "Bob"], known_speaker_references=[url])
-        # a name that would break a VTT <v name> span or an SRT cue; a reference that is a
-        # recording, not a clip; a main file too short: each a 400 naming the right field
-        long_clip = tmp_path / "long.wav"
-        write_wav(long_clip, np.zeros(16000 * 31, dtype=np.float32))
-        long_url = "data:audio/wav;base64," + base64.b64encode(long_clip.read_bytes()).decode()
-        short = tmp_path / "short.wav"
-        write_wav(short, x[:1600])
-        for file, names, refs, param in (
-                (path, ["Ann</v>"], [url], "known_speaker_names"),
-                (path, ["Ann\nBob"], [url], "known_speaker_names"),
-                (path, ["Ann"], [long_url], "known_speaker_references"),
-                (short, ["Ann"], [url], "file")):
-            with open(file, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
-                client.audio.transcriptions.create(
-                    model="whisper-1", file=f, response_format="diarized_json",
-                    known_speaker_names=names, known_speaker_references=refs)
-            assert err.value.param == param, (names, err.value.body)
-            assert "\n" not in err.value.message
-    finally:
-        srv.proc.send_signal(signal.SIGTERM)
-        srv.proc.wait(60)
-    assert "Traceback" not in srv.stderr(), srv.stderr()
+                known_speaker_names=names, known_speaker_references=refs)
+        assert err.value.param == param, (names, err.value.body)
+        assert "\n" not in err.value.message
+
+
+def test_server_streams_diarized_segments_through_the_openai_client(two_readers,
+                                                                   diarizing_server,
+                                                                   diarized_doc):
+    """``stream=true`` with diarized_json, read by the official client's stream: the text's
+    deltas as it is decoded, then OpenAI's ``transcript.text.segment`` events (the fields and
+    ids of the non-streamed document), then ``transcript.text.done``; a file too short to
+    diarize is a 400 before any event."""
+    path, _ = two_readers
+    client, whole = diarizing_server.client(), diarized_doc
+    with open(path, "rb") as f:
+        events = list(client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json", stream=True))
+    kinds = [e.type for e in events]
+    first_segment = kinds.index("transcript.text.segment")
+    assert set(kinds[:first_segment]) == {"transcript.text.delta"}
+    assert set(kinds[first_segment:-1]) == {"transcript.text.segment"}
+    assert kinds[-1] == "transcript.text.done"
+    segments = [e for e in events if e.type == "transcript.text.segment"]
+    assert [s.model_dump() for s in segments] == [s.model_dump() for s in whole.segments]
+    assert {s.speaker for s in segments} == {"A", "B"}
+    assert "".join(e.delta for e in events if e.type == "transcript.text.delta").strip() \
+        == events[-1].text == whole.text
+    short = write_wav(Path(path).parent / "short.wav", np.zeros(1600, dtype=np.float32))
+    with open(short, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
+        client.audio.transcriptions.create(
+            model="whisper-1", file=f, response_format="diarized_json", stream=True)
+    assert err.value.param == "file" and "too short" in err.value.message
 
 
 def openai_errors():
     import openai
 
     return openai
+
+
+def _contrast(rgb: str, background=(255, 255, 255)) -> float:
+    """WCAG contrast ratio of a CSS ``rgb(r, g, b)`` colour against ``background``."""
+    def lum(c):
+        c = [x / 255 for x in c]
+        c = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in c]
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+
+    fg = [int(v) for v in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3]]
+    a, b = sorted((lum(fg), lum(background)), reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+def test_the_page_shows_speakers_in_colour_in_chromium(two_readers, diarizing_server, tmp_path):
+    """Headless Chromium: the page's Speakers box asks for diarized_json; every line shows its
+    speaker's label in that speaker's colour (one per speaker, each readable on white), the
+    downloads say who speaks, and the page's strict CSP is never violated."""
+    import asyncio
+    import base64
+    import os
+    import subprocess
+    import time
+
+    from tests.conftest import ROOT
+    from tests.test_serve import _CDP, KEY, _cdp_page, _chromium
+
+    if _chromium() is None:
+        pytest.skip("chromium is not installed (apt)")
+    path, _ = two_readers
+    profile = tmp_path / "profile"
+    browser = subprocess.Popen([
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1100,900",
+        "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    async def run():
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 60
+        while not port_file.is_file() or not port_file.read_text().strip():
+            assert time.monotonic() < deadline and browser.poll() is None
+            await asyncio.sleep(0.1)
+        ws = await _cdp_page(int(port_file.read_text().split()[0]))
+        cdp = _CDP(ws)
+        try:
+            await cdp.call("Page.enable")
+            await cdp.call("Page.addScriptToEvaluateOnNewDocument", source=(
+                "window.cspViolations = []; document.addEventListener("
+                "'securitypolicyviolation', (e) => window.cspViolations.push("
+                "e.violatedDirective + ' ' + e.blockedURI));"))
+            await cdp.call("Page.navigate", url=diarizing_server.url + "/")
+            while await cdp.js("document.readyState") != "complete":
+                await asyncio.sleep(0.1)
+            while await cdp.js("document.getElementById('status').textContent") != "ready":
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.1)
+            await cdp.js(f"state.key = {json.dumps(KEY)}; document.getElementById('speakers')"
+                         ".click(); true")
+            doc = await cdp.call("DOM.getDocument")
+            node = await cdp.call("DOM.querySelector", nodeId=doc["root"]["nodeId"],
+                                  selector="#picker")
+            await cdp.call("DOM.setFileInputFiles", files=[str(path)], nodeId=node["nodeId"])
+            deadline = time.monotonic() + 120
+            while not await cdp.js("state.segments !== null && state.segments.length > 0"):
+                assert time.monotonic() < deadline, await cdp.js(
+                    "document.getElementById('file-state').textContent")
+                await asyncio.sleep(0.1)
+            lines = await cdp.js(
+                "[...document.querySelectorAll('#segments > div')].map((l) => {"
+                " const w = l.querySelector('.who');"
+                " return {who: w && w.textContent, colour: w && getComputedStyle(w).color,"
+                " bar: getComputedStyle(l).borderLeftColor, text: l.textContent}; })")
+            shot = base64.b64decode((await cdp.call("Page.captureScreenshot",
+                                                    format="png"))["data"])
+            out = ROOT / "docs" if os.environ.get("AS2D_DOCS_SCREENSHOT") else tmp_path
+            (out / "serve-speakers.png").write_bytes(shot)
+            return (lines, await cdp.js("state.segments.map((s) => s.speaker)"),
+                    await cdp.js("writers.txt(state.segments)"),
+                    await cdp.js("writers.vtt(state.segments)"),
+                    await cdp.js("document.getElementById('file-state').textContent"),
+                    await cdp.js("window.cspViolations"))
+        finally:
+            await ws.close()
+
+    try:
+        lines, speakers, txt, vtt, status, violations = asyncio.run(run())
+    finally:
+        browser.terminate()
+        browser.wait(30)
+    assert violations == []
+    assert [line["who"] for line in lines] == speakers and set(speakers) == {"A", "B"}
+    colour = {}
+    for line in lines:  # one colour per speaker, on its label and its line's bar alike
+        assert colour.setdefault(line["who"], line["colour"]) == line["colour"] == line["bar"]
+        assert _contrast(line["colour"]) >= 4.5, line
+    assert colour["A"] != colour["B"]
+    assert txt.splitlines()[0].startswith("[A]: ") and "<v B>" in vtt
+    assert status.endswith("2 speakers")
+
+
+# -- ask: who said it -------------------------------------------------------------------------
+@pytest.mark.parametrize("question, words", [
+    ("Who said 'it was the best of times'?", "'it was the best of times'?"),
+    ("Which speaker asked about the rent?", "about the rent?"),
+    ("Who was speaking about the age of wisdom?", "about the age of wisdom?"),
+    ("who says that the war was lost?", "the war was lost?"),
+    ("Who is Mr. John Dashwood?", None),  # a person, not a voice
+    ("Who did the reader say was ill-disposed?", None),  # a person mentioned
+    ("Who was ill-disposed?", None),
+])
+def test_who_said_questions_are_told_from_questions_about_people(question, words):
+    from as2d.runtime.ask.english.who import who_said
+
+    assert who_said(question) == words
+
+
+def test_spans_take_their_speaker_and_who_said_finds_the_passage(tmp_path):
+    from as2d.cli.ask_cmd import _hint_speakers
+    from as2d.engine import Heard
+    from as2d.runtime.ask.judge import judge
+    from as2d.runtime.ask.policies import policy_for
+    from as2d.runtime.ask.spans import Span
+    from as2d.runtime.ask.speakers import has_speakers, label_spans, who_said
+    from as2d.runtime.ask.transcripts import Transcript, read_whisper_json
+
+    spans = [Span(0.0, 4.0, " The rent is due on Friday."),
+             Span(4.5, 9.0, " I paid the rent last week, so it was the best of times."),
+             Span(30.0, 31.0, " Fine.")]
+    turns = [Turn(0.0, 4.2, "Ann"), Turn(4.4, 8.0, "SPEAKER_01"), Turn(8.0, 9.5, "Ann")]
+    labelled = label_spans(spans, turns)
+    assert [s.speaker for s in labelled] == ["Ann", "SPEAKER_01", None]  # most of it; none near
+    assert [s.text for s in labelled] == [s.text for s in spans] and not has_speakers(spans)
+    assert labelled[1].to_dict()["speaker"] == "SPEAKER_01" and "speaker" not in spans[1].to_dict()
+    assert who_said(labelled, "'the best of times'") == ("SPEAKER_01", 1)
+    assert who_said(labelled, "the rent is due") == ("Ann", 0)
+    assert who_said(labelled, "the price of tea in China") == (None, None)
+    # the judge keeps a speaker as the answer (it is no person's name the transcript says)
+    from as2d.runtime.ask.answer import Answer
+    from as2d.runtime.ask.answer_events import AnswerStats
+
+    found = Answer("Who said the best of times?", "SPEAKER_01", [], labelled, False, None,
+                   "attributed", AnswerStats(), method="attributed", evidence=[labelled[1]])
+    judged = judge(found, labelled, found.question, policy_for("en"), 0.8)
+    assert judged.text == "SPEAKER_01" and not judged.abstained
+    assert judged.evidence[0].speaker == "SPEAKER_01"
+    # a transcript file that says who speaks (as2d transcribe --diarize -f json, whisperX)
+    doc = tmp_path / "t.json"
+    doc.write_text(json.dumps({"language": "en", "segments": [
+        {"start": 0.0, "end": 2.0, "text": " Hello.", "speaker": "SPEAKER_00"},
+        {"start": 2.0, "end": 4.0, "text": " Hi."}]}))
+    assert [s.speaker for s in read_whisper_json(doc).spans] == ["SPEAKER_00", None]
+    # a who-said question about a transcript without speakers: one line says how to have them
+    notes = []
+    heard = Heard.of(Transcript(tuple(spans), "en", 31.0), "x.wav")
+    _hint_speakers(heard, "Who said the rent is due?", notes.append)
+    _hint_speakers(heard, "When is the rent due?", notes.append)
+    assert len(notes) == 1 and "--diarize" in notes[0]
+
+
+def test_ask_who_said_it_answers_with_the_speaker(two_readers, models_root, tmp_path,
+                                                  monkeypatch):
+    """``as2d ask --diarize``: the speaker of the passage that says the words, in the answer
+    and in every evidence passage (--json); then ``as2d.ask(diarize=True)`` on the cached
+    transcript (diarized alone) names the first reader from a clip of her voice."""
+    import soundfile as sf
+
+    import as2d
+
+    monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(tmp_path / "transcripts"))
+    path, ref = two_readers
+    r = cli("ask", path, "Who said it was the best of times?",
+            "Who said that he was not an ill-disposed young man?", "-m", "tiny.en",
+            "--diarize", "--json", "-q", models_dir=models_root)
+    assert r.exit_code == 0, r.stderr
+    best, young = json.loads(r.stdout)
+    assert best["method"] == young["method"] == "attributed"
+    assert {best["answer"], young["answer"]} == {"SPEAKER_00", "SPEAKER_01"}
+    assert "best of times" in best["evidence"][0]["text"]
+    assert best["evidence"][0]["speaker"] == best["answer"]
+    assert all("speaker" in e for d in (best, young) for e in d["evidence"])
+    x, rate = sf.read(path, dtype="float32")
+    clip = tmp_path / "ann.wav"  # the first reader's second turn
+    write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
+    named = as2d.ask(str(path), "Who said that he was not an ill-disposed young man?",
+                     model="tiny.en", diarize=True, speakers=[f"Ann={clip}"],
+                     models_dir=models_root)
+    assert named.to_dict()["transcript"] == "cache"  # not transcribed again
+    assert named.text == "Ann" and named.evidence[0].speaker == "Ann"
+    with pytest.raises(ValueError, match="diarize"):
+        as2d.ask(None, "Who said it?", transcript=tmp_path / "x.json", diarize=True)

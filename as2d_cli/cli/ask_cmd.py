@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
@@ -111,10 +111,20 @@ class AskRequest:
         "--prompt-style", help="Prompt format (qa, qa-timed, qa-plain, qa-single, chat, "
                                "instruct); default: qa, or instruct for models with a chat "
                                "template.")] = None
+    diarize: Annotated[bool, typer.Option(
+        "--diarize", help="Tell the speakers apart (beside the transcription): each passage "
+                          "of the evidence says who speaks, and \"Who said ...?\" is answered "
+                          "with the speaker of the passage that says it.")] = False
+    num_speakers: opt.NumSpeakers = None
+    min_speakers: opt.MinSpeakers = None
+    max_speakers: opt.MaxSpeakers = None
+    speaker: opt.SpeakerRefs = None
     context: Annotated[int | None, typer.Option(
         "--context", help="Use at most this many tokens of the answering model's context "
                           "(longer transcripts are cut to the passages most related to the "
                           "question).")] = None
+
+    speakers: object = field(init=False, default=None)  # SpeakerOptions, or None
 
     def __post_init__(self) -> None:
         self.decoder = parse_decoder(self.decoder)
@@ -164,6 +174,20 @@ def validate(req: AskRequest) -> None:
                         2)
     if req.context is not None and req.context < 128:
         raise UserError("--context must be at least 128 tokens", 2)
+    from as2d.runtime.speakers.speaker_options import from_flags
+
+    try:  # the one rule for speaker options, every face's
+        req.speakers = from_flags(req.diarize, req.num_speakers, req.min_speakers,
+                                  req.max_speakers, req.speaker or ())
+    except ValueError as exc:
+        raise UserError(as_flags(exc), 2) from None
+    if req.speakers is not None:
+        if req.transcript is not None:
+            raise UserError("--diarize needs the audio FILE; a --transcript file says who "
+                            "speaks itself (as2d transcribe --diarize -f json)", 2)
+        for _, ref in req.speakers.references:
+            if not Path(ref).is_file():
+                raise UserError(f"--speaker: {ref}: no such file", 2)
 
 
 def run_ask(req: AskRequest) -> int:
@@ -185,7 +209,8 @@ def run_ask(req: AskRequest) -> int:
             return 0
     spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
                       decoder=req.decoder, threads=req.threads, encoder=req.encoder,
-                      models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision)
+                      models_dir=req.models_dir, llm=req.llm, llm_precision=req.precision,
+                      speakers=req.speakers is not None)
     # The answering model is needed whether the transcript is cached, read from a file or
     # made now: its session (0.4 s to make) loads from here on, beside the look-up and the
     # rest of the start-up, which a follow-up question otherwise waited for. (Not for an
@@ -237,10 +262,11 @@ def _run_ask(req: AskRequest, spec, cache, llm, note) -> int:
     listener = fanout(stats, reporter)
     from dataclasses import replace
 
-    if heard is None:
+    if heard is None or req.speakers is not None:  # (speakers: diarized from the audio)
         from as2d.runtime.audio import load_audio
 
         audio = load_audio(req.file)
+    if heard is None:
         spec = replace(spec, recording_seconds=audio.duration)
     else:
         spec = replace(spec, speech=False)
@@ -255,6 +281,9 @@ def _run_ask(req: AskRequest, spec, cache, llm, note) -> int:
             reporter.start(req.source, audio.duration if audio is not None
                            else heard.transcript.duration, first or "")
             try:
+                if heard is not None and req.speakers is not None:  # a cached transcript
+                    heard = _with_speakers(heard, engine.diarize_beside(audio.samples,
+                                                                        req.speakers))
                 if heard is None:
                     heard = _hear(engine, audio, req, transcribe_options, stats, pending,
                                   cache, digest, lambda: reporter.note(INTERRUPTED))
@@ -269,6 +298,8 @@ def _run_ask(req: AskRequest, spec, cache, llm, note) -> int:
                     raise UserError(f"{req.source}: no speech found: there is nothing to "
                                     "answer from")
                 answerer = _answerer(pending)
+                for question in req.questions:
+                    _hint_speakers(heard, question, note)
                 if interactive:
                     reporter.stop()
                     return _interactive(engine, heard, options, answerer, listener, req, stats)
@@ -328,9 +359,29 @@ def _hear(engine, audio, req: AskRequest, transcribe_options, stats, pending, ca
     try:
         return engine.hear(audio, transcribe_options, source=req.source, stats=stats,
                            on_interrupt=on_interrupt, cache=cache, digest=digest,
-                           pending=pending)
-    except ValueError as exc:  # transcription options the model cannot honour
+                           pending=pending, speakers=req.speakers)
+    except ValueError as exc:  # transcription options the model cannot honour; audio too
+        raise UserError(_words(exc)) from None  # short to diarize, a reference without speech
+
+
+def _with_speakers(heard, diarization):
+    """:meth:`Heard.with_speakers`, its errors as the command line words them."""
+    try:
+        return heard.with_speakers(diarization)
+    except ValueError as exc:  # audio too short to diarize, a reference without speech
         raise UserError(_words(exc)) from None
+
+
+def _hint_speakers(heard, question: str, note) -> None:
+    """A "who said ..." question about a transcript that does not know its speakers: say how
+    to have them (the answer is then the model's, as for any question)."""
+    from as2d.runtime.ask.policies import policy_for
+    from as2d.runtime.ask.speakers import has_speakers
+
+    spans = heard.transcript.spans
+    if not has_speakers(spans) and policy_for(heard.transcript.language).who_said(question):
+        note("a question about who said something: --diarize tells the speakers apart and "
+             "answers with the one who said it")
 
 
 def _answerer(pending):
@@ -387,6 +438,8 @@ def _interactive(engine, heard, options, answerer, listener, req: AskRequest, st
                 break
             try:
                 check_question(question)
+                if not req.quiet:
+                    _hint_speakers(heard, question, lambda m: err(f"as2d: {m}"))
                 result = _answer(engine, heard, question, options, answerer, listener)
             except UserError as exc:  # this question: said, and the next one is read
                 err(f"as2d: error: {exc}")

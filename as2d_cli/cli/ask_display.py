@@ -281,7 +281,8 @@ EVIDENCE_CHARS = 240  # a passage longer than this is cut (the whole of it is in
 
 def render_answer(result, question: bool = False) -> str:
     """An answer as ``as2d ask`` prints it: the answer's line, then its evidence, best first,
-    one passage a line (``[0:03–0:08] "…"``); ``question``: the question first (``Q: …``, when
+    one passage a line (``[0:03–0:08] "…"``, ``[0:03–0:08] SPEAKER_01: "…"`` when speakers are
+    known); ``question``: the question first (``Q: …``, when
     several are answered). Rendering only: the same :class:`~as2d.engine.AskResult` is the
     ``--json`` document."""
     from as2d.runtime.ask.spans import format_time
@@ -292,5 +293,6 @@ def render_answer(result, question: bool = False) -> str:
         text = " ".join(e.text.split())
         if len(text) > EVIDENCE_CHARS:
             text = text[:EVIDENCE_CHARS - 1].rstrip() + "…"
-        lines.append(f"[{format_time(e.start)}–{format_time(e.end)}] \"{text}\"")
+        who = f"{e.speaker}: " if e.speaker is not None else ""  # (a diarized recording)
+        lines.append(f"[{format_time(e.start)}–{format_time(e.end)}] {who}\"{text}\"")
     return "\n".join(lines) + "\n"

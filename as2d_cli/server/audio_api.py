@@ -5,7 +5,8 @@ Response bodies and content types are OpenAI's: ``json`` is ``{"text", "usage"}`
 ``segments`` and, when asked, top-level ``words``; ``text``, ``srt`` and ``vtt`` are the
 documents :mod:`as2d.writers` writes, so they are byte for byte what ``as2d transcribe``
 prints for the same file and options. ``stream=true`` answers Server-Sent Events: one
-``transcript.text.delta`` per segment as it is committed, then ``transcript.text.done``.
+``transcript.text.delta`` per segment as it is committed (with ``diarized_json``, then one
+``transcript.text.segment`` per speaker's segment), then ``transcript.text.done``.
 """
 
 from __future__ import annotations
@@ -231,21 +232,59 @@ def make_router(backend: Backend) -> APIRouter:
 
     async def stream(request: Request, req: AudioRequest, audio, engine=None) -> Response:
         """Server-Sent Events, one delta per committed segment. The decode slot is taken
-        before the answer starts, so a full queue is still a 429."""
+        before the answer starts, so a full queue is still a 429.
+
+        ``diarized_json`` (OpenAI's diarized stream): the deltas come as the segments are
+        decoded, then, once the speakers are known, one ``transcript.text.segment`` per
+        diarized segment (the fields and ids of the non-streamed ``diarized_json``), then
+        ``transcript.text.done``. Speakers are clustered over the whole recording, so no
+        segment's speaker (nor where a segment splits between two) is known before the end:
+        the deltas carry no ``segment_id``."""
         from as2d.runtime.transcribe.longform import TranscriptionInfo
 
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
         info = TranscriptionInfo(None, 0.0, audio.duration)
         done = object()
+        options, speakers = engine_options(req), None
+        if req.speakers is not None:  # checked before the stream starts: a 400, not an event
+            from dataclasses import replace
+
+            from as2d.runtime.speakers.pipeline import MIN_SAMPLES
+
+            if len(audio.samples) < MIN_SAMPLES:
+                audio.close()
+                raise APIError(400, f"the audio is {audio.duration:.2f} s long, too short to "
+                                    "tell speakers apart (a word takes at least 0.25 s)",
+                               param="file", code="invalid_value")
+            try:  # (decoded off the event loop, as every upload is)
+                speakers = await loop.run_in_executor(None, _references, req.speakers)
+            except APIError:
+                audio.close()
+                raise
+            options = replace(options, word_timestamps=True)
 
         def work() -> None:
+            beside = None
             try:
-                for seg in backend.transcribe(audio, engine_options(req), info, engine):
+                if speakers is not None:
+                    beside = backend.engine.diarize_beside(audio.samples, speakers)
+                segments = []
+                for seg in backend.transcribe(audio, options, info, engine):
+                    segments.append(seg)
                     loop.call_soon_threadsafe(events.put_nowait, seg)
+                if beside is not None:
+                    from as2d.runtime.speakers.assign import assign_speakers
+
+                    turns = beside.result().turns
+                    beside = None
+                    labelled = diarized(assign_speakers(segments, turns), info)["segments"]
+                    loop.call_soon_threadsafe(events.put_nowait, labelled)
             except BaseException as exc:  # noqa: BLE001 - handed to the event stream
                 loop.call_soon_threadsafe(events.put_nowait, exc)
             finally:
+                if beside is not None:  # cancelled or failed: nobody waits for the rest
+                    beside.stop()
                 loop.call_soon_threadsafe(events.put_nowait, done)
 
         job = await backend.start(work, request.is_disconnected, cleanup=audio.close,
@@ -270,12 +309,17 @@ def make_router(backend: Backend) -> APIRouter:
                 if item is done:
                     break
                 if isinstance(item, BaseException):
-                    message = str(item) if isinstance(item, ValueError) else \
+                    message = str(item) if isinstance(item, ValueError | ModelError) else \
                         f"decoding failed ({type(item).__name__})"
+                    param = item.option if isinstance(item, OptionError) else None
                     yield _sse({"type": "error", "error": {
-                        "message": message, "type": "server_error", "param": None,
+                        "message": message, "type": "server_error", "param": param,
                         "code": "decode_failed"}})
                     return
+                if isinstance(item, list):  # the diarized segments, speakers known
+                    for segment in item:
+                        yield _sse(segment)
+                    continue
                 delta = item.text if text else item.text.lstrip()
                 text += delta
                 if delta:

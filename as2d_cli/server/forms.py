@@ -190,7 +190,7 @@ def parse_audio_request(upload: Upload, task: str, loaded_decoder: str) -> Audio
         req.granularities = tuple(dict.fromkeys(grains))
 
     req.stream = _flag(upload, "stream")
-    if req.stream and fmt not in ("json", "text"):
+    if req.stream and fmt not in ("json", "text", "diarized_json"):
         raise APIError(400, f"stream=true sends text events; it cannot be combined with "
                             f"response_format {fmt}", param="stream", code="invalid_value")
 
@@ -243,9 +243,6 @@ def _speakers(upload: Upload, req: AudioRequest) -> None:
                             "diarized_json", param="response_format", code="invalid_value")
     if not diarize:
         return
-    if req.stream:
-        raise APIError(400, "stream=true cannot be combined with diarized_json here",
-                       param="stream", code="invalid_value")
     if len(names) != len(refs):
         raise APIError(400, f"known_speaker_names[] ({len(names)}) and "
                             f"known_speaker_references[] ({len(refs)}) must pair up",

@@ -44,6 +44,7 @@ from as2d.runtime.ask.policy import Candidate
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, without_clock
 from as2d.runtime.ask.question import question_error
 from as2d.runtime.ask.spans import Span, format_time
+from as2d.runtime.ask.speakers import has_speakers, who_said
 from as2d.runtime.ask.tree import TreeSource
 from as2d.runtime.ask.tree import score as tree_score
 from as2d.runtime.events import Listener, Note, fanout, ignore
@@ -73,6 +74,10 @@ class AskOptions:
     # A question about the recording's clock ("when does the speaker say ...") is answered
     # with the time of the span that says it (found by shared and quoted words), not generated.
     locate: bool = True
+    # "Who said X?" about a transcript whose spans know their speakers (a diarized
+    # recording): answered with the speaker of the passage that says X
+    # (:mod:`as2d.runtime.ask.speakers`), not generated.
+    attribute: bool = True
     # Answers are held to the question's kind (who → a person, how many → a count, when → a
     # time, ...), must add to the question's words, and every content word must be said in
     # the transcript (:mod:`as2d.runtime.ask.english.kinds`); when none qualifies the answer
@@ -141,7 +146,8 @@ class Answer:
     # (how many times a phrase occurs), "read" (read off the order of the transcript's words:
     # the first digit, the number said twice, how many X are named), "confirmed" (a yes/no
     # question, yes or no from the clause that says it), "located" (a recording
-    # time, from the span that says the words), "not said" (no span qualified and the
+    # time, from the span that says the words), "attributed" (who said the words: the
+    # speaker of the span that says them), "not said" (no span qualified and the
     # generated answer was not of the kind asked or not said in the transcript) or
     # "generated" (the model's own answer)
     method: str = "generated"
@@ -274,6 +280,10 @@ class Answerer:
         emit = fanout(collector, self.emit)
         if policy.note:
             emit(Note(policy.note, "info"))
+        if o.attribute and has_speakers(spans):
+            words = policy.who_said(question)
+            if words is not None:
+                return self.attribute(spans, question, words, collector, emit, policy)
         if o.locate and self.builder.style != "instruct" and policy.asks_about_time(question):
             located = self.locate(spans, question, collector, emit)
             if located is not None:
@@ -418,6 +428,24 @@ class Answerer:
         emit(AnswerDone(text, 0, "located", 0.0))
         return Answer(question, text, [], list(spans), False, None, "located",
                       collector.current, None, "located", evidence=[best])
+
+    def attribute(self, spans: Sequence[Span], question: str, words: str,
+                  collector: AnswerStatsCollector, emit: Listener, policy) -> Answer:
+        """The answer to "who said ``words``": the speaker of the passage that says them
+        (method ``attributed``), or the policy's "does not say" when no passage says them or
+        nobody is heard over it."""
+        speaker, where = who_said(spans, words)
+        emit(AskStarted(question, self.model.name, 0, 0, len(spans), len(spans), False, False))
+        if speaker is None:
+            text = policy.not_said or "The recording does not say."
+            emit(AnswerDone(text, 0, "not said", 0.0))
+            return Answer(question, text, [], list(spans), False, None, "not said",
+                          collector.current, None, "not said",
+                          evidence=[spans[where]] if where is not None else [],
+                          abstained=True)
+        emit(AnswerDone(speaker, 0, "attributed", 0.0))
+        return Answer(question, speaker, [], list(spans), False, None, "attributed",
+                      collector.current, None, "attributed", evidence=[spans[where]])
 
     def answer_text(self, tokens: Sequence[int], plan: PromptPlan) -> str:
         ids = [t for t in tokens if t not in self.builder.eos_ids]

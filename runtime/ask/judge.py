@@ -115,7 +115,8 @@ def judge(answer, spans: Sequence[Span], question: str, policy, threshold: float
         else:
             text, where = decided
             method, own = "confirmed", where
-    elif method not in READ_METHODS | {"located"} and not policy.valid(text, question, spans):
+    elif method not in READ_METHODS | {"located", "attributed"} and \
+            not policy.valid(text, question, spans):
         why = f"not an answer of the kind asked ({policy.kind(question)})"
     score = support(question, spans, own or top[:1])
     gap = margin(answer)

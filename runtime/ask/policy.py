@@ -70,6 +70,10 @@ class AnswerPolicy(Protocol):
         """Whether the question asks about the recording's clock (answered by locating the
         span that says its words)."""
 
+    def who_said(self, question: str) -> str | None:
+        """The words whose speaker the question asks for ("Who said X?" → X), or None (the
+        answer is then the speaker of the passage that says them, when speakers are known)."""
+
     def read(self, spans: Sequence[Span], question: str) -> Reading | None:
         """An answer read off the transcript without the model (a count, an item in order, a
         yes/no), or None."""
@@ -123,6 +127,9 @@ class NoPolicy:
 
     def asks_about_time(self, question: str) -> bool:
         return False
+
+    def who_said(self, question: str) -> str | None:
+        return None
 
     def read(self, spans: Sequence[Span], question: str) -> Reading | None:
         return None

@@ -307,7 +307,8 @@ class TranscriptCache:
 def read_whisper_json(path: str | os.PathLike) -> Transcript:
     """A transcript from a whisper JSON file (``as2d transcribe -f json``, openai-whisper's
     ``--output_format json``, faster-whisper segments dumped as JSON): an object with
-    ``segments`` (each with ``start``, ``end``, ``text``) and optionally ``language``, or a bare
+    ``segments`` (each with ``start``, ``end``, ``text``, and ``speaker`` when it was
+    diarized: ``as2d transcribe --diarize``, whisperX) and optionally ``language``, or a bare
     list of segments. :class:`TranscriptError` (one line) for anything else."""
     name = str(path)
     try:
@@ -353,7 +354,14 @@ def _spans(segments: Iterable | None, where: str) -> list[Span]:
             raise TranscriptError(f"{where}[{i}].text must be text")
         if s["end"] < s["start"] or s["start"] < 0:
             raise TranscriptError(f"{where}[{i}] ends before it starts")
-    return spans_from_segments(_Seg(s["start"], s["end"], s["text"]) for s in segments)
+    # Who speaks, where the file says it (as2d transcribe --diarize -f json, whisperX):
+    # each span keeps its segment's speaker.
+    who = [s["speaker"] if isinstance(s.get("speaker"), str) and s["speaker"].strip() else None
+           for s in segments]
+    if not any(who):
+        return spans_from_segments(_Seg(s["start"], s["end"], s["text"]) for s in segments)
+    return [replace(span, speaker=w) for s, w in zip(segments, who)
+            for span in spans_from_segments([_Seg(s["start"], s["end"], s["text"])])]
 
 
 @dataclass(frozen=True)

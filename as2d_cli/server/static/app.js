@@ -190,6 +190,8 @@ const drop = $("drop");
 ["dragleave", "drop"].forEach((t) => drop.addEventListener(t, (e) => { e.preventDefault(); drop.classList.remove("over"); }));
 drop.addEventListener("drop", (e) => { if (e.dataTransfer.files.length) transcribeFile(e.dataTransfer.files[0]); });
 $("picker").addEventListener("change", (e) => { if (e.target.files.length) transcribeFile(e.target.files[0]); });
+// Speakers asked for (or no longer) after a file was transcribed: that file again.
+$("speakers").addEventListener("change", () => { if (state.file) transcribeFile(state.file); });
 
 function stamp(seconds, marker, hours) {
   let ms = Math.round(Math.max(0, seconds) * 1000);
@@ -200,14 +202,27 @@ function stamp(seconds, marker, hours) {
   return (hours || h > 0 ? p(h, 2) + ":" : "") + p(m, 2) + ":" + p(s, 2) + marker + p(ms, 3);
 }
 
-// The same documents as2d's writers produce (as `as2d transcribe -f txt|srt|vtt`).
+// The same documents as2d's writers produce (as `as2d transcribe -f txt|srt|vtt`), with
+// the speaker when the file was diarized: `[A]: ` before a txt or srt line, a WebVTT voice span.
+const said = (s) => (s.speaker ? `[${s.speaker}]: ` : "");
 const writers = {
-  txt: (segs) => segs.map((s) => s.text.trim() + "\n").join(""),
+  txt: (segs) => segs.map((s) => said(s) + s.text.trim() + "\n").join(""),
   srt: (segs) => segs.map((s, i) => `${i + 1}\n${stamp(s.start, ",", true)} --> ${stamp(s.end, ",", true)}\n` +
-    `${s.text.trim().replaceAll("-->", "->")}\n\n`).join(""),
+    `${said(s)}${s.text.trim().replaceAll("-->", "->")}\n\n`).join(""),
   vtt: (segs) => "WEBVTT\n\n" + segs.map((s) => `${stamp(s.start, ".", false)} --> ${stamp(s.end, ".", false)}\n` +
-    `${s.text.trim().replaceAll("-->", "->")}\n\n`).join(""),
+    `${s.speaker ? `<v ${s.speaker}>` : ""}${s.text.trim().replaceAll("-->", "->")}\n\n`).join(""),
 };
+
+// Each speaker's colour: one of style.css's eight (.spk-0 ... .spk-7), in order of first
+// speech; the label is written too, so the colour is never the only cue.
+const PALETTE = 8;
+function speakerColours(segs) {
+  const colours = new Map();
+  for (const s of segs) {
+    if (s.speaker && !colours.has(s.speaker)) colours.set(s.speaker, "spk-" + (colours.size % PALETTE));
+  }
+  return colours;
+}
 
 function download(name, text, type) {
   const a = document.createElement("a");
@@ -232,7 +247,8 @@ async function transcribeFile(file) {
   const form = new FormData();
   form.append("file", file);
   form.append("model", "whisper-1");
-  form.append("response_format", "verbose_json");
+  const diarize = $("speakers").checked;  // OpenAI's diarized_json: segments with a speaker
+  form.append("response_format", diarize ? "diarized_json" : "verbose_json");
   const t0 = performance.now();
   const r = await fetch("/v1/audio/transcriptions", { method: "POST", body: form, headers: authHeaders() });
   const doc = await r.json();
@@ -242,14 +258,24 @@ async function transcribeFile(file) {
     return;
   }
   state.segments = doc.segments;
-  $("file-state").textContent = `${doc.language}, ${doc.duration.toFixed(1)} s of audio in ` +
-    `${((performance.now() - t0) / 1000).toFixed(2)} s`;
+  const colours = speakerColours(doc.segments);
+  $("file-state").textContent = (doc.language ? doc.language + ", " : "") +
+    `${doc.duration.toFixed(1)} s of audio in ${((performance.now() - t0) / 1000).toFixed(2)} s` +
+    (diarize ? `, ${colours.size} speaker${colours.size === 1 ? "" : "s"}` : "");
   for (const s of doc.segments) {
     const line = document.createElement("div");
     const t = document.createElement("span");
     t.className = "t";
     t.textContent = stamp(s.start, ".", false);
-    line.append(t, document.createTextNode(s.text.trim()));
+    line.append(t);
+    if (s.speaker) {
+      line.className = "said " + colours.get(s.speaker);
+      const who = document.createElement("span");
+      who.className = "who";
+      who.textContent = s.speaker;
+      line.append(who);
+    }
+    line.append(document.createTextNode(s.text.trim()));
     $("segments").append(line);
   }
   document.querySelectorAll("button.dl").forEach((b) => { b.disabled = false; });
@@ -275,10 +301,10 @@ $("ask-form").addEventListener("submit", async (e) => {
   const a = document.createElement("div");
   a.textContent = doc.answer;
   $("answer").append(a);
-  for (const s of doc.spans || []) {
+  for (const s of doc.evidence || []) {  // the passages the answer rests on, best first
     const ev = document.createElement("div");
     ev.className = "evidence";
-    ev.textContent = `${stamp(s.start, ".", false)}  ${s.text}`;
+    ev.textContent = `${stamp(s.start, ".", false)}  ${s.speaker ? s.speaker + ": " : ""}${s.text}`;
     $("answer").append(ev);
   }
 });

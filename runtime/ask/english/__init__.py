@@ -10,6 +10,8 @@
   "how many times" counted;
 * :mod:`~as2d.runtime.ask.english.sequence` and :mod:`~as2d.runtime.ask.english.yesno` —
   answers read off the transcript's order of words, and yes/no readings;
+* :mod:`~as2d.runtime.ask.english.who` — questions that ask who said something (answered
+  with a speaker when the recording was diarized);
 * :mod:`~as2d.runtime.ask.english.rules` — :class:`EnglishPolicy`, the one seam the pipeline
   calls.
 

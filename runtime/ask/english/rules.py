@@ -32,6 +32,7 @@ from as2d.runtime.ask.english.kinds import (
     states_condition,
 )
 from as2d.runtime.ask.english.sequence import sequence_answer
+from as2d.runtime.ask.english.who import who_said
 from as2d.runtime.ask.english.yesno import is_yes_no, yes_no_decision
 from as2d.runtime.ask.passages import best_sentence, content_words, within
 from as2d.runtime.ask.policy import Candidate, Reading
@@ -56,6 +57,9 @@ class EnglishPolicy:
 
     def asks_about_time(self, question: str) -> bool:
         return asks_about_time(question)
+
+    def who_said(self, question: str) -> str | None:
+        return who_said(question)
 
     def kind(self, question: str) -> str:
         """The kind of answer ``question`` asks for (:func:`~.kinds.question_kind`)."""
