@@ -126,8 +126,6 @@ def main() -> int:
     ap.add_argument("--models-dir", type=Path, default=None)
     ap.add_argument("--passage-tokens", type=int, default=None,
                     help="transcript tokens an answer is made from (default: AskOptions')")
-    ap.add_argument("--window-tokens", type=int, default=None,
-                    help="tokens of a passage window the selection ranks (default: AskOptions')")
     args = ap.parse_args()
 
     from as2d.loading import load_llm
@@ -150,8 +148,6 @@ def main() -> int:
     questions = [q for q in qset.questions if q.split == args.split and q.clip in offsets]
     lm = load_llm(args.llm, None, args.models_dir, threads)
     budget = {} if args.passage_tokens is None else {"passage_tokens": args.passage_tokens}
-    if args.window_tokens is not None:
-        budget["window_tokens"] = args.window_tokens
     answerer = Answerer(lm, None, AskOptions(judge=not args.no_judge, **budget))
     rows, seconds, table = [], [], {}
     for q in questions:

@@ -11,11 +11,11 @@ their transcripts shifted to their place). For every answerable question of ``--
 
 * **first passage**: whether the best-ranked passage holds an accepted answer (a recording-
   time question: starts inside its interval, as ``ask_long.py`` scores it). Ranked units:
-  the transcript's spans (BM25, :func:`~as2d.runtime.ask.passages.rank_spans`, what the
-  judge's evidence uses), and sentence-aligned passages of 1, 2 or 3 sentences starting at
-  every sentence (a span ends a sentence when its text ends one; a passage stops before 60
-  words), overlapping, ranked by the same BM25 over the passages (a question about the
-  recording's clock keeps the spans: a passage would start earlier than the words);
+  the transcript's spans (BM25, :func:`~as2d.runtime.ask.passages.rank_spans`, the judge's
+  evidence before), and sentence-aligned passages of 1, 2 or 3 sentences starting at every
+  sentence (:func:`~as2d.runtime.ask.passages.passage_runs`; the judge's evidence now uses 2),
+  overlapping, ranked by the same BM25 over the passages (a question about the recording's
+  clock keeps the spans: a passage would start earlier than the words);
 * **shown**: whether the passages selected for the prompt (``PromptBuilder.plan`` with the
   answerer's budget, ``window_tokens`` each of 32, 48, 64, 96, 128) hold the answer, in a
   span or two in a row.
@@ -38,40 +38,20 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from ask_long import joined, question_class, shifted_spans  # noqa: E402
 
-from as2d.runtime.ask.english.lexicon import TITLE_END  # noqa: E402
-from as2d.runtime.ask.passages import bm25, content_words, rank_spans, without_answer_type  # noqa: E402,E501
+from as2d.runtime.ask.passages import (  # noqa: E402
+    bm25,
+    content_words,
+    passage_runs,
+    rank_spans,
+    sentence_runs,
+    without_answer_type,
+)
 from as2d.runtime.ask.prompt import asks_about_time  # noqa: E402
 from as2d.runtime.ask.spans import Span  # noqa: E402
 from bench.ask_score import evidence_holds, unanswerable  # noqa: E402
 from bench.questions import QUESTIONS, load_questions  # noqa: E402
 
 WINDOWS = (32, 48, 64, 96, 128)
-MAX_WORDS = 60
-
-
-def sentence_runs(spans: list[Span]) -> list[tuple[int, int]]:
-    """``(first, last)`` span indices of each run of spans that ends a sentence."""
-    out, start = [], None
-    for i, s in enumerate(spans):
-        start = i if start is None else start
-        last = s.text.rstrip().split()[-1] if s.text.split() else ""
-        if s.text.rstrip().endswith((".", "?", "!")) and not TITLE_END.search(last):
-            out.append((start, i))
-            start = None
-    if start is not None:
-        out.append((start, len(spans) - 1))
-    return out
-
-
-def passages(spans: list[Span], n: int) -> list[tuple[int, int]]:
-    runs, out = sentence_runs(spans), []
-    for k, (a, b) in enumerate(runs):
-        for _a2, b2 in runs[k + 1:k + n]:
-            if sum(len(spans[i].text.split()) for i in range(a, b2 + 1)) > MAX_WORDS:
-                break
-            b = b2
-        out.append((a, b))
-    return list(dict.fromkeys(out))
 
 
 def joined_span(spans: list[Span], a: int, b: int) -> Span:
@@ -81,7 +61,7 @@ def joined_span(spans: list[Span], a: int, b: int) -> Span:
 def first_by_passages(spans: list[Span], question: str, n: int) -> Span | None:
     if asks_about_time(question):
         return first_by_spans(spans, question)
-    ps = passages(spans, n)
+    ps = passage_runs(spans, n)
     docs = [Counter(content_words(joined_span(spans, a, b).text)) for a, b in ps]
     scores = bm25(docs, set(content_words(without_answer_type(question))))
     best = max(range(len(ps)), key=lambda i: (scores[i], -i), default=None)

@@ -33,7 +33,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from as2d.runtime.ask.passages import content_words, rank_spans, without_answer_type
+from as2d.runtime.ask.passages import (
+    content_words,
+    passage,
+    rank_passages,
+    rank_spans,
+    sentence_runs,
+    without_answer_type,
+)
 from as2d.runtime.ask.spans import Span
 
 # How many passages an answer shows (its own first).
@@ -110,6 +117,28 @@ def closest(own: Sequence[int], top: Sequence[int], selected: bool) -> list[int]
     return first + [i for i in list(own) + list(top) if i not in first]
 
 
+def passages(spans: Sequence[Span], question: str, lead: Sequence[int], k: int = EVIDENCE):
+    """The evidence of an answer read from selected passages of a long transcript: whole
+    sentences, not segments. The sentences of the spans ``lead`` (the answer's own) first,
+    then the sentence-aligned passages that share the most with the question over the whole
+    transcript (:func:`~as2d.runtime.ask.passages.rank_passages`), none overlapping another.
+    On the dev questions asked of one 10-minute recording of their clips the first passage
+    then holds the answer more often (``scripts/ask_retrieval.py``, ``scripts/ask_long.py``:
+    bench/results/ask-retrieval-dev.json, ask-long-dev-after.json)."""
+    runs = sentence_runs(spans)
+    order: list[tuple[int, int]] = []
+    for i in lead:
+        run = next(r for r in runs if r[0] <= i <= r[1])
+        if run not in order:
+            order.append(run)
+    for run in rank_passages(spans, question):
+        if len(order) >= k:
+            break
+        if not any(run[0] <= b and a <= run[1] for a, b in order):
+            order.append(run)
+    return [passage(spans, r) for r in order[:k]]
+
+
 def judge(answer, spans: Sequence[Span], question: str, policy, threshold: float,
           min_margin: float = MARGIN):
     """``answer`` (an :class:`~as2d.runtime.ask.answer.Answer`) with its evidence ordered,
@@ -142,12 +171,16 @@ def judge(answer, spans: Sequence[Span], question: str, policy, threshold: float
         why = f"the model's own answer, from a passage that says {score:.0%} of the question"
     if why is not None:
         order = closest(own, top, answer.selected)
+        shown = passages(spans, question, []) if answer.selected else \
+            [spans[i] for i in order[:EVIDENCE]]
         return replace(answer, text=policy.not_said, method="not said", abstained=True,
-                       evidence=[spans[i] for i in order[:EVIDENCE]], confidence=score,
+                       evidence=shown or [spans[i] for i in order[:EVIDENCE]], confidence=score,
                        margin=gap, withheld=None if answer.abstained else answer.text,
                        reason=why)
     order = own + [i for i in top if i not in own]
     changed = text != answer.text
+    shown = passages(spans, question, order[:1]) if answer.selected and order else \
+        [spans[i] for i in order[:EVIDENCE]]
     return replace(answer, text=text, method=method, confidence=score, margin=gap,
-                   evidence=[spans[i] for i in order[:EVIDENCE]],
+                   evidence=shown,
                    withheld=answer.text if changed else None)
