@@ -12,6 +12,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 
 from as2d.runtime.ask.english.lexicon import (
     IRREGULAR,
@@ -257,11 +258,17 @@ def rank_passages(spans: Sequence[Span], question: str) -> list[tuple[int, int]]
     tomatoes.") or whose subject is in the previous one is found with it; a fragment of a
     segment no longer wins by its shortness."""
     runs = passage_runs(spans)
-    docs = [Counter(w for i in range(a, b + 1) for w in content_words(spans[i].text))
+    docs = [Counter(w for i in range(a, b + 1) for w in _span_words(spans[i].text))
             for a, b in runs]
     scores = bm25(docs, set(content_words(without_answer_type(question))))
     order = sorted(range(len(runs)), key=lambda k: (-scores[k], k))
     return [runs[k] for k in order if scores[k] > 0]
+
+
+@lru_cache(maxsize=8192)
+def _span_words(text: str) -> tuple[str, ...]:
+    # (a follow-up question ranks the same spans again: their words are read once)
+    return tuple(content_words(text))
 
 
 def passage(spans: Sequence[Span], run: tuple[int, int]) -> Evidence:
