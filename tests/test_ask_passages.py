@@ -52,13 +52,17 @@ def test_sentence_runs_cover_the_transcript_in_order_and_end_sentences(recording
     runs = sentence_runs(recording)
     assert runs[0][0] == 0 and runs[-1][1] == len(recording) - 1
     assert all(b + 1 == a2 for (_, b), (a2, _) in zip(runs, runs[1:]))  # no gap, no overlap
-    assert all(_ends_sentence(recording[b].text) for _, b in runs[:-1])
+    for a, b in runs[:-1]:  # a sentence's end, or the word limit of unpunctuated text
+        words = sum(len(recording[i].text.split()) for i in range(a, b + 2))
+        assert _ends_sentence(recording[b].text) or words > PASSAGE_WORDS
+    assert sum(_ends_sentence(recording[b].text) for _, b in runs) > 0.9 * len(runs)
     # a segment Whisper cut mid-sentence is read with the rest of its sentence
     cut = [i for i, s in enumerate(recording[:-1]) if not _ends_sentence(s.text)]
     assert cut
     for i in cut:
         a, b = next(r for r in runs if r[0] <= i <= r[1])
-        assert b > i
+        words = sum(len(recording[j].text.split()) for j in range(a, i + 2))
+        assert b > i or words > PASSAGE_WORDS
 
 
 def test_passages_start_at_every_sentence_and_stay_readable(recording):

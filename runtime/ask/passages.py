@@ -217,15 +217,24 @@ PASSAGE_SENTENCES = 2
 PASSAGE_WORDS = 60
 
 
-def sentence_runs(spans: Sequence[Span]) -> list[tuple[int, int]]:
+def sentence_runs(spans: Sequence[Span], max_words: int = PASSAGE_WORDS
+                  ) -> list[tuple[int, int]]:
     """``(first, last)`` indices of the runs of spans that make whole sentences: a run ends
-    with a span whose text ends a sentence (not after a title, "Mr."). A Whisper segment may
-    stop mid-sentence ("... much there might be prudently in his power" / "to do for them.");
-    the sentence is what a reader needs."""
+    with a span whose text ends a sentence (not after a title, "Mr."), or before a span that
+    would take it past ``max_words`` (text without punctuation: a list of numbers, a
+    transcript Whisper did not punctuate). A Whisper segment may stop mid-sentence ("... much
+    there might be prudently in his power" / "to do for them."); the sentence is what a
+    reader needs."""
     out: list[tuple[int, int]] = []
-    start = None
+    start, words = None, 0
     for i, s in enumerate(spans):
-        start = i if start is None else start
+        n = len(s.text.split())
+        if start is not None and words + n > max_words:
+            out.append((start, i - 1))
+            start = None
+        if start is None:
+            start, words = i, 0
+        words += n
         last = (s.text.split() or [""])[-1].rstrip("\"')\u201d\u2019")
         if last and last[-1] in SENTENCE_ENDS and not TITLE_END.search(last):
             out.append((start, i))
