@@ -11,7 +11,7 @@ from as2d.runtime.ask.answer import Answer
 from as2d.runtime.ask.answer_events import AnswerStats
 from as2d.runtime.ask.english.rules import ENGLISH_POLICY
 from as2d.runtime.ask.english.yesno import yes_no_decision
-from as2d.runtime.ask.judge import closest, judge, retrieve, support
+from as2d.runtime.ask.judge import judge, retrieve, support
 from as2d.runtime.ask.policy import Candidate
 from as2d.runtime.ask.spans import Span
 
@@ -112,7 +112,6 @@ def test_a_withheld_guess_from_selected_passages_yields_to_the_best_passage_over
     assert whole.abstained and whole.evidence[:2] == (SPANS[0], SPANS[3])
     part = judge(replace(guess, selected=True), SPANS, q, ENGLISH_POLICY, 0.0)
     assert part.abstained and SPANS[3].text in part.evidence[0].text  # (whole sentences)
-    assert closest([0], [3, 2], True) == [3, 0, 2] and closest([0], [3, 2], False) == [0, 3, 2]
     # an answer that stands keeps its own passage first either way
     kept = judge(replace(found("Laura Jennings.", where=(3,)), selected=True), SPANS, q,
                  ENGLISH_POLICY, 0.0)

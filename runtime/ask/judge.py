@@ -8,7 +8,8 @@ model's own words):
 * **evidence**: the transcript spans it rests on, best first — the spans it was taken from,
   then the spans that share the most content words with the question (BM25 over the whole
   transcript, :func:`retrieve`); an answer that is withheld keeps the same passages (the one
-  its guess came from first), so the user sees where the recording comes closest;
+  its guess came from first), so the user sees where the recording comes closest; on a long
+  transcript read from selected passages, whole sentences instead (:func:`passages`);
 * **support and margin**: the share of the question's content words said in and around the
   answer's passage (:func:`support`), and, for a span the model chose among candidates, how
   far its score stands above the next candidate's (:func:`margin`). A span chosen by a hair
@@ -102,21 +103,6 @@ def indices(spans: Sequence[Span], chosen: Sequence[Span]) -> list[int]:
     return [at[s] for s in chosen if s in at]
 
 
-def closest(own: Sequence[int], top: Sequence[int], selected: bool) -> list[int]:
-    """Where a withheld answer's recording comes closest, best first.
-
-    Read whole, the passage the withheld guess came from leads (on the dev split's short
-    clips its first passage then holds the answer for 0.88 of the answerable questions,
-    against 0.84 with the question's best-matching passages first). Read from selected
-    passages (a long transcript), the guess saw only part of the recording, so the passage
-    that shares the most with the question over the *whole* transcript leads: on the dev
-    questions asked of one 10-minute recording of their clips (``scripts/ask_long.py``) the
-    first passage then holds the answer for more of the answerable questions
-    (``bench/results/ask-long-dev-after.json``)."""
-    first = list(top[:1]) if selected and top else list(own)
-    return first + [i for i in list(own) + list(top) if i not in first]
-
-
 def passages(spans: Sequence[Span], question: str, lead: Sequence[int], k: int = EVIDENCE):
     """The evidence of an answer read from selected passages of a long transcript: whole
     sentences, not segments. The sentences of the spans ``lead`` (the answer's own) first,
@@ -170,7 +156,12 @@ def judge(answer, spans: Sequence[Span], question: str, policy, threshold: float
     elif why is None and method == "generated" and score < min(threshold, GENERATED_BELOW):
         why = f"the model's own answer, from a passage that says {score:.0%} of the question"
     if why is not None:
-        order = closest(own, top, answer.selected)
+        # Read whole, the passage the withheld answer came from first (where the recording
+        # comes closest: on dev its first passage then holds the answer for 0.88 of the
+        # answerable questions, against 0.84 with the question's best-matching passages
+        # first). Read from selected passages of a long transcript, the guess saw only part
+        # of the recording: the best passage over the whole transcript first (:func:`passages`).
+        order = own + [i for i in top if i not in own]
         shown = passages(spans, question, []) if answer.selected else \
             [spans[i] for i in order[:EVIDENCE]]
         return replace(answer, text=policy.not_said, method="not said", abstained=True,
