@@ -15,6 +15,12 @@ base ← tiny.en). Reported: the share of questions whose first evidence passage
 (or, for a recording-time question, starts inside its interval), the share whose first evidence
 lies in the right clip, the answer scores of :mod:`bench.ask_score`, and the seconds an answer
 takes (the transcript already made: what a follow-up question costs beside loading).
+
+Two kinds of question cannot have their answer in a passage found by the question's words,
+and the summary counts them apart (``first_evidence_by_class``): a yes/no question (no
+passage says "yes"), and a question that shares no content word with any passage that holds
+its answer (``unfindable``: "What are the speaker's last words?", "Who is speaking?" — in a
+recording of many clips they no longer point at one clip). ``findable`` are the rest.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from as2d.runtime.ask.answer import Answerer, AskOptions  # noqa: E402
+from as2d.runtime.ask.english.yesno import is_yes_no  # noqa: E402
+from as2d.runtime.ask.passages import content_words, without_answer_type  # noqa: E402
 from as2d.runtime.ask.spans import Span  # noqa: E402
 from bench.ask_score import evidence_holds, score, unanswerable  # noqa: E402
 from bench.questions import QUESTIONS, is_correct, load_questions  # noqa: E402
@@ -52,6 +60,22 @@ def joined(clips: dict, names: list[str], minutes: float) -> tuple[list[str], di
 def shifted_spans(clips: dict, taken: list[str], offsets: dict[str, float]) -> list[Span]:
     return [Span(s["start"] + offsets[n], s["end"] + offsets[n], s["text"])
             for n in taken for s in clips[n]["spans"]]
+
+
+def question_class(q, spans: list[Span]) -> str:
+    """``yes/no``, ``findable`` (a span, or two in a row, that holds an accepted answer shares
+    a content word with the question) or ``unfindable``: what a retrieval by the question's
+    words can be asked to find (a diagnostic of the question set, from its answer key)."""
+    if is_yes_no(q.question):
+        return "yes/no"
+    asked = set(content_words(without_answer_type(q.question)))
+    runs = [[s] for s in spans] + [[a, b] for a, b in zip(spans, spans[1:])]
+    for run in runs:
+        text = " ".join(s.text for s in run)
+        if evidence_holds(q, [{"start": run[0].start, "end": run[-1].end, "text": text}]) \
+                and asked & set(content_words(text)):
+            return "findable"
+    return "unfindable"
 
 
 def transcribe_joined(qset, taken: list[str], models_dir, threads: int) -> tuple[list[Span], dict]:
@@ -139,12 +163,17 @@ def main() -> int:
         rows.append(dict(id=q.id, clip=q.clip, kind=q.kind, question=q.question,
                          answer=a.text, method=a.method, abstained=a.abstained, evidence=ev,
                          correct=is_correct(q, a.text), first_evidence=evidence_holds(q, ev),
+                         question_class=question_class(q, spans),
                          first_in_clip=in_clip, confidence=a.confidence, seconds=seconds[-1]))
         print(f"{q.id:14s} {'ok ' if rows[-1]['correct'] else 'BAD'} "
               f"{'E' if rows[-1]['first_evidence'] else '-'}{'C' if in_clip else '-'} "
               f"{a.text[:60]!r}", file=sys.stderr)
     answerable = [r for r in rows if not unanswerable(table[r["id"]])]
     duration = max(s.end for s in spans)
+    by_class = {}
+    for c in ("findable", "yes/no", "unfindable"):
+        these = [r for r in answerable if r["question_class"] == c]
+        by_class[c] = f"{sum(r['first_evidence'] for r in these)}/{len(these)}"
     summary = dict(
         recording_seconds=round(duration, 1), clips=len(taken), spans=len(spans),
         questions=len(rows), transcript="transcribed" if args.transcribe else "clips shifted",
@@ -152,6 +181,7 @@ def main() -> int:
                                    / max(1, len(answerable)), 3),
         answer_or_first_evidence=round(sum(r["first_evidence"] or r["correct"]
                                            for r in answerable) / max(1, len(answerable)), 3),
+        first_evidence_by_class=by_class,
         first_evidence_in_clip=round(sum(r["first_in_clip"] for r in rows) / max(1, len(rows)),
                                      3),
         answer_seconds_median=round(statistics.median(seconds), 3) if seconds else None,

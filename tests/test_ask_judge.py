@@ -102,6 +102,22 @@ def test_a_yes_no_question_gets_yes_no_or_abstains_never_a_fragment():
     assert b.abstained and b.withheld == "Give."
 
 
+def test_a_withheld_guess_from_selected_passages_yields_to_the_best_passage_overall():
+    """Read whole, the withheld guess's passage leads (where the recording comes closest);
+    read from passages selected out of a long transcript, the guess saw only part of it, so
+    the passage that shares the most with the question over the whole transcript leads."""
+    q = "Who said the planks had rotted?"
+    guess = found("Rotted.", where=(0,))  # withheld: not of the kind asked
+    whole = judge(guess, SPANS, q, ENGLISH_POLICY, 0.0)
+    assert whole.abstained and whole.evidence[:2] == (SPANS[0], SPANS[3])
+    part = judge(replace(guess, selected=True), SPANS, q, ENGLISH_POLICY, 0.0)
+    assert part.abstained and SPANS[3].text in part.evidence[0].text  # (whole sentences)
+    # an answer that stands keeps its own passage first either way
+    kept = judge(replace(found("Laura Jennings.", where=(3,)), selected=True), SPANS, q,
+                 ENGLISH_POLICY, 0.0)
+    assert not kept.abstained and SPANS[3].text in kept.evidence[0].text
+
+
 def test_a_found_abstention_shows_the_closest_passages():
     a = judge(found(ENGLISH_POLICY.not_said, "not said"), SPANS,
               "What colour is the old footbridge?", ENGLISH_POLICY, 0.5)

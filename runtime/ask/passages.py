@@ -12,14 +12,18 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
+from functools import lru_cache
 
 from as2d.runtime.ask.english.lexicon import (
     IRREGULAR,
     NEGATIONS,
     SENTENCE_BREAK,
+    SENTENCE_ENDS,
+    TITLE_END,
 )
 from as2d.runtime.ask.english.lexicon import NUMBER_SCALES as _SCALES
 from as2d.runtime.ask.english.lexicon import STOP_WORDS as _STOPWORDS
+from as2d.runtime.ask.evidence import Evidence
 from as2d.runtime.ask.spans import Span, format_time, parse_times
 from as2d.runtime.numbers import NUMBER_WORDS
 
@@ -205,6 +209,82 @@ def _spread(n: int) -> list[int]:
             break
         step = max(1, step // 2)
     return order
+
+
+# A passage of a long recording: up to this many sentences, starting at each sentence (so
+# passages overlap), and no more words than this (a passage is something to read).
+PASSAGE_SENTENCES = 2
+PASSAGE_WORDS = 60
+
+
+def sentence_runs(spans: Sequence[Span], max_words: int = PASSAGE_WORDS
+                  ) -> list[tuple[int, int]]:
+    """``(first, last)`` indices of the runs of spans that make whole sentences: a run ends
+    with a span whose text ends a sentence (not after a title, "Mr."), or before a span that
+    would take it past ``max_words`` (text without punctuation: a list of numbers, a
+    transcript Whisper did not punctuate). A Whisper segment may stop mid-sentence ("... much
+    there might be prudently in his power" / "to do for them."); the sentence is what a
+    reader needs."""
+    out: list[tuple[int, int]] = []
+    start, words = None, 0
+    for i, s in enumerate(spans):
+        n = len(s.text.split())
+        if start is not None and words + n > max_words:
+            out.append((start, i - 1))
+            start = None
+        if start is None:
+            start, words = i, 0
+        words += n
+        last = (s.text.split() or [""])[-1].rstrip("\"')\u201d\u2019")
+        if last and last[-1] in SENTENCE_ENDS and not TITLE_END.search(last):
+            out.append((start, i))
+            start = None
+    if start is not None:
+        out.append((start, len(spans) - 1))
+    return out
+
+
+def passage_runs(spans: Sequence[Span], sentences: int = PASSAGE_SENTENCES,
+                 max_words: int = PASSAGE_WORDS) -> list[tuple[int, int]]:
+    """Sentence-aligned passages, ``(first, last)`` span indices: from each sentence, it and
+    up to ``sentences - 1`` that follow while the passage stays within ``max_words``."""
+    runs = sentence_runs(spans)
+    out: list[tuple[int, int]] = []
+    for k, (a, b) in enumerate(runs):
+        for _, b2 in runs[k + 1:k + sentences]:
+            if sum(len(spans[i].text.split()) for i in range(a, b2 + 1)) > max_words:
+                break
+            b = b2
+        if (a, b) not in out:
+            out.append((a, b))
+    return out
+
+
+def rank_passages(spans: Sequence[Span], question: str) -> list[tuple[int, int]]:
+    """The sentence-aligned passages (:func:`passage_runs`) that share a content word with
+    the question, best first (BM25 over the passages, IDF from them; the earliest on a tie).
+    A sentence whose answer is in the next one ("... after the garlic." / "Then add the
+    tomatoes.") or whose subject is in the previous one is found with it; a fragment of a
+    segment no longer wins by its shortness."""
+    runs = passage_runs(spans)
+    docs = [Counter(w for i in range(a, b + 1) for w in _span_words(spans[i].text))
+            for a, b in runs]
+    scores = bm25(docs, set(content_words(without_answer_type(question))))
+    order = sorted(range(len(runs)), key=lambda k: (-scores[k], k))
+    return [runs[k] for k in order if scores[k] > 0]
+
+
+@lru_cache(maxsize=8192)
+def _span_words(text: str) -> tuple[str, ...]:
+    # (a follow-up question ranks the same spans again: their words are read once)
+    return tuple(content_words(text))
+
+
+def passage(spans: Sequence[Span], run: tuple[int, int]) -> Evidence:
+    """The spans ``run`` (first, last) as one passage of evidence."""
+    a, b = run
+    return Evidence(spans[a].start, spans[b].end,
+                    " ".join(spans[i].text.strip() for i in range(a, b + 1)))
 
 
 def drop_lowest(keep: list[int], spans: Sequence[Span], question: str) -> list[int]:
