@@ -25,9 +25,8 @@ from as2d.runtime.speculative.lookup import REPEAT_PRIOR
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.drafter import DrafterWorker
-from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
 from as2d.runtime.transcribe.opening_times import OpeningTimes, closing_time
-from as2d.runtime.transcribe.strategy import Window
+from as2d.runtime.transcribe.strategy import BudgetedSource, DraftingStrategy, Window
 from as2d.runtime.transcribe.stream_source import window_repetition
 from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel

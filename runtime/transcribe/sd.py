@@ -15,8 +15,7 @@ from collections.abc import Callable, Sequence
 from as2d.runtime.events import Encoded, Listener
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.transcribe.drafter import draft_frames, make_retokenizer, same_vocabulary
-from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
-from as2d.runtime.transcribe.strategy import Window
+from as2d.runtime.transcribe.strategy import BudgetedSource, DraftingStrategy, Window
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel

@@ -21,9 +21,13 @@ from __future__ import annotations
 
 import bisect
 import math
+import time
 from dataclasses import dataclass, fields
 
 import numpy as np
+
+from as2d.runtime.audio import Audio
+from as2d.runtime.events import Listener, Note
 
 SAMPLE_RATE = 16000
 FRAME = 512  # samples per detector decision (Silero at 16 kHz)
@@ -226,3 +230,25 @@ def join_speech(samples: np.ndarray, chunks: list[tuple[int, int]]) -> np.ndarra
         return np.zeros(0, np.float32)
     return np.ascontiguousarray(np.concatenate([samples[a:b] for a, b in chunks]),
                                 dtype=np.float32)
+
+
+def speech_only(audio: Audio, detector, params: VadParameters, extra: dict, emit: Listener
+                ) -> tuple[Audio, Timeline | None]:
+    """``audio``'s speech chunks joined, and the map back to its times (None: no speech at
+    all); the chunks and timings go into ``extra`` (``TranscriptionInfo.extra``)."""
+    if detector is None:
+        raise ValueError("the VAD filter needs a voice detector (LongFormTranscriber("
+                         "voice_detector=as2d.runtime.vad.silero.SileroVAD()))")
+    t0 = time.perf_counter()
+    chunks = speech_chunks(speech_probabilities(audio.samples, detector), len(audio.samples),
+                           params)
+    timeline = Timeline(chunks)
+    extra["vad_chunks"] = [(a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in chunks]
+    extra["vad_speech_seconds"] = timeline.speech_seconds
+    extra["vad_seconds"] = time.perf_counter() - t0
+    emit(Note(f"VAD filter: {timeline.speech_seconds:.1f} s of speech in {len(chunks)} chunk(s) "
+              f"kept of {audio.duration:.1f} s ({time.perf_counter() - t0:.2f} s)"))
+    if not chunks:
+        return audio, None
+    return Audio(join_speech(audio.samples, chunks), audio.source, audio.source_rate,
+                 audio.source_channels, audio.truncated), timeline
