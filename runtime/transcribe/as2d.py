@@ -136,7 +136,7 @@ class AS2D(DraftingStrategy):
         """A run that detects every window's language (TranscribeOptions.multilingual, on a
         multilingual target): the drafter drafts the whole file, a multilingual one each
         window in the language it hears there."""
-        return bool(getattr(options, "multilingual", False)) and self.target.multilingual
+        return options.multilingual and self.target.multilingual
 
     def target_encoding(self, mel: LogMel, window: Window):
         return self.turns.target_encoding(mel, window.end)
@@ -183,7 +183,7 @@ class AS2D(DraftingStrategy):
             self.emit(Note(f"drafter {self.drafter.name} is English-only and the audio is "
                            f"{language!r}: the target decodes alone"))
             return
-        if options is not None and options.task == "translate":
+        if options.task == "translate":
             self.emit(Note("translation: the drafter transcribes, so its candidates rarely "
                            "match; the budget adapts"))
         self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,
