@@ -20,41 +20,21 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from as2d.runtime.audio import Audio
-from as2d.runtime.events import (
-    Listener,
-    Note,
-    RunDone,
-    RunStarted,
-    SegmentDone,
-    WindowDone,
-    WindowStats,
-    fanout,
-    ignore,
-)
-from as2d.runtime.rows import beams_exact
-from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
-from as2d.runtime.transcribe import fallback, window_task
+from as2d.runtime.events import Listener, RunDone, RunStarted, SegmentDone, fanout, ignore
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
-from as2d.runtime.transcribe.beam import length_score
+from as2d.runtime.transcribe.attempts import Attempts
 from as2d.runtime.transcribe.plan import RunPlan
 from as2d.runtime.transcribe.plan import make as make_plan
 from as2d.runtime.transcribe.runner import AheadEncoding, WindowRunner
 from as2d.runtime.transcribe.strategy import DecodeStrategy, TargetOnly, Window
-from as2d.runtime.transcribe.stream_source import SampledSource, StreamProposer
-from as2d.runtime.transcribe.transcribe_options import (
-    TranscribeOptions,
-    resolve_language,
-)
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, resolve_language
 from as2d.runtime.transcribe.window import DecodingResult
-from as2d.runtime.whisper.alignment import (
-    Word,
-    WordAligner,
-)
+from as2d.runtime.whisper.alignment import Word, WordAligner
 from as2d.runtime.whisper.features import HOP, N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel
-from as2d.runtime.whisper.seeking import compression_ratio, cut_repetition, split_window
+from as2d.runtime.whisper.seeking import split_window
 
 
 def _run_options():
@@ -121,16 +101,6 @@ def _silent(audio: Audio, window: Window, peak: float | None) -> bool:
     return bool(len(chunk)) and float(np.max(np.abs(chunk))) <= peak
 
 
-def _charged(kept: WindowStats, decodes: list[WindowStats]) -> WindowStats:
-    """``kept``'s record charged with the time of every decode of its window (``decodes``);
-    the tokens and passes of those not kept are counted apart."""
-    return replace(kept, encode_seconds=sum(s.encode_seconds for s in decodes),
-                   decode_seconds=sum(s.decode_seconds for s in decodes),
-                   dropped_decodes=sum(1 + s.dropped_decodes for s in decodes) - 1,
-                   dropped_tokens=sum(s.tokens + s.dropped_tokens for s in decodes) - kept.tokens,
-                   dropped_passes=sum(s.passes + s.dropped_passes for s in decodes) - kept.passes)
-
-
 class LongFormTranscriber:
     """Transcribes audio of any length with one target model and one strategy (target-only,
     SD or AS²D): whisper's seeking loop over 30-s windows."""
@@ -144,15 +114,9 @@ class LongFormTranscriber:
         self._stop = threading.Event()
         self.run_options = _run_options()
         self.ahead = Lookahead(self.strategy, model.dims.n_mels)
-        # The current run's runner and plan; its drafter's stream (None: none) for the decodes
-        # its aligner does not follow (beam hypotheses, fallback samples), with a proposer per
-        # window (seek, proposer); whether its samples verify candidates.
-        self._runner: WindowRunner | None = None
-        self._plan: RunPlan | None = None
-        self._stream = None
-        self._window_proposer: tuple[int, StreamProposer] | None = None
-        self._sampled_candidates = False
-        self._batched: bool | None = None  # a fallback's samples side by side? (decided once)
+        self._runner: WindowRunner | None = None  # the current run's
+        self.attempts = Attempts(model, self.strategy, lambda event: self.emit(event),
+                                 self._stop)
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -270,7 +234,6 @@ class LongFormTranscriber:
         model, tk, decoder = self.model, self.model.tokenizer, self.strategy
         t_run = time.perf_counter()
         language, search, multilingual = plan.language, plan.search, plan.multilingual
-        self._plan = plan
         mel, encoding = self.ahead.run_started(audio)
         if mel is None:
             mel = LogMel(audio, model.dims.n_mels)
@@ -321,10 +284,9 @@ class LongFormTranscriber:
             aligner = WordAligner.for_run(model, language, options) \
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
-            self._stream = decoder.candidate_stream() if plan.speculative else None
-            self._window_proposer = None
-            self._sampled_candidates = plan.speculative and decoder.verifies_samples
-            if search is not None and self._stream is None:
+            stream = decoder.candidate_stream() if plan.speculative else None
+            self.attempts.begin(search, stream, plan.speculative and decoder.verifies_samples)
+            if search is not None and stream is None:
                 decoder.end()  # beams by the target alone: a drafter would only take the cores
         except BaseException:
             try:
@@ -357,8 +319,8 @@ class LongFormTranscriber:
                 head = [tk.sot_prev] + hot if (prev or hot) else []
                 prompt = head + prev[-(n_ctx // 2 - 1):] + sot_seq
                 bare = head + sot_seq if prev else None
-                decoded = self._decode(runner, window, mel, prompt, rules, sample_len, options,
-                                       bare)
+                decoded = self.attempts.decode(runner, window, mel, prompt, rules, sample_len,
+                                               options, bare)
                 if decoded is None:  # cancelled inside the window
                     raise Cancelled()
                 result, retried, temperature = decoded
@@ -418,137 +380,6 @@ class LongFormTranscriber:
         """The run's decisions, made once before it starts (:func:`.plan.make`)."""
         return make_plan(self.model, self.strategy, options, reason, self.emit)
 
-    def _decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
-                rules: LogitRules, sample_len: int, options: TranscribeOptions,
-                bare: list[int] | None = None
-                ) -> tuple[DecodingResult, bool, float] | None:
-        """One window: ``(result, retried without the previous text, temperature)``; None:
-        cancelled. Whisper's temperature fallback (:mod:`.fallback`) until a decode passes
-        (else the last is kept); then a window that still loops is decoded once more without
-        the previous text (``bare``) and a loop that survives is cut."""
-        tk = self.model.tokenizer
-        thr = options.compression_ratio_threshold
-        temps = options.temperatures or (0.0,)
-        decodes: list[WindowStats] = []  # the record of every decode, kept or not
-
-        def attempt(t: float, prompt_: list[int], retried: bool = False):
-            decoded = self._attempt(runner, window, mel, prompt_, rules, sample_len, options,
-                                    t, retried)
-            if decoded is not None:
-                decodes.append(decoded[1])
-            return decoded
-
-        for i, temperature in enumerate(temps):
-            decoded = attempt(temperature, prompt)
-            if decoded is None:
-                return None
-            result, stats = decoded
-            if i + 1 == len(temps):
-                break
-            verdict = fallback.judge(result.avg_logprob, self._compression(result),
-                                     result.no_speech_prob, thr, options.logprob_threshold,
-                                     options.no_speech_threshold)
-            if not verdict.needs_fallback:
-                break
-            self.emit(Note(f"window at {window.start:.1f}s: {verdict.reason}; decoding it again "
-                           f"at temperature {temps[i + 1]:g}"))
-        if (options.retry_repetitive and thr is not None and bare is not None
-                and self._compression(result) > thr):
-            # Whisper's loop failure feeds on the previous text: decode again without it.
-            self.emit(Note(f"window at {window.start:.1f}s repeats itself; decoding it again "
-                           "without the previous text"))
-            decoded = attempt(temperature, bare, retried=True)
-            if decoded is None:
-                return None
-            result, stats = decoded
-        stats = _charged(stats, decodes)
-        if thr is not None and self._compression(result) > thr:
-            result.tokens = cut_repetition(result.tokens, tk.timestamp_begin)
-            result.compression = None
-            stats = replace(stats, tokens=len(result.tokens) + int(result.completed))
-        self.emit(WindowDone(stats))
-        return result, stats.retried, temperature
-
-    def _compression(self, result: DecodingResult) -> float:
-        """The gzip compression ratio of a decode's text, measured once per decode."""
-        if result.compression is None:
-            result.compression = compression_ratio(self.model.tokenizer.decode(result.tokens))
-        return result.compression
-
-    def _attempt(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
-                 rules: LogitRules, sample_len: int, options: TranscribeOptions,
-                 temperature: float, retried: bool):
-        """One decode at ``temperature``: beam or greedy, or the best of ``best_of`` samples."""
-        search = self._plan.search
-        if temperature <= 0:
-            if search is not None:
-                task = window_task.beam(prompt, rules, sample_len, search,
-                                        self._proposer(window))
-            else:
-                task = window_task.greedy(prompt, rules, sample_len,
-                                          lambda: self.strategy.source(window))
-            decoded = runner.decode(window, mel, task, self._stop, retried)
-            return decoded[0] if decoded is not None else None
-        draws = [fallback.SamplingRules.of(rules, temperature, fallback.window_rng(
-            options.seed, window.seek, temperature, 2 * draw + int(retried)))
-            for draw in range(max(1, options.best_of))]
-        batch = self._sample_batching(len(draws))
-        if batch:  # the samples side by side (same tokens, fewer passes)
-            task = window_task.samples(prompt, draws, sample_len,
-                                       [self._sampled_source(window) for _ in draws])
-            sampled = runner.decode(window, mel, task, self._stop, retried)
-        else:  # one after another
-            sampled = []
-            for draw in draws:
-                task = window_task.greedy(prompt, draw, sample_len,
-                                          lambda: self._sampled_source(window))
-                decoded = runner.decode(window, mel, task, self._stop, retried)
-                if decoded is None:
-                    return None
-                sampled += decoded
-        if sampled is None:
-            return None
-        # whisper's ranking of best_of samples; the first of equals
-        scores = [length_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
-        result, stats = sampled[scores.index(max(scores))]
-        if not batch:
-            return result, _charged(stats, [s for _, s in sampled])
-        # Side by side, the samples shared one decode's time and passes.
-        return result, replace(stats, dropped_decodes=len(sampled) - 1,
-                               dropped_tokens=sum(s.tokens for _, s in sampled) - stats.tokens,
-                               dropped_passes=max(s.passes for _, s in sampled) - stats.passes)
-
-    def _sample_batching(self, samples: int) -> bool:
-        """Are a fallback's samples drawn side by side (:mod:`.samples`)? That needs the
-        batched decoder with rows exactly those of single passes; decided once."""
-        if samples < 2 or self.model.beam_graph is None:
-            return False
-        if self._batched is None:
-            try:
-                self.model.beam_session()
-            except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
-                self._batched = False
-            else:
-                self._batched = beams_exact(self.model)
-        return self._batched
-
-    def _proposer(self, window: Window) -> StreamProposer | None:
-        """Candidates from the drafter's stream for any sequence decoded in ``window`` (None:
-        no stream); one per window, shared by its decodes."""
-        if self._stream is None:
-            return None
-        if self._window_proposer is None or self._window_proposer[0] != window.seek:
-            tk = self.model.tokenizer
-            self._window_proposer = (window.seek, StreamProposer(
-                self._stream, window.start, tk.timestamp_begin, tk.eot))
-        return self._window_proposer[1]
-
-    def _sampled_source(self, window: Window) -> CandidateSource:
-        """A sampled decode's candidates (:mod:`.stream_source`); none in a target-only run."""
-        if not self._sampled_candidates:
-            return NO_CANDIDATES
-        return SampledSource(self._proposer(window), self.model.tokenizer.timestamp_begin)
-
     def _segments(self, result: DecodingResult, window: Window, options: TranscribeOptions,
                   final: bool = False) -> tuple[list[Segment], int]:
         """A window's timestamped segments and the frames to seek past it."""
@@ -559,7 +390,7 @@ class LongFormTranscriber:
                 and result.no_speech_prob > options.no_speech_threshold
                 and (options.logprob_threshold is None or avg_lp < options.logprob_threshold)):
             return [], window.size
-        cr = self._compression(result)
+        cr = self.attempts.compression(result)
         pieces, advance = split_window(result.tokens, tk.timestamp_begin, window.size,
                                        options.timestamps, final)
         segs = []
