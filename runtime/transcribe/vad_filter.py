@@ -1,20 +1,13 @@
 """The VAD filter for files: decode only the speech, time it on the original recording.
 
-faster-whisper's ``vad_filter`` semantics: a voice detector (Silero VAD, the one ``as2d mic``
-uses) scores every 32-ms frame; frames over ``threshold`` open a speech chunk, which closes
-after ``min_silence_duration_ms`` under ``neg_threshold`` (default ``threshold - 0.15``); chunks
-shorter than ``min_speech_duration_ms`` are dropped, chunks longer than
-``max_speech_duration_s`` are split (at a pause of 98 ms or more when there is one), and every
-chunk is padded by ``speech_pad_ms`` on each side (half the gap each when two chunks are closer
-than twice that). The chunks are joined into one recording, so Whisper's 30-s windows each take
-as many chunks as fit, and the window loop runs on that; every timestamp is then mapped back to
-the original audio (a segment's end that falls exactly on the end of a chunk stays in that
-chunk).
-
-The engine does not own a detector: whoever builds the
-:class:`~as2d.runtime.transcribe.longform.LongFormTranscriber` passes one (anything with
-``probabilities(samples) -> one probability per 512 samples``), so this room does not depend on
-the dictation room where Silero lives.
+faster-whisper's ``vad_filter``: a voice detector (Silero, as ``as2d mic`` uses) scores every
+32-ms frame; frames over ``threshold`` open a speech chunk, closed after
+``min_silence_duration_ms`` under ``neg_threshold``; chunks shorter than
+``min_speech_duration_ms`` are dropped, longer than ``max_speech_duration_s`` split (at a pause
+of 98 ms when there is one), and each is padded by ``speech_pad_ms`` (half the gap between two
+close ones). The chunks are joined into one recording for the window loop, and every timestamp
+is mapped back (a segment's end exactly on a chunk's end stays in that chunk). The detector is
+passed in by whoever builds the transcriber, so this room does not depend on the live one.
 """
 
 from __future__ import annotations

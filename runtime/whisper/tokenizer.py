@@ -271,9 +271,6 @@ class WhisperTokenizer:
             ids.add(self.no_speech)
         return sorted(ids)
 
-    def timestamp_text(self, token: int) -> str:
-        return f"<|{(token - self.timestamp_begin) * TIME_PRECISION:.2f}|>"
-
 
 def normalize_language(language: str) -> str:
     key = language.strip().lower()
