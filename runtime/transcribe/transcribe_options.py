@@ -115,8 +115,8 @@ class TranscribeOptions:
         if self.multilingual and self.language is not None:
             raise OptionError("multilingual", "detects every window's language: leave {0} out",
                               others=("language",))
-        for name in ("language", "initial_prompt", "hotwords"):
-            value = getattr(self, name)
+        for name, value in (("language", self.language), ("initial_prompt", self.initial_prompt),
+                            ("hotwords", self.hotwords)):
             if value is not None and not isinstance(value, str):
                 raise OptionError(name, f"must be text, not {shown(value)}")
         _optional("no_speech_threshold", self.no_speech_threshold, 0.0, 1.0,

@@ -45,9 +45,11 @@ class VadParameters:
         if self.neg_threshold is not None and not 0.0 <= self.neg_threshold <= self.threshold:
             raise ValueError(f"VAD neg_threshold must be between 0 and threshold, "
                              f"not {self.neg_threshold}")
-        for name in ("min_speech_duration_ms", "min_silence_duration_ms", "speech_pad_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"VAD {name} must be 0 or more, not {getattr(self, name)}")
+        for name, value in (("min_speech_duration_ms", self.min_speech_duration_ms),
+                            ("min_silence_duration_ms", self.min_silence_duration_ms),
+                            ("speech_pad_ms", self.speech_pad_ms)):
+            if value < 0:
+                raise ValueError(f"VAD {name} must be 0 or more, not {value}")
         if not self.max_speech_duration_s > 0:
             raise ValueError(f"VAD max_speech_duration_s must be positive, "
                              f"not {self.max_speech_duration_s}")
