@@ -74,6 +74,8 @@ class OpeningTimes:
         # before), learned; and the sound found for the last guess (its closing token, step).
         self._offset = -LEAD / TIME_PRECISION
         self._sound: tuple[int, int] | None = None
+        self.openings = 0  # openings the target wrote after a closing time, so far
+        self.named = {SAME: 0, ONSET: 0}  # of those, the ones each guess named exactly
 
     def audio(self, samples: np.ndarray | None) -> None:
         """The samples of the file being decoded (16 kHz mono), or None: the same time only."""
@@ -121,9 +123,11 @@ class OpeningTimes:
                 self._off_grid = self._off_grid * DECAY + (not coarse)
         if guesses and committed and committed[0] >= self.tb:
             opening = committed[0]
+            self.openings += 1
             for kind, guess in guesses.items():  # each counted where it was made
                 hit = guess == opening
                 self._hits[kind] = self._hits[kind] * DECAY + hit
+                self.named[kind] += hit
             if self._sound is not None and self._sound[0] == guesses.get(SAME):
                 gap = opening - self.tb - self._sound[1]
                 if abs(gap) <= NEAR:  # this pause's opening: how far from the sound it sits
