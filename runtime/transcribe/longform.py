@@ -3,8 +3,9 @@
 After each window the next one starts at the last complete segment's end timestamp (as
 openai-whisper does), so words are not cut at window edges. A
 :class:`~as2d.runtime.transcribe.runner.WindowRunner` decodes each window through a window task
-(:mod:`.window_task`); every decoder commits the target's tokens, so this loop keeps seeking, the
-temperature fallback and the windows, and does not know how a window is decoded.
+(:mod:`.window_task`), tried again as whisper's temperature fallback says (:mod:`.attempts`);
+every decoder commits the target's tokens, so this loop keeps seeking and the windows and does
+not know how a window is decoded.
 :meth:`LongFormTranscriber.transcribe` yields segments while a worker thread decodes.
 """
 
