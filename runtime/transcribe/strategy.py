@@ -43,12 +43,9 @@ class Window:
 
 
 class DecodeStrategy:
-    """A run's decoder; this base is target-only (no candidates, nothing beside the target).
-
-    The long-form loop calls, per run: :meth:`start_early` (before language detection), then
-    :meth:`begin` once the language is known, :meth:`source` for every window, and :meth:`end`
-    whatever happens (also after a failed detection). :meth:`close` ends its use for good.
-    """
+    """A run's decoder; this base is target-only. Per run: :meth:`start_early` (before
+    language detection), :meth:`begin`, :meth:`source` per window, :meth:`end` whatever happens;
+    :meth:`close` ends its use for good."""
 
     name = "target"
     drafter_name: str | None = None
@@ -64,31 +61,26 @@ class DecodeStrategy:
         return {"target": self.target.threads}
 
     def add_listener(self, listener: Listener) -> None:
-        """Also send this strategy's events to ``listener`` (workers read ``emit`` per
-        event, so a run already going on reports to it too)."""
+        """Also send this strategy's events to ``listener`` (a run going on included)."""
         self.emit = fanout(self.emit, listener)
 
     def candidate_stream(self):
         """The drafter's :class:`~as2d.runtime.speculative.stream.CandidateStream` of the
-        current run (speculative beam search reads every hypothesis's candidates from it);
-        None when nothing drafts beside the target."""
+        current run; None when nothing drafts beside the target."""
         return None
 
     def drafted_tokens(self) -> list[int]:
-        """The drafter's token stream of the last run, in the target's ids (a second
-        hypothesis of the same audio); empty when nothing drafts beside the target."""
+        """The drafter's token stream of the last run, in the target's ids (empty: none)."""
         return []
 
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
-        """Called before the target detects the language (``language`` is None until then):
-        work that does not wait for the language may start here."""
+        """Before the target detects the language (``language`` None until then)."""
 
     def begin(self, mel: LogMel, language: str | None, options) -> None:
         self.mel = mel
 
     def prefetch(self, mel: LogMel, language: str | None, options) -> None:
-        """``mel`` will be transcribed after the current run: work on it may start now (called
-        from another thread, while a run goes on)."""
+        """``mel`` will be transcribed after the current run (called from another thread)."""
 
     def target_encoding(self, mel: LogMel, window: Window) -> AbstractContextManager:
         """Held while the target encodes ``window`` of ``mel`` (a drafter that is ahead may
