@@ -147,10 +147,11 @@ class EngineSpec:
         parse_budget(self.budget)
         if self.threads < 0 or self.drafter_threads < 0:
             raise OptionError("threads", "and {0} cannot be negative", ("drafter_threads",))
-        for name in ("model", "drafter", "llm"):  # before any of them is looked up as a path
-            if getattr(self, name) is None and (name == "llm" or self.decoder == Decoder.TARGET):
+        for name, value in (("model", self.model), ("drafter", self.drafter),
+                            ("llm", self.llm)):  # before any of them is looked up as a path
+            if value is None and (name == "llm" or self.decoder == Decoder.TARGET):
                 continue  # none is needed: no answering model, or the target decodes alone
-            check_name(name, getattr(self, name))
+            check_name(name, value)
 
 
 def speech_identity(spec: EngineSpec) -> dict:

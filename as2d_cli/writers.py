@@ -73,10 +73,9 @@ def vtt_time(seconds: float) -> str:
 
 # -- segments as whisper's dicts --------------------------------------------------------------
 def _words(seg) -> list[dict] | None:
-    words = getattr(seg, "words", None)
-    if words is None:
+    if seg.words is None:
         return None
-    return [w if isinstance(w, dict) else w.to_dict() for w in words]
+    return [w if isinstance(w, dict) else w.to_dict() for w in seg.words]
 
 
 def segment_dict(seg) -> dict:
@@ -88,11 +87,11 @@ def segment_dict(seg) -> dict:
     words = _words(seg)
     if words is not None:
         d["words"] = words
-    if getattr(seg, "speaker", None) is not None:
+    if seg.speaker is not None:
         d["speaker"] = seg.speaker  # whisperX's key, with --diarize
-    if getattr(seg, "language", None) is not None:
+    if seg.language is not None:
         d["language"] = seg.language  # with --multilingual: the segment's window's
-    if getattr(seg, "partial", False):
+    if seg.partial:
         d["partial"] = True  # as2d's: cut short by Ctrl-C
     return d
 
@@ -113,7 +112,7 @@ def speaker_prefix(speaker: str | None) -> str:
 
 
 def to_txt(segments: Iterable) -> str:
-    return "".join(speaker_prefix(getattr(s, "speaker", None)) + s.text.strip() + "\n"
+    return "".join(speaker_prefix(s.speaker) + s.text.strip() + "\n"
                    for s in segments)
 
 
@@ -189,7 +188,7 @@ def _cues(segments: list, fmt, options: SubtitleOptions | None
     if not segments or _words(segments[0]) is None:
         for s in segments:
             yield (fmt(s.start), fmt(s.end), s.text.strip().replace("-->", "->"),
-                   getattr(s, "speaker", None))
+                   s.speaker)
         return
     for cue in _word_cues(segments, options):
         text = "".join(w["word"] for w in cue)

@@ -161,7 +161,8 @@ class _Cursor:
 
 
 def _read_tensor(raw: memoryview, dims: list[int], dtype_id: int) -> np.ndarray:
-    itemsize = 2 if dtype_id == _BF16 else getattr(_DTYPES.get(dtype_id), "itemsize", None)
+    itemsize = 2 if dtype_id == _BF16 else (
+        _DTYPES[dtype_id].itemsize if dtype_id in _DTYPES else None)
     if itemsize is not None and math.prod(dims) * itemsize != len(raw):
         raise CT2FormatError(f"tensor of shape {dims} does not match its {len(raw)} bytes "
                              "(not a CTranslate2 model, or damaged)")

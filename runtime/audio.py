@@ -77,6 +77,8 @@ AudioSource = str | os.PathLike | bytes | BinaryIO
 class AudioError(Exception):
     """A user-facing problem with an input file."""
 
+    seek_might_help = False  # a seekable copy of an unseekable input might read
+
 
 @dataclass
 class Audio:
@@ -543,7 +545,7 @@ def _load_stream(f: BinaryIO, name: str, seekable: bool,
             return _read_av(spool, name, seekable=False, size=0, sndfile_says=None,
                             on_audio=spool.stop_copying, on_note=on_note)
         except AudioError as exc:
-            if (not getattr(exc, "seek_might_help", False) or spool.copy is None
+            if (not exc.seek_might_help or spool.copy is None
                     or spool.head[4:8] not in _ISO_BOXES):
                 raise
             copy = spool.copy_rest()

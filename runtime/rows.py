@@ -93,7 +93,9 @@ def rows_exact(model: RowProbe) -> bool:
     Checked once per model object (the verdict is kept on it as ``row_check``) and remembered
     across processes in the model's folder when it has one (:attr:`RowProbe.row_memo`), under
     the model's thread count (its one session's)."""
-    return _checked(model, "row_check", model.row_memo, _kind("rows3", model), probe)
+    if model.row_check is None:
+        model.row_check = _checked(model, model.row_memo, _kind("rows3", model), probe)
+    return bool(model.row_check["exact"])
 
 
 def _kind(name: str, model) -> str:
@@ -101,13 +103,9 @@ def _kind(name: str, model) -> str:
     return f"{name}|t{model.threads}|"
 
 
-def _checked(model, verdict: str, memo: tuple[Path, str] | None, kind: str, run) -> bool:
-    """``run(model)``'s verdict, kept on the model as the attribute ``verdict`` and remembered
-    in the models folder under ``kind``, the graph and this runtime (a new onnxruntime or CPU
-    checks again, once)."""
-    known = getattr(model, verdict)
-    if known is not None:
-        return bool(known["exact"])
+def _checked(model, memo: tuple[Path, str] | None, kind: str, run) -> dict:
+    """``run(model)``'s verdict, remembered in the models folder under ``kind``, the graph and
+    this runtime (a new onnxruntime or CPU checks again, once)."""
     key = path = None
     if memo is not None:
         from as2d.runtime.sessions import runtime_identity
@@ -116,16 +114,14 @@ def _checked(model, verdict: str, memo: tuple[Path, str] | None, kind: str, run)
         path, key = Path(folder) / MEMO_FILE, f"{kind}{graph}|{runtime_identity()}"
         remembered = _read(path).get(key)
         if isinstance(remembered, bool):
-            setattr(model, verdict, {"exact": remembered, "remembered": True})
-            return remembered
+            return {"exact": remembered, "remembered": True}
     result = run(model)
-    setattr(model, verdict, result)
     if path is not None:
         data = _read(path)
         data[key] = result["exact"]
         write_replacing(path, lambda tmp: tmp.write_text(json.dumps(data, indent=0,
                                                                     sort_keys=True)))
-    return result["exact"]
+    return result
 
 
 def _read(path: Path) -> dict:
@@ -222,4 +218,6 @@ def probe_beams(model: BeamProbe) -> dict:
 def beams_exact(model: BeamProbe) -> bool:
     """Does the batched (beam) decoder compute each hypothesis's rows as single passes do?
     Checked once per model object, remembered in the models folder like :func:`rows_exact`."""
-    return _checked(model, "beam_check", model.beam_memo, _kind("beams5", model), probe_beams)
+    if model.beam_check is None:
+        model.beam_check = _checked(model, model.beam_memo, _kind("beams5", model), probe_beams)
+    return bool(model.beam_check["exact"])

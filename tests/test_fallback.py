@@ -16,6 +16,7 @@ import pytest
 from as2d.runtime.audio import load_audio
 from as2d.runtime.events import Note
 from as2d.runtime.transcribe.as2d import AS2D
+from as2d.runtime.transcribe.attempts import Attempts
 from as2d.runtime.transcribe.fallback import (
     DEFAULT_TEMPERATURES,
     SamplingRules,
@@ -197,7 +198,7 @@ def _windows(monkeypatch, target, audio, options) -> list[dict]:
     prompts of its attempts (those without the repetition guard's retry), the temperature it
     was kept at, whether it was retried without the previous text, and its tokens."""
     windows: dict[int, dict] = {}
-    attempt, decode = LongFormTranscriber._attempt, LongFormTranscriber._decode
+    attempt, decode = Attempts.attempt, Attempts.decode
 
     def spy_attempt(self, runner, window, mel, prompt, rules, sample_len, opts, temperature,
                     retried):
@@ -214,8 +215,8 @@ def _windows(monkeypatch, target, audio, options) -> list[dict]:
             windows[window.index].update(retried=decoded[1], temperature=decoded[2])
         return decoded
 
-    monkeypatch.setattr(LongFormTranscriber, "_attempt", spy_attempt)
-    monkeypatch.setattr(LongFormTranscriber, "_decode", spy_decode)
+    monkeypatch.setattr(Attempts, "attempt", spy_attempt)
+    monkeypatch.setattr(Attempts, "decode", spy_decode)
     try:
         segments = run(target, TargetOnly(target), audio, options)
     finally:
@@ -278,18 +279,18 @@ def test_hotwords_lead_every_prompt_as_in_faster_whisper(models, long_clip):
     tk = target.tokenizer
     x = long_clip
     prompts: list = []
-    original = LongFormTranscriber._attempt
+    original = Attempts.attempt
 
     def spy(self, runner, window, mel, prompt, *rest):
         prompts.append(list(prompt))
         return original(self, runner, window, mel, prompt, *rest)
 
-    LongFormTranscriber._attempt = spy
+    Attempts.attempt = spy
     try:
         segs = run(target, TargetOnly(target), x,
                    TranscribeOptions(language="en", hotwords="Dashwood, Norland"))
     finally:
-        LongFormTranscriber._attempt = original
+        Attempts.attempt = original
     hot = tk.encode(" Dashwood, Norland")
     sot_seq = tk.sot_sequence("en" if target.multilingual else None)
     assert len(prompts) >= 2
@@ -636,7 +637,7 @@ def test_samples_side_by_side_or_one_by_one_give_one_text(models, long_clip, mon
         return [s.tokens for s in segs], collector.current.summary(), _verified(events)
 
     side, s_side, passes_side = transcribe()
-    monkeypatch.setattr(LongFormTranscriber, "_sample_batching", lambda self, n: None)
+    monkeypatch.setattr(Attempts, "sample_batching", lambda self, n: None)
     alone, s_alone, passes_alone = transcribe()
     assert side == alone
     for s, passes in ((s_side, passes_side), (s_alone, passes_alone)):

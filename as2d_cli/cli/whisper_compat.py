@@ -73,7 +73,7 @@ def _note(message: str) -> None:
 def _options(command) -> dict:
     known: dict = {}
     for param in command.params:
-        for opt in (*param.opts, *getattr(param, "secondary_opts", ())):
+        for opt in (*param.opts, *param.secondary_opts):
             known[opt] = param
     return known
 

@@ -44,6 +44,8 @@ class AudioSource:
     name = "audio"
     rate = SAMPLE_RATE  # the native rate of the input
     speed: float | None = None  # file pace (None: live input)
+    _q: queue.Queue | None = None  # captured blocks not yet read (a source with a queue)
+    _block_seconds = 0.0
 
     def start(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -63,8 +65,7 @@ class AudioSource:
     @property
     def queued_seconds(self) -> float:
         """Audio captured but not yet read by the session (the input queue's depth)."""
-        q, block = getattr(self, "_q", None), getattr(self, "_block_seconds", 0.0)
-        return q.qsize() * block if q is not None else 0.0
+        return self._q.qsize() * self._block_seconds if self._q is not None else 0.0
 
 
 _END = object()

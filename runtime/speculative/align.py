@@ -1,20 +1,16 @@
 """Where the target's committed text stands in the drafter's candidate stream.
 
-The drafter transcribes on its own, so its text drifts from the target's: a word substituted,
-one missing, one extra, a different split at a window edge. The aligner keeps a pointer into
-the stream that moves one step per committed token while the two agree, and re-synchronises
-after a disagreement by finding the last few committed tokens (a suffix n-gram) in the stream
-near the pointer. It never waits and never needs to be right: a wrong guess only costs a
-rejected candidate, never a wrong output.
+The drafter's text drifts from the target's (a word substituted, missing or extra, another split
+at a window edge). The aligner keeps a pointer into the stream that moves one step per committed
+token while the two agree, and re-synchronises after a disagreement by finding the last few
+committed tokens in the stream near the pointer. It never waits and need not be right: a wrong
+guess costs a rejected candidate, never a wrong output.
 
-Most disagreements between two Whisper models are not words but style: the drafter writes one
-long punctuated sentence where the target closes a segment, drops the full stop and starts the
-next segment with a capital ("times, it was" against "times" | "It was"). Given the target's
-:class:`TokenKeys`, the aligner follows the text through such differences (punctuation the
-target left out or swapped is stepped over, "it" and "It" are the same token when
-re-synchronising), offers the drafter's punctuation only while the target has been keeping it,
-and capitalises the first word after a sentence end or segment break as the target has been
-doing at that kind of start.
+Most disagreements between two Whisper models are style: one long punctuated sentence against
+closed segments that start with a capital ("times, it was" against "times" | "It was"). Given
+the target's :class:`TokenKeys`, the aligner steps over punctuation the target dropped, matches
+"it" and "It" when re-synchronising, offers the drafter's punctuation only while the target
+keeps it, and capitalises a first word as the target has been doing at that kind of start.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Where candidates come from, and the one loop that verifies them.
 
-A candidate source is anything that can guess the target's next tokens: the drafter's aligned
-stream (AS²D), a drafter re-drafting from the target's prefix (classic SD), an n-gram look-up in
-the transcript, the question or the prompt's examples (``ask``). Each implements the same two
-calls, in the spirit of Hugging Face's ``CandidateGenerator``: :meth:`CandidateSource.propose`
-before a pass and :meth:`CandidateSource.observe` after it. :func:`step` is one pass with them
-(a Whisper window's task takes its passes one by one) and :func:`run` the loop of steps to the
-end (an answer); which tokens end up committed is decided by the verification kernel alone, so
-no source can change the output, only how many passes it takes.
+A candidate source guesses the target's next tokens (AS²D's aligned drafter stream, classic SD's
+re-drafts, an n-gram look-up for ``ask``) through two calls, in the spirit of Hugging Face's
+``CandidateGenerator``: :meth:`CandidateSource.propose` before a pass and
+:meth:`CandidateSource.observe` after it. :func:`step` is one pass, :func:`run` the loop to the
+end. The verification kernel alone decides what is committed, so no source can change the
+output, only how many passes it takes.
 """
 
 from __future__ import annotations

@@ -96,15 +96,10 @@ NOTHING = Proposal(None)
 
 
 class LookupSource(CandidateSource):
-    """Several :class:`Lookup` sequences searched together: the longest match wins, and on a
-    tie the one given first.
-
-    How many of the continuation's tokens to offer is a :class:`Budget`'s choice, one budget
-    per (sequence, match length): a candidate found by a one-token match is a much weaker guess
-    than one found by a four-token match, so each pair learns its own acceptance, starting from
-    ``prior_acceptance[min(n, longest key)]``. The budgets live as long as the source (one
-    decode).
-    """
+    """Several :class:`Lookup` sequences searched together: the longest match wins, on a tie
+    the one given first. A :class:`Budget` per (sequence, match length) sizes the offer (a
+    one-token match is a much weaker guess than a four-token one), from
+    ``prior_acceptance[min(n, longest key)]``."""
 
     name = "lookup"
 
@@ -176,18 +171,11 @@ def repetition(context: Sequence[int], k: int, min_ngram: int = 4, max_ngram: in
                fold: Callable[[int], Hashable] | None = None,
                counted: Callable[[int], bool] | None = None) -> list[int]:
     """Up to ``k`` tokens that continue ``context`` as it went on after the last earlier
-    occurrence of its longest repeated suffix (``min_ngram`` to ``max_ngram`` tokens); empty
-    when no suffix that long has occurred before.
-
-    A decoder that has started to repeat itself (Whisper's failure loop, where a window's text
-    goes round until the length limit) is guessed token for token: the continuation may run
-    into the suffix itself, and goes on as the repetition would, so a period shorter than
-    ``k`` still fills the offer. ``min_ngram`` keeps ordinary speech, where short phrases recur
-    by chance, from being guessed at. ``fold``: what a token is matched as (Whisper's
-    timestamps all alike, say, since each turn of a loop has its own times); what is offered
-    is the context's own tokens either way. ``counted``: which tokens count towards the
-    n-gram's length (not those timestamps: two of them between segments are no evidence of a
-    loop, and would make any segment that starts with "I was" after a full stop look like one).
+    occurrence of its longest repeated suffix (``min_ngram`` to ``max_ngram`` tokens; empty when
+    there is none): Whisper's failure loop guessed token for token, a period shorter than ``k``
+    still filling the offer. ``min_ngram`` keeps chance repeats of ordinary speech out.
+    ``fold``: what a token is matched as (all timestamps alike, say); ``counted``: which tokens
+    count towards the length (two timestamps between segments are no evidence of a loop).
     """
     n_ctx = len(context)
     if k <= 0 or n_ctx <= min_ngram:

@@ -1,14 +1,11 @@
 """The files a :class:`~as2d.runtime.transcribe.longform.LongFormTranscriber` will transcribe next.
 
-Told the next recording (``LongFormTranscriber.prefetch``), the transcriber computes its log-mel at
-once (in the caller's thread, while the current file is being decoded) and hands it to the decoder,
-whose drafter can then start on it as soon as it is done with the current file; once the current
-run reaches its last window, the next recording's first window is encoded beside its decoding.
-A prefetch made between runs is held until the next run has begun, so that the decoder always
-learns what comes *after* the file it is working on.
-
-:class:`AudioReader` is the other half, for a list of files: it decodes each file on a
-background thread while the one before it is transcribed, and prefetches it.
+Told the next recording (``prefetch``), the transcriber computes its log-mel at once, in the
+caller's thread, and hands it to the decoder, whose drafter starts on it when done with the
+current file; in the current run's last window the next file's first window is encoded. A
+prefetch made between runs is held until the next run has begun, so the decoder learns what
+comes *after* the file it works on. :class:`AudioReader` decodes a list of files on a
+background thread, each while the one before it is transcribed, and prefetches it.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """AS²D: the target verifies whatever the concurrently running drafter has ready.
 
-The drafter (:mod:`as2d.runtime.transcribe.drafter`) transcribes the whole file on its own
-thread, ahead of the target, into a :class:`~as2d.runtime.speculative.stream.CandidateStream`.
-Before each target pass the window's :class:`AlignedSource` asks the
-:class:`~as2d.runtime.speculative.align.Aligner` where the target's committed text stands in
-that stream and the :class:`~as2d.runtime.speculative.budget.Budget` how many of the following
-tokens are worth verifying. No candidate ready → a plain step. The target never waits for the
-drafter, and the drafter never waits for the target — not at a file boundary either: told what
-comes next (:meth:`AS2D.prefetch`), the drafter goes on to the next file as soon as it has
-finished this one, into that file's own stream, while the target still verifies this one.
+The drafter (:mod:`.drafter`) transcribes the whole file on its own thread into a
+:class:`~as2d.runtime.speculative.stream.CandidateStream`. Before each target pass the window's
+:class:`AlignedSource` asks the :class:`~as2d.runtime.speculative.align.Aligner` where the
+target's text stands in that stream and the budget how many following tokens to verify; none
+ready → a plain step. Neither side waits for the other, not at a file boundary either: told
+what comes next (:meth:`AS2D.prefetch`), the drafter goes on to the next file at once.
 """
 
 from __future__ import annotations
@@ -25,9 +22,8 @@ from as2d.runtime.speculative.lookup import REPEAT_PRIOR
 from as2d.runtime.speculative.stream import CandidateStream
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.drafter import DrafterWorker
-from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
 from as2d.runtime.transcribe.opening_times import OpeningTimes, closing_time
-from as2d.runtime.transcribe.strategy import Window
+from as2d.runtime.transcribe.strategy import BudgetedSource, DraftingStrategy, Window
 from as2d.runtime.transcribe.stream_source import window_repetition
 from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.whisper.features import LogMel
@@ -45,12 +41,9 @@ class AS2D(DraftingStrategy):
                  listener: Listener | None = None, budget: Budget | None = None) -> None:
         super().__init__(target, drafter, listener, budget)
         tk = target.tokenizer
-        # Spellings the aligner equates; the byte table is built on first use (the drafter
-        # thread warms it while the target encodes its first window).
+        # Spellings the aligner equates (the byte table is built on first use).
         self.keys = TokenKeys(lambda: tk.token_bytes, tk.encode_piece)
         self.turns = EncoderTurns()
-        # The opening timestamp after a closing one, guessed from the audio (the target's grid
-        # and which guess works are learned across windows and files).
         self.times = OpeningTimes(tk.timestamp_begin)
         self.worker: DrafterWorker | None = None
         self.stream: CandidateStream | None = None
@@ -63,18 +56,16 @@ class AS2D(DraftingStrategy):
         self._lock = threading.Lock()  # prefetch() comes from another thread
 
     def start_early(self, mel: LogMel, language: str | None, options) -> None:
-        # An English-only drafter (or a language given by the user) does not need the target's
-        # language detection, which costs a whole encoder run: drafting through it gives the
-        # drafter that much lead, and short clips most of their speed-up.
+        # Without waiting for the target's language detection (an encoder run) where the
+        # drafter does not need it: that lead is most of a short clip's speed-up.
         if language is None and self.drafter.multilingual and not self._multilingual(options):
             return  # it needs the language the target is about to detect
         if not self._adopt(mel, language):
             self._start_drafting(mel, language, options)
 
     def prefetch(self, mel: LogMel, language: str | None, options) -> None:
-        """``mel`` is transcribed after the current run (and the ones prefetched before it):
-        draft it as soon as the drafter is done with those. Its events are held back until its
-        run begins, so statistics and live views see them with their own file."""
+        """``mel`` is transcribed after the current run: draft it as soon as the drafter is done
+        with the files before it (its events are held back until its run begins)."""
         if not self._multilingual(options):
             if language is None and self.drafter.multilingual:
                 return  # it needs the language the target detects when it gets there
@@ -106,8 +97,8 @@ class AS2D(DraftingStrategy):
         return True
 
     def _drop_ahead(self, mel: LogMel) -> _Ahead | None:
-        """Remove the prefetched drafts up to ``mel``'s; stop those made for other files (the
-        caller skipped them); return ``mel``'s, if there is one."""
+        """Remove the prefetched drafts up to ``mel``'s (stopping the skipped ones); return
+        ``mel``'s, if there is one."""
         with self._lock:
             if not any(a.mel is mel for a in self._ahead):
                 return None
@@ -134,10 +125,8 @@ class AS2D(DraftingStrategy):
             self._start_drafting(mel, language, options)  # an empty, finished stream
 
     def _multilingual(self, options) -> bool:
-        """A run that detects every window's language (TranscribeOptions.multilingual, on a
-        multilingual target): the drafter drafts the whole file, a multilingual one each
-        window in the language it hears there."""
-        return bool(getattr(options, "multilingual", False)) and self.target.multilingual
+        """A run that detects every window's language (on a multilingual target)."""
+        return options.multilingual and self.target.multilingual
 
     def target_encoding(self, mel: LogMel, window: Window):
         return self.turns.target_encoding(mel, window.end)
@@ -147,8 +136,7 @@ class AS2D(DraftingStrategy):
 
     def source(self, window: Window) -> CandidateSource:
         if not self.drafter_understands(window.language):
-            # A multilingual run's window in a language an English-only drafter cannot
-            # draft: nothing to offer, and the text it drafted here matches nothing after.
+            # A window in a language the drafter cannot draft: nothing to offer.
             self.aligner.synced = False
             return NO_CANDIDATES
         return AlignedSource(self, window)
@@ -164,8 +152,7 @@ class AS2D(DraftingStrategy):
             self._closed = True
             ahead, self._ahead = self._ahead, []
             dropped, self._dropped = self._dropped, []
-        # Every drafter thread ends here: one left inside an onnxruntime run while the
-        # interpreter exits aborts the process ("terminate called without an active exception").
+        # Every drafter thread ends here: one inside onnxruntime at exit aborts the process.
         workers = [a.worker for a in ahead] + dropped
         for w in workers:
             w.stop()
@@ -184,7 +171,7 @@ class AS2D(DraftingStrategy):
             self.emit(Note(f"drafter {self.drafter.name} is English-only and the audio is "
                            f"{language!r}: the target decodes alone"))
             return
-        if options is not None and options.task == "translate":
+        if options.task == "translate":
             self.emit(Note("translation: the drafter transcribes, so its candidates rarely "
                            "match; the budget adapts"))
         self.worker = DrafterWorker(self.drafter, self.target.tokenizer, mel, self.stream,
@@ -199,12 +186,8 @@ class AS2D(DraftingStrategy):
 
 class AlignedSource(BudgetedSource):
     """One window's candidates: the drafter's stream after where the target's text stands.
-
-    The stream, the aligner's pointer, the budget and the count of blind misses belong to the
-    run (the drafter does not know the target's windows); a window only adds its start time,
-    which dates the timestamps it guesses, and its end, where the pointer goes back to the text
-    the window kept.
-    """
+    The stream, pointer, budget and blind misses are the run's; a window adds its start time
+    (which dates its timestamp guesses) and its end (the pointer goes back to the kept text)."""
 
     def __init__(self, run: AS2D, window: Window) -> None:
         self.run = run
@@ -223,15 +206,14 @@ class AlignedSource(BudgetedSource):
         super().__init__(run.budget)
 
     def propose(self, context: Sequence[int], room: int) -> list[int]:
-        """The drafter's aligned words; where it has none to offer (a greedy loop, which the
-        drafter did not make, leaves it lost), the window's own repetition, if there is one."""
+        """The drafter's aligned words; where it has none (a loop it did not make leaves it
+        lost), the window's own repetition, if there is one."""
         self._repeating = False
         self._shadow = None
         cands = self._aligned(context, room)
         if room <= 0 or (cands and (self.aligner.synced or len(cands) > 1)):
             return cands
-        # Nothing, or one token from a lost aligner (a blind guess, or the opening time after
-        # a closing one): four repeated text tokens of the window are the better evidence.
+        # Nothing, or one token from a lost aligner: a repetition is the better evidence.
         again = window_repetition(context, room, self.tb)
         k = self._repeats.choose(len(again)) if len(again) > len(cands) else 0
         if k <= len(cands):
@@ -244,29 +226,25 @@ class AlignedSource(BudgetedSource):
         opening = self._start = self.start_kind(gen)
         if not aligner.synced:
             aligner.sync()
-        # After a segment's closing timestamp, the opening one (the same time, or where the
-        # audio says speech resumes: see OpeningTimes), then the drafter's words.
+        # After a closing timestamp, the opening one (OpeningTimes), then the drafter's words.
         self._openings = self.run.times.guesses(gen, self.offset)
         lead = self.run.times.choose(self._openings)
         ready = len(self.stream) - aligner.pos + len(lead)
         if ready <= 0:
             return []
         k = self.budget.choose(min(ready, room))
-        # Not offered, the stream's next token still tells the budget how the drafter is doing
-        # (compared with what the target commits), so a budget at zero can come back.
+        # Not offered, the stream's next token still teaches the budget (a zero can recover).
         self._shadow = None
         if k == 0 and aligner.synced and not lead:
             nxt = aligner.candidates(1, opening)
             self._shadow = nxt[0] if nxt else None
         if not aligner.synced:
-            # A guess while re-synchronising: keep it cheap, and stop guessing after two misses
-            # (the drafter may simply not have these words; the n-gram search costs nothing).
+            # A guess while re-synchronising: cheap, and none after two misses.
             k = min(k, 2) if self.run.blind_misses < 2 else len(lead)
         if k <= len(lead):
             return lead[:k]
         cands = lead + aligner.candidates(k - len(lead), opening)
-        # Where the drafter closed a segment, guess the target's closing timestamp from the
-        # drafter's time.
+        # Where the drafter closed a segment, its time as the target's closing timestamp.
         at = self.stream.boundaries.get(aligner.end)
         last = cands[-1] if cands else (gen[-1] if gen else tb)
         if at is not None and last < tb and len(cands) < room and aligner.synced:
@@ -287,12 +265,10 @@ class AlignedSource(BudgetedSource):
         self.run.times.observe(self._openings, verdict.committed)
         self._openings = {}
         if self._shadow is not None and verdict.committed and (self._repeating or not offered):
-            # The drafter's next token, ready but not offered: right or wrong, at no cost.
             self.budget.shadow(verdict.committed[0] == self._shadow)
         self._shadow = None
         if self._repeating or (not offered and verdict.ran == 1):
-            # A repetition's pass, or a plain step (whose cost it learns from): not the
-            # drafter's offer, so the drafter's budget and miss count do not learn from it.
+            # Not the drafter's offer: its budget and miss count do not learn from it.
             self._repeats.record(verdict.offered, verdict.accepted, verdict.ran, verdict.seconds)
         if self._repeating:
             self._observe_text(verdict)

@@ -1,26 +1,15 @@
 """Beam search over one Whisper window, as openai-whisper's ``BeamSearchDecoder`` does it.
 
-Whisper's users decode with a beam of 5 (its command line, faster-whisper, whisper.cpp), so a
-user who switches expects that text. The algorithm, step by step:
-
-1. every live hypothesis's next-token row gets the window's logit rules with *its own* prefix
-   (suppression, the timestamp rules: :class:`~as2d.runtime.whisper.logits.LogitRules`, the
-   rules greedy decoding applies), then a log-softmax;
-2. each hypothesis proposes its ``beam_size + 1`` most probable tokens, scored by its
-   cumulative log-probability plus the token's;
-3. the proposals are ranked; those ending in end-of-text are *finished*, the best
-   ``beam_size`` others live on (whisper's order, ties included: a stable sort, descending);
-4. finished hypotheses are collected (best first) until ``round(beam_size * patience)`` are
-   done, or the window's length limits end the search;
-5. too few finished: the best live ones are added as if they had ended; the winner is the
-   finished hypothesis with the best log-probability divided by its length (or, with a
-   ``length_penalty`` alpha, by ``((5 + length) / 6) ** alpha``, the Google NMT rule).
-
-Log-probabilities and their sums are float32, as in whisper (its ranking compares them).
-
-The hypotheses run as one batched pass over a pooled cache
-(:class:`~as2d.runtime.whisper.model.BeamDecoderState`): step ``i`` runs each live
-hypothesis's last token, and step 3's choice only reorders small index rows.
+Whisper's users decode with a beam of 5, so a user who switches expects that text. Each step,
+every live hypothesis's row gets the window's logit rules with its own prefix, then a
+log-softmax; each proposes its ``beam_size + 1`` best tokens scored by its cumulative
+log-probability; the ranked proposals ending in end-of-text are finished, the best
+``beam_size`` others live on (a stable descending sort: whisper's order, ties included). The
+search ends with ``round(beam_size * patience)`` finished or at the length limits; the winner
+has the best log-probability over its length (or ``((5 + length) / 6) ** length_penalty``).
+Log-probabilities are float32, as in whisper, since its ranking compares them. The hypotheses
+run as one batched pass over a pooled cache
+(:class:`~as2d.runtime.whisper.model.BeamDecoderState`).
 """
 
 from __future__ import annotations
@@ -37,11 +26,8 @@ from as2d.runtime.transcribe.window import DecodingResult, room
 from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
 
-# Bounds on one search, for every face alike (the command line, the Python API, the server):
-# each hypothesis is a batch row of every decoder pass and a decoder cache of its own, so a
-# beam of a million asks for hundreds of GiB before anything is decoded. whisper's command line
-# searches with 5; 16 is three times that, where more hypotheses no longer change the text.
-# Patience multiplies the finished hypotheses the search waits for.
+# Bounds on one search for every face: each hypothesis is a row of every pass and a cache of
+# its own (a beam of a million asks for hundreds of GiB). whisper searches with 5.
 MAX_BEAM_SIZE = 16
 MAX_PATIENCE = 100.0
 
@@ -64,8 +50,7 @@ class BeamOptions:
 
 
 def check(beam_size: int | None, patience: float | None, length_penalty: float | None) -> None:
-    """Raise :class:`OptionError` for options whisper refuses, and beyond this engine's bounds
-    (:data:`MAX_BEAM_SIZE`, :data:`MAX_PATIENCE`)."""
+    """Raise :class:`OptionError` for options whisper refuses, or beyond this engine's bounds."""
     if beam_size is not None and (not is_number(beam_size) or not np.isfinite(beam_size)
                                   or int(beam_size) != beam_size or beam_size < 1):
         raise OptionError("beam_size",
@@ -98,8 +83,8 @@ def log_softmax(rows: np.ndarray) -> np.ndarray:
 
 def top(logprobs: np.ndarray, k: int) -> np.ndarray:
     """Per row of ``logprobs [rows, V]``, the indices of the ``k`` largest values, largest
-    first; equal values by lower index (a full stable sort would say the same, but costs a
-    sort of the vocabulary: it is only done for a row with ties at the k-th value)."""
+    first, equal values by lower index (a stable sort of the vocabulary only for a row with
+    ties at the k-th value)."""
     k = min(k, logprobs.shape[-1])
     part = np.sort(np.argpartition(-logprobs, k - 1, axis=-1)[:, :k], axis=-1)
     vals = np.take_along_axis(logprobs, part, axis=-1)
@@ -112,9 +97,8 @@ def top(logprobs: np.ndarray, k: int) -> np.ndarray:
 
 def length_score(sum_logprob: float, length: int, length_penalty: float | None = None
                  ) -> float:
-    """whisper's ``MaximumLikelihoodRanker`` score of one finished hypothesis; without a
-    ``length_penalty`` also how its fallback ranks ``best_of`` samples (log-probability per
-    token)."""
+    """whisper's ``MaximumLikelihoodRanker`` score of one finished hypothesis (without a
+    ``length_penalty``, also its ranking of ``best_of`` samples)."""
     if length_penalty is None:
         penalty = max(1, length)  # whisper divides by the length (an empty text: by 1)
     else:
@@ -189,14 +173,9 @@ class BeamWindow:
 
     def step(self, proposals: Sequence[Sequence[int]] | None = None) -> int:
         """One pass: every live hypothesis's last token, then its candidates
-        (``proposals[i]`` for hypothesis ``i``; none: one plain beam step). Returns the beam
-        steps the pass decided.
-
-        Speculative beam search, lossless: the pass computes every hypothesis's rows after its
-        last token and after each of its candidates, and the verification kernel
-        (:func:`~as2d.runtime.speculative.verify.replay`) takes beam steps from them while every
-        chosen hypothesis lies on computed rows; the cache keeps each chosen hypothesis's rows
-        (an index change)."""
+        (``proposals[i]``; none: one plain beam step); returns the beam steps it decided.
+        The kernel (:func:`~as2d.runtime.speculative.verify.replay`) takes beam steps while
+        every chosen hypothesis lies on computed rows, so the search stays lossless."""
         if self.done:
             raise RuntimeError("window already decoded")
         t0 = time.perf_counter()
@@ -214,8 +193,8 @@ class BeamWindow:
         return steps
 
     def advance(self, rows: np.ndarray) -> list[int]:
-        """One beam step from each live hypothesis's row (masked in place); returns the
-        source of each new hypothesis (the cache is the caller's to reorder)."""
+        """One beam step from each live hypothesis's row (masked in place); returns the source
+        of each new hypothesis."""
         size = self.options.beam_size
         for seq, row in zip(self.beams, rows):
             self.rules.apply(row, list(seq))  # in place
@@ -238,8 +217,7 @@ class BeamWindow:
         return self.beams[i][-1]
 
     def result(self) -> DecodingResult:
-        """The winning hypothesis (whisper's ``finalize`` and ranking); callable at any time
-        (a stopped window gives its best so far)."""
+        """The winning hypothesis (whisper's ``finalize`` and ranking), at any time."""
         size = self.options.beam_size
         finished = dict(self.finished)
         forced: set[tuple[int, ...]] = set()

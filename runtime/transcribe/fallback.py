@@ -1,24 +1,15 @@
 """Whisper's temperature fallback: a window that looks wrong is decoded again, sampling.
 
-openai-whisper and faster-whisper decode each 30-s window greedily first (temperature 0) and
-judge the result: text that compresses too well (``compression_ratio_threshold``, a repetition
-loop) or that the model is not confident of (average log-probability under
-``logprob_threshold``) makes the window *fall back* to the next temperature of the schedule
-(0.2, 0.4, ... 1.0 by default), where tokens are sampled from the softened distribution; a
-window that is probably silence (no-speech probability over ``no_speech_threshold`` *and* a low
-log-probability) is accepted as it is, since the loop skips it. When every temperature fails,
-the last decode is kept (whisper's rule). At a temperature above 0, ``best_of`` samples are
-drawn and the one with the highest log-probability per token wins.
+As openai-whisper and faster-whisper do: a greedy decode whose text compresses too well (a
+loop) or whose average log-probability is low falls back to the next temperature of the
+schedule, where ``best_of`` samples are drawn and the most probable per token wins; probable
+silence is accepted as it is; when every temperature fails, the last decode is kept.
 
-Here greedy windows keep whatever decoder the run has (AS²D, SD, target-only), all of which
-commit target-only greedy's tokens; a sampled window is drawn with a
-:class:`numpy.random.Generator` seeded from the run's seed, the window's position, the
-temperature and the sample's number. Which decoder ran the greedy attempt cannot change its
-tokens, hence not the verdict, hence not the samples: every decoder still gives the same output,
-and a run is reproducible. A speculative run verifies candidates in its sampled decodes too
-(:mod:`.stream_source`): :meth:`SamplingRules.choose` draws once per committed token, which the
-verification kernel asks for in order and never past a rejection, so the draws meet the same
-rows as without candidates.
+Greedy windows keep the run's decoder, all of which commit target-only greedy's tokens, so the
+verdict, hence the samples, are the same whatever the decoder. Each sampled decode draws from a
+generator seeded by the run's seed, the window, the temperature and the sample, once per
+committed token, in order (:meth:`SamplingRules.choose`): candidates change the passes, never
+the draws, and a run is reproducible.
 """
 
 from __future__ import annotations
@@ -137,14 +128,9 @@ def sample(row: np.ndarray, temperature: float, rng: np.random.Generator) -> int
 
 @dataclass
 class SamplingRules(LogitRules):
-    """Whisper's logit rules, then a draw at ``temperature`` instead of the greedy choice.
-
-    Used through the same verification kernel as greedy decoding: each committed position
-    applies the rules to its row and draws one number, in order, whether the pass verified
-    candidates or not (so candidates change the number of passes, never the draws). The
-    log-probabilities a window is judged by stay those of the rule-masked logits (not divided
-    by the temperature), as in whisper.
-    """
+    """Whisper's logit rules, then a draw at ``temperature`` instead of the greedy choice
+    (one per committed position, in order). The log-probabilities a window is judged by stay
+    those of the rule-masked logits, not divided by the temperature, as in whisper."""
 
     temperature: float = 1.0
     rng: np.random.Generator | None = None

@@ -1,26 +1,19 @@
 """Where the target opens its next segment after closing one: a guess from the audio.
 
-Whisper ends a segment with a closing timestamp and begins the next with an opening one, each a
-token of its own. The closing time often comes free, verified with the segment's last words;
-the opening time does not: no text candidate knows it, so unless it is guessed exactly it costs
-a target pass of its own. In continuous speech the two times are the same. After a pause they
-are not, and the audio knows where speech starts again where the drafter's times do not (they
-sit on another model's grid). Measured with Whisper base on a 608-s file of clips with pauses
-between them: the opening time equalled the closing one at only 34 of 230 boundaries, and 198
-of AS²D's 985 target passes did nothing but commit an opening timestamp.
+The closing timestamp often comes free, verified with the segment's last words; the opening one
+does not (no text candidate knows it), so unless guessed exactly it costs a target pass of its
+own. In continuous speech the two times are the same; after a pause the audio knows where speech
+resumes (the drafter's times sit on another model's grid). On a 608-s file of clips with pauses,
+Whisper base opened at the closing time at 34 of 230 boundaries, and 198 of AS²D's 985 passes
+only committed an opening timestamp.
 
-The audio's guess: after the closing time, past the last word's tail (sound for at most
-:data:`TAIL`) and a pause (:data:`QUIET` below the speech level: :data:`ONSET_DB` under the
-loudest frame around), where sound lasts again (:data:`SOUND`); moved by the offset the target
-keeps from that sound (learned: it starts at :data:`LEAD` before, and settled near 0.16 s
-before on that file), on the grid the target writes its times on. Whisper base writes 99 % of
-its times on multiples of 0.2 s; a model that writes finer times gets the finer grid, learned
-from the times it commits. Which guess is offered, the same time or the audio's, is learned from
-the openings the target writes in the run. On that file the offered guess named 131 of the 230
-openings (the same time: 34) and AS²D's passes fell from 985 to 869; on 56 boundaries of
-continuous speech (real and synthetic, not used for the choices above but for one: the tail)
-it named 49 (the same time: 53). A wrong guess costs nothing: the pass it rides on was needed
-anyway, and verification keeps only what the target itself computes.
+The audio's guess: past the last word's tail (:data:`TAIL`) and a pause (:data:`QUIET` under the
+speech level), where sound lasts again (:data:`SOUND`), moved by the offset the target keeps
+from that sound (learned from :data:`LEAD`), on the grid the target writes its times on (0.2 s
+for base, learned). Which guess is offered, the same time or the audio's, is learned too. On
+that file the guess named 131 of the 230 openings and the passes fell from 985 to 869; on 56
+boundaries of continuous speech it named 49. A wrong guess costs nothing: the pass it rides on
+was needed anyway.
 """
 
 from __future__ import annotations
@@ -50,30 +43,23 @@ GOES_ON = -1  # the sound at a closing time goes on: no pause
 
 
 def closing_time(at: float, window_start: float, timestamp_begin: int) -> list[int]:
-    """``[t]``: the timestamp token of ``at`` (seconds: where the drafter closed a segment) in
-    the window that starts at ``window_start``, if it falls within it; empty otherwise. Offered
-    after the drafter's last words there: when it is right, the boundary costs no extra pass."""
+    """``[t]``: the timestamp token of ``at`` (where the drafter closed a segment) in the window
+    that starts at ``window_start``, if it falls within it; empty otherwise."""
     step = round((at - window_start) / TIME_PRECISION)
     return [timestamp_begin + step] if 0 <= step <= MAX_STEP else []
 
 
 def opening_time(seq: Sequence[int], timestamp_begin: int) -> list[int]:
-    """``[t]`` when ``seq`` ends with a segment's closing timestamp ``t`` (text before it):
-    in continuous speech Whisper opens the next segment at the same time, so the sources that
-    have no audio to go by offer it first (AS²D's aligned source guesses from the audio:
-    :class:`OpeningTimes`). Empty otherwise."""
+    """``[t]`` when ``seq`` ends with a segment's closing timestamp ``t`` (text before it): in
+    continuous speech Whisper opens the next segment at the same time. Empty otherwise."""
     if len(seq) >= 2 and seq[-1] >= timestamp_begin > seq[-2]:
         return [seq[-1]]
     return []
 
 
 class OpeningTimes:
-    """Guesses the opening timestamp after a closing one, and learns from what the target writes.
-
-    One per run of a strategy (a decoder's model): the grid and which guess works are the
-    target's habits, and carry from window to window and file to file; the audio is set for
-    each file (:meth:`audio`).
-    """
+    """Guesses the opening timestamp after a closing one, and learns from what the target
+    writes (its habits carry across windows and files; the audio is set per file)."""
 
     def __init__(self, timestamp_begin: int, rate: int = SAMPLE_RATE) -> None:
         self.tb = timestamp_begin
@@ -81,8 +67,7 @@ class OpeningTimes:
         self.frame = round(TIME_PRECISION * rate)  # samples a time step spans
         self._samples: np.ndarray | None = None
         # Decayed counts: committed times on the coarse grid and off it; openings each guess
-        # named exactly. The priors: the coarse grid (base's, and a guess made on it for a model
-        # with finer times is still right where it lands on it), the audio's guess first.
+        # named exactly. Priors: the coarse grid, the audio's guess first.
         self._on_grid, self._off_grid = 1.0, 0.0
         self._hits = {SAME: 1.0, ONSET: 1.0}
         # Steps from where sound resumes to the opening time the target writes (negative:
@@ -93,8 +78,7 @@ class OpeningTimes:
         self.named = {SAME: 0, ONSET: 0}  # of those, the ones each guess named exactly
 
     def audio(self, samples: np.ndarray | None) -> None:
-        """The samples of the file being decoded (16 kHz mono; a memmap is read only around
-        each boundary), or None: no audio guess, the same time only."""
+        """The samples of the file being decoded (16 kHz mono), or None: the same time only."""
         self._samples = samples
 
     @property
@@ -122,17 +106,16 @@ class OpeningTimes:
         return out
 
     def choose(self, guesses: dict[str, int]) -> list[int]:
-        """The guess to offer, ``[token]``, by which kind has named the target's openings
-        more often (the audio's on a tie); empty when there is none."""
+        """The guess to offer, ``[token]``: the kind that named more openings (the audio's on a
+        tie); empty when there is none."""
         if not guesses:
             return []
         kind = max(guesses, key=lambda k: (self._hits[k], k == ONSET))
         return [guesses[kind]]
 
     def observe(self, guesses: dict[str, int], committed: Sequence[int]) -> None:
-        """A pass committed ``committed``; ``guesses``: those made for its start (empty when it
-        did not follow a closing timestamp). Learns the grid from every time committed, and
-        each guess's aim from the opening, if the pass wrote one."""
+        """A pass committed ``committed`` after ``guesses`` (those made for its start): learn the
+        grid from every time, and each guess's aim from the opening, if the pass wrote one."""
         for t in committed:
             if t >= self.tb:
                 coarse = (t - self.tb) % COARSE == 0
@@ -153,8 +136,7 @@ class OpeningTimes:
 
     def _resumes(self, closing: int, window_start: float) -> int | None:
         """The step where sound resumes after the step ``closing`` (window-relative),
-        :data:`GOES_ON` where it does not stop, None where the audio shows no speech within
-        :data:`LOOK_AHEAD` (or no audio was given)."""
+        :data:`GOES_ON` where it does not stop, None where no speech follows (or no audio)."""
         samples = self._samples
         if samples is None:
             return None
@@ -171,9 +153,8 @@ class OpeningTimes:
         level = 10.0 * np.log10(power + 1e-10)
         floor = max(level.max() - ONSET_DB, SILENCE_DB)
         speech = level[before: before + ahead] > floor
-        # Sound right at the closing time is the last word's tail; the next segment opens
-        # where sound lasts again after a quiet stretch. Sound that goes on past TAIL with no
-        # quiet is speech that continues: the same time.
+        # Sound at the closing time is the last word's tail; sound past TAIL with no quiet is
+        # speech that continues (the same time).
         quiet = _first_run(~speech, round(QUIET / TIME_PRECISION))
         if quiet is None:
             return GOES_ON if len(speech) > round(TAIL / TIME_PRECISION) else None

@@ -1,26 +1,26 @@
 """What one transcription run decodes with, decided once before its first window.
 
-A run's decisions used to be made where each was needed and reported back afterwards; now the
-transcriber makes one :class:`RunPlan` (``LongFormTranscriber.plan``) before a run starts, from
-the options, the model and the decoder it was built with (the engine makes it when the call is
-made, and the run takes that one), and everything downstream reads it: the window loop (the search,
-whether candidates are verified), the run's :class:`~as2d.runtime.events.RunStarted` (so
-``--stats``), and the faces' JSON documents and API callers (through
-``TranscriptionInfo.plan``, which the engine fills in before the run starts, so a face never
-finds it empty). Nothing decides again and nothing is read back from the engine.
-
-The decoder and drafter are what the run *uses*, with the reason when that is less than was
-asked for: a recording of one window (no drafter is loaded), a target whose passes are not
-row-exact, a language no smaller model drafts, a beam search without exact batched rows or a
-drafter's stream. The text is the same whichever it is; only the speed differs.
+The transcriber makes one :class:`RunPlan` (:func:`make`) from the options, the model and its
+decoder before a run starts (the engine when the call is made), and everything downstream reads
+it: the window loop, :class:`~as2d.runtime.events.RunStarted` (so ``--stats``) and the faces
+(``TranscriptionInfo.plan``). Nothing decides again and nothing is read back from the engine.
+The decoder and drafter are the ones the run *uses*, with the reason when that is less than was
+asked for; the text is the same whichever it is, only the speed differs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from as2d.runtime.events import Listener, Note
+from as2d.runtime.rows import beams_exact
 from as2d.runtime.transcribe.beam import BeamOptions
-from as2d.runtime.transcribe.transcribe_options import describe_search
+from as2d.runtime.transcribe.transcribe_options import (
+    TranscribeOptions,
+    beam_options,
+    describe_search,
+    resolve_language,
+)
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,7 @@ class RunPlan:
     reason: str | None  # why the run decodes with less than was asked for (None: as asked)
     language: str | None  # the language asked for; None: detected (TranscriptionInfo says which)
     search: BeamOptions | None  # beam search at temperature 0; None: greedy
-    # The language is detected for every window (TranscribeOptions.multilingual, on a
-    # multilingual model): the segments say which.
+    # Each window's language is detected (on a multilingual model): the segments say which.
     multilingual: bool = False
 
     @property
@@ -44,3 +43,29 @@ class RunPlan:
     @property
     def search_name(self) -> str:
         return describe_search(self.search)
+
+
+def make(model, decoder, options: TranscribeOptions, reason: str | None,
+         emit: Listener) -> RunPlan:
+    """The plan of a run of ``decoder`` (a DecodeStrategy) on ``model``; ValueError for a
+    language or beam search the model cannot do. Speculative beam search needs a drafter's
+    stream and batched rows exactly those of single passes (checked once per model and
+    machine), otherwise the target decodes the beams alone, and the plan says why."""
+    language, search = resolve_language(model, options.language), beam_options(options)
+    name, drafter = decoder.name, decoder.drafter_name
+    if search is not None:
+        if model.beam_graph is None:  # a Hugging Face ONNX export
+            raise ValueError(f"{model.name}: beam search needs an as2d Whisper model "
+                             "(a Hugging Face ONNX export decodes greedily only)")
+        exact = beams_exact(model)
+        if not exact:
+            emit(Note("beam search: this machine computes the batched decoder's rows "
+                      "differently from single passes; the target decodes the beams alone"))
+        if drafter is not None and not (exact and decoder.streams):
+            reason = ("beam search: the batched decoder's rows are not those of single "
+                      "passes on this machine" if not exact else
+                      f"beam search: the {name} decoder has no drafter's stream to take "
+                      "candidates from")
+            name, drafter = "target", None
+    return RunPlan(name, drafter, reason, language, search,
+                   options.multilingual and model.multilingual)

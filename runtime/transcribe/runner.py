@@ -1,12 +1,9 @@
 """One run's window loop body: encode a window once, decode it, report every pass.
 
-:class:`WindowRunner` is shared by every decoder and every search: the target's encoder, one
-loop over a window task's passes (:mod:`.window_task`: greedy, samples side by side or beam
-search, all through the one verification kernel), one stats record per decode, and the events.
-
-It keeps one encoding, keyed by the window it encodes: language detection encodes the first
-window and a repetition retry decodes a window again, and neither should pay for a second
-encoder run (the encoder is most of the time on short clips).
+:class:`WindowRunner` serves every decoder and search: the target's encoder, one loop over a
+window task's passes (:mod:`.window_task`), one stats record per decode, the events. It keeps
+one encoding, keyed by its window, so that language detection and a repetition retry do not
+pay for a second encoder run (most of the time on short clips).
 """
 
 from __future__ import annotations
@@ -64,8 +61,7 @@ class AheadEncoding:
         self.run_options.terminate = True
 
     def wait(self) -> None:
-        """Wait for the thread to end, whatever the outcome: no encoder thread may be inside
-        onnxruntime when the process exits (that aborts it)."""
+        """Wait for the thread to end (one inside onnxruntime at exit aborts the process)."""
         try:
             self._work.result()
         except Exception:  # noqa: BLE001 - abandoned or failed: nobody needs it any more
@@ -101,12 +97,8 @@ class WindowRunner:
         self._detected: tuple[tuple[int, int], tuple[str, float]] | None = None
 
     def detect_language(self, mel: LogMel, window: Window | None = None) -> tuple[str, float]:
-        """Most probable language of ``window`` (default: the first; multilingual models).
-
-        The encoding is kept for decoding that same window next, so detection costs one
-        decoder step, not an encoder run; a window already detected is not detected again
-        (a multilingual run's first window: the run's language, then the window's).
-        """
+        """Most probable language of ``window`` (default: the first); the encoding is kept
+        for its decode, and a window already detected is not detected again."""
         window = window or Window(0, 0, min(N_FRAMES, mel.n_frames))
         key = (window.seek, window.size)
         if self._detected is not None and self._detected[0] == key:
@@ -127,23 +119,20 @@ class WindowRunner:
             encoding.stop()  # the run was stopped already
 
     def stop(self) -> None:
-        """A stop: an encoding started ahead is abandoned too (the run's own encoder runs stop
-        through ``run_options``)."""
+        """A stop: an encoding started ahead is abandoned too."""
         pending = self._pending
         if pending is not None:
             pending.stop()
 
     def close(self) -> None:
-        """The run is over: an encoding started ahead and never taken (the run failed or
-        was stopped first) is waited for, so that no encoder thread outlives the run."""
+        """The run is over: an encoding started ahead and never taken is waited for."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.abandon()
 
     def _take_pending(self, window: Window) -> tuple[AudioContext | None, float]:
-        """The encoding started ahead, if it is ``window``'s (waited for). One that failed
-        (a stop abandoned it) is done again by the caller, which then reports any error; one
-        for another window (its first window was skipped) is abandoned."""
+        """The encoding started ahead, if it is ``window``'s (waited for; one that failed is
+        done again by the caller); one for another window is abandoned."""
         pending = self._pending
         if pending is None:
             return None, 0.0
@@ -152,9 +141,7 @@ class WindowRunner:
             pending.abandon()
             return None, 0.0
         try:
-            # Still reachable through ``_pending`` while it is waited for, so that a stop()
-            # now abandons the run (a live session's next utterance waited for this
-            # encoder's whole window, up to 0.3 s, when it was dropped before the wait).
+            # Still in ``_pending`` while waited for, so that a stop() now abandons it.
             return pending.result()
         except Exception:  # noqa: BLE001 - encoded again in this thread
             return None, 0.0
@@ -162,8 +149,7 @@ class WindowRunner:
             self._pending = None
 
     def _keep(self, window: Window, mel: LogMel) -> None:
-        """Keep ``window``'s encoding: the one kept already, the one started ahead, or a new
-        encoder run (with the encoder seconds not yet charged to a decode)."""
+        """Keep ``window``'s encoding: the one kept, the one started ahead, or a new one."""
         key = (window.seek, window.size)
         if self._encoding is not None and self._encoding[0] == key:
             return
@@ -177,8 +163,8 @@ class WindowRunner:
         self._encoding = (key, ctx, seconds)
 
     def encode(self, window: Window, mel: LogMel) -> tuple[AudioContext, float]:
-        """The target's encoding of ``window`` and the encoder seconds to charge to it: a kept
-        encoding is charged to the first decode that uses it, and to no later one."""
+        """The target's encoding of ``window`` and the encoder seconds to charge to it (to the
+        first decode that uses it only)."""
         self._keep(window, mel)
         key, ctx, seconds = self._encoding
         if seconds:
@@ -187,8 +173,7 @@ class WindowRunner:
         return ctx, seconds
 
     def encoding(self, window: Window, mel: LogMel | None = None) -> AudioContext:
-        """The kept encoding of ``window`` (the one just decoded); encoded again from
-        ``mel`` only if another window's encoding has replaced it."""
+        """The kept encoding of ``window``, encoded again from ``mel`` if it was replaced."""
         if self._encoding is not None and self._encoding[0] == (window.seek, window.size):
             return self._encoding[1]
         if mel is None:
@@ -197,10 +182,8 @@ class WindowRunner:
 
     def _begin(self, window: Window, mel: LogMel, stop: threading.Event
                ) -> tuple[AudioContext, float] | None:
-        """What every decode of a window starts with, greedy or beam: announce the window,
-        forget the last one's partial result, take its encoding (None when a stop ended the
-        encoder run) and run the one-shot ``after_encode`` hook (a head start for the next
-        file, whose failure costs only that head start)."""
+        """Announce the window, take its encoding (None when a stop ended the encoder run) and
+        run the one-shot ``after_encode`` hook (a head start for the next file)."""
         self.emit(WindowStarted(window.index, window.start, window.end))
         self._task = None  # nothing of this window committed yet
         try:
@@ -219,10 +202,8 @@ class WindowRunner:
 
     def decode(self, window: Window, mel: LogMel, task: Open, stop: threading.Event,
                retried: bool = False) -> list[tuple[DecodingResult, WindowStats]] | None:
-        """Decode ``window`` with ``task`` (:mod:`.window_task`: greedy, samples side by side or
-        beam search): each of its decodes' result and record (the task's time in every record,
-        each decode's own passes). None when ``stop`` was set first (then :meth:`partial` has
-        what the task kept so far)."""
+        """Decode ``window`` with ``task``: each of its decodes' result and record. None when
+        ``stop`` was set first (then :meth:`partial` has what the task kept so far)."""
         encoded = self._begin(window, mel, stop)
         if encoded is None:
             return None
@@ -255,7 +236,7 @@ class WindowRunner:
 
     def _report(self, window: int, offered: Sequence[int], verdict: Verdict,
                 texts: Verdict | None) -> None:
-        """One pass as a Verified event (made only where somebody listens: see decode)."""
+        """One pass as a Verified event (only where somebody listens)."""
         tk = self.model.tokenizer
         shown = texts or verdict  # whose tokens the texts are
         acc = shown.committed[: shown.accepted]

@@ -1,28 +1,17 @@
 """The ``best_of`` samples of a fallback window, drawn side by side in one batch.
 
-Whisper's temperature fallback draws ``best_of`` samples of a window (:mod:`.fallback`).
-Drawn one after another, each is a decode of its own, a pass per token (fewer with
-candidates); yet a decoder pass over one row is bound by reading the weights and the cross
-keys and values, not by arithmetic, so passes over five rows cost little more than passes over
-one. faster-whisper draws its samples as one batch for that reason. Here they share one
-pooled cache (:class:`~as2d.runtime.whisper.model.BeamDecoderState`, beam search's), one
-hypothesis per sample, and each pass runs every live sample's next rows.
+A decoder pass over one row is bound by reading the weights and the cross keys and values, so
+passes over five rows cost little more than over one (faster-whisper batches its samples for
+that reason). The samples share one pooled cache (beam search's), one hypothesis each. Each
+keeps its own seeded generator and rules, draws once per committed position, in order, from
+rows bit for bit those of single passes (:func:`as2d.runtime.rows.beams_exact`): the batch
+changes the number of passes, never a token.
 
-What each sample draws is exactly what it draws alone: sample ``i`` keeps its own seeded
-generator and rules (:class:`~as2d.runtime.transcribe.fallback.SamplingRules`), chooses once
-per committed position, in order, from rows that are bit for bit those of single passes
-(checked on the machine: :func:`as2d.runtime.rows.beams_exact`), so the batch changes the
-number of passes, never a token.
-
-Candidates go through the verification kernel
-(:func:`~as2d.runtime.speculative.verify.replay`), each sample a hypothesis of its own: a pass
-runs, for each sample, its *pending* token (the first it committed that the cache lacks), its
-*backlog* (the committed tokens after that one) and its candidates, in that order. The pooled cache
-keeps every sample at one length, so a pass can keep only as many positions as the sample
-that advanced least; a sample that advanced further keeps the tokens it committed beyond
-(chosen from their rows and drawn for, never chosen again) as its backlog, which runs again
-in the next pass, where their rows are the same rows. A sample leaves the batch when it ends
-(end-of-text or a length limit).
+Candidates go through the verification kernel, each sample a hypothesis: a pass runs its
+*pending* token (the first committed that the cache lacks), its *backlog* and its candidates.
+The pooled cache keeps every sample at one length, the least advanced one's; a sample that
+advanced further keeps the tokens beyond as its backlog, run again in the next pass (the same
+rows; chosen and drawn for once). A sample leaves the batch when it ends.
 """
 
 from __future__ import annotations
@@ -37,10 +26,9 @@ from as2d.runtime.transcribe.window import Decoded, DecodingResult, commit
 from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
 from as2d.runtime.whisper.model import BeamDecoderState
 
-# Tokens a pass runs for one sample (its pending token, backlog and candidates): a pass over
-# every live sample runs up to this many rows each, so it bounds the pass's cost. Measured on a
-# window of the 608-s file that falls back twice (10 samples, 1423 tokens, AS²D): 2, 3, 4 and 8
-# took 6.5, 6.0, 5.6 and 5.7 s; one after another, 6.9-8.3 s.
+# Rows a pass runs for one sample (pending token, backlog and candidates). Measured on a
+# window that falls back twice (10 samples, 1423 tokens, AS²D): 2, 3, 4 and 8 took 6.5, 6.0,
+# 5.6 and 5.7 s; one after another, 6.9-8.3 s.
 MAX_FED = 4
 
 
@@ -77,8 +65,7 @@ class SampleBatch:
         return self.state.length - len(self.prompt)
 
     def start(self) -> list[tuple[list[int], Verdict]]:
-        """The prompt, run once for every sample, and each sample's first token; what each
-        sample committed (as :meth:`step` returns it)."""
+        """The prompt, run once for every sample, and each sample's first token."""
         t0 = time.perf_counter()
         # The rows from the start-of-transcript token on (see WindowState.start).
         row = self.state.forward([self.prompt],
@@ -105,8 +92,7 @@ class SampleBatch:
         return max(0, min(by_len, by_ctx, self.max_fed - 1 - backlog))
 
     def step(self) -> list[tuple[list[int], Verdict]]:
-        """One pass over every live sample: its pending token, backlog and candidates; per
-        sample that took part, what it was offered and its verdict (``ran``: its rows)."""
+        """One pass over every live sample; per sample, its offer and verdict."""
         if self.done:
             raise RuntimeError("samples already decoded")
         t0 = time.perf_counter()
@@ -125,9 +111,8 @@ class SampleBatch:
         passed = []
         for j, i in enumerate(self.live):
             s, offer = self.samples[i], offers[j]
-            # The row of its last committed token (the backlog's last; with no backlog, the
-            # pending one's) draws its next token; each accepted candidate's, the one after.
-            # A pass's draws can reach a length limit only at its last position (see room).
+            # Its last committed token's row draws the next token (a length limit can only
+            # be reached at the pass's last position: see room).
             start = len(fed[j]) - len(offer) - 1
             draw = OneHypothesis(s.rules.choose, list(s.generated), frozenset({self.eot}))
             steps, _, _ = replay(logits[j:j + 1], [fed[j]], draw, [start])
@@ -149,9 +134,8 @@ class SampleBatch:
 
     def _passed(self, t0: float, passed: list[tuple[int, list[int], Verdict]]
                 ) -> list[tuple[list[int], Verdict]]:
-        """Count a pass for the batch and for each sample in it (``passed``: the sample, its
-        offer and verdict), give every verdict the pass's time (its rules included), tell each
-        sample's source; the offers and verdicts, in the pass's order."""
+        """Count a pass for the batch and each sample in it, time its verdicts, tell the
+        sources; the offers and verdicts, in the pass's order."""
         seconds = time.perf_counter() - t0
         self.passes += 1
         for i, offer, v in passed:
@@ -166,8 +150,7 @@ class SampleBatch:
         return [s.decoded(self.no_speech_prob) for s in self.samples]
 
     def result(self) -> DecodingResult:
-        """The most probable sample so far (whisper's ranking; the first of equals), what a
-        stopped window keeps."""
+        """The most probable sample so far (whisper's ranking; the first of equals)."""
         results = self.results()
         scores = [length_score(r.sum_logprob, len(r.tokens)) for r in results]
         return results[scores.index(max(scores))]

@@ -1,10 +1,9 @@
 """Classic speculative decoding, the baseline AS²D is measured against.
 
-Serial and coupled: for every target pass the drafter first catches up with the target's
-committed prefix (mapped into its own vocabulary), drafts ``k`` tokens greedily, and only then
-does the target verify them; meanwhile the other model waits. The drafter here gets every
-advantage the AS²D drafter gets (same model, same threads as the target, the same shortened
-encoder input), so the comparison isolates the scheduling.
+Serial and coupled: before every target pass the drafter catches up with the target's committed
+prefix (in its own vocabulary) and drafts ``k`` tokens greedily, while the target waits. The
+drafter gets every advantage AS²D's gets (same model and threads, the same shortened encoder
+input), so the comparison isolates the scheduling.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from collections.abc import Callable, Sequence
 from as2d.runtime.events import Encoded, Listener
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.transcribe.drafter import draft_frames, make_retokenizer, same_vocabulary
-from as2d.runtime.transcribe.drafting import BudgetedSource, DraftingStrategy
-from as2d.runtime.transcribe.strategy import Window
+from as2d.runtime.transcribe.strategy import BudgetedSource, DraftingStrategy, Window
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel

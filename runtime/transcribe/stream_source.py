@@ -1,19 +1,11 @@
 """Candidates for decodes the run's aligner does not follow: from the drafter's stream, looked
 up afresh for whatever sequence is being decoded.
 
-AS²D's :class:`~as2d.runtime.transcribe.as2d.AlignedSource` keeps one pointer into the
-drafter's stream for the whole run, moved by the text the target keeps. Some decodes of a window
-are not that text: the hypotheses of a beam search, and the sampled decodes of Whisper's
-temperature fallback (of which at most one is kept). :class:`StreamProposer` finds each such
-sequence's place in the stream from its own last tokens, holding nothing between calls but an
-n-gram index of the stream; :class:`SampledSource` offers one sampled decode its own repetition
-(a loop, which the drafter did not make), else the proposer's guess.
-
-A sampled decode takes candidates as losslessly as a greedy one: the verification kernel asks the
-decode's rule (:class:`~as2d.runtime.transcribe.fallback.SamplingRules`) for one token per
-committed position, in order, and never past the first rejection, so every draw of the seeded
-generator lands on the position it would land on without candidates, applied to the same rows
-(row-exactness, :mod:`as2d.runtime.rows`): the same tokens, in fewer passes.
+AS²D's aligner follows the text the target keeps; a beam search's hypotheses and a fallback's
+samples are other text. :class:`StreamProposer` finds each such sequence's place in the stream
+from its own last tokens (an n-gram index of the stream); :class:`SampledSource` offers a
+sampled decode its own repetition, else the proposer's guess. Lossless as greedy: the kernel
+asks the sampling rule for one draw per committed position, in order, never past a rejection.
 """
 
 from __future__ import annotations
@@ -33,18 +25,13 @@ PRIORS = {REPEAT: REPEAT_PRIOR, STREAM: 0.7}
 
 
 class StreamProposer:
-    """Candidates for every live hypothesis, from the drafter's stream (AS²D's), aligned to
-    *that hypothesis's* text.
+    """Candidates for any hypothesis from the drafter's stream, aligned to its own text.
 
-    The stream holds the drafter's transcript of the whole file as the target's text tokens,
-    with the audio time of each and where the drafter closed its segments. A hypothesis's text
-    (its tokens before the timestamps, without them) is found in the stream by its longest
-    suffix of up to ``max_ngram`` tokens (the occurrence nearest where that much text of this
-    window should stand), and what follows there is proposed; an empty text starts at the
-    window's first drafted token. After a closing timestamp the same time is offered to open
-    the next segment (as Whisper writes it in continuous speech), and where the drafter closed
-    a segment its time is guessed as the target's closing timestamp. Wrong guesses cost rows
-    of a pass, never a token: the verification decides.
+    The hypothesis's text tokens are found in the stream by their longest suffix of up to
+    ``max_ngram`` tokens (the occurrence nearest where that much text of this window should
+    stand; an empty text starts at the window's first drafted token) and what follows there is
+    proposed, with the opening time after a closing one and the drafter's segment ends as
+    closing times. Wrong guesses cost rows of a pass, never a token.
     """
 
     def __init__(self, stream, window_start: float, timestamp_begin: int, eot: int,
@@ -60,8 +47,7 @@ class StreamProposer:
 
     def _grow(self) -> None:
         if self.first >= len(self.stream.tokens) and not self.stream.finished:
-            # The drafter had not reached the window yet when this was made (a proposer lives
-            # as long as its window's decodes): its first token is still to come.
+            # The drafter had not reached the window when this was made.
             self.first = self.stream.index_at_time(self.offset)
         tokens, end = self.stream.tokens, len(self.stream.tokens)
         for e in range(self.indexed + 1, end + 1):
@@ -107,11 +93,9 @@ class StreamProposer:
 
 
 def window_repetition(context: Sequence[int], k: int, timestamp_begin: int) -> list[int]:
-    """:func:`~as2d.runtime.speculative.lookup.repetition` for a Whisper window: a loop's turns
-    differ only in their timestamps, so those match one another (and count for nothing: the
-    evidence is four text tokens), and the offer stops before the next one (its time cannot
-    be guessed); after a segment's closing timestamp it starts with the same time, which opens
-    the next segment. Empty where the window does not repeat itself."""
+    """:func:`~as2d.runtime.speculative.lookup.repetition` for a Whisper window: timestamps
+    match one another and count for nothing, and the offer stops before the next one; after a
+    closing timestamp it starts with the same time. Empty where the window does not repeat."""
     tb = timestamp_begin
     lead = opening_time(context, tb)
     guess = repetition(list(context) + lead, max(1, k - len(lead)),
@@ -121,12 +105,9 @@ def window_repetition(context: Sequence[int], k: int, timestamp_begin: int) -> l
 
 
 class SampledSource(CandidateSource):
-    """One sampled decode's candidates: where the decode has begun to repeat itself, its own
-    repetition (:func:`~as2d.runtime.speculative.lookup.repetition`); else the proposer's guess
-    from the drafter's stream. Whisper's fallback samples a window again because its greedy
-    text looped or was unsure, and a loop is what the drafter, which did not loop, cannot
-    guess. How many tokens to offer is a :class:`~as2d.runtime.speculative.budget.Budget`'s
-    choice, one per kind of offer, from its acceptance and the measured cost of a row."""
+    """One sampled decode's candidates: its own repetition where it has begun to loop (what
+    the drafter, which did not loop, cannot guess), else the proposer's guess; a
+    :class:`~as2d.runtime.speculative.budget.Budget` per kind of offer sizes each."""
 
     name = "repetition or stream"
 
@@ -157,8 +138,7 @@ class SampledSource(CandidateSource):
         if offered and self._kind is not None:
             self.budgets[self._kind].record(verdict.offered, verdict.accepted, verdict.ran,
                                             verdict.seconds)
-        # A plain step still measures what a pass costs (the prompt's pass, many rows for no
-        # candidate, does not).
+        # A plain step still measures what a pass costs (the prompt's pass does not).
         elif verdict.ran == 1:
             for b in self.budgets.values():
                 b.record(0, 0, verdict.ran, verdict.seconds)

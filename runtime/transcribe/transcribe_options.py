@@ -115,15 +115,18 @@ class TranscribeOptions:
         if self.multilingual and self.language is not None:
             raise OptionError("multilingual", "detects every window's language: leave {0} out",
                               others=("language",))
-        for name in ("language", "initial_prompt", "hotwords"):
-            value = getattr(self, name)
+        for name, value in (("language", self.language), ("initial_prompt", self.initial_prompt),
+                            ("hotwords", self.hotwords)):
             if value is not None and not isinstance(value, str):
                 raise OptionError(name, f"must be text, not {shown(value)}")
-        _optional(self, "no_speech_threshold", 0.0, 1.0, " (a probability)")
-        _optional(self, "silence_peak", 0.0, 1.0, " (an amplitude; 1 is full scale)")
-        _optional(self, "logprob_threshold", None, 0.0, " (an average log-probability)")
-        _optional(self, "compression_ratio_threshold", 0.0, None, " (a compression ratio)",
-                  above=True)
+        _optional("no_speech_threshold", self.no_speech_threshold, 0.0, 1.0,
+                  " (a probability)")
+        _optional("silence_peak", self.silence_peak, 0.0, 1.0,
+                  " (an amplitude; 1 is full scale)")
+        _optional("logprob_threshold", self.logprob_threshold, None, 0.0,
+                  " (an average log-probability)")
+        _optional("compression_ratio_threshold", self.compression_ratio_threshold, 0.0, None,
+                  " (a compression ratio)", above=True)
         check_finite("max_initial_timestamp", self.max_initial_timestamp, 0.0)
         check_finite("prompt_reset_on_temperature", self.prompt_reset_on_temperature, 0.0)
         self.temperatures = temperature_schedule(tuple(self.temperatures)
@@ -143,9 +146,8 @@ class TranscribeOptions:
                               f"VadParameters.parse), not {shown(self.vad_parameters)}")
 
 
-def _optional(options: TranscribeOptions, name: str, low: float | None, high: float | None,
+def _optional(name: str, value, low: float | None, high: float | None,
               what: str = "", above: bool = False) -> None:
-    value = getattr(options, name)
     if value is not None:  # None: the rule is off
         check_finite(name, value, low, high, what, above)
 

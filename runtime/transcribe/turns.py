@@ -1,12 +1,10 @@
 """Whose turn it is on a small machine: the target's encoder before a drafter that is ahead.
 
-On two cores the target's encoder is most of a run's time and scales with threads (0.31 s for a
-30-s window on two threads, 0.53 s on one), while the drafter, three times faster than the
-target through a file, is soon windows ahead of it. Running both at once then only slows the
-encoder the target is waiting for (measured: 7.2 s of encoder alone, 9.6 s beside the drafter,
-on a 10-minute file). So while the target encodes a window the drafter has already drafted, the
-drafter waits; it keeps working whenever its draft is still needed for that window. Which
-tokens the target commits never depends on this (only when the drafter's candidates arrive).
+On two cores the target's encoder is most of a run's time and scales with threads, while the
+drafter is soon windows ahead; running both then only slows the encoder the target waits for
+(7.2 s of encoder alone, 9.6 s beside the drafter, on a 10-minute file). So while the target
+encodes a window already drafted, the drafter waits. Which tokens are committed never depends
+on this, only when candidates arrive.
 """
 
 from __future__ import annotations

@@ -1,29 +1,26 @@
 """The VAD filter for files: decode only the speech, time it on the original recording.
 
-faster-whisper's ``vad_filter`` semantics: a voice detector (Silero VAD, the one ``as2d mic``
-uses) scores every 32-ms frame; frames over ``threshold`` open a speech chunk, which closes
-after ``min_silence_duration_ms`` under ``neg_threshold`` (default ``threshold - 0.15``); chunks
-shorter than ``min_speech_duration_ms`` are dropped, chunks longer than
-``max_speech_duration_s`` are split (at a pause of 98 ms or more when there is one), and every
-chunk is padded by ``speech_pad_ms`` on each side (half the gap each when two chunks are closer
-than twice that). The chunks are joined into one recording, so Whisper's 30-s windows each take
-as many chunks as fit, and the window loop runs on that; every timestamp is then mapped back to
-the original audio (a segment's end that falls exactly on the end of a chunk stays in that
-chunk).
-
-The engine does not own a detector: whoever builds the
-:class:`~as2d.runtime.transcribe.longform.LongFormTranscriber` passes one (anything with
-``probabilities(samples) -> one probability per 512 samples``), so this room does not depend on
-the dictation room where Silero lives.
+faster-whisper's ``vad_filter``: a voice detector (Silero, as ``as2d mic`` uses) scores every
+32-ms frame; frames over ``threshold`` open a speech chunk, closed after
+``min_silence_duration_ms`` under ``neg_threshold``; chunks shorter than
+``min_speech_duration_ms`` are dropped, longer than ``max_speech_duration_s`` split (at a pause
+of 98 ms when there is one), and each is padded by ``speech_pad_ms`` (half the gap between two
+close ones). The chunks are joined into one recording for the window loop, and every timestamp
+is mapped back (a segment's end exactly on a chunk's end stays in that chunk). The detector is
+passed in by whoever builds the transcriber, so this room does not depend on the live one.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+import time
 from dataclasses import dataclass, fields
 
 import numpy as np
+
+from as2d.runtime.audio import Audio
+from as2d.runtime.events import Listener, Note
 
 SAMPLE_RATE = 16000
 FRAME = 512  # samples per detector decision (Silero at 16 kHz)
@@ -48,9 +45,11 @@ class VadParameters:
         if self.neg_threshold is not None and not 0.0 <= self.neg_threshold <= self.threshold:
             raise ValueError(f"VAD neg_threshold must be between 0 and threshold, "
                              f"not {self.neg_threshold}")
-        for name in ("min_speech_duration_ms", "min_silence_duration_ms", "speech_pad_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"VAD {name} must be 0 or more, not {getattr(self, name)}")
+        for name, value in (("min_speech_duration_ms", self.min_speech_duration_ms),
+                            ("min_silence_duration_ms", self.min_silence_duration_ms),
+                            ("speech_pad_ms", self.speech_pad_ms)):
+            if value < 0:
+                raise ValueError(f"VAD {name} must be 0 or more, not {value}")
         if not self.max_speech_duration_s > 0:
             raise ValueError(f"VAD max_speech_duration_s must be positive, "
                              f"not {self.max_speech_duration_s}")
@@ -226,3 +225,25 @@ def join_speech(samples: np.ndarray, chunks: list[tuple[int, int]]) -> np.ndarra
         return np.zeros(0, np.float32)
     return np.ascontiguousarray(np.concatenate([samples[a:b] for a, b in chunks]),
                                 dtype=np.float32)
+
+
+def speech_only(audio: Audio, detector, params: VadParameters, extra: dict, emit: Listener
+                ) -> tuple[Audio, Timeline | None]:
+    """``audio``'s speech chunks joined, and the map back to its times (None: no speech at
+    all); the chunks and timings go into ``extra`` (``TranscriptionInfo.extra``)."""
+    if detector is None:
+        raise ValueError("the VAD filter needs a voice detector (LongFormTranscriber("
+                         "voice_detector=as2d.runtime.vad.silero.SileroVAD()))")
+    t0 = time.perf_counter()
+    chunks = speech_chunks(speech_probabilities(audio.samples, detector), len(audio.samples),
+                           params)
+    timeline = Timeline(chunks)
+    extra["vad_chunks"] = [(a / SAMPLE_RATE, b / SAMPLE_RATE) for a, b in chunks]
+    extra["vad_speech_seconds"] = timeline.speech_seconds
+    extra["vad_seconds"] = time.perf_counter() - t0
+    emit(Note(f"VAD filter: {timeline.speech_seconds:.1f} s of speech in {len(chunks)} chunk(s) "
+              f"kept of {audio.duration:.1f} s ({time.perf_counter() - t0:.2f} s)"))
+    if not chunks:
+        return audio, None
+    return Audio(join_speech(audio.samples, chunks), audio.source, audio.source_rate,
+                 audio.source_channels, audio.truncated), timeline

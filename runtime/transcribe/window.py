@@ -1,11 +1,9 @@
 """Greedy decoding of one Whisper window, one verified pass at a time.
 
 :class:`WindowState` is the target's side of a window: the prompt pass, then passes of the
-verification kernel (:func:`~as2d.runtime.speculative.verify.verify`) with Whisper's logit rules
-as the greedy choice and end-of-text as the stop. With no candidates a pass *is* a plain greedy
-step, so whatever proposes candidates, the window commits what target-only decoding commits. It
-satisfies :class:`~as2d.runtime.speculative.candidates.Decoding`, so the one candidate step
-(:func:`~as2d.runtime.speculative.candidates.step`) drives it (:mod:`.window_task`).
+verification kernel with Whisper's logit rules as the greedy choice. With no candidates a pass
+*is* a plain greedy step, so whatever proposes candidates, the window commits what target-only
+decoding commits.
 """
 
 from __future__ import annotations
@@ -55,10 +53,8 @@ class Decoded:
 
 def commit(seq: Decoded, tokens: Sequence[int], rows: Sequence[np.ndarray], eot: int,
            sample_len: int, prompt_len: int, capacity: int) -> None:
-    """Whisper's rule for each chosen token in turn (its ``row`` masked): its log-probability
-    counts; end-of-text ends the decode (and is not kept as a token); so do ``sample_len``
-    tokens, or a sequence that outgrows the decoder's context. Tokens after the end are not
-    committed."""
+    """Whisper's rule for each chosen token in turn: its log-probability counts; end-of-text
+    (not kept), ``sample_len`` tokens or the decoder's context end the decode."""
     for token, row in zip(tokens, rows):
         seq.sum_logprob += logprob_of(row, token)
         if token == eot:
@@ -71,8 +67,7 @@ def commit(seq: Decoded, tokens: Sequence[int], rows: Sequence[np.ndarray], eot:
 
 
 def room(done: bool, sample_len: int, generated: int, state) -> int:
-    """How many candidates a decode's next pass may verify (for each hypothesis) without
-    passing a length limit: ``sample_len`` tokens, or the decoder ``state``'s context."""
+    """How many candidates a decode's next pass may verify without passing a length limit."""
     if done:
         return 0
     return max(0, min(sample_len - generated - 1, state.capacity - state.length - 1))
@@ -117,8 +112,7 @@ class WindowState(Decoded):
         self._commit([token], [row])
         verdict = Verdict([token], [row], 0, 0, len(self.prompt), time.perf_counter() - t0,
                           token == self.eot)
-        # A pass, but not one where the target went on "alone": no candidate could have
-        # come before the first token.
+        # Not a pass "alone": no candidate could have come before the first token.
         self.counts.count(0, 0, verdict.seconds, alone=False)
         return verdict
 

@@ -1,16 +1,11 @@
 """One decode of one window, whatever the search: the seam between the runner and the decoders.
 
-A window is decoded greedily (one hypothesis, candidates from the run's source: AS²D's aligned
-stream, SD's re-drafts or none), as a fallback's samples side by side (``best_of`` hypotheses,
-each drawn from its own seeded generator, :mod:`.samples`) or by beam search (a ranked group,
-candidates from the drafter's stream, :mod:`.beam`). Each commits through the one verification
-kernel (:func:`~as2d.runtime.speculative.verify.replay`). The runner
-(:class:`~as2d.runtime.transcribe.runner.WindowRunner`) encodes the window, opens one of these
-tasks over the encoding, runs its passes until it is done and makes the one stats record; it
-does not know which search it drives.
-
-A task is a function ``open(model, ctx, report) -> WindowDecode``, made by :func:`greedy`,
-:func:`samples` or :func:`beam` from what the long-form loop decided for the window.
+Greedy (one hypothesis, candidates from the run's source), a fallback's samples side by side
+(:mod:`.samples`) or beam search (:mod:`.beam`): each commits through the one verification
+kernel (:func:`~as2d.runtime.speculative.verify.replay`). A task is a function
+``open(model, ctx, report) -> WindowDecode`` made by :func:`greedy`, :func:`samples` or
+:func:`beam`; the runner encodes the window, opens the task and runs its passes without knowing
+which search it drives.
 """
 
 from __future__ import annotations
@@ -34,13 +29,10 @@ MAX_BEAM_BUDGET = 8
 
 
 def beam_budget(beam_size: int) -> Budget:
-    """The :class:`Budget` of a speculative beam search: how many candidates each hypothesis
-    gets is chosen as for every other source, from acceptance and the measured cost of a row.
-    Its units are per hypothesis (``k`` candidates each, a pass of ``1 + k`` rows each); a
-    beam step taken beyond the plain pass's one is an accepted candidate. One more candidate
-    each adds ``beam_size`` rows to a pass of ``beam_size``, so its prior cost relative to the
-    plain pass is ``n·s / (1 + (n-1)·s)`` for a row's ``s`` (0.30 for a beam of 5: the first
-    pass offers 3, as measured best before), and the fit may take it up to a whole pass."""
+    """The :class:`Budget` of a speculative beam search, in units per hypothesis (a beam step
+    beyond the plain pass's one is an accepted candidate). One more candidate each adds
+    ``beam_size`` rows to a pass of ``beam_size``: a prior cost of ``n·s / (1 + (n-1)·s)`` for
+    a row's ``s`` (0.30 for a beam of 5), which the fit may take up to a whole pass."""
     row = Budget.prior_slope
     n = max(1, beam_size)
     return Budget(k_max=MAX_BEAM_BUDGET, prior_slope=n * row / (1 + (n - 1) * row),
@@ -135,8 +127,7 @@ def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOpt
 
 
 class _Task:
-    """What every search's task shares: its decoder (``decoding``: a window, a batch of
-    samples, a beam search) and the release of its cache; one decode unless it says more."""
+    """What every search's task shares: its decoding and the release of its cache."""
 
     steps = 0
 
@@ -194,8 +185,7 @@ class _Samples(_Task):
         self._report(self.decoding.step())
 
     def _report(self, verdicts: list[tuple[list[int], Verdict]]) -> None:
-        """One pass over the samples, reported as one pass: its counts are every sample's, its
-        texts the first live sample's (a view shows one text being decoded)."""
+        """One pass over the samples as one report: every sample's counts, the first's texts."""
         if not verdicts or self.report is None:
             return
         offered, lead = verdicts[0]

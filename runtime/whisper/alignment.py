@@ -1,18 +1,13 @@
 """Word-level timestamps, the way openai-whisper finds them.
 
-After a window is committed, its text tokens run once more through the decoder, this time the
-*alignment graph* (the decoder at the bundle's precision with one more output: the
-cross-attention scores of the model's alignment heads, ``alignment_heads`` in the manifest).
-Those heads attend to the audio frames where each token is spoken. As whisper's
-``find_alignment`` does, the scores of the window's real frames are softmaxed, standardised per
-frame across tokens, median-filtered along time (width 7), averaged over the heads, and a
-monotonic path through tokens × frames is found by dynamic time warping; a word starts at the
-frame where the path reaches its first token. Words are split on spaces (or on characters for
-languages written without them), punctuation is merged into its neighbour, and whisper's
-heuristics trim words that swallow a pause.
-
-The pass runs only over tokens already committed, after the window, and changes none of them:
-the transcript is the same with or without word timestamps and whatever decoder made it.
+After a window is committed, its text tokens run once more through the *alignment graph* (the
+decoder with one more output: the cross-attention scores of the model's alignment heads). As in
+whisper's ``find_alignment``, the scores of the real frames are softmaxed, standardised per
+frame, median-filtered along time (width 7) and averaged over the heads, and dynamic time
+warping finds a monotonic path through tokens × frames; words are split on spaces (characters
+for languages without them), punctuation merged into its neighbour, and whisper's heuristics
+trim words that swallow a pause. Only committed tokens are aligned, none changed: the transcript
+is the same with or without word timestamps.
 """
 
 from __future__ import annotations

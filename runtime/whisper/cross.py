@@ -1,20 +1,13 @@
 """A window's cross-attention keys and values in the form a decoder graph reads them.
 
-The encoder gives them in fp32: keys ``cross_k_i [H, dh, S]``, values ``cross_v_i [H, S, dh]``.
+The encoder gives them in fp32 (keys ``cross_k_i [H, dh, S]``, values ``cross_v_i [H, S, dh]``).
 int8 decoders (:class:`as2d.models.whisper_onnx.Cross`) read them as int8 with a scale per head
-and frame (keys, ``cross_k_scale_i [H, 1, S]``) or per head and channel (values,
-``cross_v_scale_i [H, 1, dh]``), quantised here once per window rather than in every pass: a
-decoder pass then reads a quarter of the bytes it read, which was half of its time.
-
-Where onnxruntime's uint8 × int8 kernel saturates (:mod:`as2d.runtime.int8_exact`), a graph is
-loaded as a twin that reads them as uint8 (each value + 128, zero point 128): the same integers
-in the exact kernel. The form is read off the loaded session's inputs, so the feed always
-matches the graph that runs.
-
-The quantising is a small onnxruntime graph (:class:`CrossQuantiser`: 8.5 ms for Whisper base's
-twelve tensors on two threads, against 18 ms in numpy), kept here as bytes, as
-:mod:`as2d.runtime.int8_exact` keeps its probe: importing onnx to build it would cost every
-process more than a second (a test checks the bytes are what :func:`quantiser_model` builds).
+and frame (keys) or per head and channel (values), quantised here once per window rather than
+in every pass: a pass then reads a quarter of the bytes, which were half of its time. Where
+onnxruntime's uint8 × int8 kernel saturates (:mod:`as2d.runtime.int8_exact`), a twin graph reads
+them as uint8 (zero point 128). The form is read off the loaded session's inputs. The quantiser
+is a small onnxruntime graph (8.5 ms for base's twelve tensors, 18 ms in numpy) kept as bytes:
+importing onnx to build it would cost every process a second (a test checks the bytes).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Whisper in the common Hugging Face ONNX layout (an optimum export), from a local folder.
 
-Users with internet access often have this layout: ``encoder_model.onnx``, and either
-``decoder_model_merged.onnx`` (one graph with a ``use_cache_branch`` switch) or the pair
-``decoder_model.onnx`` + ``decoder_with_past_model.onnx``; past keys/values named
-``past_key_values.N.{decoder,encoder}.{key,value}``; ``tokenizer.json`` and ``config.json``.
-
-The adapter offers the same interface as :class:`as2d.runtime.whisper.model.WhisperModel`. Such
-graphs were not written for verification, so a multi-token pass may round differently from
-single-token
-passes: :func:`as2d.runtime.rows.rows_exact` measures it, and the CLI only lets a model that
-passes serve as a speculative target.
+``encoder_model.onnx``, and either ``decoder_model_merged.onnx`` (a ``use_cache_branch``
+switch) or ``decoder_model.onnx`` + ``decoder_with_past_model.onnx``; past keys/values named
+``past_key_values.N.{decoder,encoder}.{key,value}``; ``tokenizer.json`` and ``config.json``. The
+adapter offers :class:`~as2d.runtime.whisper.model.WhisperModel`'s interface. Such graphs were
+not written for verification, so :func:`as2d.runtime.rows.rows_exact` decides whether one may
+serve as a speculative target.
 """
 
 from __future__ import annotations

@@ -10,7 +10,6 @@ their logits: one token for plain decoding, ``k + 1`` for verification.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -72,26 +71,19 @@ class WhisperModel:
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{self.path / 'manifest.json'}: dims is not a Whisper model's "
                              f"({exc}); reinstall the model") from None
-        # A drafter's outputs are only proposals: it may use the faster decoder whose rows are
-        # not bit-exact across passes (a target never does).
+        # A drafter's outputs are only proposals: it may use the faster, not row-exact decoder.
         files = manifest["files"]
         self._decoder_file = files.get("decoder_draft" if role == "drafter" else "decoder",
                                        files["decoder"])
-        # Start-up: onnxruntime builds the decoder session without the GIL, so it is made on a
-        # thread of its own while the tokenizer and the encoder load here (if they fail, the
-        # session is simply dropped).
-        # ``spin``: the sessions have the cores to themselves (target-only decoding), so their
-        # pools spin between operators (see as2d.runtime.sessions).
+        # The decoder session is built on a thread of its own (without the GIL) while the
+        # tokenizer and the encoder load. ``spin``: the sessions have the cores to themselves.
         self.spin = spin
         decoder = Background(make_session, self.path / self._decoder_file, threads, spin)
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
         self.config = manifest.get("generation", {})
         self.threads = threads
-        # The encoder back end: ``encoder`` ("auto", "onnxruntime", "openvino"), else
-        # $AS2D_ENCODER, else auto: the fastest here, measured once and remembered (see
-        # as2d.runtime.whisper.encoders). OpenVINO compiles the fp32 encoder graph (or its
-        # fp16- or int8-weight copy); ``ov_graph(kind)`` makes one for a bundle that lacks it
-        # (the loader passes one that converts it from the model's sources).
+        # The encoder back end (as2d.runtime.whisper.encoders); ``ov_graph(kind)`` makes an
+        # OpenVINO graph a bundle lacks.
         self.encoder = make_encoder(self.path, manifest, encoder_threads or threads, encoder,
                                     ov_graph=ov_graph, warn=progress, spin=spin,
                                     name=manifest.get("model", self.name))
@@ -104,16 +96,12 @@ class WhisperModel:
                 pass
             raise ValueError(f"{self.name}: the manifest says n_mels {self.dims.n_mels} but the "
                              f"encoder takes {mel_dim} mel bands; reinstall the model")
-        # What --stats and bench report: the back end, the precision it computes in, and
-        # (when auto measured it) its time per window against the others'.
         self.encoder_choice = self.encoder.choice
         self.encoder_name = self.encoder_choice.describe()
         self.decoder = decoder.result()
         check_against_graphs(self.path, self.dims, self.config, self.decoder,
                              self._decoder_file, self.tokenizer)
-        # How the decoder reads the window's keys and values (fp32, or int8 quantised once per
-        # window by encode; see as2d.runtime.whisper.cross). Every graph of a bundle reads the
-        # same form; check_form refuses one that does not.
+        # How every graph of the bundle reads the window's keys and values (.cross).
         self.cross_form = CrossForm.of(self.decoder)
         self._quantiser = CrossQuantiser(encoder_threads or threads)
         self._outputs = [o.name for o in self.decoder.get_outputs()]
@@ -124,10 +112,9 @@ class WhisperModel:
                               for i in self.decoder.get_overridable_initializers())
         self._lock = threading.Lock()
         self._free: list[DecoderState] = []
-        # What the model can do besides greedy decoding, declared here from the bundle: beam
-        # search and a fallback's samples side by side run on the batched decoder graph (made
-        # when the bundle is installed); word timestamps on the alignment graph, the bundle's
-        # or made on first use by ``alignment_graph()`` (the loader's, which adds it).
+        # What the model can do besides greedy decoding, declared from the bundle: the batched
+        # decoder (beam search, samples side by side) and the alignment graph (word timestamps;
+        # else made on first use by ``alignment_graph()``).
         beam = files.get("decoder_beam")
         self.beam_graph: Path | None = self.path / beam if beam else None
         aligned = files.get("alignment")
@@ -145,11 +132,9 @@ class WhisperModel:
     row_check: dict | None = None  # as2d.runtime.rows' verdict, once checked
 
     def row_probe(self):
-        """The passes of the row check (:mod:`as2d.runtime.rows`): one second of silence, the
-        start-of-transcript tokens and a sentence, in one pass wider than any the adaptive
-        budget verifies (its ``k_max`` candidates and the token before them). as2d's graphs
-        are built to be row-exact, but onnxruntime computes them: a new version or CPU could
-        round differently."""
+        """The passes of the row check (:mod:`as2d.runtime.rows`): one second of silence and a
+        sentence, in one pass wider than any the budget verifies (a new onnxruntime or CPU could
+        round differently)."""
         ctx = self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
         tokens = list(self.tokenizer.sot_sequence("en" if self.multilingual else None))
         tokens += self.tokenizer.encode(ROW_PROBE_WORDS)
@@ -162,9 +147,8 @@ class WhisperModel:
         return (self.path.parent, digest) if isinstance(digest, str) and digest else None
 
     def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
-        """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even).
-
-        ``run_options`` (onnxruntime ``RunOptions``) lets another thread abandon the run."""
+        """``mel [1, n_mels, frames]`` → cross keys/values (frames ≤ 3000, even);
+        ``run_options`` lets another thread abandon the run."""
         return self.context(self.encoder.run(mel, run_options), mel.shape[-1])
 
     def context(self, cross: dict[str, np.ndarray], n_frames: int) -> AudioContext:
@@ -197,9 +181,8 @@ class WhisperModel:
     beam_check: dict | None = None  # as2d.runtime.rows.probe_beams' verdict, once checked
 
     def beam_session(self):
-        """The batched (beam-search) decoder session, made on first use (ValueError if this
-        model has no beam graph). One session per graph, as for the decoder: a second one at
-        another thread count would hold a second copy of its packed weights."""
+        """The batched (beam-search) decoder session, made once, on first use (ValueError if
+        this model has no beam graph)."""
         if self._beam_session is not None:
             return self._beam_session
         if self.beam_graph is None:
@@ -224,11 +207,8 @@ class WhisperModel:
     @property
     def beam_memo(self):
         """Remembered in the models folder under the beam graph's sha256."""
-        try:
-            manifest = json.loads((self.path / "manifest.json").read_text())
-        except (OSError, ValueError):
-            return None
-        digest = manifest.get("sha256", {}).get(manifest.get("files", {}).get("decoder_beam"))
+        files = self.manifest["files"]
+        digest = self.manifest.get("sha256", {}).get(files.get("decoder_beam"))
         return (self.path.parent, digest) if isinstance(digest, str) and digest else None
 
     def beam_state(self, ctx: AudioContext, slots: int) -> BeamDecoderState:
@@ -255,9 +235,7 @@ N_TIMESTAMPS = 1501  # <|0.00|> ... <|30.00|>, the last ids of every Whisper voc
 
 def detect_language(model, ctx: AudioContext) -> tuple[str, float]:
     """The most probable language of the audio ``ctx`` encodes, and its probability: one
-    decoder step after start-of-transcript, over the language tokens only (whisper's
-    ``detect_language``). Any model with ``decoder_state``/``release`` (ours or a Hugging Face
-    export); the target's runs and a multilingual drafter's windows both use it."""
+    decoder step after start-of-transcript, over the language tokens (whisper's way)."""
     tk = model.tokenizer
     state = model.decoder_state(ctx)
     try:
@@ -274,10 +252,9 @@ def detect_language(model, ctx: AudioContext) -> tuple[str, float]:
 
 def check_against_graphs(path: Path, dims: WhisperDims, generation: dict, decoder,
                          decoder_file: str, tokenizer: WhisperTokenizer) -> None:
-    """The manifest's numbers and the tokenizer against what the decoder graph really takes
-    and gives (ValueError naming the file and the field): a folder whose metadata disagrees
-    with its graphs would otherwise size caches wrongly (a 1,048,575-token context is 1.5 GiB),
-    fail deep in onnxruntime, or decode with another model's tokens into garbage, exit 0."""
+    """The manifest's numbers and the tokenizer against what the decoder graph takes and gives
+    (ValueError naming the file and the field): metadata that disagrees would size caches
+    wrongly, fail deep in onnxruntime, or decode another model's tokens into garbage, exit 0."""
     mf = path / "manifest.json"
 
     def bad(field: str, said, real, where: str = decoder_file) -> ValueError:
@@ -298,9 +275,7 @@ def check_against_graphs(path: Path, dims: WhisperDims, generation: dict, decode
     vocab = (outs.get("logits") or [None])[-1]
     if isinstance(vocab, int) and vocab != dims.n_vocab:
         raise bad("dims.n_vocab", dims.n_vocab, f"{vocab} logits")
-    # Every Whisper (and every model as2d converts: models.whisper_source.check_dims) has these
-    # contexts; the graphs do not show them, and another number would size caches and bound
-    # decoding wrongly (fewer tokens per window: a shorter transcript, exit 0).
+    # Every Whisper has these contexts; the graphs do not show them.
     if dims.n_text_ctx != WHISPER_TEXT_CTX:
         raise bad("dims.n_text_ctx", dims.n_text_ctx, f"{WHISPER_TEXT_CTX} positions",
                   "a Whisper decoder")
@@ -321,10 +296,8 @@ def check_against_graphs(path: Path, dims: WhisperDims, generation: dict, decode
 
 def check_tokenizer(mf: Path, dims: WhisperDims, generation: dict,
                     tokenizer: WhisperTokenizer) -> None:
-    """``tokenizer.json`` belongs to this model: its special tokens sit where Whisper puts
-    them in a vocabulary of ``n_vocab`` rows (the timestamps fill its last 1501 ids; a
-    tokenizer of another vocabulary, even one id off, is refused): another model's
-    tokenizer decodes to garbage with exit 0."""
+    """``tokenizer.json`` belongs to this model: its special tokens sit where Whisper puts them
+    in ``n_vocab`` rows (the timestamps its last 1501 ids), or ValueError."""
     tok = tokenizer.path
     text = tokenizer.tok.get_vocab_size(with_added_tokens=True)
     if tokenizer.timestamp_begin + N_TIMESTAMPS != dims.n_vocab or text > dims.n_vocab:

@@ -1,14 +1,11 @@
 """Whisper's tokenizer, read from the model's own ``tokenizer.json``.
 
-Special token ids differ between Whisper's multilingual and English-only vocabularies, so every
-id is looked up by name in the model's own ``tokenizer.json``; nothing is hard-coded. Timestamp
-tokens are not in the file: they follow ``<|notimestamps|>`` (``<|0.00|>`` … ``<|30.00|>``).
-
-Byte-pair merging is done here by rank (a token's rank is its id, as in Whisper's tiktoken
-tokenizer), so all that is needed of the file is its vocabulary, its special tokens and its
-byte-level pre-tokenizer: :class:`_Vocabulary` reads just those (a ``tokenizers`` tokenizer
-built from the whole file, merges included, cost 0.1 s of start-up per model, GIL held). A file
-of another shape is read by ``tokenizers`` as before.
+Special token ids differ between Whisper's vocabularies, so every id is looked up by name in
+the model's file; nothing is hard-coded (timestamps follow ``<|notimestamps|>``). Byte-pair
+merging is done here by rank (a token's rank is its id, as in Whisper's tiktoken tokenizer), so
+:class:`_Vocabulary` reads only the vocabulary, special tokens and pre-tokenizer (a whole
+``tokenizers`` tokenizer cost 0.1 s of start-up per model, GIL held); a file of another shape is
+read by ``tokenizers``.
 """
 
 from __future__ import annotations
@@ -270,9 +267,6 @@ class WhisperTokenizer:
         if self.no_speech is not None:
             ids.add(self.no_speech)
         return sorted(ids)
-
-    def timestamp_text(self, token: int) -> str:
-        return f"<|{(token - self.timestamp_begin) * TIME_PRECISION:.2f}|>"
 
 
 def normalize_language(language: str) -> str:
