@@ -317,10 +317,10 @@ class Heard:
     def with_speakers(self, diarization) -> Heard:
         """This transcript with each span's speaker (the one talking over most of it) from
         ``diarization`` (a ``RunningDiarization``, waited for, or a ``Diarization``); the
-        text and times unchanged (:func:`as2d.runtime.ask.speakers.label_spans`)."""
+        text and times unchanged (:func:`as2d.runtime.ask.attribution.label_spans`)."""
         from dataclasses import replace
 
-        from as2d.runtime.ask.speakers import label_spans
+        from as2d.runtime.ask.attribution import label_spans
 
         result = diarization.result() if hasattr(diarization, "result") else diarization
         spans = tuple(label_spans(self.transcript.spans, result.turns))
@@ -719,7 +719,7 @@ class Engine:
         content digest): the transcript is taken from the cache, or kept there once made.
         ``speakers`` (a ``SpeakerOptions``): the recording is diarized too, beside the
         transcription, and every span says who speaks over it, so a "who said ..." question
-        is answered with a speaker (:mod:`as2d.runtime.ask.speakers`).
+        is answered with a speaker (:mod:`as2d.runtime.ask.attribution`).
 
         Stopping: with ``on_interrupt``, a first KeyboardInterrupt (Ctrl-C; ``as2d`` raises one
         for SIGTERM and SIGHUP too) during the transcription stops it after the current pass,

@@ -468,10 +468,10 @@ def test_who_said_questions_are_told_from_questions_about_people(question, words
 def test_spans_take_their_speaker_and_who_said_finds_the_passage(tmp_path):
     from as2d.cli.ask_cmd import _hint_speakers
     from as2d.engine import Heard
+    from as2d.runtime.ask.attribution import has_speakers, label_spans, who_said
     from as2d.runtime.ask.judge import judge
     from as2d.runtime.ask.policies import policy_for
     from as2d.runtime.ask.spans import Span
-    from as2d.runtime.ask.speakers import has_speakers, label_spans, who_said
     from as2d.runtime.ask.transcripts import Transcript, read_whisper_json
 
     spans = [Span(0.0, 4.0, " The rent is due on Friday."),

@@ -375,8 +375,8 @@ def _with_speakers(heard, diarization):
 def _hint_speakers(heard, question: str, note) -> None:
     """A "who said ..." question about a transcript that does not know its speakers: say how
     to have them (the answer is then the model's, as for any question)."""
+    from as2d.runtime.ask.attribution import has_speakers
     from as2d.runtime.ask.policies import policy_for
-    from as2d.runtime.ask.speakers import has_speakers
 
     spans = heard.transcript.spans
     if not has_speakers(spans) and policy_for(heard.transcript.language).who_said(question):

@@ -34,6 +34,7 @@ from as2d.runtime.ask.answer_sources import (
     lookup_source,
     source_texts,
 )
+from as2d.runtime.ask.attribution import has_speakers, who_said
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.evidence import Evidence
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
@@ -44,7 +45,6 @@ from as2d.runtime.ask.policy import Candidate
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, without_clock
 from as2d.runtime.ask.question import question_error
 from as2d.runtime.ask.spans import Span, format_time
-from as2d.runtime.ask.speakers import has_speakers, who_said
 from as2d.runtime.ask.tree import TreeSource
 from as2d.runtime.ask.tree import score as tree_score
 from as2d.runtime.events import Listener, Note, fanout, ignore
@@ -76,7 +76,7 @@ class AskOptions:
     locate: bool = True
     # "Who said X?" about a transcript whose spans know their speakers (a diarized
     # recording): answered with the speaker of the passage that says X
-    # (:mod:`as2d.runtime.ask.speakers`), not generated.
+    # (:mod:`as2d.runtime.ask.attribution`), not generated.
     attribute: bool = True
     # Answers are held to the question's kind (who → a person, how many → a count, when → a
     # time, ...), must add to the question's words, and every content word must be said in

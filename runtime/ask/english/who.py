@@ -1,6 +1,6 @@
 """Questions that ask *who said* something ("Who said 'it was the best of times'?", "Which
 speaker asked about the rent?"): answered with the speaker of the passage that says the
-words, when the recording was diarized (:mod:`as2d.runtime.ask.speakers`).
+words, when the recording was diarized (:mod:`as2d.runtime.ask.attribution`).
 
 Only the speaking verb right after the asking word makes one: "Who did the reader say was
 ill-disposed?" asks about a person *mentioned* (the content), and "Who is Mr. Dashwood?"
