@@ -21,14 +21,15 @@ from as2d.models.catalog import ModelEntry, lookup
 from as2d.models.source_packages import Progress, SourceError, assemble, locate
 
 # Written into every bundle; bump when a graph changes.
-CONVERTER_VERSION = 10
+CONVERTER_VERSION = 11
 # The oldest bundle of each kind (or kind-precision) still current: a bundle is converted again
 # on first use only when its own graphs changed (LLM 7: the Gemma graph takes positions and a
 # visibility matrix, so that candidate answers are scored as one tree, and its weights are a
 # file beside it; Whisper int8 9: the decoders refine each row's top logits from a 16-bit copy
 # of the embedding and read their input embedding from it, whisper_onnx.REFINE_TOP; Whisper
-# int8 10: the decoders attend to the audio in int8, whisper_onnx.Cross).
-OLDEST_CURRENT = {"whisper": 4, "whisper-int8": 10, "llm": 7}
+# int8 10: the decoders attend to the audio in int8, whisper_onnx.Cross; Whisper 11: the
+# decoders compute the logits of the rows asked for only, whisper_onnx's logit_rows).
+OLDEST_CURRENT = {"whisper": 11, "llm": 7}
 
 
 def writable_root(root: Path) -> Path:

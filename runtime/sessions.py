@@ -95,6 +95,30 @@ def shared_arena() -> bool:
         return _shared_arena
 
 
+_libc = None
+
+
+def give_back_memory() -> None:
+    """Return the C heap's free pages to the system (glibc's ``malloc_trim``; nothing
+    elsewhere). A window's passes free large buffers on several threads (numpy rows, the
+    encoders' outputs, OpenVINO's requests), and glibc keeps what each thread freed in that
+    thread's arena for its next allocations: a long run's resident memory crept up by what
+    the threads had once held at the same time. Trimmed after each window, the peak over a
+    412-s file (AS²D, base + tiny.en, 2 cores) fell by about 60 MB, for a call of a few
+    milliseconds (scripts/memory_probe.py)."""
+    global _libc
+    if _libc is None:
+        try:
+            import ctypes
+
+            _libc = ctypes.CDLL("libc.so.6")
+            _libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc:
+        _libc.malloc_trim(0)
+
+
 def make_session(path: str | Path, threads: int, spin: bool = False) -> ort.InferenceSession:
     """A CPU session of ``path`` with ``threads`` intra-op threads; ``spin``: its pool spins
     between operators while a run lasts (never between runs). On a CPU whose int8 kernel

@@ -88,6 +88,42 @@ def test_block_forward_equals_single_token_forwards_bit_for_bit(name, precision,
 
 @pytest.mark.parametrize("name,precision,threads", CONFIGS,
                          ids=[f"{n}-{p}-{t}t" for n, p, t in CONFIGS])
+def test_logits_of_the_last_rows_only_are_those_rows_bit_for_bit(name, precision, threads,
+                                                                 prepared):
+    """A prompt pass asks for the rows from its start-of-transcript token on (``logit_rows``):
+    the graphs compute only those, and they are the rows a whole pass gives, in the decoder
+    and in the batched graph (one hypothesis and two)."""
+    model, ctx, prompt, real, reference = prepared(name, precision, threads)
+    seq = prompt + real
+    assert model.logit_rows, "a bundle installed now computes only the rows asked for"
+    state = model.decoder_state(ctx)
+    try:
+        for r in (1, 3, len(seq)):
+            state.truncate(0)
+            rows = state.forward(seq, logit_rows=r)
+            assert rows.shape == (r, model.dims.n_vocab)
+            assert np.array_equal(rows, reference[-r:]), f"the last {r} rows differ"
+    finally:
+        model.release(state)
+    whole, last = model.beam_state(ctx, 2), model.beam_state(ctx, 2)
+    try:
+        p = len(prompt)
+        head = whole.forward([prompt])
+        assert np.array_equal(last.forward([prompt], logit_rows=1), head[:, -1:])
+        assert model.beam_logit_rows
+        for state in (whole, last):
+            state.reorder([0, 0])
+        full = whole.forward([seq[p:]] * 2)
+        rows = last.forward([seq[p:]] * 2, logit_rows=3)
+        assert rows.shape == (2, 3, model.dims.n_vocab)
+        assert np.array_equal(rows, full[:, -3:])
+    finally:
+        model.release_beams(whole)
+        model.release_beams(last)
+
+
+@pytest.mark.parametrize("name,precision,threads", CONFIGS,
+                         ids=[f"{n}-{p}-{t}t" for n, p, t in CONFIGS])
 def test_truncating_rejected_tokens_leaves_no_trace(name, precision, threads, prepared):
     """Verification's cache life: run pending + good + garbage, keep the good rows, drop the
     garbage, go on. Every kept row, and every later row, equals the single-step logits."""
