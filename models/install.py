@@ -243,6 +243,8 @@ def convert_ct2_whisper(model_bin: Path, precision: str, work: Path,
 
     files: dict[str, str] = {}
 
+    tables: dict[str, dict] = {}
+
     def write(key: str, filename: str, build, ext: bool = external) -> None:
         data = work / f"{filename}.data" if ext else None
         graph, _ = build(data)
@@ -250,6 +252,7 @@ def convert_ct2_whisper(model_bin: Path, precision: str, work: Path,
         files[key] = filename
         if data is not None and data.is_file():
             files[f"{key}_data"] = data.name
+            tables.update(_tables(graph, data.name))
 
     try:
         weights = load_ct2(model_bin)
@@ -267,7 +270,23 @@ def convert_ct2_whisper(model_bin: Path, precision: str, work: Path,
                 weights, "int8-tensor", exact_rows=False, data_path=d))
     except CT2FormatError as exc:
         raise SourceError(f"{where or model_bin}: cannot convert ({exc})") from None
-    return dict(dims=dims, files=files)
+    return dict(dims=dims, files=files, tables=tables)
+
+
+def _tables(graph, data_file: str) -> dict[str, dict]:
+    """Where the 16-bit tables of 16 MB or more lie in ``graph``'s data file (the token
+    embedding every decoder graph reads): the runtime maps them once for all of a bundle's
+    decoder sessions (:func:`as2d.runtime.sessions.shared_tables`) without reading the graph."""
+    import onnx
+
+    out = {}
+    for init in graph.graph.initializer:
+        where = {e.key: e.value for e in init.external_data}
+        if (init.data_type == onnx.TensorProto.FLOAT16 and where.get("location") == data_file
+                and int(where.get("length", 0)) >= 1 << 24):
+            out[init.name] = {"file": data_file, "offset": int(where.get("offset", 0)),
+                              "shape": list(init.dims)}
+    return out
 
 
 def install_user_folder(folder: Path, precision: str = "int8", root: Path | None = None,

@@ -119,10 +119,35 @@ def give_back_memory() -> None:
         _libc.malloc_trim(0)
 
 
-def make_session(path: str | Path, threads: int, spin: bool = False) -> ort.InferenceSession:
+def shared_tables(bundle_dir: str | Path, manifest: dict) -> dict[str, ort.OrtValue]:
+    """The 16-bit tables a bundle's manifest locates (``tables``: a Whisper decoder's token
+    embedding, 53 MB for base), mapped read-only from their data file, as values a session
+    takes instead of its own (:func:`make_session`'s ``tables``).
+
+    A bundle's decoder graphs (greedy, batched, alignment) are made from the same weights and
+    read the same table; onnxruntime maps each graph's own data file, so a long run that
+    touched all of the table in two of them held it twice (+53 MB). One mapping handed to
+    every session holds it once. The values keep their mappings alive."""
+    import numpy as np
+
+    tables = {}
+    for name, where in (manifest.get("tables") or {}).items():
+        try:
+            rows = np.memmap(Path(bundle_dir) / where["file"], dtype=np.float16, mode="r",
+                             offset=int(where["offset"]), shape=tuple(where["shape"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # the session reads its own copy
+        tables[name] = ort.OrtValue.ortvalue_from_numpy(rows)
+    return tables
+
+
+def make_session(path: str | Path, threads: int, spin: bool = False,
+                 tables: dict[str, ort.OrtValue] | None = None) -> ort.InferenceSession:
     """A CPU session of ``path`` with ``threads`` intra-op threads; ``spin``: its pool spins
-    between operators while a run lasts (never between runs). On a CPU whose int8 kernel
-    saturates, ``path``'s exact twin is what runs (:mod:`as2d.runtime.int8_exact`)."""
+    between operators while a run lasts (never between runs); ``tables``: initializers it
+    reads from these values instead of its own file (:func:`shared_tables`: the same
+    bundle's, whose graphs hold the same values). On a CPU whose int8 kernel saturates, ``path``'s
+    exact twin is what runs (:mod:`as2d.runtime.int8_exact`)."""
     from as2d.runtime.int8_exact import exact_graph
 
     so = ort.SessionOptions()
@@ -138,6 +163,8 @@ def make_session(path: str | Path, threads: int, spin: bool = False) -> ort.Infe
     so.log_severity_level = 3
     if shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
+    for name, value in (tables or {}).items():
+        so.add_initializer(name, value)  # a name the graph does not have is ignored
     graph = exact_graph(path)
     return ort.InferenceSession(graph if isinstance(graph, bytes) else str(graph), so,
                                 providers=["CPUExecutionProvider"])

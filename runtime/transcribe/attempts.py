@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from as2d.runtime.events import Listener, Note, WindowDone, WindowStats
 from as2d.runtime.rows import beams_exact
+from as2d.runtime.sessions import give_back_memory
 from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.transcribe import fallback, window_task
 from as2d.runtime.transcribe.beam import BeamOptions, length_score
@@ -74,6 +75,7 @@ class Attempts:
         def once(t: float, prompt_: list[int], retried: bool = False):
             decoded = self.attempt(runner, window, mel, prompt_, rules, sample_len, options,
                                    t, retried)
+            give_back_memory()  # what a dropped decode's samples held
             if decoded is not None:
                 decodes.append(decoded[1])
             return decoded

@@ -231,7 +231,7 @@ class WordAligner:
             from as2d.runtime.sessions import make_session
 
             path = self._graph() if callable(self._graph) else self._graph
-            session = make_session(path, self.model.threads)
+            session = make_session(path, self.model.threads, tables=self.model.tables)
             self.model.check_form(session, "the word-alignment graph")
             self._session = self.model.alignment_session = session
         return self._session

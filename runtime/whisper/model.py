@@ -19,7 +19,7 @@ import numpy as np
 
 from as2d.runtime.json_files import read_json_capped
 from as2d.runtime.kvcache import KVCache, PooledCache
-from as2d.runtime.sessions import Background, make_session
+from as2d.runtime.sessions import Background, make_session, shared_tables
 from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
 from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
@@ -78,7 +78,11 @@ class WhisperModel:
         # The decoder session is built on a thread of its own (without the GIL) while the
         # tokenizer and the encoder load. ``spin``: the sessions have the cores to themselves.
         self.spin = spin
-        decoder = Background(make_session, self.path / self._decoder_file, threads, spin)
+        # One mapping of the token table for every decoder graph of the bundle (the batched
+        # and alignment graphs read the same one: as2d.runtime.sessions.shared_tables).
+        self.tables = shared_tables(self.path, manifest)
+        decoder = Background(make_session, self.path / self._decoder_file, threads, spin,
+                             self.tables)
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)
         self.config = manifest.get("generation", {})
         self.threads = threads
@@ -188,7 +192,7 @@ class WhisperModel:
         if self.beam_graph is None:
             raise ValueError(f"{self.name}: this bundle has no batched decoder for beam search "
                              "(reinstall it with `as2d models install NAME --force`)")
-        sess = make_session(self.beam_graph, self.threads, self.spin)
+        sess = make_session(self.beam_graph, self.threads, self.spin, self.tables)
         self.check_form(sess, "the beam-search decoder")
         with self._lock:
             if self._beam_session is None:
