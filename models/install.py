@@ -27,9 +27,12 @@ CONVERTER_VERSION = 11
 # visibility matrix, so that candidate answers are scored as one tree, and its weights are a
 # file beside it; Whisper int8 9: the decoders refine each row's top logits from a 16-bit copy
 # of the embedding and read their input embedding from it, whisper_onnx.REFINE_TOP; Whisper
-# int8 10: the decoders attend to the audio in int8, whisper_onnx.Cross; Whisper 11: the
-# decoders compute the logits of the rows asked for only, whisper_onnx's logit_rows).
-OLDEST_CURRENT = {"whisper": 11, "llm": 7}
+# int8 10: the decoders attend to the audio in int8, whisper_onnx.Cross). Converter 11's
+# decoders compute the logits of the rows asked for only (whisper_onnx's logit_rows) and the
+# manifest locates their token table (sessions.shared_tables): less memory, the same tokens,
+# so a bundle from before stays current (the runtime reads its graphs as they are) and gets
+# them when it is installed again (`as2d models install NAME --force`).
+OLDEST_CURRENT = {"whisper": 4, "whisper-int8": 10, "llm": 7}
 
 
 def writable_root(root: Path) -> Path:

@@ -103,9 +103,8 @@ def give_back_memory() -> None:
     elsewhere). A window's passes free large buffers on several threads (numpy rows, the
     encoders' outputs, OpenVINO's requests), and glibc keeps what each thread freed in that
     thread's arena for its next allocations: a long run's resident memory crept up by what
-    the threads had once held at the same time. Trimmed after each window, the peak over a
-    412-s file (AS²D, base + tiny.en, 2 cores) fell by about 60 MB, for a call of a few
-    milliseconds (scripts/memory_probe.py)."""
+    the threads had once held at the same time (scripts/memory_probe.py). A call costs a few
+    milliseconds."""
     global _libc
     if _libc is None:
         try:
@@ -119,7 +118,8 @@ def give_back_memory() -> None:
         _libc.malloc_trim(0)
 
 
-def shared_tables(bundle_dir: str | Path, manifest: dict) -> dict[str, ort.OrtValue]:
+def shared_tables(bundle_dir: str | Path, manifest: dict,
+                  shape: tuple[int, int]) -> dict[str, ort.OrtValue]:
     """The 16-bit tables a bundle's manifest locates (``tables``: a Whisper decoder's token
     embedding, 53 MB for base), mapped read-only from their data file, as values a session
     takes instead of its own (:func:`make_session`'s ``tables``).
@@ -127,16 +127,21 @@ def shared_tables(bundle_dir: str | Path, manifest: dict) -> dict[str, ort.OrtVa
     A bundle's decoder graphs (greedy, batched, alignment) are made from the same weights and
     read the same table; onnxruntime maps each graph's own data file, so a long run that
     touched all of the table in two of them held it twice (+53 MB). One mapping handed to
-    every session holds it once. The values keep their mappings alive."""
+    every session holds it once. The values keep their mappings alive. Only a table of
+    ``shape`` (the model's vocabulary by its width) is taken; anything else in a damaged
+    manifest is passed over, and the sessions read their own copies."""
     import numpy as np
 
     tables = {}
-    for name, where in (manifest.get("tables") or {}).items():
+    found = manifest.get("tables")
+    for name, where in (found.items() if isinstance(found, dict) else ()):
         try:
-            rows = np.memmap(Path(bundle_dir) / where["file"], dtype=np.float16, mode="r",
-                             offset=int(where["offset"]), shape=tuple(where["shape"]))
+            if [int(n) for n in where["shape"]] != list(shape):
+                continue
+            rows = np.memmap(Path(bundle_dir) / str(where["file"]), dtype=np.float16,
+                             mode="r", offset=int(where["offset"]), shape=tuple(shape))
         except (OSError, ValueError, KeyError, TypeError):
-            continue  # the session reads its own copy
+            continue
         tables[name] = ort.OrtValue.ortvalue_from_numpy(rows)
     return tables
 

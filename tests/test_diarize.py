@@ -458,6 +458,9 @@ def test_the_page_shows_speakers_in_colour_in_chromium(two_readers, diarizing_se
     ("Who is Mr. John Dashwood?", None),  # a person, not a voice
     ("Who did the reader say was ill-disposed?", None),  # a person mentioned
     ("Who was ill-disposed?", None),
+    ("Who said hello?", "hello?"),
+    ("Who spoke first?", None),  # the turns' order, no words said
+    ("Which speaker talked the most?", None),
 ])
 def test_who_said_questions_are_told_from_questions_about_people(question, words):
     from as2d.runtime.ask.english.who import who_said
@@ -485,6 +488,12 @@ def test_spans_take_their_speaker_and_who_said_finds_the_passage(tmp_path):
     assert who_said(labelled, "'the best of times'") == ("SPEAKER_01", 1)
     assert who_said(labelled, "the rent is due") == ("Ann", 0)
     assert who_said(labelled, "the price of tea in China") == (None, None)
+    # a passage of several spans (a transcript too long to read whole) takes the speaker who
+    # talks longest in it
+    from as2d.runtime.ask.passages import passage
+
+    assert passage(labelled, (0, 1)).speaker == "SPEAKER_01"  # 4.5 s against 4.0 s
+    assert passage(labelled, (0, 0)).speaker == "Ann" and passage(spans, (0, 2)).speaker is None
     # the judge keeps a speaker as the answer (it is no person's name the transcript says)
     from as2d.runtime.ask.answer import Answer
     from as2d.runtime.ask.answer_events import AnswerStats

@@ -283,8 +283,13 @@ def _span_words(text: str) -> tuple[str, ...]:
 def passage(spans: Sequence[Span], run: tuple[int, int]) -> Evidence:
     """The spans ``run`` (first, last) as one passage of evidence."""
     a, b = run
+    talk: dict[str, float] = {}  # a diarized transcript: who speaks how long in it
+    for s in spans[a:b + 1]:
+        if s.speaker is not None:
+            talk[s.speaker] = talk.get(s.speaker, 0.0) + max(0.0, s.end - s.start)
     return Evidence(spans[a].start, spans[b].end,
-                    " ".join(spans[i].text.strip() for i in range(a, b + 1)))
+                    " ".join(spans[i].text.strip() for i in range(a, b + 1)),
+                    max(talk, key=talk.get) if talk else None)
 
 
 def drop_lowest(keep: list[int], spans: Sequence[Span], question: str) -> list[int]:

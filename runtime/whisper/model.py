@@ -80,7 +80,8 @@ class WhisperModel:
         self.spin = spin
         # One mapping of the token table for every decoder graph of the bundle (the batched
         # and alignment graphs read the same one: as2d.runtime.sessions.shared_tables).
-        self.tables = shared_tables(self.path, manifest)
+        self.tables = shared_tables(self.path, manifest,
+                                    (self.dims.n_vocab, self.dims.n_text_state))
         decoder = Background(make_session, self.path / self._decoder_file, threads, spin,
                              self.tables)
         self.tokenizer = WhisperTokenizer(self.path / "tokenizer.json", self.dims.n_vocab)

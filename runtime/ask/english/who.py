@@ -11,6 +11,13 @@ from __future__ import annotations
 
 import re
 
+from as2d.runtime.ask.english.lexicon import ORDINALS, STOP_WORDS
+
+# Words that order or rank the speakers ("Who spoke first?", "Who talked the most?"): they ask
+# about the turns, not about words that were said, so such a question is not a who-said one.
+_ORDER = frozenset(ORDINALS) | frozenset("""last next most least more less longest shortest
+loudest quietest earliest latest earlier later often again before after""".split())
+
 _VERBS = (r"sa(?:y|ys|id|ying)|spo?ke|speaks?|speaking|ask(?:s|ed|ing)?|mention(?:s|ed|ing)?|"
           r"tell(?:s|ing)?|told|reads?|reading|talk(?:s|ed|ing)?|stat(?:es|ed|ing)|"
           r"utter(?:s|ed|ing)?|remark(?:s|ed|ing)?|repl(?:y|ies|ied|ying)|"
@@ -31,4 +38,8 @@ def who_said(question: str) -> str | None:
     m = _WHO_SAID.match(" ".join(question.split()))
     if m is None:
         return None
-    return " ".join(question.split())[m.end():].strip()
+    said = " ".join(question.split())[m.end():].strip()
+    words = re.findall(r"[a-z0-9]+(?:'[a-z]+)?", said.lower())
+    if not [w for w in words if w not in STOP_WORDS and w not in _ORDER]:
+        return None  # nothing said is named ("Who spoke first?"): the model answers
+    return said
