@@ -369,30 +369,20 @@ def test_the_page_shows_speakers_in_colour_in_chromium(two_readers, diarizing_se
     import asyncio
     import base64
     import os
-    import subprocess
     import time
 
     from tests.conftest import ROOT
-    from tests.test_serve import _CDP, KEY, _cdp_page, _chromium
+    from tests.test_serve import KEY, _browser, _chromium, _devtools
 
     if _chromium() is None:
         pytest.skip("chromium is not installed (apt)")
     path, _ = two_readers
     profile = tmp_path / "profile"
-    browser = subprocess.Popen([
-        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1100,900",
-        "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    browser = _browser(profile, size="1100,900")
 
     async def run():
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 60
-        while not port_file.is_file() or not port_file.read_text().strip():
-            assert time.monotonic() < deadline and browser.poll() is None
-            await asyncio.sleep(0.1)
-        ws = await _cdp_page(int(port_file.read_text().split()[0]))
-        cdp = _CDP(ws)
+        cdp = await _devtools(profile, browser)
+        ws, deadline = cdp.ws, time.monotonic() + 60
         try:
             await cdp.call("Page.enable")
             await cdp.call("Page.addScriptToEvaluateOnNewDocument", source=(

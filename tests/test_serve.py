@@ -925,27 +925,39 @@ class _CDP:
         return r["result"].get("value")
 
 
+def _browser(profile: Path, *flags: str, size: str = "1100,1000") -> subprocess.Popen:
+    """Headless Chromium with ``flags``, its DevTools port written into ``profile``."""
+    return subprocess.Popen([
+        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        *flags, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+        f"--window-size={size}", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def _devtools(profile: Path, browser: subprocess.Popen) -> _CDP:
+    """A DevTools connection to ``browser``'s first page, once it has written its port."""
+    port_file = profile / "DevToolsActivePort"
+    deadline = time.monotonic() + 60
+    while not port_file.is_file() or not port_file.read_text().strip():
+        assert time.monotonic() < deadline and browser.poll() is None
+        await asyncio.sleep(0.1)
+    return _CDP(await _cdp_page(int(port_file.read_text().split()[0])))
+
+
 @pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (apt)")
 def test_the_page_records_the_fake_microphone_in_chromium(server, tmp_path):
     """Headless Chromium, the microphone faked from a real recording: the page streams it over
     the socket and shows the committed words; a screenshot goes to docs/."""
     profile = tmp_path / "profile"
-    browser = subprocess.Popen([
-        _chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={LONG}", "--autoplay-policy=no-user-gesture-required",
-        f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1100,1000",
-        "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    browser = _browser(profile, "--use-fake-ui-for-media-stream",
+                       "--use-fake-device-for-media-stream",
+                       f"--use-file-for-fake-audio-capture={LONG}",
+                       "--autoplay-policy=no-user-gesture-required")
 
     async def run() -> str:
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + 60
-        while not port_file.is_file() or not port_file.read_text().strip():
-            assert time.monotonic() < deadline and browser.poll() is None
-            await asyncio.sleep(0.1)
-        ws = await _cdp_page(int(port_file.read_text().split()[0]))
-        cdp = _CDP(ws)
+        cdp = await _devtools(profile, browser)
+        ws = cdp.ws
         try:
             await cdp.call("Page.enable")
             await cdp.call("Page.navigate", url=server.url + "/")
