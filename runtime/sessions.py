@@ -146,6 +146,12 @@ def shared_tables(bundle_dir: str | Path, manifest: dict,
     return tables
 
 
+def takes_optional(session: ort.InferenceSession, name: str) -> bool:
+    """Whether ``session``'s graph has the input ``name`` with a default (onnxruntime lists
+    such inputs as "overridable initializers", not as inputs)."""
+    return any(i.name == name for i in session.get_overridable_initializers())
+
+
 def make_session(path: str | Path, threads: int, spin: bool = False,
                  tables: dict[str, ort.OrtValue] | None = None) -> ort.InferenceSession:
     """A CPU session of ``path`` with ``threads`` intra-op threads; ``spin``: its pool spins

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import gc
 import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from as2d.runtime.sessions import give_back_memory
 from as2d.server.api_errors import APIError
 
 
@@ -239,8 +239,7 @@ class Models:
         del engines
         if gone:
             gc.collect()
-            with contextlib.suppress(Exception):  # give the freed pages back (glibc)
-                ctypes.CDLL("libc.so.6").malloc_trim(0)
+            give_back_memory()
             self.backend.log(f"as2d: unloaded {', '.join(gone)} (unused for {ttl:g} s)")
         return gone
 

@@ -117,7 +117,7 @@ def passages(spans: Sequence[Span], question: str, lead: Sequence[int], k: int =
         run = next(r for r in runs if r[0] <= i <= r[1])
         if run not in order:
             order.append(run)
-    for run in rank_passages(spans, question):
+    for run in rank_passages(spans, question, runs):
         if len(order) >= k:
             break
         if not any(run[0] <= b and a <= run[1] for a, b in order):

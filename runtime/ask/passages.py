@@ -245,14 +245,19 @@ def sentence_runs(spans: Sequence[Span], max_words: int = PASSAGE_WORDS
 
 
 def passage_runs(spans: Sequence[Span], sentences: int = PASSAGE_SENTENCES,
-                 max_words: int = PASSAGE_WORDS) -> list[tuple[int, int]]:
-    """Sentence-aligned passages, ``(first, last)`` span indices: from each sentence, it and
-    up to ``sentences - 1`` that follow while the passage stays within ``max_words``."""
-    runs = sentence_runs(spans)
+                 max_words: int = PASSAGE_WORDS,
+                 runs: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
+    """Sentence-aligned passages, ``(first, last)`` span indices: from each sentence (the
+    ``runs`` of :func:`sentence_runs`, made here if not given), it and up to
+    ``sentences - 1`` that follow while the passage stays within ``max_words``."""
+    runs = sentence_runs(spans, max_words) if runs is None else runs
+    words = [0]  # words before each span
+    for s in spans:
+        words.append(words[-1] + len(s.text.split()))
     out: list[tuple[int, int]] = []
     for k, (a, b) in enumerate(runs):
         for _, b2 in runs[k + 1:k + sentences]:
-            if sum(len(spans[i].text.split()) for i in range(a, b2 + 1)) > max_words:
+            if words[b2 + 1] - words[a] > max_words:
                 break
             b = b2
         if (a, b) not in out:
@@ -260,13 +265,15 @@ def passage_runs(spans: Sequence[Span], sentences: int = PASSAGE_SENTENCES,
     return out
 
 
-def rank_passages(spans: Sequence[Span], question: str) -> list[tuple[int, int]]:
+def rank_passages(spans: Sequence[Span], question: str,
+                  sentences: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
     """The sentence-aligned passages (:func:`passage_runs`) that share a content word with
     the question, best first (BM25 over the passages, IDF from them; the earliest on a tie).
     A sentence whose answer is in the next one ("... after the garlic." / "Then add the
     tomatoes.") or whose subject is in the previous one is found with it; a fragment of a
-    segment no longer wins by its shortness."""
-    runs = passage_runs(spans)
+    segment no longer wins by its shortness. ``sentences``: the spans' sentence runs, where
+    the caller has them."""
+    runs = passage_runs(spans, runs=sentences)
     docs = [Counter(w for i in range(a, b + 1) for w in _span_words(spans[i].text))
             for a, b in runs]
     scores = bm25(docs, set(content_words(without_answer_type(question))))

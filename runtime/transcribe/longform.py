@@ -22,7 +22,6 @@ import numpy as np
 
 from as2d.runtime.audio import Audio
 from as2d.runtime.events import Listener, RunDone, RunStarted, SegmentDone, fanout, ignore
-from as2d.runtime.sessions import give_back_memory
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.ahead import Lookahead
 from as2d.runtime.transcribe.attempts import Attempts
@@ -336,7 +335,6 @@ class LongFormTranscriber:
                 seek += max(advance, 1)
                 index += 1
                 info.windows = index
-                give_back_memory()
                 if (not options.condition_on_previous_text or retried
                         or temperature > options.prompt_reset_on_temperature):
                     prompt_reset = len(all_tokens)

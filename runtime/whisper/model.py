@@ -19,7 +19,7 @@ import numpy as np
 
 from as2d.runtime.json_files import read_json_capped
 from as2d.runtime.kvcache import KVCache, PooledCache
-from as2d.runtime.sessions import Background, make_session, shared_tables
+from as2d.runtime.sessions import Background, make_session, shared_tables, takes_optional
 from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
 from as2d.runtime.whisper.encoders import make_encoder
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
@@ -112,9 +112,7 @@ class WhisperModel:
         self._outputs = [o.name for o in self.decoder.get_outputs()]
         # Whether the decoder computes the logits of only the rows asked for (bundles made
         # before it compute every row's; forward keeps the ones asked for either way).
-        # (An input with a default is one of onnxruntime's "overridable initializers".)
-        self.logit_rows = any(i.name == "logit_rows"
-                              for i in self.decoder.get_overridable_initializers())
+        self.logit_rows = takes_optional(self.decoder, "logit_rows")
         self._lock = threading.Lock()
         self._free: list[DecoderState] = []
         # What the model can do besides greedy decoding, declared from the bundle: the batched
@@ -198,8 +196,7 @@ class WhisperModel:
         with self._lock:
             if self._beam_session is None:
                 self._beam_outputs = [o.name for o in sess.get_outputs()]
-                self.beam_logit_rows = any(i.name == "logit_rows"
-                                           for i in sess.get_overridable_initializers())
+                self.beam_logit_rows = takes_optional(sess, "logit_rows")
                 self._beam_session = sess
             return self._beam_session
 
@@ -320,6 +317,18 @@ def check_tokenizer(mf: Path, dims: WhisperDims, generation: dict,
                          "(not a Whisper tokenizer); reinstall the model")
 
 
+def _ask_rows(feed: dict, takes: bool, t: int, logit_rows: int | None) -> int:
+    """How many of a pass's last ``t`` rows of logits come back (all when ``logit_rows`` is
+    None); a graph that ``takes`` the input is asked for only those, and the default (every
+    row: a verification pass) is not fed."""
+    rows = t if logit_rows is None else min(t, logit_rows)
+    if takes and rows < t:
+        feed["logit_rows"] = np.array([rows], dtype=np.int64)
+    else:
+        feed.pop("logit_rows", None)
+    return rows
+
+
 class DecoderState(KVCache):
     """The decoder of one window: self-attention cache plus the window's cross keys/values."""
 
@@ -339,10 +348,8 @@ class DecoderState(KVCache):
         t = len(tokens)
         if not t:
             return np.zeros((0, self.model.dims.n_vocab), np.float32)
-        rows = t if logit_rows is None else min(t, logit_rows)
+        rows = _ask_rows(self.feed, self.model.logit_rows, t, logit_rows)
         self.feed["tokens"] = np.asarray(tokens, dtype=np.int64)
-        if self.model.logit_rows:
-            self.feed["logit_rows"] = np.array([rows], dtype=np.int64)
         out = self._run(self.model.decoder, self.model._outputs, self.feed, t, "decoder")
         return out["logits"][-rows:]
 
@@ -370,9 +377,7 @@ class BeamDecoderState(PooledCache):
         t = arr.shape[1]
         if not t:
             return np.zeros((self.hypotheses, 0, self.model.dims.n_vocab), np.float32)
-        rows = t if logit_rows is None else min(t, logit_rows)
         session = self.model.beam_session()
-        if self.model.beam_logit_rows:
-            self.feed["logit_rows"] = np.array([rows], dtype=np.int64)
+        rows = _ask_rows(self.feed, self.model.beam_logit_rows, t, logit_rows)
         out = self._run(session, self.model._beam_outputs, self.feed, arr)
         return out["logits"][:, -rows:]
