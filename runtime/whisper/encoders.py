@@ -33,7 +33,7 @@ from typing import Protocol
 import numpy as np
 
 from as2d.runtime.quiet import no_openvino_telemetry
-from as2d.runtime.sessions import make_session
+from as2d.runtime.sessions import drop_file_pages, make_session
 from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice, choose
 
 ENV_ENCODER = "AS2D_ENCODER"
@@ -232,6 +232,10 @@ class OpenVINOEncoder:
         self.detail = f"openvino {self.precision}"
         self._free: list = []
         self._lock = threading.Lock()
+        # What OpenVINO maps to build its weights (its cache blob, the graph and its weights
+        # file): given back after the first run (as2d.runtime.sessions.drop_file_pages).
+        self._sources = [p for p in (cache_dir, self.path, self.path.with_suffix(".bin"))
+                         if p is not None]
 
     def run(self, mel: np.ndarray, run_options=None) -> dict[str, np.ndarray]:
         with self._lock:
@@ -252,6 +256,9 @@ class OpenVINOEncoder:
             if request is not None:
                 with self._lock:
                     self._free.append(request)
+        sources, self._sources = self._sources, []
+        for source in sources:  # read by now, and never again
+            drop_file_pages(source)
         return out
 
     @staticmethod
