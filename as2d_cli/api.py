@@ -382,7 +382,7 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
             try:
                 with Engine(replace(spec, speech=False)) as engine:
                     heard = Heard.of(found, str(audio)).with_speakers(
-                        engine.diarize_beside(clip.samples, who))
+                        engine.diarizer().diarize(clip.samples, who))
                     return _answered_by(lambda: engine.answer(heard, question, opts))
             finally:
                 clip.close()

@@ -316,14 +316,13 @@ class Heard:
 
     def with_speakers(self, diarization) -> Heard:
         """This transcript with each span's speaker (the one talking over most of it) from
-        ``diarization`` (a ``RunningDiarization``, waited for, or a ``Diarization``); the
-        text and times unchanged (:func:`as2d.runtime.ask.attribution.label_spans`)."""
+        ``diarization`` (a ``Diarization``); the text and times unchanged
+        (:func:`as2d.runtime.ask.attribution.label_spans`)."""
         from dataclasses import replace
 
         from as2d.runtime.ask.attribution import label_spans
 
-        result = diarization.result() if hasattr(diarization, "result") else diarization
-        spans = tuple(label_spans(self.transcript.spans, result.turns))
+        spans = tuple(label_spans(self.transcript.spans, diarization.turns))
         return replace(self, transcript=replace(self.transcript, spans=spans))
 
 
@@ -433,7 +432,7 @@ class Engine:
         if not spec.speech:  # answers transcripts only: the answering model (and the speaker
             self._llm = llm  # models, for a cached transcript's speakers: as2d ask --diarize)
             if spec.speakers:
-                self._speakers = Background(self._load_speakers, name="as2d-load-speakers")
+                self._start_speakers()
             return
         try:
             parts.llm = llm
@@ -459,7 +458,7 @@ class Engine:
         self._llm = parts.llm
         # The speaker models load on a thread while the transcription starts.
         if spec.speakers:
-            self._speakers = Background(self._load_speakers, name="as2d-load-speakers")
+            self._start_speakers()
         from as2d.runtime.transcribe.longform import LongFormTranscriber
 
         self.transcriber = self._active = LongFormTranscriber(self.target, self.strategy,
@@ -509,6 +508,12 @@ class Engine:
 
         return SerialSD(self.target, draft_model, self.listener, budget), None
 
+    def _start_speakers(self) -> Background:
+        """The speaker models' loader, started on its thread on the first call."""
+        if self._speakers is None:
+            self._speakers = Background(self._load_speakers, name="as2d-load-speakers")
+        return self._speakers
+
     def _load_speakers(self):
         from as2d.models.speakers import install_speaker_models
         from as2d.runtime.speakers.pipeline import Diarizer
@@ -528,9 +533,7 @@ class Engine:
         from as2d.models.bundle import BundleError
 
         with self._lock:
-            if self._speakers is None:
-                self._speakers = Background(self._load_speakers, name="as2d-load-speakers")
-            pending = self._speakers
+            pending = self._start_speakers()
         try:
             return pending.result()
         except BundleError as exc:
@@ -792,7 +795,7 @@ class Engine:
                 cancelled is not None and cancelled()):
             beside.stop()
             return heard
-        return heard.with_speakers(beside)
+        return heard.with_speakers(beside.result())
 
     def answer(self, heard: Heard, question: str, options=None, *,
                pending: Background | None = None, answerer=None,

@@ -528,6 +528,11 @@ def test_ask_who_said_it_answers_with_the_speaker(two_readers, models_root, tmp_
     assert "best of times" in best["evidence"][0]["text"]
     assert best["evidence"][0]["speaker"] == best["answer"]
     assert all("speaker" in e for d in (best, young) for e in d["evidence"])
+    again = cli("ask", path, "Who said it was the best of times?", "-m", "tiny.en",
+                "--diarize", "--json", "-q", models_dir=models_root)  # the cached transcript
+    assert again.exit_code == 0, again.stderr
+    cached = json.loads(again.stdout)
+    assert cached["transcript"] == "cache" and cached["answer"] == best["answer"]
     x, rate = sf.read(path, dtype="float32")
     clip = tmp_path / "ann.wav"  # the first reader's second turn
     write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])

@@ -282,8 +282,7 @@ def _run_ask(req: AskRequest, spec, cache, llm, note) -> int:
                            else heard.transcript.duration, first or "")
             try:
                 if heard is not None and req.speakers is not None:  # a cached transcript
-                    heard = _with_speakers(heard, engine.diarize_beside(audio.samples,
-                                                                        req.speakers))
+                    heard = _with_speakers(heard, engine, audio.samples, req.speakers)
                 if heard is None:
                     heard = _hear(engine, audio, req, transcribe_options, stats, pending,
                                   cache, digest, lambda: reporter.note(INTERRUPTED))
@@ -364,10 +363,11 @@ def _hear(engine, audio, req: AskRequest, transcribe_options, stats, pending, ca
         raise UserError(_words(exc)) from None  # short to diarize, a reference without speech
 
 
-def _with_speakers(heard, diarization):
-    """:meth:`Heard.with_speakers`, its errors as the command line words them."""
+def _with_speakers(heard, engine, samples, options):
+    """A cached transcript's speakers (the audio diarized, not transcribed again), the errors
+    as the command line words them."""
     try:
-        return heard.with_speakers(diarization)
+        return heard.with_speakers(engine.diarizer().diarize(samples, options))
     except ValueError as exc:  # audio too short to diarize, a reference without speech
         raise UserError(_words(exc)) from None
 
