@@ -18,7 +18,7 @@ reaches ``--target`` (a pair chosen at exactly the target on the questions it is
 overstates its precision on questions it has not seen: chosen at 0.90 on dev, 0.82 on test).
 The answerer's constants (:data:`as2d.runtime.ask.judge.ABSTAIN_BELOW`,
 :data:`~as2d.runtime.ask.judge.MARGIN`) are the pair printed as chosen
-(``--json bench/results/ask-calibration-dev.json``).
+(``--json bench/results/ask-calibration-dev-2026-12-07.json``).
 """
 
 from __future__ import annotations

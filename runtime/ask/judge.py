@@ -11,8 +11,9 @@ model's own words):
   passages (the one its guess came from first), so the user sees where the recording comes
   closest (read from selected passages of a long transcript: the best passage overall first).
   A Whisper segment may stop mid-sentence, and the sentence is what a reader checks: on the
-  dev split the first passage then holds the answer for more questions than the segment did
-  (``bench/results/ask-dev-unweighed.json``);
+  dev split the first passage then holds the answer (or the answer is right) for 172 of 195
+  answerable questions, against 169 with the segment (``scripts/ask_evidence.py``:
+  ``bench/results/ask-evidence-dev.json``);
 * **support and margin**: the share of the question's content words said in and around the
   answer's passage (:func:`support`), and, for a span the model chose among candidates, how
   far its score stands above the next candidate's (:func:`margin`). A span chosen by a hair
@@ -55,7 +56,8 @@ EVIDENCE = 3
 # answer when its support is below GENERATED_BELOW. Chosen on the dev split
 # (``scripts/ask_calibrate.py`` over ``bench/results/ask-dev-unweighed.json``: the pair with
 # the most right answers at a dev precision of 0.91, the lowest level whose pair, chosen on
-# half the dev clips, kept 0.90 on the other half: bench/results/ask-calibration-dev.json).
+# half the dev clips, kept 0.90 on the other half:
+# bench/results/ask-calibration-dev-2026-12-07.json).
 ABSTAIN_BELOW = 0.7
 MARGIN = 1.5
 GENERATED_BELOW = 0.5
