@@ -139,7 +139,6 @@ def no_fallback():
 GROUPS = {
     "reader:counted": lambda o: without_reader("counted"),
     "reader:read": lambda o: without_reader("read"),
-    "reader:confirmed": lambda o: without_reader("confirmed"),
     "calibrate": lambda o: patched(o, "calibrate", 0.0),
     "choose:shape": lambda o: plain_choose(),
     "fallback:generated": lambda o: no_fallback(),
@@ -151,7 +150,6 @@ GROUPS = {
                                                 "_first_and_last"),
     "src:slots": lambda o: without_sources("_preposition_object", "_wh_slot", "_verb_objects",
                                            "_end_clause"),
-    "src:events": lambda o: without_sources("_around_event", "_reason_before"),
 }
 
 

@@ -147,6 +147,8 @@ def main() -> None:
     ap.add_argument("--follow-up-before", action="store_true",
                     help="the before revision has the transcript cache too: time its "
                          "follow-ups interleaved with after's on the same warm cache")
+    ap.add_argument("--skip-long", action="store_true",
+                    help="only the first-question comparison on the short clip")
     ap.add_argument("--out", type=Path, required=True)
     a = ap.parse_args()
 
@@ -194,6 +196,14 @@ def main() -> None:
                              for x in first["after"] + first["before"]}) == 1,
         "runs": first}
 
+    if a.skip_long:
+        doc["load_average_at_end"] = os.getloadavg()
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+        print(json.dumps({k: v for k, v in doc["first_question_short_clip"].items()
+                          if k != "runs"}, indent=1))
+        shutil.rmtree(work, ignore_errors=True)
+        return
     long = work / "long.wav"
     seconds = long_recording(long)
     cache = work / "cache-long"

@@ -288,8 +288,11 @@ def _span_words(text: str) -> tuple[str, ...]:
 
 
 def passage(spans: Sequence[Span], run: tuple[int, int]) -> Evidence:
-    """The spans ``run`` (first, last) as one passage of evidence."""
+    """The spans ``run`` (first, last) as one passage of evidence (a run of one span: that
+    span, as it is)."""
     a, b = run
+    if a == b:
+        return spans[a]
     talk: dict[str, float] = {}  # a diarized transcript: who speaks how long in it
     for s in spans[a:b + 1]:
         if s.speaker is not None:

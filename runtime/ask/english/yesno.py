@@ -22,7 +22,7 @@ import re
 from collections.abc import Sequence
 
 from as2d.runtime.ask.english.lexicon import BE_FORMS, DO_FORMS, HAVE_FORMS, alternation
-from as2d.runtime.ask.passages import content_words
+from as2d.runtime.ask.passages import content_words, stem
 from as2d.runtime.ask.spans import Span
 
 # (not "might", "must", "may", "shall": "May I ...?" asks leave, not whether it is so)
@@ -45,6 +45,25 @@ _INTENDED = re.compile(r"\b(?:wants?|wanted|wanting|going|plans?|planned|hopes?|
                        r"tr(?:y|ies|ied)|intends?|intended|would like|needs?|needed)"
                        r"\s+to\s+([A-Za-z']+)", re.I)
 _AUX_STEMS = frozenset(content_words(" ".join(sorted(_YES_NO_AUX))))
+_RAW = re.compile(r"[a-z]+")
+
+
+def _pairs(text: str) -> list[tuple[str, str]]:
+    """Adjacent words of ``text`` (lower case), for compounds written apart or together."""
+    raw = _RAW.findall(text.lower())
+    return list(zip(raw, raw[1:]))
+
+
+def _said(clause: str, question: str) -> set[str]:
+    """The content words ``clause`` says, a compound counted however it is written: "foot
+    bridge" says the question's "footbridge", "honeybees" its "honey bees" (Whisper and
+    question writers split and join compounds differently)."""
+    said = set(content_words(clause))
+    said |= {stem(a + b) for a, b in _pairs(clause)}
+    for a, b in _pairs(question):
+        if stem(a + b) in said:
+            said.update(content_words(f"{a} {b}"))
+    return said
 
 
 def is_yes_no(question: str) -> bool:
@@ -99,7 +118,7 @@ def yes_no_decision(spans: Sequence[Span], question: str) -> tuple[str, list[int
     for clause, i in _clauses(spans):
         if clause.endswith("?"):
             continue  # a question said in the recording confirms nothing
-        said = set(content_words(clause))
+        said = _said(clause, question)
         if _PRONOUN.search(clause):
             said |= names
         best.append((len(asked & said) / len(asked), i, clause))
