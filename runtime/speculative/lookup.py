@@ -67,9 +67,9 @@ class Lookup:
         # copies "the age of wisdom" may start it " The"); what is proposed is the sequence's
         # own continuation either way.
         self.fold = fold
-        keys = [fold(t) for t in self.ids] if fold else self.ids
+        self.keys = [fold(t) for t in self.ids] if fold else self.ids  # (unfolded: one list)
         self.index = NgramIndex(max_ngram)
-        self.index.grow(keys, len(self.ids) - 1)  # a match at the very end has no continuation
+        self.index.grow(self.keys, len(self.ids) - 1)  # the very end has no continuation
         self.cursor: int | None = None
 
     def __len__(self) -> int:
