@@ -114,26 +114,26 @@ def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOpt
 
 
 def _opened(model: WhisperModel, state, make: Callable[[object], _Task]) -> _Task:
-    """``make(state)``'s task, which releases ``state`` to ``model`` when closed; a task that
-    cannot be made releases it at once."""
+    """``make(state)``'s task; one that cannot be made releases ``state`` at once."""
     try:
-        task = make(state)
+        return make(state)
     except BaseException:
         model.release(state)
         raise
-    task.release = lambda: model.release(state)
-    return task
 
 
 class _Task:
-    """What every search's task shares: its decoding and the release of its cache (set by
-    :func:`_opened`)."""
+    """What every search's task shares: its decoding, whose state goes back to its model's
+    pool when the task closes."""
 
     steps = 0
-    release: Callable[[], None]
 
     def __init__(self, decoding) -> None:
         self.decoding = decoding
+
+    def release(self) -> None:
+        state = self.decoding.state
+        state.model.release(state)
 
     @property
     def done(self) -> bool:
