@@ -21,8 +21,10 @@ from as2d.runtime.speculative.verify import Verdict
 
 class NgramIndex:
     """Where every n-gram (n ≤ ``max_n``) of a sequence ends, the sequence growing or not: the
-    one index both a quoted sequence (:class:`Lookup`) and the drafter's stream
-    (:class:`~as2d.runtime.transcribe.stream_source.StreamProposer`) are searched with. The
+    one index every matcher searches (a quoted or growing sequence, :class:`Lookup`; the
+    drafter's stream for beams and samples,
+    :class:`~as2d.runtime.transcribe.stream_source.StreamProposer`; its words by key for the
+    aligner's re-synchronisation, :class:`~as2d.runtime.speculative.align.Aligner`). The
     n-grams start at ``lo`` or later; each key's ends are in ascending order."""
 
     def __init__(self, max_n: int, lo: int = 0) -> None:
