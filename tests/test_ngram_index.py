@@ -20,7 +20,7 @@ def defined(keys, max_n, lo, end):
     return out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(seqs, st.integers(1, 5), st.integers(0, 6), st.lists(st.integers(0, 40), max_size=5))
 def test_index_holds_every_ngram_grown_at_once_or_piece_by_piece(keys, max_n, lo, cuts):
     whole, pieces = NgramIndex(max_n, lo), NgramIndex(max_n, lo)
@@ -30,7 +30,7 @@ def test_index_holds_every_ngram_grown_at_once_or_piece_by_piece(keys, max_n, lo
     assert whole.ends == pieces.ends == defined(keys, max_n, lo, len(keys))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(seqs, st.integers(1, 5), st.lists(st.integers(0, 4), max_size=8), st.integers(1, 3))
 def test_suffixes_are_the_occurring_ones_longest_first(keys, max_n, tail, min_n):
     index = NgramIndex(max_n)
@@ -66,7 +66,7 @@ WORDS = [b" the", b" The", b" it", b" It", b" was", b" age", b" of", b",", b".",
          b"10", b" a", b" times"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(0, len(WORDS) - 1), max_size=60),
        st.lists(st.integers(0, len(WORDS) - 1), min_size=1, max_size=12),
        st.integers(0, 60), st.integers(0, 60), st.sampled_from([4, 40]),
