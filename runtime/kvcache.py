@@ -9,10 +9,38 @@ until a sequence grows into it.)
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Hashable
+
 import numpy as np
 
 
+class StatePool:
+    """Decode states kept for reuse, by shape: a cache preallocated to the context is made
+    once per shape (one row, a beam of five, an answer's) and recycled from window to window.
+    Thread-safe: a drafter and the target take states of one model at once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[Hashable, list] = {}
+
+    def take(self, shape: Hashable, make: Callable[[], object]):
+        """A released state of ``shape``, else ``make()``'s."""
+        with self._lock:
+            free = self._free.get(shape)
+            state = free.pop() if free else None
+        return state if state is not None else make()
+
+    def give(self, shape: Hashable, state) -> None:
+        with self._lock:
+            self._free.setdefault(shape, []).append(state)
+
+
 class KVCache:
+    """One sequence's cache."""
+
+    slots = 0  # one sequence (a :class:`StatePool` shape)
+
     def __init__(self, layers: int, capacity: int, width: int) -> None:
         self.capacity = capacity
         self.k = [np.zeros((capacity, width), np.float32) for _ in range(layers)]
@@ -21,6 +49,10 @@ class KVCache:
         # Per layer: (past key, past value, new key, new value) names, made once.
         self._names = [(f"past_k_{i}", f"past_v_{i}", f"new_k_{i}", f"new_v_{i}")
                        for i in range(layers)]
+
+    def reset(self) -> None:
+        """Empty (before a prompt)."""
+        self.length = 0
 
     def _run(self, session, outputs: list[str], feed: dict, t: int, what: str) -> dict:
         """One pass of ``t`` new tokens: past rows in, new rows written after them."""

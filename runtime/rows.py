@@ -137,10 +137,10 @@ class BeamProbe(RowProbe, Protocol):
 
     beam_check: dict | None
 
-    def beam_probe(self) -> tuple[Callable[[int], object], Callable[[object], None]]:
+    def beam_probe(self) -> Callable[[int], object]:
         """A factory of fresh batched states (``slots`` hypotheses, one empty to start: a
-        ``forward(rows)``, ``reorder(sources)``, ``truncate(length)`` state) and its release;
-        their audio context is the row probe's."""
+        ``forward(rows)``, ``reorder(sources)``, ``truncate(length)`` state), released as the
+        row probe's are; their audio context is the row probe's."""
         ...
 
     @property
@@ -155,7 +155,7 @@ def probe_beams(model: BeamProbe) -> dict:
     rows). Every row must equal, bit for bit, the row a one-hypothesis state computes for the
     same sequence one token at a time."""
     new, tokens, release = model.row_probe()
-    new_beams, release_beams = model.beam_probe()
+    new_beams = model.beam_probe()
     tokens = list(tokens)
     if len(tokens) < 8:
         tokens = (tokens * 8)[:8]
@@ -210,7 +210,7 @@ def probe_beams(model: BeamProbe) -> dict:
         seqs = [seq + conts[j][:4] for j, seq in enumerate(seqs)]
         block(b, seqs, 4)
     finally:
-        release_beams(b)
+        release(b)
 
     return {"exact": exact, "max_abs_diff": worst}
 

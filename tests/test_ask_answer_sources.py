@@ -51,7 +51,7 @@ def test_growing_lookup_indexes_like_a_whole_lookup(fold):
             i += step
         whole = Lookup("answer", seq, 4, fold)
         assert grown.ids == whole.ids
-        assert grown.index == whole.index
+        assert grown.index.ends == whole.index.ends
         tail = seq[-rng.randrange(1, 6):] if seq else []
         assert grown.match(tail) == whole.match(tail)
 

@@ -194,7 +194,7 @@ def _as2d_beam(model, ctx, prompt, rules, options):
         while not dec.done:
             dec.step()
     finally:
-        model.release_beams(state)
+        model.release(state)
     return dec.result()
 
 
@@ -406,7 +406,7 @@ def test_speculative_beam_is_exact_whatever_the_drafter_says(beam_model, librivo
                 dec.step(props)
                 k = k % 6 + 1  # every budget, in turn
         finally:
-            model.release_beams(state)
+            model.release(state)
         return dec
 
     edits = st.lists(st.tuples(st.sampled_from(["keep", "drop", "swap", "insert", "close"]),

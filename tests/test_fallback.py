@@ -593,7 +593,7 @@ def test_samples_side_by_side_draw_what_they_draw_alone(models, librivox):
                 b.step()
             return b
         finally:
-            target.release_beams(state)
+            target.release(state)
 
     plain = batch([cands.NO_CANDIDATES] * draws)
     assert [(r.tokens, r.sum_logprob, r.completed) for r in plain.results()] == \

@@ -120,8 +120,8 @@ def test_logits_of_the_last_rows_only_are_those_rows_bit_for_bit(name, precision
         assert rows.shape == (2, 3, model.dims.n_vocab)
         assert np.array_equal(rows, full[:, -3:])
     finally:
-        model.release_beams(whole)
-        model.release_beams(last)
+        model.release(whole)
+        model.release(last)
 
 
 @pytest.mark.parametrize("name,precision,threads", CONFIGS,

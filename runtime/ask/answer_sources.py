@@ -36,7 +36,7 @@ answer, only how many passes it takes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 
 from as2d.runtime.ask.spans import Span, transcript_lines
 from as2d.runtime.speculative.lookup import Lookup, LookupSource
@@ -73,21 +73,12 @@ class GrowingLookup(Lookup):
     """A :class:`Lookup` whose sequence grows (the answer being written): :meth:`extend`
     indexes the n-grams that the new tokens give a continuation to."""
 
-    def __init__(self, name: str, ids: Sequence[int] = (), max_ngram: int = 4,
-                 fold: Callable[[int], Hashable] | None = None) -> None:
-        super().__init__(name, ids, max_ngram, fold)
-        self._keys = [fold(t) for t in self.ids] if fold else self.ids  # (one list unfolded)
-
     def extend(self, ids: Sequence[int]) -> None:
-        old = len(self.ids)
         new = [int(t) for t in ids]
         self.ids.extend(new)
         if self.fold is not None:
-            self._keys.extend(self.fold(t) for t in new)
-        keys = self._keys
-        for end in range(max(old, 1), len(self.ids)):  # n-grams ending here now go on
-            for n in range(1, min(self.max_ngram, end) + 1):
-                self.index.setdefault(tuple(keys[end - n:end]), []).append(end)
+            self.keys.extend(self.fold(t) for t in new)
+        self.index.grow(self.keys, len(self.ids) - 1)  # n-grams the new tokens continue
 
 
 class AnswerLookupSource(LookupSource):

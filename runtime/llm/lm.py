@@ -24,7 +24,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from as2d.runtime.json_files import read_json_capped
-from as2d.runtime.kvcache import KVCache
+from as2d.runtime.kvcache import KVCache, StatePool
 from as2d.runtime.llm.lean_tokenizer import LeanTokenizer, open_lean, scan_newline_ids
 from as2d.runtime.sessions import make_session
 
@@ -190,24 +190,19 @@ class LMBackend:
     manifest: dict | None = None  # an as2d bundle's (a Hugging Face folder has none)
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._free: list = []
+        self._pool = StatePool()
 
     def _new_state(self):
         raise NotImplementedError
 
     def state(self):
         """An empty cache (recycled from :meth:`release` when one is free)."""
-        with self._lock:
-            state = self._free.pop() if self._free else None
-        if state is None:
-            state = self._new_state()
+        state = self._pool.take(None, self._new_state)
         state.reset()
         return state
 
     def release(self, state) -> None:
-        with self._lock:
-            self._free.append(state)
+        self._pool.give(None, state)
 
     chat_template: str | None = None  # a Hugging Face folder's (Jinja), rendered sandboxed
     trees: bool = False  # its graph takes tree passes (positions and a visibility matrix)
@@ -333,9 +328,6 @@ class LLMState(KVCache):
         super().__init__(c.num_layers, c.capacity, c.kv_dim)
         self.model = model
         self._feed: dict[str, np.ndarray] = {}
-
-    def reset(self) -> None:
-        self.length = 0
 
     @property
     def trees(self) -> bool:

@@ -15,9 +15,11 @@ keeps it, and capitalises a first word as the target has been doing at that kind
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 from as2d.runtime.numbers import NUMBER_WORDS
+from as2d.runtime.speculative.lookup import NgramIndex
 from as2d.runtime.speculative.stream import CandidateStream
 
 SENTENCE, SEGMENT = "sentence", "segment"  # kinds of start (see Aligner.candidates)
@@ -116,6 +118,12 @@ class Aligner:
         # Does it start a sentence, or a segment within a sentence, with a capital? (decayed
         # counts of yes and no, by kind of start)
         self._capitals = {SENTENCE: [1.0, 0.0], SEGMENT: [1.0, 0.0]}
+        # The stream's words (punctuation aside), by key, indexed as they arrive: where each
+        # is in the stream, and the n-grams of their keys (what a re-synchronisation finds).
+        self._word_at: list[int] = []
+        self._word_keys: list = []
+        self._words = NgramIndex(max_ngram)
+        self._read = 0  # stream tokens read into them
 
     # -- target side --------------------------------------------------------------------------
     def sync(self) -> bool:
@@ -252,34 +260,39 @@ class Aligner:
         out.reverse()
         return out
 
+    def _read_words(self) -> int:
+        """Index the stream's new words; the stream's length now."""
+        s = self.stream.tokens
+        n = len(s)
+        for i in range(self._read, n):
+            if not self._punct(s[i]):
+                self._word_at.append(i)
+                self._word_keys.append(self._key(s[i]))
+        self._read = n
+        self._words.grow(self._word_keys, len(self._word_keys))
+        return n
+
     def _resync(self) -> bool:
         """Find the last few committed tokens (punctuation aside; by key, so "It" finds "it")
         in the stream: the earliest match that ends at or after the last confirmed word, as
         drafter and target move through the audio in step (a later copy of a repeated phrase
-        is likely wrong). The search starts at that confirmed word, not just behind the
-        pointer: the pointer moves on one step per unmatched token, so after a wrong jump ahead
-        it would otherwise stay ahead of the text for good. ``reach`` bounds how far back that
-        is, so a drafter that never matches (translation, a hallucinating drafter) costs a
-        bounded search per token, not one that grows with the file."""
-        s = self.stream.tokens
-        n = len(s)
-        in_window = len(self.history) - self._window_mark
-        smallest = 1 if in_window <= 1 else 2
-        suffix_all = self._last_keys(self.max_ngram)
-        for m in range(len(suffix_all), smallest - 1, -1):
-            suffix = suffix_all[-m:]
+        is likely wrong), the longest first. The match may start a little before that word
+        (``4·m`` tokens for ``m`` words), not just behind the pointer: the pointer moves on one
+        step per unmatched token, so after a wrong jump ahead it would otherwise stay ahead of
+        the text for good. ``reach`` bounds how far behind the pointer it may start, and
+        ``ahead`` (4 tokens for a one-word match) how far ahead of it it may end."""
+        n = self._read_words()
+        at = self._word_at
+        smallest = 1 if len(self.history) - self._window_mark <= 1 else 2
+        for m, ends in self._words.suffixes(self._last_keys(self.max_ngram), smallest):
             hi = min(n, self.pos + (self.ahead if m > 1 else 4))
             lo = max(0, self.floor - 4 * m, self.pos - self.reach)
-            # Word tokens of the stream from a little before the floor (the n-gram may start
-            # before it) up to the search's end.
-            seen: list[tuple[int, object]] = []
-            for i in range(lo, hi):
-                if self._punct(s[i]):
-                    continue
-                seen.append((i, self._key(s[i])))
-                if len(seen) >= m and seen[-1][0] + 1 >= self.floor \
-                        and [k for _, k in seen[-m:]] == suffix:
-                    self.pos = seen[-1][0] + 1
-                    self.synced = True
-                    return True
+            # Word ends (in words) of a match that starts at ``lo`` or later and ends at or
+            # after the floor: the earliest, if it ends before ``hi``.
+            first = max(bisect_left(at, lo) + m, bisect_left(at, self.floor - 1) + 1)
+            i = bisect_left(ends, first)
+            if i < len(ends) and ends[i] <= bisect_left(at, hi):
+                self.pos = at[ends[i] - 1] + 1
+                self.synced = True
+                return True
         return False

@@ -11,12 +11,43 @@ the ids belong to.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import Verdict
+
+
+class NgramIndex:
+    """Where every n-gram (n ≤ ``max_n``) of a sequence ends, the sequence growing or not: the
+    one index every matcher searches (a quoted or growing sequence, :class:`Lookup`; the
+    drafter's stream for beams and samples,
+    :class:`~as2d.runtime.transcribe.stream_source.StreamProposer`; its words by key for the
+    aligner's re-synchronisation, :class:`~as2d.runtime.speculative.align.Aligner`). The
+    n-grams start at ``lo`` or later; each key's ends are in ascending order."""
+
+    def __init__(self, max_n: int, lo: int = 0) -> None:
+        self.max_n, self.lo = max_n, lo
+        self.ends: dict[tuple, list[int]] = {}
+        self.indexed = lo  # n-grams ending at or before this are indexed
+
+    def grow(self, keys: Sequence[Hashable], end: int) -> None:
+        """Index the n-grams of ``keys`` that end at ``end`` or before (not yet indexed)."""
+        for e in range(self.indexed + 1, end + 1):
+            for n in range(1, self.max_n + 1):
+                if e - n < self.lo:
+                    break
+                self.ends.setdefault(tuple(keys[e - n:e]), []).append(e)
+        self.indexed = max(self.indexed, end)
+
+    def suffixes(self, tail: Sequence[Hashable], min_n: int = 1
+                 ) -> Iterator[tuple[int, list[int]]]:
+        """``(n, ends)`` for each suffix of ``tail`` that occurs, longest first."""
+        for n in range(min(self.max_n, len(tail)), min_n - 1, -1):
+            ends = self.ends.get(tuple(tail[-n:]))
+            if ends:
+                yield n, ends
 
 
 class Lookup:
@@ -38,11 +69,9 @@ class Lookup:
         # copies "the age of wisdom" may start it " The"); what is proposed is the sequence's
         # own continuation either way.
         self.fold = fold
-        keys = [fold(t) for t in self.ids] if fold else self.ids
-        self.index: dict[tuple, list[int]] = {}
-        for n in range(1, max_ngram + 1):
-            for end in range(n, len(self.ids)):  # a match at the very end has no continuation
-                self.index.setdefault(tuple(keys[end - n:end]), []).append(end)
+        self.keys = [fold(t) for t in self.ids] if fold else self.ids  # (unfolded: one list)
+        self.index = NgramIndex(max_ngram)
+        self.index.grow(self.keys, len(self.ids) - 1)  # the very end has no continuation
         self.cursor: int | None = None
 
     def __len__(self) -> int:
@@ -58,10 +87,7 @@ class Lookup:
         if self.fold is not None:
             tail = [self.fold(t) for t in tail]
         best = (0, -1)  # the longest match, where none resumes the copy
-        for n in range(min(self.max_ngram, len(tail)), min_ngram - 1, -1):
-            ends = self.index.get(tuple(tail[-n:]))
-            if not ends:
-                continue
+        for n, ends in self.index.suffixes(tail, min_ngram):
             near = next((e for e in ends if self.resumes(e)), None)
             if near is not None:
                 return n, near

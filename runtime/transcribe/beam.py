@@ -22,8 +22,8 @@ import numpy as np
 
 from as2d.runtime.option_errors import OptionError, is_number, shown
 from as2d.runtime.speculative.verify import PassCounts, replay
-from as2d.runtime.transcribe.window import DecodingResult, room
-from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
+from as2d.runtime.transcribe.window import DecodingResult, one_row, prompt_pass, room
+from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import BeamDecoderState
 
 # Bounds on one search for every face: each hypothesis is a row of every pass and a cache of
@@ -159,12 +159,9 @@ class BeamWindow:
     def start(self) -> None:
         """Run the prompt (one hypothesis) and take the first beam step."""
         t0 = time.perf_counter()
-        # The rows from the start-of-transcript token on (see WindowState.start).
-        logits = self.state.forward([self.prompt],
-                                    logit_rows=len(self.prompt) - self.sot_index)[0]
-        self.no_speech_prob = no_speech_probability(logits[0],
-                                                    self.rules.tokenizer.no_speech)
-        self.state.reorder(self.advance(logits[-1:]))
+        self.no_speech_prob, row = prompt_pass(one_row(self.state), self.prompt, self.sot_index,
+                                               self.rules.tokenizer.no_speech)
+        self.state.reorder(self.advance(row[None]))
         self.counts.count(0, 0, time.perf_counter() - t0)
 
     @property

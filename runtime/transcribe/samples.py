@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import OneHypothesis, Verdict, replay
 from as2d.runtime.transcribe.beam import length_score
-from as2d.runtime.transcribe.window import Decoded, DecodingResult, commit
-from as2d.runtime.whisper.logits import LogitRules, no_speech_probability
+from as2d.runtime.transcribe.window import Decoded, DecodingResult, commit, one_row, prompt_pass
+from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import BeamDecoderState
 
 # Rows a pass runs for one sample (pending token, backlog and candidates). Measured on a
@@ -67,12 +67,8 @@ class SampleBatch:
     def start(self) -> list[tuple[list[int], Verdict]]:
         """The prompt, run once for every sample, and each sample's first token."""
         t0 = time.perf_counter()
-        # The rows from the start-of-transcript token on (see WindowState.start).
-        row = self.state.forward([self.prompt],
-                                 logit_rows=len(self.prompt) - self.sot_index)[0]
-        self.no_speech_prob = no_speech_probability(row[0],
-                                                    self.samples[0].rules.tokenizer.no_speech)
-        last = row[-1]
+        self.no_speech_prob, last = prompt_pass(one_row(self.state), self.prompt, self.sot_index,
+                                                self.samples[0].rules.tokenizer.no_speech)
         passed = []
         for i, s in enumerate(self.samples):
             masked = last.copy()  # each sample masks (in place) and draws from its own copy

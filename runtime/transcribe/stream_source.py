@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
-from as2d.runtime.speculative.lookup import REPEAT_PRIOR, repetition
+from as2d.runtime.speculative.lookup import REPEAT_PRIOR, NgramIndex, repetition
 from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.opening_times import closing_time, opening_time
 
@@ -39,23 +39,15 @@ class StreamProposer:
         self.stream = stream
         self.offset = window_start
         self.tb, self.eot = timestamp_begin, eot
-        self.max_ngram = max_ngram
-        self.lo = stream.index_at_time(max(0.0, window_start - 1.0))
+        # The stream from a second before the window on (what the drafter has so far).
+        self.index = NgramIndex(max_ngram, stream.index_at_time(max(0.0, window_start - 1.0)))
         self.first = stream.index_at_time(window_start)
-        self.index: dict[tuple[int, ...], list[int]] = {}
-        self.indexed = self.lo  # stream tokens indexed so far (n-grams ending before it)
 
     def _grow(self) -> None:
         if self.first >= len(self.stream.tokens) and not self.stream.finished:
             # The drafter had not reached the window when this was made.
             self.first = self.stream.index_at_time(self.offset)
-        tokens, end = self.stream.tokens, len(self.stream.tokens)
-        for e in range(self.indexed + 1, end + 1):
-            for n in range(1, self.max_ngram + 1):
-                if e - n < self.lo:
-                    break
-                self.index.setdefault(tuple(tokens[e - n:e]), []).append(e)
-        self.indexed = max(self.indexed, end)
+        self.index.grow(self.stream.tokens, len(self.stream.tokens))
 
     def propose(self, seq: Sequence[int], k: int) -> list[int]:
         """Up to ``k`` tokens that may follow the hypothesis ``seq`` (its generated tokens)."""
@@ -70,11 +62,9 @@ class StreamProposer:
             pos = self.first
         else:
             expected = self.first + len(text)
-            for n in range(min(self.max_ngram, len(text)), 0, -1):
-                ends = self.index.get(tuple(text[-n:]))
-                if ends:
-                    pos = min(ends, key=lambda e: (abs(e - expected), e))
-                    break
+            for _, ends in self.index.suffixes(text):  # the longest suffix found
+                pos = min(ends, key=lambda e: (abs(e - expected), e))
+                break
         if pos is None:
             return lead[:k]
         out = list(lead)

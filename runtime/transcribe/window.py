@@ -66,6 +66,21 @@ def commit(seq: Decoded, tokens: Sequence[int], rows: Sequence[np.ndarray], eot:
             return
 
 
+def prompt_pass(forward, prompt: list[int], sot_index: int, no_speech: int | None
+                ) -> tuple[float, np.ndarray]:
+    """The pass that runs a window's prompt, for any decoder: ``forward(tokens, logit_rows)``
+    gives the rows from the start-of-transcript token on (the previous text's are never read);
+    returns the window's no-speech probability (the start-of-transcript row's) and the row the
+    first token is chosen from."""
+    logits = forward(prompt, logit_rows=len(prompt) - sot_index)
+    return no_speech_probability(logits[0], no_speech), logits[-1]
+
+
+def one_row(state):
+    """A pooled state's ``forward`` for its one hypothesis (before the prompt forks it)."""
+    return lambda tokens, logit_rows=None: state.forward([tokens], logit_rows)[0]
+
+
 def room(done: bool, sample_len: int, generated: int, state) -> int:
     """How many candidates a decode's next pass may verify without passing a length limit."""
     if done:
@@ -101,13 +116,8 @@ class WindowState(Decoded):
     def start(self) -> Verdict:
         """Run the prompt and choose the first token (a pass that runs the whole prompt)."""
         t0 = time.perf_counter()
-        # The rows from the start-of-transcript token on: its row gives the no-speech
-        # probability, the last the first token; the previous text's rows are never read.
-        logits = self.state.forward(self.prompt,
-                                    logit_rows=len(self.prompt) - self.sot_index)
-        self.no_speech_prob = no_speech_probability(logits[0],
-                                                    self.rules.tokenizer.no_speech)
-        row = logits[-1]
+        self.no_speech_prob, row = prompt_pass(self.state.forward, self.prompt, self.sot_index,
+                                               self.rules.tokenizer.no_speech)
         token = self.rules.choose(row, [])
         self._commit([token], [row])
         verdict = Verdict([token], [row], 0, 0, len(self.prompt), time.perf_counter() - t0,

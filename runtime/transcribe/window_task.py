@@ -74,14 +74,9 @@ def greedy(prompt: list[int], rules: LogitRules, sample_len: int,
 
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
-        state = model.decoder_state(ctx)
-        window = WindowState(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot)
-        try:
-            source = source_for()
-        except BaseException:
-            model.release(state)
-            raise
-        return _Greedy(window, source, report, lambda: model.release(state))
+        return _opened(model, model.decoder_state(ctx), lambda state: _Greedy(
+            WindowState(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot),
+            source_for(), report))
 
     return open_
 
@@ -93,16 +88,14 @@ def samples(prompt: list[int], rules: Sequence[LogitRules], sample_len: int,
 
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
-        state = model.beam_state(ctx, len(rules))
         try:
-            batch = SampleBatch(state, [Sample(r, src) for r, src in zip(rules, sources)],
-                                prompt, prompt.index(tk.sot), sample_len, tk.eot)
+            return _opened(model, model.beam_state(ctx, len(rules)), lambda state: _Samples(
+                SampleBatch(state, [Sample(r, src) for r, src in zip(rules, sources)],
+                            prompt, prompt.index(tk.sot), sample_len, tk.eot), report))
         except BaseException:
-            model.release_beams(state)
             for src in sources:
                 src.finish([])
             raise
-        return _Samples(batch, report, lambda: model.release_beams(state))
 
     return open_
 
@@ -113,26 +106,34 @@ def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOpt
 
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
-        state = model.beam_state(ctx, options.beam_size)
-        try:
-            search = BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot,
-                                options)
-        except BaseException:
-            model.release_beams(state)
-            raise
-        return _Beam(search, proposer, lambda: model.release_beams(state),
-                     beam_budget(options.beam_size))
+        return _opened(model, model.beam_state(ctx, options.beam_size), lambda state: _Beam(
+            BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, options),
+            proposer, beam_budget(options.beam_size)))
 
     return open_
 
 
+def _opened(model: WhisperModel, state, make: Callable[[object], _Task]) -> _Task:
+    """``make(state)``'s task; one that cannot be made releases ``state`` at once."""
+    try:
+        return make(state)
+    except BaseException:
+        model.release(state)
+        raise
+
+
 class _Task:
-    """What every search's task shares: its decoding and the release of its cache."""
+    """What every search's task shares: its decoding, whose state goes back to its model's
+    pool when the task closes."""
 
     steps = 0
 
-    def __init__(self, decoding, release: Callable[[], None]) -> None:
-        self.decoding, self.release = decoding, release
+    def __init__(self, decoding) -> None:
+        self.decoding = decoding
+
+    def release(self) -> None:
+        state = self.decoding.state
+        state.model.release(state)
 
     @property
     def done(self) -> bool:
@@ -149,9 +150,8 @@ class _Task:
 
 
 class _Greedy(_Task):
-    def __init__(self, window: WindowState, source: CandidateSource, report: Report,
-                 release: Callable[[], None]) -> None:
-        super().__init__(window, release)
+    def __init__(self, window: WindowState, source: CandidateSource, report: Report) -> None:
+        super().__init__(window)
         self.source, self.report = source, report
 
     def start(self) -> None:
@@ -173,9 +173,8 @@ class _Greedy(_Task):
 
 
 class _Samples(_Task):
-    def __init__(self, batch: SampleBatch, report: Report,
-                 release: Callable[[], None]) -> None:
-        super().__init__(batch, release)
+    def __init__(self, batch: SampleBatch, report: Report) -> None:
+        super().__init__(batch)
         self.report = report
 
     def start(self) -> None:
@@ -208,8 +207,8 @@ class _Samples(_Task):
 
 class _Beam(_Task):
     def __init__(self, search: BeamWindow, proposer: StreamProposer | None,
-                 release: Callable[[], None], budget: Budget) -> None:
-        super().__init__(search, release)
+                 budget: Budget) -> None:
+        super().__init__(search)
         self.proposer, self.budget = proposer, budget
         budget.window_start()
 

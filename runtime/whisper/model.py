@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from as2d.runtime.json_files import read_json_capped
-from as2d.runtime.kvcache import KVCache, PooledCache
+from as2d.runtime.kvcache import KVCache, PooledCache, StatePool
 from as2d.runtime.sessions import Background, make_session, shared_tables, takes_optional
 from as2d.runtime.whisper.cross import CrossForm, CrossQuantiser
 from as2d.runtime.whisper.encoders import make_encoder
@@ -114,7 +114,8 @@ class WhisperModel:
         # before it compute every row's; forward keeps the ones asked for either way).
         self.logit_rows = takes_optional(self.decoder, "logit_rows")
         self._lock = threading.Lock()
-        self._free: list[DecoderState] = []
+        # Window states, single-row and pooled alike, kept for the next window.
+        self._states = StatePool()
         # What the model can do besides greedy decoding, declared from the bundle: the batched
         # decoder (beam search, samples side by side) and the alignment graph (word timestamps;
         # else made on first use by ``alignment_graph()``).
@@ -126,7 +127,6 @@ class WhisperModel:
         self.alignment_session = None  # made by the first word aligner
         self._beam_session = None  # made on first use (beam search, a fallback's samples)
         self.beam_logit_rows = False  # whether it takes logit_rows (known with the session)
-        self._free_beams: dict[int, list[BeamDecoderState]] = {}
 
     @property
     def multilingual(self) -> bool:
@@ -134,11 +134,15 @@ class WhisperModel:
 
     row_check: dict | None = None  # as2d.runtime.rows' verdict, once checked
 
+    def _probe_context(self) -> AudioContext:
+        """One second of silence: the audio of the row checks."""
+        return self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
+
     def row_probe(self):
         """The passes of the row check (:mod:`as2d.runtime.rows`): one second of silence and a
         sentence, in one pass wider than any the budget verifies (a new onnxruntime or CPU could
         round differently)."""
-        ctx = self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
+        ctx = self._probe_context()
         tokens = list(self.tokenizer.sot_sequence("en" if self.multilingual else None))
         tokens += self.tokenizer.encode(ROW_PROBE_WORDS)
         return (lambda: self.decoder_state(ctx)), tokens, self.release
@@ -168,18 +172,23 @@ class WhisperModel:
                              f"decoder as {self.cross_form.value}; reinstall the model")
 
     def decoder_state(self, ctx: AudioContext) -> DecoderState:
-        """A decoder bound to ``ctx``; caches are recycled between windows."""
-        with self._lock:
-            state = self._free.pop() if self._free else None
-        if state is None:
-            state = DecoderState(self)
+        """A decoder of one sequence bound to ``ctx``; caches are recycled between windows."""
+        state = self._states.take(0, lambda: DecoderState(self))
         state.bind(ctx)
         return state
 
-    def release(self, state: DecoderState) -> None:
+    def beam_state(self, ctx: AudioContext, slots: int) -> BeamDecoderState:
+        """A decoder of up to ``slots`` hypotheses bound to ``ctx`` (one empty hypothesis), on
+        the batched graph (:meth:`beam_session`)."""
+        self.beam_session()
+        state = self._states.take(slots, lambda: BeamDecoderState(self, slots))
+        state.bind(ctx)
+        return state
+
+    def release(self, state: DecoderState | BeamDecoderState) -> None:
+        """``state`` (either kind) is done with its window: kept for the next."""
         state.feed = {}
-        with self._lock:
-            self._free.append(state)
+        self._states.give(state.slots, state)
 
     beam_check: dict | None = None  # as2d.runtime.rows.probe_beams' verdict, once checked
 
@@ -202,9 +211,9 @@ class WhisperModel:
 
     def beam_probe(self):
         """The batched side of the beam row check (:func:`as2d.runtime.rows.probe_beams`):
-        states over the row probe's audio context."""
-        ctx = self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
-        return (lambda slots: self.beam_state(ctx, slots)), self.release_beams
+        states over the row probe's audio context (released like the row probe's)."""
+        ctx = self._probe_context()
+        return lambda slots: self.beam_state(ctx, slots)
 
     @property
     def beam_memo(self):
@@ -213,21 +222,6 @@ class WhisperModel:
         digest = self.manifest.get("sha256", {}).get(files.get("decoder_beam"))
         return (self.path.parent, digest) if isinstance(digest, str) and digest else None
 
-    def beam_state(self, ctx: AudioContext, slots: int) -> BeamDecoderState:
-        """A decoder of up to ``slots`` hypotheses bound to ``ctx`` (one empty hypothesis)."""
-        self.beam_session()
-        with self._lock:
-            free = self._free_beams.get(slots)
-            state = free.pop() if free else None
-        if state is None:
-            state = BeamDecoderState(self, slots)
-        state.bind(ctx)
-        return state
-
-    def release_beams(self, state: BeamDecoderState) -> None:
-        state.feed = {}
-        with self._lock:
-            self._free_beams.setdefault(state.slots, []).append(state)
 
 
 WHISPER_TEXT_CTX = 448  # the decoder's positional table in every Whisper model
@@ -329,18 +323,25 @@ def _ask_rows(feed: dict, takes: bool, t: int, logit_rows: int | None) -> int:
     return rows
 
 
-class DecoderState(KVCache):
+class _Bound:
+    """What both kinds of window state add to their cache: the model, and the window's cross
+    keys/values as the standing part of every pass's feed."""
+
+    model: WhisperModel
+    feed: dict[str, np.ndarray]
+
+    def bind(self, ctx: AudioContext) -> None:
+        self.feed = dict(ctx.cross)
+        self.reset()
+
+
+class DecoderState(_Bound, KVCache):
     """The decoder of one window: self-attention cache plus the window's cross keys/values."""
 
     def __init__(self, model: WhisperModel) -> None:
         d = model.dims
         super().__init__(d.n_text_layer, d.n_text_ctx, d.n_text_state)
-        self.model = model
-        self.feed: dict[str, np.ndarray] = {}
-
-    def bind(self, ctx: AudioContext) -> None:
-        self.feed = dict(ctx.cross)
-        self.length = 0
+        self.model, self.feed = model, {}
 
     def forward(self, tokens: Sequence[int], logit_rows: int | None = None) -> np.ndarray:
         """Run ``tokens`` after the cached ones; returns the logits ``[R, n_vocab]`` of the last
@@ -354,19 +355,14 @@ class DecoderState(KVCache):
         return out["logits"][-rows:]
 
 
-class BeamDecoderState(PooledCache):
+class BeamDecoderState(_Bound, PooledCache):
     """The hypotheses of one window's beam search: a pooled cache (see
     :class:`~as2d.runtime.kvcache.PooledCache`) plus the window's cross keys/values."""
 
     def __init__(self, model: WhisperModel, slots: int) -> None:
         d = model.dims
         super().__init__(d.n_text_layer, d.n_text_ctx, d.n_text_state, slots)
-        self.model = model
-        self.feed: dict[str, np.ndarray] = {}
-
-    def bind(self, ctx: AudioContext) -> None:
-        self.feed = dict(ctx.cross)
-        self.reset()
+        self.model, self.feed = model, {}
 
     def forward(self, tokens: Sequence[Sequence[int]],
                 logit_rows: int | None = None) -> np.ndarray:
