@@ -284,11 +284,15 @@ def word_accuracy(items, folder, model: str = "base") -> float:
     return round(right / max(total, 1), 4)
 
 
-def cost_sweep(dev, folder, steps=(5.0, 10.0), embeds=(0.0, 3.0, 2.0, 1.5),
-               thresholds=(0.4, 0.5, 0.55, 0.6, 0.7)) -> dict:
-    """On dev only: the models' time (segmentation + embeddings, one thread) and DER / count
-    accuracy of each segmentation step x seconds embedded per local speaker, each tried at a
-    few clustering thresholds (clustering is redone on one analysis)."""
+COST_GRID = [{"step": st, "trunk_chunk": c} for st in (5.0, 10.0) for c in (5.0, 10.0, 20.0)] + [
+    {"step": st, "max_embed": e} for st in (5.0, 10.0) for e in (0.0, 3.0, 2.0, 1.5)]
+
+
+def cost_sweep(dev, folder, grid=None, thresholds=(0.4, 0.5, 0.55, 0.6, 0.7)) -> dict:
+    """On dev only: the models' CPU time (segmentation + embeddings, one thread) and DER /
+    count accuracy of each setting of ``grid`` (segmentation step, seconds embedded per local
+    speaker, CAM++'s trunk once over the recording), each tried at a few clustering
+    thresholds (clustering is redone on one analysis)."""
     from dataclasses import replace
 
     import soundfile as sf
@@ -298,25 +302,25 @@ def cost_sweep(dev, folder, steps=(5.0, 10.0), embeds=(0.0, 3.0, 2.0, 1.5),
     dz = as2d_diarizer(threads=1)
     audio = {i["name"]: sf.read(folder / f"{i['name']}.wav", dtype="float32")[0] for i in dev}
     out = {}
-    for step in steps:
-        for emb in embeds:
-            p = replace(dz.params, step=step, max_embed=emb)
-            t = time.process_time()
-            analyses = {n: analyse(x, dz.segmenter, dz.embedder, p) for n, x in audio.items()}
-            cpu = time.process_time() - t
-            row = {"cpu_seconds": round(cpu, 2),
-                   "embedded_seconds": round(sum(len(c[3]) for an in analyses.values()
-                                                 for c in an.clips) / 100, 1)}
-            for th in thresholds:
-                q = replace(p, threshold=th)
-                hyps = {n: [(x.start, x.end, x.speaker) for x in resolve(an, q).turns]
-                        for n, an in analyses.items()}
-                sc = score(dev, folder, hyps)
-                row[f"threshold={th}"] = {"der": sc["der"],
-                                          "count_accuracy": sc["count_accuracy"]}
-            key = f"step={step},max_embed={emb}"
-            out[key] = row
-            print(key, row, flush=True)
+    for setting in grid or COST_GRID:
+        p = replace(dz.params, **setting)
+        t = time.process_time()
+        analyses = {n: analyse(x, dz.segmenter, dz.embedder, p) for n, x in audio.items()}
+        cpu = time.process_time() - t
+        row = {"cpu_seconds": round(cpu, 2),
+               "embedded_seconds": round(sum(len(c[3]) for an in analyses.values()
+                                             for c in an.clips) / 100, 1),
+               "der_by_threshold": {}, "count_accuracy_by_threshold": {}}
+        for th in thresholds:
+            q = replace(p, threshold=th)
+            hyps = {n: [(x.start, x.end, x.speaker) for x in resolve(an, q).turns]
+                    for n, an in analyses.items()}
+            sc = score(dev, folder, hyps)
+            row["der_by_threshold"][th] = sc["der"]
+            row["count_accuracy_by_threshold"][th] = float(sc["count_accuracy"])
+        key = ",".join(f"{k}={v}" for k, v in setting.items())
+        out[key] = row
+        print(key, row, flush=True)
     out["audio_seconds"] = round(sum(len(x) for x in audio.values()) / SR, 1)
     return out
 
