@@ -511,10 +511,8 @@ class Engine:
 
     def _load_speakers(self):
         from as2d.models.speakers import install_speaker_models
-        from as2d.runtime.speakers.pipeline import Diarizer, lower_thread_priority
+        from as2d.runtime.speakers.pipeline import Diarizer
 
-        # This loading thread only: the sessions' pool threads inherit its lower priority.
-        lower_thread_priority()
         models = install_speaker_models(
             Path(self.spec.models_dir).expanduser() if self.spec.models_dir else None,
             progress=self.note)

@@ -430,10 +430,12 @@ def main() -> None:
         report["cost_command"] = " ".join(base[2:]) + " [--diarize]"
         alone = [sys.executable, "-c", "import as2d, sys; as2d.diarize(sys.argv[1], threads=2)",
                  long]
-        walls: dict[str, list[float]] = {"plain": [], "diarize": [], "as2d_diarize_only": [],
-                                         "senko": []}
+        walls: dict[str, list[float]] = {"plain": [], "words": [], "diarize": [],
+                                         "as2d_diarize_only": [], "senko": []}
         for _ in range(a.cost):  # interleaved rounds
             walls["plain"] += process_wall(base, 1)
+            # --diarize times the words (each word takes a speaker): its own share of the cost
+            walls["words"] += process_wall(base + ["--word-timestamps"], 1)
             walls["diarize"] += process_wall(base + ["--diarize"], 1)
             walls["as2d_diarize_only"] += process_wall(alone, 1)
             if Path(a.senko_python).is_file():
@@ -442,7 +444,10 @@ def main() -> None:
         report["cost"] = {"file_seconds": next(i["seconds"] for i in items
                                                if i["name"] == "long"),
                           "walls": walls, "median": med,
-                          "added": round(med["diarize"] / med["plain"] - 1, 3)}
+                          "added": round(med["diarize"] / med["plain"] - 1, 3),
+                          "added_over_words": round(med["diarize"] / med["words"] - 1, 3),
+                          "added_by_round": [round(d / p - 1, 3) for d, p in
+                                             zip(walls["diarize"], walls["plain"])]}
         if "senko" in med:  # diarization alone, one process each, 2 threads
             report["cost"]["senko_over_as2d"] = round(
                 med["senko"] / med["as2d_diarize_only"], 2)

@@ -20,24 +20,7 @@ from as2d.runtime.speakers.diarize import (
 from as2d.runtime.speakers.speaker_options import SpeakerOptions
 from as2d.runtime.speakers.stop import DiarizationStopped, check_stop
 
-__all__ = ["Diarizer", "DiarizationStopped", "RunningDiarization", "lower_thread_priority"]
-
-# How much lower than the transcription's threads a diarization beside it runs (a nice
-# increment): the cores go to the decoding first, and diarization takes what it leaves idle.
-BESIDE_NICE = 10
-
-
-def lower_thread_priority(step: int = BESIDE_NICE) -> None:
-    """Lower the calling thread's scheduling priority by ``step`` (Linux: a thread's own
-    nice value; threads it starts later, such as onnxruntime's pool, inherit it). Elsewhere,
-    or where it is refused, nothing changes."""
-    import os
-
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + step))
-    except (AttributeError, OSError):
-        pass
+__all__ = ["Diarizer", "DiarizationStopped", "RunningDiarization"]
 
 # Cosine similarity a speaker's centroid needs to a reference clip to take its name.
 NAME_THRESHOLD = 0.5
@@ -134,11 +117,8 @@ class RunningDiarization:
 
         self._stop = threading.Event()
         get = diarizer if callable(diarizer) else (lambda: diarizer)
-        self._work = Background(self._run, get, samples, options, name="as2d-diarize")
-
-    def _run(self, get, samples, options) -> Diarization:
-        lower_thread_priority()  # this thread only: the transcription keeps its cores
-        return get().diarize(samples, options, self._stop)
+        self._work = Background(lambda: get().diarize(samples, options, self._stop),
+                                name="as2d-diarize")
 
     def stop(self) -> None:
         self._stop.set()
