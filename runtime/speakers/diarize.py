@@ -42,9 +42,9 @@ class DiarizeParams:
     dev recordings (figures in bench/results/diarization-*.json)."""
 
     # Seconds between segmentation windows: half-overlapping. On the dev files (2-5
-    # speakers), windows every 2 s (pyannote uses 1 s) give 10.8 % DER for 2.5x the work,
-    # every 5 s 12.6 % with every count right, back to back (10 s) 13.3 % with 2 of 12 counts
-    # wrong; diarization must stay cheap beside a transcription that takes ~6 % of real time.
+    # speakers; bench/results/diarization-dev-sweep-cpu.json) every 5 s gives 10.8 % DER with
+    # 11 of 12 counts right, back to back (10 s) 11.8 % with 10 of 12 for 60 % of the CPU
+    # time (pyannote uses 1 s; 2 s cost 2.5x for a little less DER on an earlier set).
     step: float = 5.0
     # cosine distance at which clusters stop merging: the middle of the dev files' plateau
     # (0.5-0.6: best DER, every count right; 0.4 splits speakers)
