@@ -25,7 +25,10 @@ transcript with word timestamps, its speaker against the reference speaker over 
 word, labels mapped as the DER maps them). senko runs from its own environment
 (``--senko-python``, a venv with ``senko==0.2.2`` and torch on the CPU), 2 threads.
 
-    python bench/diarization.py --out bench/results/diarization-cpu.json
+    python bench/diarization.py --cost-sweep --part '' \
+        --out bench/results/diarization-dev-sweep-cpu.json
+    python bench/diarization.py --part heldout --words --out bench/results/diarization-cpu.json
+    python bench/diarization.py --part '' --cost 2 --out bench/results/diarization-cost-cpu.json
 """
 
 from __future__ import annotations
