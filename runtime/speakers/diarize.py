@@ -42,9 +42,9 @@ class DiarizeParams:
     dev recordings (figures in bench/results/diarization-*.json)."""
 
     # Seconds between segmentation windows: half-overlapping. On the dev files (2-5
-    # speakers), windows every 2 s (pyannote uses 1 s) give 10.8 % DER for 2.5x the work,
-    # every 5 s 12.6 % with every count right, back to back (10 s) 13.3 % with 2 of 12 counts
-    # wrong; diarization must stay cheap beside a transcription that takes ~6 % of real time.
+    # speakers; bench/results/diarization-dev-sweep-cpu.json) every 5 s gives 10.8 % DER with
+    # 11 of 12 counts right, back to back (10 s) 11.8 % with 10 of 12 for 60 % of the CPU
+    # time (pyannote uses 1 s; 2 s cost 2.5x for a little less DER on an earlier set).
     step: float = 5.0
     # cosine distance at which clusters stop merging: the middle of the dev files' plateau
     # (0.5-0.6: best DER, every count right; 0.4 splits speakers)
@@ -54,6 +54,14 @@ class DiarizeParams:
     min_cluster_speech: float = 2.0  # seconds of clustered speech a speaker needs
     min_gap: float = 0.15  # pauses of one speaker shorter than this are closed
     min_turn: float = 0.1  # turns shorter than this are dropped
+    # Seconds of a local speaker's speech embedded (the middle of its chosen frames; 0: all).
+    # CAM++'s cost is linear in the frames it reads and it was the bulk of diarization's
+    # work; a voice is told apart in far less than a window's worth of speech.
+    max_embed: float = 0.0
+    # Seconds per chunk of CAM++'s frame-level trunk run once over the recording, each local
+    # speaker then pooled from its frames (:class:`~as2d.runtime.speakers.embedding.FrameTrunk`);
+    # 0: one forward pass per local speaker's clip.
+    trunk_chunk: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -155,8 +163,10 @@ def recording_fbank(samples: np.ndarray, stop=None) -> np.ndarray:
 
 
 def _local_clips(n_samples: int, seg: LocalActivity, params: DiarizeParams):
-    """(window, local speaker, clean?, fbank rows) of every local speaker active long
-    enough: its clean frames (alone), or all its frames where it is never alone long enough."""
+    """(window, local speaker, clean?, fbank rows, seconds) of every local speaker active long
+    enough: its clean frames (alone), or all its frames where it is never alone long enough;
+    at most ``max_embed`` seconds of rows (the middle ones) are kept, ``seconds`` counts all."""
+    cap = round(params.max_embed * SAMPLE_RATE / FBANK_SHIFT) if params.max_embed > 0 else 0
     min_active = params.min_active / FRAME_STEP
     min_clean = params.min_clean / FRAME_STEP
     offset = (round(FRAME_SPAN * SAMPLE_RATE) - FRAME_SAMPLES) // 2
@@ -179,7 +189,11 @@ def _local_clips(n_samples: int, seg: LocalActivity, params: DiarizeParams):
             chosen = rows[use[frame]]
             if len(chosen) < 3:
                 continue
-            yield i, k, bool(clean.sum() >= min_clean), chosen
+            seconds = len(chosen) * FBANK_SHIFT / SAMPLE_RATE
+            if cap and len(chosen) > cap:
+                first_kept = (len(chosen) - cap) // 2
+                chosen = chosen[first_kept:first_kept + cap]
+            yield i, k, bool(clean.sum() >= min_clean), chosen, seconds
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -255,8 +269,16 @@ def analyse(samples, segmenter, embedder, params: DiarizeParams, stop=None) -> A
     if not clips:
         return Analysis(len(samples) / SAMPLE_RATE, seg, [], np.zeros((0, 1)))
     feats = recording_fbank(samples, stop)
-    fb = [feats[c[3]] for c in clips]
-    emb = embedder.embed_fbanks(fb, stop) if stop is not None else embedder.embed_fbanks(fb)
+    trunk = getattr(embedder, "trunk", None) if params.trunk_chunk > 0 else None
+    if trunk is not None:
+        needed = np.zeros(len(feats), dtype=bool)
+        for c in clips:
+            needed[c[3]] = True
+        frames = trunk.frames(feats, round(params.trunk_chunk * 100), needed, stop)
+        emb = trunk.pool(frames, [c[3] for c in clips])
+    else:
+        fb = [feats[c[3]] for c in clips]
+        emb = embedder.embed_fbanks(fb, stop) if stop is not None else embedder.embed_fbanks(fb)
     check_stop(stop)
     return Analysis(len(samples) / SAMPLE_RATE, seg, clips,
                     _normalise(np.asarray(emb, dtype=np.float64)))
@@ -270,7 +292,7 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     duration, seg, clips, emb = an.duration, an.seg, an.clips, an.emb
     if not clips:
         return Diarization([], duration)
-    seconds = np.array([len(c[3]) * FBANK_SHIFT / SAMPLE_RATE for c in clips])
+    seconds = np.array([c[4] for c in clips])
     good = np.array([c[2] for c in clips])
     if not good.any():
         good = seconds >= seconds.max() * 0.5  # a short recording: take the longest clips
@@ -283,7 +305,7 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     n_windows = len(seg.starts)
     mapping = -np.ones((n_windows, seg.activity.shape[2]), dtype=int)
     by_window: dict[int, list[int]] = {}
-    for j, (i, _k, _clean, _clip) in enumerate(clips):
+    for j, (i, *_rest) in enumerate(clips):
         by_window.setdefault(i, []).append(j)
     for i, js in by_window.items():
         sim = emb[js] @ cents.T

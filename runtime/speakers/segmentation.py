@@ -64,6 +64,9 @@ class Segmenter:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = max(1, threads)
         opts.inter_op_num_threads = 1
+        # No spinning between operators: diarization runs beside a transcription whose
+        # threads hold the cores, and a spinning pool takes their time for nothing.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(str(path), opts,
                                                 providers=["CPUExecutionProvider"])
