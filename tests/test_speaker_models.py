@@ -162,20 +162,6 @@ def test_batched_and_single_embeddings_agree(embedder, speech):
         embedder.embed_fbanks([whole[:2]])
 
 
-def test_the_trunk_pooled_over_a_whole_chunk_is_the_graph(embedder, speech):
-    """CAM++ cut before its pooling (diarization's ``trunk_chunk``): pooling every frame of one
-    chunk gives the whole graph's embedding; a chunk holding no needed row is not run."""
-    feats = fbank(speech)
-    trunk = embedder.trunk
-    frames = trunk.frames(feats, len(feats))
-    pooled = trunk.pool(frames, [np.arange(len(feats))])[0]
-    assert np.abs(pooled - embedder.embed_fbanks([feats])[0]).max() < 1e-4
-    needed = np.zeros(len(feats), dtype=bool)
-    needed[:100] = True
-    part = trunk.frames(feats, 100, needed)
-    assert part[:50].any() and not part[50:].any()
-
-
 def _one_line(exc: pytest.ExceptionInfo) -> str:
     text = str(exc.value)
     assert "\n" not in text and "Traceback" not in text

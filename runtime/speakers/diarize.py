@@ -57,11 +57,10 @@ class DiarizeParams:
     # Seconds of a local speaker's speech embedded (the middle of its chosen frames; 0: all).
     # CAM++'s cost is linear in the frames it reads and it was the bulk of diarization's
     # work; a voice is told apart in far less than a window's worth of speech.
+    # (CAM++'s frame-level trunk run once over the recording and pooled per local speaker
+    # cost DER and counts on dev: a frame then hears the other speaker across a turn change;
+    # bench/results/diarization-dev-sweep-cpu.json.)
     max_embed: float = 0.0
-    # Seconds per chunk of CAM++'s frame-level trunk run once over the recording, each local
-    # speaker then pooled from its frames (:class:`~as2d.runtime.speakers.embedding.FrameTrunk`);
-    # 0: one forward pass per local speaker's clip.
-    trunk_chunk: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -269,16 +268,8 @@ def analyse(samples, segmenter, embedder, params: DiarizeParams, stop=None) -> A
     if not clips:
         return Analysis(len(samples) / SAMPLE_RATE, seg, [], np.zeros((0, 1)))
     feats = recording_fbank(samples, stop)
-    trunk = getattr(embedder, "trunk", None) if params.trunk_chunk > 0 else None
-    if trunk is not None:
-        needed = np.zeros(len(feats), dtype=bool)
-        for c in clips:
-            needed[c[3]] = True
-        frames = trunk.frames(feats, round(params.trunk_chunk * 100), needed, stop)
-        emb = trunk.pool(frames, [c[3] for c in clips])
-    else:
-        fb = [feats[c[3]] for c in clips]
-        emb = embedder.embed_fbanks(fb, stop) if stop is not None else embedder.embed_fbanks(fb)
+    fb = [feats[c[3]] for c in clips]
+    emb = embedder.embed_fbanks(fb, stop) if stop is not None else embedder.embed_fbanks(fb)
     check_stop(stop)
     return Analysis(len(samples) / SAMPLE_RATE, seg, clips,
                     _normalise(np.asarray(emb, dtype=np.float64)))
