@@ -98,6 +98,11 @@ def test_yes_no_is_decided_by_the_clause_that_says_it_over_segment_breaks():
         .startswith("Yes.")
     joined = [Span(0.0, 5.0, "Amara studies honeybees in Bristol.")]
     assert yes_no_decision(joined, "Does Amara study honey bees?")[0].startswith("Yes.")
+    # but a stop word joins nothing: "to day" is not "today", "a jar" not "ajar"
+    day = [Span(0.0, 3.0, "The shop will open to day trippers in the summer.")]
+    assert yes_no_decision(day, "Is the shop open today?") is None
+    jar = [Span(0.0, 3.0, "At the end of the lane the gate was a jar of honey.")]
+    assert yes_no_decision(jar, "Was the gate ajar?") is None
 
 
 def test_a_yes_no_question_gets_yes_no_or_abstains_never_a_fragment():

@@ -111,9 +111,9 @@ def indices(spans: Sequence[Span], chosen: Sequence[Span]) -> list[int]:
 
 def passages(spans: Sequence[Span], question: str, lead: Sequence[int], k: int = EVIDENCE):
     """The evidence of an answer: whole sentences, not segments. The sentences of the spans
-    ``lead`` (the answer's own) first,
-    then the sentence-aligned passages that share the most with the question over the whole
-    transcript (:func:`~as2d.runtime.ask.passages.rank_passages`), none overlapping another.
+    ``lead`` (the answer's own) first, then the sentence-aligned passages that share the most
+    with the question over the whole transcript
+    (:func:`~as2d.runtime.ask.passages.rank_passages`), none overlapping another.
     On the dev questions asked of one 10-minute recording of their clips the first passage
     then holds the answer more often (``scripts/ask_retrieval.py``, ``scripts/ask_long.py``:
     bench/results/ask-retrieval-dev.json, ask-long-dev-after.json)."""
@@ -129,6 +129,12 @@ def passages(spans: Sequence[Span], question: str, lead: Sequence[int], k: int =
         if not any(run[0] <= b and a <= run[1] for a, b in order):
             order.append(run)
     return [passage(spans, r) for r in order[:k]]
+
+
+def _lead(own: list[int], order: list[int]) -> list[int]:
+    """The spans whose sentences lead the evidence: every span the answer was taken from (a
+    count cites each mention), else the passage that shares most with the question."""
+    return own[:EVIDENCE] or order[:1]
 
 
 def judge(answer, spans: Sequence[Span], question: str, policy, threshold: float,
@@ -169,14 +175,14 @@ def judge(answer, spans: Sequence[Span], question: str, policy, threshold: float
         # first). Read from selected passages of a long transcript, the guess saw only part
         # of the recording: the best passage over the whole transcript first (:func:`passages`).
         order = own + [i for i in top if i not in own]
-        shown = passages(spans, question, [] if answer.selected else order[:1])
+        shown = passages(spans, question, [] if answer.selected else _lead(own, order))
         return replace(answer, text=policy.not_said, method="not said", abstained=True,
                        evidence=shown or [spans[i] for i in order[:EVIDENCE]], confidence=score,
                        margin=gap, withheld=None if answer.abstained else answer.text,
                        reason=why)
     order = own + [i for i in top if i not in own]
     changed = text != answer.text
-    shown = passages(spans, question, order[:1]) if order else []
+    shown = passages(spans, question, _lead(own, order)) if order else []
     return replace(answer, text=text, method=method, confidence=score, margin=gap,
                    evidence=shown,
                    withheld=answer.text if changed else None)

@@ -49,9 +49,10 @@ _RAW = re.compile(r"[a-z]+")
 
 
 def _pairs(text: str) -> list[tuple[str, str]]:
-    """Adjacent words of ``text`` (lower case), for compounds written apart or together."""
+    """Adjacent content words of ``text`` (lower case), for compounds written apart or
+    together; a stop word joins nothing ("to day" is not "today", nor "a jar" "ajar")."""
     raw = _RAW.findall(text.lower())
-    return list(zip(raw, raw[1:]))
+    return [(a, b) for a, b in zip(raw, raw[1:]) if content_words(a) and content_words(b)]
 
 
 def _said(clause: str, question: str) -> set[str]:
@@ -93,10 +94,10 @@ def _clauses(spans: Sequence[Span]) -> list[tuple[str, int]]:
             for m in _CLAUSE.finditer(text) if m.group().strip()]
 
 
-def _negated(clause: str, asked: set[str]) -> bool | None:
-    """Whether the part of ``clause`` that says most of ``asked`` is denied (None: two parts
-    say it equally)."""
-    parts = sorted(((len(asked & set(content_words(p))), p) for p in _PARTS.split(clause)),
+def _negated(clause: str, asked: set[str], question: str) -> bool | None:
+    """Whether the part of ``clause`` that says most of ``asked`` (read as :func:`_said`
+    reads it) is denied (None: two parts say it equally)."""
+    parts = sorted(((len(asked & _said(p, question)), p) for p in _PARTS.split(clause)),
                    key=lambda x: -x[0])
     if len(parts) > 1 and parts[0][0] == parts[1][0]:
         return None
@@ -130,7 +131,7 @@ def yes_no_decision(spans: Sequence[Span], question: str) -> tuple[str, list[int
     for _, _, clause in tied:
         if any(set(content_words(w)) & asked for w in _INTENDED.findall(clause)):
             return None  # "Tom wants to buy a car": not that he did
-        verdicts.add(_negated(clause, asked))
+        verdicts.add(_negated(clause, asked, question))
     if len(verdicts) > 1 or None in verdicts:
         return None
     _, i, clause = tied[0]
