@@ -125,38 +125,36 @@ def give_back_memory() -> None:
         libc.malloc_trim(0)
 
 
-_MADV_DONTNEED = 4
+_MADV_PAGEOUT = 21  # Linux 5.4: reclaim these pages now; never loses data
 
 
-def drop_file_pages(where: Path) -> int:
-    """Take this process's resident pages of read-only shared file mappings at or under
-    ``where`` out of its memory (``madvise(MADV_DONTNEED)``, Linux; elsewhere nothing); the
-    mappings dropped.
+def drop_file_pages(*sources: Path) -> None:
+    """Reclaim this process's resident pages of the read-only shared file mappings of
+    ``sources`` (files, or folders: every file under them), with ``madvise(MADV_PAGEOUT)``
+    (Linux; elsewhere, or on an older kernel, nothing).
 
     OpenVINO maps a compiled encoder's source (its cache blob, or the graph's weights file)
     and reads all of it while building its own copy of the weights, then keeps the mapping for
-    the compiled model's life without reading it again: 47 MB of base's and 19 MB of
-    tiny.en's blob stayed resident through a long run (``/proc/self/smaps``). A read-only
-    shared mapping holds nothing of its own, so this is safe whatever the library does next:
-    a page read again comes back from the file (the page cache keeps it for the next
-    process); a writable or private mapping is never touched."""
+    the compiled model's life and reads little of it again: most of base's 47-MB blob and
+    tiny.en's 19-MB blob stayed resident through a long run (``/proc/self/smaps``). Paging
+    out is advice that never loses data, whatever happens between reading the mappings and
+    giving it: a page read again comes back from the file, and a range another thread has
+    unmapped and reused meanwhile is at most swapped (where a discarding advice would zero
+    it). Clean file pages only ever counted as resident; the anonymous memory is the same."""
     libc = _c_library()
     try:
         maps = Path("/proc/self/maps").read_text() if libc else ""
     except OSError:
-        return 0
-    root = str(Path(where).resolve())  # the kernel names mappings by their real paths
-    dropped = 0
+        return
+    roots = [str(Path(s).resolve()) for s in sources]  # the kernel names real paths
     for line in maps.splitlines():
         fields = line.split(maxsplit=5)
         if len(fields) < 6 or fields[1] != "r--s":
             continue
-        name = fields[5]
-        if name != root and not name.startswith(root.rstrip("/") + "/"):
-            continue
-        lo, hi = (int(x, 16) for x in fields[0].split("-"))
-        dropped += libc.madvise(lo, hi - lo, _MADV_DONTNEED) == 0
-    return dropped
+        name = fields[5].removesuffix(" (deleted)")
+        if any(name == r or name.startswith(r.rstrip("/") + "/") for r in roots):
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            libc.madvise(lo, hi - lo, _MADV_PAGEOUT)
 
 
 def shared_tables(bundle_dir: str | Path, manifest: dict,

@@ -146,6 +146,12 @@ def _ov_core():
                 import openvino as ov
 
             _core = ov.Core()
+            # OpenVINO's Python binding initialises a static on the first read of a tensor's
+            # data and takes the GIL inside it: two threads reading their first tensors at
+            # once (the target's encoder ahead and the drafter's, on a process's first
+            # window) could each wait for the other for ever (2 of 60 fresh processes hung,
+            # scripts/ov_first_run_race.py). The first read is made here, under the lock.
+            ov.Tensor(np.zeros(1, np.float32)).data  # noqa: B018
         return _core
 
 
@@ -257,8 +263,8 @@ class OpenVINOEncoder:
                 with self._lock:
                     self._free.append(request)
         sources, self._sources = self._sources, []
-        for source in sources:  # read by now, and never again
-            drop_file_pages(source)
+        if sources:  # its weights are built by now
+            drop_file_pages(*sources)
         return out
 
     @staticmethod
