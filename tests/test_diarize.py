@@ -81,22 +81,6 @@ def test_a_stopped_diarization_ends_at_its_next_window_and_nobody_waits():
     assert time.perf_counter() - t0 < 2 and running.done()
 
 
-def test_a_local_speaker_embeds_at_most_max_embed_seconds():
-    """A local speaker's embedding reads at most ``max_embed`` seconds (its middle frames)
-    while its speaking time still counts whole."""
-    from as2d.runtime.speakers.diarize import DiarizeParams, _local_clips
-    from as2d.runtime.speakers.segmentation import LocalActivity
-
-    act = np.zeros((1, 589, 3), dtype=np.uint8)
-    act[0, 50:500, 0] = 1  # 7.6 s of one speaker alone
-    seg = LocalActivity([0], act)
-    (whole,) = _local_clips(160000, seg, DiarizeParams())
-    (capped,) = _local_clips(160000, seg, DiarizeParams(max_embed=2.0))
-    assert len(capped[3]) == 200 and capped[4] == whole[4] == len(whole[3]) / 100
-    middle = (len(whole[3]) - 200) // 2
-    assert np.array_equal(capped[3], whole[3][middle:middle + 200])
-
-
 def test_speaker_names_and_clip_lengths_are_checked_before_any_model():
     from as2d.runtime.speakers.diarize import TooShortError
     from as2d.runtime.speakers.pipeline import Diarizer

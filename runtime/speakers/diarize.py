@@ -44,23 +44,19 @@ class DiarizeParams:
     # Seconds between segmentation windows: half-overlapping. On the dev files (2-5
     # speakers; bench/results/diarization-dev-sweep-cpu.json) every 5 s gives 10.8 % DER with
     # 11 of 12 counts right, back to back (10 s) 11.8 % with 10 of 12 for 60 % of the CPU
-    # time (pyannote uses 1 s; 2 s cost 2.5x for a little less DER on an earlier set).
+    # time (pyannote uses 1 s). Cheaper embeddings were measured there too and cost counts:
+    # at most 2 s of each local speaker (10 of 12), CAM++'s frame-level trunk run once over
+    # the recording and pooled per local speaker (8 of 12: a frame hears the other speaker
+    # across a turn change).
     step: float = 5.0
     # cosine distance at which clusters stop merging: the middle of the dev files' plateau
-    # (0.5-0.6: best DER, every count right; 0.4 splits speakers)
+    # (0.4-0.6 give the same 10.8 % and 11 of 12 counts there; 0.7 merges speakers)
     threshold: float = 0.55
     min_clean: float = 1.0  # seconds of clean speech an embedding needs to be clustered
     min_active: float = 0.25  # seconds a local speaker needs to count at all
     min_cluster_speech: float = 2.0  # seconds of clustered speech a speaker needs
     min_gap: float = 0.15  # pauses of one speaker shorter than this are closed
     min_turn: float = 0.1  # turns shorter than this are dropped
-    # Seconds of a local speaker's speech embedded (the middle of its chosen frames; 0: all).
-    # CAM++'s cost is linear in the frames it reads and it was the bulk of diarization's
-    # work; a voice is told apart in far less than a window's worth of speech.
-    # (CAM++'s frame-level trunk run once over the recording and pooled per local speaker
-    # cost DER and counts on dev: a frame then hears the other speaker across a turn change;
-    # bench/results/diarization-dev-sweep-cpu.json.)
-    max_embed: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -162,10 +158,8 @@ def recording_fbank(samples: np.ndarray, stop=None) -> np.ndarray:
 
 
 def _local_clips(n_samples: int, seg: LocalActivity, params: DiarizeParams):
-    """(window, local speaker, clean?, fbank rows, seconds) of every local speaker active long
-    enough: its clean frames (alone), or all its frames where it is never alone long enough;
-    at most ``max_embed`` seconds of rows (the middle ones) are kept, ``seconds`` counts all."""
-    cap = round(params.max_embed * SAMPLE_RATE / FBANK_SHIFT) if params.max_embed > 0 else 0
+    """(window, local speaker, clean?, fbank rows) of every local speaker active long
+    enough: its clean frames (alone), or all its frames where it is never alone long enough."""
     min_active = params.min_active / FRAME_STEP
     min_clean = params.min_clean / FRAME_STEP
     offset = (round(FRAME_SPAN * SAMPLE_RATE) - FRAME_SAMPLES) // 2
@@ -188,11 +182,7 @@ def _local_clips(n_samples: int, seg: LocalActivity, params: DiarizeParams):
             chosen = rows[use[frame]]
             if len(chosen) < 3:
                 continue
-            seconds = len(chosen) * FBANK_SHIFT / SAMPLE_RATE
-            if cap and len(chosen) > cap:
-                first_kept = (len(chosen) - cap) // 2
-                chosen = chosen[first_kept:first_kept + cap]
-            yield i, k, bool(clean.sum() >= min_clean), chosen, seconds
+            yield i, k, bool(clean.sum() >= min_clean), chosen
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -283,7 +273,7 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     duration, seg, clips, emb = an.duration, an.seg, an.clips, an.emb
     if not clips:
         return Diarization([], duration)
-    seconds = np.array([c[4] for c in clips])
+    seconds = np.array([len(c[3]) * FBANK_SHIFT / SAMPLE_RATE for c in clips])
     good = np.array([c[2] for c in clips])
     if not good.any():
         good = seconds >= seconds.max() * 0.5  # a short recording: take the longest clips
