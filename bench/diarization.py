@@ -351,7 +351,7 @@ def main() -> None:
     ap.add_argument("--senko-wait", type=float, default=0.0,
                     help="seconds to wait for senko's outputs from another process")
     ap.add_argument("--sweep", action="store_true", help="try thresholds on dev")
-    ap.add_argument("--words", action="store_true", help="word speaker accuracy (test)")
+    ap.add_argument("--words", action="store_true", help="word speaker accuracy (held-out)")
     ap.add_argument("--cost", type=int, default=0, help="rounds of the whole-process timing")
     a = ap.parse_args()
     items = load_set(a.data)

@@ -111,6 +111,9 @@ def main() -> int:
               f"({levels[-1]['right']}/{levels[-1]['answered']})")
         if (levels[-1]["precision"] or 0) >= args.target:
             break
+    else:
+        print(f"no level up to {level:.2f} holds {args.target} on held-out dev clips: "
+              "the strictest one tried is used", file=sys.stderr)
     level = levels[-1]["level"]
     chosen = choose(points, level)
     print(f"chosen at level {level}: support {chosen['threshold']}, margin {chosen['margin']} "

@@ -334,7 +334,7 @@ def test_a_terminated_openvino_run_is_abandoned(bundle, librivox):
 def _resident_kb(folder) -> int:
     """Resident kilobytes of this process's mappings of files under ``folder``."""
     total, inside = 0, False
-    root = str(folder.resolve())
+    root = str(folder.resolve()) + "/"
     with open("/proc/self/smaps") as f:
         for line in f:
             fields = line.split()
@@ -349,7 +349,7 @@ def _resident_kb(folder) -> int:
 def test_a_compiled_encoder_gives_back_its_source_after_the_first_run(bundle, librivox,
                                                                        tmp_path):
     """OpenVINO keeps its compiled blob mapped but reads little of it once its weights are
-    built (issue #45: 47 MB of base's peak memory): after the first run none of it is
+    built (issue #45: base's blob is 47 MB): after the first run none of it is
     resident, the runs after it read back a small part (a few constants; 3 of tiny.en's
     19 MB here) and compute the same bits as the first."""
     from as2d.models.install import ensure_openvino_graph

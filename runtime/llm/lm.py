@@ -197,12 +197,12 @@ class LMBackend:
 
     def state(self):
         """An empty cache (recycled from :meth:`release` when one is free)."""
-        state = self._pool.take(None, self._new_state)
+        state = self._pool.take(0, self._new_state)  # one shape: one sequence
         state.reset()
         return state
 
     def release(self, state) -> None:
-        self._pool.give(None, state)
+        self._pool.give(0, state)
 
     chat_template: str | None = None  # a Hugging Face folder's (Jinja), rendered sandboxed
     trees: bool = False  # its graph takes tree passes (positions and a visibility matrix)

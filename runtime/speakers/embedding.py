@@ -91,4 +91,3 @@ def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray | float:
     if a.ndim == 1 and b.ndim == 1:
         return float(na @ nb)
     return np.atleast_2d(na) @ np.atleast_2d(nb).T
-

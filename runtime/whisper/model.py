@@ -173,7 +173,7 @@ class WhisperModel:
 
     def decoder_state(self, ctx: AudioContext) -> DecoderState:
         """A decoder of one sequence bound to ``ctx``; caches are recycled between windows."""
-        state = self._states.take(0, lambda: DecoderState(self))
+        state = self._states.take(DecoderState.slots, lambda: DecoderState(self))
         state.bind(ctx)
         return state
 
@@ -221,7 +221,6 @@ class WhisperModel:
         files = self.manifest["files"]
         digest = self.manifest.get("sha256", {}).get(files.get("decoder_beam"))
         return (self.path.parent, digest) if isinstance(digest, str) and digest else None
-
 
 
 WHISPER_TEXT_CTX = 448  # the decoder's positional table in every Whisper model
