@@ -65,3 +65,48 @@ def test_a_second_session_reuses_what_the_first_freed(tmp_path):
     assert second.run(None, {"x": x})[0] == 2.0 * N
     grown = _rss_mb() - before
     assert grown < 32, f"the second session grew the process by {grown:.0f} MB (its own arena)"
+
+
+def _resident_kb(path) -> int:
+    """Resident kilobytes of this process's mappings of ``path``."""
+    total, inside, name = 0, False, str(path.resolve())
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and not fields[0].endswith(":"):
+                inside = len(fields) >= 6 and fields[5] == name
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+def _on_tmpfs(path) -> bool:
+    """Whether ``path`` lies in memory (tmpfs: its pages cannot be paged out without swap)."""
+    best, kind = "", ""
+    with open("/proc/mounts") as f:
+        for line in f:
+            fields = line.split()
+            if str(path).startswith(fields[1]) and len(fields[1]) > len(best):
+                best, kind = fields[1], fields[2]
+    return kind in ("tmpfs", "ramfs")
+
+
+def test_file_pages_are_given_back_and_read_again_unchanged(tmp_path):
+    """drop_file_pages (a compiled encoder's source after its first run): a read-only shared
+    mapping's pages leave this process and come back unchanged when read; a private, written
+    mapping of the same folder keeps its own (changed) pages."""
+    if _on_tmpfs(tmp_path.resolve()):
+        pytest.skip("the temporary folder is in memory: its pages stay")
+    data = np.arange(4 * 1024 * 1024, dtype=np.float32)  # 16 MB
+    shared, private = tmp_path / "blob.bin", tmp_path / "copy.bin"
+    data.tofile(shared)
+    data.tofile(private)
+    view = np.memmap(shared, dtype=np.float32, mode="r")
+    mine = np.memmap(private, dtype=np.float32, mode="c")
+    assert float(view.sum()) == float(data.sum())  # every page read
+    mine += 1  # copy-on-write: pages of its own
+    assert _resident_kb(shared) > 8 * 1024
+    sessions.drop_file_pages(tmp_path)
+    assert _resident_kb(shared) < 1024
+    assert np.array_equal(view, data)  # read again from the file
+    assert np.array_equal(mine, data + 1)
