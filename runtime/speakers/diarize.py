@@ -286,7 +286,7 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     n_windows = len(seg.starts)
     mapping = -np.ones((n_windows, seg.activity.shape[2]), dtype=int)
     by_window: dict[int, list[int]] = {}
-    for j, (i, *_rest) in enumerate(clips):
+    for j, (i, _k, _clean, _clip) in enumerate(clips):
         by_window.setdefault(i, []).append(j)
     for i, js in by_window.items():
         sim = emb[js] @ cents.T

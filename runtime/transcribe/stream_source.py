@@ -62,9 +62,9 @@ class StreamProposer:
             pos = self.first
         else:
             expected = self.first + len(text)
-            for _, ends in self.index.suffixes(text):  # the longest suffix found
-                pos = min(ends, key=lambda e: (abs(e - expected), e))
-                break
+            found = next(self.index.suffixes(text), None)  # the longest suffix found
+            if found is not None:
+                pos = min(found[1], key=lambda e: (abs(e - expected), e))
         if pos is None:
             return lead[:k]
         out = list(lead)

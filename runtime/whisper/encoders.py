@@ -149,8 +149,9 @@ def _ov_core():
             # OpenVINO's Python binding initialises a static on the first read of a tensor's
             # data and takes the GIL inside it: two threads reading their first tensors at
             # once (the target's encoder ahead and the drafter's, on a process's first
-            # window) could each wait for the other for ever (2 of 60 fresh processes hung,
-            # scripts/ov_first_run_race.py). The first read is made here, under the lock.
+            # window) could each wait for the other for ever (4 of 60 fresh processes hung:
+            # bench/results/ov-first-run-race-xeon-2026-12-07.json). The first read is made
+            # here, under the lock.
             ov.Tensor(np.zeros(1, np.float32)).data  # noqa: B018
         return _core
 
