@@ -318,11 +318,12 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     """
     bundle_dir = Path(bundle_dir)
     asked = requested_backend(encoder)
+    precision = requested_precision()  # checked whatever is asked: a bad value is an error
     graphs = _OvGraphs(bundle_dir, manifest, ov_graph)
     ort_choice = EncoderChoice(f"onnxruntime {manifest.get('precision', 'fp32')}", "asked")
     try:
         choice = ort_choice if asked == "onnxruntime" else _choice(
-            asked, bundle_dir, manifest, graphs, warn, name)
+            asked, precision, bundle_dir, manifest, graphs, warn, name)
         # Built afresh: measured with its own thread count, and freed.
         enc = _build(choice.candidate, bundle_dir, manifest, threads, spin, graphs)
     except EncoderError as exc:
@@ -336,11 +337,12 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     return enc
 
 
-def _choice(asked: str, bundle_dir: Path, manifest: dict, graphs: _OvGraphs,
-            warn: Callable[[str], None] | None, name: str | None) -> EncoderChoice:
-    """``auto``'s or ``openvino``'s choice: the only candidate there is, or the one measured
-    (or remembered) among them; EncoderError when none can serve."""
-    precision = requested_precision()
+def _choice(asked: str, precision: str | None, bundle_dir: Path, manifest: dict,
+            graphs: _OvGraphs, warn: Callable[[str], None] | None, name: str | None
+            ) -> EncoderChoice:
+    """``auto``'s or ``openvino``'s choice (OpenVINO in ``precision``, else in each it may
+    run): the only candidate there is, or the one measured (or remembered) among them;
+    EncoderError when none can serve."""
     bundle_precision = manifest.get("precision", "fp32")
     name = name or manifest.get("model", bundle_dir.name)
     candidates = [EncoderCandidate("onnxruntime", bundle_precision)] if asked == "auto" else []
