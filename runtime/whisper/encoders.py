@@ -210,13 +210,8 @@ class OpenVINOEncoder:
             # compiled from a path without its INFERENCE_PRECISION_HINT, so a bf16 compile
             # loaded the f32 blob (and crashed running it) and an f32 compile the bf16 one; its
             # CPU plugin names no other compile setting as part of the key either.
-            folder = (f"int8-g{OV_INT8_GROUP}" if self.precision == "int8"
-                      else self.precision)
-            try:
-                (Path(cache_dir) / folder).mkdir(exist_ok=True)
-                cache_dir = Path(cache_dir) / folder
-            except OSError:
-                cache_dir = None
+            cache_dir = writable_folder(Path(cache_dir) / (
+                f"int8-g{OV_INT8_GROUP}" if self.precision == "int8" else self.precision))
         if cache_dir is not None:
             config["CACHE_DIR"] = str(cache_dir)
         self.cache_dir = cache_dir
