@@ -183,7 +183,7 @@ def speech_identity(spec: EngineSpec) -> dict:
             versions[package] = None
     # `auto`'s back end is chosen per machine (CPU, libraries, int8 kernel) and model, and
     # remembered: the machine keeps a cache shared between machines from mixing their texts.
-    from as2d.runtime.whisper.encoder_choice import machine
+    from as2d.runtime.sessions import machine
 
     return {"model": folder.name if manifest.is_file() else str(folder.resolve()), "made": made,
             "encoder": requested_backend(spec.encoder), "machine": machine(),

@@ -37,10 +37,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
+from as2d.runtime.files import exclusive, user_cache, write_replacing
 
 TWIN_VERSION = 3
 PRUNE_AFTER_S = 600.0  # an old twin goes only once it has not been touched for this long
@@ -174,7 +175,9 @@ def exact_graph(path: str | Path) -> Path | bytes:
         return twin
     if same.exists():
         return path
-    with _made_once(folder / f"{stem}.lock"):
+    # Between processes: one builds a twin while the others wait, then find it (N workers
+    # starting at once must not each hold a large model's twin in memory).
+    with exclusive(folder / f"{stem}.lock"):
         if twin.exists():
             _twinned.set()
             return twin
@@ -216,27 +219,6 @@ def _serialised(model, path: Path) -> bytes | Path:
         return path
 
 
-@contextmanager
-def _made_once(lock: Path) -> Iterator[None]:
-    """Between processes: one builds a twin while the others wait, then find it (N workers
-    starting at once must not each hold a large model's twin in memory)."""
-    try:
-        f = open(lock, "a+b")  # noqa: SIM115 - held for the with block
-    except OSError:
-        yield
-        return
-    try:
-        try:
-            import fcntl
-
-            fcntl.flock(f, fcntl.LOCK_EX)
-        except (ImportError, OSError):
-            pass
-        yield
-    finally:
-        f.close()
-
-
 def _place(path: Path) -> tuple[Path | None, str]:
     """Where ``path``'s twin lives and the start of its name (then the source's digest): beside
     it in a writable as2d bundle (a folder with a manifest: models are kept together, and a
@@ -245,7 +227,7 @@ def _place(path: Path) -> tuple[Path | None, str]:
     folder = path.parent
     if (folder / "manifest.json").is_file() and os.access(folder, os.W_OK | os.X_OK):
         return folder, f"{path.stem}.u8u8-"
-    cache = _cache_folder()
+    cache = user_cache("int8-exact")
     if cache is None:
         return None, ""
     tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
@@ -454,17 +436,6 @@ def _columns(node, inits: dict) -> tuple[int, ...]:
     return ()
 
 
-def _cache_folder() -> Path | None:
-    try:
-        from platformdirs import user_cache_dir
-
-        folder = Path(user_cache_dir("as2d", appauthor=False)) / "int8-exact"
-        folder.mkdir(parents=True, exist_ok=True)
-        return folder if os.access(folder, os.W_OK | os.X_OK) else None
-    except Exception:  # noqa: BLE001 - no cache folder: a twin in memory each time
-        return None
-
-
 def _write_twin(model, folder: Path, stem: str, external: bool, source: Path) -> bool:
     """The twin (and its weights, as external data when the source kept them so) in
     ``folder``, with the source's path beside it (:func:`_prune`); the graph file is renamed
@@ -511,8 +482,6 @@ def _move_weights_out(model, data: Path, location: str, threshold: int = 1024) -
 
 def _write_text(path: Path, text: str) -> bool:
     """Written whole or not at all (a pruner in another process may read it at any moment)."""
-    from as2d.runtime.files import write_replacing
-
     return write_replacing(path, lambda tmp: tmp.write_text(text))
 
 

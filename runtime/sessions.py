@@ -34,18 +34,54 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+def _flags_digest() -> str:
+    import hashlib
+
+    return hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
+
+
+def cpu_model_name() -> str:
+    """The CPU's marketing name from /proc/cpuinfo (``model name``), else the platform's."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("model name", "Model", "cpu model")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 def runtime_identity() -> str:
     """What a computed result's bits depend on besides the graph and its inputs: the
     onnxruntime version, the machine and the CPU's feature flags (kernels differ by ISA). Keys
     results remembered on disk (row exactness, a prompt head's KV rows), so a new onnxruntime
     or another machine computes them again."""
-    import hashlib
     import platform
 
     from as2d.runtime.int8_exact import mode
 
-    cpu = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
-    return f"onnxruntime {ort.__version__}|{platform.machine()} {cpu}|int8 {mode()}"
+    return f"onnxruntime {ort.__version__}|{platform.machine()} {_flags_digest()}|int8 {mode()}"
+
+
+def machine() -> dict:
+    """What a timing or an encoder's last bits depend on besides the model: the CPU (its name
+    and flags), onnxruntime's and OpenVINO's versions (OpenVINO's read from its metadata, not
+    imported: ``import openvino`` costs a second) and which int8 kernel onnxruntime's graphs
+    run in (:mod:`as2d.runtime.int8_exact`). Keys the encoder choice and the transcript cache."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    from as2d.runtime.int8_exact import mode
+
+    try:
+        openvino = version("openvino")
+    except PackageNotFoundError:
+        openvino = None
+    return {"cpu": cpu_model_name(), "arch": platform.machine(), "flags": _flags_digest(),
+            "onnxruntime": ort.__version__, "openvino": openvino, "int8": mode()}
 
 
 def cpu_count() -> int:

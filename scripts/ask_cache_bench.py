@@ -164,7 +164,7 @@ def main() -> None:
                                env={**env, "PYTHONPATH": str(pkg)}, capture_output=True,
                                text=True, check=True).stdout.strip()
         assert where.startswith(str(pkg)), where
-    from as2d.runtime.whisper.encoder_choice import cpu_model_name
+    from as2d.runtime.sessions import cpu_model_name
 
     doc = {"command": " ".join(sys.argv), "machine": cpu_model_name(),
            "cpus": os.cpu_count(), "load_average_at_start": os.getloadavg(),

@@ -63,9 +63,8 @@ def main() -> int:
     from as2d.loading import load_llm
     from as2d.runtime.ask.answer import Answerer, AskOptions
     from as2d.runtime.ask.transcripts import TranscriptCache, file_digest
-    from as2d.runtime.sessions import cpu_count, make_session
+    from as2d.runtime.sessions import cpu_count, cpu_model_name, make_session
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
-    from as2d.runtime.whisper.encoder_choice import cpu_model_name
 
     work = a.work or Path(tempfile.mkdtemp(prefix="ask-followup-profile-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -542,8 +542,7 @@ def main() -> int:
 
 
 def _cpu() -> str:
-    from as2d.runtime.sessions import cpu_flags
-    from as2d.runtime.whisper.encoder_choice import cpu_model_name
+    from as2d.runtime.sessions import cpu_flags, cpu_model_name
 
     amx = " with AMX" if any(f.startswith("amx") for f in cpu_flags()) else ""
     return cpu_model_name() + amx

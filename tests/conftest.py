@@ -126,6 +126,7 @@ def bundle(models_root):
 def whisper(bundle):
     """``whisper("tiny.en", "int8", threads=1)`` → a loaded, shared WhisperModel
     (``role="drafter"`` loads the bundle's faster drafting decoder)."""
+    from as2d.models.install import ensure_alignment
     from as2d.runtime.whisper.model import WhisperModel
 
     cache: dict = {}
@@ -134,8 +135,11 @@ def whisper(bundle):
         key = (name, precision, threads, role)
         if key not in cache:
             # Installed with its batched graph (beam search, samples side by side), which the
-            # model declares from its manifest.
-            cache[key] = WhisperModel(bundle(name, precision), threads=threads, role=role)
+            # model declares from its manifest; word timestamps' graph declared as the loader
+            # does (made on first use).
+            path = bundle(name, precision)
+            cache[key] = WhisperModel(path, threads=threads, role=role,
+                                      alignment_graph=lambda: ensure_alignment(path))
         return cache[key]
 
     return get

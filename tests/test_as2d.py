@@ -441,7 +441,7 @@ def english_then_german(tmp_path_factory):
 
 @pytest.mark.slow
 def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
-        whisper, bundle, english_then_german):
+        whisper, english_then_german):
     """--multilingual (faster-whisper's multilingual=True): the German window is decoded in
     German, its segments say so, and AS²D and SD commit target-only's tokens; tiny.en offers
     nothing in the German window (it cannot draft it) and drafts the English one, a
@@ -459,11 +459,9 @@ def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
     from as2d.writers import segment_dict
 
     assert segment_dict(alone[-1])["language"] == "de"  # json's segments say it
-    from as2d.models.install import ensure_alignment
     from as2d.runtime.whisper.alignment import WordAligner
 
-    path = bundle("base", "int8")  # the graph as the loader declares it (made on first use)
-    aligner = WordAligner(target, lambda: ensure_alignment(path), "en")
+    aligner = WordAligner(target, "en")  # the graph as the loader declares it (made on first use)
     aligner.language = "de"  # what the run sets for the German window: aligned after <|de|>
     assert aligner.sot_sequence == target.tokenizer.sot_sequence("de", "transcribe")
     events = []

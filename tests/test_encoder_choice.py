@@ -22,6 +22,7 @@ import shutil
 import numpy as np
 import pytest
 
+from as2d.runtime.sessions import cpu_model_name
 from as2d.runtime.whisper import encoder_choice, encoders
 from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice, measure
 
@@ -72,13 +73,13 @@ class Clock:
         self.seconds = dict(seconds)
         self.calls: list[str] = []
 
-    def __call__(self, encoder, mel) -> float:
-        encoder.run(mel)
+    def __call__(self, encoder, mel) -> tuple[float, dict]:
+        out = encoder.run(mel)
         self.calls.append(encoder.detail)
         t = self.seconds[encoder.detail]
         if isinstance(t, BaseException):
             raise t
-        return t
+        return t, out
 
 
 @pytest.fixture
@@ -158,9 +159,9 @@ class _Held:
 
 def test_candidates_are_built_timed_and_freed_one_at_a_time(monkeypatch):
     """The first use of a large model must not hold several compiled encoders at once."""
-    monkeypatch.setattr(encoder_choice, "time_run", lambda enc, mel: {
+    monkeypatch.setattr(encoder_choice, "time_run", lambda enc, mel: ({
         "onnxruntime int8": 0.30, "openvino f32": 0.31, "openvino bf16": 0.29,
-        "openvino int8": 0.32}[enc.detail])
+        "openvino int8": 0.32}[enc.detail], enc.run(mel)))
     cands = [EncoderCandidate("onnxruntime", "int8")] + [
         EncoderCandidate("openvino", p) for p in ("f32", "bf16", "int8")]
     _Held.alive = _Held.most = 0
@@ -226,7 +227,7 @@ def test_auto_measures_once_remembers_and_reuses_the_choice(tiny, clock):
                                 "openvino bf16": 0.25, "openvino int8": 0.22}
     key = entry["key"]
     assert "threads" not in key and key["machine"] == encoder_choice.machine()
-    assert key["machine"]["cpu"] == encoder_choice.cpu_model_name()
+    assert key["machine"]["cpu"] == cpu_model_name()
     manifest = json.loads((tiny / "manifest.json").read_text())
     assert key["model"] == {"encoder": manifest["sha256"]["encoder.onnx"],
                             "converter": manifest["converter_version"], "precision": "int8"}
@@ -236,7 +237,7 @@ def test_auto_measures_once_remembers_and_reuses_the_choice(tiny, clock):
     # either measures again.
     assert key["settings"] == {"openvino int8 group": encoders.OV_INT8_GROUP,
                                "openvino bf16/f16 weights": "fp16"}
-    assert not (tiny / encoder_choice.LEGACY_MEMO_FILE).exists()  # nothing in the bundle
+    assert not (tiny / encoder_choice.MEMO_FILE).exists()  # nothing in the bundle
 
     # Another process (nothing kept in memory) with other timings: the memo is taken as it is,
     # nothing is timed and nothing is said, so every load decodes on the same encoder.
@@ -325,21 +326,6 @@ def test_a_new_library_measures_again_from_the_earlier_choice(tiny, clock, monke
     encoder_choice.forget_in_process()
     c.seconds.update({"openvino int8": 0.30})  # 25 % faster: it wins
     assert _load(tiny)[0].encoder.detail == "openvino int8"
-
-
-@needs_openvino
-def test_an_older_as2ds_choice_in_the_bundle_is_the_first_incumbent(tiny, clock):
-    """as2d before this change remembered one choice per thread count in the bundle folder:
-    the one for the measuring thread count is the incumbent of the first measurement."""
-    here = encoder_choice.machine()
-    n = encoder_choice.measuring_threads()
-    legacy = {"entries": {"a": {"key": {"machine": here, "threads": n}, "choice": "openvino int8",
-                                "threads": n},
-                          "b": {"key": {"machine": here, "threads": n + 1},
-                                "choice": "openvino f32", "threads": n + 1}}}
-    (tiny / encoder_choice.LEGACY_MEMO_FILE).write_text(json.dumps(legacy))
-    clock(onnxruntime_int8=0.50, openvino_f32=0.60, openvino_bf16=0.40, openvino_int8=0.42)
-    assert _load(tiny)[0].encoder.detail == "openvino int8"  # bf16 within the margin
 
 
 @pytest.mark.slow

@@ -294,7 +294,7 @@ def test_each_back_end_gives_the_same_bits_at_1_and_2_threads(bundle, librivox, 
 
     path = bundle("tiny.en", "int8")
     mel = _window(librivox[0])
-    digests = [outputs_digest(OrtEncoder(path / "encoder.onnx", t), mel) for t in (1, 2)]
+    digests = [outputs_digest(OrtEncoder(path / "encoder.onnx", t).run(mel)) for t in (1, 2)]
     assert digests[0] == digests[1]
     if not encoders.openvino_available():
         return
@@ -304,7 +304,7 @@ def test_each_back_end_gives_the_same_bits_at_1_and_2_threads(bundle, librivox, 
         def build(c, t, graph=graph, precision=precision):  # compiled once, then cached
             return OpenVINOEncoder(graph, t, precision, cache_dir=tmp_path)
 
-        real = {outputs_digest(build(None, t), mel) for t in (1, 2)}
+        real = {outputs_digest(build(None, t).run(mel)) for t in (1, 2)}
         verdict = thread_invariant(encoders.EncoderCandidate("openvino", precision), build,
                                    window(80), [1, 2])
         assert (verdict is None) == (len(real) == 1), precision
@@ -361,9 +361,9 @@ def test_a_compiled_encoder_gives_back_its_source_after_the_first_run(bundle, li
     mel = _window(librivox[0])
     blob_kb = sum(f.stat().st_size for f in tmp_path.rglob("*.blob")) // 1024
     assert blob_kb > 8 * 1024
-    first = outputs_digest(enc, mel)  # reads the weights from the blob, then gives it back
+    first = outputs_digest(enc.run(mel))  # reads the weights from the blob, then gives it back
     assert _resident_kb(tmp_path) == 0
-    assert outputs_digest(enc, mel) == first
+    assert outputs_digest(enc.run(mel)) == first
     assert _resident_kb(tmp_path) < blob_kb / 4
 
 

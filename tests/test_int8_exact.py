@@ -126,7 +126,7 @@ def test_the_probe_says_what_this_cpu_computes() -> None:
 def test_exact_graph_writes_one_twin_and_reuses_it(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
     monkeypatch.setattr(int8_exact, "PRUNE_AFTER_S", -1.0)  # old twins go at once here
-    monkeypatch.setattr(int8_exact, "_cache_folder", lambda: tmp_path / "cache")
+    monkeypatch.setattr(int8_exact, "user_cache", lambda *_: tmp_path / "cache")
     (tmp_path / "cache").mkdir()
     a, w = _full_range(4, seed=2)
     src = tmp_path / "graph.onnx"
@@ -161,7 +161,7 @@ def test_exact_graph_writes_one_twin_and_reuses_it(tmp_path, monkeypatch) -> Non
     assert left == ["other"] * 3  # its twin, the note of its source and its lock
     # No folder to write: the twin comes back serialised.
     onnx.save_model(_graph("MatMulIntegerToFloat", w, np.ones(COLS, np.float32)), src)
-    monkeypatch.setattr(int8_exact, "_cache_folder", lambda: None)
+    monkeypatch.setattr(int8_exact, "user_cache", lambda *_: None)
     assert isinstance(exact_graph(src), bytes)
 
 
@@ -192,7 +192,7 @@ def test_stats_say_whether_twins_ran(tmp_path, monkeypatch) -> None:
     summary = RunStats("clip.wav", "as2d", "base-int8", "tiny.en-int8").summary
     assert summary()["int8_twins"] is False
     monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
-    monkeypatch.setattr(int8_exact, "_cache_folder", lambda: tmp_path)
+    monkeypatch.setattr(int8_exact, "user_cache", lambda *_: tmp_path)
     src = tmp_path / "g.onnx"
     onnx.save_model(_graph("MatMulInteger", _full_range(1, 0)[1], np.ones(COLS, np.float32)), src)
     exact_graph(src)
@@ -203,7 +203,7 @@ def test_a_bundles_twin_lives_in_the_bundle(tmp_path, monkeypatch) -> None:
     """Beside the graph in an as2d bundle (its other caches live there, and a removed bundle
     takes its twins along): a plain transcription writes nothing under HOME."""
     monkeypatch.setattr(int8_exact, "twins_wanted", lambda: True)
-    monkeypatch.setattr(int8_exact, "_cache_folder", lambda: pytest.fail("not the user cache"))
+    monkeypatch.setattr(int8_exact, "user_cache", lambda *_: pytest.fail("not the user cache"))
     bundle = tmp_path / "base-int8"
     bundle.mkdir()
     (bundle / "manifest.json").write_text("{}")

@@ -13,9 +13,8 @@ is the same with or without word timestamps.
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -121,13 +120,12 @@ def split_words(tokenizer, tokens: Sequence[int], language: str | None
     stays in one group); for languages written with spaces, groups then join into words that
     start with a space, a special token or punctuation.
     """
-    table = tokenizer.token_bytes
     eot = tokenizer.eot
 
     def text(ids: list[int]) -> str:
         if ids and ids[0] >= eot:
             return "<|endoftext|>" if ids[0] == eot else ""
-        return b"".join(table[t] for t in ids).decode("utf-8", errors="replace")
+        return tokenizer.decode_bytes(ids).decode("utf-8", errors="replace")
 
     full = text([t for t in tokens if t < eot])
     subwords: list[str] = []
@@ -183,23 +181,18 @@ def merge_punctuations(alignment: list[_Timing], prepended: str, appended: str) 
 
 # -- the aligner ------------------------------------------------------------------------------
 class WordAligner:
-    """Word timestamps for the segments of one run, window by window.
-
-    ``graph`` is the alignment graph's path, or a callable that makes it on first use (the
-    loader passes one that adds it to the bundle). One aligner serves one run: it remembers
-    where speech last ended, which whisper's pause heuristics need.
+    """Word timestamps for the segments of one run, window by window, on the model's declared
+    alignment graph (:meth:`WhisperModel.alignment_session`). One aligner serves one run: it
+    remembers where speech last ended, which whisper's pause heuristics need.
     """
 
-    def __init__(self, model, graph: Path | Callable[[], Path] | None, language: str | None,
-                 task: str = "transcribe", prepend: str = PREPEND_PUNCTUATIONS,
+    def __init__(self, model, language: str | None, task: str = "transcribe",
+                 prepend: str = PREPEND_PUNCTUATIONS,
                  append: str = APPEND_PUNCTUATIONS) -> None:
-        heads = model.config.get("alignment_heads")
-        if graph is None or not heads:
+        if model.alignment_graph is None or not model.config.get("alignment_heads"):
             raise AlignmentError(f"{model.name} cannot give word timestamps (it has no "
                                  "alignment heads or graph; use a catalog model such as base)")
         self.model = model
-        self._graph = graph
-        self._session = None
         self.language = language  # a multilingual run sets each window's (--multilingual)
         self.task = task
         self.prepend, self.append = prepend, append
@@ -214,27 +207,12 @@ class WordAligner:
 
     @classmethod
     def for_run(cls, model, language: str | None, options) -> WordAligner:
-        """The aligner of one transcription run (``options``: its TranscribeOptions), on the
-        model's declared ``alignment_graph`` (the bundle's, or made on first use)."""
-        aligner = cls(model, model.alignment_graph, language, options.task,
-                      options.prepend_punctuations,
+        """The aligner of one transcription run (``options``: its TranscribeOptions); its
+        session is made now, so that a model that cannot align fails before decoding."""
+        aligner = cls(model, language, options.task, options.prepend_punctuations,
                       options.append_punctuations)
-        _ = aligner.session  # made now: a model that cannot align fails before decoding
+        model.alignment_session()
         return aligner
-
-    @property
-    def session(self):
-        """The alignment graph's session, made once per model (kept on the model)."""
-        if self._session is None:
-            self._session = self.model.alignment_session
-        if self._session is None:
-            from as2d.runtime.sessions import make_session
-
-            path = self._graph() if callable(self._graph) else self._graph
-            session = make_session(path, self.model.threads, tables=self.model.tables)
-            self.model.check_form(session, "the word-alignment graph")
-            self._session = self.model.alignment_session = session
-        return self._session
 
     def timings(self, cross: dict[str, np.ndarray], text_tokens: list[int], num_frames: int
                 ) -> list[_Timing]:
@@ -250,7 +228,7 @@ class WordAligner:
         empty = np.zeros((0, dims.n_text_state), np.float32)
         for i in range(dims.n_text_layer):
             feed[f"past_k_{i}"] = feed[f"past_v_{i}"] = empty
-        logits, qk = self.session.run(["logits", "cross_qk"], feed)
+        logits, qk = self.model.alignment_session().run(["logits", "cross_qk"], feed)
 
         rows = logits[len(sot):len(sot) + len(text_tokens), : tk.eot].astype(np.float64)
         rows = np.exp(rows - rows.max(axis=-1, keepdims=True))

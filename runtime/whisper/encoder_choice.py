@@ -18,7 +18,7 @@ words depend on, and it is made so that they do not move:
   and flags, and the onnxruntime and OpenVINO versions: ``as2d models install --force`` or
   deleting the bundle does not forget it; a new library, CPU or model measures again, and
   ``as2d models measure-encoder NAME`` does when asked.
-- **A near-tie never flips it.** The incumbent (the back end chosen before for this model, on an
+- **A near-tie never flips it.** The incumbent (the back end chosen last for this model, on an
   earlier library or CPU; else the bundle's own onnxruntime graph) keeps its place unless the
   fastest challenger beats it by :data:`MARGIN`.
 - **No back end whose numbers depend on the thread count.** The winner's outputs at 1 thread
@@ -32,13 +32,15 @@ Candidates are built, timed and freed one at a time (a warm-up, then up to :data
 runs within a share of :data:`BUDGET_S`), so that the first use of a large model never holds
 several compiled encoders at once. Within a process a choice is also kept in memory (a cache
 that cannot be written must not give two loads two answers), and measurements are serialised
-(in the process by a lock, between processes by a lock file beside the memo).
+(in the process by a lock, between processes by a lock file beside the memo: two models
+measured at once, two workers or the drafter beside the target, would slow each other's
+candidates).
 
 Candidates are the bundle's own onnxruntime graph (int8 or fp32, as installed) and, where the
 ``openvino`` package imports, the fp32 graph compiled by OpenVINO in f32, its fp16-weight copy
 in bf16 and, for an int8 bundle, its int8 weights under OpenVINO's int8 products
-(:mod:`.encoders`). One that
-cannot be built or run is skipped (and remembered as skipped, with why).
+(:mod:`.encoders`). One that cannot be built or run is skipped (and remembered as skipped,
+with why).
 """
 
 from __future__ import annotations
@@ -51,17 +53,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from as2d.runtime.files import write_replacing
+from as2d.runtime.files import exclusive, user_cache, write_replacing
+from as2d.runtime.sessions import cpu_count, machine
 
 MEMO_FILE = ".encoder-choice.json"  # in the models folder (else the user cache, unhidden)
-LEGACY_MEMO_FILE = MEMO_FILE  # in a bundle folder: as2d before one choice per model
-MEMO_VERSION = 2  # 1: per thread count, in the bundle folder
+MEMO_VERSION = 2  # 1 (as2d 0.1.x): per thread count, in the bundle folder; no longer read
 MAX_ENTRIES = 64  # models × machines × library versions seen
 MARGIN = 0.10  # a challenger replaces the incumbent only when this much faster
 RUNS = 3  # timed runs per candidate after its warm-up
@@ -116,62 +117,17 @@ class EncoderChoice:
         return {"choice": self.name, "seconds": self.seconds, "skipped": self.skipped,
                 "threads": self.threads}
 
-
-# -- the key -----------------------------------------------------------------------------------
-
-def cpu_model_name() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (``model name``), else the platform's."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith(("model name", "Model", "cpu model")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
-
-
-def _version(package: str) -> str | None:
-    """An installed distribution's version, without importing it (``models list`` reads the
-    key of this machine and must not pay for ``import openvino``)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
-
-
-def machine() -> dict:
-    """What a timing depends on besides the model and threads: the CPU, the libraries, and
-    which int8 kernel onnxruntime's graphs run in (:mod:`as2d.runtime.int8_exact`)."""
-    import platform
-
-    import onnxruntime as ort
-
-    from as2d.runtime.int8_exact import mode
-    from as2d.runtime.sessions import cpu_flags
-
-    flags = hashlib.sha256(" ".join(sorted(cpu_flags())).encode()).hexdigest()[:16]
-    return {"cpu": cpu_model_name(), "arch": platform.machine(), "flags": flags,
-            "onnxruntime": ort.__version__, "openvino": _version("openvino"), "int8": mode()}
-
+    @classmethod
+    def remembered(cls, entry: dict) -> EncoderChoice:
+        """The choice a memo entry holds."""
+        return cls(entry["choice"], "remembered", dict(entry.get("seconds") or {}),
+                   dict(entry.get("skipped") or {}), int(entry.get("threads") or 0))
 
 
 def measuring_threads() -> int:
     """The thread count the candidates are timed with, whatever the caller runs with: every
     core this process may use (what ``--threads`` defaults to)."""
-    from as2d.runtime.sessions import cpu_count
-
     return cpu_count()
-
-
-def check_threads() -> int:
-    """The thread count whose outputs a candidate's 1-thread outputs must equal: the measuring
-    count, and at least 2 (a 1-core machine still splits the work in two)."""
-    return max(2, measuring_threads())
 
 
 def key(candidates: Sequence[EncoderCandidate], model: dict, settings: dict | None = None
@@ -190,15 +146,7 @@ def digest(k: dict) -> str:
     return hashlib.sha256(json.dumps(k, sort_keys=True).encode()).hexdigest()[:24]
 
 
-# -- the memo ----------------------------------------------------------------------------------
-
-def _writable_folder(folder: Path) -> bool:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(folder, os.W_OK | os.X_OK)
-
+# -- the memo: {"version": 2, "entries": {key digest: {"key", "choice", "seconds", ...}}} ----
 
 def memo_path(bundle_dir: Path | None = None) -> Path | None:
     """The memo file, one for every model of a models folder: ``.encoder-choice.json`` in the
@@ -210,68 +158,35 @@ def memo_path(bundle_dir: Path | None = None) -> Path | None:
         parent = Path(bundle_dir).resolve().parent
         if os.access(parent, os.W_OK | os.X_OK):
             return parent / MEMO_FILE
+    folder = user_cache()
+    return folder / MEMO_FILE.lstrip(".") if folder is not None else None
+
+
+def _entries(path: Path | None) -> dict[str, dict]:
+    """The memo's well-formed entries (digest → entry), oldest first; empty when the memo is
+    absent or unreadable."""
     try:
-        from platformdirs import user_cache_dir
-
-        folder = Path(user_cache_dir("as2d", appauthor=False))
-        if _writable_folder(folder):
-            return folder / MEMO_FILE.lstrip(".")
-    except Exception:  # noqa: BLE001 - no user cache: a choice per process
-        pass
-    return None
-
-
-def read_memo(path: Path | None) -> dict:
-    """The memo's entries (digest → entry); empty when absent or unreadable."""
-    if path is None:
-        return {}
-    try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(Path(path).read_text()) if path is not None else {}
     except (OSError, ValueError):
         return {}
     entries = data.get("entries") if isinstance(data, dict) else None
-    return entries if isinstance(entries, dict) else {}
+    if not isinstance(entries, dict):
+        return {}
+    return {d: e for d, e in entries.items() if isinstance(e, dict)
+            and isinstance(e.get("key"), dict) and isinstance(e.get("choice"), str)}
 
 
-def _write_entries(path: Path, entries: dict) -> bool:
+def _save(path: Path, entries: dict[str, dict]) -> bool:
     while len(entries) > MAX_ENTRIES:  # oldest first (dicts keep insertion order)
         entries.pop(next(iter(entries)))
     text = json.dumps({"version": MEMO_VERSION, "entries": entries}, indent=1, sort_keys=True)
     return write_replacing(path, lambda tmp: tmp.write_text(text))
 
 
-def _load() -> tuple[float, int] | None:
-    """The 1-minute load average and the cores this process may use (None where unknown): a
-    measurement on a machine busy with other work is worth a warning and a record."""
-    try:
-        from as2d.runtime.sessions import cpu_count
-
-        return os.getloadavg()[0], cpu_count()
-    except (OSError, AttributeError):
-        return None
-
-
-def _write_memo(path: Path, k: dict, choice: EncoderChoice,
-                load: tuple[float, int] | None = None) -> bool:
-    entries = read_memo(path)
-    entries.pop(digest(k), None)
-    entries[digest(k)] = {"key": k, **choice.to_dict(),
-                          "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                          "load": None if load is None else [round(load[0], 2), load[1]]}
-    return _write_entries(path, entries)
-
-
-def _entry_choice(entry: dict, how: str = "remembered") -> EncoderChoice:
-    return EncoderChoice(entry["choice"], how, dict(entry.get("seconds") or {}),
-                         dict(entry.get("skipped") or {}), int(entry.get("threads") or 0))
-
-
-def _entries_of(path: Path | None, model: dict) -> list[dict]:
-    """The memo's well-formed entries for ``model`` (any machine), oldest first."""
+def _of_model(entries: dict[str, dict], model: dict) -> dict[str, dict]:
+    """The entries for ``model`` (on any machine), oldest first."""
     model = dict(sorted(model.items()))
-    return [e for e in read_memo(path).values()
-            if isinstance(e, dict) and isinstance(e.get("key"), dict)
-            and e["key"].get("model") == model and isinstance(e.get("choice"), str)]
+    return {d: e for d, e in entries.items() if e["key"].get("model") == model}
 
 
 def remembered_here(model: dict, bundle_dir: Path | None = None) -> list[EncoderChoice]:
@@ -279,108 +194,49 @@ def remembered_here(model: dict, bundle_dir: Path | None = None) -> list[Encoder
     (``as2d models list`` shows them): one, unless candidates were narrowed
     (``$AS2D_OPENVINO_PRECISION``, ``--encoder openvino``)."""
     here = machine()
-    return [_entry_choice(e) for e in _entries_of(memo_path(bundle_dir), model)
+    return [EncoderChoice.remembered(e)
+            for e in _of_model(_entries(memo_path(bundle_dir)), model).values()
             if e["key"].get("machine") == here]
-
-
-def _legacy_choice(bundle_dir: Path, names: set[str]) -> str | None:
-    """What an older as2d chose for this bundle on this machine (its memo in the bundle folder,
-    one choice per thread count): the choice for :func:`measuring_threads`, else for the most
-    threads. The incumbent of the first measurement after an upgrade."""
-    here = machine()
-    found: list[tuple[bool, int, str]] = []
-    for e in read_memo(Path(bundle_dir) / LEGACY_MEMO_FILE).values():
-        if (isinstance(e, dict) and isinstance(e.get("key"), dict)
-                and e["key"].get("machine") == here and e.get("choice") in names):
-            t = int(e.get("threads") or 0)
-            found.append((t == measuring_threads(), t, e["choice"]))
-    return max(found)[-1] if found else None
-
-
-def incumbent(path: Path | None, model: dict, candidates: Sequence[EncoderCandidate],
-              bundle_dir: Path | None = None) -> str:
-    """The candidate a challenger must beat by :data:`MARGIN`: the latest choice remembered for
-    this model (before a library or CPU changed), else an older as2d's choice for the bundle,
-    else the first candidate (the bundle's own onnxruntime graph)."""
-    names = {c.name for c in candidates}
-    for e in reversed(_entries_of(path, model)):
-        if e["choice"] in names:
-            return e["choice"]
-    if bundle_dir is not None:
-        old = _legacy_choice(bundle_dir, names)
-        if old is not None:
-            return old
-    return candidates[0].name
 
 
 def forget(model: dict, bundle_dir: Path | None = None) -> int:
     """Forget every choice remembered for ``model`` (on any machine, so that the next
-    measurement starts from the default, not from an earlier winner), and an older as2d's memo
-    in ``bundle_dir``; how many were forgotten. ``as2d models measure-encoder``."""
+    measurement starts from the default, not from an earlier winner); how many were
+    forgotten. ``as2d models measure-encoder``."""
     path = memo_path(bundle_dir)
-    n = 0
-    with _lock, _file_lock(_lock_path(path)):
-        if path is not None:
-            model = dict(sorted(model.items()))
-            entries = read_memo(path)
-            gone = [d for d, e in entries.items() if isinstance(e, dict)
-                    and isinstance(e.get("key"), dict) and e["key"].get("model") == model]
-            for d in gone:
-                entries.pop(d)
-            if gone:
-                _write_entries(path, entries)
-            n += len(gone)
-        if bundle_dir is not None:
-            legacy = Path(bundle_dir) / LEGACY_MEMO_FILE
-            if legacy.is_file():
-                legacy.unlink(missing_ok=True)
-                n += 1
+    with _lock, exclusive(_lock_file(path)):
+        entries = _entries(path)
+        gone = _of_model(entries, model)
+        if gone:
+            _save(path, {d: e for d, e in entries.items() if d not in gone})
         _chosen.clear()
-    return n
+    return len(gone)
 
 
 _lock = threading.RLock()  # one measurement at a time in this process
 _chosen: dict[tuple[str, str], EncoderChoice] = {}  # (memo location, key digest) → choice
 
 
-def _lock_path(memo: Path | None) -> Path | None:
-    """One lock beside the memo (``.encoder-choice.lock``): two models measured at once (two
-    workers, the drafter beside the target) would each slow the other's candidates."""
+def _lock_file(memo: Path | None) -> Path | None:
     return memo.with_suffix(".lock") if memo is not None else None
 
 
-@contextmanager
-def _file_lock(path: Path | None):
-    """Another process measuring: wait for it (then read what it found, if it was this
-    model)."""
-    handle = None
-    if path is not None:
-        try:
-            import fcntl
-
-            handle = open(path, "a")  # noqa: SIM115
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        except (OSError, ImportError):
-            if handle is not None:
-                handle.close()
-            handle = None
-    try:
-        yield
-    finally:
-        if handle is not None:
-            handle.close()  # releases the lock
+def forget_in_process() -> None:
+    """Drop the choices kept in memory (tests: a new key or memo is read afresh)."""
+    with _lock:
+        _chosen.clear()
 
 
 # -- measuring ---------------------------------------------------------------------------------
 
-def time_run(encoder, mel: np.ndarray) -> float:
-    """Seconds one encoder run of ``mel`` takes (tests inject their own)."""
+def time_run(encoder, mel: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+    """Seconds one encoder run of ``mel`` takes, and its outputs (tests script the seconds)."""
     t0 = time.perf_counter()
-    encoder.run(mel)
-    return time.perf_counter() - t0
+    out = encoder.run(mel)
+    return time.perf_counter() - t0, out
 
 
-def _digest(outputs: dict) -> str:
+def outputs_digest(outputs: dict[str, np.ndarray]) -> str:
     """A digest of every output of one run, bit for bit."""
     h = hashlib.sha256()
     for name, value in sorted(outputs.items()):
@@ -390,36 +246,15 @@ def _digest(outputs: dict) -> str:
     return h.hexdigest()
 
 
-def outputs_digest(encoder, mel: np.ndarray) -> str:
-    """A digest of every output of one run of ``mel``, bit for bit."""
-    return _digest(encoder.run(mel))
-
-
-class _Recording:
-    """An encoder whose runs also keep a digest of their outputs (the warm-up's is what the
-    thread check compares, so the count timed needs no second build)."""
-
-    def __init__(self, encoder) -> None:
-        self.encoder = encoder
-        self.digest: str | None = None
-
-    def __getattr__(self, name: str):
-        return getattr(self.encoder, name)
-
-    def run(self, mel: np.ndarray, run_options=None) -> dict:
-        out = self.encoder.run(mel, run_options) if run_options is not None else \
-            self.encoder.run(mel)
-        self.digest = _digest(out)
-        return out
-
-
 def window(n_mels: int) -> np.ndarray:
     """A 30-s window of log-mel-like values: the encoder's cost does not depend on them."""
     rng = np.random.default_rng(0)
     return (rng.standard_normal((1, n_mels, WINDOW_FRAMES), dtype=np.float32) * 0.4 - 0.2)
 
 
-def _why(exc: BaseException) -> str:
+def short_reason(exc: BaseException) -> str:
+    """The last line of an exception's message (a back end's errors run to pages), at most 200
+    characters."""
     text = str(exc).strip().splitlines()
     return (text[-1] if text else type(exc).__name__)[:200]
 
@@ -440,7 +275,8 @@ def measure(candidates: Sequence[EncoderCandidate], build: Build, mel: np.ndarra
     timed (its time is its warm-up's), and one whose timed run is :data:`ROUND_DROP` times the
     best so far is not timed again: it cannot win, and the first use of a model should not wait
     on it. Returns each candidate's time (seconds per window) and the skipped ones with why;
-    ``digests``, when given, receives each candidate's warm-up outputs' digest.
+    ``digests``, when given, receives each candidate's warm-up outputs' digest (what the thread
+    check compares, so the count timed needs no second build).
     """
     runs = RUNS if runs is None else runs
     budget_s = BUDGET_S if budget_s is None else budget_s
@@ -449,15 +285,13 @@ def measure(candidates: Sequence[EncoderCandidate], build: Build, mel: np.ndarra
     seconds: dict[str, float] = {}
     best_warm = best = math.inf
     for c in candidates:
-        enc = rec = None
+        enc = out = None
         try:
             start = time.perf_counter()
             enc = build(c, threads)
-            rec = _Recording(enc)
-            warm = time_run(rec, mel)
-            if digests is not None and rec.digest is not None:
-                digests[c.name] = rec.digest
-            rec = None
+            warm, out = time_run(enc, mel)
+            if digests is not None:
+                digests[c.name] = outputs_digest(out)
             best_warm = min(best_warm, warm)
             seconds[c.name] = warm
             if warm > WARMUP_DROP * best_warm:
@@ -466,32 +300,30 @@ def measure(candidates: Sequence[EncoderCandidate], build: Build, mel: np.ndarra
             for i in range(max(1, runs)):
                 if i and (time.perf_counter() - start > share or timed > ROUND_DROP * best):
                     break
-                timed = min(timed, time_run(enc, mel))
+                timed = min(timed, time_run(enc, mel)[0])
             seconds[c.name] = timed
             best = min(best, timed)
         except Exception as exc:  # noqa: BLE001 - any back end may fail here; the rest serve
-            skipped[c.name] = _why(exc)
+            skipped[c.name] = short_reason(exc)
             seconds.pop(c.name, None)
         finally:
-            enc = rec = None  # its sessions, compiled model and thread pools go before the next
+            enc = out = None  # its sessions, compiled model and thread pools go before the next
             gc.collect()
     return seconds, skipped
 
 
-def pick(seconds: dict[str, float], order: Sequence[EncoderCandidate], incumbent_name: str
+def pick(seconds: dict[str, float], order: Sequence[EncoderCandidate], incumbent: str
          ) -> str | None:
-    """The choice among the candidates measured: the incumbent, unless the fastest other one
-    takes less than ``1 - MARGIN`` of its time (a near-tie keeps it). Without a time for the
-    incumbent, the fastest (a tie goes to the earlier one in ``order``)."""
+    """The choice among the candidates measured: the ``incumbent``, unless the fastest other
+    one takes less than ``1 - MARGIN`` of its time (a near-tie keeps it). Without a time for
+    the incumbent, the fastest (a tie goes to the earlier one in ``order``)."""
     ranked = [c.name for c in order if c.name in seconds and math.isfinite(seconds[c.name])]
     if not ranked:
         return None
     fastest = min(ranked, key=lambda n: seconds[n])
-    if incumbent_name not in ranked:
-        return fastest
-    if seconds[fastest] < (1.0 - MARGIN) * seconds[incumbent_name]:
-        return fastest
-    return incumbent_name
+    if incumbent in ranked and seconds[fastest] >= (1.0 - MARGIN) * seconds[incumbent]:
+        return incumbent
+    return fastest
 
 
 def thread_invariant(c: EncoderCandidate, build: Build, mel: np.ndarray,
@@ -506,7 +338,7 @@ def thread_invariant(c: EncoderCandidate, build: Build, mel: np.ndarray,
         enc = None
         try:
             enc = build(c, t)
-            seen[t] = outputs_digest(enc, mel)
+            seen[t] = outputs_digest(enc.run(mel))
         finally:
             enc = None
             gc.collect()
@@ -531,23 +363,38 @@ def choose(bundle_dir: Path, candidates: Sequence[EncoderCandidate], model: dict
     k = key(candidates, model, settings)
     d = digest(k)
     path = memo_path(bundle_dir)
-    where = str(path or Path(bundle_dir).resolve())
+    names = {c.name for c in candidates}
+
+    def remembered() -> EncoderChoice | None:
+        entry = _entries(path).get(d)
+        return EncoderChoice.remembered(entry) if entry and entry["choice"] in names else None
+
+    slot = (str(path or Path(bundle_dir).resolve()), d)
     with _lock:
-        known = _chosen.get((where, d)) or _remembered(path, d, candidates)
-        if known is not None:
-            _chosen[(where, d)] = known
-            return known
-        with _file_lock(_lock_path(path)):
-            known = _remembered(path, d, candidates)  # measured meanwhile by another process
-            if known is not None:
-                _chosen[(where, d)] = known
-                return known
-            choice = _measure_and_pick(bundle_dir, path, candidates, model, build, n_mels,
-                                       note, model_name)
-            if path is not None:
-                _write_memo(path, k, choice, _load())
-            _chosen[(where, d)] = choice
+        choice = _chosen.get(slot) or remembered()
+        if choice is None:
+            with exclusive(_lock_file(path)):
+                choice = remembered()  # measured meanwhile by another process?
+                if choice is None:
+                    choice = _measure_and_pick(bundle_dir, path, candidates, model, build,
+                                               n_mels, note, model_name)
+                    if path is not None:
+                        entries = _entries(path)
+                        entries.pop(d, None)
+                        entries[d] = {"key": k, **choice.to_dict(), "measured": time.strftime(
+                            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "load": _load()}
+                        _save(path, entries)
+        _chosen[slot] = choice
     return choice
+
+
+def _load() -> list | None:
+    """The 1-minute load average and the cores this process may use (None where unknown): a
+    measurement on a machine busy with other work is worth a warning and a record."""
+    try:
+        return [round(os.getloadavg()[0], 2), cpu_count()]
+    except (OSError, AttributeError):  # no load average on this platform
+        return None
 
 
 def _measure_and_pick(bundle_dir: Path, path: Path | None,
@@ -555,11 +402,15 @@ def _measure_and_pick(bundle_dir: Path, path: Path | None,
                       n_mels: int, note: Callable[[str], None] | None,
                       model_name: str) -> EncoderChoice:
     threads = measuring_threads()
-    held = incumbent(path, model, candidates, bundle_dir)
-    # The incumbent first: it is always timed in full, and the others' warm-ups compare to it.
+    # The incumbent: the latest choice remembered for this model (before a library or CPU
+    # changed), else the first candidate (the bundle's own onnxruntime graph). It is timed
+    # first, in full, and the others' warm-ups compare to it.
+    names = [c.name for c in candidates]
+    held = next((e["choice"] for e in reversed(_of_model(_entries(path), model).values())
+                 if e["choice"] in names), names[0])
     order = sorted(candidates, key=lambda c: c.name != held)
-    load = _load()
     if note:
+        load = _load()
         busy = ""
         if load is not None and load[0] > load[1]:
             busy = (f"; the CPU is busy (load {load[0]:.1f} on {load[1]} cores), which may "
@@ -572,7 +423,9 @@ def _measure_and_pick(bundle_dir: Path, path: Path | None,
     mel = window(n_mels)
     digests: dict[str, str] = {}
     seconds, skipped = measure(order, build, mel, threads, digests=digests)
-    counts = sorted({1, check_threads()})
+    # The winner's outputs at 1 thread and at several (at least 2, even on a 1-core machine)
+    # must be the same bits.
+    counts = sorted({1, max(2, threads)})
     while True:
         best = pick(seconds, candidates, held)
         if best is None:
@@ -582,24 +435,10 @@ def _measure_and_pick(bundle_dir: Path, path: Path | None,
         try:
             why = thread_invariant(EncoderCandidate.parse(best), build, mel, counts, known)
         except Exception as exc:  # noqa: BLE001 - ran while timed, fails now: not to trust
-            why = _why(exc)
+            why = short_reason(exc)
         if why is None:
             break
         skipped[best] = why
         seconds.pop(best)
     return EncoderChoice(best, "measured", {n: round(s, 4) for n, s in seconds.items()},
                          skipped, int(threads))
-
-
-def _remembered(path: Path | None, d: str,
-                candidates: Sequence[EncoderCandidate]) -> EncoderChoice | None:
-    entry = read_memo(path).get(d)
-    if not isinstance(entry, dict) or entry.get("choice") not in {c.name for c in candidates}:
-        return None
-    return _entry_choice(entry)
-
-
-def forget_in_process() -> None:
-    """Drop the choices kept in memory (tests: a new key or memo is read afresh)."""
-    with _lock:
-        _chosen.clear()

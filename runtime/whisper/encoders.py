@@ -32,9 +32,15 @@ from typing import Protocol
 
 import numpy as np
 
+from as2d.runtime.files import user_cache, writable_folder
 from as2d.runtime.quiet import no_openvino_telemetry
 from as2d.runtime.sessions import drop_file_pages, make_session
-from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice, choose
+from as2d.runtime.whisper.encoder_choice import (
+    EncoderCandidate,
+    EncoderChoice,
+    choose,
+    short_reason,
+)
 
 ENV_ENCODER = "AS2D_ENCODER"
 ENV_OV_PRECISION = "AS2D_OPENVINO_PRECISION"  # bf16, f32, f16 or int8; default: measured
@@ -68,6 +74,7 @@ class Encoder(Protocol):
     detail: str  # back end and precision ("onnxruntime int8", "openvino bf16")
     output_names: list[str]
     mel_bands: int | None  # the mel bands its graph takes (None: a dynamic axis)
+    choice: EncoderChoice | None  # how make_encoder chose it (None: built to be measured)
 
     def run(self, mel: np.ndarray, run_options=None) -> dict[str, np.ndarray]: ...
 
@@ -114,6 +121,7 @@ def openvino_available() -> bool:
 
 class OrtEncoder:
     backend = "onnxruntime"
+    choice: EncoderChoice | None = None
 
     def __init__(self, path: str | Path, threads: int, spin: bool = False,
                  precision: str = "") -> None:
@@ -159,21 +167,7 @@ def _ov_core():
 def ov_cache_dir(bundle_dir: Path, tag: str) -> Path | None:
     """Where OpenVINO keeps compiled blobs: inside the bundle when it is writable, else in the
     user cache (one folder per bundle ``tag``); None when neither can be written."""
-    candidates = [Path(bundle_dir) / OV_CACHE_FOLDER]
-    try:
-        from platformdirs import user_cache_dir
-
-        candidates.append(Path(user_cache_dir("as2d", appauthor=False)) / "openvino" / tag)
-    except Exception:  # pragma: no cover - platformdirs is a dependency
-        pass
-    for d in candidates:
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(d, os.W_OK | os.X_OK):
-            return d
-    return None
+    return writable_folder(Path(bundle_dir) / OV_CACHE_FOLDER) or user_cache("openvino", tag)
 
 
 class OpenVINOEncoder:
@@ -188,6 +182,7 @@ class OpenVINOEncoder:
     """
 
     backend = "openvino"
+    choice: EncoderChoice | None = None
 
     def __init__(self, path: str | Path, threads: int, precision: str,
                  cache_dir: Path | None = None) -> None:
@@ -215,13 +210,8 @@ class OpenVINOEncoder:
             # compiled from a path without its INFERENCE_PRECISION_HINT, so a bf16 compile
             # loaded the f32 blob (and crashed running it) and an f32 compile the bf16 one; its
             # CPU plugin names no other compile setting as part of the key either.
-            folder = (f"int8-g{OV_INT8_GROUP}" if self.precision == "int8"
-                      else self.precision)
-            try:
-                (Path(cache_dir) / folder).mkdir(exist_ok=True)
-                cache_dir = Path(cache_dir) / folder
-            except OSError:
-                cache_dir = None
+            cache_dir = writable_folder(Path(cache_dir) / (
+                f"int8-g{OV_INT8_GROUP}" if self.precision == "int8" else self.precision))
         if cache_dir is not None:
             config["CACHE_DIR"] = str(cache_dir)
         self.cache_dir = cache_dir
@@ -229,9 +219,8 @@ class OpenVINOEncoder:
             # Compiling from the path lets a cache hit skip reading and hashing the graph.
             self.compiled = _ov_core().compile_model(str(self.path), "CPU", config)
         except Exception as exc:
-            why = str(exc).strip()
-            why = why.splitlines()[-1][:200] if why else type(exc).__name__
-            raise EncoderError(f"OpenVINO cannot compile {self.path.name} ({why})") from None
+            raise EncoderError(f"OpenVINO cannot compile {self.path.name} "
+                               f"({short_reason(exc)})") from None
         self._outputs = [(o.get_any_name(), o) for o in self.compiled.outputs]
         self.output_names = [name for name, _ in self._outputs]
         bands = self.compiled.inputs[0].get_partial_shape()[1]
@@ -270,13 +259,14 @@ class OpenVINOEncoder:
 
     @staticmethod
     def _run_cancellable(request, feed: dict, run_options) -> None:
-        """Run ``request``; abandon it when onnxruntime-style ``run_options.terminate`` is set
-        (checked every 10 ms), like onnxruntime does for its own sessions."""
-        if getattr(run_options, "terminate", False):
+        """Run ``request``; abandon it when ``run_options.terminate`` (an onnxruntime
+        ``RunOptions``) is set (checked every 10 ms), like onnxruntime does for its own
+        sessions."""
+        if run_options.terminate:
             raise EncoderCancelled("encoder run abandoned (terminate flag set)")
         request.start_async(feed)
         while not request.wait_for(10):
-            if getattr(run_options, "terminate", False):
+            if run_options.terminate:
                 request.cancel()
                 try:
                     request.wait()
@@ -318,38 +308,57 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
     (:mod:`.encoder_choice`; ``warn`` says once that it is measuring, and why a candidate was
     left out). ``ov_graph(kind)`` returns the bundle's graph that OpenVINO compiles, ``fp32``
     ``f16w`` or ``int8w`` (:data:`OV_GRAPH_KIND`), making it if need be (bundles made before it was
-    part of them). An explicit ``openvino`` that cannot run raises :class:`EncoderError`.
+    part of them). An explicit ``openvino`` that cannot run raises :class:`EncoderError`;
+    under ``auto``, onnxruntime serves instead (``warn`` says why).
     """
     bundle_dir = Path(bundle_dir)
     asked = requested_backend(encoder)
-    precision = requested_precision()
+    precision = requested_precision()  # checked whatever is asked: a bad value is an error
+    graphs = _OvGraphs(bundle_dir, manifest, ov_graph)
+    ort_choice = EncoderChoice(f"onnxruntime {manifest.get('precision', 'fp32')}", "asked")
+    try:
+        choice = ort_choice if asked == "onnxruntime" else _choice(
+            asked, precision, bundle_dir, manifest, graphs, warn, name)
+        # Built afresh: measured with its own thread count, and freed.
+        enc = _build(choice.candidate, bundle_dir, manifest, threads, spin, graphs)
+    except EncoderError as exc:
+        if asked != "auto":
+            raise
+        if warn:
+            warn(f"{exc}; using onnxruntime")
+        choice = ort_choice
+        enc = _build(choice.candidate, bundle_dir, manifest, threads, spin, graphs)
+    enc.choice = choice
+    return enc
+
+
+def _choice(asked: str, precision: str | None, bundle_dir: Path, manifest: dict,
+            graphs: _OvGraphs, warn: Callable[[str], None] | None, name: str | None
+            ) -> EncoderChoice:
+    """``auto``'s or ``openvino``'s choice (OpenVINO in ``precision``, else in each it may
+    run): the only candidate there is, or the one measured (or remembered) among them;
+    EncoderError when none can serve."""
     bundle_precision = manifest.get("precision", "fp32")
-    ort_candidate = EncoderCandidate("onnxruntime", bundle_precision)
-    if asked == "onnxruntime":
-        return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
+    name = name or manifest.get("model", bundle_dir.name)
+    candidates = [EncoderCandidate("onnxruntime", bundle_precision)] if asked == "auto" else []
     has_ov = openvino_available() if asked == "openvino" else openvino_installed()
     if asked == "openvino" and not has_ov:
         raise EncoderError("the openvino package is not installed (pip install openvino)")
-    candidates = [ort_candidate] if asked == "auto" else []
     if has_ov and precision == "int8" and bundle_precision != "int8":
         # OpenVINO's int8 runs an int8 bundle's weights; the user of an fp32 one chose fp32.
-        why = (f"{name or bundle_dir.name} is an {bundle_precision} model: OpenVINO's int8 "
-               "runs an int8 model's weights")
+        why = f"{name} is an {bundle_precision} model: OpenVINO's int8 runs an int8 model's weights"
         if asked == "openvino":
             raise EncoderError(f"{why} (install it with --precision int8, or set "
                                f"{ENV_OV_PRECISION} to bf16 or f32)")
         if warn:
             warn(f"{why}; its encoder runs in onnxruntime")
         has_ov = False
-    if has_ov:
-        # int8 is timed only for an int8 bundle (see above).
+    if has_ov:  # int8 is timed only for an int8 bundle (see above)
         timed = OV_PRECISIONS + (("int8",) if bundle_precision == "int8" else ())
         candidates += [EncoderCandidate("openvino", p) for p in ([precision] if precision
-                                                          else timed)]
-    graphs_here = _OvGraphs(bundle_dir, manifest, ov_graph)
+                                                                 else timed)]
     if len(candidates) == 1:  # nothing to measure
-        return _with_choice(_build(candidates[0], bundle_dir, manifest, threads, spin,
-                                   graphs_here), candidates[0].name)
+        return EncoderChoice(candidates[0].name, "asked")
     # Compile settings a candidate's speed (and its thread check) depends on beyond its name:
     # a choice remembered for another graph is measured and checked again.
     settings: dict = {}
@@ -360,47 +369,24 @@ def make_encoder(bundle_dir: str | Path, manifest: dict, threads: int,
         settings["openvino bf16/f16 weights"] = "fp16"
 
     def build(c: EncoderCandidate, n: int):  # as measured: never spinning
-        return _build(c, bundle_dir, manifest, n, False, graphs_here)
+        return _build(c, bundle_dir, manifest, n, False, graphs)
 
     try:
         choice = choose(bundle_dir, candidates, model_identity(manifest, bundle_dir), build,
-                        int(manifest["dims"]["n_mels"]), note=warn,
-                        model_name=name or manifest.get("model", bundle_dir.name),
+                        int(manifest["dims"]["n_mels"]), note=warn, model_name=name,
                         settings=settings)
     except RuntimeError as exc:
-        if asked != "auto":
-            raise EncoderError(str(exc)) from None
-        if warn:
-            warn(f"{exc}; using onnxruntime")
-        return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
+        raise EncoderError(str(exc)) from None
     if choice.how == "measured" and choice.skipped and warn:
         warn("encoder back ends left out: " + "; ".join(f"{n} ({why})" for n, why in
                                                         choice.skipped.items()))
-    c = choice.candidate
-    try:  # built afresh: measured with its own thread count, and freed
-        return _with_choice(_build(c, bundle_dir, manifest, threads, spin, graphs_here), choice)
-    except EncoderError as exc:  # remembered, but cannot be built now (a graph removed)
-        if asked != "auto":
-            raise
-        if warn:
-            warn(f"encoder {c.name} unavailable ({exc}); using onnxruntime")
-        return _with_choice(_ort(bundle_dir, manifest, threads, spin), ort_candidate.name)
-
-
-def _with_choice(enc, choice: EncoderChoice | str):
-    enc.choice = choice if isinstance(choice, EncoderChoice) else EncoderChoice(choice, "asked")
-    return enc
-
-
-def _ort(bundle_dir: Path, manifest: dict, threads: int, spin: bool) -> OrtEncoder:
-    return OrtEncoder(bundle_dir / manifest["files"]["encoder"], threads, spin,
-                      manifest.get("precision", "fp32"))
+    return choice
 
 
 def _build(c: EncoderCandidate, bundle_dir: Path, manifest: dict, threads: int, spin: bool,
            graphs: _OvGraphs):
     if c.backend == "onnxruntime":
-        return _ort(bundle_dir, manifest, threads, spin)
+        return OrtEncoder(bundle_dir / manifest["files"]["encoder"], threads, spin, c.precision)
     try:  # imported quietly before a graph is made with it (ensure_encoder_f16w)
         _ov_core()
     except Exception as exc:  # noqa: BLE001 - a broken wheel: this back end cannot serve
@@ -430,19 +416,18 @@ class _OvGraphs:
     def __init__(self, bundle_dir: Path, manifest: dict,
                  make: Callable[[str], Path] | None) -> None:
         self.bundle_dir, self.manifest, self.make = bundle_dir, manifest, make
-        self._found: dict[str, tuple[Path, Path | None]] = {}
-        self._errors: dict[str, EncoderError] = {}
+        self._found: dict[str, tuple[Path, Path | None] | EncoderError] = {}
 
     def get(self, kind: str) -> tuple[Path, Path | None]:
-        if kind in self._errors:
-            raise self._errors[kind]
         if kind not in self._found:
             try:
                 self._found[kind] = self._find(kind)
-            except EncoderError as exc:
-                self._errors[kind] = exc
-                raise
-        return self._found[kind]
+            except EncoderError as exc:  # not tried again (making a graph may be slow)
+                self._found[kind] = exc
+        found = self._found[kind]
+        if isinstance(found, EncoderError):
+            raise found
+        return found
 
     def _find(self, kind: str) -> tuple[Path, Path | None]:
         bundle_dir, manifest = self.bundle_dir, self.manifest

@@ -127,6 +127,7 @@ class LogMel:
         self._cache: np.ndarray | None = None
         self._recent: dict[int, np.ndarray] = {}  # lazily computed chunks, the last two
         self._recent_lock = threading.Lock()  # the drafter's and the target's threads read
+        self._others: dict[int, LogMel] = {}  # the same audio in other mel bands (for_mels)
         # Frames past the content still see its tail; include them in the maximum. The STFT
         # runs a chunk of N_FRAMES at a time either way (its float64 temporaries are ~80× the
         # size of the result), so memory stays bounded for any length. The chunks sit on one
@@ -151,10 +152,9 @@ class LogMel:
         large-v3's 128); the target's object stays the one windows and turns are keyed by."""
         if n_mels == self.n_mels:
             return self
-        others = self.__dict__.setdefault("_others", {})
-        if n_mels not in others:
-            others[n_mels] = LogMel(self.samples, n_mels)
-        return others[n_mels]
+        if n_mels not in self._others:
+            self._others[n_mels] = LogMel(self.samples, n_mels)
+        return self._others[n_mels]
 
     def _chunk(self, k: int) -> np.ndarray:
         """Unnormalised frames of grid chunk ``k``: ``k·N_FRAMES`` up to the next chunk or the

@@ -142,7 +142,6 @@ class HFWhisperModel:
     # What it can do besides greedy decoding (as WhisperModel declares it): nothing.
     beam_graph = None
     alignment_graph = None
-    alignment_session = None
 
     def __init__(self, folder: str | Path, threads: int = 1,
                  encoder_threads: int | None = None, name: str | None = None,

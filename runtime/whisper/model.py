@@ -124,7 +124,7 @@ class WhisperModel:
         aligned = files.get("alignment")
         self.alignment_graph: Path | Callable[[], Path] | None = (
             self.path / aligned if aligned else alignment_graph)
-        self.alignment_session = None  # made by the first word aligner
+        self._alignment_session = None  # made on first use (word timestamps)
         self._beam_session = None  # made on first use (beam search, a fallback's samples)
         self.beam_logit_rows = False  # whether it takes logit_rows (known with the session)
 
@@ -150,7 +150,12 @@ class WhisperModel:
     @property
     def row_memo(self):
         """Remembered in the models folder under the decoder graph's sha256."""
-        digest = self.manifest.get("sha256", {}).get(self._decoder_file)
+        return self._memo(self._decoder_file)
+
+    def _memo(self, file: str | None):
+        """Where a verdict on the bundle's graph ``file`` is remembered: the models folder and
+        the graph's sha256 (None: a graph without one, checked on every load)."""
+        digest = self.manifest.get("sha256", {}).get(file)
         return (self.path.parent, digest) if isinstance(digest, str) and digest else None
 
     def encode(self, mel: np.ndarray, run_options=None) -> AudioContext:
@@ -209,6 +214,19 @@ class WhisperModel:
                 self._beam_session = sess
             return self._beam_session
 
+    def alignment_session(self):
+        """The word-alignment graph's session, made once, on first use (the graph too where
+        the bundle lacks it); check :attr:`alignment_graph` is not None first."""
+        if self._alignment_session is None:
+            graph = self.alignment_graph
+            sess = make_session(graph() if callable(graph) else graph, self.threads,
+                                tables=self.tables)
+            self.check_form(sess, "the word-alignment graph")
+            with self._lock:
+                if self._alignment_session is None:
+                    self._alignment_session = sess
+        return self._alignment_session
+
     def beam_probe(self):
         """The batched side of the beam row check (:func:`as2d.runtime.rows.probe_beams`):
         states over the row probe's audio context (released like the row probe's)."""
@@ -218,9 +236,7 @@ class WhisperModel:
     @property
     def beam_memo(self):
         """Remembered in the models folder under the beam graph's sha256."""
-        files = self.manifest["files"]
-        digest = self.manifest.get("sha256", {}).get(files.get("decoder_beam"))
-        return (self.path.parent, digest) if isinstance(digest, str) and digest else None
+        return self._memo(self.manifest["files"].get("decoder_beam"))
 
 
 WHISPER_TEXT_CTX = 448  # the decoder's positional table in every Whisper model
