@@ -451,8 +451,10 @@ def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
     options = TranscribeOptions(multilingual=True)
     info = TranscriptionInfo(None, 0.0, english_then_german.duration)
     alone = list(LongFormTranscriber(target).transcribe(english_then_german, options, info))
-    windows = [(s.seek, s.language) for s in alone]
-    assert [lang for _, lang in dict(windows).items()] == ["en", "de"]
+    # Each window's language, in order; how many windows the German part takes depends on
+    # where this CPU's kernels put the last timestamp, so only the order is pinned.
+    languages = list(dict((s.seek, s.language) for s in alone).values())
+    assert languages[0] == "en" and len(languages) >= 2 and set(languages[1:]) == {"de"}
     assert info.language == "en" and info.plan.multilingual
     german = " ".join(s.text for s in alone if s.language == "de")
     assert "Morgen" in german and " wir " in german  # not translated to English
@@ -472,7 +474,7 @@ def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
     for e in events:
         if isinstance(e, Verified):
             offered[e.window] = offered.get(e.window, 0) + e.offered
-    assert offered.get(0, 0) > 0 and offered.get(1, 0) == 0
+    assert offered.get(0, 0) > 0 and all(offered.get(w, 0) == 0 for w in range(1, len(languages)))
     sd = LongFormTranscriber(target, SerialSD(target, drafter, budget=Budget(fixed=4)))
     assert [s.tokens for s in sd.transcribe(english_then_german, options)] == \
         [s.tokens for s in alone]
