@@ -296,8 +296,8 @@ COST_GRID = [{"share": n} for n in (1, 2, 3)]
 def cost_sweep(dev, folder, grid=None,
                thresholds=(0.35, 0.4, 0.41, 0.43, 0.46, 0.47, 0.5, 0.55, 0.6)) -> dict:
     """On dev only: the models' CPU time (segmentation + embeddings, one thread) and DER /
-    count accuracy of each setting of ``grid`` (the links of a chain per embedding), each tried at a few
-    clustering thresholds (clustering is redone on one analysis)."""
+    count accuracy of each setting of ``grid`` (the links of a chain per embedding), each
+    tried at a few clustering thresholds (clustering is redone on one analysis)."""
     from dataclasses import replace
 
     import soundfile as sf
