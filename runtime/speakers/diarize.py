@@ -4,14 +4,17 @@ The pipeline (the shape of pyannote's speaker-diarization-3.x, without torch):
 
 1. :class:`~as2d.runtime.speakers.segmentation.Segmenter` runs 10-s windows every ``step``
    seconds and says, per 16.875-ms frame, which of up to three *local* speakers talk.
-2. Each local speaker of each window gets a CAM++ embedding of its **clean** speech (the frames
-   where it talks alone; all of its frames when it never does), so overlap does not blur it.
+2. A local speaker active on the same frames where two windows overlap is one voice followed
+   from window to window (a *chain*). Every two links of a chain share a CAM++ embedding of
+   one window's **clean** speech (the frames where it talks alone; all of its frames when it
+   never does), so overlap does not blur it and each stretch of a voice is embedded about
+   once, not once per window that hears it.
 3. The embeddings with enough clean speech are clustered across the recording (scipy's
    average-linkage hierarchical clustering on cosine distance): cut at a calibrated distance,
    or into the number of speakers asked for (``num``, or the cut clipped into ``min``..``max``).
    Clusters with too little speech fold into the nearest big one.
 4. Within each window, local speakers are matched to clusters one to one (Hungarian
-   assignment on cosine similarity to the centroids), so two voices of one window never merge.
+   assignment on cosine similarity of their embeddings to the centroids), so two voices of one window never merge.
 5. Windows overlap: per global frame, each speaker's activity is averaged over the windows
    that saw it, the number of speakers talking is the rounded average of the windows' counts,
    and the most active that many speakers are on. Runs of frames are the turns; overlap stays.
@@ -62,10 +65,11 @@ class DiarizeParams:
     # of its activity over their shared stretch in common with the other (on dev the links
     # are clear-cut: 0.5 and 0.8 link the same); ``share`` consecutive links of a chain take
     # one embedding. With windows every 5 s, 2 embeds each stretch of a voice about once
-    # instead of twice: 27 % less CPU for the models on dev (1,028 s embedded instead of
-    # 1,544), 11.7 % DER and 12 of 12 counts at its threshold (1: 10.8 % and 11 of 12; 3:
-    # 13.2 % and at best 10 of 12). Chains embedded whole (every frame of a voice once, up
-    # to 5-30 s per embedding) cut more but were less pure and merged speakers (9 of 12).
+    # instead of twice: on dev 1,028 s embedded instead of 1,544 (the models' CPU
+    # 33.4 s instead of 41.3 on a loaded machine), 11.7 % DER and 12 of 12 counts at its
+    # threshold (1: 10.8 % and 11 of 12; 3: 13.2 % and at best 10 of 12). Chains embedded
+    # whole (every frame of a voice once, 5-30 s per embedding) cut more but mixed voices
+    # where the segmentation slips, and merged speakers (9 of 12).
     link: float = 0.5
     share: int = 2
 
