@@ -55,7 +55,7 @@ def stages(path: Path, threads: int) -> dict:
     seg = timed("segmentation", lambda: d.segmenter(x, d.params.step))
     clips = timed("local_clips", lambda: list(dz._local_clips(len(x), seg, d.params)))
     feats = timed("fbank", lambda: dz.recording_fbank(x))
-    rows = [c[3] if isinstance(c, tuple) else c.rows for c in clips]  # (before chains: tuples)
+    rows = [c[3] for c in clips]
     fb = [feats[r] for r in rows]
     timed("embedding", lambda: d.embedder.embed_fbanks(fb))
     timed("resolve", lambda: dz.resolve(an, d.params))

@@ -81,45 +81,6 @@ def test_a_stopped_diarization_ends_at_its_next_window_and_nobody_waits():
     assert time.perf_counter() - t0 < 2 and running.done()
 
 
-def test_a_voice_followed_across_overlapping_windows_is_embedded_once_per_two_windows():
-    """Local speakers of overlapping windows that are active on the same shared frames are
-    one chain; a voice that starts in the shared stretch is another. With ``share`` 2 a chain
-    of three windows takes two embeddings, each of one window's clean speech, and every local
-    speaker is a member of exactly one clip."""
-    from dataclasses import replace
-
-    from as2d.runtime.speakers.diarize import DiarizeParams, _chains, _local_clips
-    from as2d.runtime.speakers.segmentation import (
-        FRAMES,
-        WINDOW_SAMPLES,
-        LocalActivity,
-        window_starts,
-    )
-
-    n = 20 * 16000
-    starts = window_starts(n, 5.0)  # 0, 5, 10 s
-    act = np.zeros((len(starts), FRAMES, 3), dtype=np.uint8)
-    shift = round(5 * 16000 / 270)
-    act[:, :, 0] = 1  # one voice all along, on output 0 of every window
-    act[1, 400:, 0] = 0  # ... with a pause, and another voice on output 2 of window 1:
-    act[1, 400:, 2] = 1  # it is on output 1 of window 2 over the same stretch
-    act[2, :FRAMES - shift, 0] = act[1, shift:, 0]
-    act[2, :FRAMES - shift, 1] = act[1, shift:, 2]
-    act[2, FRAMES - shift:, 1] = 1
-    seg = LocalActivity(starts, act)
-    params = DiarizeParams()
-    assert sorted(_chains(seg, params)) == [[(0, 0), (1, 0), (2, 0)], [(1, 2), (2, 1)]]
-    assert _chains(seg, replace(params, link=1.01)) == [[(0, 0)], [(1, 0)], [(1, 2)], [(2, 0)],
-                                                       [(2, 1)]]  # no links: one per window
-    for share, count in ((1, 5), (2, 3)):
-        clips = _local_clips(n, seg, replace(params, share=share))
-        assert len(clips) == count
-        members = [m for c in clips for m in c.members]
-        assert sorted(members) == [(0, 0), (1, 0), (1, 2), (2, 0), (2, 1)]
-        for c in clips:  # one window's frames: at most 10 s of 10-ms rows
-            assert len(c.rows) <= WINDOW_SAMPLES // 160 and np.all(np.diff(c.rows) > 0)
-
-
 def test_a_diarization_beside_a_transcription_runs_below_it():
     """The diarizer's thread (and so the pools its sessions start) runs at a lower CPU
     priority than the transcription's threads; the caller's thread keeps its own."""

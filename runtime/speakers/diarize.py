@@ -4,17 +4,14 @@ The pipeline (the shape of pyannote's speaker-diarization-3.x, without torch):
 
 1. :class:`~as2d.runtime.speakers.segmentation.Segmenter` runs 10-s windows every ``step``
    seconds and says, per 16.875-ms frame, which of up to three *local* speakers talk.
-2. A local speaker active on the same frames where two windows overlap is one voice followed
-   from window to window (a *chain*). Every two links of a chain share a CAM++ embedding of
-   one window's **clean** speech (the frames where it talks alone; all of its frames when it
-   never does), so overlap does not blur it and each stretch of a voice is embedded about
-   once, not once per window that hears it.
+2. Each local speaker of each window gets a CAM++ embedding of its **clean** speech (the frames
+   where it talks alone; all of its frames when it never does), so overlap does not blur it.
 3. The embeddings with enough clean speech are clustered across the recording (scipy's
    average-linkage hierarchical clustering on cosine distance): cut at a calibrated distance,
    or into the number of speakers asked for (``num``, or the cut clipped into ``min``..``max``).
    Clusters with too little speech fold into the nearest big one.
 4. Within each window, local speakers are matched to clusters one to one (Hungarian
-   assignment on cosine similarity of their embeddings to the centroids), so two voices of one window never merge.
+   assignment on cosine similarity to the centroids), so two voices of one window never merge.
 5. Windows overlap: per global frame, each speaker's activity is averaged over the windows
    that saw it, the number of speakers talking is the rounded average of the windows' counts,
    and the most active that many speakers are on. Runs of frames are the turns; overlap stays.
@@ -53,25 +50,13 @@ class DiarizeParams:
     # across a turn change).
     step: float = 5.0
     # cosine distance at which clusters stop merging: the middle of the dev files' plateau
-    # with ``share`` 2 (0.41-0.46 give 11.7 % DER and 12 of 12 counts there; 0.40 splits one
-    # speaker, 0.47 merges two: bench/results/diarization-share-dev-sweep-cpu.json)
-    threshold: float = 0.43
+    # (0.4-0.6 give the same 10.8 % and 11 of 12 counts there; 0.7 merges speakers)
+    threshold: float = 0.55
     min_clean: float = 1.0  # seconds of clean speech an embedding needs to be clustered
     min_active: float = 0.25  # seconds a local speaker needs to count at all
     min_cluster_speech: float = 2.0  # seconds of clustered speech a speaker needs
     min_gap: float = 0.15  # pauses of one speaker shorter than this are closed
     min_turn: float = 0.1  # turns shorter than this are dropped
-    # Local speakers of overlapping windows are one chain when each has at least this share
-    # of its activity over their shared stretch in common with the other (on dev the links
-    # are clear-cut: 0.5 and 0.8 link the same); ``share`` consecutive links of a chain take
-    # one embedding. With windows every 5 s, 2 embeds each stretch of a voice about once
-    # instead of twice: on dev 1,028 s embedded instead of 1,544 (the models' CPU
-    # 33.4 s instead of 41.3 on a loaded machine), 11.7 % DER and 12 of 12 counts at its
-    # threshold (1: 10.8 % and 11 of 12; 3: 13.2 % and at best 10 of 12). Chains embedded
-    # whole (every frame of a voice once, 5-30 s per embedding) cut more but mixed voices
-    # where the segmentation slips, and merged speakers (9 of 12).
-    link: float = 0.5
-    share: int = 2
 
 
 @dataclass(frozen=True)
@@ -172,100 +157,32 @@ def recording_fbank(samples: np.ndarray, stop=None) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros((0, 80), dtype=np.float32)
 
 
-def _linked(seg: LocalActivity, i: int, params: DiarizeParams) -> dict[int, int]:
-    """Local speakers of window ``i`` that continue as a local speaker of window ``i + 1``
-    (``{k: k'}``): over the stretch the two windows share, the two are active on the same
-    frames. The segmentation model keeps one voice on one output over its whole window, so
-    agreement over a few seconds of the same audio says it is the same voice; each local
-    speaker links to at most one (Hungarian assignment on frames in common)."""
-    from scipy.optimize import linear_sum_assignment
-
-    shift = round((seg.starts[i + 1] - seg.starts[i]) / FRAME_SAMPLES)
-    if shift >= FRAMES:
-        return {}
-    a = seg.activity[i][shift:].astype(np.int32)
-    b = seg.activity[i + 1][:FRAMES - shift].astype(np.int32)
-    common = a.T @ b  # frames in common, (k, k')
-    rows, cols = linear_sum_assignment(-common)
-    need = params.min_active / FRAME_STEP
-    out = {}
-    for k, k2 in zip(rows, cols):
-        both = common[k, k2]
-        # most of each one's activity over the shared stretch is the other's
-        if both >= need and both >= params.link * max(a[:, k].sum(), b[:, k2].sum()):
-            out[int(k)] = int(k2)
-    return out
-
-
-def _chains(seg: LocalActivity, params: DiarizeParams) -> list[list[tuple[int, int]]]:
-    """The local speakers (window, local speaker) active at least ``min_active`` seconds, as
-    chains: each one a voice followed from window to window over their overlaps."""
+def _local_clips(n_samples: int, seg: LocalActivity, params: DiarizeParams):
+    """(window, local speaker, clean?, fbank rows) of every local speaker active long
+    enough: its clean frames (alone), or all its frames where it is never alone long enough."""
     min_active = params.min_active / FRAME_STEP
-    active = seg.activity.sum(axis=1) >= min_active  # (windows, local)
-    chains: list[list[tuple[int, int]]] = []
-    open_: dict[int, int] = {}  # local speaker of the current window -> its chain
-    for i in range(len(seg.starts)):
-        links = _linked(seg, i - 1, params) if i > 0 else {}
-        now: dict[int, int] = {}
-        for k in np.flatnonzero(active[i]):
-            k = int(k)
-            before = next((kb for kb, kn in links.items() if kn == k and kb in open_), None)
-            if before is None:
-                chains.append([])
-                now[k] = len(chains) - 1
-            else:
-                now[k] = open_[before]
-            chains[now[k]].append((i, k))
-        open_ = now
-    return chains
-
-
-def _window_rows(n_samples: int, start: int) -> tuple[np.ndarray, np.ndarray]:
-    """The fbank rows whose centre lies in the window starting at ``start``, and the frame of
-    the window each falls in."""
+    min_clean = params.min_clean / FRAME_STEP
     offset = (round(FRAME_SPAN * SAMPLE_RATE) - FRAME_SAMPLES) // 2
     n_rows = max(0, (n_samples - FBANK_LENGTH) // FBANK_SHIFT + 1)
-    first = max(0, -(-(start + offset - FBANK_LENGTH // 2) // FBANK_SHIFT))
-    rows = np.arange(first, n_rows)
-    frame = (rows * FBANK_SHIFT + FBANK_LENGTH // 2 - start - offset) // FRAME_SAMPLES
-    keep = (frame >= 0) & (frame < FRAMES)
-    return rows[keep], frame[keep]
-
-
-@dataclass(frozen=True)
-class Clip:
-    """What one embedding is made of: the local speakers it stands for (``members``, (window,
-    local speaker), consecutive links of one chain), and ``rows`` of the recording's fbank:
-    the frames of the member with the most clean speech (its voice alone), or all its frames
-    when it is never alone long enough; ``clean`` when they are clean for ``min_clean`` s."""
-
-    members: tuple[tuple[int, int], ...]
-    clean: bool
-    rows: np.ndarray
-
-
-def _local_clips(n_samples: int, seg: LocalActivity, params: DiarizeParams) -> list[Clip]:
-    """The clips to embed: each chain of local speakers cut into runs of ``share`` links, one
-    embedding for each run, of one window's speech (the member with the most clean speech):
-    windows overlap, so with ``share`` 2 each stretch of a voice is embedded about once
-    instead of once per window that hears it, and each embedding is still one window's."""
-    min_clean = params.min_clean / FRAME_STEP
-    alone = seg.activity.sum(axis=2) == 1  # (windows, frames)
-    out = []
-    for chain in _chains(seg, params):
-        for at in range(0, len(chain), params.share):
-            members = tuple(chain[at:at + params.share])
-            clean = {m: (seg.activity[m[0]][:, m[1]].astype(bool) & alone[m[0]]).sum()
-                     for m in members}
-            i, k = max(members, key=lambda m: clean[m])
-            rows, frame = _window_rows(n_samples, seg.starts[i])
-            act = seg.activity[i][:, k].astype(bool)
-            use = act & alone[i] if clean[(i, k)] >= min(min_clean, act.sum()) else act
+    for i, start in enumerate(seg.starts):
+        act = seg.activity[i]
+        alone = act.sum(axis=1) == 1
+        # the fbank rows whose centre lies in this window, and the frame each falls in
+        first = max(0, -(-(start + offset - FBANK_LENGTH // 2) // FBANK_SHIFT))
+        rows = np.arange(first, n_rows)
+        frame = (rows * FBANK_SHIFT + FBANK_LENGTH // 2 - start - offset) // FRAME_SAMPLES
+        keep = (frame >= 0) & (frame < FRAMES)
+        rows, frame = rows[keep], frame[keep]
+        for k in range(act.shape[1]):
+            active = act[:, k].astype(bool)
+            if active.sum() < min_active:
+                continue
+            clean = active & alone
+            use = clean if clean.sum() >= min(min_clean, active.sum()) else active
             chosen = rows[use[frame]]
             if len(chosen) < 3:
                 continue
-            out.append(Clip(members, bool(clean[(i, k)] >= min_clean), chosen))
-    return out
+            yield i, k, bool(clean.sum() >= min_clean), chosen
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -337,11 +254,11 @@ def analyse(samples, segmenter, embedder, params: DiarizeParams, stop=None) -> A
     seg = segmenter(samples, params.step, stop) if stop is not None else \
         segmenter(samples, params.step)
     check_stop(stop)
-    clips = _local_clips(len(samples), seg, params)
+    clips = list(_local_clips(len(samples), seg, params))
     if not clips:
         return Analysis(len(samples) / SAMPLE_RATE, seg, [], np.zeros((0, 1)))
     feats = recording_fbank(samples, stop)
-    fb = [feats[c.rows] for c in clips]
+    fb = [feats[c[3]] for c in clips]
     emb = embedder.embed_fbanks(fb, stop) if stop is not None else embedder.embed_fbanks(fb)
     check_stop(stop)
     return Analysis(len(samples) / SAMPLE_RATE, seg, clips,
@@ -356,8 +273,8 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     duration, seg, clips, emb = an.duration, an.seg, an.clips, an.emb
     if not clips:
         return Diarization([], duration)
-    seconds = np.array([len(c.rows) * FBANK_SHIFT / SAMPLE_RATE for c in clips])
-    good = np.array([c.clean for c in clips])
+    seconds = np.array([len(c[3]) * FBANK_SHIFT / SAMPLE_RATE for c in clips])
+    good = np.array([c[2] for c in clips])
     if not good.any():
         good = seconds >= seconds.max() * 0.5  # a short recording: take the longest clips
     labels = cluster(emb[good], seconds[good], params, num_speakers, min_speakers,
@@ -368,18 +285,17 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     # Each window's local speakers -> distinct global speakers.
     n_windows = len(seg.starts)
     mapping = -np.ones((n_windows, seg.activity.shape[2]), dtype=int)
-    by_window: dict[int, list[tuple[int, int]]] = {}  # window -> (local speaker, clip)
-    for j, c in enumerate(clips):
-        for i, local in c.members:
-            by_window.setdefault(i, []).append((local, j))
-    for i, members in by_window.items():
-        sim = emb[[j for _, j in members]] @ cents.T
+    by_window: dict[int, list[int]] = {}
+    for j, (i, _k, _clean, _clip) in enumerate(clips):
+        by_window.setdefault(i, []).append(j)
+    for i, js in by_window.items():
+        sim = emb[js] @ cents.T
         rows, cols = linear_sum_assignment(-sim)
         for r, c in zip(rows, cols):
-            mapping[i, members[r][0]] = c
+            mapping[i, clips[js[r]][1]] = c
         # more local speakers than clusters: the rest join their nearest cluster
-        for r in set(range(len(members))) - set(rows):
-            mapping[i, members[r][0]] = int(np.argmax(sim[r]))
+        for r in set(range(len(js))) - set(rows):
+            mapping[i, clips[js[r]][1]] = int(np.argmax(sim[r]))
 
     # Aggregate the overlapping windows on one frame grid.
     total = int(np.ceil(duration / FRAME_STEP)) + FRAMES
