@@ -516,9 +516,8 @@ class Engine:
 
     def _load_speakers(self):
         from as2d.models.speakers import install_speaker_models
-        from as2d.runtime.speakers.pipeline import Diarizer, run_beside
+        from as2d.runtime.speakers.pipeline import Diarizer
 
-        run_beside()  # (on the loader's thread: the sessions' pools inherit its priority)
         models = install_speaker_models(
             Path(self.spec.models_dir).expanduser() if self.spec.models_dir else None,
             progress=self.note)

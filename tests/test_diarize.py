@@ -81,30 +81,6 @@ def test_a_stopped_diarization_ends_at_its_next_window_and_nobody_waits():
     assert time.perf_counter() - t0 < 2 and running.done()
 
 
-def test_a_diarization_beside_a_transcription_runs_below_it():
-    """The diarizer's thread (and so the pools its sessions start) runs at a lower CPU
-    priority than the transcription's threads; the caller's thread keeps its own."""
-    import os
-    import sys
-    import threading
-
-    from as2d.runtime.speakers.pipeline import BESIDE_NICENESS, RunningDiarization
-
-    if sys.platform != "linux":
-        pytest.skip("per-thread niceness is Linux's")
-
-    def nice() -> int:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    class Probe:
-        def diarize(self, samples, options, stop):
-            return nice()
-
-    mine = nice()
-    seen = RunningDiarization(Probe(), np.zeros(16000, dtype=np.float32)).result()
-    assert seen == min(19, mine + BESIDE_NICENESS) and nice() == mine
-
-
 def test_speaker_names_and_clip_lengths_are_checked_before_any_model():
     from as2d.runtime.speakers.diarize import TooShortError
     from as2d.runtime.speakers.pipeline import Diarizer

@@ -6,8 +6,6 @@ One thread by default: it runs beside the transcription, which keeps the other c
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 
 import numpy as np
@@ -28,27 +26,6 @@ __all__ = ["Diarizer", "DiarizationStopped", "RunningDiarization"]
 NAME_THRESHOLD = 0.5
 MIN_SAMPLES = 16000 // 4  # a quarter second: shorter audio holds no word to place
 MAX_REFERENCE_SECONDS = 30.0  # a reference is a short clip of one voice, not a recording
-# How far below the transcription's the CPU priority of a diarization beside it is (a nice
-# increment of its threads).
-BESIDE_NICENESS = 10
-
-
-def run_beside() -> None:
-    """Lower the calling thread's CPU priority by :data:`BESIDE_NICENESS`, for work that runs
-    beside a transcription: the decoding is a chain of short dependent passes (drafter, then
-    target) that leaves a core idle between them, and a diarizer at the same priority delays
-    each pass instead of filling those gaps. On Linux niceness is per thread, and the
-    threads a thread starts (onnxruntime's pools, made with their session) inherit it; the
-    thread must be one of the diarizer's own. Elsewhere (no per-thread niceness) nothing
-    changes."""
-    if sys.platform != "linux":
-        return
-    tid = threading.get_native_id()
-    try:
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid)
-                       + BESIDE_NICENESS)
-    except OSError:  # a sandbox that refuses: the same work at the same priority
-        pass
 
 
 class Diarizer:
@@ -140,12 +117,8 @@ class RunningDiarization:
 
         self._stop = threading.Event()
         get = diarizer if callable(diarizer) else (lambda: diarizer)
-
-        def work() -> Diarization:
-            run_beside()
-            return get().diarize(samples, options, self._stop)
-
-        self._work = Background(work, name="as2d-diarize")
+        self._work = Background(lambda: get().diarize(samples, options, self._stop),
+                                name="as2d-diarize")
 
     def stop(self) -> None:
         self._stop.set()
