@@ -288,14 +288,18 @@ def word_accuracy(items, folder, model: str = "base") -> float:
 
 
 # (diarization-dev-sweep-cpu.json also has at most N seconds embedded per local speaker and
-# CAM++'s trunk run once over the recording, since removed: they cost counts.)
+# CAM++'s trunk run once over the recording; diarization-share-dev-sweep-cpu.json one
+# embedding per two or three links of a voice's chain across overlapping windows. All since
+# removed: they cost counts or, for the chains, confused the speakers of a real two-reader
+# recording where a window carried both voices on one output.)
 COST_GRID = [{"step": st} for st in (2.5, 5.0, 10.0)]
 
 
-def cost_sweep(dev, folder, grid=None, thresholds=(0.4, 0.5, 0.55, 0.6, 0.7)) -> dict:
+def cost_sweep(dev, folder, grid=None,
+               thresholds=(0.4, 0.5, 0.55, 0.6, 0.7)) -> dict:
     """On dev only: the models' CPU time (segmentation + embeddings, one thread) and DER /
-    count accuracy of each setting of ``grid`` (the segmentation step), each tried at a few
-    clustering thresholds (clustering is redone on one analysis)."""
+    count accuracy of each setting of ``grid`` (the segmentation step), each
+    tried at a few clustering thresholds (clustering is redone on one analysis)."""
     from dataclasses import replace
 
     import soundfile as sf
@@ -311,7 +315,7 @@ def cost_sweep(dev, folder, grid=None, thresholds=(0.4, 0.5, 0.55, 0.6, 0.7)) ->
         analyses = {n: analyse(x, dz.segmenter, dz.embedder, p) for n, x in audio.items()}
         cpu = time.process_time() - t
         row = {"cpu_seconds": round(cpu, 2),
-               "embedded_seconds": round(sum(len(c[3]) for an in analyses.values()
+               "embedded_seconds": round(sum(len(c.rows) for an in analyses.values()
                                              for c in an.clips) * FBANK_SHIFT / SAMPLE_RATE, 1),
                "der_by_threshold": {}, "count_accuracy_by_threshold": {}}
         for th in thresholds:
@@ -328,13 +332,19 @@ def cost_sweep(dev, folder, grid=None, thresholds=(0.4, 0.5, 0.55, 0.6, 0.7)) ->
     return out
 
 
-def process_wall(args: list[str], rounds: int) -> list[float]:
-    out = []
-    for _ in range(rounds):
-        t = time.time()
-        subprocess.run(args, check=True, capture_output=True)
-        out.append(round(time.time() - t, 2))
-    return out
+def process_wall(args: list[str], cpu: list[float] | None = None) -> list[float]:
+    """One run's wall seconds (its CPU seconds, user + system, appended to ``cpu``)."""
+    t = time.time()
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = round(time.time() - t, 2)
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(args)} failed: {err[-300:]}")
+    if cpu is not None:
+        cpu.append(round(usage.ru_utime + usage.ru_stime, 2))
+    return [wall]
 
 
 def main() -> None:
@@ -353,6 +363,11 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="try thresholds on dev")
     ap.add_argument("--words", action="store_true", help="word speaker accuracy (held-out)")
     ap.add_argument("--cost", type=int, default=0, help="rounds of the whole-process timing")
+    ap.add_argument("--cost-only", default="",
+                    help="comma-separated commands of the cost rounds (plain, words, diarize, "
+                         "diarize_before, as2d_diarize_only, senko); all by default")
+    ap.add_argument("--cost-before", default="",
+                    help="another install's python: its --diarize timed in the same rounds")
     a = ap.parse_args()
     items = load_set(a.data)
     report: dict = {"machine": "2 shared CPU cores (other helpers running), threads=2",
@@ -435,22 +450,40 @@ def main() -> None:
                  long]
         walls: dict[str, list[float]] = {"plain": [], "words": [], "diarize": [],
                                          "as2d_diarize_only": [], "senko": []}
-        for _ in range(a.cost):  # interleaved rounds
-            walls["plain"] += process_wall(base, 1)
-            # --diarize times the words (each word takes a speaker): its own share of the cost
-            walls["words"] += process_wall(base + ["--word-timestamps"], 1)
-            walls["diarize"] += process_wall(base + ["--diarize"], 1)
-            walls["as2d_diarize_only"] += process_wall(alone, 1)
-            if Path(a.senko_python).is_file():
+        if a.cost_before:
+            walls["diarize_before"] = []
+        if a.cost_only:
+            walls = {k: v for k, v in walls.items() if k in a.cost_only.split(",")}
+        cpu: dict[str, list[float]] = {k: [] for k in walls if k != "senko"}
+        commands = {"plain": base,
+                    # --diarize times the words (each word takes a speaker): its own share
+                    "words": base + ["--word-timestamps"],
+                    "diarize": base + ["--diarize"],
+                    "diarize_before": [a.cost_before, *base[1:], "--diarize"],
+                    "as2d_diarize_only": alone}
+        loads: dict[str, list[float]] = {}  # the 1-min load as each command started
+        for r in range(a.cost):  # interleaved rounds, every other one in reverse order
+            order = [k for k in walls if k != "senko"]
+            for k in order if r % 2 == 0 else order[::-1]:
+                loads.setdefault(k, []).append(float(open("/proc/loadavg").read().split()[0]))
+                walls[k] += process_wall(commands[k], cpu[k])
+            if "senko" in walls and Path(a.senko_python).is_file():
                 walls["senko"].append(round(run_senko(a.senko_python, [Path(long)])["_wall"], 2))
         med = {k: float(np.median(v)) for k, v in walls.items() if v}
         report["cost"] = {"file_seconds": next(i["seconds"] for i in items
                                                if i["name"] == "long"),
-                          "walls": walls, "median": med,
+                          "walls": walls, "median": med, "cpu": cpu,
+                          "load_at_start": loads,
                           "added": round(med["diarize"] / med["plain"] - 1, 3),
-                          "added_over_words": round(med["diarize"] / med["words"] - 1, 3),
                           "added_by_round": [round(d / p - 1, 3) for d, p in
                                              zip(walls["diarize"], walls["plain"])]}
+        if "words" in med:
+            report["cost"]["added_over_words"] = round(med["diarize"] / med["words"] - 1, 3)
+        if a.cost_before:
+            report["cost"]["before"] = a.cost_before
+            report["cost"]["added_before"] = round(med["diarize_before"] / med["plain"] - 1, 3)
+            report["cost"]["added_before_by_round"] = [
+                round(d / p - 1, 3) for d, p in zip(walls["diarize_before"], walls["plain"])]
         if "senko" in med:  # diarization alone, one process each, 2 threads
             report["cost"]["senko_over_as2d"] = round(
                 med["senko"] / med["as2d_diarize_only"], 2)
