@@ -192,16 +192,15 @@ def main() -> int:
                 c = clips[q.clip]
                 answerer.previous.clear()
                 found = answerer.find(c["spans"], q.question, c["drafter"], policy)
-                a = judge(found, c["spans"], q.question, policy, options.abstain,
-                          options.abstain_margin)
-                # judged with nothing withheld for support: what the threshold is chosen on
-                b = judge(found, c["spans"], q.question, policy, 0.0)
+                a = judge(found, c["spans"], q.question, policy, options.abstain_below)
+                # judged with nothing withheld for its likelihood: what the bar is chosen on
+                b = judge(found, c["spans"], q.question, policy, float("-inf"))
                 rows.append(dict(id=q.id, split=q.split, answer=a.text, abstained=a.abstained,
                                  method=a.method, found=found.method,
                                  evidence=[e.to_dict() for e in a.evidence],
                                  unweighed=dict(id=q.id, split=q.split, answer=b.text,
                                                 abstained=b.abstained, method=b.method,
-                                                confidence=b.confidence, margin=b.margin,
+                                                confidence=b.confidence, likelihood=b.likelihood,
                                                 evidence=[e.to_dict() for e in b.evidence])))
         return rows
 

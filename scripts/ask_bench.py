@@ -111,11 +111,9 @@ def main() -> int:
     ap.add_argument("--no-judge", action="store_true",
                     help="answers as found, not judged (no abstention, evidence as found): "
                          "the 'before' of issue #46")
-    ap.add_argument("--abstain", type=float, default=None,
-                    help="withhold answers whose passage says less than this share of the "
-                         "question's words (default: the answerer's own)")
-    ap.add_argument("--abstain-margin", type=float, default=None,
-                    help="... and whose score stands less than this above the next candidate's")
+    ap.add_argument("--abstain-below", type=float, default=None,
+                    help="withhold chosen spans whose log-likelihood as the answer is below "
+                         "this (default: the answerer's own; --abstain-below=-inf: none)")
     ap.add_argument("--fast", action="store_true",
                     help="generate only where no span answers (compare off; the same answers)")
     ap.add_argument("--min-ngram", type=int, default=1)
@@ -159,11 +157,8 @@ def main() -> int:
             mode: Answerer(lm, None, AskOptions(max_tokens=args.max_tokens, candidates=cand,
                                                 compare=not args.fast,
                                                 judge=not args.no_judge,
-                                                **({"abstain": args.abstain}
-                                                   if args.abstain is not None else {}),
-                                                **({"abstain_margin": args.abstain_margin}
-                                                   if args.abstain_margin is not None
-                                                   else {}),
+                                                **({"abstain_below": args.abstain_below}
+                                                   if args.abstain_below is not None else {}),
                                                 style=style, sources=mode_sources[mode],
                                                 min_ngram=args.min_ngram,
                                                 locate=not args.no_locate,
@@ -212,7 +207,7 @@ def main() -> int:
                        generated=ref.generated, correct=ok,
                        abstained=ref.abstained,
                        evidence=[e.to_dict() for e in ref.evidence],
-                       confidence=ref.confidence, margin=ref.margin, withheld=ref.withheld,
+                       confidence=ref.confidence, likelihood=ref.likelihood, withheld=ref.withheld,
                        reason=ref.reason,
                        candidates=[c.to_dict() for c in ref.candidates[:8]],
                        answer_tokens=len(ref.tokens),

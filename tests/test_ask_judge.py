@@ -1,5 +1,5 @@
 """The answer judge (issue #46): evidence ranked by the question, answers withheld when their
-passage says too little of what is asked or they are not of the kind asked, and yes/no
+model finds them unlikely as the answer or they are not of the kind asked, and yes/no
 questions decided by the clause that says them. No model: answers are built as the answerer
 finds them, then judged."""
 
@@ -11,7 +11,7 @@ from as2d.runtime.ask.answer import Answer
 from as2d.runtime.ask.answer_events import AnswerStats
 from as2d.runtime.ask.english.rules import ENGLISH_POLICY
 from as2d.runtime.ask.english.yesno import yes_no_decision
-from as2d.runtime.ask.judge import judge, retrieve, support
+from as2d.runtime.ask.judge import LIKELIHOOD_BELOW, judge, retrieve, support
 from as2d.runtime.ask.policy import Candidate
 from as2d.runtime.ask.spans import Span
 
@@ -40,45 +40,43 @@ def test_retrieval_ranks_the_passage_that_says_the_question_first():
 
 def test_an_answer_keeps_its_own_passage_first_then_the_closest():
     q = "Who said the planks had rotted?"
-    a = judge(found("Laura Jennings.", where=(3,)), SPANS, q, ENGLISH_POLICY, 0.5)
+    a = judge(found("Laura Jennings.", where=(3,)), SPANS, q, ENGLISH_POLICY)
     assert not a.abstained and a.text == "Laura Jennings."
     assert a.evidence[0] == SPANS[3]
     assert a.confidence == support(q, SPANS, [3]) == 1.0
 
 
-def test_a_span_chosen_by_a_hair_from_a_passage_that_says_little_is_withheld():
+def test_a_span_the_model_finds_unlikely_as_the_answer_is_withheld():
     q = "What did the mayor promise the fishermen of the harbour?"
-    rivals = [Candidate("Repairs.", "line", (1,), score=1.0),
-              Candidate("Six weeks.", "line", (2,), score=0.6)]
+    rivals = [Candidate("Repairs.", "line", (1,), score=1.0, likelihood=LIKELIHOOD_BELOW - 1),
+              Candidate("Six weeks.", "line", (2,), score=0.6, likelihood=-20.0)]
     a = judge(replace(found("Repairs.", where=(1,)), candidates=rivals), SPANS, q,
-              ENGLISH_POLICY, 0.5)
-    assert a.abstained and a.method == "not said"
+              ENGLISH_POLICY)
+    assert a.abstained and a.method == "not said" and "likelihood" in a.reason
     assert a.text == ENGLISH_POLICY.not_said and a.withheld == "Repairs."
-    assert a.confidence < 0.5 and abs(a.margin - 0.4) < 1e-9
-    # chosen by a wide margin, or with no rival at all, it stands
-    rivals[1].score = -3.0
+    assert a.likelihood == LIKELIHOOD_BELOW - 1 and a.evidence[0] == SPANS[1]
+    # likely enough, or not scored at all (no candidates), it stands; the same text found
+    # again in another span counts at its likeliest
+    again = [Candidate("Repairs.", "line", (2,), score=0.9, likelihood=LIKELIHOOD_BELOW + 1)]
+    b = judge(replace(found("Repairs.", where=(1,)), candidates=rivals + again), SPANS, q,
+              ENGLISH_POLICY)
+    assert not b.abstained and b.likelihood == LIKELIHOOD_BELOW + 1
+    assert not judge(found("Repairs.", where=(1,)), SPANS, q, ENGLISH_POLICY).abstained
+    # a bar of -inf withholds none for it (what the bar is calibrated on)
     assert not judge(replace(found("Repairs.", where=(1,)), candidates=rivals), SPANS, q,
-                     ENGLISH_POLICY, 0.5).abstained
-    assert not judge(found("Repairs.", where=(1,)), SPANS, q, ENGLISH_POLICY, 0.5).abstained
-    # the same answer found again in another passage is no rival (it was: margin 0)
-    again = [Candidate("Repairs.", "line", (1,), score=1.0),
-             Candidate("Repairs.", "line", (2,), score=0.99),
-             Candidate("Six weeks.", "line", (2,), score=-3.0)]
-    b = judge(replace(found("Repairs.", where=(1,)), candidates=again), SPANS, q,
-              ENGLISH_POLICY, 0.5)
-    assert not b.abstained and abs(b.margin - 4.0) < 1e-9
+                     ENGLISH_POLICY, float("-inf")).abstained
 
 
 def test_an_answer_not_of_the_kind_asked_is_withheld_with_the_closest_passage():
     q = "Who said the planks had rotted?"
-    a = judge(found("Rotted.", where=(3,)), SPANS, q, ENGLISH_POLICY, 0.0)
+    a = judge(found("Rotted.", where=(3,)), SPANS, q, ENGLISH_POLICY)
     assert a.abstained and "kind" in a.reason
     assert a.evidence[0] == SPANS[3]  # where the recording comes closest
     # a number for "how many", not a word of the passage
     b = judge(found("The planks.", where=(3,)), SPANS, "How many planks had rotted?",
-              ENGLISH_POLICY, 0.0)
+              ENGLISH_POLICY)
     assert b.abstained
-    c = judge(found("Well.", where=(0,)), SPANS, "What is the news?", ENGLISH_POLICY, 0.0)
+    c = judge(found("Well.", where=(0,)), SPANS, "What is the news?", ENGLISH_POLICY)
     assert c.abstained
 
 
@@ -107,12 +105,14 @@ def test_yes_no_is_decided_by_the_clause_that_says_it_over_segment_breaks():
 
 def test_a_yes_no_question_gets_yes_no_or_abstains_never_a_fragment():
     q = "Is the bakery open on Mondays?"
-    a = judge(found("Mondays.", where=(5,)), SPANS, q, ENGLISH_POLICY, 0.5)
+    unlikely = [Candidate("Mondays.", "line", (5,), score=0.0, likelihood=-30.0)]
+    a = judge(replace(found("Mondays.", where=(5,)), candidates=unlikely), SPANS, q,
+              ENGLISH_POLICY)  # (decided by its clause, not by the span's likelihood)
     assert a.text.startswith("No.") and a.method == "confirmed"
     # the whole sentence that decides it (it starts in the segment before)
     assert "bakery is not open" in a.evidence[0].text and a.evidence[0].start == SPANS[4].start
     b = judge(found("Give.", where=(0,)), SPANS, "Did the engineer give a speech?",
-              ENGLISH_POLICY, 0.5)
+              ENGLISH_POLICY)
     assert b.abstained and b.withheld == "Give."
 
 
@@ -122,20 +122,20 @@ def test_a_withheld_guess_from_selected_passages_yields_to_the_best_passage_over
     the passage that shares the most with the question over the whole transcript leads."""
     q = "Who said the planks had rotted?"
     guess = found("Rotted.", where=(0,))  # withheld: not of the kind asked
-    whole = judge(guess, SPANS, q, ENGLISH_POLICY, 0.0)
+    whole = judge(guess, SPANS, q, ENGLISH_POLICY)
     assert whole.abstained and whole.evidence[0] == SPANS[0]
     assert SPANS[3].text in whole.evidence[1].text
-    part = judge(replace(guess, selected=True), SPANS, q, ENGLISH_POLICY, 0.0)
+    part = judge(replace(guess, selected=True), SPANS, q, ENGLISH_POLICY)
     assert part.abstained and SPANS[3].text in part.evidence[0].text  # (whole sentences)
     # an answer that stands keeps its own passage first either way
     kept = judge(replace(found("Laura Jennings.", where=(3,)), selected=True), SPANS, q,
-                 ENGLISH_POLICY, 0.0)
+                 ENGLISH_POLICY)
     assert not kept.abstained and SPANS[3].text in kept.evidence[0].text
 
 
 def test_a_found_abstention_shows_the_closest_passages():
     a = judge(found(ENGLISH_POLICY.not_said, "not said"), SPANS,
-              "What colour is the old footbridge?", ENGLISH_POLICY, 0.5)
+              "What colour is the old footbridge?", ENGLISH_POLICY)
     assert a.abstained and a.evidence and a.evidence[0] == SPANS[1]
 
 
@@ -144,9 +144,9 @@ def test_a_who_or_name_answer_names_someone_the_question_does_not():
                             "dirty drinking water.")]
     a = judge(Answer("", "John Snow thought.", [], spans, False, None, "extracted",
                      AnswerStats(), None, "extracted", evidence=spans), spans,
-              "What was the name of John Snow's wife?", ENGLISH_POLICY, 0.0)
+              "What was the name of John Snow's wife?", ENGLISH_POLICY)
     assert a.abstained and a.withheld == "John Snow thought."
     b = judge(Answer("", "John Snow.", [], spans, False, None, "extracted", AnswerStats(),
                      None, "extracted", evidence=spans), spans,
-              "Who thought the illness came from the water?", ENGLISH_POLICY, 0.7)
+              "Who thought the illness came from the water?", ENGLISH_POLICY)
     assert not b.abstained and b.text == "John Snow."

@@ -108,16 +108,16 @@ def test_an_answer_from_selected_passages_shows_whole_sentences(recording):
     found = Answer(question, "The recording does not say.", [], list(recording), True, None,
                    "extracted", AnswerStats(), None, "not said",
                    evidence=[recording[i]], abstained=True)
-    withheld = judge(found, recording, question, ENGLISH_POLICY, 0.5)
+    withheld = judge(found, recording, question, ENGLISH_POLICY)
     best = rank_passages(recording, question)[0]
     assert withheld.abstained and withheld.evidence[0] == passage(recording, best)
     kept = judge(Answer(question, recording[i].text, [], list(recording), True, None,
                         "extracted", AnswerStats(), None, "extracted",
-                        evidence=[recording[i]]), recording, question, ENGLISH_POLICY, 0.0)
+                        evidence=[recording[i]]), recording, question, ENGLISH_POLICY)
     assert kept.evidence[0] == passage(recording, (a, b))
     assert kept.evidence[0].start == recording[a].start and kept.evidence[0].end >= \
         recording[i].end
     whole = judge(Answer(question, recording[i].text, [], list(recording), False, None,
                          "extracted", AnswerStats(), None, "extracted",
-                         evidence=[recording[i]]), recording, question, ENGLISH_POLICY, 0.0)
+                         evidence=[recording[i]]), recording, question, ENGLISH_POLICY)
     assert whole.evidence[0] == passage(recording, (a, b))

@@ -490,7 +490,7 @@ def test_spans_take_their_speaker_and_who_said_finds_the_passage(tmp_path):
 
     found = Answer("Who said the best of times?", "SPEAKER_01", [], labelled, False, None,
                    "attributed", AnswerStats(), method="attributed", evidence=[labelled[1]])
-    judged = judge(found, labelled, found.question, policy_for("en"), 0.8)
+    judged = judge(found, labelled, found.question, policy_for("en"))
     assert judged.text == "SPEAKER_01" and not judged.abstained
     assert judged.evidence[0].speaker == "SPEAKER_01"
     # a transcript file that says who speaks (as2d transcribe --diarize -f json, whisperX)

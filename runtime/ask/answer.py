@@ -38,7 +38,7 @@ from as2d.runtime.ask.attribution import has_speakers, who_said
 from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.evidence import Evidence
 from as2d.runtime.ask.generate import LanguageModel, SpeculativeGenerator
-from as2d.runtime.ask.judge import ABSTAIN_BELOW, MARGIN, judge
+from as2d.runtime.ask.judge import LIKELIHOOD_BELOW, judge
 from as2d.runtime.ask.passages import evidence, rank_spans
 from as2d.runtime.ask.policies import policy_for
 from as2d.runtime.ask.policy import Candidate
@@ -99,10 +99,9 @@ class AskOptions:
     calibrate: float = 0.75
     calibrate_top: int = 6
     # Every answer is judged (:mod:`as2d.runtime.ask.judge`): its evidence ordered, and
-    # withheld when it is a span chosen by less than ``abstain_margin`` from a passage that
-    # says less than ``abstain`` of the question's words, it is not of the kind asked, or a
-    # yes/no question is not decided (``abstain`` 0: none withheld for support). ``judge``
-    # False: the answer as found (the bench's "before").
+    # withheld when it is a span the model gives a log-likelihood below ``abstain_below`` as
+    # the answer (``-inf``: none withheld for it), it is not of the kind asked, or a yes/no
+    # question is not decided. ``judge`` False: the answer as found (the bench's "before").
     judge: bool = True
     # A transcript of up to ``whole_tokens`` tokens is read whole (every clip of the question
     # set, under a minute and 400 tokens, is); a longer one is answered from ``passage_tokens``
@@ -117,8 +116,7 @@ class AskOptions:
     # prefills about 200 tokens after the stored head instead of 750.
     whole_tokens: int = 768
     passage_tokens: int = 256
-    abstain: float = ABSTAIN_BELOW
-    abstain_margin: float = MARGIN
+    abstain_below: float = LIKELIHOOD_BELOW
     # The few-shot head's KV rows are stored beside the model and loaded by later runs
     # (:mod:`as2d.runtime.llm.prefix_cache`): 0.3 s less prefill, the same answer.
     prefix_cache: bool = True
@@ -163,7 +161,7 @@ class Answer:
     # said around the answer's passage, the answer it withheld or replaced (a yes/no question
     # answered from its deciding clause), and why it was withheld.
     confidence: float | None = None
-    margin: float | None = None  # a chosen span's score above the next candidate's
+    likelihood: float | None = None  # a chosen span's log-likelihood as the answer
     withheld: str | None = None
     reason: str | None = None
 
@@ -269,8 +267,7 @@ class Answerer:
         found = self.find(spans, question, drafter_text, policy)
         if not self.options.judge:
             return found
-        return judge(found, spans, question, policy, self.options.abstain,
-                     self.options.abstain_margin)
+        return judge(found, spans, question, policy, self.options.abstain_below)
 
     def find(self, spans: Sequence[Span], question: str, drafter_text: str | None,
              policy) -> Answer:
