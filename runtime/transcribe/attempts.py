@@ -125,7 +125,7 @@ class Attempts:
         if temperature <= 0:
             if search is not None:
                 task = window_task.beam(prompt, rules, sample_len, search,
-                                        self._proposer(window))
+                                        self._proposer(window), self.strategy.budget)
             else:
                 task = window_task.greedy(prompt, rules, sample_len,
                                           lambda: self.strategy.source(window))
