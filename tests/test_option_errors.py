@@ -118,7 +118,8 @@ def test_the_defaults_and_whispers_settings_pass():
     (0.0, float("nan"), "temperature_increment_on_fallback", "0 or more"),
     (0.0, 1e-9, "temperature_increment_on_fallback", "more than 100 temperatures"),
     (0.0, 5e-324, "temperature_increment_on_fallback", "more than 100 temperatures"),
-    ("0.5", None, "temperature", "a number or a sequence"),
+    (b"0.5", None, "temperature", "a number or a sequence"),
+    ("0.5,x", None, "temperature", "comma-separated list"),  # --temperature's text
 ])
 def test_the_temperature_schedule_is_parsed_once(temperature, increment, option, fragment):
     from as2d.runtime.transcribe.fallback import temperature_schedule

@@ -179,7 +179,7 @@ def run_mic(req: MicRequest) -> int:
     from as2d.runtime.events import fanout
     from as2d.runtime.live.audio_input import AudioInputError, FileSource, MicSource
     from as2d.runtime.live.session import LiveOptions
-    from as2d.runtime.transcribe.transcribe_options import resolve_language
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, check_model
 
     if req.list_devices:
         return list_devices()
@@ -215,7 +215,7 @@ def run_mic(req: MicRequest) -> int:
     engine = build_engine(spec, note, reporter)  # the draft → verify → commit view
     with engine:
         try:
-            language = resolve_language(engine.target, req.language)
+            language = check_model(engine.target, TranscribeOptions(language=req.language))
         except ValueError as exc:
             raise UserError(as_flags(exc), 2) from None
         options = LiveOptions(endpoint=endpoint, interval=req.interval,
