@@ -199,14 +199,12 @@ def _windows(monkeypatch, target, audio, options) -> list[dict]:
     windows: dict[int, dict] = {}
     attempt, decode = Attempts.attempt, Attempts.decode
 
-    def spy_attempt(self, runner, window, mel, prompt, rules, sample_len, opts, temperature,
-                    retried):
+    def spy_attempt(self, runner, window, mel, prompt, temperature, retried):
         w = windows.setdefault(window.index, dict(index=window.index, seek=window.seek,
                                                   prompts=[]))
         if not retried:
             w["prompts"].append(list(prompt))
-        return attempt(self, runner, window, mel, prompt, rules, sample_len, opts, temperature,
-                       retried)
+        return attempt(self, runner, window, mel, prompt, temperature, retried)
 
     def spy_decode(self, runner, window, *rest, **kw):
         decoded = decode(self, runner, window, *rest, **kw)

@@ -271,7 +271,7 @@ def _speakers(upload: Upload, req: AudioRequest) -> None:
         req.speakers = from_flags(True, counts["num_speakers"], counts["min_speakers"],
                                   counts["max_speakers"], pairs)
     except ValueError as exc:
-        raise APIError(400, str(exc), param=getattr(exc, "option", None),
+        raise APIError(400, str(exc), param=exc.option if isinstance(exc, OptionError) else None,
                        code="invalid_value") from None
 
 

@@ -164,7 +164,7 @@ class RealtimeConnection:
                 self.post({"type": "as2d.level", "at": round(event.at, 2),
                            "probability": round(event.probability, 3),
                            "level_db": round(event.level_db, 1), "speaking": event.speaking})
-            elif isinstance(event, Note) and getattr(event, "level", "") != "debug":
+            elif isinstance(event, Note) and event.level != "debug":
                 self.post({"type": "as2d.note", "message": event.message})
 
     # -- the client's events ------------------------------------------------------------------
