@@ -159,7 +159,8 @@ class Transcriber:
 
         ``temperature``: the fallback schedule (whisper's 0, 0.2, ... 1.0 by default; a single
         number with ``temperature_increment_on_fallback`` grows into one, alone it means no
-        fallback); sampled windows draw ``best_of`` samples seeded by ``seed``.
+        fallback; text is read as ``--temperature`` reads it, e.g. ``"0,0.5,1"``); sampled
+        windows draw ``best_of`` samples seeded by ``seed``.
         ``vad_filter``: decode only the speech Silero VAD finds (``vad_parameters``: the
         names of faster-whisper's ``VadOptions``); times stay those of the recording.
         ``beam_size``: beam search at temperature 0 (whisper's; None or 1: greedy, which the

@@ -28,10 +28,10 @@ def max_threads() -> int:
     return 4 * max(1, cpu_count())
 
 
-def check_decoder_options(decoder: Decoder | str, budget: str = "auto", threads: int = 0,
-                          drafter_threads: int = 0, language: str | None = None) -> None:
-    """The options every decoding command shares, checked before anything slow happens."""
-    parse_decoder(decoder)
+def check_decoder_options(budget: str = "auto", threads: int = 0, drafter_threads: int = 0,
+                          language: str | None = None) -> None:
+    """The options every decoding command shares, checked before anything slow happens (the
+    decoder is parsed once, when the command's request is made: :func:`parse_decoder`)."""
     try:
         parse_budget(budget)
     except ValueError as exc:

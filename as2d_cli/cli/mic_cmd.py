@@ -123,8 +123,7 @@ def validate(req: MicRequest):
     from as2d.cli.decoding import check_decoder_options
     from as2d.runtime.live.endpoint import EndpointConfig
 
-    check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
-                          req.language)
+    check_decoder_options(req.budget, req.threads, req.drafter_threads, req.language)
     if req.vad not in ("silero", "energy"):
         raise UserError(f"--vad must be silero or energy, not {req.vad!r}", 2)
     try:

@@ -180,7 +180,7 @@ def validate(req: TranscribeRequest) -> list[str]:
         formats = writers.parse_formats(req.output_format, req.diarize)
     except ValueError as exc:
         raise UserError(as_flags(exc), 2) from None
-    check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads)
+    check_decoder_options(req.budget, req.threads, req.drafter_threads)
     from as2d.runtime.speakers.speaker_options import from_flags
 
     try:
