@@ -89,13 +89,14 @@ def samples(prompt: list[int], rules: Sequence[LogitRules], sample_len: int,
 def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOptions,
          proposer: StreamProposer | None, budget: Budget | None) -> Open:
     """Beam search; with a ``proposer`` (the drafter's stream), speculative beam steps, as many
-    candidates per hypothesis as the run's ``budget`` chooses for a pass of the beam's width."""
+    candidates per hypothesis as the run's ``budget`` policy chooses for a pass of the beam's
+    width (from its priors in every window: :meth:`Budget.fresh`)."""
 
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
         return _opened(model, model.beam_state(ctx, options.beam_size), lambda state: _Beam(
             BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, options),
-            proposer, budget))
+            proposer, budget.fresh() if proposer is not None else None))
 
     return open_
 
