@@ -50,7 +50,7 @@ import numpy as np
 from as2d.engine import AnswerError, AskResult, Engine, EngineSpec, ModelError
 from as2d.runtime.audio import Audio, load_audio
 from as2d.runtime.events import Listener
-from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
+from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES
 from as2d.runtime.transcribe.longform import Segment, TranscriptionInfo
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, check_model
 from as2d.runtime.transcribe.vad_filter import VadParameters
@@ -69,35 +69,6 @@ def _audio(audio: AudioInput | Audio, sample_rate: int) -> Audio:
         raise TypeError("audio must be a file path or a numpy array of samples, not "
                         f"{type(audio).__name__}")
     return load_audio(Path(audio))
-
-
-def _options(language: str | None = None, task: str = "transcribe", timestamps: bool = True,
-             initial_prompt: str | None = None, condition_on_previous_text: bool = True,
-             no_speech_threshold: float | None = 0.6, logprob_threshold: float | None = -1.0,
-             compression_ratio_threshold: float | None = 2.4,
-             temperature: float | Sequence[float] = DEFAULT_TEMPERATURES,
-             temperature_increment_on_fallback: float | None = None, best_of: int = 5,
-             seed: int = 0, hotwords: str | None = None, prompt_reset_on_temperature: float = 0.5,
-             vad_filter: bool = False, vad_parameters: VadParameters | dict | None = None,
-             beam_size: int | None = None, patience: float | None = None,
-             length_penalty: float | None = None, multilingual: bool = False
-             ) -> TranscribeOptions:
-    """:meth:`Transcriber.transcribe`'s keywords as the engine's options; every bound is
-    :class:`TranscribeOptions`' own (an ``OptionError`` names the keyword)."""
-    return TranscribeOptions(language=language, multilingual=multilingual, task=task,
-                             timestamps=timestamps, initial_prompt=initial_prompt,
-                             condition_on_previous_text=condition_on_previous_text,
-                             no_speech_threshold=no_speech_threshold,
-                             logprob_threshold=logprob_threshold,
-                             compression_ratio_threshold=compression_ratio_threshold,
-                             temperatures=temperature_schedule(
-                                 temperature, temperature_increment_on_fallback),
-                             best_of=best_of, seed=seed, hotwords=hotwords,
-                             prompt_reset_on_temperature=prompt_reset_on_temperature,
-                             vad_filter=vad_filter,
-                             vad_parameters=VadParameters.parse(vad_parameters),
-                             beam_size=beam_size, patience=patience,
-                             length_penalty=length_penalty)
 
 
 def _shut(engine: Engine, runs: weakref.WeakSet) -> None:
@@ -188,7 +159,8 @@ class Transcriber:
 
         ``temperature``: the fallback schedule (whisper's 0, 0.2, ... 1.0 by default; a single
         number with ``temperature_increment_on_fallback`` grows into one, alone it means no
-        fallback); sampled windows draw ``best_of`` samples seeded by ``seed``.
+        fallback; text is read as ``--temperature`` reads it, e.g. ``"0,0.5,1"``); sampled
+        windows draw ``best_of`` samples seeded by ``seed``.
         ``vad_filter``: decode only the speech Silero VAD finds (``vad_parameters``: the
         names of faster-whisper's ``VadOptions``); times stay those of the recording.
         ``beam_size``: beam search at temperature 0 (whisper's; None or 1: greedy, which the
@@ -203,12 +175,16 @@ class Transcriber:
         from as2d.runtime.speakers.speaker_options import from_flags
 
         who = from_flags(diarize, num_speakers, min_speakers, max_speakers, tuple(speakers))
-        options = _options(language, task, timestamps, initial_prompt,
-                           condition_on_previous_text, no_speech_threshold, logprob_threshold,
-                           compression_ratio_threshold, temperature,
-                           temperature_increment_on_fallback, best_of, seed, hotwords,
-                           prompt_reset_on_temperature, vad_filter, vad_parameters, beam_size,
-                           patience, length_penalty, multilingual=multilingual)
+        options = TranscribeOptions.parse(
+            language=language, multilingual=multilingual, task=task, timestamps=timestamps,
+            initial_prompt=initial_prompt, condition_on_previous_text=condition_on_previous_text,
+            no_speech_threshold=no_speech_threshold, logprob_threshold=logprob_threshold,
+            compression_ratio_threshold=compression_ratio_threshold, temperature=temperature,
+            temperature_increment_on_fallback=temperature_increment_on_fallback,
+            best_of=best_of, seed=seed, hotwords=hotwords,
+            prompt_reset_on_temperature=prompt_reset_on_temperature, vad_filter=vad_filter,
+            vad_parameters=vad_parameters, beam_size=beam_size, patience=patience,
+            length_penalty=length_penalty)
         if who is not None:
             options = replace(options, word_timestamps=True)
         check_model(self.model, options)  # an English-only model cannot translate, ...
@@ -274,7 +250,7 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
                                         "max_speakers", "speakers") if k in options}
     from_flags(who.get("diarize", False), who.get("num_speakers"), who.get("min_speakers"),
                who.get("max_speakers"), tuple(who.get("speakers", ())))  # checked first
-    _options(**options)  # a bad option: before the audio and the models
+    TranscribeOptions.parse(**options)  # a bad option: before the audio and the models
     clip = _audio(audio, sample_rate)  # a bad file or array: before the models
     try:
         transcriber = Transcriber(model, drafter=drafter, decoder=decoder, precision=precision,

@@ -632,16 +632,10 @@ class Engine:
         when nothing smaller would save time; and why its runs decode with less than the spec
         asks for (None: as asked), for their plans. An explicit drafter is used for every
         language."""
-        language = options.language if options is not None else None
+        language = options.language if options is not None else None  # a code: parsed once
         if (self.spec.drafter != AUTO or self.decoder == Decoder.TARGET
                 or language is None or self.strategy.drafter_name is None):
             return self.transcriber, self._reason
-        from as2d.runtime.whisper.tokenizer import normalize_language
-
-        try:
-            language = normalize_language(language)
-        except ValueError:
-            return self.transcriber, self._reason  # the run says so, in its place
         name, why = loading.choose_drafter(self.target, language)
         if name == FIRST_DRAFTER:
             return self.transcriber, self._reason

@@ -213,6 +213,18 @@ def test_a_noisy_pass_time_cannot_price_rows_out():
     assert b.choose(16) >= 2
 
 
+def test_a_beams_candidate_costs_its_rows_in_a_pass_of_the_beams_width():
+    """One policy for every search: the fit is in rows, so passes of a beam of 5 (5·(1+k)
+    rows) teach greedy's slope, and a beam's candidate is priced per pass of its width."""
+    b = Budget()
+    assert b.slope(5) == pytest.approx(5 * 0.08 / (1 + 4 * 0.08))  # the prior: 0.30
+    for k in (0, 1, 3, 2, 0, 4, 1, 2) * 4:
+        b.record(offered=k, accepted=k, rows=5 * (1 + k), seconds=0.005 + 0.001 * 5 * (1 + k))
+    assert b.slope() == pytest.approx(0.001 / 0.006, rel=0.05)
+    assert b.slope(5) == pytest.approx(0.005 / 0.010, rel=0.05)
+    assert b.choose(16, 5) <= b.beam_k_max < b.choose(16)
+
+
 def test_fixed_budget_is_a_fixed_k():
     assert Budget(fixed=4).choose(16) == 4
     assert Budget(fixed=4).choose(2) == 2

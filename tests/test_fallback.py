@@ -21,7 +21,6 @@ from as2d.runtime.transcribe.fallback import (
     DEFAULT_TEMPERATURES,
     SamplingRules,
     judge,
-    parse_temperatures,
     sample,
     temperature_schedule,
     window_rng,
@@ -40,25 +39,25 @@ def test_the_default_schedule_is_whispers():
     assert DEFAULT_TEMPERATURES == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     assert temperature_schedule() == DEFAULT_TEMPERATURES
     # openai-whisper's command line: --temperature 0 --temperature_increment_on_fallback 0.2
-    assert parse_temperatures("0", 0.2) == DEFAULT_TEMPERATURES
+    assert temperature_schedule("0", 0.2) == DEFAULT_TEMPERATURES
 
 
 def test_a_single_temperature_grows_by_the_increment_up_to_one():
     assert temperature_schedule(0.5, 0.2) == (0.5, 0.7, 0.9)
     assert temperature_schedule(0.0, 0.5) == (0.0, 0.5, 1.0)
     assert temperature_schedule(0.3) == (0.3,)  # no increment: no fallback
-    assert parse_temperatures("0", 0) == (0.0,)  # increment 0: greedy only
+    assert temperature_schedule("0", 0) == (0.0,)  # increment 0: greedy only
 
 
 def test_a_list_is_used_as_given():
-    assert parse_temperatures("0, 0.5,1", 0.2) == (0.0, 0.5, 1.0)
+    assert temperature_schedule("0, 0.5,1", 0.2) == (0.0, 0.5, 1.0)
     assert temperature_schedule([0.0, 0.7]) == (0.0, 0.7)
 
 
 @pytest.mark.parametrize("text", ["abc", "", "0,x", "-0.2", "nan"])
 def test_a_bad_temperature_is_a_value_error(text):
     with pytest.raises(ValueError):
-        parse_temperatures(text, 0.2)
+        temperature_schedule(text, 0.2)
 
 
 # -- the verdict -------------------------------------------------------------------------------
@@ -200,14 +199,12 @@ def _windows(monkeypatch, target, audio, options) -> list[dict]:
     windows: dict[int, dict] = {}
     attempt, decode = Attempts.attempt, Attempts.decode
 
-    def spy_attempt(self, runner, window, mel, prompt, rules, sample_len, opts, temperature,
-                    retried):
+    def spy_attempt(self, runner, window, mel, prompt, temperature, retried):
         w = windows.setdefault(window.index, dict(index=window.index, seek=window.seek,
                                                   prompts=[]))
         if not retried:
             w["prompts"].append(list(prompt))
-        return attempt(self, runner, window, mel, prompt, rules, sample_len, opts, temperature,
-                       retried)
+        return attempt(self, runner, window, mel, prompt, temperature, retried)
 
     def spy_decode(self, runner, window, *rest, **kw):
         decoded = decode(self, runner, window, *rest, **kw)

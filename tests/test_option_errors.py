@@ -118,7 +118,8 @@ def test_the_defaults_and_whispers_settings_pass():
     (0.0, float("nan"), "temperature_increment_on_fallback", "0 or more"),
     (0.0, 1e-9, "temperature_increment_on_fallback", "more than 100 temperatures"),
     (0.0, 5e-324, "temperature_increment_on_fallback", "more than 100 temperatures"),
-    ("0.5", None, "temperature", "a number or a sequence"),
+    (b"0.5", None, "temperature", "a number or a sequence"),
+    ("0.5,x", None, "temperature", "comma-separated list"),  # --temperature's text
 ])
 def test_the_temperature_schedule_is_parsed_once(temperature, increment, option, fragment):
     from as2d.runtime.transcribe.fallback import temperature_schedule
@@ -193,6 +194,30 @@ def test_the_server_applies_the_same_beam_bounds():
         with pytest.raises(OptionError) as engine:
             TranscribeOptions(**engine_kw)
         assert caught.value.param == option and str(engine.value) in str(caught.value)
+
+
+def test_every_face_turns_the_same_words_into_the_same_options():
+    """One parser per option: the command line, the Python API and the server give
+    TranscribeOptions.parse the user's words; the language is a code however it was spelled,
+    the temperature grows into whisper's schedule."""
+    from dataclasses import fields
+    from types import SimpleNamespace
+
+    from as2d.cli.transcribe_cmd import OPTION_FLAGS, TranscribeRequest, transcribe_options
+    from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+    from as2d.server.audio_api import engine_options
+    from as2d.server.forms import parse_audio_request
+    from as2d.server.uploads import Upload
+
+    flags = {f.name: f.default for f in fields(TranscribeRequest) if f.name in OPTION_FLAGS}
+    cli = transcribe_options(SimpleNamespace(**{**flags, "language": "English"}))
+    api = TranscribeOptions.parse(language="English")
+    upload = Upload(fields={"model": ["whisper-1"], "language": ["English"],
+                            "temperature": ["0"]}, files={"file": ("/nonexistent", "a.wav")})
+    server = engine_options(parse_audio_request(upload, "transcribe", "as2d"))
+    assert cli == api == server
+    assert api.language == "en" and api.temperatures == DEFAULT_TEMPERATURES
 
 
 def test_the_servers_multilingual_field_is_the_engines_option():

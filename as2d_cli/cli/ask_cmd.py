@@ -164,7 +164,7 @@ def validate(req: AskRequest) -> None:
         check_question(question)
     from as2d.cli.decoding import check_decoder_options
 
-    check_decoder_options(req.decoder, threads=req.threads, language=req.language)
+    check_decoder_options(threads=req.threads, language=req.language)
     if req.precision not in (None, "int8", "fp32"):
         raise UserError(f"--precision must be int8 or fp32, not {req.precision!r}", 2)
     if req.max_tokens is not None and req.max_tokens < 1:

@@ -304,7 +304,7 @@ def run_bench(req: BenchRequest) -> int:
     _check_numbers(req)
     from as2d.cli.decoding import check_decoder_options
 
-    check_decoder_options("as2d", threads=req.threads)  # -t within what the machine can use
+    check_decoder_options(threads=req.threads)  # -t within what the machine can use
     # A bad output path or a missing plotting library must not surface after a long run.
     if req.json_path:
         check_writable(req.json_path, "the results")

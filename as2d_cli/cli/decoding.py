@@ -28,10 +28,10 @@ def max_threads() -> int:
     return 4 * max(1, cpu_count())
 
 
-def check_decoder_options(decoder: Decoder | str, budget: str = "auto", threads: int = 0,
-                          drafter_threads: int = 0, language: str | None = None) -> None:
-    """The options every decoding command shares, checked before anything slow happens."""
-    parse_decoder(decoder)
+def check_decoder_options(budget: str = "auto", threads: int = 0, drafter_threads: int = 0,
+                          language: str | None = None) -> None:
+    """The options every decoding command shares, checked before anything slow happens (the
+    decoder is parsed once, when the command's request is made: :func:`parse_decoder`)."""
     try:
         parse_budget(budget)
     except ValueError as exc:
@@ -43,11 +43,11 @@ def check_decoder_options(decoder: Decoder | str, budget: str = "auto", threads:
         if value > most:
             raise UserError(f"{name} {value} is more than this machine can use (at most "
                             f"{most}: four per core)", 2)
-    if language is not None:
-        from as2d.runtime.whisper.tokenizer import normalize_language
+    if language is not None:  # parsed as every face parses it: by the options it goes into
+        from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
         try:
-            normalize_language(language)
+            TranscribeOptions(language=language)
         except ValueError as exc:
             raise UserError(as_flags(exc), 2) from None
 

@@ -123,8 +123,7 @@ def validate(req: MicRequest):
     from as2d.cli.decoding import check_decoder_options
     from as2d.runtime.live.endpoint import EndpointConfig
 
-    check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
-                          req.language)
+    check_decoder_options(req.budget, req.threads, req.drafter_threads, req.language)
     if req.vad not in ("silero", "energy"):
         raise UserError(f"--vad must be silero or energy, not {req.vad!r}", 2)
     try:
@@ -179,7 +178,7 @@ def run_mic(req: MicRequest) -> int:
     from as2d.runtime.events import fanout
     from as2d.runtime.live.audio_input import AudioInputError, FileSource, MicSource
     from as2d.runtime.live.session import LiveOptions
-    from as2d.runtime.transcribe.transcribe_options import resolve_language
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, check_model
 
     if req.list_devices:
         return list_devices()
@@ -215,7 +214,7 @@ def run_mic(req: MicRequest) -> int:
     engine = build_engine(spec, note, reporter)  # the draft → verify → commit view
     with engine:
         try:
-            language = resolve_language(engine.target, req.language)
+            language = check_model(engine.target, TranscribeOptions(language=req.language))
         except ValueError as exc:
             raise UserError(as_flags(exc), 2) from None
         options = LiveOptions(endpoint=endpoint, interval=req.interval,

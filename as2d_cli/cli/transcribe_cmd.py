@@ -36,6 +36,14 @@ OneShotDrafter = opt.reworded(
                  "window (30 s), where a drafter costs more than it saves.")
 
 
+# The flags that are decoding options, under whisper's (and TranscribeOptions.parse's) names.
+OPTION_FLAGS = (
+    "language", "multilingual", "task", "timestamps", "condition_on_previous_text",
+    "initial_prompt", "no_speech_threshold", "compression_ratio_threshold",
+    "logprob_threshold", "temperature", "temperature_increment_on_fallback", "best_of", "seed",
+    "hotwords", "beam_size", "patience", "length_penalty", "vad_filter", "vad_parameters",
+    "word_timestamps", "prepend_punctuations", "append_punctuations")
+
 @dataclass
 class TranscribeRequest:
     """Everything ``as2d transcribe`` was asked; each field is also its command-line option."""
@@ -150,9 +158,7 @@ class TranscribeRequest:
     models_dir: opt.ModelsDir = None
     quiet: opt.Quiet = False
 
-    # Not options: the temperature schedule and VAD settings, parsed by validate().
-    temperatures: tuple[float, ...] = field(init=False, default=())
-    vad: object = field(init=False, default=None)
+    # Not options: what validate() parses.
     speakers: object = field(init=False, default=None)  # SpeakerOptions, or None
 
     def __post_init__(self) -> None:
@@ -174,8 +180,7 @@ def validate(req: TranscribeRequest) -> list[str]:
         formats = writers.parse_formats(req.output_format, req.diarize)
     except ValueError as exc:
         raise UserError(as_flags(exc), 2) from None
-    check_decoder_options(req.decoder, req.budget, req.threads, req.drafter_threads,
-                          req.language)
+    check_decoder_options(req.budget, req.threads, req.drafter_threads)
     from as2d.runtime.speakers.speaker_options import from_flags
 
     try:
@@ -193,15 +198,10 @@ def validate(req: TranscribeRequest) -> list[str]:
 
     if not req.timestamps and any(f in ("srt", "vtt") for f in formats):
         raise UserError("srt and vtt need timestamps: drop --no-timestamps", 2)
-    from as2d.runtime.transcribe.fallback import parse_temperatures
-    from as2d.runtime.transcribe.vad_filter import VadParameters
-
     try:
-        req.temperatures = parse_temperatures(req.temperature,
-                                              req.temperature_increment_on_fallback)
-        req.vad = VadParameters.parse(req.vad_parameters)
-        # Every decoding option's bounds (finite thresholds, --best-of, --beam-size, ...) are
-        # TranscribeOptions' own, the same for the API, the server and batch.
+        # Every decoding option's parser and bounds (the language, the temperatures, finite
+        # thresholds, --best-of, --beam-size, ...) are TranscribeOptions' own, the same for
+        # the API, the server and batch.
         transcribe_options(req)
     except ValueError as exc:
         raise UserError(as_flags(exc), 2) from None
@@ -245,21 +245,12 @@ def engine_spec(req: TranscribeRequest, shares_cores: bool = False):
 
 
 def transcribe_options(req: TranscribeRequest):
-    """The engine's options for a request (``as2d batch`` builds them the same way)."""
+    """The engine's options for a request (``as2d batch`` builds them the same way): the
+    flags are whisper's names, so they go as they are to the one parser."""
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
-    return TranscribeOptions(
-        language=req.language, multilingual=req.multilingual, task=req.task,
-        timestamps=req.timestamps,
-        condition_on_previous_text=req.condition_on_previous_text,
-        initial_prompt=req.initial_prompt, no_speech_threshold=req.no_speech_threshold,
-        compression_ratio_threshold=req.compression_ratio_threshold,
-        logprob_threshold=req.logprob_threshold, temperatures=req.temperatures,
-        best_of=req.best_of, seed=req.seed, hotwords=req.hotwords,
-        beam_size=req.beam_size, patience=req.patience, length_penalty=req.length_penalty,
-        vad_filter=req.vad_filter, vad_parameters=req.vad,
-        word_timestamps=req.word_timestamps, prepend_punctuations=req.prepend_punctuations,
-        append_punctuations=req.append_punctuations)
+    given = vars(req)
+    return TranscribeOptions.parse(**{name: given[name] for name in OPTION_FLAGS})
 
 
 def run_transcribe(req: TranscribeRequest) -> int:

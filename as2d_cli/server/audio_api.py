@@ -44,16 +44,15 @@ def engine_options(req: AudioRequest):
     """The engine's options for a request, built as ``as2d transcribe`` builds them from the
     same settings (``--temperature T`` grows into whisper's fallback schedule, ``beam_size``
     is ``--beam-size``)."""
-    from as2d.runtime.transcribe.fallback import parse_temperatures
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
-    return TranscribeOptions(language=req.language, multilingual=req.multilingual,
-                             task=req.task,
-                             initial_prompt=req.prompt,
-                             temperatures=parse_temperatures(str(req.temperature), 0.2),
-                             hotwords=req.hotwords, vad_filter=req.vad_filter,
-                             word_timestamps=req.words, beam_size=req.beam_size,
-                             patience=req.patience, length_penalty=req.length_penalty)
+    return TranscribeOptions.parse(language=req.language, multilingual=req.multilingual,
+                                   task=req.task, initial_prompt=req.prompt,
+                                   temperature=req.temperature,
+                                   temperature_increment_on_fallback=0.2,
+                                   hotwords=req.hotwords, vad_filter=req.vad_filter,
+                                   word_timestamps=req.words, beam_size=req.beam_size,
+                                   patience=req.patience, length_penalty=req.length_penalty)
 
 
 def diarized(segments: list, info) -> dict:

@@ -25,7 +25,6 @@ from as2d.server.uploads import Upload
 RESPONSE_FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
 MAX_REFERENCES = 4  # OpenAI's limit of known_speaker_references[]
 GRANULARITIES = ("segment", "word")
-DECODERS = ("as2d", "sd", "target")
 BEAM_FIELDS = ("beam_size", "patience", "length_penalty")
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
@@ -153,10 +152,10 @@ def parse_audio_request(upload: Upload, task: str, loaded_decoder: str) -> Audio
     if task == "transcribe":
         language = _text(upload, "language", 40)
         if language is not None:
-            from as2d.runtime.whisper.tokenizer import normalize_language
+            from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
-            try:
-                req.language = normalize_language(language)
+            try:  # parsed as every face parses it: by the options it goes into
+                req.language = TranscribeOptions(language=language).language
             except ValueError:
                 raise APIError(400, f"language {language!r} is not a language Whisper knows "
                                     "(give an ISO-639-1 code such as en)", param="language",
@@ -197,9 +196,12 @@ def parse_audio_request(upload: Upload, task: str, loaded_decoder: str) -> Audio
     decoder = _text(upload, "decoder", 20)
     if decoder is not None:
         decoder = decoder.strip()
-        if decoder not in DECODERS:
-            raise APIError(400, f"decoder must be as2d, sd or target, not {decoder!r}",
-                           param="decoder", code="invalid_value")
+        from as2d.engine import Decoder
+
+        try:
+            decoder = Decoder.parse(decoder)
+        except OptionError as exc:
+            raise APIError(400, str(exc), param="decoder", code="invalid_value") from None
         if decoder != loaded_decoder:
             raise APIError(400, f"this server decodes with {loaded_decoder} (as2d serve "
                                 f"--decoder {loaded_decoder}); every decoder gives the same "
@@ -269,7 +271,7 @@ def _speakers(upload: Upload, req: AudioRequest) -> None:
         req.speakers = from_flags(True, counts["num_speakers"], counts["min_speakers"],
                                   counts["max_speakers"], pairs)
     except ValueError as exc:
-        raise APIError(400, str(exc), param=getattr(exc, "option", None),
+        raise APIError(400, str(exc), param=exc.option if isinstance(exc, OptionError) else None,
                        code="invalid_value") from None
 
 

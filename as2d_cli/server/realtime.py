@@ -164,7 +164,7 @@ class RealtimeConnection:
                 self.post({"type": "as2d.level", "at": round(event.at, 2),
                            "probability": round(event.probability, 3),
                            "level_db": round(event.level_db, 1), "speaking": event.speaking})
-            elif isinstance(event, Note) and getattr(event, "level", "") != "debug":
+            elif isinstance(event, Note) and event.level != "debug":
                 self.post({"type": "as2d.note", "message": event.message})
 
     # -- the client's events ------------------------------------------------------------------
@@ -249,10 +249,14 @@ class RealtimeConnection:
             or session.get("input_audio_transcription") or {}
         language = transcription.get("language") if isinstance(transcription, dict) else None
         if language:
-            from as2d.runtime.transcribe.transcribe_options import resolve_language
+            from as2d.runtime.transcribe.transcribe_options import (
+                TranscribeOptions,
+                check_model,
+            )
 
             try:
-                language = resolve_language(self.backend.engine.target, str(language))
+                language = check_model(self.backend.engine.target,
+                                       TranscribeOptions(language=str(language)))
             except ValueError as exc:
                 await self.send(_error(str(exc), "invalid_language",
                                        "session.audio.input.transcription.language", eid))

@@ -181,7 +181,7 @@ class WyomingHandler(AsyncEventHandler):
         """The request's options, checked as the HTTP API checks them. ``name``: the model,
         loaded now if it is not (the HTTP API's registry: it stays pinned until this
         connection's task ends, so not unloaded while its request runs)."""
-        from as2d.runtime.transcribe.transcribe_options import resolve_language
+        from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, check_model
 
         backend = self.backend
         name = request.name
@@ -196,8 +196,8 @@ class WyomingHandler(AsyncEventHandler):
         self.language = None
         if request.language:
             try:
-                self.language = resolve_language((engine or backend.engine).target,
-                                                 request.language)
+                self.language = check_model((engine or backend.engine).target,
+                                            TranscribeOptions(language=request.language))
             except ValueError as exc:
                 raise APIError(400, str(exc), code="invalid_language") from None
         words = [w.strip() for w in (request.transcript_names or [])

@@ -49,6 +49,10 @@ class Attempts:
                  stop: threading.Event) -> None:
         self.model, self.strategy, self.emit, self.stop = model, strategy, emit, stop
         self.search: BeamOptions | None = None  # the run's beam search (None: greedy)
+        # The run's logit rules, token limit per window and options.
+        self.rules: LogitRules | None = None
+        self.sample_len = 0
+        self.options = TranscribeOptions()
         # The run's drafter stream (None: none) for the decodes its aligner does not follow,
         # with a proposer per window (seek, proposer); whether its samples verify candidates.
         self.stream = None
@@ -56,25 +60,26 @@ class Attempts:
         self.sampled_candidates = False
         self._batched: bool | None = None  # a fallback's samples side by side?
 
-    def begin(self, search: BeamOptions | None, stream, sampled_candidates: bool) -> None:
+    def begin(self, search: BeamOptions | None, stream, sampled_candidates: bool,
+              rules: LogitRules, sample_len: int, options: TranscribeOptions) -> None:
+        """A run starts: what every window of it decodes with."""
         self.search, self.stream, self._window_proposer = search, stream, None
         self.sampled_candidates = sampled_candidates
+        self.rules, self.sample_len, self.options = rules, sample_len, options
 
     def decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
-               rules: LogitRules, sample_len: int, options: TranscribeOptions,
                bare: list[int] | None = None) -> tuple[DecodingResult, bool, float] | None:
         """One window: ``(result, retried without the previous text, temperature)``; None:
         cancelled. Whisper's temperature fallback (:mod:`.fallback`) until a decode passes
         (else the last is kept); then a window that still loops is decoded once more without
         the previous text (``bare``) and a loop that survives is cut."""
-        tk = self.model.tokenizer
+        tk, options = self.model.tokenizer, self.options
         thr = options.compression_ratio_threshold
         temps = options.temperatures or (0.0,)
         decodes: list[WindowStats] = []  # the record of every decode, kept or not
 
         def once(t: float, prompt_: list[int], retried: bool = False):
-            decoded = self.attempt(runner, window, mel, prompt_, rules, sample_len, options,
-                                   t, retried)
+            decoded = self.attempt(runner, window, mel, prompt_, t, retried)
             give_back_memory()  # what a dropped decode's samples held
             if decoded is not None:
                 decodes.append(decoded[1])
@@ -118,14 +123,14 @@ class Attempts:
         return result.compression
 
     def attempt(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
-                rules: LogitRules, sample_len: int, options: TranscribeOptions,
                 temperature: float, retried: bool):
         """One decode at ``temperature``: beam or greedy, or the best of ``best_of`` samples."""
-        search = self.search
+        search, rules, sample_len, options = self.search, self.rules, self.sample_len, \
+            self.options
         if temperature <= 0:
             if search is not None:
                 task = window_task.beam(prompt, rules, sample_len, search,
-                                        self._proposer(window))
+                                        self._proposer(window), self.strategy.budget)
             else:
                 task = window_task.greedy(prompt, rules, sample_len,
                                           lambda: self.strategy.source(window))

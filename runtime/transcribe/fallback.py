@@ -37,10 +37,20 @@ def temperature_schedule(temperature: float | Sequence[float] = DEFAULT_TEMPERAT
 
     A sequence is used as given. A single value with an ``increment`` (> 0) grows into
     ``temperature, temperature + increment, ...`` up to 1.0, as openai-whisper's command line
-    does; without one it is the only temperature (no fallback). Raises :class:`OptionError`
-    (a ValueError) for a temperature that is not a finite number of 0 or more, an empty
-    schedule or one of more than :data:`MAX_TEMPERATURES`.
+    does; without one it is the only temperature (no fallback). Text is ``--temperature`` as
+    typed: one number (grown by ``increment``) or a comma list (used as given). The one parser
+    of temperatures, whatever the face. Raises :class:`OptionError` (a ValueError) for a
+    temperature that is not a finite number of 0 or more, an empty schedule or one of more than
+    :data:`MAX_TEMPERATURES`.
     """
+    if isinstance(temperature, str):
+        parts = [p.strip() for p in temperature.split(",") if p.strip()]
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:
+            raise OptionError("temperature", "takes a number or a comma-separated list of "
+                              f"numbers, not {temperature!r}") from None
+        temperature, increment = (values[0], increment) if len(values) == 1 else (values, None)
     if increment is not None and not (is_number(increment) and np.isfinite(increment)
                                       and increment >= 0):
         raise OptionError("temperature_increment_on_fallback",
@@ -59,7 +69,7 @@ def temperature_schedule(temperature: float | Sequence[float] = DEFAULT_TEMPERAT
             temps = temps or (t0,)  # a start above 1.0: that one temperature
         else:
             temps = (t0,)
-    elif isinstance(temperature, (str, bytes)) or not isinstance(temperature, Sequence):
+    elif isinstance(temperature, bytes) or not isinstance(temperature, Sequence):
         raise OptionError("temperature", "takes a number or a sequence of numbers, not "
                           f"{shown(temperature)}")
     else:
@@ -77,19 +87,6 @@ def temperature_schedule(temperature: float | Sequence[float] = DEFAULT_TEMPERAT
 def _check_temperature(t) -> None:
     if not (is_number(t) and np.isfinite(t) and t >= 0):
         raise OptionError("temperature", f"must be a finite number of 0 or more, not {shown(t)}")
-
-
-def parse_temperatures(text: str, increment: float | None) -> tuple[float, ...]:
-    """``--temperature`` as typed: one number (grown by ``increment``) or a comma list."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    try:
-        values = [float(p) for p in parts]
-    except ValueError:
-        raise OptionError("temperature", "takes a number or a comma-separated list of "
-                          f"numbers, not {text!r}") from None
-    if len(values) == 1:
-        return temperature_schedule(values[0], increment)
-    return temperature_schedule(values)
 
 
 @dataclass

@@ -286,7 +286,8 @@ class LongFormTranscriber:
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
             stream = decoder.candidate_stream() if plan.speculative else None
-            self.attempts.begin(search, stream, plan.speculative and decoder.verifies_samples)
+            self.attempts.begin(search, stream, plan.speculative and decoder.verifies_samples,
+                                rules, sample_len, options)
             if search is not None and stream is None:
                 decoder.end()  # beams by the target alone: a drafter would only take the cores
         except BaseException:
@@ -320,8 +321,7 @@ class LongFormTranscriber:
                 head = [tk.sot_prev] + hot if (prev or hot) else []
                 prompt = head + prev[-(n_ctx // 2 - 1):] + sot_seq
                 bare = head + sot_seq if prev else None
-                decoded = self.attempts.decode(runner, window, mel, prompt, rules, sample_len,
-                                               options, bare)
+                decoded = self.attempts.decode(runner, window, mel, prompt, bare)
                 if decoded is None:  # cancelled inside the window
                     raise Cancelled()
                 result, retried, temperature = decoded

@@ -51,6 +51,7 @@ class DecodeStrategy:
     drafter_name: str | None = None
     streams = False  # a drafter streams candidates for the whole run (candidate_stream)
     verifies_samples = False  # a fallback's sampled decodes verify candidates too
+    budget: Budget | None = None  # candidates per pass, for every search (drafting strategies)
 
     def __init__(self, target: WhisperModel, listener: Listener | None = None) -> None:
         self.target = target

@@ -14,7 +14,7 @@ from as2d.runtime.option_errors import OptionError, check_finite, check_whole, s
 from as2d.runtime.transcribe import beam
 from as2d.runtime.transcribe import vad_filter as vad
 from as2d.runtime.transcribe.beam import BeamOptions
-from as2d.runtime.transcribe.fallback import temperature_schedule
+from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES, temperature_schedule
 from as2d.runtime.whisper.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 from as2d.runtime.whisper.tokenizer import normalize_language
 
@@ -27,13 +27,13 @@ MAX_BEST_OF = 16
 
 
 def resolve_language(model, language: str | None) -> str | None:
-    """The language to decode ``model``'s audio in: ``language`` normalized (a name or code →
-    its code), "en" for an English-only model, None (detect) otherwise.
+    """The language to decode ``model``'s audio in: ``language`` (a code, as
+    :class:`TranscribeOptions` holds it), "en" for an English-only model, None (detect)
+    otherwise.
 
-    Raises ValueError for an unknown language, or one an English-only model cannot transcribe.
+    Raises ValueError for a language an English-only model cannot transcribe.
     """
     if language is not None:
-        language = normalize_language(language)
         if not model.multilingual and language != "en":
             raise ValueError(f"{model.name} is English-only; it cannot transcribe "
                              f"language {language!r}")
@@ -119,6 +119,8 @@ class TranscribeOptions:
                             ("hotwords", self.hotwords)):
             if value is not None and not isinstance(value, str):
                 raise OptionError(name, f"must be text, not {shown(value)}")
+        if self.language is not None:  # a name or code → its code, here and nowhere else
+            self.language = normalize_language(self.language)
         _optional("no_speech_threshold", self.no_speech_threshold, 0.0, 1.0,
                   " (a probability)")
         _optional("silence_peak", self.silence_peak, 0.0, 1.0,
@@ -144,6 +146,20 @@ class TranscribeOptions:
         if not isinstance(self.vad_parameters, vad.VadParameters):
             raise OptionError("vad_parameters", "must be VadParameters (or use "
                               f"VadParameters.parse), not {shown(self.vad_parameters)}")
+
+    @classmethod
+    def parse(cls, *, temperature=DEFAULT_TEMPERATURES,
+              temperature_increment_on_fallback: float | None = None,
+              vad_parameters: vad.VadParameters | dict | str | None = None,
+              **fields) -> TranscribeOptions:
+        """The options from a user's words, the one translation every face makes (the command
+        line, the Python API, the server, batch): ``temperature`` a number, a sequence or
+        ``--temperature``'s text, grown by the increment (:func:`.fallback.temperature_schedule`);
+        ``vad_parameters`` a dict or ``name=value,...`` text; the other keywords are fields.
+        Each face words the :class:`OptionError` (a ValueError) in its own shape."""
+        return cls(temperatures=temperature_schedule(temperature,
+                                                     temperature_increment_on_fallback),
+                   vad_parameters=vad.VadParameters.parse(vad_parameters), **fields)
 
 
 def _optional(name: str, value, low: float | None, high: float | None,

@@ -24,20 +24,6 @@ from as2d.runtime.transcribe.window import DecodingResult, WindowState
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel
 
-# Speculative beam search: candidates per hypothesis, at most.
-MAX_BEAM_BUDGET = 8
-
-
-def beam_budget(beam_size: int) -> Budget:
-    """The :class:`Budget` of a speculative beam search, in units per hypothesis (a beam step
-    beyond the plain pass's one is an accepted candidate). One more candidate each adds
-    ``beam_size`` rows to a pass of ``beam_size``: a prior cost of ``n·s / (1 + (n-1)·s)`` for
-    a row's ``s`` (0.30 for a beam of 5), which the fit may take up to a whole pass."""
-    row = Budget.prior_slope
-    n = max(1, beam_size)
-    return Budget(k_max=MAX_BEAM_BUDGET, prior_slope=n * row / (1 + (n - 1) * row),
-                  max_slope=1.0)
-
 # (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event;
 # None where nobody listens (no verdict is assembled for nobody)
 Report = Callable[[Sequence[int], Verdict, Verdict | None], None] | None
@@ -101,14 +87,16 @@ def samples(prompt: list[int], rules: Sequence[LogitRules], sample_len: int,
 
 
 def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOptions,
-         proposer: StreamProposer | None) -> Open:
-    """Beam search; with a ``proposer`` (the drafter's stream), speculative beam steps."""
+         proposer: StreamProposer | None, budget: Budget | None) -> Open:
+    """Beam search; with a ``proposer`` (the drafter's stream), speculative beam steps, as many
+    candidates per hypothesis as the run's ``budget`` policy chooses for a pass of the beam's
+    width (from its priors in every window: :meth:`Budget.fresh`)."""
 
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
         return _opened(model, model.beam_state(ctx, options.beam_size), lambda state: _Beam(
             BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, options),
-            proposer, beam_budget(options.beam_size)))
+            proposer, budget.fresh() if proposer is not None else None))
 
     return open_
 
@@ -207,10 +195,11 @@ class _Samples(_Task):
 
 class _Beam(_Task):
     def __init__(self, search: BeamWindow, proposer: StreamProposer | None,
-                 budget: Budget) -> None:
+                 budget: Budget | None) -> None:
         super().__init__(search)
         self.proposer, self.budget = proposer, budget
-        budget.window_start()
+        if proposer is not None:
+            budget.window_start()
 
     @property
     def steps(self) -> int:
@@ -222,11 +211,13 @@ class _Beam(_Task):
     def step(self) -> None:
         search, props, k = self.decoding, None, 0
         if self.proposer is not None:
-            room = min(search.room, self.budget.k_max)
+            width = len(search.beams)
+            room = min(search.room, self.budget.room(width))
             guesses = [self.proposer.propose(seq, room) for seq in search.beams]
-            k = self.budget.choose(max(map(len, guesses), default=0))
+            k = self.budget.choose(max(map(len, guesses), default=0), width)
             props = [g[:k] for g in guesses] if k else None
         spent = search.counts.seconds
         steps = search.step(props)
         if self.proposer is not None:  # a plain pass measures the cost a row adds to
-            self.budget.record(k, min(steps - 1, k), 1 + k, search.counts.seconds - spent)
+            self.budget.record(k, min(steps - 1, k), width * (1 + k),
+                               search.counts.seconds - spent)
