@@ -368,7 +368,8 @@ def test_scheduler_is_lossless_whatever_the_drafter_streams(scripted_case, data)
 def test_a_window_repeating_itself_is_guessed_from_its_own_text(whisper, clips):
     """With nothing drafted, the candidates are the window's own repetition: Beckett's lines
     said three times over (each turn its own timestamps) are guessed from the first turn,
-    and the tokens are the target's."""
+    and the tokens are the target's. The first third of the tokens has nothing to repeat;
+    where the turns' timestamps part (which depends on this CPU's kernels) is not pinned."""
     from as2d.runtime.audio import Audio
 
     model = whisper("tiny.en", "int8", threads=1)
@@ -380,8 +381,9 @@ def test_a_window_repeating_itself_is_guessed_from_its_own_text(whisper, clips):
         model, TargetOnly(model), thrice)
     verified = [e for e in events if isinstance(e, Verified)]
     committed = sum(len(e.committed) for e in verified)
-    assert sum(e.accepted for e in verified) > 0.5 * committed
-    assert len(verified) < 0.5 * committed
+    repeated = 2 / 3 * committed  # the second and third turns
+    assert sum(e.accepted for e in verified) > 0.5 * repeated
+    assert len(verified) < committed - 0.5 * repeated
 
 
 # -- language detection ------------------------------------------------------------------------
