@@ -38,6 +38,7 @@ thread is left inside onnxruntime then (that aborts the process).
 
 from __future__ import annotations
 
+import inspect
 import os
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -159,7 +160,8 @@ class Transcriber:
 
         ``temperature``: the fallback schedule (whisper's 0, 0.2, ... 1.0 by default; a single
         number with ``temperature_increment_on_fallback`` grows into one, alone it means no
-        fallback; text is read as ``--temperature`` reads it, e.g. ``"0,0.5,1"``); sampled
+        fallback, as in faster-whisper; text is a list of numbers, e.g. ``"0,0.5,1"``, with no
+        increment unless one is given, where ``--temperature`` adds whisper's 0.2); sampled
         windows draw ``best_of`` samples seeded by ``seed``.
         ``vad_filter``: decode only the speech Silero VAD finds (``vad_parameters``: the
         names of faster-whisper's ``VadOptions``); times stay those of the recording.
@@ -232,6 +234,11 @@ class Transcriber:
         self.close()
 
 
+# What :meth:`Transcriber.transcribe` takes: the one-shot call refuses anything else before it
+# loads a model (``TranscribeOptions`` has more fields than the API lets a caller set).
+_TRANSCRIBE_KEYWORDS = frozenset(inspect.signature(Transcriber.transcribe).parameters)
+
+
 def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
                decoder: str = "as2d", precision: str | None = None, threads: int = 0,
                encoder: str | None = None, models_dir: str | Path | None = None,
@@ -250,6 +257,9 @@ def transcribe(audio: AudioInput, *, model: str = "base", drafter: str = "auto",
                                         "max_speakers", "speakers") if k in options}
     from_flags(who.get("diarize", False), who.get("num_speakers"), who.get("min_speakers"),
                who.get("max_speakers"), tuple(who.get("speakers", ())))  # checked first
+    unknown = sorted(set(options) - _TRANSCRIBE_KEYWORDS)
+    if unknown:  # as the call below would say, but before the audio and the models
+        raise TypeError(f"transcribe() got an unexpected keyword argument {unknown[0]!r}")
     TranscribeOptions.parse(**options)  # a bad option: before the audio and the models
     clip = _audio(audio, sample_rate)  # a bad file or array: before the models
     try:

@@ -38,6 +38,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -315,7 +316,7 @@ def cost_sweep(dev, folder, grid=None,
         analyses = {n: analyse(x, dz.segmenter, dz.embedder, p) for n, x in audio.items()}
         cpu = time.process_time() - t
         row = {"cpu_seconds": round(cpu, 2),
-               "embedded_seconds": round(sum(len(c.rows) for an in analyses.values()
+               "embedded_seconds": round(sum(len(c[3]) for an in analyses.values()
                                              for c in an.clips) * FBANK_SHIFT / SAMPLE_RATE, 1),
                "der_by_threshold": {}, "count_accuracy_by_threshold": {}}
         for th in thresholds:
@@ -334,12 +335,13 @@ def cost_sweep(dev, folder, grid=None,
 
 def process_wall(args: list[str], cpu: list[float] | None = None) -> list[float]:
     """One run's wall seconds (its CPU seconds, user + system, appended to ``cpu``)."""
-    t = time.time()
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = round(time.time() - t, 2)
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
+    with tempfile.TemporaryFile() as log:  # a file, not a pipe: a chatty child never blocks
+        t = time.time()
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=log)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = round(time.time() - t, 2)
+        log.seek(0)
+        err = log.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"{' '.join(args)} failed: {err[-300:]}")
     if cpu is not None:

@@ -10,11 +10,11 @@ import io
 import pstats
 import sys
 import time
-from dataclasses import replace
 
 import as2d
-from as2d.api import _audio, _options
+from as2d.api import _audio
 from as2d.runtime.transcribe.longform import TranscriptionInfo
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 from as2d.runtime.whisper.alignment import WordAligner
 
 path = sys.argv[1]
@@ -37,7 +37,7 @@ def wrapped(self, *a, **k):
 
 
 WordAligner.align = wrapped
-opts = replace(_options(), word_timestamps=True)
+opts = TranscribeOptions.parse(word_timestamps=True)
 clip = _audio(path, 16000)
 info = TranscriptionInfo(None, 0.0, clip.duration, source=clip.source)
 t, c = time.perf_counter(), time.process_time()

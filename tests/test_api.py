@@ -202,6 +202,7 @@ def test_a_recording_over_the_limit_is_refused_before_any_copy():
     ({"temperature": float("nan")}, ValueError, "temperature must be a finite number"),
     ({"no_speech_threshold": float("nan")}, ValueError, "no_speech_threshold"),
     ({"unknown_option": 1}, TypeError, "unknown_option"),
+    ({"silence_peak": 0.1}, TypeError, "silence_peak"),  # an option's field, not the API's
 ])
 def test_a_bad_option_fails_before_the_audio_and_the_models(kw, error, fragment, tmp_path):
     # A missing file and an empty models folder: either would fail otherwise.

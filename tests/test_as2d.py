@@ -214,8 +214,9 @@ def test_a_noisy_pass_time_cannot_price_rows_out():
 
 
 def test_a_beams_candidate_costs_its_rows_in_a_pass_of_the_beams_width():
-    """One policy for every search: the fit is in rows, so passes of a beam of 5 (5·(1+k)
-    rows) teach greedy's slope, and a beam's candidate is priced per pass of its width."""
+    """One pricing policy for every search: the fit is in rows, so passes of a beam of 5
+    (5·(1+k) rows) give the slope greedy passes would, and a beam's candidate is priced per
+    pass of its width; a fresh copy keeps the settings and forgets what was learned."""
     b = Budget()
     assert b.slope(5) == pytest.approx(5 * 0.08 / (1 + 4 * 0.08))  # the prior: 0.30
     for k in (0, 1, 3, 2, 0, 4, 1, 2) * 4:
@@ -223,6 +224,9 @@ def test_a_beams_candidate_costs_its_rows_in_a_pass_of_the_beams_width():
     assert b.slope() == pytest.approx(0.001 / 0.006, rel=0.05)
     assert b.slope(5) == pytest.approx(0.005 / 0.010, rel=0.05)
     assert b.choose(16, 5) <= b.beam_k_max < b.choose(16)
+    b.k_max = 12
+    fresh = b.fresh()  # a beam window's: the run's settings, none of its history
+    assert fresh.k_max == 12 and fresh.slope() == pytest.approx(0.08) and fresh._n == 0
 
 
 def test_fixed_budget_is_a_fixed_k():

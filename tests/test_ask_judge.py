@@ -67,6 +67,17 @@ def test_a_span_the_model_finds_unlikely_as_the_answer_is_withheld():
                      ENGLISH_POLICY, float("-inf")).abstained
 
 
+def test_the_models_own_answer_stands_only_on_a_passage_that_says_the_question():
+    # no rival span to weigh it against: its passage must say half the question's words
+    said = judge(found("On Monday.", "generated", (1,)), SPANS,
+                 "When will the footbridge over the river close?", ENGLISH_POLICY)
+    assert not said.abstained and said.text == "On Monday."
+    unsaid = judge(found("On Monday.", "generated", (1,)), SPANS,
+                   "When does the harbour festival open its gates to visitors?", ENGLISH_POLICY)
+    assert unsaid.abstained and "own answer" in unsaid.reason
+    assert unsaid.withheld == "On Monday."
+
+
 def test_an_answer_not_of_the_kind_asked_is_withheld_with_the_closest_passage():
     q = "Who said the planks had rotted?"
     a = judge(found("Rotted.", where=(3,)), SPANS, q, ENGLISH_POLICY)

@@ -47,7 +47,7 @@ def test_the_parameter_wins_over_the_environment_which_wins_over_auto(monkeypatc
         requested_backend("cuda")
 
 
-def test_the_openvino_precision_is_checked_and_measured_unless_told(monkeypatch):
+def test_the_openvino_precision_is_checked_and_measured_unless_told(monkeypatch, tmp_path):
     monkeypatch.delenv(encoders.ENV_OV_PRECISION, raising=False)
     assert encoders.requested_precision() is None
     monkeypatch.setenv(encoders.ENV_OV_PRECISION, "BF16")
@@ -57,6 +57,8 @@ def test_the_openvino_precision_is_checked_and_measured_unless_told(monkeypatch)
     monkeypatch.setenv(encoders.ENV_OV_PRECISION, "int4")
     with pytest.raises(EncoderError, match="AS2D_OPENVINO_PRECISION"):
         encoders.requested_precision()
+    with pytest.raises(EncoderError, match="AS2D_OPENVINO_PRECISION"):  # under auto too: an
+        encoders.make_encoder(tmp_path, {"precision": "int8"}, 1, "auto")  # error, not a fallback
 
 
 def test_auto_without_openvino_takes_onnxruntime_without_measuring(monkeypatch, tmp_path):

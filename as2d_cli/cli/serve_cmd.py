@@ -18,6 +18,7 @@ import typer
 
 from as2d.cli import options as opt
 from as2d.cli.command import add_command
+from as2d.cli.decoding import parse_decoder
 from as2d.cli.errors import UserError
 
 HELP = """Serve OpenAI's audio API, live transcription and a browser page on this machine.
@@ -93,8 +94,7 @@ def register(app: typer.Typer) -> None:
 def validate(req: ServeRequest) -> None:
     from as2d.server.application import is_loopback
 
-    if req.decoder not in ("as2d", "sd", "target"):
-        raise UserError(f"--decoder must be as2d, sd or target, not {req.decoder!r}", 2)
+    req.decoder = parse_decoder(req.decoder)
     if not 1 <= req.port <= 65535:
         raise UserError(f"--port must be between 1 and 65535, not {req.port}", 2)
     if req.api_key is not None and not req.api_key.strip():

@@ -44,6 +44,7 @@ OPTION_FLAGS = (
     "hotwords", "beam_size", "patience", "length_penalty", "vad_filter", "vad_parameters",
     "word_timestamps", "prepend_punctuations", "append_punctuations")
 
+
 @dataclass
 class TranscribeRequest:
     """Everything ``as2d transcribe`` was asked; each field is also its command-line option."""

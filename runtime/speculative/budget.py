@@ -7,16 +7,16 @@ budget picks the ``k`` with the best tokens per unit of cost; ``k = 0`` (a plain
 the drafter is doing badly. Acceptance is tracked per window (with the run's history as a
 prior), so a window where the drafter struggles quickly stops wasting rows.
 
-One policy for every search: a pass over ``width`` hypotheses (a beam) with ``k`` candidates
-each runs ``width * (1 + k)`` rows, so one more candidate per hypothesis costs
+One pricing policy for every search: a pass over ``width`` hypotheses (a beam) with ``k``
+candidates each runs ``width * (1 + k)`` rows, so one more candidate per hypothesis costs
 ``width * s / (1 + (width - 1) * s)`` of a plain pass of that width (0.30 for a beam of 5 at
-the prior ``s``). The fit is in rows whatever the width, so greedy and beam passes teach the
-same slope.
+the prior ``s``). The fit is in rows whatever the width. A beam window takes a fresh copy of
+the run's settings (:meth:`Budget.fresh`) and learns from its own passes only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass
@@ -50,13 +50,11 @@ class Budget:
 
     def fresh(self) -> Budget:
         """This policy's settings without its history: a beam window's budget, which starts
-        from the priors. Measured on the 17 clips at --beam-size 5: one budget carried across
-        a beam run's windows learned a low acceptance, offered 55 % fewer candidates and took
-        16 % more passes (412 against 355) for the same beam steps."""
-        return Budget(fixed=self.fixed, k_max=self.k_max, beam_k_max=self.beam_k_max,
-                      prior_acceptance=self.prior_acceptance, prior_weight=self.prior_weight,
-                      prior_slope=self.prior_slope, max_slope=self.max_slope,
-                      decay=self.decay, probe_every=self.probe_every)
+        from the priors. Carried across a beam run's windows instead, one budget learned the
+        beams' low acceptance and offered 834 candidates on the 17 clips at --beam-size 5,
+        where a budget per beam window offered 1,237-1,839 for the same beam steps
+        (``bench/results/beam5-passes-core-t-2026-12-07.json``)."""
+        return replace(self, **{f.name: f.default for f in fields(self) if f.name[0] == "_"})
 
     def acceptance(self) -> float:
         run_total = self._acc + self._fail

@@ -44,9 +44,10 @@ def resolve_language(model, language: str | None) -> str | None:
 
 def check_model(model, options: TranscribeOptions) -> str | None:
     """What ``model`` cannot do of ``options``, refused before anything is decoded: a language
-    it does not know or cannot transcribe, a translation by an English-only model (it has no
-    translate task: it would silently transcribe). Returns the language to decode in (as
-    :func:`resolve_language`); raises :class:`OptionError` (a ValueError)."""
+    an English-only model cannot transcribe, a translation by an English-only model (it has no
+    translate task: it would silently transcribe). An unknown language was refused when the
+    options were made. Returns the language to decode in (as :func:`resolve_language`); raises
+    a ValueError (:class:`OptionError` for the task)."""
     if options.task == "translate" and not model.multilingual:
         raise OptionError("task", f"translate needs a multilingual model: {model.name} is "
                           "English-only and cannot translate (use base, small, ... without .en)")
