@@ -197,9 +197,7 @@ class _Beam(_Task):
     def __init__(self, search: BeamWindow, proposer: StreamProposer | None,
                  budget: Budget | None) -> None:
         super().__init__(search)
-        self.proposer, self.budget = proposer, budget
-        if proposer is not None:
-            budget.window_start()
+        self.proposer, self.budget = proposer, budget  # fresh: its window counts are zero
 
     @property
     def steps(self) -> int:
