@@ -288,18 +288,20 @@ def word_accuracy(items, folder, model: str = "base") -> float:
     return round(right / max(total, 1), 4)
 
 
-# (diarization-dev-sweep-cpu.json also has at most N seconds embedded per local speaker and
-# CAM++'s trunk run once over the recording; diarization-share-dev-sweep-cpu.json one
-# embedding per two or three links of a voice's chain across overlapping windows. All since
-# removed: they cost counts or, for the chains, confused the speakers of a real two-reader
-# recording where a window carried both voices on one output.)
-COST_GRID = [{"step": st} for st in (2.5, 5.0, 10.0)]
+# (diarization-dev-sweep-cpu.json has the segmentation step, at most N seconds embedded per
+# local speaker and CAM++'s trunk run once over the recording; diarization-share-dev-sweep-cpu.json
+# one embedding per two or three links of a voice's chain across overlapping windows. All but
+# the step since removed: they cost counts or, for the chains, confused the speakers of a real
+# two-reader recording where a window carried both voices on one output.) The grid now: how
+# much clean speech in a window's own part (the frames nearer its centre than any other
+# window's) spares embedding the rest, which its neighbours embed again (0: never).
+COST_GRID = [{"owned_only": s} for s in (0.0, 2.0, 3.0, 4.0)]
 
 
 def cost_sweep(dev, folder, grid=None,
                thresholds=(0.4, 0.5, 0.55, 0.6, 0.7)) -> dict:
     """On dev only: the models' CPU time (segmentation + embeddings, one thread) and DER /
-    count accuracy of each setting of ``grid`` (the segmentation step), each
+    count accuracy of each setting of ``grid`` (``DiarizeParams`` fields), each
     tried at a few clustering thresholds (clustering is redone on one analysis)."""
     from dataclasses import replace
 
@@ -358,8 +360,8 @@ def main() -> None:
     ap.add_argument("--senko-parts", default="heldout",
                     help="parts senko is scored on (it is never tuned, so heldout is enough)")
     ap.add_argument("--cost-sweep", action="store_true",
-                    help="dev: DER and analysis time of each segmentation step x embedded "
-                         "seconds, thresholds tried on each")
+                    help="dev: DER and analysis time of each setting of COST_GRID, "
+                         "thresholds tried on each")
     ap.add_argument("--senko-wait", type=float, default=0.0,
                     help="seconds to wait for senko's outputs from another process")
     ap.add_argument("--sweep", action="store_true", help="try thresholds on dev")
@@ -454,6 +456,7 @@ def main() -> None:
                                          "as2d_diarize_only": [], "senko": []}
         if a.cost_before:
             walls["diarize_before"] = []
+            walls["as2d_diarize_only_before"] = []
         if a.cost_only:
             walls = {k: v for k, v in walls.items() if k in a.cost_only.split(",")}
         cpu: dict[str, list[float]] = {k: [] for k in walls if k != "senko"}
@@ -462,7 +465,8 @@ def main() -> None:
                     "words": base + ["--word-timestamps"],
                     "diarize": base + ["--diarize"],
                     "diarize_before": [a.cost_before, *base[1:], "--diarize"],
-                    "as2d_diarize_only": alone}
+                    "as2d_diarize_only": alone,
+                    "as2d_diarize_only_before": [a.cost_before, *alone[1:]]}
         loads: dict[str, list[float]] = {}  # the 1-min load as each command started
         for r in range(a.cost):  # interleaved rounds, every other one in reverse order
             order = [k for k in walls if k != "senko"]
@@ -475,17 +479,22 @@ def main() -> None:
         report["cost"] = {"file_seconds": next(i["seconds"] for i in items
                                                if i["name"] == "long"),
                           "walls": walls, "median": med, "cpu": cpu,
-                          "load_at_start": loads,
-                          "added": round(med["diarize"] / med["plain"] - 1, 3),
-                          "added_by_round": [round(d / p - 1, 3) for d, p in
-                                             zip(walls["diarize"], walls["plain"])]}
-        if "words" in med:
-            report["cost"]["added_over_words"] = round(med["diarize"] / med["words"] - 1, 3)
+                          "load_at_start": loads}
+        cost = report["cost"]
+        if "plain" in med:
+            for k in ("diarize", "diarize_before"):
+                if k in med:
+                    cost[f"added{k[7:]}"] = round(med[k] / med["plain"] - 1, 3)
+                    cost[f"added{k[7:]}_by_round"] = [round(d / p - 1, 3) for d, p in
+                                                      zip(walls[k], walls["plain"])]
+        if "words" in med and "diarize" in med:
+            cost["added_over_words"] = round(med["diarize"] / med["words"] - 1, 3)
         if a.cost_before:
-            report["cost"]["before"] = a.cost_before
-            report["cost"]["added_before"] = round(med["diarize_before"] / med["plain"] - 1, 3)
-            report["cost"]["added_before_by_round"] = [
-                round(d / p - 1, 3) for d, p in zip(walls["diarize_before"], walls["plain"])]
+            cost["before"] = a.cost_before
+        if "as2d_diarize_only_before" in med:  # the diarizer alone, this install / before
+            cost["diarize_only_cpu_over_before"] = [
+                round(n / b, 3) for n, b in zip(cpu["as2d_diarize_only"],
+                                                cpu["as2d_diarize_only_before"])]
         if "senko" in med:  # diarization alone, one process each, 2 threads
             report["cost"]["senko_over_as2d"] = round(
                 med["senko"] / med["as2d_diarize_only"], 2)

@@ -37,6 +37,33 @@ def test_der_hand_worked():
     assert d["total"] == pytest.approx(20.0) and d["missed"] == pytest.approx(5.0)
 
 
+# -- what is embedded -------------------------------------------------------------------------
+def test_a_voice_is_embedded_from_its_windows_own_parts_once():
+    """One voice through three half-overlapping windows: each window embeds only its own part
+    (no speech twice, none left out); a voice heard only outside a window's own part, or
+    too little there, is embedded from all its clean speech in that window."""
+    from as2d.runtime.speakers.diarize import DiarizeParams, _local_clips
+    from as2d.runtime.speakers.segmentation import FRAMES, LocalActivity
+
+    act = np.zeros((3, FRAMES, 3), dtype=np.uint8)
+    act[:, :, 0] = 1  # local speaker 0 talks alone throughout
+    # the middle window's speaker 1: alone for its first 1.7 s, outside the window's own part
+    act[1, :100, 1], act[1, :100, 0] = 1, 0
+    seg = LocalActivity([0, 80000, 160000], act)
+    clips = {(i, k): set(rows.tolist()) for i, k, _, rows in
+             _local_clips(320000, seg, DiarizeParams(owned_only=3.0))}
+    own = [clips[(i, 0)] for i in range(3)]
+    assert not (own[0] & own[1]) and not (own[1] & own[2])
+    assert sorted(own[0] | own[1] | own[2]) == list(range(min(own[0]), max(own[2]) + 1))
+    assert min(own[1]) * 160 > 80000 + 2 * 16000 and max(own[1]) * 160 < 80000 + 8 * 16000
+    # speaker 1's clean speech lies before the middle window's own part: embedded anyway
+    assert len(clips[(1, 1)]) > 150 and max(clips[(1, 1)]) * 160 < 80000 + 2 * 16000
+    # owned_only=0: every window embeds all its clean speech, so the overlaps twice
+    whole = {(i, k): rows for i, k, _, rows in
+             _local_clips(320000, seg, DiarizeParams(owned_only=0.0))}
+    assert sum(len(whole[(i, 0)]) for i in range(3)) > 1.4 * sum(len(o) for o in own)
+
+
 # -- stopping ---------------------------------------------------------------------------------
 def test_a_stopped_diarization_ends_at_its_next_window_and_nobody_waits():
     """A cancelled transcription stops its diarization: the work checks the flag between
@@ -207,8 +234,8 @@ def test_two_real_speakers_found(two_readers, models_root):
     assert len(result.speakers) == 2
     d = der(ref, [(t.start, t.end, t.speaker) for t in result.turns])
     # The reference spans whole turns, pauses within them included (missed here): the
-    # speakers must be told apart over most of the speech (3.5 s of 29 are confused where
-    # the second reader takes over mid-window: the windows do not overlap by default).
+    # speakers must be told apart over most of the speech (3.7 s of 29 are confused where
+    # the second reader takes over mid-window).
     assert d["confusion"] / d["total"] < 0.15 and d["der"] < 0.3, d
 
 

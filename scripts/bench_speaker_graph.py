@@ -1,0 +1,156 @@
+#!/usr/bin/env python
+"""Where the CAM++ embedding graph spends its time, and what an int8 copy of it saves and costs.
+
+    python scripts/bench_speaker_graph.py [--data /tmp/as2d-diarization-set2] \
+        [--out bench/results/speaker-graph-cpu.json]
+
+Real clips only: the local-speaker clips the diarizer embeds (its own segmentation and
+``_local_clips``) of two dev conversations of ``bench/diarization.py``'s set. One thread.
+
+- **Profile**: onnxruntime's per-node profile of the float graph (as ``make_session`` runs it)
+  over one conversation's clips, summed by kind: the FCM head's 2-D convolutions (the nodes
+  onnxruntime moves to its blocked NCHWc layout), the TDNN's fused conv + ReLU (a dense layer's
+  1x1 conv and the masking gate's convs), its plain convs (the k3 dilated local convs and the
+  transit layers), and the element-wise rest. CPU seconds per 10 s of clip speech.
+- **int8**: the same graph quantized statically by onnxruntime (QDQ, per-channel int8 weights,
+  uint8 activations with the 7-bit range AVX2 needs, convolutions only), calibrated on the
+  first conversation's clips and run on the second's: CPU time against the float graph
+  (interleaved rounds) and the cosine of each clip's embedding to the float graph's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def clips_of(path: Path, models) -> list[np.ndarray]:
+    """The mean-normalised fbank ``[1, frames, 80]`` of every clip the diarizer embeds."""
+    import soundfile as sf
+
+    from as2d.runtime.speakers.diarize import DiarizeParams, _local_clips, recording_fbank
+    from as2d.runtime.speakers.segmentation import Segmenter
+
+    x, _ = sf.read(path, dtype="float32")
+    params = DiarizeParams()
+    seg = Segmenter(models.segmentation, 1)(x, params.step)
+    feats = recording_fbank(x)
+    out = []
+    for c in _local_clips(len(x), seg, params):
+        f = feats[c[3]]
+        out.append((f - f.mean(0))[None].astype(np.float32))
+    return out
+
+
+def session(path, profile: str | None = None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    if profile:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def kind(event: dict) -> str:
+    op, name = event["args"]["op_name"], event["name"]
+    if "nchwc" in name:
+        return "head 2-D convs (NCHWc)"
+    return {"FusedConv": "TDNN conv+ReLU (1x1, gate)", "Conv": "TDNN conv (k3 local, transit)"
+            }.get(op, "element-wise and the rest")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=Path("/tmp/as2d-diarization-set2"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/speaker-graph-cpu.json")
+    args = ap.parse_args()
+
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    from as2d.models.speakers import install_speaker_models
+    from bench.diarization import load_set
+
+    items = [i for i in load_set(args.data) if i["part"] == "dev"]
+    models = install_speaker_models()
+    calib = clips_of(args.data / f"{items[1]['name']}.wav", models)
+    test = clips_of(args.data / f"{items[2]['name']}.wav", models)
+    seconds = sum(c.shape[1] for c in test) / 100
+
+    with tempfile.TemporaryDirectory() as tmp:
+        s = session(models.embedding, f"{tmp}/prof")
+        t = time.process_time()
+        for c in test:
+            s.run(None, {"feats": c})
+        profiled = time.process_time() - t
+        events = json.loads(Path(s.end_profiling()).read_text())
+        by = collections.Counter()
+        for e in events:
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                by[kind(e)] += e["dur"]
+        total = sum(by.values())
+        profile = {k: {"share": round(v / total, 3),
+                       "cpu_per_10s_speech": round(v / 1e6 / seconds * 10, 4)}
+                   for k, v in by.most_common()}
+
+        class Reader(CalibrationDataReader):
+            def __init__(self) -> None:
+                self.it = iter(calib)
+
+            def get_next(self):
+                v = next(self.it, None)
+                return None if v is None else {"feats": v}
+
+        q8 = Path(tmp) / "campplus-int8.onnx"
+        quantize_static(str(models.embedding), str(q8), Reader(), quant_format=QuantFormat.QDQ,
+                        per_channel=True, reduce_range=True, op_types_to_quantize=["Conv"],
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        sessions = {"float": session(models.embedding), "int8": session(q8)}
+        cpu = {k: [] for k in sessions}
+        outs = {}
+        for r in range(args.rounds):
+            for k in (list(sessions) if r % 2 == 0 else list(sessions)[::-1]):
+                t = time.process_time()
+                outs[k] = [sessions[k].run(None, {"feats": c})[0][0] for c in test]
+                cpu[k].append(round(time.process_time() - t, 3))
+    unit = [v / np.linalg.norm(v) for v in outs["float"]]
+    cos = [float(a @ (b / np.linalg.norm(b))) for a, b in zip(unit, outs["int8"])]
+    med = {k: float(np.median(v)) for k, v in cpu.items()}
+    report = {
+        "machine": f"{platform.processor() or platform.machine()}, 1 thread, shared",
+        "load": open("/proc/loadavg").read().split()[:3],
+        "clips": {"calibration": f"{items[1]['name']} ({len(calib)} clips)",
+                  "test": f"{items[2]['name']} ({len(test)} clips, {seconds:.1f} s)"},
+        "profile": {"cpu_seconds": round(profiled, 3),
+                    "cpu_per_10s_speech": round(profiled / seconds * 10, 4),
+                    "by_kind": profile},
+        "int8": {"cpu_seconds": cpu, "median": med,
+                 "int8_over_float": round(med["int8"] / med["float"], 3),
+                 "cosine_to_float": {"min": round(min(cos), 4),
+                                     "mean": round(float(np.mean(cos)), 4)}},
+    }
+    print(json.dumps(report, indent=1))
+    args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
+
+
+if __name__ == "__main__":
+    main()
