@@ -53,6 +53,13 @@ def clips_of(path: Path, models) -> list[np.ndarray]:
     return out
 
 
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
 def session(path, profile: str | None = None):
     import onnxruntime as ort
 
@@ -108,8 +115,9 @@ def main() -> None:
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
                 by[kind(e)] += e["dur"]
         total = sum(by.values())
+        # the nodes' shares of the profiled run's own CPU time (their durations are walls)
         profile = {k: {"share": round(v / total, 3),
-                       "cpu_per_10s_speech": round(v / 1e6 / seconds * 10, 4)}
+                       "cpu_per_10s_speech": round(v / total * profiled / seconds * 10, 4)}
                    for k, v in by.most_common()}
 
         class Reader(CalibrationDataReader):
@@ -136,7 +144,7 @@ def main() -> None:
     cos = [float(a @ (b / np.linalg.norm(b))) for a, b in zip(unit, outs["int8"])]
     med = {k: float(np.median(v)) for k, v in cpu.items()}
     report = {
-        "machine": f"{platform.processor() or platform.machine()}, 1 thread, shared",
+        "machine": f"{cpu_name()}, 1 thread, shared with other jobs",
         "load": open("/proc/loadavg").read().split()[:3],
         "clips": {"calibration": f"{items[1]['name']} ({len(calib)} clips)",
                   "test": f"{items[2]['name']} ({len(test)} clips, {seconds:.1f} s)"},
