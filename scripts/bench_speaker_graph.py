@@ -15,7 +15,9 @@ Real clips only: the local-speaker clips the diarizer embeds (its own segmentati
 - **int8**: the same graph quantized statically by onnxruntime (QDQ, per-channel int8 weights,
   uint8 activations with the 7-bit range AVX2 needs, convolutions only), calibrated on the
   first conversation's clips and run on the second's: CPU time against the float graph
-  (interleaved rounds) and the cosine of each clip's embedding to the float graph's.
+  (interleaved rounds) and the cosine of each clip's embedding to the float graph's; with
+  ``--dev``, the whole diarizer's DER and speaker counts on the dev part with either graph
+  (the same segmentation and settings; CPU of the two models, one thread).
 """
 
 from __future__ import annotations
@@ -72,6 +74,33 @@ def session(path, profile: str | None = None):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
+def dev_scores(items, folder: Path, models, int8_path: Path) -> dict:
+    """DER and count accuracy on dev with the float graph and the int8 copy (one thread)."""
+    import soundfile as sf
+
+    from as2d.runtime.speakers.diarize import DiarizeParams, analyse, resolve
+    from as2d.runtime.speakers.embedding import SpeakerEmbedder
+    from as2d.runtime.speakers.segmentation import Segmenter
+    from bench.diarization import score
+
+    params = DiarizeParams()
+    segmenter = Segmenter(models.segmentation, 1)
+    audio = {i["name"]: sf.read(folder / f"{i['name']}.wav", dtype="float32")[0]
+             for i in items}
+    out = {}
+    for name, path in (("float", models.embedding), ("int8", int8_path)):
+        embedder = SpeakerEmbedder(path, 1)
+        t = time.process_time()
+        analyses = {n: analyse(x, segmenter, embedder, params) for n, x in audio.items()}
+        cpu = time.process_time() - t
+        hyps = {n: [(x.start, x.end, x.speaker) for x in resolve(a, params).turns]
+                for n, a in analyses.items()}
+        sc = score(items, folder, hyps)
+        out[name] = {"der": sc["der"], "count_accuracy": float(sc["count_accuracy"]),
+                     "cpu_seconds_both_models": round(cpu, 2)}
+    return out
+
+
 def kind(event: dict) -> str:
     op, name = event["args"]["op_name"], event["name"]
     if "nchwc" in name:
@@ -84,6 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=Path("/tmp/as2d-diarization-set2"))
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dev", action="store_true", help="score dev with each graph")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/speaker-graph-cpu.json")
     args = ap.parse_args()
 
@@ -140,6 +170,7 @@ def main() -> None:
                 t = time.process_time()
                 outs[k] = [sessions[k].run(None, {"feats": c})[0][0] for c in test]
                 cpu[k].append(round(time.process_time() - t, 3))
+        dev = dev_scores(items, args.data, models, q8) if args.dev else None
     unit = [v / np.linalg.norm(v) for v in outs["float"]]
     cos = [float(a @ (b / np.linalg.norm(b))) for a, b in zip(unit, outs["int8"])]
     med = {k: float(np.median(v)) for k, v in cpu.items()}
@@ -156,6 +187,8 @@ def main() -> None:
                  "cosine_to_float": {"min": round(min(cos), 4),
                                      "mean": round(float(np.mean(cos)), 4)}},
     }
+    if dev:
+        report["dev"] = dev
     print(json.dumps(report, indent=1))
     args.out.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n")
 
