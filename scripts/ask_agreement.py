@@ -13,7 +13,9 @@ likelihood, and for each likelihood bar: how many would be given and how many of
 right, for the bar alone, the bar *and* agreement, and the bar *or* agreement. Agreement:
 the span's content words and the generated answer's share one (``any``), or one set holds
 the other (``nested``). Also the generation's cost: the generated tokens and seconds over
-the chosen spans.
+the chosen spans. And the spans the generated answer holds with more (``grown``: "Forward."
+and "Forward 10 meters."): how many are right as the span and as the generated answer (a
+fragment grown to the model's longer phrase).
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ def main() -> int:
             ok = sum(right[r["id"]] for r in given)
             sweep.setdefault(str(bar), {})[name] = (
                 f"{ok}/{len(given)} ({ok / len(given):.1%})" if given else "0/0")
+    grown = [r for r in chosen if set(content_words(span[r["id"]]))
+             and set(content_words(span[r["id"]])) < set(content_words(r["generated"]))]
     tok_s = [r["target_tok_s"] for r in chosen if r.get("target_tok_s")]
     summary = dict(run=str(args.run), spans=len(chosen),
                    agree_any=sum(agree(span[r["id"]], r["generated"], False) for r in chosen),
@@ -83,6 +87,10 @@ def main() -> int:
                    generation_seconds_median=round(statistics.median(
                        r["answer_tokens"] / r["target_tok_s"] for r in chosen
                        if r.get("target_tok_s")), 3) if tok_s else None,
+                   grown=dict(spans=len(grown),
+                              right_as_span=sum(right[r["id"]] for r in grown),
+                              right_as_generated=sum(is_correct(table[r["id"]], r["generated"])
+                                                     for r in grown)),
                    sweep=sweep)
     print(json.dumps(summary, indent=1, ensure_ascii=False))
     if args.json:

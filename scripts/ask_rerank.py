@@ -15,12 +15,17 @@ recording's clock, which is located, not ranked): the sentence-aligned passages 
 Reported for each ``k``: how often the likeliest of BM25's first ``k`` holds an accepted answer
 (``k`` = 1 is BM25 alone), over all those questions and over the ``findable`` ones
 (:func:`ask_long.question_class`), and the seconds the scoring took per passage.
+
+``--timing N`` (instead): the whole answer (``Answerer.ask``, the transcript already made: a
+follow-up question) to the first ``N`` of those questions, with the re-ranking on and off,
+interleaved (the order alternating), and the answers' evidence compared.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -43,6 +48,31 @@ TOP = 8
 KS = (1, 2, 3, 4, 6, 8)
 
 
+def time_answers(lm, spans, questions) -> dict:
+    """Seconds of whole answers with the re-ranking on and off, interleaved."""
+    from as2d.runtime.ask.answer import Answerer, AskOptions
+
+    answerers = {on: Answerer(lm, None, AskOptions(rerank=on)) for on in (True, False)}
+    answerers[True].ask(spans, questions[0].question)  # (warm both: the prefix cache)
+    answerers[False].ask(spans, questions[0].question)
+    seconds = {True: [], False: []}
+    reranked = abstained = 0
+    for i, q in enumerate(questions):
+        got = {}
+        for on in ((True, False) if i % 2 == 0 else (False, True)):
+            t0 = time.perf_counter()
+            got[on] = answerers[on].ask(spans, q.question)
+            seconds[on].append(time.perf_counter() - t0)
+        assert got[True].text == got[False].text  # only the evidence may move
+        reranked += got[True].evidence[:1] != got[False].evidence[:1]
+        abstained += got[True].abstained
+    on, off = (statistics.median(seconds[k]) for k in (True, False))
+    return dict(questions=len(questions), first_evidence_moved=reranked,
+                median_on_s=round(on, 3), median_off_s=round(off, 3),
+                on_over_off=round(on / off, 3), abstained=abstained,
+                load_average=list(os.getloadavg()))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--questions", type=Path, default=QUESTIONS)
@@ -53,6 +83,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--models-dir", type=Path, default=None)
+    ap.add_argument("--timing", type=int, default=0)
     args = ap.parse_args()
 
     from as2d.loading import load_llm
@@ -65,11 +96,17 @@ def main() -> int:
     runs = sentence_runs(spans)
     lm = load_llm(args.llm, None, args.models_dir, args.threads)
     codec = Codec(lm.tokenizer)
+    asked = [q for q in qset.questions if q.split == args.split and q.clip in offsets
+             and not unanswerable(q) and not asks_about_time(q.question)]
+    if args.timing:
+        summary = dict(split=args.split, timing=time_answers(lm, spans, asked[:args.timing]))
+        print(json.dumps(summary, indent=2))
+        if args.json:
+            args.json.write_text(json.dumps({"command": " ".join(sys.argv), "summary": summary},
+                                            indent=1) + "\n")
+        return 0
     rows = []
-    for q in qset.questions:
-        if (q.split != args.split or q.clip not in offsets or unanswerable(q)
-                or asks_about_time(q.question)):
-            continue
+    for q in asked:
         ranked = [passage(spans, r) for r in rank_passages(spans, q.question, runs)[:TOP]]
         holds = [evidence_holds(q, [p.to_dict()]) for p in ranked]
         t0 = time.perf_counter()
@@ -94,7 +131,7 @@ def main() -> int:
                                             f"{len(findable)}" for k in KS},
                    any_of_top=f"{sum(any(r['holds']) for r in rows)}/{len(rows)}",
                    seconds_per_passage_median=round(statistics.median(per), 3) if per else None,
-                   load_average=list(__import__("os").getloadavg()))
+                   load_average=list(os.getloadavg()))
     print(json.dumps(summary, indent=2))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
