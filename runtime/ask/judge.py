@@ -70,7 +70,8 @@ READ_METHODS = frozenset({"counted", "read", "confirmed"})
 # How many of BM25's best passages the model re-ranks (``passages``' ``rerank``). Chosen on
 # the dev questions asked of one 10-minute recording (scripts/ask_rerank.py:
 # bench/results/ask-rerank-dev.json): the first passage held the answer of 79 of the 87
-# findable questions with 6 against 74 by BM25 alone (3: 75; 8 and 12: 78).
+# findable questions with 6 against 74 by BM25 alone (2-4: 75; 8: 78); test, scored once:
+# 83/106 against 78/106 (bench/results/ask-long-test-rerank.json).
 RERANK_TOP = 6
 
 # The model's log-likelihood of the question after each of some passages' texts.
