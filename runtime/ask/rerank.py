@@ -31,8 +31,9 @@ def question_likelihoods(model, codec, passages: Sequence[str], question: str) -
         model.prefill(state, head)
         base = state.length
         out = []
+        room = max(0, state.capacity - base - len(ask) - len(q) - 1)
         for text in passages:
-            body = codec.text(text.strip())[: state.capacity - base - len(ask) - len(q) - 1]
+            body = codec.text(text.strip())[:room]  # (a passage longer than the context)
             state.truncate(base)
             # rows of the last token of ``ask`` and of every question token but the last
             logits = state.forward(body + ask + q, logit_rows=len(q) + 1)[:-1]
