@@ -10,6 +10,7 @@ made from the transcript's own sentences, so nothing here pins an answer of the 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from as2d.runtime.ask.answer import Answer
 from as2d.runtime.ask.answer_events import AnswerStats
 from as2d.runtime.ask.english.lexicon import SENTENCE_ENDS
 from as2d.runtime.ask.english.rules import ENGLISH_POLICY
-from as2d.runtime.ask.judge import judge
+from as2d.runtime.ask.judge import RERANK_TOP, judge
 from as2d.runtime.ask.passages import (
     PASSAGE_WORDS,
     content_words,
@@ -109,12 +110,25 @@ def test_an_answer_from_selected_passages_shows_whole_sentences(recording):
                    "extracted", AnswerStats(), None, "not said",
                    evidence=[recording[i]], abstained=True)
     withheld = judge(found, recording, question, ENGLISH_POLICY)
-    best = rank_passages(recording, question)[0]
-    assert withheld.abstained and withheld.evidence[0] == passage(recording, best)
+    ranked = rank_passages(recording, question)
+    assert withheld.abstained and withheld.evidence[0] == passage(recording, ranked[0])
+    # re-ranked by the model (here a rule that likes one passage): the passage it finds the
+    # question likeliest after, among BM25's first RERANK_TOP, leads; an answer's own does not
+    # move
+    liked = passage(recording, ranked[min(len(ranked), RERANK_TOP) - 1]).text
+
+    def rerank(texts):
+        return [float(t == liked) for t in texts]
+
+    assert judge(found, recording, question, ENGLISH_POLICY, rerank=rerank).evidence[0].text \
+        == liked
     kept = judge(Answer(question, recording[i].text, [], list(recording), True, None,
                         "extracted", AnswerStats(), None, "extracted",
                         evidence=[recording[i]]), recording, question, ENGLISH_POLICY)
     assert kept.evidence[0] == passage(recording, (a, b))
+    assert judge(replace(found, text=recording[i].text, method="extracted", abstained=False),
+                 recording, question, ENGLISH_POLICY, rerank=rerank).evidence[0] == \
+        passage(recording, (a, b))
     assert kept.evidence[0].start == recording[a].start and kept.evidence[0].end >= \
         recording[i].end
     whole = judge(Answer(question, recording[i].text, [], list(recording), False, None,

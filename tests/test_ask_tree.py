@@ -206,6 +206,34 @@ def test_tree_scores_equal_branch_by_branch_scores(lm, primed, monkeypatch, max_
         lm.release(state)
 
 
+def test_question_likelihood_after_each_passage_is_that_of_one_whole_pass(lm):
+    """Re-ranking passages (``as2d.runtime.ask.rerank``): each passage is scored after the
+    head alone, whatever was scored before it (the cache is cut back), and its number is the
+    log-probability of the question's tokens in one plain pass over head, passage and
+    question."""
+    from as2d.runtime.ask.codec import Codec
+    from as2d.runtime.ask.rerank import ASK, HEAD, question_likelihoods
+
+    codec = Codec(lm.tokenizer)
+    texts = ["It was the best of times, it was the worst of times.",
+             "Turn left at the bridge and walk for ten minutes."]
+    question = "Which way should you turn?"
+    got = question_likelihoods(lm, codec, texts, question)
+    assert question_likelihoods(lm, codec, texts[::-1], question) == pytest.approx(got[::-1],
+                                                                                  abs=1e-3)
+    q = codec.text(" " + question)
+    for text, lp in zip(texts, got):
+        ids = [codec.bos] + codec.markup(HEAD) + codec.text(text) + codec.markup(ASK) + q
+        state = lm.state()
+        try:
+            rows = state.forward(ids)[-len(q) - 1:-1].astype(np.float64)
+        finally:
+            lm.release(state)
+        rows -= rows.max(axis=1, keepdims=True)
+        logp = rows - np.log(np.exp(rows).sum(axis=1, keepdims=True))
+        assert lp == pytest.approx(sum(logp[i, t] for i, t in enumerate(q)), abs=1e-2)
+
+
 # -- a small random-weight Gemma graph, past its sliding window (no bundle needed) ------------
 
 

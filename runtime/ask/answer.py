@@ -44,6 +44,7 @@ from as2d.runtime.ask.policies import policy_for
 from as2d.runtime.ask.policy import Candidate
 from as2d.runtime.ask.prompt import DEFAULT_STYLE, PromptBuilder, PromptPlan, without_clock
 from as2d.runtime.ask.question import question_error
+from as2d.runtime.ask.rerank import question_likelihoods
 from as2d.runtime.ask.spans import Span, format_time
 from as2d.runtime.ask.tree import TreeSource
 from as2d.runtime.ask.tree import score as tree_score
@@ -117,6 +118,10 @@ class AskOptions:
     whole_tokens: int = 768
     passage_tokens: int = 256
     abstain_below: float = LIKELIHOOD_BELOW
+    # An answer withheld from selected passages of a long transcript shows first the passage
+    # the model finds the question likeliest after, among BM25's best
+    # (:func:`~as2d.runtime.ask.judge.passages`): one pass per passage.
+    rerank: bool = True
     # The few-shot head's KV rows are stored beside the model and loaded by later runs
     # (:mod:`as2d.runtime.llm.prefix_cache`): 0.3 s less prefill, the same answer.
     prefix_cache: bool = True
@@ -267,7 +272,11 @@ class Answerer:
         found = self.find(spans, question, drafter_text, policy)
         if not self.options.judge:
             return found
-        return judge(found, spans, question, policy, self.options.abstain_below)
+        rerank = None
+        if self.options.rerank:
+            def rerank(texts: list[str]) -> list[float]:
+                return question_likelihoods(self.model, self.codec, texts, question)
+        return judge(found, spans, question, policy, self.options.abstain_below, rerank)
 
     def find(self, spans: Sequence[Span], question: str, drafter_text: str | None,
              policy) -> Answer:

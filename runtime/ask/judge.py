@@ -39,7 +39,7 @@ evidence the closest passages; the answer that was withheld is kept (``withheld`
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from as2d.runtime.ask.passages import (
@@ -67,6 +67,15 @@ GENERATED_BELOW = 0.5
 # phrase, an item in order, a clause that says every word of a yes/no question) are not
 # judged on support; everything else is.
 READ_METHODS = frozenset({"counted", "read", "confirmed"})
+# How many of BM25's best passages the model re-ranks (``passages``' ``rerank``). Chosen on
+# the dev questions asked of one 10-minute recording (scripts/ask_rerank.py:
+# bench/results/ask-rerank-dev.json): the first passage held the answer of 79 of the 87
+# findable questions with 6 against 74 by BM25 alone (2-4: 75; 8: 78); test, scored once:
+# 83/106 against 78/106 (bench/results/ask-long-test-rerank.json).
+RERANK_TOP = 6
+
+# The model's log-likelihood of the question after each of some passages' texts.
+Rerank = Callable[[list[str]], list[float]]
 
 
 def retrieve(spans: Sequence[Span], question: str, k: int = EVIDENCE) -> list[int]:
@@ -110,21 +119,33 @@ def indices(spans: Sequence[Span], chosen: Sequence[Span]) -> list[int]:
     return [at[s] for s in chosen if s in at]
 
 
-def passages(spans: Sequence[Span], question: str, lead: Sequence[int], k: int = EVIDENCE):
+def passages(spans: Sequence[Span], question: str, lead: Sequence[int], k: int = EVIDENCE,
+             rerank: Rerank | None = None):
     """The evidence of an answer: whole sentences, not segments. The sentences of the spans
     ``lead`` (the answer's own) first, then the sentence-aligned passages that share the most
     with the question over the whole transcript
     (:func:`~as2d.runtime.ask.passages.rank_passages`), none overlapping another.
     On the dev questions asked of one 10-minute recording of their clips the first passage
     then holds the answer more often (``scripts/ask_retrieval.py``, ``scripts/ask_long.py``:
-    bench/results/ask-retrieval-dev.json, ask-long-dev-after.json)."""
+    bench/results/ask-retrieval-dev.json, ask-long-dev-after.json).
+
+    With no span of its own to lead (an answer withheld from selected passages of a long
+    transcript), the first passage is the one the model finds the question likeliest after
+    (``rerank``, :mod:`~as2d.runtime.ask.rerank`) among the :data:`RERANK_TOP` that BM25
+    found."""
     runs = sentence_runs(spans)
     order: list[tuple[int, int]] = []
     for i in lead:
         run = next(r for r in runs if r[0] <= i <= r[1])
         if run not in order:
             order.append(run)
-    for run in rank_passages(spans, question, runs):
+    ranked = rank_passages(spans, question, runs)
+    if rerank is not None and not order and len(ranked) > 1:
+        top = ranked[:RERANK_TOP]
+        likely = rerank([passage(spans, r).text for r in top])
+        ranked = [top[j] for j in sorted(range(len(top)), key=lambda j: -likely[j])] \
+            + ranked[RERANK_TOP:]
+    for run in ranked:
         if len(order) >= k:
             break
         if not any(run[0] <= b and a <= run[1] for a, b in order):
@@ -139,11 +160,12 @@ def _lead(own: list[int], order: list[int]) -> list[int]:
 
 
 def judge(answer, spans: Sequence[Span], question: str, policy,
-          below: float = LIKELIHOOD_BELOW):
+          below: float = LIKELIHOOD_BELOW, rerank: Rerank | None = None):
     """``answer`` (an :class:`~as2d.runtime.ask.answer.Answer`) with its evidence ordered,
     its ``confidence`` (support) and ``likelihood`` set, and withheld (``abstained``) when it
     does not stand; see the module's docstring. A chosen span whose likelihood is below
-    ``below`` is withheld (``-inf``: none for its likelihood)."""
+    ``below`` is withheld (``-inf``: none for its likelihood). ``rerank``: see
+    :func:`passages`."""
     top = retrieve(spans, question)
     own = indices(spans, answer.evidence)
     if policy.not_said is None:  # no rules: the model's answer stands as generated
@@ -176,7 +198,8 @@ def judge(answer, spans: Sequence[Span], question: str, policy,
         # first). Read from selected passages of a long transcript, the guess saw only part
         # of the recording: the best passage over the whole transcript first (:func:`passages`).
         order = own + [i for i in top if i not in own]
-        shown = passages(spans, question, [] if answer.selected else _lead(own, order))
+        shown = passages(spans, question, [] if answer.selected else _lead(own, order),
+                         rerank=rerank)
         return replace(answer, text=policy.not_said, method="not said", abstained=True,
                        evidence=shown or [spans[i] for i in order[:EVIDENCE]], confidence=score,
                        likelihood=lik, withheld=None if answer.abstained else answer.text,
