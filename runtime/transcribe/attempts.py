@@ -136,7 +136,7 @@ class Attempts:
                                           lambda: self.strategy.source(window))
             decoded = runner.decode(window, mel, task, self.stop, retried)
             return decoded[0] if decoded is not None else None
-        draws = [fallback.SamplingRules.of(rules, temperature, fallback.window_rng(
+        draws = [rules.sampling(temperature, fallback.window_rng(
             options.seed, window.seek, temperature, 2 * draw + int(retried)))
             for draw in range(max(1, options.best_of))]
         batch = self.sample_batching(len(draws))

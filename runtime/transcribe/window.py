@@ -9,7 +9,7 @@ decoding commits.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +17,10 @@ import numpy as np
 from as2d.runtime.speculative.verify import PassCounts, Verdict, verify
 from as2d.runtime.whisper.logits import LogitRules, logprob_of, no_speech_probability
 from as2d.runtime.whisper.model import DecoderState
+
+# (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event;
+# None where nobody listens (no verdict is assembled for nobody)
+Report = Callable[[Sequence[int], Verdict, Verdict | None], None] | None
 
 
 @dataclass
