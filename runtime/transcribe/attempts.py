@@ -19,8 +19,9 @@ from as2d.runtime.rows import beams_exact
 from as2d.runtime.sessions import give_back_memory
 from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.transcribe import fallback, window_task
-from as2d.runtime.transcribe.beam import BeamOptions, length_score
+from as2d.runtime.transcribe.beam import BeamOptions
 from as2d.runtime.transcribe.runner import WindowRunner
+from as2d.runtime.transcribe.samples import best
 from as2d.runtime.transcribe.strategy import DecodeStrategy, Window
 from as2d.runtime.transcribe.stream_source import SampledSource, StreamProposer
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
@@ -137,9 +138,7 @@ class Attempts:
                 sampled += decoded
         if sampled is None:
             return None
-        # whisper's ranking of best_of samples; the first of equals
-        scores = [length_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
-        result, stats = sampled[scores.index(max(scores))]
+        result, stats = sampled[best([r for r, _ in sampled])]
         if not batch:
             return result, _charged(stats, [s for _, s in sampled])
         # Side by side, the samples shared one decode's time and passes.

@@ -161,10 +161,9 @@ class SampleBatch:
         return [s.decoded(self.no_speech_prob) for s in self.samples]
 
     def result(self) -> DecodingResult:
-        """The most probable sample so far (whisper's ranking; the first of equals)."""
+        """The most probable sample so far (:func:`best`)."""
         results = self.results()
-        scores = [length_score(r.sum_logprob, len(r.tokens)) for r in results]
-        return results[scores.index(max(scores))]
+        return results[best(results)]
 
     def close(self) -> None:
         """Done, stopped or failed: the sources let go, the cache goes back to its pool."""
@@ -173,3 +172,10 @@ class SampleBatch:
                 s.source.finish(s.generated)
         finally:
             self.state.model.release(self.state)
+
+
+def best(results: list[DecodingResult]) -> int:
+    """Which of a window's ``best_of`` samples is kept: whisper's ranking (log-probability
+    over length), the first of equals."""
+    scores = [length_score(r.sum_logprob, len(r.tokens)) for r in results]
+    return scores.index(max(scores))
