@@ -19,9 +19,7 @@ from as2d.runtime.transcribe.as2d import AS2D
 from as2d.runtime.transcribe.attempts import Attempts
 from as2d.runtime.transcribe.fallback import (
     DEFAULT_TEMPERATURES,
-    SamplingRules,
     judge,
-    sample,
     temperature_schedule,
     window_rng,
 )
@@ -29,6 +27,7 @@ from as2d.runtime.transcribe.longform import LongFormTranscriber
 from as2d.runtime.transcribe.sd import SerialSD
 from as2d.runtime.transcribe.strategy import TargetOnly
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+from as2d.runtime.whisper.logits import sample
 from tests.helpers import cli, error_line, write_wav
 
 NEG_INF = np.float32(-np.inf)
@@ -472,7 +471,7 @@ def test_sampled_decodes_are_exact_whatever_the_candidates(models, librivox):
                        suppress=tuple(tk.suppress_tokens()))
 
     def decode(source):
-        sampling = SamplingRules.of(rules, 0.6, window_rng(3, 0, 0.6, 0))
+        sampling = rules.sampling(0.6, window_rng(3, 0, 0.6, 0))
         state = target.decoder_state(ctx)
         try:
             dec = WindowState(state, sampling, prompt, prompt.index(tk.sot), 224, tk.eot)
@@ -543,7 +542,7 @@ def test_samples_side_by_side_draw_what_they_draw_alone(models, librivox):
     draws = 3
 
     def sampling(draw):
-        return SamplingRules.of(rules, 0.8, window_rng(3, 0, 0.8, draw))
+        return rules.sampling(0.8, window_rng(3, 0, 0.8, draw))
 
     def decode_alone(sample_len):
         out = []

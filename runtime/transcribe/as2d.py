@@ -201,7 +201,6 @@ class AlignedSource(BudgetedSource):
         self._openings: dict[str, int] = {}  # the opening times guessed for the pass's start
         self._start: str | None = None  # the kind of start the last proposal was made at
         self._repeats = Budget(prior_acceptance=REPEAT_PRIOR)  # offers of its own repetition
-        self._repeats.window_start()
         self._repeating = False  # the last offer was the window's own repetition
         super().__init__(run.budget)
 

@@ -19,8 +19,9 @@ from as2d.runtime.rows import beams_exact
 from as2d.runtime.sessions import give_back_memory
 from as2d.runtime.speculative.candidates import NO_CANDIDATES, CandidateSource
 from as2d.runtime.transcribe import fallback, window_task
-from as2d.runtime.transcribe.beam import BeamOptions, length_score
+from as2d.runtime.transcribe.beam import BeamOptions
 from as2d.runtime.transcribe.runner import WindowRunner
+from as2d.runtime.transcribe.samples import best
 from as2d.runtime.transcribe.strategy import DecodeStrategy, Window
 from as2d.runtime.transcribe.stream_source import SampledSource, StreamProposer
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
@@ -28,7 +29,7 @@ from as2d.runtime.transcribe.window import DecodingResult
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel
-from as2d.runtime.whisper.seeking import compression_ratio, cut_repetition
+from as2d.runtime.whisper.seeking import cut_repetition
 
 
 def _charged(kept: WindowStats, decodes: list[WindowStats]) -> WindowStats:
@@ -42,30 +43,18 @@ def _charged(kept: WindowStats, decodes: list[WindowStats]) -> WindowStats:
 
 
 class Attempts:
-    """A transcriber's window decodes: what a run sets (:meth:`begin`), what it keeps across
-    runs (whether samples go side by side, decided once)."""
+    """One run's window decodes: its search, logit rules, token limit per window and options,
+    and (a speculative run) the drafter's stream for the decodes its aligner does not follow,
+    with a proposer per window, and whether its samples verify candidates."""
 
     def __init__(self, model: WhisperModel, strategy: DecodeStrategy, emit: Listener,
-                 stop: threading.Event) -> None:
+                 stop: threading.Event, options: TranscribeOptions, rules: LogitRules,
+                 sample_len: int, search: BeamOptions | None = None, stream=None,
+                 sampled_candidates: bool = False) -> None:
         self.model, self.strategy, self.emit, self.stop = model, strategy, emit, stop
-        self.search: BeamOptions | None = None  # the run's beam search (None: greedy)
-        # The run's logit rules, token limit per window and options.
-        self.rules: LogitRules | None = None
-        self.sample_len = 0
-        self.options = TranscribeOptions()
-        # The run's drafter stream (None: none) for the decodes its aligner does not follow,
-        # with a proposer per window (seek, proposer); whether its samples verify candidates.
-        self.stream = None
+        self.options, self.rules, self.sample_len, self.search = options, rules, sample_len, search
+        self.stream, self.sampled_candidates = stream, sampled_candidates
         self._window_proposer: tuple[int, StreamProposer] | None = None
-        self.sampled_candidates = False
-        self._batched: bool | None = None  # a fallback's samples side by side?
-
-    def begin(self, search: BeamOptions | None, stream, sampled_candidates: bool,
-              rules: LogitRules, sample_len: int, options: TranscribeOptions) -> None:
-        """A run starts: what every window of it decodes with."""
-        self.search, self.stream, self._window_proposer = search, stream, None
-        self.sampled_candidates = sampled_candidates
-        self.rules, self.sample_len, self.options = rules, sample_len, options
 
     def decode(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                bare: list[int] | None = None) -> tuple[DecodingResult, bool, float] | None:
@@ -92,7 +81,7 @@ class Attempts:
             result, stats = decoded
             if i + 1 == len(temps):
                 break
-            verdict = fallback.judge(result.avg_logprob, self.compression(result),
+            verdict = fallback.judge(result.avg_logprob, result.compression_ratio(tk),
                                      result.no_speech_prob, thr, options.logprob_threshold,
                                      options.no_speech_threshold)
             if not verdict.needs_fallback:
@@ -100,7 +89,7 @@ class Attempts:
             self.emit(Note(f"window at {window.start:.1f}s: {verdict.reason}; decoding it again "
                            f"at temperature {temps[i + 1]:g}"))
         if (options.retry_repetitive and thr is not None and bare is not None
-                and self.compression(result) > thr):
+                and result.compression_ratio(tk) > thr):
             # Whisper's loop failure feeds on the previous text: decode again without it.
             self.emit(Note(f"window at {window.start:.1f}s repeats itself; decoding it again "
                            "without the previous text"))
@@ -109,18 +98,12 @@ class Attempts:
                 return None
             result, stats = decoded
         stats = _charged(stats, decodes)
-        if thr is not None and self.compression(result) > thr:
+        if thr is not None and result.compression_ratio(tk) > thr:
             result.tokens = cut_repetition(result.tokens, tk.timestamp_begin)
             result.compression = None
             stats = replace(stats, tokens=len(result.tokens) + int(result.completed))
         self.emit(WindowDone(stats))
         return result, stats.retried, temperature
-
-    def compression(self, result: DecodingResult) -> float:
-        """The gzip compression ratio of a decode's text, measured once per decode."""
-        if result.compression is None:
-            result.compression = compression_ratio(self.model.tokenizer.decode(result.tokens))
-        return result.compression
 
     def attempt(self, runner: WindowRunner, window: Window, mel: LogMel, prompt: list[int],
                 temperature: float, retried: bool):
@@ -136,7 +119,7 @@ class Attempts:
                                           lambda: self.strategy.source(window))
             decoded = runner.decode(window, mel, task, self.stop, retried)
             return decoded[0] if decoded is not None else None
-        draws = [fallback.SamplingRules.of(rules, temperature, fallback.window_rng(
+        draws = [rules.sampling(temperature, fallback.window_rng(
             options.seed, window.seek, temperature, 2 * draw + int(retried)))
             for draw in range(max(1, options.best_of))]
         batch = self.sample_batching(len(draws))
@@ -155,9 +138,7 @@ class Attempts:
                 sampled += decoded
         if sampled is None:
             return None
-        # whisper's ranking of best_of samples; the first of equals
-        scores = [length_score(r.sum_logprob, len(r.tokens)) for r, _ in sampled]
-        result, stats = sampled[scores.index(max(scores))]
+        result, stats = sampled[best([r for r, _ in sampled])]
         if not batch:
             return result, _charged(stats, [s for _, s in sampled])
         # Side by side, the samples shared one decode's time and passes.
@@ -167,17 +148,14 @@ class Attempts:
 
     def sample_batching(self, samples: int) -> bool:
         """Are a fallback's samples drawn side by side (:mod:`.samples`)? That needs the
-        batched decoder with rows exactly those of single passes; decided once."""
+        batched decoder with rows exactly those of single passes (checked once per model)."""
         if samples < 2 or self.model.beam_graph is None:
             return False
-        if self._batched is None:
-            try:
-                self.model.beam_session()
-            except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
-                self._batched = False
-            else:
-                self._batched = beams_exact(self.model)
-        return self._batched
+        try:
+            self.model.beam_session()
+        except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
+            return False
+        return beams_exact(self.model)
 
     def _proposer(self, window: Window) -> StreamProposer | None:
         """Candidates from the drafter's stream for any sequence decoded in ``window`` (None:

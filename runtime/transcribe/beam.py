@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from as2d.runtime.option_errors import OptionError, is_number, shown
+from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.verify import PassCounts, replay
+from as2d.runtime.transcribe.stream_source import StreamProposer
 from as2d.runtime.transcribe.window import DecodingResult, one_row, prompt_pass, room
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import BeamDecoderState
@@ -139,7 +141,11 @@ def select(beams: list[tuple[int, ...]], sums: np.ndarray, logprobs: np.ndarray,
 
 @dataclass
 class BeamWindow:
-    """One window's beam search over a :class:`BeamDecoderState` (target-side state)."""
+    """One window's beam search over a :class:`BeamDecoderState` (target-side state); with a
+    ``proposer`` (the drafter's stream), speculative beam steps, as many candidates per
+    hypothesis as ``budget`` (a fresh one per window: :meth:`Budget.fresh`) chooses for a pass
+    of the beam's width. A window task
+    (:class:`~as2d.runtime.transcribe.window_task.WindowDecode`)."""
 
     state: BeamDecoderState
     rules: LogitRules
@@ -155,6 +161,8 @@ class BeamWindow:
     done: bool = False
     steps: int = 0  # beam steps taken (one per pass, target-only)
     counts: PassCounts = field(default_factory=PassCounts)
+    proposer: StreamProposer | None = None
+    budget: Budget | None = None
 
     def start(self) -> None:
         """Run the prompt (one hypothesis) and take the first beam step."""
@@ -170,11 +178,14 @@ class BeamWindow:
 
     def step(self, proposals: Sequence[Sequence[int]] | None = None) -> int:
         """One pass: every live hypothesis's last token, then its candidates
-        (``proposals[i]``; none: one plain beam step); returns the beam steps it decided.
-        The kernel (:func:`~as2d.runtime.speculative.verify.replay`) takes beam steps while
-        every chosen hypothesis lies on computed rows, so the search stays lossless."""
+        (``proposals[i]``, else the proposer's; none: one plain beam step); returns the beam
+        steps it decided. The kernel (:func:`~as2d.runtime.speculative.verify.replay`) takes
+        beam steps while every chosen hypothesis lies on computed rows, so the search stays
+        lossless."""
         if self.done:
             raise RuntimeError("window already decoded")
+        if proposals is None and self.proposer is not None:
+            return self._speculative_step()
         t0 = time.perf_counter()
         k = min(max((len(p) for p in proposals), default=0), self.room) if proposals else 0
         fed = [[seq[-1], *p[:k]] for seq, p in zip(self.beams, proposals or [()] * len(self.beams))]
@@ -187,6 +198,17 @@ class BeamWindow:
         self.state.truncate(n + steps)
         self.counts.count(sum(len(f) - 1 for f in fed), (steps - 1) * len(bases),
                           time.perf_counter() - t0)
+        return steps
+
+    def _speculative_step(self) -> int:
+        width = len(self.beams)
+        room = min(self.room, self.budget.room(width))
+        guesses = [self.proposer.propose(seq, room) for seq in self.beams]
+        k = self.budget.choose(max(map(len, guesses), default=0), width)
+        spent = self.counts.seconds
+        steps = self.step([g[:k] for g in guesses] if k else ())
+        # A plain pass measures the cost a row adds to.
+        self.budget.record(k, min(steps - 1, k), width * (1 + k), self.counts.seconds - spent)
         return steps
 
     def advance(self, rows: np.ndarray) -> list[int]:
@@ -232,3 +254,10 @@ class BeamWindow:
         best = int(np.argmax(scores))
         return DecodingResult(tokens[best], finished[seqs[best]], self.no_speech_prob,
                               seqs[best] not in forced, self.counts.copy())
+
+    def results(self) -> list[DecodingResult]:
+        return [self.result()]
+
+    def close(self) -> None:
+        """Done, stopped or failed: the cache goes back to its pool."""
+        self.state.model.release(self.state)

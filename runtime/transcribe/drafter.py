@@ -17,18 +17,25 @@ from as2d.runtime.transcribe.turns import EncoderTurns
 from as2d.runtime.transcribe.window import WindowState
 from as2d.runtime.whisper.features import FRAMES_PER_SECOND, N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
-from as2d.runtime.whisper.model import WhisperModel, detect_language
+from as2d.runtime.whisper.model import AudioContext, WhisperModel, detect_language
 from as2d.runtime.whisper.seeking import INPUT_STRIDE, seek_split
 from as2d.runtime.whisper.tokenizer import TIME_PRECISION, WhisperTokenizer
 
 DRAFT_PAD_FRAMES = 300  # padding frames a drafter window keeps (3 s of the 30-s padding)
 
 
-def draft_frames(size: int) -> int:
-    """Encoder input length of a drafter window holding ``size`` frames of audio: the audio plus
-    a little of the padding Whisper was trained with, so the drafter still hears where the
-    audio ends (the conv stem wants an even length)."""
-    return min(N_FRAMES, size + DRAFT_PAD_FRAMES + (size % 2))
+def encode_draft(model: WhisperModel, mel: LogMel, seek: int, size: int, window: int,
+                 emit: Listener, run_options=None) -> AudioContext:
+    """The drafter's encoding of ``size`` frames of ``mel`` from ``seek`` (window ``window``),
+    in its own mel bands (tiny.en's 80 for a 128-band target), announced. Its input is the
+    audio plus a little of the padding Whisper was trained with, so the drafter still hears
+    where the audio ends (the conv stem wants an even length)."""
+    t0 = time.perf_counter()
+    pad_to = min(N_FRAMES, size + DRAFT_PAD_FRAMES + (size % 2))
+    ctx = model.encode(mel.for_mels(model.dims.n_mels).window(seek, size, pad_to=pad_to),
+                       run_options)
+    emit(Encoded(window, time.perf_counter() - t0, ctx.n_frames, worker="drafter"))
+    return ctx
 
 
 def same_vocabulary(a: WhisperTokenizer, b: WhisperTokenizer) -> bool:
@@ -121,12 +128,8 @@ class DrafterWorker:
             self.emit(WindowStarted(window, offset, (seek + size) / FRAMES_PER_SECOND,
                                     worker="drafter"))
             self._yield(offset)
-            t0 = time.perf_counter()
-            mel = self.mel.for_mels(model.dims.n_mels)  # tiny.en's 80 bands for a 128 target
-            ctx = model.encode(mel.window(seek, size, pad_to=draft_frames(size)),
+            ctx = encode_draft(model, self.mel, seek, size, window, self.emit,
                                self._run_options)
-            enc = time.perf_counter() - t0
-            self.emit(Encoded(window, enc, ctx.n_frames, worker="drafter"))
             if per_window:
                 prompt = tk.sot_sequence(detect_language(model, ctx)[0])
             state = model.decoder_state(ctx)

@@ -8,19 +8,18 @@ silence is accepted as it is; when every temperature fails, the last decode is k
 Greedy windows keep the run's decoder, all of which commit target-only greedy's tokens, so the
 verdict, hence the samples, are the same whatever the decoder. Each sampled decode draws from a
 generator seeded by the run's seed, the window, the temperature and the sample, once per
-committed token, in order (:meth:`SamplingRules.choose`): candidates change the passes, never
-the draws, and a run is reproducible.
+committed token, in order (:meth:`~as2d.runtime.whisper.logits.LogitRules.choose`): candidates
+change the passes, never the draws, and a run is reproducible.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from as2d.runtime.option_errors import OptionError, is_number, shown
-from as2d.runtime.whisper.logits import LogitRules
 
 # openai-whisper's default schedule: --temperature 0 --temperature_increment_on_fallback 0.2.
 DEFAULT_TEMPERATURES: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -111,35 +110,6 @@ def judge(avg_logprob: float, compression_ratio: float, no_speech_prob: float,
             and logprob_threshold is not None and avg_logprob < logprob_threshold):
         return Judgement(False, "silence")  # the window loop skips it: no need to sample
     return Judgement(bool(reasons), "; ".join(reasons))
-
-
-def sample(row: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
-    """One token drawn from ``softmax(row / temperature)`` (masked entries are ``-inf``)."""
-    x = row.astype(np.float64) / temperature
-    x -= x.max()
-    cdf = np.cumsum(np.exp(x))
-    # u < cdf[-1], and a token of probability 0 owns an empty interval: never drawn.
-    u = rng.random() * cdf[-1]
-    return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
-
-
-@dataclass
-class SamplingRules(LogitRules):
-    """Whisper's logit rules, then a draw at ``temperature`` instead of the greedy choice
-    (one per committed position, in order). The log-probabilities a window is judged by stay
-    those of the rule-masked logits, not divided by the temperature, as in whisper."""
-
-    temperature: float = 1.0
-    rng: np.random.Generator | None = None
-
-    @classmethod
-    def of(cls, rules: LogitRules, temperature: float,
-           rng: np.random.Generator) -> SamplingRules:
-        base = {f.name: getattr(rules, f.name) for f in fields(LogitRules)}
-        return cls(**base, temperature=temperature, rng=rng)
-
-    def choose(self, row: np.ndarray, generated: list[int]) -> int:
-        return sample(self.apply(row, generated), self.temperature, self.rng)
 
 
 def window_rng(seed: int, seek: int, temperature: float, draw: int) -> np.random.Generator:

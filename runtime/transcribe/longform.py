@@ -116,8 +116,6 @@ class LongFormTranscriber:
         self.run_options = _run_options()
         self.ahead = Lookahead(self.strategy, model.dims.n_mels)
         self._runner: WindowRunner | None = None  # the current run's
-        self.attempts = Attempts(model, self.strategy, lambda event: self.emit(event),
-                                 self._stop)
 
     # -- public API ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -286,8 +284,9 @@ class LongFormTranscriber:
                 if options.word_timestamps else None
             decoder.begin(mel, language, options)
             stream = decoder.candidate_stream() if plan.speculative else None
-            self.attempts.begin(search, stream, plan.speculative and decoder.verifies_samples,
-                                rules, sample_len, options)
+            attempts = Attempts(model, decoder, lambda event: self.emit(event), self._stop,
+                                options, rules, sample_len, search, stream,
+                                plan.speculative and decoder.verifies_samples)
             if search is not None and stream is None:
                 decoder.end()  # beams by the target alone: a drafter would only take the cores
         except BaseException:
@@ -321,7 +320,7 @@ class LongFormTranscriber:
                 head = [tk.sot_prev] + hot if (prev or hot) else []
                 prompt = head + prev[-(n_ctx // 2 - 1):] + sot_seq
                 bare = head + sot_seq if prev else None
-                decoded = self.attempts.decode(runner, window, mel, prompt, bare)
+                decoded = attempts.decode(runner, window, mel, prompt, bare)
                 if decoded is None:  # cancelled inside the window
                     raise Cancelled()
                 result, retried, temperature = decoded
@@ -391,7 +390,7 @@ class LongFormTranscriber:
                 and result.no_speech_prob > options.no_speech_threshold
                 and (options.logprob_threshold is None or avg_lp < options.logprob_threshold)):
             return [], window.size
-        cr = self.attempts.compression(result)
+        cr = result.compression_ratio(tk)
         pieces, advance = split_window(result.tokens, tk.timestamp_begin, window.size,
                                        options.timestamps, final)
         segs = []

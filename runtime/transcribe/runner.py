@@ -32,6 +32,21 @@ from as2d.runtime.whisper.features import N_FRAMES, LogMel
 from as2d.runtime.whisper.model import AudioContext, WhisperModel, detect_language
 
 
+def _no_turn(mel: LogMel, window: Window) -> AbstractContextManager:
+    return nullcontext()
+
+
+def encode(model: WhisperModel, mel: LogMel, window: Window,
+           turn: Callable[[LogMel, Window], AbstractContextManager], run_options
+           ) -> tuple[AudioContext, float]:
+    """The target's encoding of ``window`` (holding ``turn`` around the encoder run) and the
+    seconds it took; ``run_options`` lets a stop abandon it."""
+    t0 = time.perf_counter()
+    with turn(mel, window):
+        ctx = model.encode(mel.window(window.seek, window.size), run_options)
+    return ctx, time.perf_counter() - t0
+
+
 class AheadEncoding:
     """A target encoder run started ahead of its use, on a thread of its own, with its own stop
     flag (the run that started it may end before the run that uses it begins)."""
@@ -42,15 +57,8 @@ class AheadEncoding:
 
         self.key = (window.seek, window.size)
         self.run_options = ort.RunOptions()
-        turn = turn or (lambda mel, window: nullcontext())
-
-        def run() -> tuple[AudioContext, float]:
-            t0 = time.perf_counter()
-            with turn(mel, window):
-                ctx = model.encode(mel.window(window.seek, window.size), self.run_options)
-            return ctx, time.perf_counter() - t0
-
-        self._work = Background(run, name="as2d-encode")
+        self._work = Background(encode, model, mel, window, turn or _no_turn, self.run_options,
+                                name="as2d-encode")
 
     def result(self) -> tuple[AudioContext, float]:
         """``(AudioContext, encoder seconds)``, waited for; raises what the run raised."""
@@ -81,7 +89,7 @@ class WindowRunner:
                  ) -> None:
         self.model = model
         # Held around every target encoder run (AS²D: a drafter that is ahead waits).
-        self.encoding_turn = encoding_turn or (lambda mel, window: nullcontext())
+        self.encoding_turn = encoding_turn or _no_turn
         self.audio_source = audio_source  # named in every window's record
         self.emit = listener or ignore
         self.run_options = run_options  # its terminate flag abandons an encoder run
@@ -156,10 +164,7 @@ class WindowRunner:
         ctx, seconds = self._take_pending(window)
         if ctx is None:
             self._encoding = None  # the previous window's encoding is no longer needed
-            t0 = time.perf_counter()
-            with self.encoding_turn(mel, window):
-                ctx = self.model.encode(mel.window(window.seek, window.size), self.run_options)
-            seconds = time.perf_counter() - t0
+            ctx, seconds = encode(self.model, mel, window, self.encoding_turn, self.run_options)
         self._encoding = (key, ctx, seconds)
 
     def encode(self, window: Window, mel: LogMel) -> tuple[AudioContext, float]:

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from as2d.runtime.speculative.candidates import CandidateSource
 from as2d.runtime.speculative.verify import OneHypothesis, Verdict, replay
 from as2d.runtime.transcribe.beam import length_score
-from as2d.runtime.transcribe.window import Decoded, DecodingResult, commit, one_row, prompt_pass
+from as2d.runtime.transcribe.window import (
+    Decoded,
+    DecodingResult,
+    Report,
+    commit,
+    one_row,
+    prompt_pass,
+)
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import BeamDecoderState
 
@@ -42,7 +49,9 @@ class Sample(Decoded):
 
 @dataclass
 class SampleBatch:
-    """The samples of one window at one temperature, decoded as one batch of hypotheses."""
+    """The samples of one window at one temperature, decoded as one batch of hypotheses: a
+    window task (:class:`~as2d.runtime.transcribe.window_task.WindowDecode`) that reports each
+    pass as one, every sample's counts with the first's texts."""
 
     state: BeamDecoderState
     samples: list[Sample]
@@ -54,6 +63,8 @@ class SampleBatch:
     no_speech_prob: float = 0.0
     passes: int = 0  # passes of the batch (each sample's counts hold those it took part in)
     live: list[int] = field(default_factory=list)  # samples in the cache's hypothesis order
+    report: Report = None
+    steps = 0  # not a beam: each committed token is a step
 
     @property
     def done(self) -> bool:
@@ -64,7 +75,7 @@ class SampleBatch:
         """Generated tokens of every live sample that the cache holds (its pending one not)."""
         return self.state.length - len(self.prompt)
 
-    def start(self) -> list[tuple[list[int], Verdict]]:
+    def start(self) -> None:
         """The prompt, run once for every sample, and each sample's first token."""
         t0 = time.perf_counter()
         self.no_speech_prob, last = prompt_pass(one_row(self.state), self.prompt, self.sot_index,
@@ -78,7 +89,7 @@ class SampleBatch:
                                           token == self.eot)))
         self.live = [i for i, s in enumerate(self.samples) if not s.done]
         self.state.reorder([0] * len(self.live))
-        return self._passed(t0, passed)
+        self._passed(t0, passed)
 
     def room(self, sample: Sample) -> int:
         """Candidates ``sample`` may have run after its pending token and backlog."""
@@ -87,8 +98,8 @@ class SampleBatch:
         by_ctx = self.state.capacity - len(self.prompt) - len(sample.generated)
         return max(0, min(by_len, by_ctx, self.max_fed - 1 - backlog))
 
-    def step(self) -> list[tuple[list[int], Verdict]]:
-        """One pass over every live sample; per sample, its offer and verdict."""
+    def step(self) -> None:
+        """One pass over every live sample, each with its source's offer."""
         if self.done:
             raise RuntimeError("samples already decoded")
         t0 = time.perf_counter()
@@ -122,16 +133,15 @@ class SampleBatch:
             self.state.truncate(len(self.prompt) + m + min(kept[j] for j in going))
             self.state.reorder(going)
         self.live = [self.live[j] for j in going]
-        return self._passed(t0, passed)
+        self._passed(t0, passed)
 
     def _commit(self, s: Sample, tokens: list[int], rows: list) -> None:
         commit(s, tokens, rows, self.eot, self.sample_len, len(self.prompt),
                self.state.capacity)
 
-    def _passed(self, t0: float, passed: list[tuple[int, list[int], Verdict]]
-                ) -> list[tuple[list[int], Verdict]]:
+    def _passed(self, t0: float, passed: list[tuple[int, list[int], Verdict]]) -> None:
         """Count a pass for the batch and each sample in it, time its verdicts, tell the
-        sources; the offers and verdicts, in the pass's order."""
+        sources; report it as one pass (every sample's counts, the first's texts)."""
         seconds = time.perf_counter() - t0
         self.passes += 1
         for i, offer, v in passed:
@@ -139,15 +149,33 @@ class SampleBatch:
             self.samples[i].counts.count(v.offered, v.accepted, seconds,
                                          v.offered == 0 and self.passes > 1)
             self.samples[i].source.observe(offer, v)
-        return [(offer, v) for _, offer, v in passed]
+        if passed and self.report is not None:
+            _, offered, lead = passed[0]
+            vs = [v for _, _, v in passed]
+            self.report(offered, Verdict([t for v in vs for t in v.committed], [],
+                                         sum(v.offered for v in vs), sum(v.accepted for v in vs),
+                                         sum(v.ran for v in vs), lead.seconds), lead)
 
     def results(self) -> list[DecodingResult]:
         """Every sample's decode so far (complete once :attr:`done`)."""
         return [s.decoded(self.no_speech_prob) for s in self.samples]
 
     def result(self) -> DecodingResult:
-        """The most probable sample so far (whisper's ranking; the first of equals)."""
+        """The most probable sample so far (:func:`best`)."""
         results = self.results()
-        scores = [length_score(r.sum_logprob, len(r.tokens)) for r in results]
-        return results[scores.index(max(scores))]
+        return results[best(results)]
 
+    def close(self) -> None:
+        """Done, stopped or failed: the sources let go, the cache goes back to its pool."""
+        try:
+            for s in self.samples:
+                s.source.finish(s.generated)
+        finally:
+            self.state.model.release(self.state)
+
+
+def best(results: list[DecodingResult]) -> int:
+    """Which of a window's ``best_of`` samples is kept: whisper's ranking (log-probability
+    over length), the first of equals."""
+    scores = [length_score(r.sum_logprob, len(r.tokens)) for r in results]
+    return scores.index(max(scores))

@@ -8,12 +8,11 @@ input), so the comparison isolates the scheduling.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
-from as2d.runtime.events import Encoded, Listener
+from as2d.runtime.events import Listener
 from as2d.runtime.speculative.budget import Budget
-from as2d.runtime.transcribe.drafter import draft_frames, make_retokenizer, same_vocabulary
+from as2d.runtime.transcribe.drafter import encode_draft, make_retokenizer, same_vocabulary
 from as2d.runtime.transcribe.strategy import BudgetedSource, DraftingStrategy, Window
 from as2d.runtime.whisper.features import LogMel
 from as2d.runtime.whisper.logits import LogitRules
@@ -39,12 +38,8 @@ class SerialSD(DraftingStrategy):
         language = window.language or self.language  # a multilingual run's: the window's
         if not self.drafter_understands(language):
             return BudgetedSource(self.budget)
-        t0 = time.perf_counter()
-        mel = self.mel.for_mels(self.drafter.dims.n_mels)  # its own bands (80 for 128)
-        ctx = self.drafter.encode(mel.window(window.seek, window.size,
-                                             pad_to=draft_frames(window.size)))
-        self.emit(Encoded(window.index, time.perf_counter() - t0, ctx.n_frames,
-                          worker="drafter"))
+        ctx = encode_draft(self.drafter, self.mel, window.seek, window.size, window.index,
+                           self.emit)
         dtk = self.drafter.tokenizer
         draft = SerialDrafter(self.drafter, self.drafter.decoder_state(ctx),
                               dtk.sot_sequence(language if dtk.multilingual else None),

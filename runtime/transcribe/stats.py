@@ -37,15 +37,14 @@ class RunStats:
     drafted_tokens: int = 0
     search: str = "greedy"  # how windows at temperature 0 were decoded ("beam 5", ...)
 
-    def total(self, attr: str):
-        return sum(getattr(w, attr) for w in self.windows)
-
     def summary(self) -> dict:
-        tokens = self.total("tokens")
-        decode = self.total("decode_seconds")
-        offered, accepted = self.total("offered"), self.total("accepted")
-        passes = self.total("passes")
-        beam_passes = sum(w.passes for w in self.windows if w.steps)
+        ws = self.windows
+        tokens = sum(w.tokens for w in ws)
+        decode = sum(w.decode_seconds for w in ws)
+        offered, accepted = sum(w.offered for w in ws), sum(w.accepted for w in ws)
+        passes = sum(w.passes for w in ws)
+        steps = sum(w.steps for w in ws)
+        beam_passes = sum(w.passes for w in ws if w.steps)
         return {
             "source": self.source,
             "decoder": self.decoder,
@@ -68,19 +67,19 @@ class RunStats:
             "tokens_per_pass": round(tokens / passes, 3) if passes else 0.0,
             # Beam search: beam steps per pass (1 target-only; a speculative pass takes one,
             # then as many more as its verified rows decide).
-            "beam_steps": self.total("steps"),
-            "beam_steps_per_pass": round(self.total("steps") / beam_passes, 3)
+            "beam_steps": steps,
+            "beam_steps_per_pass": round(steps / beam_passes, 3)
             if beam_passes else 0.0,
             "candidates_offered": offered,
             "candidates_accepted": accepted,
             "acceptance": round(accepted / offered, 4) if offered else 0.0,
-            "passes_alone": self.total("alone"),
+            "passes_alone": sum(w.alone for w in ws),
             # Decodes run and not kept (temperature fallback, best_of, the repetition retry):
             # their time is in decode_seconds, their tokens and passes only here.
-            "dropped_decodes": self.total("dropped_decodes"),
-            "dropped_tokens": self.total("dropped_tokens"),
-            "dropped_passes": self.total("dropped_passes"),
-            "encode_seconds": round(self.total("encode_seconds"), 4),
+            "dropped_decodes": sum(w.dropped_decodes for w in ws),
+            "dropped_tokens": sum(w.dropped_tokens for w in ws),
+            "dropped_passes": sum(w.dropped_passes for w in ws),
+            "encode_seconds": round(sum(w.encode_seconds for w in ws), 4),
             "draft_seconds": round(self.draft_seconds, 4),
             "drafted_tokens": self.drafted_tokens,
             "interrupted": self.interrupted,

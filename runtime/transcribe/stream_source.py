@@ -105,8 +105,6 @@ class SampledSource(CandidateSource):
         self.proposer = proposer
         self.tb = timestamp_begin
         self.budgets = {kind: Budget(prior_acceptance=p) for kind, p in PRIORS.items()}
-        for b in self.budgets.values():
-            b.window_start()
         self._kind: str | None = None  # of the last offer
 
     def propose(self, context: Sequence[int], room: int) -> list[int]:

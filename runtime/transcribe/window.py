@@ -9,7 +9,7 @@ decoding commits.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +17,11 @@ import numpy as np
 from as2d.runtime.speculative.verify import PassCounts, Verdict, verify
 from as2d.runtime.whisper.logits import LogitRules, logprob_of, no_speech_probability
 from as2d.runtime.whisper.model import DecoderState
+from as2d.runtime.whisper.seeking import compression_ratio
+
+# (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event;
+# None where nobody listens (no verdict is assembled for nobody)
+Report = Callable[[Sequence[int], Verdict, Verdict | None], None] | None
 
 
 @dataclass
@@ -33,6 +38,12 @@ class DecodingResult:
     @property
     def avg_logprob(self) -> float:
         return self.sum_logprob / (len(self.tokens) + 1)
+
+    def compression_ratio(self, tokenizer) -> float:
+        """The gzip compression ratio of the decode's text, measured once."""
+        if self.compression is None:
+            self.compression = compression_ratio(tokenizer.decode(self.tokens))
+        return self.compression
 
 
 @dataclass(kw_only=True)

@@ -16,17 +16,12 @@ from typing import Protocol
 from as2d.runtime.speculative import candidates
 from as2d.runtime.speculative.budget import Budget
 from as2d.runtime.speculative.candidates import CandidateSource
-from as2d.runtime.speculative.verify import Verdict
 from as2d.runtime.transcribe.beam import BeamOptions, BeamWindow
 from as2d.runtime.transcribe.samples import Sample, SampleBatch
 from as2d.runtime.transcribe.stream_source import StreamProposer
-from as2d.runtime.transcribe.window import DecodingResult, WindowState
+from as2d.runtime.transcribe.window import DecodingResult, Report, WindowState
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel
-
-# (offered, verdict, whose texts to show: None for the verdict's own) → one Verified event;
-# None where nobody listens (no verdict is assembled for nobody)
-Report = Callable[[Sequence[int], Verdict, Verdict | None], None] | None
 
 
 class WindowDecode(Protocol):
@@ -75,9 +70,9 @@ def samples(prompt: list[int], rules: Sequence[LogitRules], sample_len: int,
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
         try:
-            return _opened(model, model.beam_state(ctx, len(rules)), lambda state: _Samples(
-                SampleBatch(state, [Sample(r, src) for r, src in zip(rules, sources)],
-                            prompt, prompt.index(tk.sot), sample_len, tk.eot), report))
+            return _opened(model, model.beam_state(ctx, len(rules)), lambda state: SampleBatch(
+                state, [Sample(r, src) for r, src in zip(rules, sources)], prompt,
+                prompt.index(tk.sot), sample_len, tk.eot, report=report))
         except BaseException:
             for src in sources:
                 src.finish([])
@@ -94,14 +89,15 @@ def beam(prompt: list[int], rules: LogitRules, sample_len: int, options: BeamOpt
 
     def open_(model: WhisperModel, ctx: AudioContext, report: Report) -> WindowDecode:
         tk = model.tokenizer
-        return _opened(model, model.beam_state(ctx, options.beam_size), lambda state: _Beam(
-            BeamWindow(state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, options),
-            proposer, budget.fresh() if proposer is not None else None))
+        return _opened(model, model.beam_state(ctx, options.beam_size), lambda state: BeamWindow(
+            state, rules, prompt, prompt.index(tk.sot), sample_len, tk.eot, options,
+            proposer=proposer, budget=budget.fresh() if proposer is not None else None))
 
     return open_
 
 
-def _opened(model: WhisperModel, state, make: Callable[[object], _Task]) -> _Task:
+def _opened(model: WhisperModel, state, make: Callable[[object], WindowDecode]
+            ) -> WindowDecode:
     """``make(state)``'s task; one that cannot be made releases ``state`` at once."""
     try:
         return make(state)
@@ -110,37 +106,18 @@ def _opened(model: WhisperModel, state, make: Callable[[object], _Task]) -> _Tas
         raise
 
 
-class _Task:
-    """What every search's task shares: its decoding, whose state goes back to its model's
-    pool when the task closes."""
+class _Greedy:
+    """A greedy window (:class:`WindowState`, the kernel's one-hypothesis decode, which the
+    drafter and ``ask`` drive too) with its candidate source, as a window task."""
 
     steps = 0
 
-    def __init__(self, decoding) -> None:
-        self.decoding = decoding
-
-    def release(self) -> None:
-        state = self.decoding.state
-        state.model.release(state)
+    def __init__(self, window: WindowState, source: CandidateSource, report: Report) -> None:
+        self.decoding, self.source, self.report = window, source, report
 
     @property
     def done(self) -> bool:
         return self.decoding.done
-
-    def results(self) -> list[DecodingResult]:
-        return [self.decoding.result()]
-
-    def result(self) -> DecodingResult:
-        return self.decoding.result()
-
-    def close(self) -> None:
-        self.release()
-
-
-class _Greedy(_Task):
-    def __init__(self, window: WindowState, source: CandidateSource, report: Report) -> None:
-        super().__init__(window)
-        self.source, self.report = source, report
 
     def start(self) -> None:
         first = self.decoding.start()
@@ -153,69 +130,14 @@ class _Greedy(_Task):
         candidates.step(self.decoding, self.source, None if report is None else
                         lambda offered, verdict: report(offered, verdict, None))
 
+    def results(self) -> list[DecodingResult]:
+        return [self.decoding.result()]
+
+    def result(self) -> DecodingResult:
+        return self.decoding.result()
+
     def close(self) -> None:
         try:
             self.source.finish(self.decoding.generated)
         finally:
-            self.release()
-
-
-class _Samples(_Task):
-    def __init__(self, batch: SampleBatch, report: Report) -> None:
-        super().__init__(batch)
-        self.report = report
-
-    def start(self) -> None:
-        self._report(self.decoding.start())
-
-    def step(self) -> None:
-        self._report(self.decoding.step())
-
-    def _report(self, verdicts: list[tuple[list[int], Verdict]]) -> None:
-        """One pass over the samples as one report: every sample's counts, the first's texts."""
-        if not verdicts or self.report is None:
-            return
-        offered, lead = verdicts[0]
-        merged = Verdict([t for _, v in verdicts for t in v.committed], [],
-                         sum(v.offered for _, v in verdicts),
-                         sum(v.accepted for _, v in verdicts),
-                         sum(v.ran for _, v in verdicts), lead.seconds)
-        self.report(offered, merged, lead)
-
-    def results(self) -> list[DecodingResult]:
-        return self.decoding.results()
-
-    def close(self) -> None:
-        try:
-            for s in self.decoding.samples:
-                s.source.finish(s.generated)
-        finally:
-            self.release()
-
-
-class _Beam(_Task):
-    def __init__(self, search: BeamWindow, proposer: StreamProposer | None,
-                 budget: Budget | None) -> None:
-        super().__init__(search)
-        self.proposer, self.budget = proposer, budget  # fresh: its window counts are zero
-
-    @property
-    def steps(self) -> int:
-        return self.decoding.steps
-
-    def start(self) -> None:
-        self.decoding.start()
-
-    def step(self) -> None:
-        search, props, k = self.decoding, None, 0
-        if self.proposer is not None:
-            width = len(search.beams)
-            room = min(search.room, self.budget.room(width))
-            guesses = [self.proposer.propose(seq, room) for seq in search.beams]
-            k = self.budget.choose(max(map(len, guesses), default=0), width)
-            props = [g[:k] for g in guesses] if k else None
-        spent = search.counts.seconds
-        steps = search.step(props)
-        if self.proposer is not None:  # a plain pass measures the cost a row adds to
-            self.budget.record(k, min(steps - 1, k), width * (1 + k),
-                               search.counts.seconds - spent)
+            self.decoding.state.model.release(self.decoding.state)

@@ -19,11 +19,11 @@ import numpy as np
 from as2d.runtime.json_files import MAX_JSON, read_json_capped
 from as2d.runtime.sessions import make_session
 from as2d.runtime.whisper.model import (
-    ROW_PROBE_WORDS,
     WHISPER_TEXT_CTX,
     AudioContext,
     WhisperDims,
     check_tokenizer,
+    row_probe,
 )
 from as2d.runtime.whisper.tokenizer import WhisperTokenizer
 
@@ -217,10 +217,7 @@ class HFWhisperModel:
     def row_probe(self):
         """The passes of the row check (:mod:`as2d.runtime.rows`): a plain export is not built
         for row-exactness, so it is checked on every load (``row_memo`` is None)."""
-        ctx = self.encode(np.zeros((1, self.dims.n_mels, 3000), np.float32))
-        tokens = self.tokenizer.sot_sequence("en" if self.multilingual else None)
-        tokens = list(tokens) + self.tokenizer.encode(ROW_PROBE_WORDS)
-        return (lambda: self.decoder_state(ctx)), tokens, self.release
+        return row_probe(self, self.encode(np.zeros((1, self.dims.n_mels, 3000), np.float32)))
 
     row_memo = None  # a folder as2d did not make: checked on every load
 

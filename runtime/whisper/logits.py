@@ -7,7 +7,7 @@ candidates before it). Both call :meth:`LogitRules.choose`, so both make the sam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,6 +25,11 @@ class LogitRules:
     3. timestamp rules (when timestamps are on): timestamps come in pairs, never decrease,
        the first token is a timestamp no later than ``max_initial_timestamp``, and a timestamp
        is forced when the timestamp tokens together outweigh the best text token.
+
+    Then the choice: greedy at ``temperature`` 0, else one draw from ``rng`` per committed
+    position, in order (a fallback's sampled decode: :meth:`sampling`). The log-probabilities
+    a window is judged by stay those of the rule-masked logits, not divided by the
+    temperature, as in whisper.
     """
 
     tokenizer: WhisperTokenizer
@@ -33,6 +38,8 @@ class LogitRules:
     suppress_blank: bool = True
     suppress: tuple[int, ...] = ()
     max_initial_timestamp: float = 1.0
+    temperature: float = 0.0
+    rng: np.random.Generator | None = None
 
     def __post_init__(self) -> None:
         tk = self.tokenizer
@@ -86,9 +93,25 @@ class LogitRules:
             if ts_mass > row[:tb].max():
                 row[:tb] = NEG_INF
 
+    def sampling(self, temperature: float, rng: np.random.Generator) -> LogitRules:
+        """These rules, drawing at ``temperature`` from ``rng`` instead of choosing greedily."""
+        return replace(self, temperature=temperature, rng=rng)
+
     def choose(self, row: np.ndarray, generated: list[int]) -> int:
-        """The greedy token at this position (row is masked in place)."""
+        """The token at this position (row is masked in place): greedy, or drawn."""
+        if self.temperature > 0:
+            return sample(self.apply(row, generated), self.temperature, self.rng)
         return int(np.argmax(self.apply(row, generated)))
+
+
+def sample(row: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    """One token drawn from ``softmax(row / temperature)`` (masked entries are ``-inf``)."""
+    x = row.astype(np.float64) / temperature
+    x -= x.max()
+    cdf = np.cumsum(np.exp(x))
+    # u < cdf[-1], and a token of probability 0 owns an empty interval: never drawn.
+    u = rng.random() * cdf[-1]
+    return int(min(np.searchsorted(cdf, u, side="right"), len(cdf) - 1))
 
 
 def logprob_of(row: np.ndarray, token: int) -> float:

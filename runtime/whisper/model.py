@@ -139,13 +139,9 @@ class WhisperModel:
         return self.encode(np.zeros((1, self.dims.n_mels, 100), np.float32))
 
     def row_probe(self):
-        """The passes of the row check (:mod:`as2d.runtime.rows`): one second of silence and a
-        sentence, in one pass wider than any the budget verifies (a new onnxruntime or CPU could
-        round differently)."""
-        ctx = self._probe_context()
-        tokens = list(self.tokenizer.sot_sequence("en" if self.multilingual else None))
-        tokens += self.tokenizer.encode(ROW_PROBE_WORDS)
-        return (lambda: self.decoder_state(ctx)), tokens, self.release
+        """The passes of the row check (:mod:`as2d.runtime.rows`) over one second of silence (a
+        new onnxruntime or CPU could round differently)."""
+        return row_probe(self, self._probe_context())
 
     @property
     def row_memo(self):
@@ -237,6 +233,15 @@ class WhisperModel:
     def beam_memo(self):
         """Remembered in the models folder under the beam graph's sha256."""
         return self._memo(self.manifest["files"].get("decoder_beam"))
+
+
+def row_probe(model, ctx: AudioContext):
+    """The passes of the row check (:mod:`as2d.runtime.rows`) of any Whisper decoder: over the
+    audio ``ctx``, the start of a transcript and a sentence, in one pass wider than any the
+    budget verifies; ``(new state, tokens, release)``."""
+    tokens = list(model.tokenizer.sot_sequence("en" if model.multilingual else None))
+    tokens += model.tokenizer.encode(ROW_PROBE_WORDS)
+    return (lambda: model.decoder_state(ctx)), tokens, model.release
 
 
 WHISPER_TEXT_CTX = 448  # the decoder's positional table in every Whisper model
