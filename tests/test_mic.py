@@ -496,6 +496,7 @@ def test_previous_decode_as_candidates_is_lossless_and_saves_passes(inner, draft
     try:
         reference, plain_passes, _ = decode(plain, grown)
         hinted = HintedStrategy(plain, drafter_with_hints)
+        assert hinted.verifies_samples == (inner == "as2d")  # a fallback's samples drafted too
         _, _, first_runs = decode(hinted, earlier)  # the utterance 0.7 of the way through
         assert hinted.last, "the hint is what the earlier decode committed"
         hinted.previous, hinted.offered, hinted.accepted = hinted.last, 0, 0

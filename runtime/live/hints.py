@@ -143,6 +143,10 @@ class HintedStrategy(DecodeStrategy):
     def streams(self) -> bool:  # type: ignore[override]
         return self.current.streams
 
+    @property
+    def verifies_samples(self) -> bool:  # type: ignore[override]
+        return self.current.verifies_samples
+
     def threads(self) -> dict:
         return self.current.threads()
 
