@@ -9,7 +9,8 @@ model's own words):
   sentence of the span it was taken from, then the passages that share the most content words
   with the question over the whole transcript; an answer that is withheld keeps the same
   passages (the one its guess came from first), so the user sees where the recording comes
-  closest (read from selected passages of a long transcript: the best passage overall first).
+  closest (read from selected passages of a long transcript: of BM25's best passages over the
+  whole transcript, the one the model finds the question likeliest after first).
   A Whisper segment may stop mid-sentence, and the sentence is what a reader checks: on the
   dev split the first passage then holds the answer (or the answer is right) for 172 of 195
   answerable questions, against 169 with the segment (``scripts/ask_evidence.py``:
@@ -196,7 +197,8 @@ def judge(answer, spans: Sequence[Span], question: str, policy,
         # comes closest: on dev its first passage then holds the answer for 0.88 of the
         # answerable questions, against 0.84 with the question's best-matching passages
         # first). Read from selected passages of a long transcript, the guess saw only part
-        # of the recording: the best passage over the whole transcript first (:func:`passages`).
+        # of the recording: the best of BM25's passages over the whole transcript, re-ranked by
+        # the model (:func:`passages`), first.
         order = own + [i for i in top if i not in own]
         shown = passages(spans, question, [] if answer.selected else _lead(own, order),
                          rerank=rerank)

@@ -162,7 +162,6 @@ class LookupSource(CandidateSource):
         if key not in self.budgets:
             b = self.budgets[key] = Budget(k_max=self.k_max, prior_slope=self.prior_slope,
                                            prior_acceptance=self.prior_acceptance[bucket])
-            b.window_start()
         return self.budgets[key]
 
     def propose(self, context: Sequence[int], room: int) -> list[int]:

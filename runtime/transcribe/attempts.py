@@ -148,14 +148,18 @@ class Attempts:
 
     def sample_batching(self, samples: int) -> bool:
         """Are a fallback's samples drawn side by side (:mod:`.samples`)? That needs the
-        batched decoder with rows exactly those of single passes (checked once per model)."""
-        if samples < 2 or self.model.beam_graph is None:
+        batched decoder with rows exactly those of single passes (checked once per model: a
+        batched decoder that cannot be loaded counts as not exact, so it is not tried again)."""
+        model = self.model
+        if samples < 2 or model.beam_graph is None:
             return False
-        try:
-            self.model.beam_session()
-        except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
-            return False
-        return beams_exact(self.model)
+        if model.beam_check is None:
+            try:
+                model.beam_session()
+            except Exception:  # noqa: BLE001 - no batched decoder: one sample after another
+                model.beam_check = {"exact": False}
+                return False
+        return beams_exact(model)
 
     def _proposer(self, window: Window) -> StreamProposer | None:
         """Candidates from the drafter's stream for any sequence decoded in ``window`` (None:
