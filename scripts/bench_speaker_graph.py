@@ -2,7 +2,7 @@
 """Where the CAM++ embedding graph spends its time, and what an int8 copy of it saves and costs.
 
     python scripts/bench_speaker_graph.py [--data /tmp/as2d-diarization-set2] \
-        [--out bench/results/speaker-graph-cpu.json]
+        [--out bench/results/speaker-graph-int8-cpu.json] [--dev] [--ranges]
 
 Real clips only: the local-speaker clips the diarizer embeds (its own segmentation and
 ``_local_clips``) of two dev conversations of ``bench/diarization.py``'s set. One thread.
@@ -12,9 +12,10 @@ Real clips only: the local-speaker clips the diarizer embeds (its own segmentati
   onnxruntime moves to its blocked NCHWc layout), the TDNN's fused conv + ReLU (a dense layer's
   1x1 conv and the masking gate's convs), its plain convs (the k3 dilated local convs and the
   transit layers), and the element-wise rest. CPU seconds per 10 s of clip speech.
-- **int8**: the same graph quantized statically by onnxruntime (QDQ, per-channel int8 weights,
-  uint8 activations with the 7-bit range AVX2 needs, convolutions only), calibrated on the
-  first conversation's clips and run on the second's: CPU time against the float graph
+- **int8**: the copy installs make (:mod:`as2d.models.campplus_int8`: QDQ, per-channel int8
+  weights, uint8 activations with the 7-bit range AVX2 needs, convolutions only) from the
+  shipped range table, which ``--ranges`` computes again on the first conversation's clips
+  (min/max) and writes; run on the second conversation's clips: CPU time against the float graph
   (interleaved rounds) and the cosine of each clip's embedding to the float graph's; with
   ``--dev``, the whole diarizer's DER and speaker counts on the dev part with either graph
   (the same segmentation and settings; CPU of the two models, one thread).
@@ -88,7 +89,7 @@ def dev_scores(items, folder: Path, models, int8_path: Path) -> dict:
     audio = {i["name"]: sf.read(folder / f"{i['name']}.wav", dtype="float32")[0]
              for i in items}
     out = {}
-    for name, path in (("float", models.embedding), ("int8", int8_path)):
+    for name, path in (("float", models.embedding_float), ("int8", int8_path)):
         embedder = SpeakerEmbedder(path, 1)
         t = time.process_time()
         analyses = {n: analyse(x, segmenter, embedder, params) for n, x in audio.items()}
@@ -114,27 +115,48 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path("/tmp/as2d-diarization-set2"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dev", action="store_true", help="score dev with each graph")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/results/speaker-graph-cpu.json")
+    ap.add_argument("--ranges", action="store_true",
+                    help="compute the int8 activation ranges on the calibration clips and "
+                         "write them to the shipped table first")
+    ap.add_argument("--out", type=Path,
+                    default=ROOT / "bench/results/speaker-graph-int8-cpu.json")
     args = ap.parse_args()
 
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        QuantFormat,
-        QuantType,
-        quantize_static,
+    from as2d.models import campplus_int8
+    from as2d.models.bundle import models_dir
+    from as2d.models.speakers import (
+        EMBEDDING_FILE,
+        EMBEDDING_INT8_FILE,
+        NAME,
+        SEGMENTATION_FILE,
+        SpeakerModels,
+        install_speaker_models,
     )
-
-    from as2d.models.speakers import install_speaker_models
-    from bench.diarization import load_set
+    from bench.diarization import SET_VERSION, load_set
 
     items = [i for i in load_set(args.data) if i["part"] == "dev"]
+    if args.ranges:  # before the install check, which makes the int8 graph from the table
+        folder = models_dir() / NAME
+        floats = SpeakerModels(folder / SEGMENTATION_FILE, folder / EMBEDDING_INT8_FILE,
+                               folder / EMBEDDING_FILE)
+        calib = clips_of(args.data / f"{items[1]['name']}.wav", floats)
+        with tempfile.TemporaryDirectory() as tmp:
+            table = {"recipe": {
+                "script": "scripts/bench_speaker_graph.py --ranges",
+                "clips": f"the diarizer's local-speaker clips of {items[1]['name']} (dev) of "
+                         f"bench/diarization.py's set v{SET_VERSION} ({len(calib)} clips)",
+                "method": "onnxruntime MinMax calibration of the convolutions' inputs and "
+                          "outputs, float graph",
+                "date": time.strftime("%Y-%m-%d")},
+                "ranges": campplus_int8.calibrate(floats.embedding_float, calib, Path(tmp))}
+        campplus_int8.RANGES_FILE.write_text(json.dumps(table, indent=1) + "\n")
     models = install_speaker_models()
     calib = clips_of(args.data / f"{items[1]['name']}.wav", models)
     test = clips_of(args.data / f"{items[2]['name']}.wav", models)
     seconds = sum(c.shape[1] for c in test) / 100
 
     with tempfile.TemporaryDirectory() as tmp:
-        s = session(models.embedding, f"{tmp}/prof")
+        s = session(models.embedding_float, f"{tmp}/prof")
         t = time.process_time()
         for c in test:
             s.run(None, {"feats": c})
@@ -150,19 +172,9 @@ def main() -> None:
                        "cpu_per_10s_speech": round(v / total * profiled / seconds * 10, 4)}
                    for k, v in by.most_common()}
 
-        class Reader(CalibrationDataReader):
-            def __init__(self) -> None:
-                self.it = iter(calib)
-
-            def get_next(self):
-                v = next(self.it, None)
-                return None if v is None else {"feats": v}
-
         q8 = Path(tmp) / "campplus-int8.onnx"
-        quantize_static(str(models.embedding), str(q8), Reader(), quant_format=QuantFormat.QDQ,
-                        per_channel=True, reduce_range=True, op_types_to_quantize=["Conv"],
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-        sessions = {"float": session(models.embedding), "int8": session(q8)}
+        campplus_int8.quantize(models.embedding_float, q8)
+        sessions = {"float": session(models.embedding_float), "int8": session(q8)}
         cpu = {k: [] for k in sessions}
         outs = {}
         for r in range(args.rounds):
