@@ -53,7 +53,8 @@ class DiarizeParams:
     # across a turn change).
     step: float = 5.0
     # cosine distance at which clusters stop merging: the middle of the dev files' plateau
-    # (0.4-0.6 give the same 10.8 % and 11 of 12 counts there; 0.7 merges speakers)
+    # (0.4-0.6 give the same DER and 11 of 12 counts there: 11.4 % with owned_only=3.0,
+    # bench/results/diarization-owned-dev-sweep-cpu.json; 0.7 merges speakers)
     threshold: float = 0.55
     min_clean: float = 1.0  # seconds of clean speech an embedding needs to be clustered
     # Seconds of clean speech in a window's own part (its frames nearer its centre than any

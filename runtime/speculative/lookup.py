@@ -160,8 +160,8 @@ class LookupSource(CandidateSource):
         bucket = min(max(n, 1), max(self.prior_acceptance))
         key = (name, bucket)
         if key not in self.budgets:
-            b = self.budgets[key] = Budget(k_max=self.k_max, prior_slope=self.prior_slope,
-                                           prior_acceptance=self.prior_acceptance[bucket])
+            self.budgets[key] = Budget(k_max=self.k_max, prior_slope=self.prior_slope,
+                                       prior_acceptance=self.prior_acceptance[bucket])
         return self.budgets[key]
 
     def propose(self, context: Sequence[int], room: int) -> list[int]:
