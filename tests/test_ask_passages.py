@@ -115,6 +115,7 @@ def test_an_answer_from_selected_passages_shows_whole_sentences(recording):
     # re-ranked by the model (here a rule that likes one passage): the passage it finds the
     # question likeliest after, among BM25's first RERANK_TOP, leads; an answer's own does not
     # move
+    assert len(ranked) >= 2, "the re-ranker has a choice to make"
     liked = passage(recording, ranked[min(len(ranked), RERANK_TOP) - 1]).text
 
     def rerank(texts):
