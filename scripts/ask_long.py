@@ -62,6 +62,16 @@ def shifted_spans(clips: dict, taken: list[str], offsets: dict[str, float]) -> l
             for n in taken for s in clips[n]["spans"]]
 
 
+def recording_of_transcripts(questions: Path, transcripts: Path, minutes: float):
+    """``(question set, spans, offsets)``: the question set's clips, as transcribed in
+    ``transcripts`` (clip name → segments), joined into one recording of about ``minutes``
+    (:func:`joined`), its spans on the joined time line."""
+    qset = load_questions(questions, fetch=False)
+    clips = json.loads(transcripts.read_text())
+    taken, offsets = joined(clips, [n for n in qset.clips if n in clips], minutes)
+    return qset, shifted_spans(clips, taken, offsets), offsets
+
+
 def question_class(q, spans: list[Span]) -> str:
     """``yes/no``, ``findable`` (a span, or two in a row, that holds an accepted answer shares
     a content word with the question) or ``unfindable``: what a retrieval by the question's

@@ -35,14 +35,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from ask_long import joined, question_class, shifted_spans  # noqa: E402
+from ask_long import question_class, recording_of_transcripts  # noqa: E402
 
 from as2d.runtime.ask.codec import Codec  # noqa: E402
 from as2d.runtime.ask.passages import passage, rank_passages, sentence_runs  # noqa: E402
 from as2d.runtime.ask.prompt import asks_about_time  # noqa: E402
 from as2d.runtime.ask.rerank import question_likelihoods  # noqa: E402
 from bench.ask_score import evidence_holds, unanswerable  # noqa: E402
-from bench.questions import QUESTIONS, load_questions  # noqa: E402
+from bench.questions import QUESTIONS  # noqa: E402
 
 TOP = 8
 KS = (1, 2, 3, 4, 6, 8)
@@ -88,11 +88,8 @@ def main() -> int:
 
     from as2d.loading import load_llm
 
-    qset = load_questions(args.questions, fetch=False)
-    clips = json.loads(args.transcripts.read_text())
-    names = [n for n in qset.clips if n in clips]
-    taken, offsets = joined(clips, names, args.minutes)
-    spans = shifted_spans(clips, taken, offsets)
+    qset, spans, offsets = recording_of_transcripts(args.questions, args.transcripts,
+                                                    args.minutes)
     runs = sentence_runs(spans)
     lm = load_llm(args.llm, None, args.models_dir, args.threads)
     codec = Codec(lm.tokenizer)

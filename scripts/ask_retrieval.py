@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from ask_long import joined, question_class, shifted_spans  # noqa: E402
+from ask_long import question_class, recording_of_transcripts  # noqa: E402
 
 from as2d.runtime.ask.passages import (  # noqa: E402
     bm25,
@@ -49,7 +49,7 @@ from as2d.runtime.ask.passages import (  # noqa: E402
 from as2d.runtime.ask.prompt import asks_about_time  # noqa: E402
 from as2d.runtime.ask.spans import Span  # noqa: E402
 from bench.ask_score import evidence_holds, unanswerable  # noqa: E402
-from bench.questions import QUESTIONS, load_questions  # noqa: E402
+from bench.questions import QUESTIONS  # noqa: E402
 
 WINDOWS = (32, 48, 64, 96, 128)
 
@@ -94,11 +94,8 @@ def main() -> int:
     from as2d.loading import load_llm
     from as2d.runtime.ask.answer import Answerer, AskOptions
 
-    qset = load_questions(args.questions, fetch=False)
-    clips = json.loads(args.transcripts.read_text())
-    names = [n for n in qset.clips if n in clips]
-    taken, offsets = joined(clips, names, args.minutes)
-    spans = shifted_spans(clips, taken, offsets)
+    qset, spans, offsets = recording_of_transcripts(args.questions, args.transcripts,
+                                                    args.minutes)
     answerer = Answerer(load_llm(args.llm, None, args.models_dir, 1), None, AskOptions())
     o = answerer.options
     budget = answerer.capacity - o.max_tokens
