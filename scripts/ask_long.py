@@ -62,6 +62,20 @@ def shifted_spans(clips: dict, taken: list[str], offsets: dict[str, float]) -> l
             for n in taken for s in clips[n]["spans"]]
 
 
+def transcripts_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a script that asks about the joined recording of a transcripts file
+    (:func:`recording_of_transcripts`)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--questions", type=Path, default=QUESTIONS)
+    ap.add_argument("--transcripts", type=Path, required=True)
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--split", default="dev", choices=("dev", "test"))
+    ap.add_argument("--llm", default="gemma-3-270m")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--models-dir", type=Path, default=None)
+    return ap
+
+
 def recording_of_transcripts(questions: Path, transcripts: Path, minutes: float):
     """``(question set, spans, offsets)``: the question set's clips, as transcribed in
     ``transcripts`` (clip name → segments), joined into one recording of about ``minutes``

@@ -23,7 +23,6 @@ interleaved (the order alternating), and the answers' evidence compared.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -35,14 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from ask_long import question_class, recording_of_transcripts  # noqa: E402
+from ask_long import question_class, recording_of_transcripts, transcripts_parser  # noqa: E402
 
 from as2d.runtime.ask.codec import Codec  # noqa: E402
 from as2d.runtime.ask.passages import passage, rank_passages, sentence_runs  # noqa: E402
 from as2d.runtime.ask.prompt import asks_about_time  # noqa: E402
 from as2d.runtime.ask.rerank import question_likelihoods  # noqa: E402
 from bench.ask_score import evidence_holds, unanswerable  # noqa: E402
-from bench.questions import QUESTIONS  # noqa: E402
 
 TOP = 8
 KS = (1, 2, 3, 4, 6, 8)
@@ -74,15 +72,8 @@ def time_answers(lm, spans, questions) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--questions", type=Path, default=QUESTIONS)
-    ap.add_argument("--transcripts", type=Path, required=True)
-    ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--split", default="dev", choices=("dev", "test"))
-    ap.add_argument("--llm", default="gemma-3-270m")
+    ap = transcripts_parser(__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--models-dir", type=Path, default=None)
     ap.add_argument("--timing", type=int, default=0)
     args = ap.parse_args()
 

@@ -26,7 +26,6 @@ Each figure is given over all answerable questions and over the ``findable`` one
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections import Counter
@@ -36,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from ask_long import question_class, recording_of_transcripts  # noqa: E402
+from ask_long import question_class, recording_of_transcripts, transcripts_parser  # noqa: E402
 
 from as2d.runtime.ask.passages import (  # noqa: E402
     bm25,
@@ -49,7 +48,6 @@ from as2d.runtime.ask.passages import (  # noqa: E402
 from as2d.runtime.ask.prompt import asks_about_time  # noqa: E402
 from as2d.runtime.ask.spans import Span  # noqa: E402
 from bench.ask_score import evidence_holds, unanswerable  # noqa: E402
-from bench.questions import QUESTIONS  # noqa: E402
 
 WINDOWS = (32, 48, 64, 96, 128)
 
@@ -81,14 +79,7 @@ def holds(q, chosen: list[Span]) -> bool:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--questions", type=Path, default=QUESTIONS)
-    ap.add_argument("--transcripts", type=Path, required=True)
-    ap.add_argument("--minutes", type=float, default=10.0)
-    ap.add_argument("--split", default="dev", choices=("dev", "test"))
-    ap.add_argument("--llm", default="gemma-3-270m")
-    ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--models-dir", type=Path, default=None)
+    ap = transcripts_parser(__doc__.splitlines()[0])
     args = ap.parse_args()
 
     from as2d.loading import load_llm
