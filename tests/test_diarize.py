@@ -64,6 +64,25 @@ def test_a_voice_is_embedded_from_its_windows_own_parts_once():
     assert sum(len(whole[(i, 0)]) for i in range(3)) > 1.4 * sum(len(o) for o in own)
 
 
+def test_local_speakers_pair_with_speakers_as_an_assignment_solver_pairs_them():
+    """The exhaustive pairing of a window's local speakers (at most three) with the
+    recording's speakers is scipy's optimal assignment, on random similarities of every
+    shape."""
+    from scipy.optimize import linear_sum_assignment
+
+    from as2d.runtime.speakers.diarize import best_pairs
+
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 3):
+        for k in range(1, 9):
+            for _ in range(20):
+                sim = rng.uniform(-1, 1, (n, k))
+                rows, cols = best_pairs(sim)
+                want_rows, want_cols = linear_sum_assignment(-sim)
+                assert rows.tolist() == want_rows.tolist()
+                assert cols.tolist() == want_cols.tolist()
+
+
 # -- stopping ---------------------------------------------------------------------------------
 def test_a_stopped_diarization_ends_at_its_next_window_and_nobody_waits():
     """A cancelled transcription stops its diarization: the work checks the flag between

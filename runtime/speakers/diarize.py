@@ -22,6 +22,8 @@ The pipeline (the shape of pyannote's speaker-diarization-3.x, without torch):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
+from itertools import permutations
 
 import numpy as np
 
@@ -44,25 +46,28 @@ class DiarizeParams:
     """The pipeline's settings; the defaults are calibrated by ``bench/diarization.py`` on its
     dev recordings (figures in bench/results/diarization-*.json)."""
 
-    # Seconds between segmentation windows: half-overlapping. On the dev files (2-5
-    # speakers; bench/results/diarization-dev-sweep-cpu.json) every 5 s gives 10.8 % DER with
-    # 11 of 12 counts right, back to back (10 s) 11.8 % with 10 of 12 for 60 % of the CPU
-    # time (pyannote uses 1 s). Cheaper embeddings were measured there too and cost counts:
-    # at most 2 s of each local speaker (10 of 12), CAM++'s frame-level trunk run once over
-    # the recording and pooled per local speaker (8 of 12: a frame hears the other speaker
-    # across a turn change).
-    step: float = 5.0
+    # Seconds between segmentation windows (10 s long, so a quarter overlaps). On the dev
+    # files (2-5 speakers; bench/results/diarization-step-dev-sweep-cpu.json, one analysis
+    # thread) every 7.5 s gives 9.8 % DER with 12 of 12 counts right for 78 % of the CPU
+    # time of every 5 s (11.4 %, 11 of 12); 6 s: 10.7 %, 12 of 12; 8.5 and 10 s: 10 of 12
+    # (pyannote uses 1 s). Cheaper embeddings cost counts there: at most 3 or 4 s of each
+    # local speaker (10 of 12; earlier, at most 2 s: 10), CAM++'s frame-level trunk run once
+    # over the recording and pooled per local speaker (8 of 12: a frame hears the other
+    # speaker across a turn change).
+    step: float = 7.5
     # cosine distance at which clusters stop merging: the middle of the dev files' plateau
-    # (0.4-0.6 give the same DER and 11 of 12 counts there: 11.4 % with owned_only=3.0,
-    # bench/results/diarization-owned-dev-sweep-cpu.json; 0.7 merges speakers)
+    # (0.4-0.6 gave the same DER and counts at a 5-s step, 0.5-0.6 at 7.5 s:
+    # bench/results/diarization-owned-dev-sweep-cpu.json, ...-step-dev-sweep-cpu.json; 0.7
+    # merges speakers)
     threshold: float = 0.55
     min_clean: float = 1.0  # seconds of clean speech an embedding needs to be clustered
     # Seconds of clean speech in a window's own part (its frames nearer its centre than any
     # other window's) that suffice to embed a local speaker from that part alone; with less
-    # it is embedded from all its clean speech in the window (0: always). The windows overlap
-    # by half, so without it most speech is embedded twice. On dev
+    # it is embedded from all its clean speech in the window (0: always). The windows overlap,
+    # so without it speech is embedded twice. On dev at a 5-s step
     # (bench/results/diarization-owned-dev-sweep-cpu.json) 3 s embeds a quarter less speech
-    # and keeps 11 of 12 counts (DER 10.8 -> 11.4 %); 2 s embeds a third less but gives 10.
+    # and keeps 11 of 12 counts (DER 10.8 -> 11.4 %); 2 s embeds a third less but gives 10;
+    # at 7.5 s, 2 and 4 s give 10.7 and 9.7 % DER, both 12 of 12.
     owned_only: float = 3.0
     min_active: float = 0.25  # seconds a local speaker needs to count at all
     min_cluster_speech: float = 2.0  # seconds of clustered speech a speaker needs
@@ -292,8 +297,6 @@ def analyse(samples, segmenter, embedder, params: DiarizeParams, stop=None) -> A
 def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None,
             min_speakers: int | None = None, max_speakers: int | None = None) -> Diarization:
     """Steps 3-5: cluster, match local speakers, aggregate the windows into turns."""
-    from scipy.optimize import linear_sum_assignment
-
     duration, seg, clips, emb = an.duration, an.seg, an.clips, an.emb
     if not clips:
         return Diarization([], duration)
@@ -314,7 +317,7 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
         by_window.setdefault(i, []).append(j)
     for i, js in by_window.items():
         sim = emb[js] @ cents.T
-        rows, cols = linear_sum_assignment(-sim)
+        rows, cols = best_pairs(sim)
         for r, c in zip(rows, cols):
             mapping[i, clips[js[r]][1]] = c
         # more local speakers than clusters: the rest join their nearest cluster
@@ -355,6 +358,28 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
     name = {c: f"SPEAKER_{first[c]:02d}" for c in first}
     return Diarization([Turn(float(a), float(b), name[c]) for a, b, c in turns], duration,
                        {name[c]: cents[c].astype(np.float32) for c in first})
+
+
+@lru_cache(maxsize=64)
+def _injections(n: int, k: int) -> np.ndarray:
+    """Every one-to-one choice of ``n`` of ``k`` columns, one per row: ``[ways, n]``."""
+    return np.array(list(permutations(range(k), n)), dtype=np.intp).reshape(-1, n)
+
+
+def best_pairs(sim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows and columns of ``sim`` paired one to one for the largest total similarity
+    (as many pairs as the shorter side has; rows ascending). The search is exhaustive: a
+    window has at most three local speakers, so there are at most k(k-1)(k-2) pairings of
+    them with k speakers (an assignment solver's import would cost more than the search)."""
+    n, k = sim.shape
+    if n <= k:
+        ways = _injections(n, k)
+        best = ways[np.argmax(sim[np.arange(n), ways].sum(axis=1))]
+        return np.arange(n), best
+    ways = _injections(k, n)
+    best = ways[np.argmax(sim[ways, np.arange(k)].sum(axis=1))]
+    order = np.argsort(best)
+    return best[order], np.arange(k)[order]
 
 
 def _turns(on: np.ndarray, params: DiarizeParams, duration: float):
