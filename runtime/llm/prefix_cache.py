@@ -131,6 +131,21 @@ class PrefixCache:
                 old.unlink(missing_ok=True)
 
 
+def clear_transcripts(models_dir: Path) -> tuple[int, int]:
+    """Remove the stored rows of every transcript (``.context-*.npz``) beside every model of
+    ``models_dir``: they are the transcripts' words in another form, so they go with the
+    transcript cache (``as2d ask --clear-cache``). ``(files, bytes)`` removed."""
+    n = size = 0
+    for path in Path(models_dir).glob("*/.context-*.npz"):
+        try:
+            b = path.stat().st_size
+            path.unlink()
+            n, size = n + 1, size + b
+        except OSError:
+            pass
+    return n, size
+
+
 def _digest(rows: np.ndarray) -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(rows).data, digest_size=32).digest()
 
