@@ -104,18 +104,14 @@ def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_pa
     # Another question after the same head: loaded rows, the same logits as computing them.
     _, q = plan(lm, "Who is speaking?")
     assert same(prefill_rows(lm, q.ids, None, 0), prefill_rows(lm, q.ids, cache, q.static))
-
-
-def test_a_transcripts_rows_are_kept_after_the_head_and_load_bit_for_bit(lm, tmp_path):
-    """A follow-up question about a transcript read whole prefills only the question: the
-    transcript's rows come from their own file, and equal a whole prefill's."""
-    spans = [Span(i * 3.0, i * 3.0 + 3.0, s.text) for i, s in enumerate(SPANS * 4)]
+    # A transcript read whole keeps its rows after the head's: a follow-up question about it
+    # prefills only the question, and its rows equal those computed after the stored head.
+    spans = [Span(i * 3.0, i * 3.0 + 3.0, s.text) for i, s in enumerate(SPANS * 3)]
     builder = PromptBuilder(Codec(lm.tokenizer), "qa", None, lm.stop_ids)
     a, b = (builder.plan(spans, q, lm.capacity - 48) for q in ("Who tried?", "What next?"))
     assert a.ids[:a.question_at] == b.ids[:b.question_at]
     assert a.question_at - a.static >= MIN_ROWS
-    cache = PrefixCache(tmp_path, "test")
-    prefill_rows(lm, a.ids, cache, a.static, a.question_at)  # computes, then stores both
+    prefill_rows(lm, a.ids, cache, a.static, a.question_at)  # computed, then stored
     assert len(list(tmp_path.glob(".context-*.npz"))) == 1
     state = lm.state()
     try:
@@ -125,7 +121,7 @@ def test_a_transcripts_rows_are_kept_after_the_head_and_load_bit_for_bit(lm, tmp
     finally:
         lm.release(state)
     assert loaded == b.question_at
-    assert same(got, prefill_rows(lm, b.ids, None, 0))
+    assert same(got, prefill_rows(lm, b.ids, cache, b.static))
 
 
 def test_answers_are_the_same_with_the_head_from_the_cache(lm, tmp_path):
