@@ -3,7 +3,9 @@
 Each configuration is an `as2d` command line (after ``as2d``); every round runs each of them
 once, in turn, so that a machine whose speed drifts between minutes (a shared VM) drifts under
 all of them alike. Prints the median, min and max wall time of each and the ratio of each
-median to the first configuration's; ``--json`` keeps every run.
+median to the first configuration's, and the median CPU time (user + system: on a busy shared
+machine it carries much less of the others' load than the wall time); ``--json`` keeps every
+run.
 
     python scripts/cold_runs.py --rounds 8 \\
         "auto=transcribe -q clip.wav" "drafter=transcribe -q --drafter tiny.en clip.wav"
@@ -43,8 +45,8 @@ def parse_config(text: str) -> tuple[str, str | None, list[str]]:
     return label.strip(), python.strip() or None, shlex.split(args)
 
 
-def run_once(args: list[str], python: str) -> tuple[float, float]:
-    """One whole process: its wall time (s) and peak resident memory (MB)."""
+def run_once(args: list[str], python: str) -> tuple[float, float, float]:
+    """One whole process: its wall time (s), peak resident memory (MB) and CPU time (s)."""
     with tempfile.TemporaryFile() as err:
         t = time.perf_counter()
         p = subprocess.Popen([python, "-m", "as2d", *args], stdout=subprocess.DEVNULL,
@@ -56,7 +58,7 @@ def run_once(args: list[str], python: str) -> tuple[float, float]:
             err.seek(0)
             raise SystemExit(f"cold_runs: `as2d {shlex.join(args)}` failed ({p.returncode}):"
                              f"\n{err.read().decode(errors='replace')[-2000:]}")
-    return wall, usage.ru_maxrss / 1024  # kB on Linux
+    return wall, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime  # (kB on Linux)
 
 
 def outputs_digest(args: list[str]) -> dict[str, str] | None:
@@ -98,20 +100,24 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("labels must differ")
     walls: dict[str, list[float]] = {label: [] for label in labels}
     peaks: dict[str, list[float]] = {label: [] for label in labels}
+    cpus: dict[str, list[float]] = {label: [] for label in labels}
+    load_start = os.getloadavg()
     for r in range(args.warmup + args.rounds):
         for label, python, cmd in args.configs:
-            wall, peak = run_once(cmd, python or args.python)
+            wall, peak, cpu = run_once(cmd, python or args.python)
             if r >= args.warmup:
                 walls[label].append(wall)
                 peaks[label].append(peak)
+                cpus[label].append(cpu)
     base = statistics.median(walls[labels[0]])
     print(f"{'configuration':24} {'median s':>9} {'min':>7} {'max':>7}  vs {labels[0]:12} "
-          f"{'peak MB':>8}")
+          f"{'peak MB':>8} {'CPU s':>7}")
     for label in labels:
         w = walls[label]
         med = statistics.median(w)
         print(f"{label:24} {med:9.3f} {min(w):7.3f} {max(w):7.3f}  {med / base:.2f}x"
-              f"{'':11} {statistics.median(peaks[label]):8.0f}")
+              f"{'':11} {statistics.median(peaks[label]):8.0f} "
+              f"{statistics.median(cpus[label]):7.3f}")
     outputs = {label: outputs_digest(cmd) for label, _, cmd in args.configs}
     written = [o for o in outputs.values() if o is not None]
     if len(written) > 1:
@@ -119,13 +125,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"outputs: {'identical' if same else 'DIFFER'} across the configurations")
     if args.json:
         doc = {"rounds": args.rounds, "warmup": args.warmup,
+               "load_average": {"start": load_start, "end": os.getloadavg()},
                "configs": {label: {"args": cmd, "python": python or args.python,
                                    "versions": versions(python or args.python),
                                    "outputs_sha256": outputs[label],
                                    "wall_s": walls[label],
                                    "median_s": statistics.median(walls[label]),
                                    "peak_rss_mb": peaks[label],
-                                   "median_peak_rss_mb": statistics.median(peaks[label])}
+                                   "median_peak_rss_mb": statistics.median(peaks[label]),
+                                   "cpu_s": cpus[label],
+                                   "median_cpu_s": statistics.median(cpus[label])}
                            for label, python, cmd in args.configs}}
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2)

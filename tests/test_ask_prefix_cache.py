@@ -37,14 +37,14 @@ def plan(lm, question: str, style: str = "qa"):
     return builder, builder.plan(SPANS, question, lm.capacity - 48)
 
 
-def prefill_rows(lm, ids, cache: PrefixCache | None, static: int):
+def prefill_rows(lm, ids, cache: PrefixCache | None, static: int, context: int = 0):
     """Last-token logits and the cache's rows after prefilling ``ids``."""
     state = lm.state()
     try:
         if cache is None:
             logits = lm.prefill(state, ids)
         else:
-            logits, _ = cache.prefill(lm, state, ids, static)
+            logits, _ = cache.prefill(lm, state, ids, static, context)
         n = state.length
         return (np.array(logits), [k[:n].copy() for k in state.k], [v[:n].copy() for v in state.v])
     finally:
@@ -104,6 +104,24 @@ def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_pa
     # Another question after the same head: loaded rows, the same logits as computing them.
     _, q = plan(lm, "Who is speaking?")
     assert same(prefill_rows(lm, q.ids, None, 0), prefill_rows(lm, q.ids, cache, q.static))
+    # A transcript read whole keeps its rows after the head's: a follow-up question about it
+    # prefills only the question, and its rows equal those computed after the stored head.
+    spans = [Span(i * 3.0, i * 3.0 + 3.0, s.text) for i, s in enumerate(SPANS * 3)]
+    builder = PromptBuilder(Codec(lm.tokenizer), "qa", None, lm.stop_ids)
+    a, b = (builder.plan(spans, q, lm.capacity - 48) for q in ("Who tried?", "What next?"))
+    assert a.ids[:a.question_at] == b.ids[:b.question_at]
+    assert a.question_at - a.static >= MIN_ROWS
+    prefill_rows(lm, a.ids, cache, a.static, a.question_at)  # computed, then stored
+    assert len(list(tmp_path.glob(".context-*.npz"))) == 1
+    state = lm.state()
+    try:
+        logits, loaded = cache.prefill(lm, state, b.ids, b.static, b.question_at)
+        n = state.length
+        got = (np.array(logits), [k[:n].copy() for k in state.k], [v[:n].copy() for v in state.v])
+    finally:
+        lm.release(state)
+    assert loaded == b.question_at
+    assert same(got, prefill_rows(lm, b.ids, cache, b.static))
 
 
 def test_answers_are_the_same_with_the_head_from_the_cache(lm, tmp_path):

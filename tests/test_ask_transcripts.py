@@ -72,6 +72,19 @@ def test_the_cache_keeps_finds_bounds_and_clears(tmp_path):
     assert cache.clear() == (1, size) and cache.entries() == [] and cache.get("c") is None
 
 
+def test_clearing_removes_the_transcripts_rows_beside_the_models_and_keeps_the_heads(tmp_path):
+    """A transcript's stored KV rows (:mod:`as2d.runtime.llm.prefix_cache`) are its words in
+    another form: ``--clear-cache`` removes them with the transcripts; a prompt head's stay."""
+    from as2d.runtime.llm.prefix_cache import clear_transcripts
+
+    bundle = tmp_path / "gemma-3-270m-int8"
+    bundle.mkdir()
+    (bundle / ".context-abc.npz").write_bytes(b"x" * 10)
+    (bundle / ".prefix-abc.npz").write_bytes(b"y" * 7)
+    assert clear_transcripts(tmp_path) == (1, 10)
+    assert [p.name for p in bundle.iterdir()] == [".prefix-abc.npz"]
+
+
 def test_a_file_is_hashed_once_then_known_by_its_identity(tmp_path, monkeypatch):
     import os
 

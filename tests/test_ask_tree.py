@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from as2d.runtime.ask import tree as tree_mod
-from as2d.runtime.ask.tree import Row, ScoredTree, TreeSource, Trie, _groups, score, summarize
+from as2d.runtime.ask.tree import Row, ScoredTree, Summarizer, TreeSource, Trie, _groups, score
 from as2d.runtime.llm.lm import tree_layout
 from as2d.runtime.speculative.lookup import Lookup, LookupSource
 
@@ -68,11 +68,13 @@ def _row(best: int) -> Row:
 
 def test_a_row_keeps_the_greedy_token_and_the_trees_log_probabilities():
     logits = np.log(np.array([0.1, 0.6, 0.2, 0.1], np.float32))
-    row = summarize(logits, [2, 3], np.array([3]))
+    summarize = Summarizer(np.array([3]))
+    row = summarize(logits, [2, 3])
     assert row.best == 1
     assert row.next_lp == pytest.approx({2: np.log(0.2), 3: np.log(0.1)}, abs=1e-6)
     assert row.stop_lp == pytest.approx(np.log(0.1), abs=1e-6)
-    assert summarize(logits, [], np.array([], np.int64)).stop_lp == float("-inf")
+    assert summarize(logits[::-1].copy(), [1]) == Summarizer(np.array([3]))(logits[::-1], [1])
+    assert Summarizer(np.array([], np.int64))(logits, []).stop_lp == float("-inf")
 
 
 def test_the_greedy_path_follows_the_tree_and_adds_the_next_token():

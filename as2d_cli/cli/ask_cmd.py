@@ -202,7 +202,10 @@ def run_ask(req: AskRequest) -> int:
     note = make_note(req.quiet)
     cache = None if req.no_cache else default_cache(models_dir(req.models_dir))
     if req.clear_cache:
+        from as2d.runtime.llm.prefix_cache import clear_transcripts
+
         removed, size = cache.clear() if cache is not None else (0, 0)
+        size += clear_transcripts(models_dir(req.models_dir))[1]
         note(f"removed {removed} cached transcript{'s' * (removed != 1)} "
              f"({size / 1e6:.1f} MB)")
         if req.file is None and req.transcript is None:

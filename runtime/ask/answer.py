@@ -344,12 +344,15 @@ class Answerer:
             self.calibrate(state, plan, scored, seqs)
 
         gen = SpeculativeGenerator(self.model, emit, self.prefix)
+        # A transcript read whole is the same in every prompt about it: its rows are kept
+        # for the next question (passages chosen for this question are not).
+        context = 0 if plan.selected else plan.question_at
 
         def run(max_new: int, score: bool = True):
             score = score and bool(found)
             return gen.generate(plan.ids, max_new, plan.stop_ids, sources,
                                 calibrate if score else None, plan.static,
-                                score_candidates if score else None)
+                                score_candidates if score else None, context)
 
         # Spans to score: the answer will be one of them unless none fits the context, so
         # generate only the token the prefill gives (no pass) unless a comparison is asked.

@@ -132,8 +132,8 @@ class SpeculativeGenerator:
                  candidates: LookupSource | None = None,
                  then: Callable[[LMState, int, np.ndarray], None] | None = None,
                  static: int = 0,
-                 before: Callable[[LMState, int, np.ndarray], None] | None = None
-                 ) -> Generation:
+                 before: Callable[[LMState, int, np.ndarray], None] | None = None,
+                 context: int = 0) -> Generation:
         """Up to ``max_new`` tokens after ``prompt_ids`` (at least one, from the prefill);
         ``candidates=None`` is target-only generation through the same passes.
         ``before(state, prompt_len, prefill_logits)`` runs after the prefill and must leave the
@@ -141,7 +141,8 @@ class SpeculativeGenerator:
         ``candidates`` what that found: :mod:`as2d.runtime.ask.tree`); ``then(...)`` runs after
         the answer, before the cache is released, and may change it.
         The first ``static`` prompt ids are a fixed head whose KV rows the ``prefix`` cache
-        may hold (loaded rows are the prefill's rows, bit for bit).
+        may hold (loaded rows are the prefill's rows, bit for bit), and so are the ids up to
+        ``context`` (a transcript read whole, which every question about it repeats; 0: none).
         """
         model = self.model
         decode = model.tokenizer.decode
@@ -151,7 +152,8 @@ class SpeculativeGenerator:
             t0 = time.perf_counter()
             cached = 0
             if self.prefix is not None and static:
-                first_logits, cached = self.prefix.prefill(model, state, prompt_ids, static)
+                first_logits, cached = self.prefix.prefill(model, state, prompt_ids, static,
+                                                            context)
             else:
                 first_logits = model.prefill(state, list(prompt_ids))
             first = int(np.argmax(first_logits))

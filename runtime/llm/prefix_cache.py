@@ -10,6 +10,10 @@ head, model (every file's sha256 and the converter), onnxruntime version, CPU, t
 session settings (the key), and loaded by later runs:
 the answer, and the logits it comes from, do not change (``tests/test_ask_prefix_cache.py``).
 
+A transcript read whole comes next in every prompt about it, so its rows are kept the same way,
+in a file of their own after the head's (keyed by the head and the transcript's ids): a
+follow-up question about a clip prefills only the question (a 25-s clip: 102 rows → 12).
+
 A cache that cannot be read or written (a read-only model folder, a damaged file) is only a
 slower prefill.
 """
@@ -27,7 +31,9 @@ from as2d.runtime.files import write_replacing
 
 VERSION = 1
 MIN_ROWS = 32  # a shorter head is one pass of the model: not worth a file
-KEEP = 6  # head files per model folder (styles x timed/untimed); the least recently used go
+# Files kept per model folder, the least recently used go: heads (styles x timed/untimed), and
+# transcripts (up to 768 tokens: at most 28 MB each for Gemma 3 270M).
+KEEP = {"prefix": 6, "context": 4}
 
 
 class PrefixCache:
@@ -39,30 +45,41 @@ class PrefixCache:
         self.identity = identity
         self._ready: tuple[Path, np.ndarray] | None = None  # rows read ahead (:meth:`preload`)
 
-    def path(self, head: Sequence[int]) -> Path:
+    def path(self, head: Sequence[int], kind: str = "prefix") -> Path:
         h = hashlib.sha256(f"as2d-prefix v{VERSION}|{self.identity}|".encode())
         h.update(np.asarray(head, dtype=np.int64).tobytes())
-        return self.folder / f".prefix-{h.hexdigest()[:24]}.npz"
+        return self.folder / f".{kind}-{h.hexdigest()[:24]}.npz"
 
-    def prefill(self, model, state, ids: Sequence[int], static: int) -> tuple[np.ndarray, int]:
+    def prefill(self, model, state, ids: Sequence[int], static: int,
+                context: int = 0) -> tuple[np.ndarray, int]:
         """``model.prefill(state, ids)``, with the first ``static`` rows loaded when stored
-        (and stored when not); returns the last prompt token's logits and the rows loaded."""
+        (and stored when not), then the rows up to ``context`` (a transcript after the head;
+        0: none) the same way; returns the last prompt token's logits and the rows loaded."""
         ids = list(ids)
         if not MIN_ROWS <= static < len(ids) or state.length != 0:
             return model.prefill(state, ids), 0
-        path = self.path(ids[:static])
-        ready, self._ready = self._ready, None
-        rows = ready[1] if ready is not None and ready[0] == path else self._load(
-            path, (2, len(state.k), static, state.k[0].shape[1]))
-        if rows is None:
-            logits = model.prefill(state, ids)
-            self._save(path, state, static)
-            return logits, 0
-        for k, v, rk, rv in zip(state.k, state.v, rows[0], rows[1]):
-            k[:static] = rk
-            v[:static] = rv
-        state.length = static
-        return model.prefill(state, ids[static:]), static
+        cuts = [(static, "prefix")]
+        if context - static >= MIN_ROWS and context < len(ids):
+            cuts.append((context, "context"))
+        loaded = 0
+        for end, kind in cuts:
+            start = state.length
+            path = self.path(ids[:end], kind)
+            ready, self._ready = self._ready, None
+            rows = ready[1] if ready is not None and ready[0] == path else self._load(
+                path, (2, len(state.k), end - start, state.k[0].shape[1]))
+            if rows is None:  # computed here (the rows after it too), and stored
+                logits = model.prefill(state, ids[start:])
+                for later, later_kind in cuts[cuts.index((end, kind)):]:
+                    self._save(self.path(ids[:later], later_kind), state, start, later)
+                    start = later
+                return logits, loaded
+            for k, v, rk, rv in zip(state.k, state.v, rows[0], rows[1]):
+                k[start:end] = rk
+                v[start:end] = rv
+            state.length = end
+            loaded = end
+        return model.prefill(state, ids[loaded:]), loaded
 
     def preload(self, head: Sequence[int], layers: int, width: int) -> bool:
         """Read the stored rows of ``head`` now (beside other start-up work) for the next
@@ -92,9 +109,9 @@ class PrefixCache:
             pass
         return rows
 
-    def _save(self, path: Path, state, static: int) -> None:
-        rows = np.stack([np.stack([k[:static] for k in state.k]),
-                         np.stack([v[:static] for v in state.v])])
+    def _save(self, path: Path, state, start: int, end: int) -> None:
+        rows = np.stack([np.stack([k[start:end] for k in state.k]),
+                         np.stack([v[start:end] for v in state.v])])
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
@@ -104,13 +121,29 @@ class PrefixCache:
             self._prune(path)
 
     def _prune(self, keep: Path) -> None:
+        kind = keep.name[1:].split("-", 1)[0]
         try:
-            found = sorted(self.folder.glob(".prefix-*.npz"), key=lambda p: p.stat().st_mtime)
+            found = sorted(self.folder.glob(f".{kind}-*.npz"), key=lambda p: p.stat().st_mtime)
         except OSError:
             return
-        for old in found[:-KEEP]:
+        for old in found[:-KEEP[kind]]:
             if old != keep:
                 old.unlink(missing_ok=True)
+
+
+def clear_transcripts(models_dir: Path) -> tuple[int, int]:
+    """Remove the stored rows of every transcript (``.context-*.npz``) beside every model of
+    ``models_dir``: they are the transcripts' words in another form, so they go with the
+    transcript cache (``as2d ask --clear-cache``). ``(files, bytes)`` removed."""
+    n = size = 0
+    for path in Path(models_dir).glob("*/.context-*.npz"):
+        try:
+            b = path.stat().st_size
+            path.unlink()
+            n, size = n + 1, size + b
+        except OSError:
+            pass
+    return n, size
 
 
 def _digest(rows: np.ndarray) -> bytes:
