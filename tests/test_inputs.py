@@ -216,6 +216,7 @@ def test_a_video_with_no_audio_stream_is_one_clear_error(tmp_path):
     _one_line(exc, "silent-film.mp4", "no audio stream", "only video")
 
 
+@pytest.mark.serial
 def test_a_file_neither_reader_knows_is_one_clear_error(tmp_path):
     p = tmp_path / "notes.m4a"
     p.write_bytes(os.urandom(3000))
