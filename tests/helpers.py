@@ -27,6 +27,10 @@ class LazyModule:
         self._name = name
 
     def __getattr__(self, attr: str):
+        # Collection looks every module-level name over for private markers (``__test__``,
+        # ``_pytestfixturefunction``, ...): those are not the module's and import nothing.
+        if attr.startswith("_"):
+            raise AttributeError(attr)
         return getattr(pytest.importorskip(self._name), attr)
 
 
