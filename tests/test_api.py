@@ -54,8 +54,8 @@ def test_segments_are_decoded_only_as_they_are_consumed(models_root):
 
 
 def test_as2d_gives_target_only_tokens_from_a_path_or_an_array(models_root):
-    # The face passes the decoder through; each decoder's losslessness is the engine's
-    # (tests/test_as2d.py, tests/test_kernel.py), and SD's choice by name tests/test_engine.py's.
+    # The face passes the decoder through: each decoder's losslessness is tested on the engine
+    # (tests/test_as2d.py, tests/test_kernel.py), SD chosen by name in tests/test_engine.py.
     samples, rate = sf.read(SAMPLE, dtype="float32")
     results = {}
     for decoder in ("target", "as2d"):
