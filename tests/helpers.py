@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 # CTranslate2 folders of the same weights our bundles are converted from.
 _CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
@@ -14,6 +15,23 @@ _CT2_FILES = ("config.json", "tokenizer.json", "vocabulary.txt")
 # temporary folder, kept for the whole session) serves every later one; the callers only read
 # it. Whichever module asks first assembles it, so no test depends on another having run.
 _ASSEMBLED: dict[str, Path] = {}
+
+
+class LazyModule:
+    """A test file's heavy dependency (torch, transformers, Ray, the OpenAI client), imported
+    on first use and skipping the test where it is missing. Imported at the top of the file it
+    costs seconds at every collection, including the fast lane's and each worker's, which run
+    none of the file's tests."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        # Collection looks every module-level name over for private markers (``__test__``,
+        # ``_pytestfixturefunction``, ...): those are not the module's and import nothing.
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(pytest.importorskip(self._name), attr)
 
 
 def ct2_folder(name: str, work: Path) -> Path:

@@ -20,6 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+# Signals sent on a process's first output: run alone, not beside another worker.
+pytestmark = pytest.mark.serial
+
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "samples" / "sense_and_sensibility.wav"
 TIMEOUT = 300

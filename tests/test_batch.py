@@ -16,16 +16,16 @@ import threading
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-ray = pytest.importorskip("ray")
+from as2d.cli.app import app
+from as2d.distributed import WorkerSpec, discover, run_batch
+from as2d.engine import EngineSpec
+from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+from as2d.writers import SubtitleOptions
+from tests.helpers import LazyModule
 
-from typer.testing import CliRunner  # noqa: E402
-
-from as2d.cli.app import app  # noqa: E402
-from as2d.distributed import WorkerSpec, discover, run_batch  # noqa: E402
-from as2d.engine import EngineSpec  # noqa: E402
-from as2d.runtime.transcribe.transcribe_options import TranscribeOptions  # noqa: E402
-from as2d.writers import SubtitleOptions  # noqa: E402
+ray = LazyModule("ray")
 
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 # The shortest clips (3.0, 3.3, 5.3 and 6.0 s): the file stays quick on two cores.
@@ -156,6 +156,7 @@ def test_an_actor_ray_cannot_place_holds_no_file(cluster, archive, models_root, 
     assert not [e for e in events if e.kind == "lost"]
 
 
+@pytest.mark.serial
 def test_interrupt_then_resume_redoes_nothing_and_loses_nothing(cluster, archive, models_root,
                                                                tmp_path):
     out = tmp_path / "out"

@@ -37,7 +37,8 @@ import pytest
 
 pytest.importorskip("ray")
 
-pytestmark = pytest.mark.slow
+# Network namespaces, a Ray head on a fixed port and nodes killed mid-run: run alone.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 ROOT = Path(__file__).resolve().parents[1]
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+# Signals sent on a process's first output: run alone, not beside another worker.
+pytestmark = pytest.mark.serial
+
 pytest.importorskip("ray")
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,9 +28,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-gguf = pytest.importorskip("gguf")
+from tests.helpers import LazyModule
+
+torch = LazyModule("torch")
+transformers = LazyModule("transformers")
+gguf = LazyModule("gguf")
+# Each family is made with torch and transformers (seconds to import and to build): not in the
+# fast lane.
+pytestmark = pytest.mark.slow
 
 TEXTS = [
     "Marianne was rather ashamed of what she had said. Elinor looked at her sister and smiled.",

@@ -352,6 +352,7 @@ def _start_then_signal(argv, sig, env, wait_for: str, tmpdir: Path, times: int =
     return p.returncode, out, seen + rest
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_transcribe_stopped_by_a_signal_keeps_what_it_did(sig, long_speech, tmp_path, env):
     out_dir, tmpdir = tmp_path / "out", tmp_path / "tmp"
@@ -368,6 +369,7 @@ def test_transcribe_stopped_by_a_signal_keeps_what_it_did(sig, long_speech, tmp_
     assert _ours(tmpdir) == []  # the decoded-audio file is gone
 
 
+@pytest.mark.serial
 def test_transcribe_started_with_sighup_ignored_keeps_it_ignored(shorter_speech, tmp_path, env):
     """``nohup as2d transcribe …``: the SIGHUP of a closed terminal does not stop the run (the
     ignored disposition it started with is kept), and the whole file is transcribed."""
@@ -382,6 +384,7 @@ def test_transcribe_started_with_sighup_ignored_keeps_it_ignored(shorter_speech,
     assert _ours(tmpdir) == []
 
 
+@pytest.mark.serial
 def test_bench_stopped_by_sigterm_is_one_line(tmp_path, env):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -392,6 +395,7 @@ def test_bench_stopped_by_sigterm_is_one_line(tmp_path, env):
     assert _ours(tmpdir) == []
 
 
+@pytest.mark.serial
 def test_mic_stopped_by_sigterm_keeps_the_committed_text(long_speech, tmp_path, env):
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -401,6 +405,7 @@ def test_mic_stopped_by_sigterm_keeps_the_committed_text(long_speech, tmp_path, 
     assert _ours(tmpdir) == []
 
 
+@pytest.mark.serial
 def test_models_install_stopped_by_sigterm_leaves_no_temp_folder(tmp_path, env):
     root = tmp_path / "models"
     code, out, err = _start_then_signal(["models", "install", "tiny.en", "--models-dir", root],
@@ -634,6 +639,7 @@ def test_a_float_max_sample_gives_the_clean_words_in_mic_and_ask(tmp_path, env):
     assert doc["answer"].strip() and "nan" not in doc["answer"].lower(), doc
 
 
+@pytest.mark.serial
 def test_a_signal_while_a_segment_is_printed_stops_the_run_and_keeps_its_segments(models_root):
     """A signal lands wherever the main thread is: here while it prints a segment (outside the
     wait for the next one). The run stops after its current pass and what was decoded is

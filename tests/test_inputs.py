@@ -216,6 +216,7 @@ def test_a_video_with_no_audio_stream_is_one_clear_error(tmp_path):
     _one_line(exc, "silent-film.mp4", "no audio stream", "only video")
 
 
+@pytest.mark.serial
 def test_a_file_neither_reader_knows_is_one_clear_error(tmp_path):
     p = tmp_path / "notes.m4a"
     p.write_bytes(os.urandom(3000))
@@ -548,19 +549,18 @@ def test_transcribe_of_one_file_plans_by_its_declared_length(models_root, bundle
     assert want and all([s["tokens"] for s in d["segments"]] == want for d in docs.values())
 
 
-def test_every_decoder_gives_the_same_tokens_from_a_video(models_root, bundle, containers,
-                                                         target_segments):
+def test_as2d_gives_target_only_tokens_from_a_video(models_root, bundle, containers,
+                                                    target_segments):
     import as2d
 
     bundle("base", "int8")
     bundle("tiny.en", "int8")
     # target-only: the module's decode of this video (also held to the WAV's words)
     tokens = {"target": [tok for s in target_segments(containers["mp4"]) for tok in s.tokens]}
-    for decoder in ("as2d", "sd"):
-        with as2d.Transcriber(decoder=decoder, models_dir=models_root, threads=2) as t:
-            segments, _ = t.transcribe(containers["mp4"], language="en")
-            tokens[decoder] = [tok for s in segments for tok in s.tokens]
-    assert tokens["target"] and tokens["as2d"] == tokens["target"] == tokens["sd"]
+    with as2d.Transcriber(decoder="as2d", models_dir=models_root, threads=2) as t:
+        segments, _ = t.transcribe(containers["mp4"], language="en")
+        tokens["as2d"] = [tok for s in segments for tok in s.tokens]
+    assert tokens["target"] and tokens["as2d"] == tokens["target"]
 
 
 def _as2d(*args, stdin=None, input=None, models_root, shell=False, timeout=300, env=None):

@@ -393,6 +393,7 @@ def test_dictation_matches_transcribe(cli, librivox, models_root):
     assert errors / words <= 0.05, (errors, words)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_paced_dictation_commits_incrementally_and_reports_latency(whisper, tmp_path, librivox):
     """Paced (2× real time): the growing utterance is decoded while it is spoken, the file is
@@ -559,6 +560,7 @@ def _joined_speech(clips, seconds: float, gap: float = 1.0) -> np.ndarray:
     return np.concatenate(parts)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_endurance_replay_keeps_up_without_drift(whisper, librivox):
     """The CI version of the one-hour replay (scripts/mic_endurance.py): joined real speech
@@ -623,6 +625,7 @@ def _mic_process(args: list[str], **kw) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+@pytest.mark.serial
 @pytest.mark.slow
 def test_ctrl_c_finishes_the_utterance_and_keeps_the_text(tmp_path, models_root):
     clip = _moonshine("two_cities.wav")

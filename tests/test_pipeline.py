@@ -229,6 +229,7 @@ def test_the_command_line_batch_is_token_identical_with_and_without_a_drafter(
     assert out == {f"{path.stem}.json": tokens for path, tokens in zip(files, reference)}
 
 
+@pytest.mark.serial
 def test_ctrl_c_in_a_batch_keeps_what_was_done_while_the_drafter_runs_ahead(
         tmp_path, models_root, files, reference):
     import signal
@@ -319,6 +320,7 @@ def test_a_stop_during_language_detection_interrupts_the_run_without_an_error(wh
     assert not encoder_threads()
 
 
+@pytest.mark.serial
 def test_a_stop_reaches_the_first_windows_encoder_while_the_run_waits_for_it(whisper, files):
     """The first window is encoded ahead on a thread of its own; the run waits for it. A stop
     that comes during that wait must abandon the encoder run, not let it finish its whole

@@ -25,11 +25,10 @@ import numpy as np
 import pytest
 
 from tests.conftest import LIBRIVOX, ROOT
-from tests.helpers import cli, error_line
+from tests.helpers import LazyModule, cli, error_line
 
-openai = pytest.importorskip("openai")
-websockets = pytest.importorskip("websockets")
-pytest.importorskip("fastapi")
+openai = LazyModule("openai")
+websockets = LazyModule("websockets")
 
 KEY = "test-key-" + "x" * 24
 LIMIT_MB = 2
@@ -108,6 +107,7 @@ def _start(models_root: Path, tmp: Path, *args: str) -> Server:
 
 @pytest.fixture(scope="module")
 def server(models_root, tmp_path_factory):
+    pytest.importorskip("fastapi")
     # --idle-timeout: the sharing test holds a live session without speech on purpose
     # (tests/test_serve_hostile.py tests the timeout).
     wyoming = _free_port()
@@ -1067,6 +1067,7 @@ def test_a_model_that_cannot_load_ends_the_server_in_one_line(tmp_path):
 
 
 # -- last: SIGTERM with a request in flight -----------------------------------------------------
+@pytest.mark.serial
 def test_sigterm_finishes_the_request_in_flight_and_exits_0(server, reference):
     want = json.loads(reference[(LONG, ())]["json"])["text"].strip()
     body, ctype = _multipart(_form(file=(LONG.read_bytes(), "long.wav"), stream="true"))

@@ -182,6 +182,7 @@ def test_an_idle_realtime_client_frees_the_decoder(served):
     assert took < 60, took
 
 
+@pytest.mark.serial
 def test_sighup_finishes_the_request_in_flight_and_exits_0(served):
     proc, port = served["proc"], served["port"]
     body, ctype = _multipart(LONG, stream="true")

@@ -53,6 +53,7 @@ def test_only_uploads_of_processes_that_are_gone_are_swept(tmp_path):
     assert remove_stale_uploads(str(tmp_path / "no-such-folder")) == 0
 
 
+@pytest.mark.serial
 def test_sighup_stops_the_server_gracefully_unless_ignored():
     from as2d.server.application import _stop_signals
 
