@@ -18,7 +18,7 @@ from as2d.runtime.transcribe.window import WindowState
 from as2d.runtime.whisper.features import FRAMES_PER_SECOND, N_FRAMES, LogMel
 from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import AudioContext, WhisperModel, detect_language
-from as2d.runtime.whisper.seeking import INPUT_STRIDE, seek_split
+from as2d.runtime.whisper.seeking import INPUT_STRIDE, cut_repetition, seek_split
 from as2d.runtime.whisper.tokenizer import TIME_PRECISION, WhisperTokenizer
 
 DRAFT_PAD_FRAMES = 300  # padding frames a drafter window keeps (3 s of the 30-s padding)
@@ -36,6 +36,13 @@ def encode_draft(model: WhisperModel, mel: LogMel, seek: int, size: int, window:
                        run_options)
     emit(Encoded(window, time.perf_counter() - t0, ctx.n_frames, worker="drafter"))
     return ctx
+
+
+def drafting_rules(model: WhisperModel) -> LogitRules:
+    """A drafter's logit rules (AS²D's worker and classic SD alike): greedy, with timestamps
+    (they date its words and mark its segment ends)."""
+    tk = model.tokenizer
+    return LogitRules(tk, model.dims.n_vocab, timestamps=True, suppress=tuple(tk.suppress_tokens()))
 
 
 def same_vocabulary(a: WhisperTokenizer, b: WhisperTokenizer) -> bool:
@@ -113,8 +120,7 @@ class DrafterWorker:
 
     def _draft(self) -> None:
         model, tk = self.model, self.model.tokenizer
-        rules = LogitRules(tk, model.dims.n_vocab, timestamps=True,
-                           suppress=tuple(tk.suppress_tokens()))
+        rules = drafting_rules(model)
         # None (a multilingual run, a multilingual drafter): each window in the language the
         # drafter hears in it.
         per_window = tk.multilingual and self.language is None
@@ -173,14 +179,9 @@ class DrafterWorker:
         if len(generated) >= 2 and generated[-1] >= tb and generated[-2] < tb:
             if (generated[-1] - tb) * TIME_PRECISION >= content_end - 0.3:
                 return True
-        text = [t for t in generated[-64:] if t < tb]
-        for period in range(1, 17):
-            if len(text) < 3 * period:
-                break
-            unit = text[-period:]
-            if text[-2 * period : -period] == unit and text[-3 * period : -2 * period] == unit:
-                return True
-        return False
+        # The same text (a period of up to 16 tokens) three times in a row at the end.
+        tail = generated[-64:]
+        return len(cut_repetition(tail, tb, min_repeats=3, max_period=16)) < len(tail)
 
     def _take(self, committed: list[int], offset: float, seconds: float) -> None:
         """Collect the drafter's tokens; stream a segment's words once it is closed."""

@@ -12,15 +12,19 @@ from collections.abc import Callable, Sequence
 
 from as2d.runtime.events import Listener
 from as2d.runtime.speculative.budget import Budget
-from as2d.runtime.transcribe.drafter import encode_draft, make_retokenizer, same_vocabulary
+from as2d.runtime.transcribe.drafter import (
+    drafting_rules,
+    encode_draft,
+    make_retokenizer,
+    same_vocabulary,
+)
 from as2d.runtime.transcribe.strategy import BudgetedSource, DraftingStrategy, Window
 from as2d.runtime.whisper.features import LogMel
-from as2d.runtime.whisper.logits import LogitRules
 from as2d.runtime.whisper.model import WhisperModel
 
 
 class SerialSD(DraftingStrategy):
-    """A run's drafter, used window by window: one :class:`RedraftingSource` per window."""
+    """A run's drafter, used window by window: one :class:`SerialDrafter` per window."""
 
     name = "sd"
 
@@ -41,35 +45,18 @@ class SerialSD(DraftingStrategy):
         ctx = encode_draft(self.drafter, self.mel, window.seek, window.size, window.index,
                            self.emit)
         dtk = self.drafter.tokenizer
-        draft = SerialDrafter(self.drafter, self.drafter.decoder_state(ctx),
-                              dtk.sot_sequence(language if dtk.multilingual else None),
-                              self.target.tokenizer, self.same_vocab)
-        return RedraftingSource(self.budget, draft)
+        return SerialDrafter(self.budget, self.drafter, self.drafter.decoder_state(ctx),
+                             dtk.sot_sequence(language if dtk.multilingual else None),
+                             self.target.tokenizer, self.same_vocab)
 
 
-class RedraftingSource(BudgetedSource):
-    """Classic SD's candidates: before every pass the drafter catches up with the target's
-    committed tokens and drafts ``k`` more."""
+class SerialDrafter(BudgetedSource):
+    """Classic SD's candidates for one window: the drafter, kept in step with the target's
+    committed tokens, catches up with them before every pass and drafts ``k`` more."""
 
-    def __init__(self, budget: Budget, draft: SerialDrafter) -> None:
+    def __init__(self, budget: Budget, model: WhisperModel, state, prompt: list[int],
+                 target_tk, same_vocab: bool) -> None:
         super().__init__(budget)
-        self.draft = draft
-
-    def propose(self, context: Sequence[int], room: int) -> list[int]:
-        k = self.budget.choose(room)
-        if k <= 0:
-            return []
-        return self.draft.draft(list(context), k)
-
-    def finish(self, context: Sequence[int]) -> None:
-        self.draft.model.release(self.draft.state)
-
-
-class SerialDrafter:
-    """The drafter of one window, kept in step with the target's committed tokens."""
-
-    def __init__(self, model: WhisperModel, state, prompt: list[int], target_tk,
-                 same_vocab: bool) -> None:
         self.model = model
         self.state = state
         self.tk = model.tokenizer
@@ -77,14 +64,20 @@ class SerialDrafter:
         self.same_vocab = same_vocab
         self.prompt = prompt
         self.fed: list[int] = []  # drafter tokens in the cache after the prompt
-        self.rules = LogitRules(self.tk, model.dims.n_vocab, timestamps=True,
-                                suppress=tuple(self.tk.suppress_tokens()))
+        self.rules = drafting_rules(model)
         self.ts_shift = self.tk.timestamp_begin - target_tk.timestamp_begin
         self.retok = make_retokenizer(self.tk, target_tk)
         self._done_src: list[int] = []  # committed target tokens up to the last timestamp
         self._done_out: list[int] = []  # ... in the drafter's vocabulary
         # Invariant: the cache holds prompt + fed except the last token, which is fed next.
         state.forward(prompt[:-1], logit_rows=1)
+
+    def propose(self, context: Sequence[int], room: int) -> list[int]:
+        k = self.budget.choose(room)
+        return self.draft(list(context), k) if k > 0 else []
+
+    def finish(self, context: Sequence[int]) -> None:
+        self.model.release(self.state)
 
     def _last(self) -> int:
         return self.fed[-1] if self.fed else self.prompt[-1]
