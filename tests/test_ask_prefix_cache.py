@@ -57,7 +57,7 @@ def _linked_bundle(src, dest):
     weights per test."""
     dest.mkdir()
     for f in src.iterdir():
-        if f.is_file() and not f.name.startswith(".prefix-"):
+        if f.is_file() and not f.name.startswith("."):
             (dest / f.name).symlink_to(f)
     return dest
 
@@ -235,6 +235,23 @@ def test_the_answerer_keeps_the_head_beside_the_model_and_reports_it(lm, tmp_pat
     assert again.stats.prefill_cached == again.prompt.static > 0
     assert off.stats.prefill_cached == 0
     assert len(list(folder.glob(".prefix-*.npz"))) == 1
+
+
+def test_a_transcripts_rows_are_kept_only_where_transcripts_are(lm, tmp_path):
+    """A transcript read whole leaves its rows beside the model for the next question, unless
+    no transcript may be kept (``keep_rows=False``, as ``--no-cache`` sets): then none."""
+    from as2d.runtime.llm.lm import CausalLM
+
+    folder = _linked_bundle(lm.path, tmp_path / "bundle")
+    model = CausalLM(folder, threads=2)
+    spans = [Span(s.start + 6.8 * k, s.end + 6.8 * k, s.text) for k in range(4) for s in SPANS]
+    question = "What should you do after you fail?"
+    off = Answerer(model, options=AskOptions(extract=False, keep_rows=False)).ask(spans,
+                                                                                  question)
+    assert not list(folder.glob(".context-*.npz"))
+    kept = Answerer(model, options=AskOptions(extract=False)).ask(spans, question)
+    assert len(list(folder.glob(".context-*.npz"))) == 1
+    assert kept.tokens == off.tokens
 
 
 def test_the_head_can_be_read_ahead_of_the_question_and_answers_the_same(lm, tmp_path,

@@ -74,13 +74,14 @@ def test_local_speakers_pair_with_speakers_as_an_assignment_solver_pairs_them():
 
     rng = np.random.default_rng(7)
     for n in (1, 2, 3):
-        for k in range(1, 9):
+        for k in (*range(1, 9), 40):
             for _ in range(20):
                 sim = rng.uniform(-1, 1, (n, k))
                 rows, cols = best_pairs(sim)
                 want_rows, want_cols = linear_sum_assignment(-sim)
                 assert rows.tolist() == want_rows.tolist()
                 assert cols.tolist() == want_cols.tolist()
+    assert [a.size for a in best_pairs(np.zeros((0, 4)))] == [0, 0]
 
 
 # -- stopping ---------------------------------------------------------------------------------

@@ -246,7 +246,7 @@ def _run_ask(req: AskRequest, spec, cache, llm, note) -> int:
     length = {} if req.max_tokens is None else {"max_tokens": req.max_tokens}
     # The same options whatever the output format: the answer never depends on it.
     options = AskOptions(candidates=not req.no_candidates, style=req.style,
-                         context_tokens=req.context, **length)
+                         context_tokens=req.context, keep_rows=cache is not None, **length)
     transcribe_options = TranscribeOptions(language=req.language)
     heard = digest = audio = None
     if req.transcript is not None:

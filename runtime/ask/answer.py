@@ -66,6 +66,10 @@ class AskOptions:
     candidates: bool = True  # False: target-only generation (for comparison)
     style: str | None = None  # None: "instruct" for chat models, else DEFAULT_STYLE
     context_tokens: int | None = None  # prompt + answer limit (None: the model's capacity)
+    # The KV rows of a transcript read whole are stored beside the model for the next
+    # question about it (:mod:`as2d.runtime.llm.prefix_cache`); False where no transcript
+    # may be kept (no transcript cache): the rows are its words in another form.
+    keep_rows: bool = True
     max_ngram: int = 4
     min_ngram: int = 1
     k_max: int = 16
@@ -346,7 +350,7 @@ class Answerer:
         gen = SpeculativeGenerator(self.model, emit, self.prefix)
         # A transcript read whole is the same in every prompt about it: its rows are kept
         # for the next question (passages chosen for this question are not).
-        context = 0 if plan.selected else plan.question_at
+        context = 0 if plan.selected or not o.keep_rows else plan.question_at
 
         def run(max_new: int, score: bool = True):
             score = score and bool(found)

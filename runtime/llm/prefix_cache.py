@@ -12,7 +12,7 @@ the answer, and the logits it comes from, do not change (``tests/test_ask_prefix
 
 A transcript read whole comes next in every prompt about it, so its rows are kept the same way,
 in a file of their own after the head's (keyed by the head and the transcript's ids): a
-follow-up question about a clip prefills only the question (a 25-s clip: 102 rows → 12).
+follow-up question about a clip prefills only the question (a 25-s clip: 103 rows → 13).
 
 A cache that cannot be read or written (a read-only model folder, a damaged file) is only a
 slower prefill.

@@ -48,7 +48,7 @@ class DiarizeParams:
 
     # Seconds between segmentation windows (10 s long, so a quarter overlaps). On the dev
     # files (2-5 speakers; bench/results/diarization-step-dev-sweep-cpu.json, one analysis
-    # thread) every 7.5 s gives 9.8 % DER with 12 of 12 counts right for 78 % of the CPU
+    # thread) every 7.5 s gives 9.8 % DER with 12 of 12 counts right for 76 % of the CPU
     # time of every 5 s (11.4 %, 11 of 12); 6 s: 10.7 %, 12 of 12; 8.5 and 10 s: 10 of 12
     # (pyannote uses 1 s). Cheaper embeddings cost counts there: at most 3 or 4 s of each
     # local speaker (10 of 12; earlier, at most 2 s: 10), CAM++'s frame-level trunk run once
@@ -363,23 +363,29 @@ def resolve(an: Analysis, params: DiarizeParams, num_speakers: int | None = None
 @lru_cache(maxsize=64)
 def _injections(n: int, k: int) -> np.ndarray:
     """Every one-to-one choice of ``n`` of ``k`` columns, one per row: ``[ways, n]``."""
-    return np.array(list(permutations(range(k), n)), dtype=np.intp).reshape(-1, n)
+    ways = np.array(list(permutations(range(k), n)), dtype=np.intp).reshape(-1, n)
+    ways.flags.writeable = False  # shared by every call
+    return ways
 
 
 def best_pairs(sim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The rows and columns of ``sim`` paired one to one for the largest total similarity
-    (as many pairs as the shorter side has; rows ascending). The search is exhaustive: a
-    window has at most three local speakers, so there are at most k(k-1)(k-2) pairings of
-    them with k speakers (an assignment solver's import would cost more than the search)."""
+    (as many pairs as the shorter side has; rows ascending). An exhaustive search over the
+    columns some row ranks among its ``n`` best (a row paired outside them could move to one
+    of them that no other row takes): a window has at most three local speakers, so at most
+    nine columns, whatever the number of speakers (an assignment solver's import would cost
+    more than the search)."""
     n, k = sim.shape
-    if n <= k:
-        ways = _injections(n, k)
-        best = ways[np.argmax(sim[np.arange(n), ways].sum(axis=1))]
-        return np.arange(n), best
-    ways = _injections(k, n)
-    best = ways[np.argmax(sim[ways, np.arange(k)].sum(axis=1))]
-    order = np.argsort(best)
-    return best[order], np.arange(k)[order]
+    if not n or not k:
+        return np.zeros(0, dtype=np.intp), np.zeros(0, dtype=np.intp)
+    if n > k:
+        cols, rows = best_pairs(sim.T)
+        order = np.argsort(rows)
+        return rows[order], cols[order]
+    keep = np.unique(np.argsort(-sim, axis=1, kind="stable")[:, :n])
+    ways = _injections(n, len(keep))
+    best = ways[np.argmax(sim[:, keep][np.arange(n), ways].sum(axis=1))]
+    return np.arange(n), keep[best]
 
 
 def _turns(on: np.ndarray, params: DiarizeParams, duration: float):

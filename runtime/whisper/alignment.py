@@ -99,11 +99,10 @@ def dtw(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         down = (c1 < c0) & (c1 < c2)
         cost[d, lo:hi + 1] = cells[d, lo:hi + 1] + np.where(diagonal, c0, np.where(down, c1, c2))
         trace[d, lo:hi + 1] = np.where(diagonal, 0, np.where(down, 1, 2))
-    steps = trace.tolist()
     i, j, path = n, m, []
     while i > 0 or j > 0:
         path.append((i - 1, j - 1))
-        step = steps[i + j][i] if i > 0 and j > 0 else (1 if j == 0 else 2)
+        step = trace.item(i + j, i) if i > 0 and j > 0 else (1 if j == 0 else 2)
         if step == 0:
             i, j = i - 1, j - 1
         elif step == 1:
