@@ -458,10 +458,10 @@ def english_then_german(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_multilingual_detects_each_windows_language_and_as2d_agrees(
+def test_multilingual_detects_each_windows_language_and_every_decoder_agrees(
         whisper, english_then_german):
     """--multilingual (faster-whisper's multilingual=True): the German window is decoded in
-    German, its segments say so, and AS²D commits target-only's tokens; tiny.en offers
+    German, its segments say so, and AS²D and SD commit target-only's tokens; tiny.en offers
     nothing in the German window (it cannot draft it) and drafts the English one, a
     multilingual drafter drafts both."""
     target = whisper("base", "int8", threads=2)
@@ -493,6 +493,9 @@ def test_multilingual_detects_each_windows_language_and_as2d_agrees(
         if isinstance(e, Verified):
             offered[e.window] = offered.get(e.window, 0) + e.offered
     assert offered.get(0, 0) > 0 and all(offered.get(w, 0) == 0 for w in range(1, len(languages)))
+    sd = LongFormTranscriber(target, SerialSD(target, drafter, budget=Budget(fixed=4)))
+    assert [s.tokens for s in sd.transcribe(english_then_german, options)] == \
+        [s.tokens for s in alone]
     # A multilingual drafter (None: each window's language) drafts each of its windows in
     # the language it hears there (as AS²D runs it, to the end of the file).
     from as2d.runtime.transcribe.drafter import DrafterWorker

@@ -24,6 +24,7 @@ from as2d.runtime.transcribe.fallback import (
     window_rng,
 )
 from as2d.runtime.transcribe.longform import LongFormTranscriber
+from as2d.runtime.transcribe.sd import SerialSD
 from as2d.runtime.transcribe.strategy import TargetOnly
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 from as2d.runtime.whisper.logits import sample
@@ -143,7 +144,7 @@ NOISY_FALLBACK = TranscribeOptions(language="en", temperatures=DEFAULT_TEMPERATU
 
 
 @pytest.mark.slow
-def test_a_noisy_window_falls_back_and_as2d_agrees(models, noisy_clip):
+def test_a_noisy_window_falls_back_and_every_decoder_agrees(models, noisy_clip):
     target, drafter = models
     events: list = []
     reference = run(target, TargetOnly(target), noisy_clip, NOISY_FALLBACK, events)
@@ -154,9 +155,10 @@ def test_a_noisy_window_falls_back_and_as2d_agrees(models, noisy_clip):
     assert [s.tokens for s in greedy] != [s.tokens for s in reference]
     assert all(s.temperature == 0 for s in greedy)
     tokens = [s.tokens for s in reference]
-    # One speculative decoder: the samples' acceptance, which SD shares, is tested whatever
-    # the candidates in tests/test_kernel.py.
     assert [s.tokens for s in run(target, AS2D(target, drafter), noisy_clip,
+                                  NOISY_FALLBACK)] == tokens
+    # SD too: its serial drafter re-drafts each sampled attempt itself
+    assert [s.tokens for s in run(target, SerialSD(target, drafter), noisy_clip,
                                   NOISY_FALLBACK)] == tokens
 
 
