@@ -205,9 +205,9 @@ def run_ask(req: AskRequest) -> int:
         from as2d.runtime.llm.prefix_cache import clear_transcripts
 
         removed, size = cache.clear() if cache is not None else (0, 0)
-        size += clear_transcripts(models_dir(req.models_dir))[1]
-        note(f"removed {removed} cached transcript{'s' * (removed != 1)} "
-             f"({size / 1e6:.1f} MB)")
+        rows, rows_size = clear_transcripts(models_dir(req.models_dir))
+        note(f"removed {removed} cached transcript{'s' * (removed != 1)} and {rows} file"
+             f"{'s' * (rows != 1)} of transcript rows ({(size + rows_size) / 1e6:.1f} MB)")
         if req.file is None and req.transcript is None:
             return 0
     spec = EngineSpec(model=req.model, precision=req.precision, drafter=req.drafter,
