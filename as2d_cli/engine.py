@@ -46,10 +46,12 @@ MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candid
 AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_drafter)
 FIRST_DRAFTER = "tiny.en"  # auto's drafter until the language is known
 ONE_WINDOW_SECONDS = 30.0  # the audio one Whisper window holds
-# Threads of the diarizer, beside the decoding: on 2 cores one thread left diarization the
-# last to finish after a 10.5-min transcription (+101 % wall in the better of two rounds,
-# against +57 % with two threads: bench/results/diarization-cost-cpu.json; shared machine).
-SPEAKER_THREADS = 2
+# Threads of the diarizer beside the decoding. Its models take a fifth less CPU on one thread
+# (15.6 s against 19.3 s for a 10.5-min recording), and beside a transcription that holds
+# both cores the CPU is what it costs: it still ends well before the decoding
+# (bench/results/diarization-cost-words32-epyc-2026-12-07.json). ``as2d.diarize`` alone
+# takes its own ``threads``.
+SPEAKER_THREADS = 1
 
 
 class Decoder(StrEnum):

@@ -63,13 +63,23 @@ def test_dtw_is_the_cell_by_cell_recurrence(shape, ties):
     assert set(zip(np.diff(rows), np.diff(cols))) <= {(1, 1), (1, 0), (0, 1)}
 
 
-def test_median_filter_is_a_reflect_padded_running_median():
+@pytest.mark.parametrize("ties", [False, True])
+def test_median_filter_is_a_reflect_padded_running_median(ties):
     x = np.array([[5.0, 1, 9, 3, 7, 2, 8, 6, 4, 0]])
-    got = median_filter(x, 7)
     padded = np.concatenate([x[0, 3:0:-1], x[0], x[0, -2:-5:-1]])
-    assert np.array_equal(got[0], [np.median(padded[i:i + 7]) for i in range(10)])
+    assert np.array_equal(median_filter(x)[0], [np.median(padded[i:i + 7]) for i in range(10)])
+    # Every shape the aligner gives it ([heads, tokens, frames]), down to 4 frames: the median
+    # of each reflect-padded run of 7, as a sort finds it.
+    rng = np.random.default_rng(7)
+    for frames in (4, 5, 8, 61, 1500):
+        y = rng.normal(size=(3, 5, frames))
+        if ties:
+            y = np.round(y)
+        runs = np.lib.stride_tricks.sliding_window_view(
+            np.pad(y, [(0, 0), (0, 0), (3, 3)], mode="reflect"), 7, axis=-1)
+        assert np.array_equal(median_filter(y), np.sort(runs, axis=-1)[..., 3])
     short = np.array([[1.0, 5.0, 2.0]])
-    assert np.array_equal(median_filter(short, 7), short), "too short to reflect: unchanged"
+    assert np.array_equal(median_filter(short), short), "too short to reflect: unchanged"
 
 
 # -- words ------------------------------------------------------------------------------------

@@ -65,16 +65,41 @@ class _Timing:
 
 
 # -- the numerical steps ----------------------------------------------------------------------
-def median_filter(x: np.ndarray, width: int = MEDFILT_WIDTH) -> np.ndarray:
-    """Median of each ``width`` neighbours along the last axis, reflect-padded at the edges
-    (left as it is when that axis is too short to reflect). A partition, not a sort: the
-    median is the same value, found in half the time."""
-    pad = width // 2
-    if x.shape[-1] <= pad:
+def median_filter(x: np.ndarray) -> np.ndarray:
+    """Median of each 7 neighbours along the last axis (whisper's filter width), reflect-padded
+    at the edges (left as it is when that axis is too short to reflect).
+
+    The seven shifted copies go through the comparators of a sorting network for seven values
+    that can reach its middle output (:data:`_MEDIAN_OF_7`): elementwise minima and maxima of
+    whole arrays, the same values as a sort, in a third of a partition's time."""
+    pad = MEDFILT_WIDTH // 2
+    n = x.shape[-1]
+    if n <= pad:
         return x
     padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
-    windows = np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1)
-    return np.partition(windows, pad, axis=-1)[..., pad]
+    v = [padded[..., k:k + n] for k in range(MEDFILT_WIDTH)]
+    for i, j, low, high in _MEDIAN_OF_7:
+        v[i], v[j] = (np.minimum(v[i], v[j]) if low else v[i],
+                      np.maximum(v[i], v[j]) if high else v[j])
+    return v[pad]
+
+
+def _median_comparators(network: list[tuple[int, int]], middle: int) -> list[tuple]:
+    """The comparators of a sorting ``network`` the ``middle`` output depends on, each as
+    ``(i, j, low, high)``: whether its minimum (into ``i``) and maximum (into ``j``) are read."""
+    needed, kept = {middle}, []
+    for i, j in reversed(network):
+        if i in needed or j in needed:
+            kept.append((i, j, i in needed, j in needed))
+            needed |= {i, j}
+    return kept[::-1]
+
+
+# A sorting network of 16 comparators for seven values (Knuth, TAOCP 5.3.4), pruned to the
+# 14 its median reads.
+_MEDIAN_OF_7 = _median_comparators(
+    [(0, 6), (2, 3), (4, 5), (0, 2), (1, 4), (3, 6), (0, 1), (2, 5), (3, 4), (1, 2), (4, 6),
+     (2, 3), (4, 5), (1, 2), (3, 4), (5, 6)], MEDFILT_WIDTH // 2)
 
 
 def dtw(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -232,16 +257,19 @@ class WordAligner:
             feed[f"past_k_{i}"] = feed[f"past_v_{i}"] = empty
         logits, qk = self.model.alignment_session().run(["logits", "cross_qk"], feed)
 
-        rows = logits[len(sot):len(sot) + len(text_tokens), : tk.eot].astype(np.float64)
-        rows -= rows.max(axis=-1, keepdims=True)  # in place: the rows span the vocabulary
+        # In float32, as whisper computes them (float64 took a quarter of the aligner's time
+        # and found the same paths).
+        rows = logits[len(sot):len(sot) + len(text_tokens), : tk.eot]
+        rows = rows - rows.max(axis=-1, keepdims=True)
         np.exp(rows, out=rows)
         probs = rows[np.arange(len(text_tokens)), text_tokens] / rows.sum(axis=-1)
 
-        w = qk[:, :, : num_frames // 2].astype(np.float64)
-        w = np.exp(w - w.max(axis=-1, keepdims=True))
+        w = qk[:, :, : num_frames // 2]
+        w = w - w.max(axis=-1, keepdims=True)
+        np.exp(w, out=w)
         w /= w.sum(axis=-1, keepdims=True)
         w = (w - w.mean(axis=-2, keepdims=True)) / w.std(axis=-2, keepdims=True)
-        matrix = median_filter(w).mean(axis=0)[len(sot):-1]
+        matrix = median_filter(w[:, len(sot):-1]).mean(axis=0)  # rows are filtered alone
         text_idx, time_idx = dtw(-matrix)
 
         words, word_tokens = split_words(tk, text_tokens + [tk.eot], self.language)
