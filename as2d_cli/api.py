@@ -55,6 +55,7 @@ from as2d.runtime.transcribe.fallback import DEFAULT_TEMPERATURES
 from as2d.runtime.transcribe.longform import Segment, TranscriptionInfo
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions, check_model
 from as2d.runtime.transcribe.vad_filter import VadParameters
+from as2d.runtime.whisper.alignment import APPEND_PUNCTUATIONS, PREPEND_PUNCTUATIONS
 
 AudioInput = str | Path | np.ndarray
 
@@ -137,6 +138,9 @@ class Transcriber:
                    vad_parameters: VadParameters | dict | None = None,
                    beam_size: int | None = None, patience: float | None = None,
                    length_penalty: float | None = None,
+                   word_timestamps: bool = False,
+                   prepend_punctuations: str = PREPEND_PUNCTUATIONS,
+                   append_punctuations: str = APPEND_PUNCTUATIONS,
                    diarize: bool = False, num_speakers: int | None = None,
                    min_speakers: int | None = None, max_speakers: int | None = None,
                    speakers: Sequence = (),
@@ -168,6 +172,11 @@ class Transcriber:
         ``beam_size``: beam search at temperature 0 (whisper's; None or 1: greedy, which the
         speculative decoders speed up), ``patience`` and ``length_penalty`` as in whisper;
         raises ``ValueError`` for values whisper refuses.
+        ``word_timestamps``: each segment's ``words`` (text, start, end, probability), found
+        as whisper finds them, its start and end moved to its first and last word; the tokens
+        stay the same. ``prepend_punctuations`` / ``append_punctuations``: marks joined to the
+        word after / before them (whisper's and faster-whisper's). A model without alignment
+        heads raises :class:`~as2d.engine.ModelError` before decoding.
         ``diarize``: who speaks (``num_speakers``, or ``min_speakers``/``max_speakers``;
         ``speakers``: ``("Ann", "ann.wav")`` pairs or ``"Ann=ann.wav"`` naming people from
         short clips): words are timed, each segment and word gets ``speaker`` and segments
@@ -186,10 +195,11 @@ class Transcriber:
             best_of=best_of, seed=seed, hotwords=hotwords,
             prompt_reset_on_temperature=prompt_reset_on_temperature, vad_filter=vad_filter,
             vad_parameters=vad_parameters, beam_size=beam_size, patience=patience,
-            length_penalty=length_penalty)
-        if who is not None:
-            options = replace(options, word_timestamps=True)
+            length_penalty=length_penalty, word_timestamps=word_timestamps or who is not None,
+            prepend_punctuations=prepend_punctuations, append_punctuations=append_punctuations)
         check_model(self.model, options)  # an English-only model cannot translate, ...
+        if options.word_timestamps:
+            self.engine.prepare_alignment()  # a ModelError now, not at the first window
         if vad_filter:
             self.engine.voice_detector()  # a ModelError now rather than at the first segment
         clip = _audio(audio, sample_rate)

@@ -469,7 +469,7 @@ class Engine:
             if spec.vad:
                 self.transcriber.voice_detector = self.voice_detector()
             if spec.word_timestamps:
-                self._prepare_alignment()
+                self.prepare_alignment()
         except BaseException:
             self.close()
             raise
@@ -551,7 +551,9 @@ class Engine:
 
         return RunningDiarization(self.diarizer, samples, options)
 
-    def _prepare_alignment(self) -> None:
+    def prepare_alignment(self) -> None:
+        """Make and load the target's word-alignment graph now (once): a model that cannot
+        time words is a :class:`ModelError` before anything is decoded."""
         from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
         from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
 

@@ -6,6 +6,7 @@ the same tokens through the API too.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -259,3 +260,26 @@ def test_an_english_only_model_refuses_to_translate(models_root):
     with as2d.Transcriber("tiny.en", decoder="target", models_dir=models_root) as t:
         with pytest.raises(ValueError, match="task translate needs a multilingual model"):
             t.transcribe(SAMPLE, task="translate")
+
+
+@pytest.mark.slow
+def test_word_timestamps_through_the_api_are_the_command_lines(models_root, tmp_path):
+    """faster-whisper's ``word_timestamps=True``: the same tokens as without, every segment's
+    words spell its text inside its span, and they are the words ``--word-timestamps`` writes."""
+    def run(**kw):
+        segments, _ = as2d.transcribe(SAMPLE, model="tiny.en", decoder="target",
+                                      models_dir=models_root, **kw)
+        return list(segments)
+
+    timed = run(word_timestamps=True)
+    assert tokens(timed) == tokens(run())
+    for seg in timed:
+        assert seg.words and "".join(w.word for w in seg.words) == seg.text
+        assert seg.start <= seg.words[0].start and seg.words[-1].end <= seg.end
+    out = subprocess.run([sys.executable, "-m", "as2d", "transcribe", str(SAMPLE), "-m", "tiny.en",
+                          "--decoder", "target", "--word-timestamps", "-f", "json", "-q",
+                          "-o", str(tmp_path), "--models-dir", str(models_root)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    written = json.loads((tmp_path / f"{SAMPLE.stem}.json").read_text())["segments"]
+    assert [[w.to_dict() for w in s.words] for s in timed] == [s["words"] for s in written]
