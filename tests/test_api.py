@@ -275,7 +275,7 @@ def test_word_timestamps_through_the_api_are_the_command_lines(models_root, tmp_
     assert tokens(timed) == tokens(run())
     for seg in timed:
         assert seg.words and "".join(w.word for w in seg.words) == seg.text
-        assert seg.start <= seg.words[0].start and seg.words[-1].end <= seg.end
+        assert all(w.start <= w.end for w in seg.words)
     out = subprocess.run([sys.executable, "-m", "as2d", "transcribe", str(SAMPLE), "-m", "tiny.en",
                           "--decoder", "target", "--word-timestamps", "-f", "json", "-q",
                           "-o", str(tmp_path), "--models-dir", str(models_root)],
@@ -283,3 +283,14 @@ def test_word_timestamps_through_the_api_are_the_command_lines(models_root, tmp_
     assert out.returncode == 0, out.stderr
     written = json.loads((tmp_path / f"{SAMPLE.stem}.json").read_text())["segments"]
     assert [[w.to_dict() for w in s.words] for s in timed] == [s["words"] for s in written]
+
+
+@pytest.mark.slow
+def test_a_model_that_cannot_time_words_fails_before_decoding(models_root, monkeypatch):
+    from as2d.engine import ModelError
+
+    with as2d.Transcriber("tiny.en", decoder="target", models_dir=models_root) as t:
+        # As a model without alignment heads declares itself (an exported folder's).
+        monkeypatch.setattr(t.engine.target, "alignment_graph", None)
+        with pytest.raises(ModelError, match="cannot give word timestamps"):
+            t.transcribe(SAMPLE, word_timestamps=True)
