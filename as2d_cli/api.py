@@ -174,9 +174,10 @@ class Transcriber:
         raises ``ValueError`` for values whisper refuses.
         ``word_timestamps``: each segment's ``words`` (text, start, end, probability), found
         as whisper finds them, its start and end moved to its first and last word (unless
-        that word runs too long, as in whisper); the tokens stay the same. ``prepend_punctuations`` / ``append_punctuations``: marks joined to the
-        word after / before them (whisper's and faster-whisper's). A model without alignment
-        heads raises :class:`~as2d.engine.ModelError` before decoding.
+        that word runs too long, as in whisper); the tokens stay the same.
+        ``prepend_punctuations`` / ``append_punctuations``: marks joined to the word after /
+        before them (whisper's and faster-whisper's). A model without alignment heads raises
+        :class:`~as2d.engine.ModelError` before decoding.
         ``diarize``: who speaks (``num_speakers``, or ``min_speakers``/``max_speakers``;
         ``speakers``: ``("Ann", "ann.wav")`` pairs or ``"Ann=ann.wav"`` naming people from
         short clips): words are timed, each segment and word gets ``speaker`` and segments
