@@ -359,11 +359,10 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
                       models_dir=models_dir, llm=llm,
                       speakers=who is not None)  # a bad option: before the audio
     store = default_cache(models_root(models_dir)) if cache else None
-    opts = replace(opts, keep_rows=store is not None)  # no transcript kept: nor its rows
     if transcript is not None:
         heard = Heard.of(read_whisper_json(transcript), str(transcript))
         with Engine(replace(spec, speech=False)) as engine:
-            return _answered_by(lambda: engine.answer(heard, question, opts))
+            return _answered_by(lambda: engine.answer(heard, question, opts, cache=store))
     if audio is None:
         raise TypeError("audio must be a file path or a numpy array of samples (or give "
                         "transcript=)")
@@ -374,14 +373,14 @@ def ask(audio: AudioInput | None, question: str, *, model: str = "base",
         if found is not None and who is None:
             with Engine(replace(spec, speech=False)) as engine:
                 return _answered_by(lambda: engine.answer(Heard.of(found, str(audio)),
-                                                          question, opts))
+                                                          question, opts, cache=store))
         if found is not None:  # its speakers: the audio is diarized (not transcribed)
             clip = _audio(audio, 16000)
             try:
                 with Engine(replace(spec, speech=False)) as engine:
                     heard = Heard.of(found, str(audio)).with_speakers(
                         engine.diarizer().diarize(clip.samples, who))
-                    return _answered_by(lambda: engine.answer(heard, question, opts))
+                    return _answered_by(lambda: engine.answer(heard, question, opts, cache=store))
             finally:
                 clip.close()
     clip = _audio(audio, 16000)  # a bad file costs nothing else

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -734,17 +734,13 @@ class Engine:
         Raises what the transcription raises (ValueError for options the model cannot
         honour), a :class:`ModelError` for an answering model that cannot load, and
         :class:`AnswerError` when the answer cannot be made."""
-        if cache is None:  # no transcript is kept: nor its rows beside the answering model
-            from as2d.runtime.ask.answer import AskOptions
-
-            options = replace(options or AskOptions(), keep_rows=False)
         pending = self.prepare_answerer(options, listener, question)
         try:
             heard = self.hear(audio, transcribe_options, source=source, stats=stats,
                               on_interrupt=on_interrupt, cancelled=cancelled, cache=cache,
                               digest=digest, pending=pending, speakers=speakers)
             return self.answer(heard, question, options, pending=pending, listener=listener,
-                               cancelled=cancelled)
+                               cancelled=cancelled, cache=cache)
         finally:
             _settle(pending)  # not needed (no speech, an error): nor is its error
             if pending in self._answerers:  # a server asks many times: settled, forgotten
@@ -805,12 +801,14 @@ class Engine:
     def answer(self, heard: Heard, question: str, options=None, *,
                pending: Background | None = None, answerer=None,
                listener: Listener | None = None,
-               cancelled: Callable[[], bool] | None = None) -> AskResult:
+               cancelled: Callable[[], bool] | None = None, cache=None) -> AskResult:
         """The answer to ``question`` about a transcript (:meth:`hear`'s, or a transcript
         file's: :meth:`Heard.of`), as an :class:`AskResult`: one document whatever face
         renders it. The answerer: ``answerer``, else ``pending``'s, else one made now; many
         questions about one recording share one (:meth:`answerer`). No answer when there is
-        no text, or when ``cancelled()``."""
+        no text, or when ``cancelled()``. ``cache``: the transcript cache in use; the
+        transcript's KV rows are kept beside the answering model only where its transcript
+        may be kept (None: neither)."""
         from as2d.runtime.ask.answer import AskOptions
         from as2d.runtime.events import Note
         from as2d.runtime.transcribe.longform import TranscriptionInfo
@@ -836,7 +834,7 @@ class Engine:
                              "unavailable: the model's passes are not row-exact")
         try:
             result.answer = answerer.ask(result.spans, question, t.drafted,
-                                         language=t.language)
+                                         language=t.language, keep_rows=cache is not None)
         except ValueError as exc:
             raise AnswerError("answer", exc) from None
         return result

@@ -62,7 +62,7 @@ class FakeAnswerer:
         self.model = types.SimpleNamespace(name="gemma-3-270m-int8")
         self.lossless, self.fails = lossless, fails
 
-    def ask(self, spans, question, drafted, language=None):
+    def ask(self, spans, question, drafted, language=None, keep_rows=True):
         if self.fails is not None:
             raise self.fails
         return FakeAnswer(question, spans, drafted)

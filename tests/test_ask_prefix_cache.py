@@ -239,15 +239,16 @@ def test_the_answerer_keeps_the_head_beside_the_model_and_reports_it(lm, tmp_pat
 
 def test_a_transcripts_rows_are_kept_only_where_transcripts_are(lm, tmp_path):
     """A transcript read whole leaves its rows beside the model for the next question, unless
-    no transcript may be kept (``keep_rows=False``, as ``--no-cache`` sets): then none."""
+    no transcript may be kept (``keep_rows=False``, as the engine asks without a transcript
+    cache): then none."""
     from as2d.runtime.llm.lm import CausalLM
 
     folder = _linked_bundle(lm.path, tmp_path / "bundle")
     model = CausalLM(folder, threads=2)
     spans = [Span(s.start + 6.8 * k, s.end + 6.8 * k, s.text) for k in range(4) for s in SPANS]
     question = "What should you do after you fail?"
-    off = Answerer(model, options=AskOptions(extract=False, keep_rows=False)).ask(spans,
-                                                                                  question)
+    off = Answerer(model, options=AskOptions(extract=False)).ask(spans, question,
+                                                                 keep_rows=False)
     assert not list(folder.glob(".context-*.npz"))
     kept = Answerer(model, options=AskOptions(extract=False)).ask(spans, question)
     assert len(list(folder.glob(".context-*.npz"))) == 1

@@ -246,7 +246,7 @@ def _run_ask(req: AskRequest, spec, cache, llm, note) -> int:
     length = {} if req.max_tokens is None else {"max_tokens": req.max_tokens}
     # The same options whatever the output format: the answer never depends on it.
     options = AskOptions(candidates=not req.no_candidates, style=req.style,
-                         context_tokens=req.context, keep_rows=cache is not None, **length)
+                         context_tokens=req.context, **length)
     transcribe_options = TranscribeOptions(language=req.language)
     heard = digest = audio = None
     if req.transcript is not None:
@@ -304,8 +304,9 @@ def _run_ask(req: AskRequest, spec, cache, llm, note) -> int:
                     _hint_speakers(heard, question, note)
                 if interactive:
                     reporter.stop()
-                    return _interactive(engine, heard, options, answerer, listener, req, stats)
-                results = [_answer(engine, heard, q, options, answerer, listener)
+                    return _interactive(engine, heard, options, answerer, listener, req, stats,
+                                        cache)
+                results = [_answer(engine, heard, q, options, answerer, listener, cache)
                            for q in req.questions]
             finally:
                 reporter.stop()
@@ -399,12 +400,13 @@ def _answerer(pending):
         raise UserError(str(exc)) from None
 
 
-def _answer(engine, heard, question: str, options, answerer, listener):
+def _answer(engine, heard, question: str, options, answerer, listener, cache):
     """:meth:`Engine.answer`, its errors as the command line words them."""
     from as2d.engine import AnswerError
 
     try:
-        return engine.answer(heard, question, options, answerer=answerer, listener=listener)
+        return engine.answer(heard, question, options, answerer=answerer, listener=listener,
+                             cache=cache)
     except AnswerError as exc:
         raise UserError(as_flags(exc.error), 1) from None
 
@@ -420,7 +422,8 @@ def _words(exc: ValueError) -> str:
     return as_flags(exc)
 
 
-def _interactive(engine, heard, options, answerer, listener, req: AskRequest, stats) -> int:
+def _interactive(engine, heard, options, answerer, listener, req: AskRequest, stats,
+                 cache) -> int:
     """Questions from stdin, one a line, until an empty line or the end; each answered as it
     comes (``--json``: one document a line). Ctrl-C ends it with 130, without a traceback."""
     from as2d.cli.ask_display import render_answer
@@ -443,7 +446,7 @@ def _interactive(engine, heard, options, answerer, listener, req: AskRequest, st
                 check_question(question)
                 if not req.quiet:
                     _hint_speakers(heard, question, lambda m: err(f"as2d: {m}"))
-                result = _answer(engine, heard, question, options, answerer, listener)
+                result = _answer(engine, heard, question, options, answerer, listener, cache)
             except UserError as exc:  # this question: said, and the next one is read
                 err(f"as2d: error: {exc}")
                 continue

@@ -66,10 +66,6 @@ class AskOptions:
     candidates: bool = True  # False: target-only generation (for comparison)
     style: str | None = None  # None: "instruct" for chat models, else DEFAULT_STYLE
     context_tokens: int | None = None  # prompt + answer limit (None: the model's capacity)
-    # The KV rows of a transcript read whole are stored beside the model for the next
-    # question about it (:mod:`as2d.runtime.llm.prefix_cache`); False where no transcript
-    # may be kept (no transcript cache): the rows are its words in another form.
-    keep_rows: bool = True
     max_ngram: int = 4
     min_ngram: int = 1
     k_max: int = 16
@@ -262,18 +258,20 @@ class Answerer:
         return key
 
     def ask(self, spans: Sequence[Span], question: str, drafter_text: str | None = None,
-            language: str | None = None) -> Answer:
+            language: str | None = None, keep_rows: bool = True) -> Answer:
         """The answer to ``question`` about the transcript ``spans``, with its evidence (best
         first), withheld when it does not stand (:mod:`~as2d.runtime.ask.judge`).
         ``language`` (the transcript's, a Whisper code) picks the answer policy
         (:func:`~.policies.policy_for`): the English rules for English or an unknown language,
         none for another (the model's own answer, and the answer's note says the rules were
-        off)."""
+        off). ``keep_rows``: the KV rows of a transcript read whole are stored beside the model
+        for the next question about it (:mod:`as2d.runtime.llm.prefix_cache`); False where no
+        transcript may be kept: the rows are its words in another form."""
         problem = question_error(question)
         if problem:
             raise ValueError(problem)
         policy = policy_for(language)
-        found = self.find(spans, question, drafter_text, policy)
+        found = self.find(spans, question, drafter_text, policy, keep_rows)
         if not self.options.judge:
             return found
         rerank = None
@@ -283,7 +281,7 @@ class Answerer:
         return judge(found, spans, question, policy, self.options.abstain_below, rerank)
 
     def find(self, spans: Sequence[Span], question: str, drafter_text: str | None,
-             policy) -> Answer:
+             policy, keep_rows: bool = True) -> Answer:
         """The answer as the rules and the model find it, before it is judged."""
         o = self.options
         collector = AnswerStatsCollector()
@@ -350,7 +348,7 @@ class Answerer:
         gen = SpeculativeGenerator(self.model, emit, self.prefix)
         # A transcript read whole is the same in every prompt about it: its rows are kept
         # for the next question (passages chosen for this question are not).
-        context = 0 if plan.selected or not o.keep_rows else plan.question_at
+        context = 0 if plan.selected or not keep_rows else plan.question_at
 
         def run(max_new: int, score: bool = True):
             score = score and bool(found)
