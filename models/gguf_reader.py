@@ -50,7 +50,9 @@ class _HeaderReader:
     """Sequential reads over the mapped file, with a clear error when the header is cut short."""
 
     def __init__(self, buf: np.ndarray, name: str) -> None:
-        self.buf = buf
+        # A memoryview, not the memmap: slicing a memmap makes an array object per read, and
+        # a vocabulary is 262k strings (seconds of a conversion).
+        self.buf = memoryview(buf)
         self.name = name
         self.pos = 0
 
