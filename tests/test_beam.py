@@ -184,6 +184,20 @@ def _window(model, path, timestamps=True):
     return ctx, prompt, rules
 
 
+_REFERENCES: dict = {}
+
+
+def reference_of(model, path, timestamps: bool = True, beam_size: int = 5):
+    """``reference_beam`` on the first window of ``path``, once per module: the comparison
+    with whisper's algorithm and the long-form loop's check read the same (slow) reference."""
+    key = (model.name, str(path), timestamps, beam_size)
+    if key not in _REFERENCES:
+        ctx, prompt, rules = _window(model, path, timestamps)
+        _REFERENCES[key] = reference_beam(model, ctx, prompt, rules,
+                                          model.dims.n_text_ctx // 2, beam_size)
+    return _REFERENCES[key]
+
+
 def _as2d_beam(model, ctx, prompt, rules, options):
     tk = model.tokenizer
     state = model.beam_state(ctx, options.beam_size)
@@ -198,26 +212,21 @@ def _as2d_beam(model, ctx, prompt, rules, options):
     return dec.result()
 
 
-def _real_clips(librivox):
-    return [c.path for c in librivox] + [SAMPLE]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["tiny.en", "base"])
 def test_beam_of_five_is_whispers_beam_search_on_real_clips(beam_model, librivox, name):
     """The batched, pooled beam search == the plain reference, token for token and score for
     score, on real clips (and without timestamps on one)."""
     model = beam_model(name)
-    # base (slower) on one clip; tiny.en on every other clip (the longest, 25 s and 90 tokens,
-    # among them), and once without timestamps; base's clip is one tiny.en skips.
-    clips = _real_clips(librivox)[1::2] if name == "tiny.en" else [librivox[0].path]
-    assert clips and (name != "tiny.en" or {SAMPLE, librivox[1].path} <= set(clips))
+    # base (slower) on one clip; tiny.en on a short clip, with and without timestamps, and on
+    # the longest (25 s, 90 tokens: many forks and finished hypotheses); base's clip is one
+    # tiny.en skips. The search itself is checked over random models in tests/test_kernel.py.
+    clips = [librivox[1].path, SAMPLE] if name == "tiny.en" else [librivox[4].path]
     for path in clips:
         for timestamps in (True, False) if path == librivox[1].path else (True,):
             ctx, prompt, rules = _window(model, path, timestamps)
             got = _as2d_beam(model, ctx, prompt, rules, BeamOptions(5))
-            want, want_lp = reference_beam(model, ctx, prompt, rules,
-                                           model.dims.n_text_ctx // 2, 5)
+            want, want_lp = reference_of(model, path, timestamps)
             assert got.tokens == want, (path.name, model.tokenizer.decode(got.tokens),
                                         model.tokenizer.decode(want))
             assert got.sum_logprob == want_lp
@@ -227,9 +236,10 @@ def test_beam_of_five_is_whispers_beam_search_on_real_clips(beam_model, librivox
 @pytest.mark.slow
 def test_patience_and_length_penalty_follow_whisper(beam_model, librivox):
     model = beam_model("tiny.en")
+    # Patience with the NMT penalty, and the penalty alone at another width (without
+    # patience: at most beam_size finished).
     for path, options in ((librivox[0].path, BeamOptions(3, patience=2.0, length_penalty=0.6)),
-                          (librivox[1].path, BeamOptions(4, length_penalty=1.0)),
-                          (librivox[2].path, BeamOptions(2, patience=1.5))):
+                          (librivox[1].path, BeamOptions(4, length_penalty=1.0))):
         ctx, prompt, rules = _window(model, path)
         got = _as2d_beam(model, ctx, prompt, rules, options)
         want, want_lp = reference_beam(model, ctx, prompt, rules, model.dims.n_text_ctx // 2,
@@ -267,8 +277,7 @@ def test_the_long_form_loop_decodes_windows_with_the_beam(beam_model):
     assert stats.current.summary()["decoder"] == "target"
     assert (info.plan.decoder, info.plan.drafter) == ("target", None)
     first_window = [tok for s in segs if s.seek == 0 for tok in s.tokens]
-    ctx, prompt, rules = _window(model, path)
-    want, _ = reference_beam(model, ctx, prompt, rules, model.dims.n_text_ctx // 2, 5)
+    want, _ = reference_of(model, path)  # the window test_beam_of_five_... compares too
     # The window's complete segments: the beam's tokens up to its last closed timestamp pair.
     assert first_window and first_window == want[: len(first_window)]
     list(t.transcribe(clip, TranscribeOptions()))
@@ -328,10 +337,12 @@ def _segments(model, strategy, path, options, stats=None):
 
 
 @pytest.mark.slow
-def test_speculative_beam_is_target_only_beam_on_real_clips(beam_model, whisper, librivox):
+def test_speculative_beam_is_target_only_beam_on_real_clips(beam_model, whisper):
     """AS²D's drafter proposes every hypothesis's candidates; the segments (tokens, scores,
-    times) are target-only beam search's on every real clip, and the speculative path ran
-    (more beam steps than passes). base with tiny.en drafting, as as2d runs by default."""
+    times) are target-only beam search's on a real clip (two windows for base, the second
+    prompted), and the speculative path ran (more beam steps than passes). base with tiny.en
+    drafting, as as2d runs by default; the replay over candidates is checked over random
+    candidates in tests/test_kernel.py and over damaged streams below."""
     from as2d.runtime.transcribe.as2d import AS2D
     from as2d.runtime.transcribe.stats import StatsCollector
     from as2d.runtime.transcribe.strategy import TargetOnly
@@ -339,18 +350,15 @@ def test_speculative_beam_is_target_only_beam_on_real_clips(beam_model, whisper,
     target = beam_model("base")
     drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
     options = TranscribeOptions(language="en", beam_size=5)
-    steps = passes = 0
-    for path in (librivox[0].path, SAMPLE):  # SAMPLE: two windows, the second prompted
-        want = _segments(target, TargetOnly(target), path, options)
-        stats = StatsCollector()
-        got = _segments(target, AS2D(target, drafter), path, options, stats)
-        assert got == want, path.name
-        run = stats.current.summary()
-        assert run["decoder"] == "as2d" and run["search"] == "beam 5"
-        assert (run["drafter"], run["decoder"]) == (drafter.name, "as2d")
-        steps += run["beam_steps"]
-        passes += run["target_passes"]
-    assert steps > passes  # candidates were verified and beam steps replayed over them
+    want = _segments(target, TargetOnly(target), SAMPLE, options)
+    stats = StatsCollector()
+    got = _segments(target, AS2D(target, drafter), SAMPLE, options, stats)
+    assert got == want
+    run = stats.current.summary()
+    assert run["decoder"] == "as2d" and run["search"] == "beam 5"
+    assert (run["drafter"], run["decoder"]) == (drafter.name, "as2d")
+    # candidates were verified and beam steps replayed over them
+    assert run["beam_steps"] > run["target_passes"]
 
 
 @pytest.mark.slow
@@ -412,7 +420,9 @@ def test_speculative_beam_is_exact_whatever_the_drafter_says(beam_model, librivo
     edits = st.lists(st.tuples(st.sampled_from(["keep", "drop", "swap", "insert", "close"]),
                                st.integers(0, 50000)), min_size=len(text), max_size=len(text) + 8)
 
-    @settings(max_examples=12, deadline=None, derandomize=True,
+    # Few examples on the real model: the kernel's property (tests/test_kernel.py) takes
+    # hundreds.
+    @settings(max_examples=5, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(edits=edits, cut=st.integers(0, len(text) + 8))
     def check(edits, cut):

@@ -134,12 +134,13 @@ class _DraftFirst(AS2D):
 
 @pytest.mark.slow
 def test_real_pauses_are_named_by_the_audio_and_the_tokens_stay_the_targets(whisper, clips):
-    """Eight real clips with 1.5 s of silence between them: the audio names the openings after
-    the pauses, which the same time cannot, and AS²D commits exactly the target-only tokens
-    with nothing drafted and with a real drafter."""
-    names = ["sense_and_sensibility_01_austen_64kb-0870.wav", "beckett.wav",
-             "sense_and_sensibility_01_austen_64kb-0890.wav", "001.wav", "002.wav",
-             "sense_and_sensibility_01_austen_64kb-0920.wav", "003.wav", "004.wav"]
+    """Seven short real clips with 1.5 s of silence between them (26 s: one window; where a
+    later window's times land is test_the_window_start_places_the_closing_time_in_the_file):
+    the audio names the openings after the pauses, which the same time cannot, and AS²D
+    commits exactly the target-only tokens with nothing drafted and with a real drafter."""
+    names = ["sense_and_sensibility_01_austen_64kb-0880.wav", "001.wav",
+             "sense_and_sensibility_01_austen_64kb-0930.wav", "002.wav", "003.wav", "004.wav",
+             "005.wav"]
     by_name = {c.name: c for c in clips}
     assert set(names) <= set(by_name), "the test clips are missing"
     parts = []

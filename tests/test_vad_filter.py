@@ -79,6 +79,13 @@ def pauses(clips):
     return np.concatenate(parts), spans
 
 
+@pytest.fixture(scope="module")
+def pause_probs(pauses):
+    """The speech probabilities of ``pauses`` (Silero, over its 108 s), computed once: every
+    chunking test reads the same ones."""
+    return speech_probabilities(pauses[0], SileroVAD())
+
+
 PARAMETER_SETS = [{}, {"min_silence_duration_ms": 500, "speech_pad_ms": 200},
                   {"max_speech_duration_s": 3, "min_speech_duration_ms": 250},
                   {"threshold": 0.3, "neg_threshold": 0.1},
@@ -88,10 +95,10 @@ PARAMETER_SETS = [{}, {"min_silence_duration_ms": 500, "speech_pad_ms": 200},
 
 @pytest.mark.slow
 @pytest.mark.parametrize("params", PARAMETER_SETS)
-def test_chunks_are_faster_whispers_on_the_same_probabilities(pauses, params):
+def test_chunks_are_faster_whispers_on_the_same_probabilities(pauses, pause_probs, params):
     fv = pytest.importorskip("faster_whisper.vad")
     audio, _ = pauses
-    probs = speech_probabilities(audio, SileroVAD())
+    probs = pause_probs
 
     class Fixed:  # faster-whisper's model, answering with our detector's probabilities
         def __call__(self, padded):
@@ -110,9 +117,9 @@ def test_chunks_are_faster_whispers_on_the_same_probabilities(pauses, params):
     assert ours, "speech was found"
 
 
-def test_chunks_cover_the_speech_and_skip_the_pauses(pauses):
+def test_chunks_cover_the_speech_and_skip_the_pauses(pauses, pause_probs):
     audio, spans = pauses
-    chunks = speech_chunks(speech_probabilities(audio, SileroVAD()), len(audio))
+    chunks = speech_chunks(pause_probs, len(audio))
     secs = [(a / SR, b / SR) for a, b in chunks]
     for start, end in spans:  # every clip is inside a chunk (chunks are padded by 0.4 s)
         assert any(a <= start + 0.3 and end - 0.3 <= b for a, b in secs), (start, end, secs)
@@ -193,10 +200,12 @@ def test_filtered_segments_land_on_the_speech_and_as2d_agrees(models, pauses):
 
 @pytest.mark.slow
 def test_filter_and_fallback_together_stay_lossless(models, pauses):
+    """A bar no decode clears: each window decoded greedily, then sampled (two samples side by
+    side), over the joined speech; AS²D keeps target-only's samples."""
     target, drafter = models
     audio, _ = pauses
     opts = TranscribeOptions(language="en", vad_filter=True,
-                             temperatures=(0.0, 0.4, 0.8), logprob_threshold=0.0, best_of=2)
+                             temperatures=(0.0, 0.8), logprob_threshold=0.0, best_of=2)
     ref = run(target, TargetOnly(target), audio, opts)
     assert any(s.temperature > 0 for s in ref)
     assert [s.tokens for s in run(target, AS2D(target, drafter), audio, opts)] == [
@@ -212,18 +221,19 @@ def test_the_engine_asks_for_a_detector(models):
 
 @pytest.mark.slow
 def test_cli_vad_filter(models_root, pauses, tmp_path):
+    """The options reach the run (AS²D: that it commits target-only's tokens under the filter
+    is test_filtered_segments_land_on_the_speech_and_as2d_agrees; the API runs the target),
+    and a silent file says so."""
     audio, spans = pauses
     path = write_wav(tmp_path / "pauses.wav", audio)
-    docs = {}
-    for d in ("as2d", "target"):
-        r = cli("transcribe", path, "-l", "en", "--vad-filter", "--decoder", d, "-f", "json",
-                "--no-live", "--vad-parameters", "min_silence_duration_ms=1000",
-                models_dir=models_root)
-        assert r.exit_code == 0, r.stderr
-        assert "VAD filter:" in r.stderr
-        docs[d] = json.loads(r.stdout)
-    assert docs["as2d"]["segments"] == docs["target"]["segments"]
-    assert docs["as2d"]["segments"][0]["start"] >= spans[0][0] - 1.0
+    r = cli("transcribe", path, "-l", "en", "--vad-filter", "--decoder", "as2d", "-f", "json",
+            "--no-live", "--vad-parameters", "min_silence_duration_ms=1000",
+            models_dir=models_root)
+    assert r.exit_code == 0, r.stderr
+    assert "VAD filter:" in r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["decoder"] == "as2d"
+    assert doc["segments"][0]["start"] >= spans[0][0] - 1.0
 
     silent = write_wav(tmp_path / "silent.wav", np.zeros(20 * SR, np.float32))
     r = cli("transcribe", silent, "-l", "en", "--vad-filter", "--no-live",
