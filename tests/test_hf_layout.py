@@ -33,9 +33,17 @@ def tokens(model, audio):
     return [s.tokens for s in LongFormTranscriber(model).transcribe(audio, TranscribeOptions())]
 
 
+@pytest.fixture(scope="module")
+def own_tokens(whisper, clip):
+    """Our own tiny.en fp32 bundle's tokens for the clip, which every layout must give
+    (decoded once for the module)."""
+    return tokens(whisper("tiny.en", "fp32"), clip)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["merged", "split"])
-def test_hf_layout_transcribes_like_our_own_bundle(hf_folder, clip, whisper, tmp_path, layout):
+def test_hf_layout_transcribes_like_our_own_bundle(hf_folder, clip, own_tokens, tmp_path,
+                                                   layout):
     folder = hf_folder
     if layout == "split":  # the same folder without the merged decoder
         folder = tmp_path / "split"
@@ -43,12 +51,13 @@ def test_hf_layout_transcribes_like_our_own_bundle(hf_folder, clip, whisper, tmp
         (folder / "decoder_model_merged.onnx").unlink()
     hf = HFWhisperModel(folder, threads=2)
     assert hf.merged == (layout == "merged")
-    assert tokens(hf, clip) == tokens(whisper("tiny.en", "fp32"), clip)
+    assert tokens(hf, clip) == own_tokens
 
 
-def test_the_hub_layout_keeps_its_graphs_under_onnx(hf_folder, clip, tmp_path):
+def test_the_hub_layout_keeps_its_graphs_under_onnx(hf_folder, clip, own_tokens, tmp_path):
     """onnx-community's repositories: config and tokenizer at the top, graphs (and their
-    quantized variants, which are not taken) under ``onnx/``."""
+    quantized variants, which are not taken) under ``onnx/``; it transcribes as our own
+    bundle does, as the flat folder does (the test above)."""
     from as2d.loading import resolve_bundle_dir
 
     folder = tmp_path / "hub"
@@ -59,7 +68,7 @@ def test_the_hub_layout_keeps_its_graphs_under_onnx(hf_folder, clip, tmp_path):
                 folder / "onnx" / "encoder_model_quantized.onnx")
     assert resolve_bundle_dir(str(folder)) == folder
     hub = HFWhisperModel(folder, threads=2)
-    assert hub.merged and tokens(hub, clip) == tokens(HFWhisperModel(hf_folder, threads=2), clip)
+    assert hub.merged and tokens(hub, clip) == own_tokens
     (folder / "onnx" / "encoder_model.onnx").unlink()
     with pytest.raises(HFLayoutError, match="missing encoder_model.onnx"):
         HFWhisperModel(folder)
@@ -71,13 +80,14 @@ def test_a_graph_that_is_not_row_exact_is_not_used_for_speculation(hf_folder, cl
     from as2d.runtime.rows import rows_exact
     from as2d.runtime.transcribe.strategy import TargetOnly
 
-    hf = HFWhisperModel(hf_folder, threads=2)
-    assert rows_exact(hf) is False  # a plain export rounds one row differently
-    assert hf.row_check["max_abs_diff"] > 0
     notes = []
     engine = Engine(EngineSpec(model=str(hf_folder), decoder="as2d", threads=2),
                     progress=notes.append)
     with engine:
+        hf = engine.target  # the folder as the engine loaded it
+        assert isinstance(hf, HFWhisperModel)
+        assert rows_exact(hf) is False  # a plain export rounds one row differently
+        assert hf.row_check["max_abs_diff"] > 0
         assert isinstance(engine.strategy, TargetOnly) and engine.loaded_drafter is None
     assert any("target alone" in n for n in notes)
 

@@ -49,7 +49,15 @@ def transcribe(model: Path, env) -> object:
 
 
 def copy_bundle(src: Path, dest: Path) -> Path:
-    shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".*"))
+    """``src`` with its manifest and tokenizer copied (the files the tests damage) and its
+    graphs and weights linked: the same bundle, without copying half a gigabyte for each."""
+    dest.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file() and not f.name.startswith("."):
+            if f.name in ("manifest.json", "tokenizer.json"):
+                shutil.copyfile(f, dest / f.name)
+            else:
+                (dest / f.name).symlink_to(f)
     return dest
 
 
@@ -257,7 +265,9 @@ def copy_hf(src: Path, dest: Path, **config) -> Path:
     return dest
 
 
-@pytest.mark.parametrize("field,value", [("decoder_layers", 5), ("decoder_layers", 3),
+# One value per field: more decoder layers than the graphs have and fewer (3) meet the same
+# check, the graphs' layer set against range(decoder_layers).
+@pytest.mark.parametrize("field,value", [("decoder_layers", 5),
                                          ("max_target_positions", 1048575),
                                          ("num_mel_bins", 128), ("vocab_size", 51865)])
 def test_a_hf_whisper_config_that_disagrees_is_one_line(field, value, hf_whisper, tmp_path,
@@ -391,6 +401,10 @@ _NUMBERS = st.one_of(_SIZES, _SIZES, st.integers(-2, 600), st.integers(-2, 600),
                               max_size=3))
 _PROPERTY = settings(max_examples=30, deadline=None, derandomize=True,
                      suppress_health_check=list(HealthCheck))
+# A folder that survives its damage is loaded and decoded (a second or more each): fewer
+# examples for the real models, as a property over a real model needs (issue #44); the reader of
+# model.bin's header, which decodes nothing, takes all of them.
+_PROPERTY_MODEL = settings(_PROPERTY, max_examples=12)
 
 
 @pytest.mark.slow
@@ -406,7 +420,7 @@ def test_mutated_manifests_give_one_error_or_the_same_tokens(tiny, clip, tmp_pat
         "generation.alignment_heads", "generation.suppress_ids", "generation.lang_ids",
         "generation.suppress_ids_begin", "files.decoder", "files.tokenizer", "name"]
 
-    @_PROPERTY
+    @_PROPERTY_MODEL
     @given(st.lists(st.tuples(st.sampled_from(keys), _NUMBERS), min_size=1, max_size=3))
     def check(edits):
         manifest = json.loads(original)
@@ -431,7 +445,7 @@ def test_mutated_hf_configs_give_one_error_or_the_same_tokens(hf_whisper, clip, 
     assert isinstance(want, list) and want
     keys = list(json.loads(original))
 
-    @_PROPERTY
+    @_PROPERTY_MODEL
     @given(st.lists(st.tuples(st.sampled_from(keys), _NUMBERS), min_size=1, max_size=3))
     def check(edits):
         cfg = json.loads(original)
@@ -448,7 +462,9 @@ def test_mutated_ct2_headers_give_one_error_or_sound_tensors(ct2_source, tmp_pat
     """Random bytes written into the header and tensor index of tiny.en's model.bin: the
     reader refuses it in one line, or every tensor it then offers decodes to exactly its
     byte count inside the file, and the converter's checks hold (no traceback, no allocation
-    beyond the file, no hang)."""
+    beyond the file, no hang). Each example rewrites only the bytes it may change (the header
+    and index, before the first large tensor), in place: the file is the pristine one with the
+    example's edits, without writing its 75 MB again."""
     from as2d.models.ct2 import CT2FormatError, load_ct2
     from as2d.models.whisper_source import SourceError, inspect_ct2
 
@@ -456,15 +472,17 @@ def test_mutated_ct2_headers_give_one_error_or_sound_tensors(ct2_source, tmp_pat
     pristine = (folder / "model.bin").read_bytes()
     ref = load_ct2(folder / "model.bin")
     index_end = ref.tensors._where["decoder/embeddings/weight"][0]  # the first large tensor
+    head = index_end + 4  # an edit starts before index_end and is at most 4 bytes long
 
     @_PROPERTY
     @given(st.lists(st.tuples(st.integers(0, index_end - 1), st.binary(min_size=1, max_size=4)),
                     min_size=1, max_size=4))
     def check(edits):
-        data = bytearray(pristine)
+        data = bytearray(pristine[:head])
         for at, raw in edits:
             data[at:at + len(raw)] = raw
-        (folder / "model.bin").write_bytes(bytes(data[:len(pristine)]))
+        with open(folder / "model.bin", "r+b") as fh:  # the rest of the file stays pristine
+            fh.write(bytes(data[:head]))
         old = _alarm(60)
         try:
             model = load_ct2(folder / "model.bin")
