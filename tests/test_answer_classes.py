@@ -926,22 +926,20 @@ def answerer(bundle):
     return Answerer(CausalLM(bundle(LLM, "int8"), threads=2), options=AskOptions(judge=False))
 
 
-# (transcript, question, words of which the answer must hold one; None: not said)
+# (transcript, question, words of which the answer must hold one; None: not said): one
+# question per kind asked (a person, a price, a count, a thing, a duration, a topic, a kind)
+# and per kind not said (a person, a count among other numbers, an amount in the LibriVox
+# line); each is one answer of the real model (the rules behind them are the table's above).
 ASKED = [
     (TRIP, "Whom did he meet on the way back?", ("pedro", "sailor")),
     (TRIP, "How much did the tram cost?", ("three", "3")),
-    (TRIP, "How many children does Robert have?", None),
     (TRIP, "Who is Robert's wife?", None),
-    (FARM, "How many horses are there?", ("two", "2")),
     (FARM, "What number of chickens does the farmer keep?", ("thirty", "30")),
     (FARM, "What burned down?", ("barn",)),
-    (PIER, "Who waited on the pier?", ("fisherman",)),
     (PIER, "How long did the fisherman wait?", ("long time",)),
     (PIER, "What did they talk about?", ("storm",)),
     (AUSTEN, "How much money did Dashwood have?", None),
     (TRAIN, "How many passengers are on the train?", None),
-    (GARDEN, "Who planted the tulips?", ("grandmother",)),
-    (CAVES, "Who told them about the deepest cave?", ("guide",)),
     (BUTTER, "What kind of pan is used?", ("small",)),
 ]
 

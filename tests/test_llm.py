@@ -87,15 +87,22 @@ def llm(bundle):
 
 
 @pytest.fixture(scope="module")
-def reference(gguf_path):
-    return ReferenceGemma(gguf_path)
+def gguf_reader(gguf_path):
+    """gguf's own reader of the file, made once: it takes ~20 s (a numpy view per vocabulary
+    piece, 262k of them), and the vocabulary and the reference both read it."""
+    import gguf
+
+    return gguf.GGUFReader(str(gguf_path))
 
 
 @pytest.fixture(scope="module")
-def vocab(gguf_path):
-    import gguf
+def reference(gguf_reader):
+    return ReferenceGemma(gguf_reader)
 
-    r = gguf.GGUFReader(str(gguf_path))
+
+@pytest.fixture(scope="module")
+def vocab(gguf_reader):
+    r = gguf_reader
     return dict(tokens=list(r.fields["tokenizer.ggml.tokens"].contents()),
                 scores=[float(s) for s in r.fields["tokenizer.ggml.scores"].contents()],
                 types=[int(t) for t in r.fields["tokenizer.ggml.token_type"].contents()])
@@ -109,15 +116,14 @@ class ReferenceGemma:
     """Gemma 3 forward pass in numpy, float64 activations, no KV cache.
 
     Written from the architecture description (Gemma 3 technical report / reference code),
-    with weights from ``gguf.GGUFReader`` + ``gguf.quants.dequantize``. It shares no code
-    with the converter. ``norm_shift`` adds to every RMSNorm weight: 0 if the GGUF already
-    stores Gemma's ``1 + w`` (llama.cpp's converter does), 1 if it stored the raw ``w``.
+    with weights from ``gguf.GGUFReader`` + ``gguf.quants.dequantize``. It shares no code with
+    the converter. ``norm_shift`` adds to every RMSNorm weight: 0 if the GGUF already stores
+    Gemma's ``1 + w`` (llama.cpp's converter does), 1 if it stored the raw ``w``.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, r) -> None:
         import gguf
 
-        r = gguf.GGUFReader(str(path))
         f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("tokenizer.")}
         self.d = int(f["gemma3.embedding_length"])
         self.n_layers = int(f["gemma3.block_count"])
@@ -383,10 +389,12 @@ def test_verification_pass_equals_single_steps(llm, precision, threads):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["int8", "fp32"])
-def test_verification_across_the_sliding_window(llm, precision):
-    """Past 512 tokens the local layers mask old columns; rows stay independent there too."""
-    lm = llm(precision, 2)
+def test_verification_across_the_sliding_window(llm):
+    """Past 512 tokens the local layers mask old columns; rows stay independent there too.
+    On int8 only: the mask and the attention are the same ops in both precisions (precision
+    changes the projections alone, see models/gemma_graph.py), and fp32's projections are
+    held to single steps by test_verification_pass_equals_single_steps[fp32-2]."""
+    lm = llm("int8", 2)
     ids = lm.tokenizer.encode(LONG_TEXT)
     assert len(ids) > 560
     st = lm.state()
@@ -414,7 +422,7 @@ def test_verification_across_the_sliding_window(llm, precision):
 @pytest.mark.slow
 def test_fp32_greedy_matches_reference(llm, reference):
     lm = llm("fp32", 2)
-    for prompt in PROMPTS:
+    for prompt in PROMPTS[:2]:  # prose and code, 16 steps each (the third is prose again)
         ids = lm.tokenizer.encode(prompt)
         ours = _greedy_ids(lm, prompt, 16)
         assert len(ours) == 16
@@ -423,9 +431,9 @@ def test_fp32_greedy_matches_reference(llm, reference):
 
 @pytest.mark.slow
 def test_logits_match_reference_past_the_window(llm, reference):
-    """fp32 logits agree with float64 at positions 520+, where the window matters."""
+    """fp32 logits agree with float64 at positions 520-539, where the window matters."""
     lm = llm("fp32", 2)
-    ids = lm.tokenizer.encode(LONG_TEXT)[:560]
+    ids = lm.tokenizer.encode(LONG_TEXT)[:540]
     st = lm.state()
     lm.prefill(st, ids[:520])
     ours = st.forward(ids[520:])
@@ -453,7 +461,7 @@ def test_logits_match_reference_past_the_window(llm, reference):
 @pytest.mark.slow
 def test_norm_weights_already_hold_gemmas_plus_one(reference, llm):
     """The GGUF stores RMSNorm scales as ``1 + w``: adding 1 again ruins the predictions."""
-    ids = llm("int8").tokenizer.encode(" ".join(_SENTENCES[:3]))
+    ids = llm("int8").tokenizer.encode(" ".join(_SENTENCES[:2]))  # 36 tokens: ~3.6 and ~17.6
     as_stored = reference.mean_nll(ids, norm_shift=0.0)
     shifted = reference.mean_nll(ids, norm_shift=1.0)
     assert as_stored < 5.0 and shifted > as_stored + 10.0, (as_stored, shifted)
@@ -464,9 +472,10 @@ def test_int8_tracks_fp32(llm):
     """int8 (per-row activations, per-column weights) predicts nearly what fp32 predicts.
 
     Free-running greedy text parts ways after a few tokens (any near-tie flips), so the
-    check is teacher-forced: top-1 agreement and the likelihood of real text.
+    check is teacher-forced: top-1 agreement and the likelihood of real text, over the 256
+    tokens models/gemma_graph.py measured (0.94 here, as over 320).
     """
-    ids = llm("int8").tokenizer.encode(LONG_TEXT)[:320]
+    ids = llm("int8").tokenizer.encode(LONG_TEXT)[:256]
     logits = {}
     for precision in ("int8", "fp32"):
         lm = llm(precision, 2)

