@@ -61,11 +61,15 @@ def assert_transcript(text: str, clip, normalize, max_wer: float = 0.2):
 
 
 # -- the happy path ---------------------------------------------------------------------------
-def test_transcript_text_goes_to_stdout_and_nothing_else(models, speech, normalize):
+def test_transcript_text_goes_to_stdout_and_nothing_else(models, speech, normalize,
+                                                         all_formats):
     r = cli("transcribe", speech.path, *TINY, models_dir=models)
     assert r.exit_code == 0, r.stderr
     assert_transcript(r.stdout, speech, normalize)
     assert "as2d: error" not in r.stderr
+    # The txt document itself, as -o writes it (txt, the default, streams as it is decoded).
+    out, _ = all_formats
+    assert r.stdout == (out / f"{speech.path.stem}.txt").read_text()
     # Quiet means quiet.
     q = cli("transcribe", speech.path, *TINY, "-q", models_dir=models)
     assert q.exit_code == 0 and q.stderr == "" and q.stdout == r.stdout
@@ -133,7 +137,10 @@ def test_written_formats_are_well_formed_and_agree(all_formats, speech, normaliz
         (round(s["start"] * 1000), round(s["end"] * 1000)) for s in segs]
 
 
-@pytest.mark.parametrize("fmt", ["srt", "vtt", "tsv", "json", "txt"])
+# Every format but txt is one rendered document printed (srt stands for vtt and tsv, whose
+# rendering test_written_formats_are_well_formed_and_agree checks); json is compared as data;
+# txt, streamed instead: test_transcript_text_goes_to_stdout_and_nothing_else.
+@pytest.mark.parametrize("fmt", ["srt", "json"])
 def test_one_format_to_stdout_is_the_document_itself(fmt, all_formats, models, speech):
     out, _ = all_formats
     r = cli("transcribe", speech.path, *TINY, "-f", fmt, models_dir=models)
@@ -238,15 +245,15 @@ def test_compressed_formats_give_the_right_words(tmp_path, models, speech, norma
 # -- long recordings --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def long_recording(clips, tmp_path_factory):
-    """~4 minutes: the LibriVox and moonshine clips, twice over, one second apart."""
+    """~75 s: the LibriVox clips and two_cities.wav, one second apart (three 30-s windows, and
+    past the memory limit the memmap test below sets)."""
     from as2d.runtime.audio import load_audio
 
-    parts = [c for c in clips if "cards" not in str(c.path.parent)]
+    parts = [c for c in clips if "librivox" in str(c.path) or c.name == "two_cities.wav"]
     gap = np.zeros(16000, np.float32)
     seq = []
-    for _ in range(2):
-        for c in parts:
-            seq += [load_audio(c.path).samples, gap]
+    for c in parts:
+        seq += [load_audio(c.path).samples, gap]
     x = np.concatenate(seq)
     path = tmp_path_factory.mktemp("long") / "long.wav"
     write_wav(path, x)
@@ -264,9 +271,9 @@ def long_json(long_recording, models):
 def test_long_form_segments_are_time_ordered_and_cover_the_recording(long_recording,
                                                                       long_json):
     _, duration = long_recording
-    assert duration > 200
+    assert duration > 60
     segs = long_json["segments"]
-    assert len(segs) >= 20
+    assert len(segs) >= 10
     starts = [s["start"] for s in segs]
     assert starts == sorted(starts), "segments go back in time"
     for a, b in zip(segs, segs[1:]):
@@ -275,14 +282,14 @@ def test_long_form_segments_are_time_ordered_and_cover_the_recording(long_record
     assert segs[-1]["end"] <= duration + 0.5
     assert segs[-1]["end"] > duration - 15, "the end of the recording was not transcribed"
     seeks = sorted({s["seek"] for s in segs})
-    assert len(seeks) >= 8, "several 30-s windows"
+    assert len(seeks) >= 3, "several 30-s windows"
 
 
 def test_long_form_text_follows_the_recording_in_order(long_json, normalize):
     text = normalize(long_json["text"])
-    # Words of each clip, in recording order, twice.
+    # Words of each clip, in recording order.
     landmarks = ["dashwood", "ill disposed", "selfish", "respectable", "amiable himself",
-                 "worst of times"] * 2
+                 "worst of times"]
     at = 0
     for w in landmarks:
         i = text.find(w, at)
