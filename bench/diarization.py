@@ -375,7 +375,10 @@ def main() -> None:
                     help="another install's python: its --diarize timed in the same rounds")
     a = ap.parse_args()
     items = load_set(a.data)
-    report: dict = {"machine": "2 shared CPU cores (other helpers running), threads=2",
+    from as2d.runtime.sessions import cpu_count, cpu_model_name
+
+    report: dict = {"machine": f"{cpu_model_name()}, {cpu_count()} cores",
+                    "load_before": list(os.getloadavg()),
                     "set": {"files": len(items), "recipe": "bench/diarization.py build()",
                             "version": SET_VERSION,
                             "parts": {p: [i["name"] for i in items if i["part"] == p]
