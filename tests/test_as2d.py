@@ -353,8 +353,9 @@ def scripted_case(whisper, clips):
     return model, audio, reference, text
 
 
-# Few examples: each decodes two real windows; the kernel the scheduler feeds is tested over
-# hundreds of random hypotheses and damaged streams in tests/test_kernel.py.
+# Few examples: each decodes two real windows. The kernel the scheduler feeds is tested over
+# hundreds of random candidate sources in tests/test_kernel.py; the aligner and the stream
+# (this scheduler's own part) only here and in the aligner's tests above.
 @pytest.mark.slow
 @settings(max_examples=5, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])

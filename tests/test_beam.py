@@ -420,8 +420,8 @@ def test_speculative_beam_is_exact_whatever_the_drafter_says(beam_model, librivo
     edits = st.lists(st.tuples(st.sampled_from(["keep", "drop", "swap", "insert", "close"]),
                                st.integers(0, 50000)), min_size=len(text), max_size=len(text) + 8)
 
-    # Few examples on the real model: the kernel's property (tests/test_kernel.py) takes
-    # hundreds.
+    # Few examples on the real model: the kernel's beam property (tests/test_kernel.py) runs
+    # a hundred.
     @settings(max_examples=5, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow])
     @given(edits=edits, cut=st.integers(0, len(text) + 8))

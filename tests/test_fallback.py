@@ -165,15 +165,16 @@ def test_a_noisy_window_falls_back_and_every_decoder_agrees(models, noisy_clip):
     # SD too: its serial drafter re-drafts each sampled attempt itself
     assert [s.tokens for s in run(target, SerialSD(target, drafter), noisy_clip,
                                   NOISY_FALLBACK)] == tokens
-    reseeded = TranscribeOptions(**{**vars(NOISY_FALLBACK), "seed": 1})
-    assert [s.tokens for s in run(target, TargetOnly(target), noisy_clip, reseeded)] != tokens
+    reseeded = [TranscribeOptions(**{**vars(NOISY_FALLBACK), "seed": s}) for s in (1, 2)]
+    assert any([s.tokens for s in run(target, TargetOnly(target), noisy_clip, o)] != tokens
+               for o in reseeded)
 
 
 @pytest.mark.slow
 def test_the_seed_makes_a_sampled_run_reproducible(models, librivox):
     """Clean speech sampled at every temperature: the last decode is kept, and the same seed
     draws the same samples again, whichever decoder runs. (That another seed draws another
-    text is checked on the noisy window, whose samples surely differ: see
+    text is checked on the noisy window, whose samples differ: see
     test_a_noisy_window_falls_back_and_every_decoder_agrees.)"""
     target, drafter = models
     # Clean speech (3 s), but a bar no window clears: every window is sampled at every

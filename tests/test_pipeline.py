@@ -145,18 +145,19 @@ def test_the_draft_of_a_prefetched_file_that_is_skipped_is_dropped(whisper, file
     try:
         long, skipped, c = load_audio(files[4]), load_audio(files[0]), load_audio(files[2])
         run = t.transcribe(long, OPTS)
-        next(run)  # the first of two windows: the run goes on
+        first = next(run)  # the first of two windows: the run goes on
         t.prefetch(skipped, OPTS)
         t.prefetch(c, OPTS)
         assert [a.mel.samples is x.samples for a, x in zip(decoder._ahead, (skipped, c))] \
             == [True, True]
         skipped_worker = decoder._ahead[0].worker
-        list(run)
+        long_tokens = [s.tokens for s in [first, *run]]  # drafted beside two prefetches
         got = [s.tokens for s in t.transcribe(c, OPTS)]
         assert decoder._ahead == []
         assert not skipped_worker.running
     finally:
         decoder.close()
+    assert long_tokens == reference[4]
     assert got == reference[2]
 
 

@@ -167,19 +167,18 @@ def test_health_models_and_the_page(server):
         assert server.request("GET", path)[0] == 200
 
 
-# One request per way the server renders a response, held to what the command line writes: a
-# writer's document (srt; text and vtt go through the same call, and the text format is held
-# to the command line's in test_a_request_chooses_an_installed_model) and verbose_json (json's
+# One request per way the server renders a response, held to what the command line writes:
+# writers' documents (srt, and text; vtt goes through the same call) and verbose_json (json's
 # text and usage: test_concurrent_clients_all_get_their_text).
-@pytest.mark.parametrize("fmt", ["srt", "verbose_json"])
+@pytest.mark.parametrize("fmt", ["srt", "text", "verbose_json"])
 def test_every_format_is_what_transcribe_writes(server, reference, fmt):
     ref = reference(BRIEF)
     ref_json = json.loads(ref["json"])
     with open(BRIEF, "rb") as f:
         got = server.client().audio.transcriptions.create(file=f, model="whisper-1",
                                                           response_format=fmt)
-    if fmt == "srt":
-        assert got == ref[fmt]
+    if fmt in ("srt", "text"):
+        assert got == ref["txt" if fmt == "text" else fmt]
     else:
         assert got.language == "english" and got.duration == pytest.approx(2.99, abs=0.01)
         assert got.text == ref_json["text"].strip()
@@ -810,6 +809,7 @@ def test_client_dropping_mid_stream_stops_its_decode(server, reference, tmp_path
     on the same engine) and gets the whole text; then the decoder is free, nobody queued."""
     import soundfile as sf
 
+    want = json.loads(reference(BRIEF)["json"])["text"].strip()  # before: no decode below
     x, rate = sf.read(str(LONG), dtype="float32")
     sf.write(str(tmp_path / "four.flac"), np.concatenate([x] * 4), rate)
     body, ctype = _multipart(_form(file=((tmp_path / "four.flac").read_bytes(), "four.flac"),
@@ -840,7 +840,6 @@ def test_client_dropping_mid_stream_stops_its_decode(server, reference, tmp_path
     conn.close()
     # At once: the server is free again (once the stopped decode ends) and gives the whole
     # text to the next client.
-    want = json.loads(reference(BRIEF)["json"])["text"].strip()
     with open(BRIEF, "rb") as f:
         assert server.client().audio.transcriptions.create(file=f, model="x").text == want
     assert "client went away" in server.stderr()
