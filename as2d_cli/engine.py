@@ -557,11 +557,11 @@ class Engine:
     def prepare_alignment(self) -> None:
         """Make and load the target's word-alignment graph now (once): a model that cannot
         time words is a :class:`ModelError` before anything is decoded."""
+        from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
         from as2d.runtime.whisper.alignment import AlignmentError, WordAligner
 
         try:
-            WordAligner(self.target, None)  # refuses a model without alignment heads
-            self.target.alignment_session()
+            WordAligner.for_run(self.target, None, TranscribeOptions(word_timestamps=True))
         except AlignmentError as exc:
             raise ModelError(str(exc)) from None
 
