@@ -59,6 +59,21 @@ def ct2_folder(name: str, work: Path) -> Path:
     return dest
 
 
+def linked_bundle(src: Path, dest: Path, copied=(), skip=(".",)) -> Path:
+    """``src``'s files in a folder of their own without copying their weights for each test:
+    those named in ``copied`` copied (the files a test edits in place), the others linked (a
+    writer replaces a file, never writes into it), names starting with one of ``skip`` left
+    out (what the test writes itself, or state kept beside the bundle)."""
+    dest.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file() and not f.name.startswith(tuple(skip)):
+            if f.name in copied:
+                shutil.copyfile(f, dest / f.name)
+            else:
+                (dest / f.name).symlink_to(f)
+    return dest
+
+
 def prompt_for(model, timestamps: bool) -> list[int]:
     tk = model.tokenizer
     seq = tk.sot_sequence("en" if model.multilingual else None)

@@ -17,6 +17,7 @@ from as2d.runtime.ask.codec import Codec
 from as2d.runtime.ask.prompt import STYLES, PromptBuilder
 from as2d.runtime.ask.spans import Span
 from as2d.runtime.llm.prefix_cache import MIN_ROWS, PrefixCache
+from tests.helpers import linked_bundle
 
 pytestmark = pytest.mark.slow
 
@@ -55,11 +56,7 @@ def _linked_bundle(src, dest):
     gives the prefix cache (a folder it writes its one file into) without copying 300 MB of
     weights per test. The tokenizer's store comes along (building it again would cost seconds
     a test), the heads and transcripts' rows kept beside the bundle do not."""
-    dest.mkdir()
-    for f in src.iterdir():
-        if f.is_file() and not f.name.startswith((".prefix-", ".context-")):
-            (dest / f.name).symlink_to(f)
-    return dest
+    return linked_bundle(src, dest, skip=(".prefix-", ".context-"))
 
 
 @pytest.fixture(scope="module")

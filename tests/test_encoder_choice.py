@@ -25,6 +25,7 @@ import pytest
 from as2d.runtime.sessions import cpu_model_name
 from as2d.runtime.whisper import encoder_choice, encoders
 from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice, measure
+from tests.helpers import linked_bundle
 
 needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
                                     reason="openvino is not installed")
@@ -58,11 +59,7 @@ def _private_tiny(bundle, tmp_path_factory):
     for kind in kinds:
         ensure_openvino_graph(src, kind)
     dest = tmp_path_factory.mktemp("encoder-choice") / "models" / src.name
-    dest.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.is_file() and not f.name.startswith(".") and f.name != "manifest.json":
-            (dest / f.name).symlink_to(f)
-    return src, dest
+    return src, linked_bundle(src, dest, skip=(".", "manifest.json"))
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ct2_folder
+from helpers import ct2_folder, linked_bundle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_hostile import as2d, one_error_line
@@ -49,16 +49,8 @@ def transcribe(model: Path, env) -> object:
 
 
 def copy_bundle(src: Path, dest: Path) -> Path:
-    """``src`` with its manifest and tokenizer copied (the files the tests damage) and its
-    graphs and weights linked: the same bundle, without copying half a gigabyte for each."""
-    dest.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.is_file() and not f.name.startswith("."):
-            if f.name in ("manifest.json", "tokenizer.json"):
-                shutil.copyfile(f, dest / f.name)
-            else:
-                (dest / f.name).symlink_to(f)
-    return dest
+    """``src`` with its manifest and tokenizer copied (the files the tests damage)."""
+    return linked_bundle(src, dest, copied=("manifest.json", "tokenizer.json"))
 
 
 def edit_manifest(bundle: Path, edit) -> None:
@@ -230,11 +222,7 @@ def test_an_llm_manifest_that_disagrees_with_its_graph_is_one_line(edit, fragmen
     from as2d.loading import ModelError, load_llm
 
     src = bundle("gemma-3-270m")
-    folder = tmp_path / "llm"
-    folder.mkdir()
-    for f in src.iterdir():
-        if f.name != "manifest.json" and not f.name.startswith("."):
-            (folder / f.name).symlink_to(f)
+    folder = linked_bundle(src, tmp_path / "llm", skip=(".", "manifest.json"))
     edit_manifest_from(src, folder, edit)
     with pytest.raises(ModelError) as exc:
         load_llm(str(folder))
