@@ -22,6 +22,11 @@ for arg in "$@"; do
     esac
 done
 
+# The suite starts hundreds of Python processes (each face is run as the user runs it) and three
+# pytest sessions: where the machine's environment turns bytecode caching off, each of them
+# would compile as2d's modules and rewrite the test modules' asserts again (~5 s a session).
+unset PYTHONDONTWRITEBYTECODE
+
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive

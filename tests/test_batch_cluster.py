@@ -13,10 +13,10 @@ raylet, agents and actor) is killed with SIGKILL: the node is gone.
 What must hold: the batch finishes (exit 0) within its time bound; the manifest has exactly
 one row per file, every one ``done``, and the file the dead node was on names it in
 ``lost_workers``; every output is byte for byte ``as2d transcribe``'s (same options: one
-thread, the same drafter); and nothing of the cluster is left (no process in either
-namespace, no namespace). Teardown kills the processes of the test's namespaces by id (``ray
-stop`` would not do: it kills every Ray process on the machine, in any namespace) before
-deleting them.
+thread, the same drafter; a copy's, its original's but for the path its JSON names); and
+nothing of the cluster is left (no process in either namespace, no namespace). Teardown kills
+the processes of the test's namespaces by id (``ray stop`` would not do: it kills every Ray
+process on the machine, in any namespace) before deleting them.
 
 Skipped only where this machine cannot make network namespaces (not root, no ``ip``).
 """
@@ -206,25 +206,26 @@ def test_batch_survives_a_worker_node_killed_mid_archive(archive, models_root, t
                RAY_AUTH_MODE="disabled")  # the cluster is reachable from its namespaces only
     env.pop("RAY_ADDRESS", None)
     files = sorted(str(p) for p in archive.rglob("*.wav"))
+    originals = sorted(str(p) for p in archive.glob("*.wav"))  # more/ holds their copies
     timings = {}
 
-    # The reference: `as2d transcribe`, one thread (batch's default), same formats.
+    # The reference: `as2d transcribe` of the five originals, one thread (batch's default),
+    # same formats, decoded while the cluster comes up (the cluster's start is mostly waiting).
     t0 = time.monotonic()
-    plain = subprocess.run(
-        [sys.executable, "-m", "as2d", "transcribe", *files, "-o", str(tmp_path / "plain"),
-         "-f", "txt,json", "-t", "1", "-q"], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=BATCH_TIMEOUT)
-    assert plain.returncode == 0, plain.stderr
-    timings["transcribe"] = time.monotonic() - t0
-
+    plain = subprocess.Popen(
+        [sys.executable, "-m", "as2d", "transcribe", *originals, "-o", str(tmp_path / "plain"),
+         "-f", "txt,json", "-t", "1", "-q"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
     cluster = TwoNodeCluster(env)
     out = tmp_path / "out"
     log = tmp_path / "batch.log"
     killed: list[int] = []
     try:
-        t0 = time.monotonic()
         cluster.up()
         timings["cluster up"] = time.monotonic() - t0
+        _, plain_err = plain.communicate(timeout=BATCH_TIMEOUT)
+        assert plain.returncode == 0, plain_err
+        timings["transcribe"] = time.monotonic() - t0
         t0 = time.monotonic()
         with open(log, "w") as stderr:
             batch = subprocess.Popen(
@@ -253,6 +254,9 @@ def test_batch_survives_a_worker_node_killed_mid_archive(archive, models_root, t
                 batch.wait(30)
         timings["batch"] = time.monotonic() - t0
     finally:
+        if plain.poll() is None:
+            plain.kill()
+            plain.wait(30)
         cluster.down()
     stderr = log.read_text()
     print("\n" + stderr + "\n" + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()))
@@ -271,9 +275,19 @@ def test_batch_survives_a_worker_node_killed_mid_archive(archive, models_root, t
     assert _worker_pid(lost[0]) not in killed  # redone on the head's actor
     assert f"worker {lost[0]['lost_workers'][0]} died on" in stderr
 
-    # Byte for byte `as2d transcribe`'s files, and nothing else (no .part left).
+    # Byte for byte `as2d transcribe`'s files, and nothing else (no .part left); a copy's
+    # files are its original's but for the source path its JSON names.
     expected = sorted(p.name for p in (tmp_path / "plain").iterdir())
-    assert len(expected) == 2 * len(files)
-    assert sorted(p.name for p in out.iterdir()) == sorted(expected + ["manifest.jsonl"])
-    for name in expected:
-        assert (out / name).read_bytes() == (tmp_path / "plain" / name).read_bytes(), name
+    assert len(expected) == 2 * len(originals)
+    copies = [f"again-{name}" for name in expected]
+    assert sorted(p.name for p in out.iterdir()) == sorted(expected + copies + ["manifest.jsonl"])
+    for name, copy in zip(expected, copies):
+        reference = (tmp_path / "plain" / name).read_bytes()
+        assert (out / name).read_bytes() == reference, name
+        if name.endswith(".json"):
+            got, want = json.loads((out / copy).read_text()), json.loads(reference)
+            assert got.pop("source") == str(archive / "more" / copy.replace(".json", ".wav"))
+            want.pop("source")
+            assert got == want, copy
+        else:
+            assert (out / copy).read_bytes() == reference, copy
