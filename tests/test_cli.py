@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import cli, error_line, sox, write_wav
+from helpers import cli, error_line, write_wav
 
 pytestmark = pytest.mark.slow
 
@@ -63,16 +63,16 @@ def assert_transcript(text: str, clip, normalize, max_wer: float = 0.2):
 # -- the happy path ---------------------------------------------------------------------------
 def test_transcript_text_goes_to_stdout_and_nothing_else(models, speech, normalize,
                                                          all_formats):
-    r = cli("transcribe", speech.path, *TINY, models_dir=models)
-    assert r.exit_code == 0, r.stderr
-    assert_transcript(r.stdout, speech, normalize)
-    assert "as2d: error" not in r.stderr
-    # The txt document itself, as -o writes it (txt, the default, streams as it is decoded).
-    out, _ = all_formats
-    assert r.stdout == (out / f"{speech.path.stem}.txt").read_text()
-    # Quiet means quiet.
+    """stdout is the txt document itself, as -o writes it (txt streams as it is decoded), and
+    nothing else: in all_formats' run, whose progress goes to stderr while it writes the files,
+    and in the default run (txt, no -o) with -q, which leaves stderr empty: quiet means quiet.
+    (Two runs, not three: all_formats' is the one that talks.)"""
+    out, r = all_formats
+    txt = (out / f"{speech.path.stem}.txt").read_text()
+    assert_transcript(txt, speech, normalize)
+    assert r.stdout == txt and "as2d: error" not in r.stderr
     q = cli("transcribe", speech.path, *TINY, "-q", models_dir=models)
-    assert q.exit_code == 0 and q.stderr == "" and q.stdout == r.stdout
+    assert q.exit_code == 0 and q.stderr == "" and q.stdout == txt
 
 
 def test_installed_console_script_transcribes(models, speech, normalize):
@@ -82,8 +82,7 @@ def test_installed_console_script_transcribes(models, speech, normalize):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert_transcript(p.stdout, speech, normalize)
-    v = subprocess.run([exe, "--version"], capture_output=True, text=True)
-    assert v.returncode == 0 and v.stdout.startswith("as2d ")
+    # (--version: tests/test_help.py::test_version_and_bare_app, through the same app.)
 
 
 @pytest.fixture(scope="module")
@@ -152,12 +151,6 @@ def test_one_format_to_stdout_is_the_document_itself(fmt, all_formats, models, s
         assert r.stdout == expected
 
 
-def test_no_timestamps_gives_the_same_words(models, speech, normalize):
-    r = cli("transcribe", speech.path, *TINY, "--no-timestamps", models_dir=models)
-    assert r.exit_code == 0, r.stderr
-    assert_transcript(r.stdout, speech, normalize)
-
-
 # -- inputs that are not what they seem -------------------------------------------------------
 @pytest.fixture(scope="module")
 def bad_inputs(tmp_path_factory):
@@ -207,26 +200,26 @@ def test_truncated_wav_is_transcribed_as_far_as_it_goes_with_a_warning(tmp_path,
     assert "them" not in r.stdout.lower().split()[-2:], "text past the cut was invented"
 
 
-@pytest.mark.parametrize("model", ["tiny.en", "base"])
-def test_digital_silence_gives_no_text(model, tmp_path, models):
+def test_digital_silence_gives_no_text(tmp_path, models):
+    """Digital silence gives an empty document and says so: its windows are skipped before
+    any decoding (TranscribeOptions.silence_peak), whatever the model, so one model does here
+    (base on 95 s of zeros, through the console script: tests/test_hostile.py::
+    test_long_silence_gives_no_text_and_speech_around_it_is_kept_losslessly)."""
     p = write_wav(tmp_path / "silence.wav", np.zeros(16000 * 12, np.float32))
-    r = cli("transcribe", p, "-m", model, *TARGET, "-f", "json", models_dir=models)
+    r = cli("transcribe", p, *TINY, "-f", "json", models_dir=models)
     assert r.exit_code == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["segments"] == [] and doc["text"] == "", f"hallucinated: {doc['text']!r}"
     assert "no speech found" in r.stderr
 
 
-def test_8khz_stereo_phone_audio_gives_the_right_words(tmp_path, models, speech, normalize):
-    p = tmp_path / "phone.wav"
-    sox(speech.path, "-r", "8000", "-c", "2", p)
-    r = cli("transcribe", p, *TINY, models_dir=models)
-    assert r.exit_code == 0, r.stderr
-    assert_transcript(r.stdout, speech, normalize)
-
-
 def test_compressed_formats_give_the_right_words(tmp_path, models, speech, normalize):
+    """One run (one model load) of the same speech as files of other kinds: libsndfile's
+    FLAC, Ogg and MP3, and 8-kHz stereo phone audio, each giving the right words; decoded
+    with --no-timestamps, which gives the same words too (the prompt without timestamps, on
+    every file)."""
     import soundfile as sf
+    import soxr
 
     x, rate = sf.read(str(speech.path), dtype="float32")
     files = []
@@ -235,8 +228,11 @@ def test_compressed_formats_give_the_right_words(tmp_path, models, speech, norma
             sf.write(str(tmp_path / f"clip-{fmt}.{fmt}"), x, rate)
             files.append(tmp_path / f"clip-{fmt}.{fmt}")
     assert len(files) >= 2
+    phone = soxr.resample(x, rate, 8000)
+    files.append(write_wav(tmp_path / "phone.wav", np.stack([phone, phone], axis=1), 8000))
+    assert sf.info(str(files[-1])).channels == 2
     out = tmp_path / "out"
-    r = cli("transcribe", *files, *TINY, "-o", out, models_dir=models)
+    r = cli("transcribe", *files, *TINY, "--no-timestamps", "-o", out, models_dir=models)
     assert r.exit_code == 0, r.stderr
     for f in files:
         assert_transcript((out / f"{f.stem}.txt").read_text(), speech, normalize)
@@ -245,11 +241,12 @@ def test_compressed_formats_give_the_right_words(tmp_path, models, speech, norma
 # -- long recordings --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def long_recording(clips, tmp_path_factory):
-    """~75 s: the LibriVox clips and two_cities.wav, one second apart (three 30-s windows, and
-    past the memory limit the memmap test below sets)."""
+    """~41 s: the LibriVox clips and beckett.wav, one second apart (two 30-s windows: the
+    second is seeked to and prompted from the first, which is what long form adds; and past
+    the memory limit the memmap test below sets)."""
     from as2d.runtime.audio import load_audio
 
-    parts = [c for c in clips if "librivox" in str(c.path) or c.name == "two_cities.wav"]
+    parts = [c for c in clips if "librivox" in str(c.path) or c.name == "beckett.wav"]
     gap = np.zeros(16000, np.float32)
     seq = []
     for c in parts:
@@ -271,9 +268,9 @@ def long_json(long_recording, models):
 def test_long_form_segments_are_time_ordered_and_cover_the_recording(long_recording,
                                                                       long_json):
     _, duration = long_recording
-    assert duration > 60
+    assert duration > 40
     segs = long_json["segments"]
-    assert len(segs) >= 10
+    assert len(segs) >= 6  # the five LibriVox sentences and Beckett's
     starts = [s["start"] for s in segs]
     assert starts == sorted(starts), "segments go back in time"
     for a, b in zip(segs, segs[1:]):
@@ -282,14 +279,14 @@ def test_long_form_segments_are_time_ordered_and_cover_the_recording(long_record
     assert segs[-1]["end"] <= duration + 0.5
     assert segs[-1]["end"] > duration - 15, "the end of the recording was not transcribed"
     seeks = sorted({s["seek"] for s in segs})
-    assert len(seeks) >= 3, "several 30-s windows"
+    assert len(seeks) >= 2, "several 30-s windows"
 
 
 def test_long_form_text_follows_the_recording_in_order(long_json, normalize):
     text = normalize(long_json["text"])
     # Words of each clip, in recording order.
     landmarks = ["dashwood", "ill disposed", "selfish", "respectable", "amiable himself",
-                 "worst of times"]
+                 "fail better"]
     at = 0
     for w in landmarks:
         i = text.find(w, at)
@@ -312,7 +309,7 @@ def test_memmapped_long_input_gives_the_same_transcript(long_recording, long_jso
         made.append((isinstance(getattr(audio, "samples", None), np.memmap),
                      self._cache is None))
 
-    monkeypatch.setattr(audio_mod, "_IN_MEMORY_LIMIT", 16000 * 60)
+    monkeypatch.setattr(audio_mod, "_IN_MEMORY_LIMIT", 16000 * 30)
     monkeypatch.setattr(features, "_CACHE_FRAMES", 3000)
     monkeypatch.setattr(features.LogMel, "__init__", spy)
     path, _ = long_recording
@@ -450,9 +447,10 @@ def test_models_dir_that_is_a_file_is_one_error_line(tmp_path, speech):
     error_line(r, 1, "model folder", "not a folder")
 
 
+# A parsing error of a command (an unknown option; a value of the wrong type is the same click
+# error path in the entry point) and of the group (an unknown command).
 @pytest.mark.parametrize("argv,fragments", [
     (["transcribe", "x.wav", "--bogus"], ["no such option", "--bogus"]),
-    (["transcribe", "x.wav", "--threads", "many"], ["--threads"]),
     (["frobnicate"], ["no such command"]),
 ])
 def test_command_line_parse_errors_are_one_line_from_the_console_script(argv, fragments):

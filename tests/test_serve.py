@@ -1,9 +1,10 @@
 """``as2d serve`` end to end: a live server on loopback, the official OpenAI client, a
 WebSocket client replaying real recordings, and hostile requests.
 
-One server per module (models load once, ~5 s). It is started with an API key, a 2-MB upload
-limit and a queue of one, so the refusals (401, 413, 429) are cheap and deterministic. The
-last test stops it with SIGTERM while a request is in flight.
+One server per module (models load once, ~5 s), every face's tests on it, /v1/audio/ask's too
+(it is started with an answering model where that test runs). It is started with an API key, a
+2-MB upload limit and a queue of one, so the refusals (401, 413, 429) are cheap and
+deterministic. The last test stops it with SIGTERM while a request is in flight.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ LIMIT_MB = 2
 LONG = ROOT / "samples" / "sense_and_sensibility.wav"  # 24.7 s
 SHORT = LIBRIVOX / "sense_and_sensibility_01_austen_64kb-0870.wav"  # one 7-s sentence
 BRIEF = LIBRIVOX / "sense_and_sensibility_01_austen_64kb-0880.wav"  # one 3-s sentence
+BRIEF_WORDS = "young man"  # BRIEF's words in every transcript of it
+ASK_TEST = "test_ask_answers_as_as2d_ask_json"
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_models]
 
@@ -77,10 +80,10 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def _start(models_root: Path, tmp: Path, *args: str) -> Server:
+def _start(models_root: Path, tmp: Path, *args: str, env: dict | None = None) -> Server:
     port = _free_port()
     log = tmp / f"serve-{port}.log"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", **(env or {}))
     env.pop("AS2D_API_KEY", None)
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "as2d", "serve", "--port", str(port),
@@ -107,42 +110,67 @@ def _start(models_root: Path, tmp: Path, *args: str) -> Server:
 
 
 @pytest.fixture(scope="module")
-def server(models_root, tmp_path_factory):
+def server(models_root, tmp_path_factory, request):
+    """The module's server. --idle-timeout: the sharing test holds a live session without
+    speech on purpose (tests/test_serve_hostile.py tests the timeout). --llm where the ask test
+    runs (not in the serial phase, which runs only the SIGTERM test), with a transcript cache
+    of its own: one server start instead of a second one for that test. Stopped with SIGTERM
+    at the end (where the serial test did not), it exits 0."""
     pytest.importorskip("fastapi")
-    # --idle-timeout: the sharing test holds a live session without speech on purpose
-    # (tests/test_serve_hostile.py tests the timeout).
+    tmp = tmp_path_factory.mktemp("serve")
     wyoming = _free_port()
-    srv = _start(models_root, tmp_path_factory.mktemp("serve"), "--api-key", KEY,
-                 "--max-upload-mb", str(LIMIT_MB), "--max-queue", "1", "--idle-timeout", "120",
-                 "--max-sessions", "3", "--wyoming", f"tcp://127.0.0.1:{wyoming}",
-                 "--model-ttl", "3")
+    llm = ("--llm", "gemma-3-270m") if any(
+        item.name == ASK_TEST for item in request.session.items) else ()
+    srv = _start(models_root, tmp, "--api-key", KEY, "--max-upload-mb", str(LIMIT_MB),
+                 "--max-queue", "1", "--idle-timeout", "120", "--max-sessions", "3",
+                 "--wyoming", f"tcp://127.0.0.1:{wyoming}", "--model-ttl", "3", *llm,
+                 env={"AS2D_TRANSCRIPT_CACHE": str(tmp / "transcripts")})
     srv.wyoming = wyoming
     yield srv
     if srv.proc.poll() is None:
         srv.proc.send_signal(signal.SIGTERM)
         try:
-            srv.proc.wait(60)
+            assert srv.proc.wait(60) == 0, srv.stderr()
         except subprocess.TimeoutExpired:
             srv.proc.kill()
+            raise
     assert "Traceback" not in srv.stderr(), srv.stderr()
 
 
 @pytest.fixture(scope="module")
-def reference(models_root, tmp_path_factory):
+def two_sentences(tmp_path_factory) -> Path:
+    """SHORT then BRIEF, as the recording LONG begins: two sentences (two segments) in 10 s,
+    where a stream of several deltas is what a test needs, not LONG's 25 s."""
+    import soundfile as sf
+
+    first, rate = sf.read(str(SHORT), dtype="int16")
+    second, _ = sf.read(str(BRIEF), dtype="int16")
+    path = tmp_path_factory.mktemp("two") / "two_sentences.wav"
+    sf.write(str(path), np.concatenate([first, second]), rate, subtype="PCM_16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(models_root, tmp_path_factory, two_sentences):
     """``reference(clip, *flags)``: ``as2d transcribe`` of a test clip in every format (same
     machine, same options), made on first use and kept for the module: the serial phase's
-    process, which runs only the SIGTERM test, transcribes only the clip that test needs."""
+    process, which runs only the SIGTERM test, transcribes only the clip that test needs. The
+    two short clips asked for without flags are transcribed in one run (one model load; each
+    file's documents are the tokens of a run of it alone: every decoder is lossless)."""
     out = tmp_path_factory.mktemp("reference")
+    together = (BRIEF, two_sentences)
     docs: dict = {}
 
     def get(clip: Path, *extra: str) -> dict:
         if (clip, extra) not in docs:
+            clips = together if clip in together and not extra else (clip,)
             folder = out / f"{clip.stem}{'-'.join(extra)}"
-            r = cli("transcribe", clip, "-f", "all", "-o", folder, "--no-live", "-q", *extra,
+            r = cli("transcribe", *clips, "-f", "all", "-o", folder, "--no-live", "-q", *extra,
                     models_dir=models_root)
             assert r.exit_code == 0, r.output
-            docs[(clip, extra)] = {f: (folder / f"{clip.stem}.{f}").read_text()
-                                   for f in ("txt", "srt", "vtt", "json")}
+            for c in clips:
+                docs[(c, extra)] = {f: (folder / f"{c.stem}.{f}").read_text()
+                                    for f in ("txt", "srt", "vtt", "json")}
         return docs[(clip, extra)]
 
     return get
@@ -168,25 +196,15 @@ def test_health_models_and_the_page(server):
 
 
 # One request per way the server renders a response, held to what the command line writes:
-# writers' documents (srt, and text; vtt goes through the same call) and verbose_json (json's
-# text and usage: test_concurrent_clients_all_get_their_text).
-@pytest.mark.parametrize("fmt", ["srt", "text", "verbose_json"])
+# writers' documents (srt, and text; vtt goes through the same call) here, verbose_json and json
+# in test_concurrent_clients_get_what_transcribe_writes.
+@pytest.mark.parametrize("fmt", ["srt", "text"])
 def test_every_format_is_what_transcribe_writes(server, reference, fmt):
     ref = reference(BRIEF)
-    ref_json = json.loads(ref["json"])
     with open(BRIEF, "rb") as f:
         got = server.client().audio.transcriptions.create(file=f, model="whisper-1",
                                                           response_format=fmt)
-    if fmt in ("srt", "text"):
-        assert got == ref["txt" if fmt == "text" else fmt]
-    else:
-        assert got.language == "english" and got.duration == pytest.approx(2.99, abs=0.01)
-        assert got.text == ref_json["text"].strip()
-        # Token for token, segment for segment.
-        assert [s.tokens for s in got.segments] == [s["tokens"] for s in ref_json["segments"]]
-        assert [(s.start, s.end, s.text) for s in got.segments] == \
-            [(s["start"], s["end"], s["text"]) for s in ref_json["segments"]]
-        assert got.words is None
+    assert got == ref["txt" if fmt == "text" else fmt]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the SDK marks translations so
@@ -208,18 +226,20 @@ def test_words_and_translation(server, reference):
     assert only_words.segments is None and len(only_words.words) == len(want)
 
     # verbose_json: the translation's language and text (the text format is rendered as for a
-    # transcription: test_a_request_chooses_an_installed_model)
-    tr = reference(SHORT, "--task", "translate")
-    with open(SHORT, "rb") as f:
+    # transcription: test_every_format_is_what_transcribe_writes), of the 3-s sentence: the
+    # task, not the length, is what differs from the requests above.
+    tr = reference(BRIEF, "--task", "translate")
+    with open(BRIEF, "rb") as f:
         verbose = client.audio.translations.create(file=f, model="whisper-1",
                                                    response_format="verbose_json")
     assert verbose.language == "english" and verbose.text == json.loads(tr["json"])[
         "text"].strip()
 
 
-def test_streaming_deltas_add_up_to_the_text(server, reference):
-    ref_json = json.loads(reference(LONG)["json"])
-    with open(LONG, "rb") as f:
+def test_streaming_deltas_add_up_to_the_text(server, reference, two_sentences):
+    ref_json = json.loads(reference(two_sentences)["json"])
+    assert len(ref_json["segments"]) >= 2  # several deltas to add up
+    with open(two_sentences, "rb") as f:
         events = list(server.client().audio.transcriptions.create(
             file=f, model="whisper-1", stream=True))
     kinds = [e.type for e in events]
@@ -294,7 +314,8 @@ def _multipart(fields: list[tuple[str, str | bytes, str | None]], boundary: str 
 
 
 def _wav_bytes() -> bytes:
-    return SHORT.read_bytes()
+    """The recording of a request that only has to be answered: the 3-s sentence."""
+    return BRIEF.read_bytes()
 
 
 def _form(**over) -> list:
@@ -405,7 +426,7 @@ def _chunked_post(server: Server, path: str, body: bytes, ctype: str):
 
 @pytest.mark.parametrize("method,path,status", [
     ("GET", "/v1/audio/transcriptions", 405), ("GET", "/v1/nowhere", 404),
-    ("POST", "/v1/audio/ask", 404), ("GET", "/v1/models/gpt-9", 404)])
+    ("GET", "/v1/models/gpt-9", 404)])
 def test_wrong_endpoints_are_json_errors(server, method, path, status):
     code, _, raw = server.request(method, path)
     assert code == status and json.loads(raw)["error"]["message"], raw
@@ -481,7 +502,8 @@ async def _replay(server: Server, path: Path, rate: int = 24000, pace: float = 1
 
 def test_realtime_replay_commits_what_mic_commits(server, models_root):
     # Both paced at 2× real time (the same pace on both faces; a 7-s sentence keeps the decoder
-    # far ahead of it even on a loaded machine), half the wall time of a real-time replay.
+    # far ahead of it even on a loaded machine), half the wall time of a real-time replay. (Not
+    # the 3-s sentence: there the faces' live commits can cut a word differently.)
     events = asyncio.run(_replay(server, SHORT, pace=2.0))
     kinds = [e["type"] for e in events]
     assert kinds[:2] == ["session.created", "session.updated"]
@@ -538,7 +560,7 @@ def test_realtime_16khz_and_hostile_events(server):
                 "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000},
                                     "transcription": {"language": "en"}}}}}))
             assert json.loads(await _recv(ws))["type"] == "session.updated"
-            pcm = _pcm16(SHORT, 16000)
+            pcm = _pcm16(BRIEF, 16000)
             for i in range(0, len(pcm), 32000):
                 await ws.send(pcm[i:i + 32000])  # raw PCM16 binary frames
             await ws.send(json.dumps({"type": "input_audio_buffer.end"}))
@@ -547,7 +569,7 @@ def test_realtime_16khz_and_hostile_events(server):
                 e = json.loads(message)
                 if e["type"].endswith("transcription.completed"):
                     texts.append(e["transcript"])
-            assert "Dashwood" in " ".join(texts)
+            assert BRIEF_WORDS in " ".join(texts)
 
     asyncio.run(asyncio.wait_for(run(), 300))
 
@@ -602,7 +624,7 @@ def test_live_sessions_share_the_engine_with_requests(server):
             code, _, raw = await loop.run_in_executor(None, lambda: server.request(
                 "POST", "/v1/audio/transcriptions", body, {"Content-Type": ctype}))
             answered = time.perf_counter() - t0
-            assert code == 200 and "Dashwood" in json.loads(raw)["text"], raw
+            assert code == 200 and BRIEF_WORDS in json.loads(raw)["text"], raw
             done = await asyncio.gather(*speakers)
             await idle.send(json.dumps({"type": "input_audio_buffer.end"}))
             seen = [json.loads(m) async for m in idle]
@@ -693,12 +715,14 @@ def test_wyoming_bad_audio_is_an_error_event_and_the_server_goes_on(server):
     assert server.health()["status"] == "ok"
 
 
-def test_wyoming_a_request_names_an_installed_model(server):
-    """``info`` lists the server's model, then each other installed one with its languages
-    (``tiny.en``: English only); ``transcribe`` naming ``tiny.en`` is decoded by tiny.en
-    (loaded for it, as the HTTP ``model=`` loads it: the same words as HTTP's tiny.en); a
-    language tiny.en cannot transcribe and a name that is not installed are ``error``
-    events, and the server answers the next request."""
+def test_a_request_names_an_installed_model_over_http_and_wyoming(server, models_root):
+    """One load of ``tiny.en`` for both faces that name a model. Wyoming's ``info`` lists the
+    server's model, then each other installed one with its languages (``tiny.en``: English
+    only); ``transcribe`` naming ``tiny.en`` loads it and is decoded by it; HTTP's
+    ``model="tiny.en"`` is decoded by it too: both give the text ``as2d transcribe --model
+    tiny.en`` writes. A language tiny.en cannot transcribe and a name that is not installed are
+    ``error`` events, and the server answers the next request; unused for --model-ttl (3 s),
+    tiny.en is unloaded again."""
     pytest.importorskip("wyoming")
     import soundfile as sf
     from wyoming.asr import Transcribe
@@ -730,23 +754,16 @@ def test_wyoming_a_request_names_an_installed_model(server):
                                         AudioStop().event()]))
     assert [e.type for e in got][-2:] == ["transcript", "transcript-stop"], got
     assert "tiny.en-int8" in server.health()["loaded"]
-    with open(SHORT, "rb") as f:
-        want = server.client().audio.transcriptions.create(file=f, model="tiny.en").text
-    assert got[-2].data["text"] == want
     german = asyncio.run(_wyoming(server, [Transcribe(name="tiny.en", language="de").event()]))
     assert german[-1].type == "error" and german[-1].data["code"] == "invalid_language"
 
-
-def test_a_request_chooses_an_installed_model(server, models_root):
-    """``model="tiny.en"``: loaded for that request, its text is ``as2d transcribe --model
-    tiny.en``'s; unused for --model-ttl (3 s), it is unloaded again."""
     with open(SHORT, "rb") as f:
-        got = server.client().audio.transcriptions.create(file=f, model="tiny.en",
-                                                           response_format="text")
-    assert "tiny.en-int8" in server.health()["loaded"]
-    r = cli("transcribe", SHORT, "--model", "tiny.en", "--no-live", "-q",
+        http = server.client().audio.transcriptions.create(file=f, model="tiny.en").text
+    r = cli("transcribe", SHORT, "--model", "tiny.en", "-f", "json", "--no-live", "-q",
             models_dir=models_root)
-    assert r.exit_code == 0 and str(got).strip() == r.stdout.strip()
+    assert r.exit_code == 0, r.output
+    want = json.loads(r.stdout)["text"].strip()
+    assert got[-2].data["text"] == http == want
     deadline = time.monotonic() + 30
     while "tiny.en-int8" in server.health()["loaded"]:
         assert time.monotonic() < deadline
@@ -776,30 +793,42 @@ def test_full_queue_is_429(server):
                                          {"Content-Type": ctype})
         assert code == 429 and int(hdrs["retry-after"]) >= 1, raw
         assert json.loads(raw)["error"]["type"] == "rate_limit_error"
-        for pending in (first, waiting):
+        for pending, words in ((first, "Dashwood"), (waiting, BRIEF_WORDS)):
             code, _, raw = await pending
-            assert code == 200 and "Dashwood" in json.loads(raw)["text"]
+            assert code == 200 and words in json.loads(raw)["text"]
 
     asyncio.run(asyncio.wait_for(run(), 300))
 
 
-def test_concurrent_clients_all_get_their_text(server, reference):
-    """Two clients at once: each gets the text ``as2d transcribe`` writes, in the SDK's default
-    format (json: the text, and the recording's seconds rounded up as its usage)."""
-    want = json.loads(reference(BRIEF)["json"])["text"].strip()
-    results: list = []
+def test_concurrent_clients_get_what_transcribe_writes(server, reference):
+    """Two clients at once (one decodes, one waits), each answered with what ``as2d
+    transcribe`` writes, in the two JSON formats (the two other renderings of a response,
+    besides test_every_format_is_what_transcribe_writes' documents): verbose_json token for
+    token and segment for segment, with the language, the duration and no words unless asked;
+    json (the SDK's default) the text, and the recording's seconds rounded up as its usage."""
+    ref_json = json.loads(reference(BRIEF)["json"])
+    results: dict = {}
 
-    def one():
+    def one(fmt):
         with open(BRIEF, "rb") as f:
-            got = server.client().audio.transcriptions.create(file=f, model="whisper-1")
-        results.append((got.text, got.usage.seconds))
+            results[fmt] = server.client().audio.transcriptions.create(
+                file=f, model="whisper-1", **({"response_format": fmt} if fmt else {}))
 
-    threads = [threading.Thread(target=one) for _ in range(2)]  # one decodes, one waits
+    threads = [threading.Thread(target=one, args=(fmt,)) for fmt in ("verbose_json", None)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
-    assert results == [(want, 3), (want, 3)]  # 2.99 s
+    got = results["verbose_json"]
+    assert got.language == "english" and got.duration == pytest.approx(2.99, abs=0.01)
+    assert got.text == ref_json["text"].strip()
+    # Token for token, segment for segment.
+    assert [s.tokens for s in got.segments] == [s["tokens"] for s in ref_json["segments"]]
+    assert [(s.start, s.end, s.text) for s in got.segments] == \
+        [(s["start"], s["end"], s["text"]) for s in ref_json["segments"]]
+    assert got.words is None
+    assert (results[None].text, results[None].usage.seconds) == (
+        ref_json["text"].strip(), 3)  # 2.99 s
 
 
 def test_client_dropping_mid_stream_stops_its_decode(server, reference, tmp_path):
@@ -847,51 +876,88 @@ def test_client_dropping_mid_stream_stops_its_decode(server, reference, tmp_path
     assert not h["busy"] and h["queued"] == 0, h
 
 
-def test_ask_answers_as_as2d_ask_json(models_root, tmp_path, monkeypatch):
-    """/v1/audio/ask (only on a server started with --llm) gives the document `as2d ask
-    --json` prints for the same file and question, statistics aside; the same file asked
-    again is answered from the server's transcript cache, with the same answer."""
+def test_ask_answers_as_as2d_ask_json(server, models_root):
+    """/v1/audio/ask (on the module's server, started with --llm for this test) gives the
+    document `as2d ask --json` prints for the same file and question, statistics aside; the
+    same file asked again is answered from the server's transcript cache, with the same
+    answer; no question, or one with no words, is a 400 naming ``question``. (A server without
+    --llm: test_ask_without_an_answering_model_is_a_json_404.)"""
     question = "Who had leisure to consider?"
     ref = cli("ask", SHORT, question, "--json", "--no-live", "-q", models_dir=models_root)
     assert ref.exit_code == 0, ref.output
     want = json.loads(ref.stdout)
-    monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(tmp_path / "transcripts"))
-    srv = _start(models_root, tmp_path, "--llm", "gemma-3-270m")
+    body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name),
+                              ("question", question, None)])
+    code, _, raw = server.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
+    assert code == 200, raw
+    got = json.loads(raw)
+    # The one-shot command transcribes this one-window clip with the target alone (a
+    # drafter's load would not pay); the server's loaded drafter drafts: the same text,
+    # said in "models".
+    assert want["models"]["decoder"] == "target" and want["models"]["drafter"] is None
+    assert got["models"]["decoder"] == "as2d" and got["models"]["drafter"]
+    for doc in (got, want):
+        doc.pop("stats")
+        doc.pop("source")
+        doc["models"] = {k: v for k, v in doc["models"].items()
+                         if k not in ("decoder", "drafter")}
+    assert got == want and got["transcript"] == "transcribed"
+    body, ctype = _multipart([("file", SHORT.read_bytes(), "again.wav"),
+                              ("question", question, None)])
+    code, _, raw = server.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
+    again = json.loads(raw)
+    assert code == 200 and again["transcript"] == "cache", raw
+    assert again["models"]["decoder"] is None  # nothing was decoded for it
+    assert (again["answer"], again["evidence"]) == (want["answer"], want["evidence"])
+    body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name)])
+    code, _, raw = server.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
+    assert code == 400 and json.loads(raw)["error"]["param"] == "question"
+    body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name),
+                              ("question", " ?! ", None)])
+    code, _, raw = server.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
+    err = json.loads(raw)["error"]
+    assert code == 400 and err["param"] == "question" and "no words" in err["message"]
+
+
+async def _asgi_post(app, path: str) -> tuple[int, dict]:
+    """(status, JSON body) of an empty POST with the key, handed straight to an ASGI
+    application: no socket, and no lifespan (so nothing is loaded)."""
+    sent: list = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    await app({"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+               "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+               "root_path": "", "query_string": b"", "server": ("127.0.0.1", 80),
+               "client": ("127.0.0.1", 1), "headers": [(b"authorization",
+                                                        f"Bearer {KEY}".encode())]},
+              receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, json.loads(body)
+
+
+def test_ask_without_an_answering_model_is_a_json_404():
+    """/v1/audio/ask on a server started without --llm is a JSON 404 saying how to start one.
+    Asked of the server's own application in this process (the module's server has an
+    answering model, for test_ask_answers_as_as2d_ask_json): the check comes before the
+    upload is read or any model is needed."""
+    pytest.importorskip("fastapi")
+    from as2d.server.application import create_app
+    from as2d.server.backend import Backend, ServeSettings
+
+    backend = Backend(ServeSettings(api_key=KEY), log=lambda message: None)
     try:
-        body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name),
-                                  ("question", question, None)])
-        code, hdrs, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
-        assert code == 200, raw
-        got = json.loads(raw)
-        # The one-shot command transcribes this one-window clip with the target alone (a
-        # drafter's load would not pay); the server's loaded drafter drafts: the same text,
-        # said in "models".
-        assert want["models"]["decoder"] == "target" and want["models"]["drafter"] is None
-        assert got["models"]["decoder"] == "as2d" and got["models"]["drafter"]
-        for doc in (got, want):
-            doc.pop("stats")
-            doc.pop("source")
-            doc["models"] = {k: v for k, v in doc["models"].items()
-                             if k not in ("decoder", "drafter")}
-        assert got == want and got["transcript"] == "transcribed"
-        body, ctype = _multipart([("file", SHORT.read_bytes(), "again.wav"),
-                                  ("question", question, None)])
-        code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
-        again = json.loads(raw)
-        assert code == 200 and again["transcript"] == "cache", raw
-        assert again["models"]["decoder"] is None  # nothing was decoded for it
-        assert (again["answer"], again["evidence"]) == (want["answer"], want["evidence"])
-        body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name)])
-        code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
-        assert code == 400 and json.loads(raw)["error"]["param"] == "question"
-        body, ctype = _multipart([("file", SHORT.read_bytes(), SHORT.name),
-                                  ("question", " ?! ", None)])
-        code, _, raw = srv.request("POST", "/v1/audio/ask", body, {"Content-Type": ctype})
-        err = json.loads(raw)["error"]
-        assert code == 400 and err["param"] == "question" and "no words" in err["message"]
+        status, doc = asyncio.run(_asgi_post(create_app(backend), "/v1/audio/ask"))
     finally:
-        srv.proc.send_signal(signal.SIGTERM)
-        assert srv.proc.wait(60) == 0, srv.stderr()
+        backend.pool.shutdown()
+        backend.final_pool.shutdown()
+    assert status == 404 and doc["error"]["code"] == "llm_not_loaded", doc
+    assert "--llm" in doc["error"]["message"]
 
 
 # -- the page in a real browser ---------------------------------------------------------------
