@@ -12,10 +12,11 @@ encoder target-only and AS²D still commit identical tokens.
 
 from __future__ import annotations
 
+import gc
 import json
-import shutil
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -28,9 +29,22 @@ from as2d.runtime.whisper.encoders import (
     OrtEncoder,
     requested_backend,
 )
+from tests.helpers import linked_bundle
 
 needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
                                     reason="openvino is not installed")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _young_heap():
+    """``thread_invariant`` frees each encoder it builds with a full ``gc.collect()``: in a
+    test worker that ran other files first, each walks the millions of objects they left
+    (0.5-0.8 s). Those are frozen for the module, so a collection walks only what its tests
+    made (tests/test_encoder_choice.py does the same)."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
 
 
 # -- choosing a back end (no models) -----------------------------------------------------------
@@ -112,8 +126,8 @@ def test_an_older_int8_bundle_gets_its_fp32_encoder_on_first_use(bundle, tmp_pat
     from as2d.models.install import ENCODER_FP32, ensure_encoder_fp32
 
     src = bundle("tiny.en", "int8")
-    old = tmp_path / src.name
-    shutil.copytree(src, old, ignore=shutil.ignore_patterns(".openvino_cache", ENCODER_FP32))
+    old = linked_bundle(src, tmp_path / src.name, copied=("manifest.json",),
+                        skip=(".", ENCODER_FP32))
     _strip_encoder_fp32(old)
     path = ensure_encoder_fp32(old)
     assert path == old / ENCODER_FP32 and path.is_file()
@@ -136,9 +150,8 @@ def test_the_int8_weight_graph_holds_the_bundles_own_int8_weights(bundle, tmp_pa
     from as2d.models.install import ENCODER_INT8W, ensure_openvino_graph
 
     src = bundle("tiny.en", "int8")
-    copy = tmp_path / src.name
-    shutil.copytree(src, copy, ignore=shutil.ignore_patterns(".*", "encoder_fp32*",
-                                                             "encoder_int8w*"))
+    copy = linked_bundle(src, tmp_path / src.name, copied=("manifest.json",),
+                         skip=(".", "encoder_fp32", "encoder_int8w"))
     mf = json.loads((copy / "manifest.json").read_text())
     for key in ("encoder_fp32", "encoder_int8w"):
         mf["sha256"].pop(mf["files"].pop(key, ""), None)
@@ -176,8 +189,8 @@ def test_the_fp16_weight_graph_is_made_once_and_recorded_with_its_weights(bundle
     from as2d.models.install import ENCODER_F16W, ensure_openvino_graph
 
     src = bundle("tiny.en", "fp32")  # its own encoder is the fp32 graph: nothing to convert
-    copy = tmp_path / src.name
-    shutil.copytree(src, copy, ignore=shutil.ignore_patterns(".*", "encoder_f16w*"))
+    copy = linked_bundle(src, tmp_path / src.name, copied=("manifest.json",),
+                         skip=(".", "encoder_f16w"))
     mf = json.loads((copy / "manifest.json").read_text())
     for key in ("encoder_f16w", "encoder_f16w_data"):
         mf["sha256"].pop(mf["files"].pop(key, ""), None)
@@ -202,8 +215,7 @@ def test_bf16_compiles_the_fp32_graph_where_the_copy_cannot_be_made(bundle, tmp_
     """A bundle that cannot take the fp16-weight copy (a read-only models folder) still runs
     OpenVINO's bf16, on the fp32 graph, as 0.2.0 did."""
     src = bundle("tiny.en", "fp32")
-    copy = tmp_path / src.name
-    shutil.copytree(src, copy, ignore=shutil.ignore_patterns(".*", "encoder_f16w*"))
+    copy = linked_bundle(src, tmp_path / src.name, skip=(".", "encoder_f16w"))
     manifest = json.loads((copy / "manifest.json").read_text())
     for key in ("encoder_f16w", "encoder_f16w_data"):
         manifest["sha256"].pop(manifest["files"].pop(key, ""), None)
@@ -248,18 +260,49 @@ def _rel(a: dict, b: dict) -> float:
     return (num / sum(float(np.square(b[k]).sum()) for k in b)) ** 0.5
 
 
-@needs_openvino
-def test_openvino_cross_keys_values_match_onnxruntime(bundle, librivox):
-    """On tiny.en: base's encoder is the same graph, made and compiled by the same code (wider,
-    deeper); its OpenVINO bf16 encoder is the one the words and AS²D tests below decode with."""
+@pytest.fixture(scope="module")
+def tiny_runs(bundle, librivox, tmp_path_factory):
+    """tiny.en int8's encoders, each built once for the module, and their outputs on a whole
+    window of a real clip, each computed once: ``tiny_runs.encoder(name, threads)`` (``name``
+    "onnxruntime int8" or "fp32", "openvino f32", "bf16" or "int8"), ``tiny_runs.out(name,
+    threads)``. The closeness test and the thread test run the same encoders on the same
+    window; OpenVINO's blobs go to a folder of the module's."""
     from as2d.models.install import ensure_openvino_graph
 
     path = bundle("tiny.en", "int8")
-    fp32 = ensure_openvino_graph(path, "fp32")
-    ort32, ort8 = OrtEncoder(fp32, 2), OrtEncoder(path / "encoder.onnx", 2)
-    f32 = OpenVINOEncoder(fp32, 2, "f32")
-    bf16 = OpenVINOEncoder(ensure_openvino_graph(path, "f16w"), 2, "bf16")  # fp16 weights
-    ov8 = OpenVINOEncoder(ensure_openvino_graph(path, "int8w"), 2, "int8")
+    cache = tmp_path_factory.mktemp("ov-blobs")
+    mel = _window(librivox[0])
+    built: dict = {}
+    outs: dict = {}
+
+    def encoder(name: str, threads: int):
+        if (name, threads) not in built:
+            backend, precision = name.split()
+            if name == "onnxruntime int8":
+                built[name, threads] = OrtEncoder(path / "encoder.onnx", threads)
+            elif name == "onnxruntime fp32":
+                built[name, threads] = OrtEncoder(ensure_openvino_graph(path, "fp32"), threads)
+            else:
+                graph = ensure_openvino_graph(path, encoders.OV_GRAPH_KIND[precision])
+                built[name, threads] = OpenVINOEncoder(graph, threads, precision,
+                                                       cache_dir=cache)
+        return built[name, threads]
+
+    def out(name: str, threads: int) -> dict:
+        if (name, threads) not in outs:
+            outs[name, threads] = encoder(name, threads).run(mel)
+        return outs[name, threads]
+
+    return SimpleNamespace(encoder=encoder, out=out, mel=mel)
+
+
+@needs_openvino
+def test_openvino_cross_keys_values_match_onnxruntime(tiny_runs):
+    """On tiny.en: base's encoder is the same graph, made and compiled by the same code (wider,
+    deeper); its OpenVINO bf16 encoder is the one the words and AS²D tests below decode with."""
+    enc = tiny_runs.encoder
+    ort32, ort8 = enc("onnxruntime fp32", 2), enc("onnxruntime int8", 2)
+    f32, bf16, ov8 = enc("openvino f32", 2), enc("openvino bf16", 2), enc("openvino int8", 2)
     assert f32.output_names == ort8.output_names == ort32.output_names == ov8.output_names
     # The activations are quantised in our groups (a plugin that ignored the setting would only
     # dequantise the weights, and still pass the distance check below); 0 where this CPU's
@@ -267,9 +310,13 @@ def test_openvino_cross_keys_values_match_onnxruntime(bundle, librivox):
     assert int(ov8.compiled.get_property("DYNAMIC_QUANTIZATION_GROUP_SIZE")) in (
         encoders.OV_INT8_GROUP, 0)
     for frames in (None, 1000, 600):  # a whole window, and what a drafter encodes of short audio
-        mel = _window(librivox[0], frames)
-        ref, q8 = ort32.run(mel), ort8.run(mel)
-        a, b, c = f32.run(mel), bf16.run(mel), ov8.run(mel)
+        if frames is None:  # the thread test's window (at 2 threads), run once for both
+            ref, q8 = tiny_runs.out("onnxruntime fp32", 2), tiny_runs.out("onnxruntime int8", 2)
+            a, b, c = (tiny_runs.out(f"openvino {p}", 2) for p in ("f32", "bf16", "int8"))
+        else:
+            mel = np.ascontiguousarray(tiny_runs.mel[..., :frames])
+            ref, q8 = ort32.run(mel), ort8.run(mel)
+            a, b, c = f32.run(mel), bf16.run(mel), ov8.run(mel)
         for out in (a, b, c):
             assert {k: (v.shape, v.dtype) for k, v in out.items()} == \
                 {k: (v.shape, v.dtype) for k, v in q8.items()}
@@ -285,36 +332,27 @@ def test_openvino_cross_keys_values_match_onnxruntime(bundle, librivox):
         assert _rel(c, ref) < max(0.08, 1.5 * _rel(q8, ref))
 
 
-def test_each_back_end_gives_the_same_bits_at_1_and_2_threads(bundle, librivox, tmp_path):
+def test_each_back_end_gives_the_same_bits_at_1_and_2_threads(tiny_runs):
     """What ``auto``'s thread check rests on (issue #45: the words must not depend on
     ``--threads``). Measured on a real window of tiny.en: onnxruntime int8 (the default, which
     nothing replaces) gives bit-identical outputs at 1 and 2 threads; each OpenVINO precision
     is judged by :func:`~as2d.runtime.whisper.encoder_choice.thread_invariant` on the random
     window ``auto`` uses as the real clip judges it (on this project's Intel Xeon with AMX all
     of them are bit-identical; a CPU where one is not has it left out of ``auto``)."""
-    from as2d.models.install import ensure_openvino_graph
     from as2d.runtime.whisper.encoder_choice import outputs_digest, thread_invariant, window
 
-    path = bundle("tiny.en", "int8")
-    mel = _window(librivox[0])
-    digests = [outputs_digest(OrtEncoder(path / "encoder.onnx", t).run(mel)) for t in (1, 2)]
-    assert digests[0] == digests[1]
+    def digests(name: str) -> set[str]:
+        return {outputs_digest(tiny_runs.out(name, t)) for t in (1, 2)}
+
+    assert len(digests("onnxruntime int8")) == 1
     if not encoders.openvino_available():
         return
     for precision in ("f32", "bf16", "int8"):
-        graph = ensure_openvino_graph(path, encoders.OV_GRAPH_KIND[precision])
-        built: dict[int, OpenVINOEncoder] = {}
-
-        def build(c, t, graph=graph, precision=precision, built=built):
-            # One encoder per thread count, for the clip and for the check's window alike.
-            if t not in built:
-                built[t] = OpenVINOEncoder(graph, t, precision, cache_dir=tmp_path)
-            return built[t]
-
-        real = {outputs_digest(build(None, t).run(mel)) for t in (1, 2)}
-        verdict = thread_invariant(encoders.EncoderCandidate("openvino", precision), build,
+        name = f"openvino {precision}"
+        verdict = thread_invariant(encoders.EncoderCandidate("openvino", precision),
+                                   lambda c, t, name=name: tiny_runs.encoder(name, t),
                                    window(80), [1, 2])
-        assert (verdict is None) == (len(real) == 1), precision
+        assert (verdict is None) == (len(digests(name)) == 1), precision
 
 
 @needs_openvino
@@ -401,15 +439,18 @@ def _words(text: str) -> list[str]:
     return "".join(c if c.isalnum() or c in " '" else " " for c in text.lower()).split()
 
 
-# One LibriVox sentence (7 s) and one short card (1 s) of clean speech: the decoders are the
-# suite's own (their losslessness is tests/test_kernel.py's); what changes here is the encoder.
-OV_CLIPS = ("sense_and_sensibility_01_austen_64kb-0870.wav", "001.wav")
+# One LibriVox sentence (7 s) of clean speech: the decoders are the suite's own (their
+# losslessness is tests/test_kernel.py's); what changes here is the encoder, which takes a whole
+# window from the target whatever the clip's length and the audio that is there from the
+# drafter (700 frames here; other lengths against onnxruntime: the closeness test above). A
+# second clip (a 1-s card) took the same paths, at three more encodes of base.
+OV_CLIPS = ("sense_and_sensibility_01_austen_64kb-0870.wav",)
 
 
 @pytest.fixture(scope="module")
 def ov_target_only(ov_models):
     """``ov_target_only(path)`` → the OpenVINO target's target-only segments of a clip,
-    decoded once for the module (both tests read both clips')."""
+    decoded once for the module (both tests read it)."""
     from as2d.runtime.audio import load_audio
     from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.strategy import TargetOnly

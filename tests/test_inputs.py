@@ -112,6 +112,13 @@ def other_clip() -> np.ndarray:
 
 
 @pytest.fixture(scope="session")
+def dub(clip, other_clip, tmp_path_factory) -> Path:
+    """A video with two audio tracks (the clip, then another one), made once per session."""
+    return encode(tmp_path_factory.mktemp("dub") / "dub.mkv", [clip[1], other_clip],
+                  codec="libopus", video="mpeg4")
+
+
+@pytest.fixture(scope="session")
 def containers(clip, tmp_path_factory) -> dict[str, Path]:
     """The clip in every container format (made once per session)."""
     _, x = clip
@@ -201,10 +208,9 @@ def test_a_binary_file_object_is_accepted(containers, clip):
 
 
 # -- videos: which audio stream, and none -----------------------------------------------------
-def test_a_video_with_two_audio_streams_gives_the_first_and_says_so(tmp_path, clip, other_clip):
+def test_a_video_with_two_audio_streams_gives_the_first_and_says_so(dub, clip, other_clip):
     _, x = clip
-    p = encode(tmp_path / "dub.mkv", [x, other_clip], codec="libopus", video="mpeg4")
-    a = load_audio(p)
+    a = load_audio(dub)
     assert a.streams == 2 and a.stream is not None and a.stream.startswith("stream 1 of 2")
     n = min(len(x), len(other_clip))
     assert _aligned_corr(x[:n], np.asarray(a.samples)[:n]) > 0.97
@@ -235,10 +241,10 @@ def test_a_named_pipe_with_no_writer_is_an_error_after_the_wait_not_a_hang(tmp_p
     notes = []
     t0 = time.monotonic()
     with pytest.raises(AudioError) as exc:
-        load_audio(fifo, fifo_timeout=1.5, on_wait=notes.append)
+        load_audio(fifo, fifo_timeout=0.5, on_wait=notes.append)
     waited = time.monotonic() - t0
-    _one_line(exc, "feed", "no writer", "1.5 s")
-    assert 1.4 < waited < 10
+    _one_line(exc, "feed", "no writer", "0.5 s")
+    assert 0.45 < waited < 10
     assert notes and "waiting" in notes[0]
 
 
@@ -400,7 +406,7 @@ def test_a_long_video_decodes_in_flat_memory(tmp_path, clip, monkeypatch):
 
     monkeypatch.setattr(audio_mod, "_IN_MEMORY_LIMIT", SAMPLE_RATE * 30)
     peaks = {}
-    for minutes in (1, 3):
+    for minutes in (1, 2):
         p = encode(tmp_path / f"{minutes}.mkv",
                    [np.resize(clip[1], minutes * 60 * SAMPLE_RATE)], codec="libopus")
         tracemalloc.start()
@@ -410,8 +416,8 @@ def test_a_long_video_decodes_in_flat_memory(tmp_path, clip, monkeypatch):
         assert isinstance(a.samples, np.memmap)
         assert abs(a.duration - minutes * 60) < 0.1
         a.close()
-    # 2 minutes more are 7.7 MB more of samples: a peak growing by < 2 MB holds none of them.
-    assert peaks[3] < peaks[1] + 2e6, peaks
+    # A minute more is 3.8 MB more of samples: a peak growing by < 2 MB holds none of them.
+    assert peaks[2] < peaks[1] + 2e6, peaks
 
 
 # -- whisper's spellings ----------------------------------------------------------------------
@@ -467,6 +473,13 @@ def test_whisper_aliases_do_not_appear_in_help():
 
 
 # -- transcripts (real models) ----------------------------------------------------------------
+# What reaches the decoder is in question here, not the decoder: the tests of inputs decode
+# with tiny.en (a real model, a quarter of base's cost per clip); those of the plan and of the
+# default command (test_transcribe_of_one_file_plans_by_its_declared_length, the README's quick
+# start) with base, as the user runs it.
+MODEL = ("--model", "tiny.en")
+
+
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z']+", text.lower())
 
@@ -475,8 +488,9 @@ def _words(text: str) -> list[str]:
 def target_only(models_root, bundle):
     import as2d
 
-    bundle("base", "int8")
-    with as2d.Transcriber(decoder="target", models_dir=models_root, threads=2) as t:
+    bundle("tiny.en", "int8")
+    with as2d.Transcriber("tiny.en", decoder="target", models_dir=models_root,
+                          threads=2) as t:
         yield t
 
 
@@ -494,13 +508,13 @@ def target_segments(target_only):
     return segments
 
 
-# FFmpeg's containers: AAC audio alone (decoded for the stdin test below anyway) and Opus
-# beside a video stream. That every container decodes to the clip's samples:
-# test_every_container_decodes_to_the_same_speech; mp4's words through the command line:
+# FFmpeg's containers: AAC audio alone (decoded for the stdin test below anyway). That every
+# container decodes to the clip's samples: test_every_container_decodes_to_the_same_speech;
+# the words of videos through the command line (mp4/AAC, and mkv/Opus beside a second track):
 # test_the_cli_on_hostile_inputs_prints_one_line_each_and_goes_on and
 # test_a_whisper_script_runs_unchanged; libsndfile's (flac, ogg, mp3):
 # tests/test_cli.py::test_compressed_formats_give_the_right_words.
-WORDS_FROM = ("m4a", "webm")
+WORDS_FROM = ("m4a",)
 
 
 def test_every_container_gives_the_words_of_the_original_wav(target_segments, containers, clip):
@@ -562,7 +576,7 @@ def test_transcribe_of_one_file_plans_by_its_declared_length(models_root, bundle
 
 def _as2d(*args, stdin=None, input=None, models_root, shell=False, timeout=300, env=None):
     env = {**(os.environ if env is None else env), "AS2D_MODELS_DIR": str(models_root),
-           "AS2D_FIFO_TIMEOUT": "2"}
+           "AS2D_FIFO_TIMEOUT": "1"}
     exe = [shutil.which("as2d")] if shutil.which("as2d") else [sys.executable, "-m", "as2d"]
     cmd = args if shell else [*exe, "transcribe", *map(str, args)]
     return subprocess.run(cmd[0] if shell else cmd, stdin=stdin, input=input,
@@ -572,18 +586,18 @@ def _as2d(*args, stdin=None, input=None, models_root, shell=False, timeout=300, 
 
 def test_stdin_dev_stdin_and_process_substitution(models_root, bundle, containers,
                                                   target_segments):
-    bundle("base", "int8")
+    bundle("tiny.en", "int8")
     want = _words("".join(s.text for s in target_segments(containers["m4a"])))
     m4a, mp3 = containers["m4a"], containers["mp3"]
     # "-" as a pipe: test_transcribe_of_one_file_plans_by_its_declared_length pipes this m4a
     # into `as2d transcribe -` and holds it to the file's tokens, exactly. The two pipes go to
     # one run: the clip's words twice, one file after the other.
     runs = {
-        "- (a file)": (_as2d("-", "-l", "en", "--decoder", "target", stdin=open(m4a, "rb"),
-                             models_root=models_root), 1),
+        "- (a file)": (_as2d("-", *MODEL, "-l", "en", "--decoder", "target",
+                             stdin=open(m4a, "rb"), models_root=models_root), 1),
         "/dev/stdin, <(cat x.mp3)": (_as2d(
-            f"cat {m4a} | as2d transcribe /dev/stdin <(cat {mp3}) -l en --decoder target",
-            shell=True, models_root=models_root), 2),
+            f"cat {m4a} | as2d transcribe /dev/stdin <(cat {mp3}) {' '.join(MODEL)} -l en "
+            "--decoder target", shell=True, models_root=models_root), 2),
     }
     for how, (r, files) in runs.items():
         err = r.stderr.decode()
@@ -595,8 +609,11 @@ def test_stdin_dev_stdin_and_process_substitution(models_root, bundle, container
 
 
 def test_the_cli_on_hostile_inputs_prints_one_line_each_and_goes_on(
-        tmp_path, models_root, bundle, clip, containers):
-    bundle("base", "int8")
+        tmp_path, models_root, bundle, clip, containers, dub):
+    """One run over the inputs that go wrong or surprise (no audio stream, a pipe nobody
+    writes, a name that is not UTF-8, samples beyond full scale, a second audio track): one
+    error line for each that cannot be read, the others transcribed, exit 1. The dubbed video
+    is transcribed from its first track, and says so."""
     bundle("tiny.en", "int8")
     _, x = clip
     silent_film = encode(tmp_path / "silent-film.mp4", [], video="libx264")
@@ -609,17 +626,18 @@ def test_the_cli_on_hostile_inputs_prints_one_line_each_and_goes_on(
     with open(odd, "wb") as f:
         f.write(containers["mp4"].read_bytes())
     out = tmp_path / "out"
-    r = _as2d(silent_film, fifo, os.fsdecode(odd), hot_wav, "-l", "en", "-o", out, "-f", "json",
-              models_root=models_root)
+    r = _as2d(silent_film, fifo, os.fsdecode(odd), hot_wav, dub, *MODEL, "-l", "en", "-o", out,
+              "-f", "json", models_root=models_root)
     err = r.stderr.decode()
     assert r.returncode == 1 and "Traceback" not in err, err
     assert "RuntimeWarning" not in err and not re.search(r"\bnan\b", err, re.I), err
     errors = [line for line in err.splitlines() if line.startswith("as2d: error:")]
     assert len(errors) == 2, err
     assert "no audio stream" in errors[0] and "no writer" in errors[1]
-    assert "waiting up to 2 s" in err
+    assert "waiting up to 1 s" in err
     assert "samples beyond full scale clipped" in err
-    import json
+    assert "2 audio streams; transcribing stream 1 of 2" in err
+    assert "dashwood" in _words(json.loads((out / "dub.json").read_text())["text"])
 
     for name in (b"caf\xe9.json", b"hot.json"):
         doc = json.loads(Path(os.fsdecode(os.fsencode(out) + b"/" + name)).read_text())
@@ -629,22 +647,10 @@ def test_the_cli_on_hostile_inputs_prints_one_line_each_and_goes_on(
                           .read_text())["text"])[:5]
 
 
-def test_a_video_with_two_audio_streams_is_transcribed_from_the_first(tmp_path, models_root,
-                                                                      bundle, clip, other_clip):
-    bundle("base", "int8")
-    bundle("tiny.en", "int8")
-    p = encode(tmp_path / "dub.mkv", [clip[1], other_clip], codec="libopus", video="mpeg4")
-    r = _as2d(p, "-l", "en", models_root=models_root)
-    assert r.returncode == 0, r.stderr.decode()
-    assert "2 audio streams; transcribing stream 1 of 2" in r.stderr.decode()
-    assert "dashwood" in _words(r.stdout.decode())
-
-
 def test_a_whisper_script_runs_unchanged(tmp_path, models_root, bundle, containers):
-    bundle("base", "int8")
     bundle("tiny.en", "int8")
     out = tmp_path / "subs"
-    r = _as2d(containers["mp4"], "--model", "base", "--model_dir", models_root,
+    r = _as2d(containers["mp4"], "--model", "tiny.en", "--model_dir", models_root,
               "--output_format", "srt", "--output_dir", out, "--language", "en",
               "--condition_on_previous_text", "False", "--fp16", "False",
               "--initial_prompt", "Sense and Sensibility.", "--verbose", "False",

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ct2_folder, linked_bundle
+from helpers import cli, ct2_folder, error_line, linked_bundle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_hostile import as2d, one_error_line
@@ -37,15 +37,40 @@ def tiny(bundle) -> Path:
 
 
 @pytest.fixture
-def env(tmp_path):
+def models(tmp_path, monkeypatch) -> Path:
+    """An empty models folder of the test's own (where a CTranslate2 folder would be converted
+    to), and the onnxruntime encoder (nothing measured)."""
+    monkeypatch.setenv("AS2D_ENCODER", "onnxruntime")
     models = tmp_path / "models"
     models.mkdir()
-    return dict(os.environ, AS2D_MODELS_DIR=str(models), AS2D_ENCODER="onnxruntime")
+    return models
 
 
-def transcribe(model: Path, env) -> object:
-    return as2d("transcribe", SAMPLE, "--model", model, "--decoder", "target", env=env,
-                timeout=TIMEOUT)
+def refused(model: Path, models: Path, *fragments: str, process: bool = False) -> str:
+    """``as2d transcribe SAMPLE --model MODEL`` ends in one ``as2d: error:`` line naming
+    ``fragments``, exit code 1, nothing on stdout; the line.
+
+    ``process``: run by the console script, in a process of its own (one case of each kind of
+    folder: the exit code and the line as the shell sees them, and the cases that could
+    allocate gigabytes); else the same command in this process (the line and the exit code are
+    the command's own), without starting Python and importing the converters again for each
+    case. A hang fails the test either way."""
+    if process:
+        p = as2d("transcribe", SAMPLE, "--model", model, "--decoder", "target",
+                 env=dict(os.environ, AS2D_MODELS_DIR=str(models)), timeout=TIMEOUT)
+        line = one_error_line(p, *fragments, code=1)
+        assert p.stdout == ""
+        return line
+    old = _alarm(TIMEOUT)
+    try:
+        r = cli("transcribe", SAMPLE, "--model", model, "--decoder", "target",
+                models_dir=models)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    line = error_line(r, 1, *fragments)
+    assert r.stdout == ""
+    return line
 
 
 def copy_bundle(src: Path, dest: Path) -> Path:
@@ -110,7 +135,7 @@ def _damage_header(data: bytearray, how: str) -> bytearray:
                                        ("byte count", "byte count"),
                                        ("past the end", "byte count"),
                                        ("tensor count", "tensor count")])
-def test_a_ct2_header_that_lies_is_one_line(how, field, ct2_source, tmp_path, env):
+def test_a_ct2_header_that_lies_is_one_line(how, field, ct2_source, tmp_path, models):
     folder = copy_ct2(ct2_source, tmp_path / "ct2")
     data = bytearray((folder / "model.bin").read_bytes())
     if how == "tensor count":
@@ -119,14 +144,14 @@ def test_a_ct2_header_that_lies_is_one_line(how, field, ct2_source, tmp_path, en
     else:
         data = _damage_header(data, how)
     (folder / "model.bin").write_bytes(bytes(data))
-    p = transcribe(folder, env)
-    one_error_line(p, "model.bin", field, code=1)
-    assert p.stdout == ""
+    # dims whose product wraps to 0 in int64: the one that could allocate, in a process
+    refused(folder, models, "model.bin", field, process=how == "absurd dims")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("value", [np.nan, np.inf])
-def test_non_finite_ct2_weights_are_refused_at_conversion(value, ct2_source, tmp_path, env):
+def test_non_finite_ct2_weights_are_refused_at_conversion(value, ct2_source, tmp_path,
+                                                         models):
     from as2d.models.ct2 import load_ct2
 
     folder = copy_ct2(ct2_source, tmp_path / "ct2")
@@ -135,10 +160,8 @@ def test_non_finite_ct2_weights_are_refused_at_conversion(value, ct2_source, tmp
     with open(folder / "model.bin", "r+b") as fh:
         fh.seek(offset + 64)
         fh.write(np.full(3, value, dtype).tobytes())
-    p = transcribe(folder, env)
-    one_error_line(p, "model.bin", "encoder/conv1/weight", "NaN or infinite", code=1)
-    assert p.stdout == ""
-    assert not list(Path(env["AS2D_MODELS_DIR"]).glob("*/manifest.json"))  # nothing installed
+    refused(folder, models, "model.bin", "encoder/conv1/weight", "NaN or infinite")
+    assert not list(models.glob("*/manifest.json"))  # nothing installed
 
 
 # -- as2d bundle manifests ---------------------------------------------------------------------
@@ -152,22 +175,21 @@ def test_non_finite_ct2_weights_are_refused_at_conversion(value, ct2_source, tmp
     (lambda m: m["generation"].update(suppress_ids=[1 << 30]), "suppress_ids"),
 ])
 def test_a_manifest_that_disagrees_with_its_graphs_is_one_line(edit, fragment, tiny, tmp_path,
-                                                               env):
+                                                               models):
     bundle = copy_bundle(tiny, tmp_path / "tiny")
     edit_manifest(bundle, edit)
-    p = transcribe(bundle, env)
-    one_error_line(p, "manifest.json", fragment, code=1)
-    assert p.stdout == ""
+    refused(bundle, models, "manifest.json", fragment)
 
 
-def test_deeply_nested_and_huge_json_are_one_line(tiny, tmp_path, env):
+def test_deeply_nested_and_huge_json_are_one_line(tiny, tmp_path, models):
+    """In a process of their own: a parser's recursion or a 4-GB read would take it down."""
     bundle = copy_bundle(tiny, tmp_path / "tiny")
     (bundle / "manifest.json").write_text('{"format": "as2d-bundle", "a": '
                                           + "[" * 200_000 + "]" * 200_000 + "}")
-    one_error_line(transcribe(bundle, env), "manifest.json", "nested", code=1)
+    refused(bundle, models, "manifest.json", "nested", process=True)
     with open(bundle / "manifest.json", "wb") as fh:  # sparse: 4 GB that take no disk
         fh.truncate(4 << 30)
-    one_error_line(transcribe(bundle, env), "manifest.json", "too large", code=1)
+    refused(bundle, models, "manifest.json", "too large", process=True)
 
 
 def _swap_tokenizer(bundle: Path, tokenizer: bytes) -> None:
@@ -192,24 +214,20 @@ def _multilingual_tokenizer() -> bytes:
     return path.read_bytes()
 
 
-def test_another_models_tokenizer_is_refused_not_decoded(tiny, tmp_path, env):
+def test_another_models_tokenizer_is_refused_not_decoded(tiny, tmp_path, models):
     bundle = copy_bundle(tiny, tmp_path / "tiny")
     _swap_tokenizer(bundle, _multilingual_tokenizer())  # base's: ids one off from tiny.en's
-    p = transcribe(bundle, env)
-    one_error_line(p, "tokenizer.json", "n_vocab", code=1)
-    assert p.stdout == ""
+    refused(bundle, models, "tokenizer.json", "n_vocab")
 
 
-def test_a_language_models_tokenizer_is_refused(tiny, tmp_path, env):
+def test_a_language_models_tokenizer_is_refused(tiny, tmp_path, models):
     from tiny_llm import train_tokenizer
 
     bundle = copy_bundle(tiny, tmp_path / "tiny")
     tok = train_tokenizer(["the age of wisdom, the age of foolishness " * 20], 300)
     tok.save(str(tmp_path / "t.json"))
     _swap_tokenizer(bundle, (tmp_path / "t.json").read_bytes())
-    p = transcribe(bundle, env)
-    one_error_line(p, "tokenizer.json", code=1)
-    assert p.stdout == ""
+    refused(bundle, models, "tokenizer.json")
 
 
 @pytest.mark.parametrize("edit,fragment", [
@@ -247,10 +265,21 @@ def hf_whisper(tmp_path_factory, tiny) -> Path:
 
 def copy_hf(src: Path, dest: Path, **config) -> Path:
     shutil.copytree(src, dest)
-    cfg = json.loads((dest / "config.json").read_text())
+    return _edit_config(dest, config)
+
+
+def link_hf(src: Path, dest: Path, copied=(), **config) -> Path:
+    """The Whisper export ``src`` in ``dest`` with its config.json (edited with ``config``) and
+    the files ``copied`` copied, its graphs linked (150 MB that nothing writes into)."""
+    linked_bundle(src, dest, copied=("config.json", *copied))
+    return _edit_config(dest, config)
+
+
+def _edit_config(folder: Path, config: dict) -> Path:
+    cfg = json.loads((folder / "config.json").read_text())
     cfg.update(config)
-    (dest / "config.json").write_text(json.dumps(cfg))
-    return dest
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
 
 
 # One value per field: more decoder layers than the graphs have and fewer (3) meet the same
@@ -259,19 +288,19 @@ def copy_hf(src: Path, dest: Path, **config) -> Path:
                                          ("max_target_positions", 1048575),
                                          ("num_mel_bins", 128), ("vocab_size", 51865)])
 def test_a_hf_whisper_config_that_disagrees_is_one_line(field, value, hf_whisper, tmp_path,
-                                                        env):
-    folder = copy_hf(hf_whisper, tmp_path / "hf", **{field: value})
-    p = transcribe(folder, env)
-    one_error_line(p, "config.json", field, code=1)
-    assert p.stdout == ""
+                                                        models):
+    folder = link_hf(hf_whisper, tmp_path / "hf", **{field: value})
+    # a context of a million positions, were it allocated, would take a process
+    refused(folder, models, "config.json", field, process=field == "max_target_positions")
 
 
 @pytest.mark.parametrize("name", ["config.json", "tokenizer.json"])
-def test_a_huge_hf_json_file_is_not_read(name, hf_whisper, tmp_path, env):
-    folder = copy_hf(hf_whisper, tmp_path / "hf")
+def test_a_huge_hf_json_file_is_not_read(name, hf_whisper, tmp_path, models):
+    """In a process of its own: an 8-GB read would take it down."""
+    folder = link_hf(hf_whisper, tmp_path / "hf", copied=(name,))
     with open(folder / name, "ab") as fh:  # sparse: 8 GB that take no disk
         fh.truncate(8 << 30)
-    one_error_line(transcribe(folder, env), name, "too large", code=1)
+    refused(folder, models, name, "too large", process=True)
 
 
 _TEXT = ["Question: What was it? Answer: The age of wisdom, the age of foolishness. " * 20]
@@ -427,7 +456,7 @@ def test_mutated_manifests_give_one_error_or_the_same_tokens(tiny, clip, tmp_pat
 
 @pytest.mark.slow
 def test_mutated_hf_configs_give_one_error_or_the_same_tokens(hf_whisper, clip, tmp_path):
-    folder = copy_hf(hf_whisper, tmp_path / "hf")
+    folder = link_hf(hf_whisper, tmp_path / "hf")
     original = (folder / "config.json").read_text()
     want = _tokens_or_error(str(folder), tmp_path, clip)
     assert isinstance(want, list) and want
