@@ -102,9 +102,10 @@ def models(models_root, bundle):
 # model needs a few questions only: each clip's, a timed one (beckett-4) among them, and two of
 # the two-window clip (cities-2 copies most); the same plans as the candidate-source test's.
 LOSSLESS_IDS = ("beckett-4", "cities-2", "cities-5", "sense-2")
-# The target-only answerer is held to the same oracle on one question of each clip: it is one
-# pass per token whatever the question (test_llm_families does the same for the other families).
-PLAIN_IDS = ("beckett-4", "cities-2", "sense-2")
+# The target-only answerer is held to the same oracle on one question: it is one pass per token
+# whatever the question or the clip, the prompt being the plan every answerer shares
+# (test_llm_families does the same for the other families).
+PLAIN_ID = "sense-2"
 
 
 def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcripts, qset, oracle):
@@ -121,7 +122,7 @@ def test_answers_are_token_identical_to_target_only_on_real_clips(lm, transcript
         plan = spec.prompt(spans, q.question)
         ref = oracle(plan, spec.options.max_tokens)
         assert a.tokens == ref, qid  # lossless: against the independent oracle, every question
-        if qid in PLAIN_IDS:  # the production path without candidates: one clip each
+        if qid == PLAIN_ID:  # the production path without candidates
             b = plain.ask(spans, q.question, draft)
             assert b.tokens == ref and a.text == b.text, qid
             assert b.stats.offered == 0 and b.stats.passes == len(b.tokens) - 1
@@ -175,16 +176,32 @@ def test_each_candidate_source_can_carry_the_answer(lm, transcripts, oracle, sou
 def test_quality_on_a_few_benchmark_questions(lm, transcripts, qset):
     """The default prompt answers most of these (the whole set is measured by
     scripts/ask_bench.py; a small base model flips an answer now and then when the numerics
-    of a conversion change, hence a floor rather than every one)."""
+    of a conversion change, hence a floor rather than every one).
+
+    Each answer is also held to the check behind it (one answer checked several ways, rather
+    than other questions asked for it): one that does not stand is said plainly as not said,
+    the closest passages as its evidence; any other (a located time aside, whose evidence is
+    the span that says the quoted words: the test of located times) is held to the transcript,
+    with whole sentences of it as evidence."""
     ans = Answerer(lm)
     by_id = {q.id: q for q in qset.questions}
-    results = {}
+    results, checked = {}, 0
     for qid in ("beckett-2", "beckett-4", "cities-7", "sense-1", "sense-2", "cities-6"):
         q = by_id[qid]
         spans, draft = transcripts[q.clip]
-        results[qid] = ans.ask(spans, q.question, draft).text
+        a = ans.ask(spans, q.question, draft)
+        results[qid] = a.text
+        if a.method == "not said":  # nothing stood: said plainly, the closest passages shown
+            assert a.text == NOT_SAID and a.abstained, qid
+            assert _of(spans, a.evidence), qid
+            assert a.withheld or (a.generated and a.to_dict()["generated"] == a.generated)
+        elif a.method != "located":
+            assert grounded(a.text, spans, q.question), (qid, a.text)
+            assert a.evidence and _of(spans, a.evidence), (qid, a.evidence)
+            checked += 1
     right = [qid for qid, text in results.items() if is_correct(by_id[qid], text)]
     assert len(right) >= 4, results
+    assert checked >= 3, results  # answers held to the transcript were checked
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,23 +436,11 @@ def test_calibrated_candidates_rank_by_what_the_question_adds(lm):
     assert off.tokens == a.tokens  # the generated answer is the same either way
 
 
-def test_the_extracted_answer_keeps_the_generated_one_and_its_candidates(lm, transcripts):
-    spans, draft = transcripts["two_cities"]
-    a = Answerer(lm, options=AskOptions(compare=True)).ask(
-        spans, "What was it the season of, besides light?", draft)
-    assert a.candidates and a.candidates[0].score >= a.candidates[-1].score
-    if a.method == "extracted":
-        assert a.text == a.candidates[0].text and a.generated is not None
-        assert a.evidence and _of(a.context, a.evidence)
-    d = a.to_dict()
-    assert d["candidates"][0]["text"] == a.candidates[0].text
-    assert d["candidates"][0]["spans"]
-
-
 def test_an_extracted_answer_costs_no_generation_unless_compared(lm, transcripts):
     """A scored span answers: the model's own answer would be thrown away, so it is not
     generated (no pass after the prefill) unless a comparison is asked for; the answer is the
-    same either way."""
+    same either way. Compared, the extracted answer keeps the generated one beside it, and its
+    scored candidates (best first) with their spans, in the answer and in its document."""
     spans, draft = transcripts["sense"]
     q = "Who was not an ill-disposed young man?"
     lean = Answerer(lm, None, AskOptions()).ask(spans, q, draft)
@@ -445,20 +450,25 @@ def test_an_extracted_answer_costs_no_generation_unless_compared(lm, transcripts
     assert lean.generated is None and "generated" not in lean.to_dict()
     assert lean.tokens == [] and lean.stats.passes == 0
     assert full.generated and full.tokens and full.stats.passes > 0
+    assert full.candidates and full.candidates[0].score >= full.candidates[-1].score
+    assert full.text == full.candidates[0].text
+    assert full.evidence and _of(full.context, full.evidence)
+    d = full.to_dict()
+    assert d["generated"] == full.generated
+    assert d["candidates"][0]["text"] == full.candidates[0].text
+    assert d["candidates"][0]["spans"]
 
 
-def test_the_check_and_its_evidence_in_the_answer(lm, transcripts):
-    spans, draft = transcripts["two_cities"]
-    q = "What was it the winter of?"
-    for cand in (True, False):
-        a = Answerer(lm, None, AskOptions(candidates=cand)).ask(spans, q, draft)
-        if a.method == "not said":  # nothing stood: said plainly, the closest passages shown
-            assert a.text == NOT_SAID and a.abstained
-            assert _of(spans, a.evidence)
-            assert a.withheld or (a.generated and a.to_dict()["generated"] == a.generated)
-            continue
-        assert grounded(a.text, spans, q)
-        assert a.evidence and _of(spans, a.evidence)
+def test_the_answer_does_not_depend_on_a_comparison(lm):
+    """The issue's case (#46): the plain answer was "not said" and --json's (which generated
+    the model's own answer to compare) a generated one. Now both run one pipeline."""
+    spans = [Span(0.0, 8.0, "Because they're afraid the man's friends will shoot them in the "
+                            "back in the dark, and it's just what they would do.")]
+    plain, compare = Answerer(lm), Answerer(lm, options=AskOptions(compare=True))
+    for q in ("When would the man's friends shoot them?", "Why are they afraid?"):
+        a, b = plain.ask(spans, q), compare.ask(spans, q)
+        assert (a.text, a.method, a.abstained, a.evidence) == \
+            (b.text, b.method, b.abstained, b.evidence), q
 
 
 def test_long_transcript_is_cut_to_relevant_passages_and_says_so(lm, transcripts):
@@ -744,7 +754,9 @@ def test_missing_llm_packages_is_one_line_saying_what_to_install(tmp_path, qset,
 
 def test_bad_llm_and_arguments_are_one_line_errors(models, tmp_path):
     # A folder that is no language model is found out after the transcription (the answering
-    # model loads beside it): a 1-s clip, whatever it says.
+    # model loads beside it): a 1-s clip, whatever it says. Once is enough for that path; the
+    # other folder is refused by the same loader, asked about a transcript file (no speech
+    # model to load, nothing to transcribe).
     clip = "/usr/share/pocketsphinx/test/data/cards/001.wav"
     error_line(cli("ask", clip, "Who?", "--llm", tmp_path / "nope", models_dir=models), 1,
                "no such model folder")
@@ -752,8 +764,10 @@ def test_bad_llm_and_arguments_are_one_line_errors(models, tmp_path):
     (tmp_path / "junk" / "notes.txt").write_text("hello")
     error_line(cli("ask", clip, "Who?", "--llm", tmp_path / "junk", models_dir=models), 1,
                "not a language model folder")
-    error_line(cli("ask", clip, "Who?", "--llm", models / "tiny.en-int8", models_dir=models),
-               1, "not a language model")
+    said = tmp_path / "said.json"
+    said.write_text(json.dumps({"segments": [{"start": 0.0, "end": 1.0, "text": " Seven."}]}))
+    error_line(cli("ask", "--transcript", said, "Who?", "--llm", models / "tiny.en-int8",
+                   models_dir=models), 1, "not a language model")
     error_line(cli("ask", clip, "Who?", "--llm", "tiny.en", models_dir=models), 1,
                "not a language model")
     error_line(cli("ask", clip, "Who?", "--llm", "gpt-9", models_dir=models), 1,

@@ -3,8 +3,8 @@ computes, bit for bit, so answers do not change; a damaged, foreign or unwritabl
 costs a whole prefill.
 
 Real Gemma 3 270M, real prompts (``PromptBuilder`` over a transcript line); the cache files
-the tests write go to temporary folders of their own (the answerer's tests: the bundle linked
-into one, cleared of stored rows before each).
+the tests write go to temporary folders of their own (the answerer's tests: beside the model,
+whose bundle is linked into a folder of its own, cleared of stored rows before each).
 """
 
 from __future__ import annotations
@@ -26,10 +26,20 @@ SPANS = [Span(0.0, 3.2, " Ever tried. Ever failed. No matter."),
 
 
 @pytest.fixture(scope="module")
-def lm(bundle):
+def linked(bundle, tmp_path_factory):
+    """Gemma 3 270M int8's bundle linked into a folder of its own and loaded from there, once
+    for the module (one session): the answerer's tests keep their stored rows beside it
+    (:func:`unstored` clears them before each), the other tests in temporary folders."""
     from as2d.runtime.llm.lm import CausalLM
 
-    return CausalLM(bundle("gemma-3-270m", "int8"), threads=2)
+    folder = _linked_bundle(bundle("gemma-3-270m", "int8"),
+                            tmp_path_factory.mktemp("linked") / "bundle")
+    return folder, CausalLM(folder, threads=2)
+
+
+@pytest.fixture(scope="module")
+def lm(linked):
+    return linked[1]
 
 
 def plan(lm, question: str, style: str = "qa"):
@@ -60,11 +70,16 @@ def _linked_bundle(src, dest):
 
 
 @pytest.fixture(scope="module")
-def fail(lm):
-    """The plan of one question and its whole prefill (no cache): the reference the tests of
-    stored, damaged and unwritable heads are held to, computed once."""
+def short(lm):
+    """The first 48 ids of a real prompt, a head of 40 rows, and their whole prefill (no
+    cache): what the tests of damaged and unwritable files are held to. A file is refused and
+    its rows computed again whatever the head's length, and each time is a prefill: of 48 rows
+    rather than the whole prompt's ~390 (the prompt's own head is held to a whole prefill,
+    bit for bit, by the test of loaded rows)."""
     _, p = plan(lm, "What should you do after you fail?")
-    return p, prefill_rows(lm, p.ids, None, 0)
+    ids = p.ids[:48]
+    assert MIN_ROWS <= 40 < p.static
+    return ids, 40, prefill_rows(lm, ids, None, 0)
 
 
 def same(a, b) -> bool:
@@ -85,8 +100,9 @@ def test_the_static_head_is_the_same_ids_in_every_prompt_of_a_style(lm, style):
     assert "Ever tried" in lm.tokenizer.decode(a.ids[a.static:])
 
 
-def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_path, fail):
-    p, whole = fail
+def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_path):
+    _, p = plan(lm, "What should you do after you fail?")
+    whole = prefill_rows(lm, p.ids, None, 0)
     cache = PrefixCache(tmp_path, "test")
     stored = prefill_rows(lm, p.ids, cache, p.static)  # computes, then stores the head
     assert list(tmp_path.glob(".prefix-*.npz"))
@@ -121,10 +137,10 @@ def test_rows_loaded_from_the_cache_equal_a_whole_prefill_bit_for_bit(lm, tmp_pa
     assert same(got, prefill_rows(lm, b.ids, cache, b.static))
 
 
-def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path, fail):
-    p, whole = fail
+def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path, short):
+    ids, static, whole = short
     cache = PrefixCache(tmp_path, "test")
-    prefill_rows(lm, p.ids, cache, p.static)
+    prefill_rows(lm, ids, cache, static)
     (path,) = tmp_path.glob(".prefix-*.npz")
     with np.load(path) as f:
         rows, digest = f["rows"].copy(), f["digest"]
@@ -132,29 +148,29 @@ def test_a_damaged_cache_file_is_recomputed_and_replaced(lm, tmp_path, fail):
     np.savez(path, rows=rows, digest=digest)
     state = lm.state()
     try:
-        logits, loaded = cache.prefill(lm, state, p.ids, p.static)
+        logits, loaded = cache.prefill(lm, state, ids, static)
     finally:
         lm.release(state)
     assert loaded == 0 and np.array_equal(logits, whole[0])
     path.write_bytes(b"not a numpy file")
-    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
-    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)  # rewritten, and loaded
+    assert same(prefill_rows(lm, ids, cache, static), whole)
+    assert same(prefill_rows(lm, ids, cache, static), whole)  # rewritten, and loaded
     # Bit rot in the file itself (the zip's own check fails first) and a truncated file.
     raw = bytearray(path.read_bytes())
     raw[len(raw) // 2] ^= 0x40
     path.write_bytes(bytes(raw))
-    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
+    assert same(prefill_rows(lm, ids, cache, static), whole)
     path.write_bytes(path.read_bytes()[: len(raw) // 3])
-    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
+    assert same(prefill_rows(lm, ids, cache, static), whole)
     state = lm.state()
     try:
-        _, loaded = cache.prefill(lm, state, p.ids, p.static)
+        _, loaded = cache.prefill(lm, state, ids, static)
     finally:
         lm.release(state)
-    assert loaded == p.static  # stored again after each
+    assert loaded == static  # stored again after each
 
 
-def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monkeypatch, fail):
+def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monkeypatch, short):
     import errno
     import os
 
@@ -164,10 +180,10 @@ def test_a_read_only_folder_means_a_whole_prefill_every_time(lm, tmp_path, monke
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
     monkeypatch.setattr(prefix_cache.os, "replace", refuse)  # what a read-only mount says
-    p, whole = fail
+    ids, static, whole = short
     cache = PrefixCache(tmp_path, "test")
-    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
-    assert same(prefill_rows(lm, p.ids, cache, p.static), whole)
+    assert same(prefill_rows(lm, ids, cache, static), whole)
+    assert same(prefill_rows(lm, ids, cache, static), whole)
     assert not list(tmp_path.iterdir())  # no cache, and no temporary file left behind
 
 
@@ -204,16 +220,6 @@ def test_the_key_holds_the_head_and_what_its_bits_depend_on(tmp_path):
     assert a.path(head) != b.path(head)
     assert a.path(head) != a.path(head[:-1] + [99])
     assert a.path(head) == PrefixCache(tmp_path, "graph A|threads 2").path(head)
-
-
-@pytest.fixture(scope="module")
-def linked(lm, tmp_path_factory):
-    """The bundle linked into a folder of its own and loaded from there, once for the tests of
-    the answerer's stored rows; :func:`unstored` gives it to each with none stored."""
-    from as2d.runtime.llm.lm import CausalLM
-
-    folder = _linked_bundle(lm.path, tmp_path_factory.mktemp("linked") / "bundle")
-    return folder, CausalLM(folder, threads=2)
 
 
 @pytest.fixture

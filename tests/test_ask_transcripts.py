@@ -4,7 +4,9 @@ on stdin, ``--transcript`` whisper JSON).
 
 The cache and the transcript reader run in milliseconds on their own; the faces run the real
 models (base, Gemma 3 270M) on a real LibriVox clip, sharing one cache folder per module so
-that one transcription serves every question after the first.
+that one transcription serves every question after the first. (The issue's own case, that the
+comparison --json asks for never changes the answer, is tests/test_ask.py's, beside the
+answering model that file loads.)
 """
 
 from __future__ import annotations
@@ -248,19 +250,3 @@ def test_a_whisper_json_transcript_is_asked_without_audio(asked, models_root, tm
     for d in (api, doc):
         d.pop("stats")
     assert api == doc
-
-
-def test_the_answer_does_not_depend_on_a_comparison(bundle):
-    """The issue's case: the plain answer was "not said" and --json's (which generated the
-    model's own answer to compare) a generated one. Now both run one pipeline."""
-    from as2d.runtime.ask.answer import Answerer, AskOptions
-    from as2d.runtime.llm.lm import CausalLM
-
-    lm = CausalLM(bundle("gemma-3-270m", "int8"), threads=2)
-    spans = [Span(0.0, 8.0, "Because they're afraid the man's friends will shoot them in the "
-                            "back in the dark, and it's just what they would do.")]
-    plain, compare = Answerer(lm), Answerer(lm, options=AskOptions(compare=True))
-    for q in ("When would the man's friends shoot them?", "Why are they afraid?"):
-        a, b = plain.ask(spans, q), compare.ask(spans, q)
-        assert (a.text, a.method, a.abstained, a.evidence) == \
-            (b.text, b.method, b.abstained, b.evidence), q

