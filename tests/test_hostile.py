@@ -2,8 +2,11 @@
 
 Every case ends in one of two ways: the right result, or one ``as2d: error: ...`` line and a
 non-zero exit. Never a traceback, a hang, code run from a model folder, or wrong text with
-exit 0. Each test runs the real console script (``python -m as2d``) on real models and
-real audio.
+exit 0. On real models and real audio. What is about the process (exit codes, signals, closed or
+full outputs, two processes at once, warnings on stderr) runs the real console script
+(``python -m as2d``), once per kind of failure; the other cases of a kind run the same command
+in-process (:func:`tests.helpers.cli`: the same code and the same error line, without a
+second's start-up each).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+
+from tests.helpers import cli, error_line, linked_bundle
 
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 SPEECH = LIBRIVOX / "sense_and_sensibility_01_austen_64kb-0870.wav"
@@ -110,16 +115,19 @@ _TEXT = ["It was the best of times, it was the worst of times. " * 20,
          "Question: What was it? Answer: The age of wisdom. " * 20]
 
 
-def test_llm_folder_with_a_hostile_template_is_refused_before_anything_runs(tmp_path, env):
+def test_llm_folder_with_a_hostile_template_is_refused_before_anything_runs(tmp_path,
+                                                                            models_root):
+    """``as2d ask`` in-process: the refusal is the command's line, not the process's (``ask``
+    runs as a process in test_a_float_max_sample_gives_the_clean_words_in_mic_and_ask)."""
     from tiny_llm import export_tiny_decoder
 
     mark = tmp_path / "MARK"
     template = "{{ cycler.__init__.__globals__.os.popen('touch " + str(mark) + "').read() }}"
     folder = export_tiny_decoder(tmp_path / "llm", _TEXT, chat_template=template)
-    p = as2d("ask", SPEECH, "What happened?", *TINY, "--llm", folder, env=env)
-    one_error_line(p, "chat template", "unsafe")
+    r = cli("ask", SPEECH, "What happened?", *TINY, "--llm", folder, models_dir=models_root)
+    error_line(r, 1, "chat template", "unsafe")
     assert not mark.exists(), "the chat template ran a shell command"
-    assert p.stdout == ""
+    assert r.stdout == ""
 
 
 @pytest.mark.parametrize("damage", ["config list", "config bad utf-8", "tokenizer garbage",
@@ -155,8 +163,16 @@ def _copy_bundle(models_root: Path, name: str, dest: Path) -> Path:
     return dest
 
 
+def _damageable_bundle(models_root: Path, dest: Path, damaged: str) -> Path:
+    """tiny.en's bundle with ``damaged`` copied (the file a test damages) and its other files
+    linked: 600 MB not copied for each case."""
+    return linked_bundle(models_root / "tiny.en-int8", dest, copied=(damaged,))
+
+
 def test_one_flipped_byte_in_a_graph_is_caught_at_load(models_root, tmp_path, env):
-    bundle = _copy_bundle(models_root, "tiny.en-int8", tmp_path / "tiny")
+    """The process's exit code and its one line (the damaged manifests below are the same
+    command in-process)."""
+    bundle = _damageable_bundle(models_root, tmp_path / "tiny", "decoder.onnx")
     graph = bundle / "decoder.onnx"
     data = bytearray(graph.read_bytes())
     data[len(data) // 2] ^= 0x01  # same size, one bit different
@@ -195,13 +211,15 @@ def test_sha256_is_remembered_per_file_identity(models_root, tmp_path, monkeypat
     (lambda m: m["dims"].update(n_mels=81), "n_mels"),
     (lambda m: m["dims"].update(n_mels=128), "n_mels"),  # the graph takes 80
 ])
-def test_a_damaged_manifest_is_one_line(edit, fragment, models_root, tmp_path, env):
-    bundle = _copy_bundle(models_root, "tiny.en-int8", tmp_path / "tiny")
+def test_a_damaged_manifest_is_one_line(edit, fragment, models_root, tmp_path):
+    bundle = _damageable_bundle(models_root, tmp_path / "tiny", "manifest.json")
     manifest = json.loads((bundle / "manifest.json").read_text())
     edit(manifest)
     (bundle / "manifest.json").write_text(json.dumps(manifest))
-    p = as2d("transcribe", SPEECH, "--model", bundle, "--decoder", "target", env=env)
-    one_error_line(p, fragment, code=1)
+    r = cli("transcribe", SPEECH, "--model", bundle, "--decoder", "target",
+            models_dir=models_root)
+    error_line(r, 1, fragment)
+    assert r.stdout == ""
 
 
 # -- losslessness at load ----------------------------------------------------------------------
@@ -262,28 +280,38 @@ def test_json_refuses_nan_with_a_clear_error():
 
 # -- silence on long files ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["zeros", "dither"])
-def test_long_silence_gives_no_text(kind, tmp_path, env):
+def test_long_silence_gives_no_text_and_speech_around_it_is_kept_losslessly(tmp_path, env,
+                                                                            models_root):
+    """One AS²D run of three files, as a batch goes on past files with nothing to say: four
+    windows of digital silence and four of dither (-1, 0, 1) give no text, each file says it
+    found no speech, and the run exits 0; a sentence, 65 s of silence (a whole silent window)
+    and the sentence again keeps both sentences, with target-only's tokens and times (the
+    target's run in-process: the same command, not a second process)."""
     n = 16000 * 95  # four windows
     rng = np.random.default_rng(0)
-    samples = np.zeros(n, np.int16) if kind == "zeros" else rng.integers(-1, 2, n, np.int16)
-    path = tmp_path / f"{kind}.wav"
-    sf.write(path, samples, 16000, subtype="PCM_16")
-    p = as2d("transcribe", path, "--model", "base", "--decoder", "as2d", env=env)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.strip() == ""
-    assert "no speech found" in p.stderr
-
-
-def test_speech_around_silence_is_kept_and_lossless(tmp_path, env):
+    silent = {"zeros": np.zeros(n, np.int16), "dither": rng.integers(-1, 2, n, np.int16)}
+    for kind, samples in silent.items():
+        sf.write(tmp_path / f"{kind}.wav", samples, 16000, subtype="PCM_16")
     x, _ = sf.read(SPEECH, dtype="float32")
-    path = tmp_path / "mixed.wav"
-    sf.write(path, np.concatenate([x, np.zeros(16000 * 65, np.float32), x]), 16000)
-    outs = {}
-    for d in ("target", "as2d"):
-        p = as2d("transcribe", path, "--model", "base", "--decoder", d, "-f", "json", env=env)
-        assert p.returncode == 0, p.stderr
-        outs[d] = [(s["start"], s["tokens"]) for s in json.loads(p.stdout)["segments"]]
+    mixed = tmp_path / "mixed.wav"
+    sf.write(mixed, np.concatenate([x, np.zeros(16000 * 65, np.float32), x]), 16000)
+    out = tmp_path / "out"
+    p = as2d("transcribe", tmp_path / "zeros.wav", tmp_path / "dither.wav", mixed, "--model",
+             "base", "--decoder", "as2d", "-o", out, "-f", "json", env=env)
+    assert p.returncode == 0, p.stderr
+    for kind in silent:
+        assert f"{kind}.wav: no speech found" in p.stderr, p.stderr
+        assert json.loads((out / f"{kind}.json").read_text())["segments"] == []
+    assert "mixed.wav: no speech found" not in p.stderr
+    doc = json.loads((out / "mixed.json").read_text())
+    assert doc["decoder"] == "as2d"
+    # the text streamed to stdout is the sentences' alone: nothing from the silent files
+    assert p.stdout.split() == " ".join(s["text"] for s in doc["segments"]).split()
+    target = cli("transcribe", mixed, "--model", "base", "--decoder", "target", "-f", "json",
+                 models_dir=models_root)
+    assert target.exit_code == 0, target.stderr
+    outs = {d["decoder"]: [(s["start"], s["tokens"]) for s in d["segments"]]
+            for d in (doc, json.loads(target.stdout))}
     assert outs["target"] == outs["as2d"]
     assert outs["target"][0][0] < 1 and outs["target"][-1][0] > 70  # both speeches are there
 
@@ -460,12 +488,15 @@ def test_leaving_without_teardown_keeps_the_output_and_the_exit_code():
         one_error_line(p, "no space left", code=1)
 
 
-def test_two_processes_writing_one_name_say_which_file_they_replaced(tmp_path, env):
+def test_two_processes_writing_one_name_say_which_file_they_replaced(tmp_path, env,
+                                                                     models_root):
     """Two recordings named x.wav from two folders, transcribed by two processes at once into
     one -o folder: one whole x.txt is kept (never bytes of both) and a process that replaced
-    an existing x.txt says so on stderr, even with -q. Re-running over an output replaces it,
-    as whisper does, and says so too. One process given both keeps both (x.txt and x-2.txt):
-    the same stem twice in one output folder."""
+    an existing x.txt says so on stderr, even with -q. Then one run given both, over that
+    folder: it keeps both (x.txt and x-2.txt: the same stem twice in one output folder), and
+    replacing the x.txt already there (a re-run over an output, as whisper does) says so too.
+    Its two transcripts are each recording's whole text, which the first x.txt must be one
+    of. (That run is in-process: the same command; the two at once are the processes.)"""
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
@@ -481,25 +512,22 @@ def test_two_processes_writing_one_name_say_which_file_they_replaced(tmp_path, e
     assert [p.returncode for p in procs] == [0, 0], errs
     notes = [e for e in errs if "replaced existing" in e]
     assert len(notes) == 1 and str(out / "x.txt") in notes[0], errs
-    # Each recording's whole transcript, written by one process (x.txt and x-2.txt: the same
-    # stem twice keeps both) rather than one process each.
-    ref = tmp_path / "ref"
-    p = as2d("transcribe", a / "x.wav", b / "x.wav", *TINY, "-o", ref, env=env)
-    assert p.returncode == 0, p.stderr
-    first, second = (ref / "x.txt").read_text(), (ref / "x-2.txt").read_text()
-    assert first != second and "Dashwood" in first and "Dashwood" in second
-    texts = {first, second}
-    assert (out / "x.txt").read_text() in texts  # one recording's whole transcript
+    kept = (out / "x.txt").read_text()
     assert not list(out.glob("*.part"))
-    again = as2d("transcribe", a / "x.wav", *argv, env=env)
-    assert again.returncode == 0 and "replaced existing" in again.stderr
+    both = cli("transcribe", a / "x.wav", b / "x.wav", *argv, models_dir=models_root)
+    assert both.exit_code == 0, both.stderr
+    assert f"replaced existing {out / 'x.txt'}" in both.stderr
+    first, second = (out / "x.txt").read_text(), (out / "x-2.txt").read_text()
+    assert first != second and "Dashwood" in first and "Dashwood" in second
+    assert kept in {first, second}  # one recording's whole transcript
+    assert not list(out.glob("*.part"))
 
 
-def test_an_english_only_model_refuses_to_translate(env):
+def test_an_english_only_model_refuses_to_translate(models_root):
     """The server answers 400 for it; the command line said nothing and transcribed."""
-    p = as2d("transcribe", SPEECH, *TINY, "--task", "translate", env=env)
-    one_error_line(p, "--task translate needs a multilingual model", code=2)
-    assert p.stdout == ""
+    r = cli("transcribe", SPEECH, *TINY, "--task", "translate", models_dir=models_root)
+    error_line(r, 2, "--task translate needs a multilingual model")
+    assert r.stdout == ""
 
 
 def test_disk_full_mid_batch_leaves_no_part_and_goes_on(tmp_path, env):
@@ -520,16 +548,23 @@ def test_disk_full_mid_batch_leaves_no_part_and_goes_on(tmp_path, env):
 
 # -- bounds ------------------------------------------------------------------------------------
 
+def test_an_out_of_bounds_value_is_one_line_from_the_process(env):
+    """The exit code and the one line of the console script; the other bounds are the same
+    line in-process (below)."""
+    p = as2d("transcribe", SPEECH, "-t", "100000", env=env, timeout=60)
+    one_error_line(p, "--threads", code=2)
+
+
 @pytest.mark.parametrize("argv,fragment", [
-    (["transcribe", SPEECH, "-t", "100000"], "--threads"),
     (["transcribe", SPEECH, "--budget", "100000"], "--budget"),
     (["bench", SPEECH, "--budgets", "-2"], "--budgets"),
     (["bench", SPEECH, "-t", "100000"], "--threads"),
     (["models", "export", "base", "/dev/null/x"], "/dev/null/x"),
 ])
-def test_out_of_bounds_values_are_one_line(argv, fragment, env):
-    p = as2d(*argv, env=env, timeout=60)
-    one_error_line(p, fragment)
+def test_out_of_bounds_values_are_one_line(argv, fragment, models_root):
+    r = cli(*argv, models_dir=models_root)
+    assert r.exit_code != 0
+    error_line(r, r.exit_code, fragment)
 
 
 # -- mutated audio files -----------------------------------------------------------------------
@@ -605,20 +640,27 @@ def _words(text: str) -> set[str]:
     return {w.strip(".,;:!?\"'").lower() for w in text.split()} - {""}
 
 
-def test_a_float_max_sample_gives_the_clean_words_in_mic_and_ask(tmp_path, env):
+def test_a_float_max_sample_gives_the_clean_words_in_mic_and_ask(tmp_path, env,
+                                                                 tiny_transcriber):
     """The sample is clipped at the input, so dictation and answers see the same speech as a
-    clean file: no overflow warning, no NaN, no garbage text."""
+    clean file: no overflow warning, no NaN, no garbage text. The commands run as processes
+    (a warning is a line on their stderr); the clean file's words are tiny.en's, decoded
+    in-process."""
+    from as2d.runtime.audio import load_audio
+    from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+
     loud = _with_a_float_max_sample(tmp_path)
-    clean = as2d("transcribe", SPEECH, *TINY, env=env)
-    assert clean.returncode == 0, clean.stderr
+    clean = " ".join(s.text for s in tiny_transcriber.transcribe(
+        load_audio(SPEECH), TranscribeOptions(language="en")))
     mic = as2d("mic", "--input", loud, "--speed", "8", "--model", "tiny.en", "--decoder",
                "target", "--no-live", env=env)
     assert mic.returncode == 0 and "Traceback" not in mic.stderr, mic.stderr
     assert "RuntimeWarning" not in mic.stderr and "nan" not in mic.stdout.lower(), mic.stderr
-    said = _words(clean.stdout)
-    assert len(_words(mic.stdout) & said) >= 0.8 * len(said), (mic.stdout, clean.stdout)
+    said = _words(clean)
+    assert len(_words(mic.stdout) & said) >= 0.8 * len(said), (mic.stdout, clean)
+    # A short answer: the audio's way through the command is under test, not the answer's.
     ask = as2d("ask", loud, "Who had leisure to consider?", "--model", "tiny.en",
-               "--decoder", "target", "--json", env=env)
+               "--decoder", "target", "--max-tokens", "8", "--json", env=env)
     assert ask.returncode == 0 and "Traceback" not in ask.stderr, ask.stderr
     assert "RuntimeWarning" not in ask.stderr, ask.stderr
     def not_json(constant: str):
