@@ -1,15 +1,18 @@
-"""``as2d batch``: an archive transcribed on a real local Ray cluster (2 CPUs, 1–2 actors of
-one thread each), with real models and real clips.
+"""``as2d batch``: an archive transcribed on a real local Ray cluster (2 CPUs, actors of one
+thread each), with real models and real clips.
 
 What it must guarantee: the same files as ``as2d transcribe``; every file done exactly once
-even when a worker is killed mid-file; an interrupted run resumed without redoing or losing
-anything; a bad file among good ones is one error row, not a crash.
+even when a worker is killed mid-file; an actor the cluster cannot place holds no file; an
+interrupted run resumed without redoing or losing anything; a bad file among good ones is one
+error row, not a crash. Each run starts its actors (a process and the models each), so one
+command-line run is checked for all but the interrupt, which is a run of its own.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -23,7 +26,7 @@ from as2d.distributed import WorkerSpec, discover, run_batch
 from as2d.engine import EngineSpec
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 from as2d.writers import SubtitleOptions
-from tests.helpers import LazyModule
+from tests.helpers import LazyModule, cli
 
 ray = LazyModule("ray")
 
@@ -75,95 +78,91 @@ def _done_once(out: Path, jobs) -> None:
     assert not list(out.glob("*.part"))
 
 
-def test_same_files_as_transcribe_and_a_bad_file_is_one_error_row(cluster, archive,
-                                                                  models_root, tmp_path):
-    """The same files as ``as2d transcribe``, byte for byte; a broken file among them is one
-    error row (the others done, no output for it, one error line, exit 1), in the same run."""
-    runner = CliRunner()
+def test_one_run_matches_transcribe_through_a_bad_file_a_killed_actor_and_one_unplaced(
+        cluster, archive, models_root, tmp_path, monkeypatch):
+    """One ``as2d batch`` run (a folder as input, recursive; three actors of one CPU asked of
+    the two-CPU cluster), checked every way the batch must hold: each run costs seconds of
+    actor start-ups (a process and the models each), and these faults do not hide each other.
+
+    - The same files as ``as2d transcribe``, byte for byte (the killed actor's file too).
+    - A broken file among them is one error row: the others done, no output for it, one
+      error line, exit 1.
+    - An actor killed mid-file (the first to start one) is given up, its file goes back to
+      the queue and is done once, by another actor, with one warning line.
+    - An actor Ray cannot place holds no file: the third waits for a CPU while two hold both
+      (as after a lost node, when the replacement finds no room), and the kill frees one CPU
+      for two waiting actors (the third and the killed one's replacement). So four actors are
+      made and at most three are ever up; a file goes only to one that is up, and the run ends
+      without the others (it used to wait for one for ever: the alarm fails the test).
+    - Files go longest first; the same command again has nothing to do."""
+    from as2d import distributed
+
     files = sorted(str(p) for p in archive.rglob("*.wav"))
     bad = archive / "day1" / "broken.wav"
     bad.write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk" + os.urandom(2000))
-    env = {"AS2D_MODELS_DIR": str(models_root)}
-    plain = runner.invoke(app, ["transcribe", *files, "-o", str(tmp_path / "plain"), "-f",
-                                "all", "-t", "1", "-q"], env=env)
+    plain = cli("transcribe", *files, "-o", tmp_path / "plain", "-f", "all", "-t", "1", "-q",
+                models_dir=models_root)
     assert plain.exit_code == 0, plain.output
-    # A folder as input (recursive), two actors of one thread.
-    batch = runner.invoke(app, ["batch", str(archive / "day1"), "-o", str(tmp_path / "ray"),
-                                "-f", "all", "-j", "2", "-t", "1", "--retries", "2"], env=env)
-    assert batch.exit_code == 1, batch.output
-    assert "as2d: error: " in batch.output and "Traceback" not in batch.output
+    handles: dict = {}
+    killed: list[str] = []
+    real_run_batch = distributed.run_batch
+
+    def killing_run_batch(jobs, spec, *, on_event, **kw):
+        """The command's own run, with the live actors by name: the first actor to start a
+        file is killed 0.2 s into it (mid-file: the clip takes about a second to decode)."""
+        def event(e):
+            if e.kind == "start" and not killed:
+                killed.append(e.worker)
+                threading.Timer(0.2, ray.kill, (handles[e.worker],),
+                                {"no_restart": True}).start()
+            on_event(e)
+
+        return real_run_batch(jobs, spec, on_event=event, handles=handles, **kw)
+
+    def too_long(signum, frame):
+        raise TimeoutError("as2d batch waited for an actor Ray cannot place")
+
+    monkeypatch.setattr(distributed, "run_batch", killing_run_batch)
+    previous = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(180)
+    try:
+        batch = cli("batch", archive / "day1", "-o", tmp_path / "ray", "-f", "all", "-j", "3",
+                    "-t", "1", "--retries", "2", models_dir=models_root)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    out = batch.output
+    assert batch.exit_code == 1, out
+    assert "as2d: error: " in out and "Traceback" not in out
     expected = sorted(p.name for p in (tmp_path / "plain").iterdir())
     assert len(expected) == 5 * len(CLIPS)
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == sorted(
-        expected + ["manifest.jsonl"])  # nothing for the broken file
+        expected + ["manifest.jsonl"])  # nothing for the broken file, no .part left
     for name in expected:
         assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
     rows = _rows(tmp_path / "ray")
     failed = [r for r in rows if r["status"] != "done"]
     assert len(failed) == 1 and failed[0]["path"] == str(bad) and failed[0]["error"]
     done = [r for r in rows if r["status"] == "done"]
-    assert len(done) == len(CLIPS) == len(rows) - 1
-    assert {r["worker"].split("@")[0] for r in done} == {"w1", "w2"}  # both took files
+    assert len(done) == len(CLIPS) == len(rows) - 1  # each file once
+    # The killed actor: its file redone once, elsewhere, and said.
+    assert len(killed) == 1 and out.count(" died on ") == 1, out
+    assert f"worker {killed[0]} died on" in out
+    retried = [r for r in rows if r.get("lost_workers")]
+    assert len(retried) == 1 and retried[0]["lost_workers"] == killed
+    assert retried[0]["attempts"] == 2 and not retried[0]["worker"].startswith(killed[0] + "@")
+    # w1-w3 asked, w4 the replacement: at most three ever up, and only those took files.
+    up = set(re.findall(r"worker (w\d+) ready", out))
+    assert killed[0] in up and up < {"w1", "w2", "w3", "w4"}, out
+    assert {r["worker"].split("@")[0] for r in rows} <= up - set(killed)
     # Dispatched longest first (5.3, 3.3, 3.0 s).
     bad.unlink()
     assert [Path(j.path).name for j in discover([archive])] == CLIPS[::-1]
     # The same command again: nothing to do.
-    again = runner.invoke(app, ["batch", str(archive / "day1"), "-o", str(tmp_path / "ray"),
-                                "-f", "all", "-j", "2"], env=env)
+    again = cli("batch", archive / "day1", "-o", tmp_path / "ray", "-f", "all", "-j", "2",
+                models_dir=models_root)
     assert again.exit_code == 0 and len(_rows(tmp_path / "ray")) == len(rows)
     assert f"{len(CLIPS)} already done" in again.output
-
-
-def test_killed_actor_is_replaced_and_its_file_done_once(cluster, archive, models_root,
-                                                         tmp_path):
-    out = tmp_path / "out"
-    jobs = discover([archive])
-    handles: dict = {}
-    killed: list[str] = []
-    lost: list = []
-
-    def on_event(e):
-        if e.kind == "start" and not killed:
-            killed.append(e.worker)
-            victim = handles[e.worker]
-            # Mid-file: the clip takes about a second to decode; the actor dies in it.
-            threading.Timer(0.2, lambda: ray.kill(victim, no_restart=True)).start()
-        if e.kind == "lost":
-            lost.append(e)
-
-    result = run_batch(jobs, _spec(out, models_root), actors=2, retries=2, on_event=on_event,
-                       handles=handles)
-    assert [e.worker for e in lost] == killed
-    assert result.done == len(CLIPS) and result.failed == 0
-    _done_once(out, jobs)
-    retried = [r for r in _rows(out) if r.get("lost_workers")]
-    assert len(retried) == 1 and retried[0]["lost_workers"] == killed
-    assert retried[0]["attempts"] == 2 and not retried[0]["worker"].startswith(killed[0] + "@")
-
-
-def test_an_actor_ray_cannot_place_holds_no_file(cluster, archive, models_root, tmp_path):
-    """Three actors of one CPU on a two-CPU cluster (as after a lost node, when the lost
-    actor's replacement finds no room): the third is never up, so it is given no file, and
-    the run ends with the other two. (It used to wait for the third for ever.)"""
-    out = tmp_path / "out"
-    jobs = discover([archive])
-    events: list = []
-
-    def too_long(signum, frame):
-        raise TimeoutError("run_batch waited for an actor Ray cannot place")
-
-    previous = signal.signal(signal.SIGALRM, too_long)
-    signal.alarm(180)
-    try:
-        result = run_batch(jobs, _spec(out, models_root), actors=3, on_event=events.append)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-    assert result.done == len(CLIPS) and result.failed == 0 and not result.interrupted
-    _done_once(out, jobs)
-    assert {r["worker"].split("@")[0] for r in _rows(out)} <= {"w1", "w2"}
-    assert "w3" not in {e.worker for e in events if e.kind in ("worker", "start")}
-    assert not [e for e in events if e.kind == "lost"]
 
 
 @pytest.mark.serial

@@ -222,7 +222,11 @@ def test_bad_speaker_options_are_one_line_errors(args, words, tmp_path):
 # -- the pipeline on real speech --------------------------------------------------------------
 @pytest.fixture(scope="module")
 def two_readers(clips, tmp_path_factory):
-    """The LibriVox reader and the moonshine reader of A Tale of Two Cities, in turns."""
+    """The LibriVox reader and the moonshine reader of A Tale of Two Cities, in turns: hers
+    (7 s), his (8 s), hers again (8 s), 24.5 s with the pauses. One Whisper window: every
+    test of the module transcribes and diarizes it, and nothing here is about a second
+    window; a fourth turn (his again) lengthened every run by a window and told the voices
+    apart no better (measured alone: 1.0 s of 29 confused, against 0.7 s of 21.5)."""
     from bench.questions import _read_16k
 
     austen = [c.path for c in clips if "austen" in c.path.name]
@@ -233,8 +237,7 @@ def two_readers(clips, tmp_path_factory):
     b = _read_16k(dickens[0])
     gap = np.zeros(8000, dtype=np.float32)
     parts, turns, t = [], [], 0.0
-    for who, x in (("A", a[:7 * 16000]), ("B", b[:8 * 16000]), ("A", a[7 * 16000:15 * 16000]),
-                   ("B", b[8 * 16000:16 * 16000])):
+    for who, x in (("A", a[:7 * 16000]), ("B", b[:8 * 16000]), ("A", a[7 * 16000:15 * 16000])):
         x = x / max(np.sqrt(np.mean(x ** 2)), 1e-6) * 0.05
         parts += [x.astype(np.float32), gap]
         turns.append((t, t + len(x) / 16000, who))
@@ -250,29 +253,23 @@ def _transcribe_json(path, models_root, out, decoder, *extra) -> dict:
     return json.loads((out / "two.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def plain_tokens(two_readers, models_root, tmp_path_factory) -> list[int]:
-    """The target-only tokens without --diarize: what every decoder's output must be (AS²D is
-    lossless), so one plain run serves both decoders below."""
-    doc = _transcribe_json(two_readers[0], models_root, tmp_path_factory.mktemp("plain"),
-                           "target")
-    return [t for s in doc["segments"] for t in s["tokens"]]
-
-
-@pytest.mark.parametrize("decoder", ["as2d", "target"])
-def test_diarize_never_changes_a_token(two_readers, models_root, tmp_path, decoder,
-                                       plain_tokens):
-    """Beside either decoder, --diarize changes no token and finds the two real speakers
-    (their turns held to the reference by DER)."""
+def test_diarize_never_changes_a_token(two_readers, models_root, tmp_path):
+    """--diarize changes no token and finds the two real speakers (their turns held to the
+    reference by DER). The diarizer runs on a thread of its own beside the decoder and labels
+    the segments once they are decoded, whichever decoder made them: it runs beside AS²D
+    here, the default, which shares the cores with its drafter too. Its tokens are held to a
+    plain run's (no --diarize) of the target alone: AS²D is lossless (tests/test_as2d.py)."""
     path, ref = two_readers
-    diarized = _transcribe_json(path, models_root, tmp_path, decoder, "--diarize")
-    assert [t for s in diarized["segments"] for t in s["tokens"]] == plain_tokens
+    plain = _transcribe_json(path, models_root, tmp_path / "plain", "target")
+    diarized = _transcribe_json(path, models_root, tmp_path, "as2d", "--diarize")
+    assert [t for s in diarized["segments"] for t in s["tokens"]] == [
+        t for s in plain["segments"] for t in s["tokens"]]
     assert {s["speaker"] for s in diarized["segments"]} == {"SPEAKER_00", "SPEAKER_01"}
     assert len(diarized["speakers"]) == 2
     d = der(ref, [(t["start"], t["end"], t["speaker"]) for t in diarized["speaker_turns"]])
     # The reference spans whole turns, pauses within them included (missed here): the
-    # speakers must be told apart over most of the speech (3.7 s of 29 are confused where
-    # the second reader takes over mid-window).
+    # speakers must be told apart over most of the speech (measured: 0.7 s of 21.5 confused,
+    # where one reader takes over from the other mid-window).
     assert d["confusion"] / d["total"] < 0.15 and d["der"] < 0.3, d
 
 
@@ -308,43 +305,48 @@ def diarized_doc(two_readers, diarizing_server):
             chunking_strategy="auto")
 
 
-def test_server_diarized_json_through_the_openai_client(two_readers, diarizing_server,
-                                                        diarized_doc, tmp_path):
-    """OpenAI's diarized_json on loopback, the official client: speakers lettered A, B, and
-    named from a known speaker's clip (a data URL)."""
+def _first_readers_clip(two_readers, folder: Path) -> Path:
+    """The first reader's second turn as a clip of its own: a known speaker's reference."""
     import soundfile as sf
 
     path, ref = two_readers
     x, rate = sf.read(path, dtype="float32")
-    clip = tmp_path / "ann.wav"  # the first reader's second turn, as a reference
-    write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
-    url = _data_url(clip)
+    return write_wav(folder / "ann.wav", x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
+
+
+def test_server_diarized_json_through_the_openai_client(two_readers, diarizing_server,
+                                                        diarized_doc, tmp_path):
+    """OpenAI's diarized_json on loopback, the official client: speakers lettered A, B (named
+    from a known speaker's clip: test_server_streams_named_speakers_through_the_openai_client,
+    one run for both). A name that would break a VTT <v name> span or an SRT cue, names and
+    clips that do not pair up, a reference that is a recording, not a clip, and a main file
+    too short: each a 400 naming the right field."""
+    import soundfile as sf
+
+    path, ref = two_readers
+    url = _data_url(_first_readers_clip(two_readers, tmp_path))
     client = diarizing_server.client()
     plain = diarized_doc
     assert {s.speaker for s in plain.segments} == {"A", "B"}
     assert plain.segments[0].speaker == "A" and plain.segments[0].type == \
         "transcript.text.segment"
-    with open(path, "rb") as f:
-        named = client.audio.transcriptions.create(
-            model="whisper-1", file=f, response_format="diarized_json",
-            known_speaker_names=["Ann"], known_speaker_references=[url])
-    assert {s.speaker for s in named.segments} == {"Ann", "A"}
-    assert named.segments[0].speaker == "Ann" and named.text == plain.text
     with open(path, "rb") as f, pytest.raises(openai_errors().BadRequestError):
         client.audio.transcriptions.create(
             model="whisper-1", file=f, response_format="diarized_json",
             known_speaker_names=["Ann", "Bob"], known_speaker_references=[url])
-    # a name that would break a VTT <v name> span or an SRT cue; a reference that is a
-    # recording, not a clip; a main file too short: each a 400 naming the right field
     long_clip = tmp_path / "long.wav"
     write_wav(long_clip, np.zeros(16000 * 31, dtype=np.float32))
     long_url = _data_url(long_clip)
-    short = tmp_path / "short.wav"
-    write_wav(short, x[:1600])
+    short = write_wav(tmp_path / "short.wav", np.zeros(1600, dtype=np.float32))
+    # A reference is measured when it is embedded, once the recording is diarized: the
+    # request that sends the long one is a recording of one speaker to name (the first
+    # reader's first turn), not the whole one, decoded and diarized for nothing.
+    x, rate = sf.read(path, dtype="float32")
+    first_turn = write_wav(tmp_path / "first.wav", x[:int(ref[0][1] * rate)])
     for file, names, refs, param in (
             (path, ["Ann</v>"], [url], "known_speaker_names"),
             (path, ["Ann\nBob"], [url], "known_speaker_names"),
-            (path, ["Ann"], [long_url], "known_speaker_references"),
+            (first_turn, ["Ann"], [long_url], "known_speaker_references"),
             (short, ["Ann"], [url], "file")):
         with open(file, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
             client.audio.transcriptions.create(
@@ -354,29 +356,36 @@ def test_server_diarized_json_through_the_openai_client(two_readers, diarizing_s
         assert "\n" not in err.value.message
 
 
-def test_server_streams_diarized_segments_through_the_openai_client(two_readers,
-                                                                   diarizing_server,
-                                                                   diarized_doc):
-    """``stream=true`` with diarized_json, read by the official client's stream: the text's
-    deltas as it is decoded, then OpenAI's ``transcript.text.segment`` events (the fields and
-    ids of the non-streamed document), then ``transcript.text.done``; a file too short to
-    diarize is a 400 before any event."""
+def test_server_streams_named_speakers_through_the_openai_client(two_readers,
+                                                                diarizing_server,
+                                                                diarized_doc, tmp_path):
+    """``stream=true`` with diarized_json and a known speaker's clip (a data URL), read by the
+    official client's stream: the text's deltas as it is decoded, then OpenAI's
+    ``transcript.text.segment`` events, then ``transcript.text.done``. The segments are the
+    non-streamed document's (fields, ids, text) but for their speakers: the first reader is
+    named after the clip, the other lettered A (a name only relabels a speaker's turns). One
+    run for the stream and the names: each is a transcription and a diarization of the whole
+    recording. A file too short to diarize is a 400 before any event."""
     path, _ = two_readers
     client, whole = diarizing_server.client(), diarized_doc
+    url = _data_url(_first_readers_clip(two_readers, tmp_path))
     with open(path, "rb") as f:
         events = list(client.audio.transcriptions.create(
-            model="whisper-1", file=f, response_format="diarized_json", stream=True))
+            model="whisper-1", file=f, response_format="diarized_json", stream=True,
+            known_speaker_names=["Ann"], known_speaker_references=[url]))
     kinds = [e.type for e in events]
     first_segment = kinds.index("transcript.text.segment")
     assert set(kinds[:first_segment]) == {"transcript.text.delta"}
     assert set(kinds[first_segment:-1]) == {"transcript.text.segment"}
     assert kinds[-1] == "transcript.text.done"
     segments = [e for e in events if e.type == "transcript.text.segment"]
-    assert [s.model_dump() for s in segments] == [s.model_dump() for s in whole.segments]
-    assert {s.speaker for s in segments} == {"A", "B"}
+    named = {"A": "Ann", "B": "A"}
+    assert [s.model_dump() for s in segments] == [
+        {**s.model_dump(), "speaker": named[s.speaker]} for s in whole.segments]
+    assert segments[0].speaker == "Ann" and {s.speaker for s in segments} == {"Ann", "A"}
     assert "".join(e.delta for e in events if e.type == "transcript.text.delta").strip() \
         == events[-1].text == whole.text
-    short = write_wav(Path(path).parent / "short.wav", np.zeros(1600, dtype=np.float32))
+    short = write_wav(tmp_path / "short.wav", np.zeros(1600, dtype=np.float32))
     with open(short, "rb") as f, pytest.raises(openai_errors().BadRequestError) as err:
         client.audio.transcriptions.create(
             model="whisper-1", file=f, response_format="diarized_json", stream=True)
@@ -549,14 +558,13 @@ def test_spans_take_their_speaker_and_who_said_finds_the_passage(tmp_path):
 def test_ask_who_said_it_answers_with_the_speaker(two_readers, models_root, tmp_path,
                                                   monkeypatch):
     """``as2d ask --diarize``: the speaker of the passage that says the words, in the answer
-    and in every evidence passage (--json); then ``as2d.ask(diarize=True)`` on the cached
-    transcript (diarized alone) names the first reader from a clip of her voice."""
-    import soundfile as sf
-
+    and in every evidence passage (--json); the same command again reads the cached
+    transcript and diarizes it alone; then ``as2d.ask(diarize=True)`` on the cached
+    transcript (its own code path) names the first reader from a clip of her voice."""
     import as2d
 
     monkeypatch.setenv("AS2D_TRANSCRIPT_CACHE", str(tmp_path / "transcripts"))
-    path, ref = two_readers
+    path, _ = two_readers
     r = cli("ask", path, "Who said it was the best of times?",
             "Who said that he was not an ill-disposed young man?", "-m", "tiny.en",
             "--diarize", "--json", "-q", models_dir=models_root)
@@ -572,9 +580,7 @@ def test_ask_who_said_it_answers_with_the_speaker(two_readers, models_root, tmp_
     assert again.exit_code == 0, again.stderr
     cached = json.loads(again.stdout)
     assert cached["transcript"] == "cache" and cached["answer"] == best["answer"]
-    x, rate = sf.read(path, dtype="float32")
-    clip = tmp_path / "ann.wav"  # the first reader's second turn
-    write_wav(clip, x[int(ref[2][0] * rate):int(ref[2][1] * rate)])
+    clip = _first_readers_clip(two_readers, tmp_path)
     named = as2d.ask(str(path), "Who said that he was not an ill-disposed young man?",
                      model="tiny.en", diarize=True, speakers=[f"Ann={clip}"],
                      models_dir=models_root)

@@ -24,6 +24,7 @@ from as2d.runtime.transcribe.as2d import AS2D
 from as2d.runtime.transcribe.longform import LongFormTranscriber, TranscriptionInfo
 from as2d.runtime.transcribe.strategy import TargetOnly
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
+from tests.helpers import cli
 
 OPTS = TranscribeOptions(language="en")
 
@@ -67,6 +68,10 @@ def wait_until(condition, timeout: float = 60.0) -> bool:
 
 def test_the_drafter_drafts_the_next_file_before_the_target_reaches_it(whisper, files,
                                                                        reference):
+    """A prefetch before the first run is held until it begins, then the drafter drafts the
+    next file while the target is still on this one, and the next run verifies that draft;
+    a prefetch between two runs (after one) is held for the next run too. Every run gives the
+    target's tokens alone."""
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     runs: list[list] = []  # events per run, as a statistics collector sees them
 
@@ -91,10 +96,14 @@ def test_the_drafter_drafts_the_next_file_before_the_target_reaches_it(whisper, 
         events_between = len(runs)
         got_second = [s.tokens for s in t.transcribe(second, OPTS)]
         assert decoder.stream is ahead.stream  # the second run verified the ahead draft
+        third = load_audio(files[1])
+        t.prefetch(third, OPTS)  # between runs: no run, so the decoder would not know which
+        assert decoder._ahead == []  # file this one comes after
+        got_third = [s.tokens for s in t.transcribe(third, OPTS)]
     finally:
         decoder.close()
     assert got_first == reference[0]
-    assert got_second == reference[1]
+    assert got_second == got_third == reference[1]
     # The ahead draft's events were held back for its own run: the first run shows none of
     # the second file's words, the second run shows them (the stream may still have grown
     # after the last event was handed over).
@@ -122,22 +131,6 @@ def test_only_models_that_run_alone_spin_their_thread_pools(bundle, whisper):
     assert spins(shared.decoder) == spins(shared.encoder.session) == "0"
 
 
-def test_prefetches_between_runs_wait_for_the_next_run(whisper, files, reference):
-    target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
-    decoder = AS2D(target, drafter)
-    t = LongFormTranscriber(target, decoder)
-    try:
-        a, b = load_audio(files[0]), load_audio(files[1])
-        list(t.transcribe(a, OPTS))
-        t.prefetch(b, OPTS)
-        # No run: the decoder would not know which file this one comes after.
-        assert decoder._ahead == []
-        got = [s.tokens for s in t.transcribe(b, OPTS)]
-    finally:
-        decoder.close()
-    assert got == reference[1]
-
-
 def test_the_draft_of_a_prefetched_file_that_is_skipped_is_dropped(whisper, files, reference):
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     decoder = AS2D(target, drafter)
@@ -162,17 +155,23 @@ def test_the_draft_of_a_prefetched_file_that_is_skipped_is_dropped(whisper, file
 
 
 def test_close_ends_the_drafts_of_files_never_transcribed(whisper, files):
+    """A run stopped (like Ctrl-C) while the next file is being drafted: closing the decoder
+    ends that draft, and the transcriber's close the next file's encoding started ahead. The
+    run is a 3-s file, the next one 44 s: handed to the drafter as the run begins, so it is
+    still drafting when the run is stopped, whenever that is."""
     target, drafter = whisper("base"), whisper("tiny.en", threads=1, role="drafter")
     decoder = AS2D(target, drafter)
     t = LongFormTranscriber(target, decoder)
-    run = t.transcribe(load_audio(files[4]), OPTS)
+    t.prefetch(load_audio(files[4]), OPTS)
+    run = t.transcribe(load_audio(files[1]), OPTS)
     next(run)
-    t.prefetch(load_audio(files[4]), OPTS)  # 44 s again: still drafting when closed
     workers = [a.worker for a in decoder._ahead]
     run.close()  # stopped, like Ctrl-C: what comes next is never transcribed
     decoder.close()
+    t.close()
     assert workers and not any(w.running for w in workers)
     assert not [th for th in threading.enumerate() if th.name == "as2d-drafter"]
+    assert not encoder_threads()
 
 
 def test_the_audio_reader_decodes_one_file_ahead_and_reports_errors_in_order(tmp_path, files):
@@ -214,19 +213,19 @@ def test_the_command_line_batch_is_token_identical_with_and_without_a_drafter(
     prefetch: the drafter runs ahead into it) writes the tokens of the target alone on each
     file: the module's reference, decoded in this process with the command line's options
     (the Ctrl-C test below holds a command-line file to it too), rather than a second
-    command-line run with --decoder target. The one-window files: a prefetch during a
-    two-window run is test_the_draft_of_a_prefetched_file_that_is_skipped_is_dropped's, AS²D
-    over two windows tests/test_as2d.py's."""
-    batch = files[:4]
+    command-line run with --decoder target. Three one-window files (two handed ahead), run in
+    this process: the command as a process of its own, with files drafted ahead, is the
+    Ctrl-C test's. A prefetch during a two-window run is
+    test_the_draft_of_a_prefetched_file_that_is_skipped_is_dropped's, AS²D over two windows
+    tests/test_as2d.py's."""
+    batch = files[:3]
     folder = tmp_path / "as2d"
-    p = subprocess.run([sys.executable, "-m", "as2d", "transcribe", *map(str, batch),
-                        "-l", "en", "--decoder", "as2d", "-f", "json", "-o", str(folder),
-                        "--models-dir", str(models_root), "-q", "--no-live"],
-                       capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr
+    r = cli("transcribe", *batch, "-l", "en", "--decoder", "as2d", "-f", "json", "-o", folder,
+            "--models-dir", models_root, "-q", "--no-live")
+    assert r.exit_code == 0, r.stderr
     out = {f.name: [s["tokens"] for s in json.loads(f.read_text())["segments"]]
            for f in folder.glob("*.json")}
-    assert out == {f"{path.stem}.json": tokens for path, tokens in zip(batch, reference[:4])}
+    assert out == {f"{path.stem}.json": tokens for path, tokens in zip(batch, reference[:3])}
 
 
 @pytest.mark.serial

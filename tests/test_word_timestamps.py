@@ -116,20 +116,11 @@ def test_punctuation_joins_its_neighbour():
 
 
 # -- on real audio ----------------------------------------------------------------------------
-_ALIGNED: dict = {}
-
-
-def aligned_model(whisper, bundle, name="base"):
-    """A model declaring word timestamps' graph as the loader makes it: the bundle's, else
-    added on first use."""
-    from as2d.models.install import ensure_alignment
-    from as2d.runtime.whisper.model import WhisperModel
-
-    if name not in _ALIGNED:
-        path = bundle(name, "int8")
-        _ALIGNED[name] = WhisperModel(path, threads=2,
-                                      alignment_graph=lambda: ensure_alignment(path))
-    return _ALIGNED[name]
+def aligned_model(whisper):
+    """base int8 on two threads, the session's: it declares word timestamps' graph as the
+    loader does (the bundle's, else added on first use), and is the model the session's
+    target-only references are decoded with."""
+    return whisper("base", "int8", 2)
 
 
 def transcribe(model, path, decoder=None, **options):
@@ -141,7 +132,7 @@ def transcribe(model, path, decoder=None, **options):
 
 
 @pytest.fixture(scope="module")
-def words_of(whisper, bundle):
+def words_of(whisper):
     """``words_of(path)`` → the aligned base model's target-only segments with words, decoded
     once per clip for the module: three tests read the same run (its words against the text,
     against the other decoders', against faster-whisper's), none changes it."""
@@ -149,7 +140,7 @@ def words_of(whisper, bundle):
 
     def get(path):
         if path not in runs:
-            runs[path] = tuple(transcribe(aligned_model(whisper, bundle), path,
+            runs[path] = tuple(transcribe(aligned_model(whisper), path,
                                           word_timestamps=True))
         return runs[path]
 
@@ -179,15 +170,15 @@ def test_words_spell_each_segment_and_run_forward_in_time(words_of, two_cities):
     assert segs[-1].end <= 44.4 + 0.02
 
 
-def test_the_transcript_is_the_same_with_words_and_with_as2d(whisper, bundle, two_cities,
-                                                           words_of, base_target_only):
+def test_the_transcript_is_the_same_with_words_and_with_as2d(whisper, two_cities, words_of,
+                                                           base_target_only):
     """Words change no token, and AS²D with words gives target-only's segments and word times
     (one speculative decoder: the verification kernel under it, which SD shares, is tested
     once in tests/test_kernel.py and SD itself on real clips in tests/test_as2d.py), on two
     windows: the second's words timed from its own start, after a prompt."""
     from as2d.runtime.transcribe.as2d import AS2D
 
-    target = aligned_model(whisper, bundle)
+    target = aligned_model(whisper)
     drafter = whisper("tiny.en", "int8", threads=1, role="drafter")
     # Without words: the session's target-only tokens of the same bundle (base int8, two
     # threads, English, greedy), which other modules compare with too.
