@@ -257,11 +257,14 @@ def test_diarize_never_changes_a_token(two_readers, models_root, tmp_path):
     """--diarize changes no token and finds the two real speakers (their turns held to the
     reference by DER). The diarizer runs on a thread of its own beside the decoder and labels
     the segments once they are decoded, whichever decoder made them: it runs beside AS²D
-    here, the default, which shares the cores with its drafter too. Its tokens are held to a
+    here (its drafter named), which shares the cores with its drafter too. Its tokens are held to a
     plain run's (no --diarize) of the target alone: AS²D is lossless (tests/test_as2d.py)."""
     path, ref = two_readers
     plain = _transcribe_json(path, models_root, tmp_path / "plain", "target")
-    diarized = _transcribe_json(path, models_root, tmp_path, "as2d", "--diarize")
+    # A named drafter: a one-window recording is otherwise decoded by the target alone.
+    diarized = _transcribe_json(path, models_root, tmp_path, "as2d", "--diarize",
+                                "--drafter", "tiny.en")
+    assert diarized["decoder"] == "as2d", diarized["decoder"]
     assert [t for s in diarized["segments"] for t in s["tokens"]] == [
         t for s in plain["segments"] for t in s["tokens"]]
     assert {s["speaker"] for s in diarized["segments"]} == {"SPEAKER_00", "SPEAKER_01"}

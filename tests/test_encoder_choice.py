@@ -539,9 +539,9 @@ def test_transcribe_writes_the_same_words_with_1_and_2_threads_under_auto(tiny, 
     words. With `--encoder auto` measured for real (nothing scripted), both runs take the one
     choice of this machine and model, and write the same text. Two back ends are timed
     (onnxruntime against OpenVINO bf16: a precision given), half the seconds of all four: a
-    choice between two is what the report was about (all four are timed for real by the
-    README's quick start in a models folder without a choice, tests/test_inputs.py, and chosen
-    among, with scripted seconds, above)."""
+    choice between two is what the report was about (all four are chosen among, with scripted
+    seconds, above; timed for real by the README's quick start, tests/test_inputs.py, where
+    the models folder holds no choice yet: a fresh clone, as CI runs it)."""
     import subprocess
     import sys
 

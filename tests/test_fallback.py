@@ -333,9 +333,9 @@ def test_bad_fallback_options_are_one_error_line(args, fragment, tmp_path):
 
 @pytest.mark.slow
 def test_the_api_takes_whispers_fallback_options(models_root, noisy_clip):
-    """seed, best_of, logprob_threshold and a temperature list (greedy, then samples: whisper's
-    default schedule, which the API passes, is test_every_face_turns_the_same_words_into_the_
-    same_options's, in tests/test_option_errors.py), and a single temperature (no fallback)."""
+    """seed, best_of, logprob_threshold and a temperature list (greedy, then samples; that
+    whisper's schedule is the API's default is test_the_engine_default_stays_greedy_only's),
+    and a single temperature (no fallback)."""
     import as2d
 
     with as2d.Transcriber("base", decoder="target", threads=2, models_dir=models_root) as t:
@@ -353,8 +353,14 @@ def test_the_api_takes_whispers_fallback_options(models_root, noisy_clip):
 
 def test_the_engine_default_stays_greedy_only():
     # Dictation, ask and the benchmark build TranscribeOptions themselves and rely on it; the
-    # command line and the Python API pass whisper's schedule.
+    # command line and the Python API pass whisper's schedule (the API's, by its default).
+    import inspect
+
+    from as2d.api import Transcriber
+
     assert TranscribeOptions().temperatures == (0.0,)
+    default = inspect.signature(Transcriber.transcribe).parameters["temperature"].default
+    assert tuple(default) == DEFAULT_TEMPERATURES
 
 
 # -- sampled decodes take candidates, losslessly ------------------------------------------------

@@ -716,13 +716,13 @@ def test_wyoming_bad_audio_is_an_error_event_and_the_server_goes_on(server):
 
 
 def test_a_request_names_an_installed_model_over_http_and_wyoming(server, models_root):
-    """One load of ``tiny.en`` for both faces that name a model. Wyoming's ``info`` lists the
-    server's model, then each other installed one with its languages (``tiny.en``: English
-    only); ``transcribe`` naming ``tiny.en`` loads it and is decoded by it; HTTP's
-    ``model="tiny.en"`` is decoded by it too: both give the text ``as2d transcribe --model
-    tiny.en`` writes. A language tiny.en cannot transcribe and a name that is not installed are
-    ``error`` events, and the server answers the next request; unused for --model-ttl (3 s),
-    tiny.en is unloaded again."""
+    """Both faces that name a model, in one test. Wyoming's ``info`` lists the server's
+    model, then each other installed one with its languages (``tiny.en``: English only);
+    ``transcribe`` naming ``tiny.en`` loads it and is decoded by it; unloaded after
+    --model-ttl (3 s), it is loaded again by HTTP's ``model="tiny.en"``, which it decodes too:
+    both give the text ``as2d transcribe --model tiny.en`` writes. A language tiny.en cannot
+    transcribe and a name that is not installed are ``error`` events, and the server answers
+    the next request; unused for the TTL, tiny.en is unloaded again."""
     pytest.importorskip("wyoming")
     import soundfile as sf
     from wyoming.asr import Transcribe
@@ -741,7 +741,7 @@ def test_a_request_names_an_installed_model_over_http_and_wyoming(server, models
     missing = asyncio.run(_wyoming(server, [Transcribe(name="no-such-model").event()]))
     assert missing[-1].type == "error" and missing[-1].data["code"] == "model_not_found"
     assert "tiny.en" in missing[-1].data["text"]  # says what is served
-    deadline = time.monotonic() + 30  # (loaded by an earlier test: unloaded after the TTL)
+    deadline = time.monotonic() + 30  # (if loaded before: unloaded after the TTL)
     while "tiny.en-int8" in server.health()["loaded"]:
         assert time.monotonic() < deadline
         time.sleep(0.2)
@@ -757,8 +757,13 @@ def test_a_request_names_an_installed_model_over_http_and_wyoming(server, models
     german = asyncio.run(_wyoming(server, [Transcribe(name="tiny.en", language="de").event()]))
     assert german[-1].type == "error" and german[-1].data["code"] == "invalid_language"
 
+    deadline = time.monotonic() + 30  # unloaded again, so that HTTP's request must load it
+    while "tiny.en-int8" in server.health()["loaded"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     with open(SHORT, "rb") as f:
         http = server.client().audio.transcriptions.create(file=f, model="tiny.en").text
+    assert "tiny.en-int8" in server.health()["loaded"]
     r = cli("transcribe", SHORT, "--model", "tiny.en", "-f", "json", "--no-live", "-q",
             models_dir=models_root)
     assert r.exit_code == 0, r.output
