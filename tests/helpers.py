@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import shutil
+import signal
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -172,3 +175,35 @@ def greedy_reference(model, prompt_ids, max_new: int, stop_ids) -> list[int]:
             logits = state.forward([token])[-1]
     finally:
         model.release(state)
+
+
+class Hang(Exception):
+    """A block ran past its :func:`deadline` (not an OSError, which the code under test may
+    turn into a clean error of its own)."""
+
+
+@contextmanager
+def deadline(seconds: int, what: str = "no answer"):
+    """The block fails with :class:`Hang` after ``seconds`` (SIGALRM; the main thread's): a
+    hang in the code under test fails the test instead of stalling the suite."""
+    def on_alarm(signum, frame):
+        raise Hang(f"{what} in {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def young_heap():
+    """For a module fixture (``yield from young_heap()``) where the product runs a full
+    ``gc.collect()`` per encoder candidate it measures or checks: in a test worker that ran
+    other files first, each collection walks the millions of objects they left (0.5-0.8 s).
+    Those are frozen for the module, so a collection walks only what its tests made."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()

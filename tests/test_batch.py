@@ -26,7 +26,7 @@ from as2d.distributed import WorkerSpec, discover, run_batch
 from as2d.engine import EngineSpec
 from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 from as2d.writers import SubtitleOptions
-from tests.helpers import LazyModule, cli
+from tests.helpers import LazyModule, cli, deadline
 
 ray = LazyModule("ray")
 
@@ -119,18 +119,10 @@ def test_one_run_matches_transcribe_through_a_bad_file_a_killed_actor_and_one_un
 
         return real_run_batch(jobs, spec, on_event=event, handles=handles, **kw)
 
-    def too_long(signum, frame):
-        raise TimeoutError("as2d batch waited for an actor Ray cannot place")
-
     monkeypatch.setattr(distributed, "run_batch", killing_run_batch)
-    previous = signal.signal(signal.SIGALRM, too_long)
-    signal.alarm(180)
-    try:
+    with deadline(180, "as2d batch waited for an actor Ray cannot place: no end"):
         batch = cli("batch", archive / "day1", "-o", tmp_path / "ray", "-f", "all", "-j", "3",
                     "-t", "1", "--retries", "2", models_dir=models_root)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
     out = batch.output
     assert batch.exit_code == 1, out
     assert "as2d: error: " in out and "Traceback" not in out

@@ -15,7 +15,6 @@ measure-encoder`` measures again, and the choice is reported (the model's ``enco
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import shutil
@@ -26,7 +25,7 @@ import pytest
 from as2d.runtime.sessions import cpu_model_name
 from as2d.runtime.whisper import encoder_choice, encoders
 from as2d.runtime.whisper.encoder_choice import EncoderCandidate, EncoderChoice, measure
-from tests.helpers import linked_bundle
+from tests.helpers import linked_bundle, young_heap
 
 needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
                                     reason="openvino is not installed")
@@ -35,15 +34,11 @@ needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
 @pytest.fixture(scope="module", autouse=True)
 def _young_heap():
     """Every candidate measured is freed with a full ``gc.collect()`` (``measure`` and
-    ``thread_invariant``): in a test worker that ran other files first, each walks the millions
-    of objects they left, 0.5-0.8 s (test_candidates_are_built_timed_and_freed_one_at_a_time,
-    which does nothing else, took 2.9-4.6 s for its six), about 80 times in this module. Those
-    objects are frozen for the module, so a collection walks only what its tests made, the
-    candidates included (that they are freed is still checked there)."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
+    ``thread_invariant``), about 80 times in this module
+    (test_candidates_are_built_timed_and_freed_one_at_a_time, which does nothing else, took
+    2.9-4.6 s for its six): see helpers.young_heap. That the candidates are freed is still
+    checked there."""
+    yield from young_heap()
 
 
 @pytest.fixture(autouse=True)

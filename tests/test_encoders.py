@@ -12,7 +12,6 @@ encoder target-only and AS²D still commit identical tokens.
 
 from __future__ import annotations
 
-import gc
 import json
 import threading
 import time
@@ -29,7 +28,7 @@ from as2d.runtime.whisper.encoders import (
     OrtEncoder,
     requested_backend,
 )
-from tests.helpers import linked_bundle
+from tests.helpers import linked_bundle, young_heap
 
 needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
                                     reason="openvino is not installed")
@@ -37,14 +36,9 @@ needs_openvino = pytest.mark.skipif(not encoders.openvino_available(),
 
 @pytest.fixture(scope="module", autouse=True)
 def _young_heap():
-    """``thread_invariant`` frees each encoder it builds with a full ``gc.collect()``: in a
-    test worker that ran other files first, each walks the millions of objects they left
-    (0.5-0.8 s). Those are frozen for the module, so a collection walks only what its tests
-    made (tests/test_encoder_choice.py does the same)."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
+    """``thread_invariant`` frees each encoder it builds with a full ``gc.collect()``: see
+    helpers.young_heap."""
+    yield from young_heap()
 
 
 # -- choosing a back end (no models) -----------------------------------------------------------

@@ -15,13 +15,12 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import cli, ct2_folder, error_line, linked_bundle
+from helpers import cli, ct2_folder, deadline, error_line, linked_bundle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_hostile import as2d, one_error_line
@@ -61,13 +60,9 @@ def refused(model: Path, models: Path, *fragments: str, process: bool = False) -
         line = one_error_line(p, *fragments, code=1)
         assert p.stdout == ""
         return line
-    old = _alarm(TIMEOUT)
-    try:
+    with deadline(TIMEOUT):
         r = cli("transcribe", SAMPLE, "--model", model, "--decoder", "target",
                 models_dir=models)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
     line = error_line(r, 1, *fragments)
     assert r.stdout == ""
     return line
@@ -366,35 +361,20 @@ def test_chat_template_jinja_beside_tokenizer_config_is_used(hf_llm, tmp_path):
 
 # -- property-based: random damage gives one clean error or the model's own tokens ---------
 
-class _Hang(Exception):
-    pass
-
-
-def _alarm(seconds: int):
-    def on_alarm(signum, frame):
-        raise _Hang(f"no answer in {seconds} s")
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.alarm(seconds)
-    return old
-
-
 def _tokens_or_error(spec: str, models: Path, audio):
     """The model's tokens on ``audio``, or the ModelError's one line (anything else fails)."""
     from as2d.loading import ModelError, load_whisper
     from as2d.runtime.transcribe.longform import LongFormTranscriber
     from as2d.runtime.transcribe.transcribe_options import TranscribeOptions
 
-    old = _alarm(120)
-    try:
-        model = load_whisper(spec, models_dir=models)
-        opts = TranscribeOptions(language="en")
-        return [s.tokens for s in LongFormTranscriber(model).transcribe(audio, opts)]
-    except ModelError as exc:
-        assert "\n" not in str(exc) and str(exc), repr(exc)
-        return str(exc)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+    with deadline(120):
+        try:
+            model = load_whisper(spec, models_dir=models)
+            opts = TranscribeOptions(language="en")
+            return [s.tokens for s in LongFormTranscriber(model).transcribe(audio, opts)]
+        except ModelError as exc:
+            assert "\n" not in str(exc) and str(exc), repr(exc)
+            return str(exc)
 
 
 @pytest.fixture(scope="module")
@@ -500,20 +480,17 @@ def test_mutated_ct2_headers_give_one_error_or_sound_tensors(ct2_source, tmp_pat
             data[at:at + len(raw)] = raw
         with open(folder / "model.bin", "r+b") as fh:  # the rest of the file stays pristine
             fh.write(bytes(data[:head]))
-        old = _alarm(60)
-        try:
-            model = load_ct2(folder / "model.bin")
-            for name in model.tensors:
-                nbytes = model.tensors.nbytes(name)
-                assert nbytes <= len(pristine)
-                value = model.tensors[name]
-                assert value.nbytes == nbytes or value.dtype == np.float32  # bf16 widened
-            inspect_ct2(folder)
-            model.f32("encoder/conv1/weight")
-        except (CT2FormatError, SourceError) as exc:
-            assert "\n" not in str(exc) and str(exc)
-        finally:
-            signal.alarm(0)
-            signal.signal(signal.SIGALRM, old)
+        with deadline(60):
+            try:
+                model = load_ct2(folder / "model.bin")
+                for name in model.tensors:
+                    nbytes = model.tensors.nbytes(name)
+                    assert nbytes <= len(pristine)
+                    value = model.tensors[name]
+                    assert value.nbytes == nbytes or value.dtype == np.float32  # bf16 widened
+                inspect_ct2(folder)
+                model.f32("encoder/conv1/weight")
+            except (CT2FormatError, SourceError) as exc:
+                assert "\n" not in str(exc) and str(exc)
 
     check()
